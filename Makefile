@@ -1,0 +1,190 @@
+# graft — top-level build. Everything lands under $(BUILD):
+#   lib/libgraft.a lib/libgraft.so   the library
+#   bin/                             tools, the simulator, examples
+#   bench/                           benchmarks
+#   tests/                           test programs
+# `make check SAN=1` builds into build/san with ASan+UBSan and runs the suite.
+
+VERSION := 0.1.0
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build/san
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else
+BUILD ?= build
+SAN_FLAGS :=
+OPT := -O2
+endif
+
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+PROTOC_C ?= protoc-c
+PKGS := ucx libcurl libprotobuf-c libzstd libxxhash jansson
+# Ask pkg-config only when building; `make clean` and `make info` must work
+# on a machine where the dependencies are still missing.
+PKG_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS = $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+TEST_LIBS = $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null)
+
+# ---- optional CUDA/NCCL --------------------------------------------------
+CUDA_HOME ?= /usr/local/cuda
+CUDA_INC := $(CUDA_HOME)/include
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+NCCL_HEADER := $(firstword $(wildcard $(CUDA_INC)/nccl.h /usr/include/nccl.h))
+NCCL_LIB := $(firstword $(wildcard $(CUDA_LIBDIR)/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so))
+CUDART_LIB := $(wildcard $(CUDA_LIBDIR)/libcudart.so)
+ifneq ($(and $(wildcard $(CUDA_INC)/cuda_runtime.h),$(NCCL_HEADER),$(NCCL_LIB),$(CUDART_LIB)),)
+HAVE_CUDA := 1
+CUDA_CFLAGS := -DGRAFT_HAVE_CUDA=1 -I$(CUDA_INC) -I$(dir $(NCCL_HEADER))
+CUDA_LIBS := -L$(CUDA_LIBDIR) -L$(dir $(NCCL_LIB)) -Wl,-rpath,$(CUDA_LIBDIR) -lnccl -lcudart
+else
+HAVE_CUDA := 0
+CUDA_CFLAGS :=
+CUDA_LIBS :=
+endif
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(OPT) -g -fPIC $(WARN) $(SAN_FLAGS) \
+	-DGRAFT_VERSION=\"$(VERSION)\" -Iinclude -Icommon -I$(BUILD)/gen \
+	$(PKG_CFLAGS) $(CUDA_CFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(PKG_LIBS) $(CUDA_LIBS) -lpthread -lm $(LDLIBS)
+LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
+
+# ---- sources -------------------------------------------------------------
+# Library modules, in dependency order (see docs/ARCHITECTURE.md).
+MODULES := common membership transfer persist runtime
+# Files named nccl*.c or cuda*.c need CUDA and NCCL; they are built only
+# when both are found.
+ALL_LIB_SRCS := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+CUDA_ONLY_SRCS := $(filter $(addsuffix /nccl%,$(MODULES)) $(addsuffix /cuda%,$(MODULES)),$(ALL_LIB_SRCS))
+ifeq ($(HAVE_CUDA),1)
+LIB_SRCS := $(ALL_LIB_SRCS)
+else
+LIB_SRCS := $(filter-out $(CUDA_ONLY_SRCS),$(ALL_LIB_SRCS))
+endif
+PROTO_C := $(BUILD)/gen/proto/graft.pb-c.c
+PROTO_H := $(BUILD)/gen/proto/graft.pb-c.h
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/proto/graft.pb-c.o
+
+LIB_A := $(BUILD)/lib/libgraft.a
+LIB_SO := $(BUILD)/lib/libgraft.so
+
+# One program per tools/*.c and examples/*.c; the simulator is all of sim/.
+TOOL_SRCS := $(wildcard tools/*.c)
+EXAMPLE_SRCS := $(wildcard examples/*.c)
+SIM_SRCS := $(wildcard sim/*.c)
+BIN_PROGS := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%) $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/bin/%)
+ifneq ($(SIM_SRCS),)
+BIN_PROGS += $(BUILD)/bin/graft-sim
+endif
+
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_PROGS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
+# Each tests/test_*.c is one cmocka program; tests/support/*.c is linked into
+# every test and benchmark.
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_PROGS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/support/*.c))
+TEST_CFLAGS = -I. -Itests/support
+
+.PHONY: all lib demo check tests bench clean info deps layering
+.DEFAULT_GOAL := all
+
+all: lib $(BIN_PROGS) $(BENCH_PROGS)
+
+lib: $(LIB_A) $(LIB_SO)
+
+deps:
+	@sh scripts/deps.sh
+
+# ---- rules ---------------------------------------------------------------
+$(PROTO_C) $(PROTO_H): proto/graft.proto
+	@mkdir -p $(BUILD)/gen
+	$(PROTOC_C) --c_out=$(BUILD)/gen proto/graft.proto
+
+$(BUILD)/obj/proto/graft.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -Wshadow -Wextra,$(CFLAGS_ALL)) -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(TEST_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(LIB_A): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libgraft.so.0 $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/graft-sim: $(SIM_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/%: $(BUILD)/obj/examples/%.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/obj/bench/%.o: bench/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(TEST_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(SUPPORT_OBJS) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
+
+# ---- top-level targets ---------------------------------------------------
+tests: $(TEST_PROGS) $(BIN_PROGS)
+
+layering: $(LIB_OBJS)
+	@sh scripts/check-layering.sh $(BUILD)
+
+check: deps
+	@$(MAKE) --no-print-directory all tests layering
+	@BUILD=$(BUILD) SAN=$(SAN) sh scripts/run-tests.sh $(TEST_PROGS)
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) sh scripts/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@for b in $(BENCH_PROGS); do echo "== $$b"; $$b || exit 1; done
+
+info:
+	@echo "graft $(VERSION)"
+	@echo "build dir:      $(BUILD)"
+	@echo "sanitizers:     $(if $(SAN_FLAGS),ASan+UBSan,off)"
+	@echo "library:        $(LIB_A) $(LIB_SO)"
+	@echo "modules:        $(MODULES) proto"
+ifeq ($(HAVE_CUDA),1)
+	@echo "CUDA/NCCL:      built (CUDA_HOME=$(CUDA_HOME), nccl.h=$(NCCL_HEADER), libnccl=$(NCCL_LIB))"
+	@echo "CUDA sources:   $(CUDA_ONLY_SRCS)"
+else
+	@echo "CUDA/NCCL:      skipped (no cuda_runtime.h + nccl.h + libcudart + libnccl under CUDA_HOME=$(CUDA_HOME))"
+endif
+	@echo "tools:          $(notdir $(BIN_PROGS))"
+	@echo "benchmarks:     $(notdir $(BENCH_PROGS))"
+	@echo "tests:          $(words $(TEST_PROGS)) programs"
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

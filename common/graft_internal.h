@@ -1,0 +1,63 @@
+/*
+ * Internal helpers shared by every module: allocation through the hooks,
+ * logging macros, clocks and a growable byte buffer. Not installed.
+ */
+#ifndef GRAFT_INTERNAL_H
+#define GRAFT_INTERNAL_H
+
+#include <graft/common.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GRAFT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define GRAFT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GRAFT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Allocation: always through the hooks of graft_alloc_hooks_set(). */
+void *graft__malloc(size_t size);
+void *graft__calloc(size_t nmemb, size_t size);
+void *graft__realloc(void *ptr, size_t size);
+char *graft__strdup(const char *s);
+char *graft__strndup(const char *s, size_t n);
+char *graft__asprintf(const char *fmt, ...) GRAFT_PRINTF(1, 2);
+#define graft__free graft_free
+
+/* Logging. Log once, where an error is first detected. */
+void graft__log(graft_log_level_t level, const char *module, const char *fmt, ...)
+    GRAFT_PRINTF(3, 4);
+bool graft__log_enabled(graft_log_level_t level);
+
+#define GRAFT_LOG_AT(lvl, mod, ...)                                                      \
+    do {                                                                                 \
+        if (graft__log_enabled(lvl))                                                     \
+            graft__log(lvl, mod, __VA_ARGS__);                                           \
+    } while (0)
+#define GRAFT_ERROR(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_ERROR, mod, __VA_ARGS__)
+#define GRAFT_WARN(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_WARN, mod, __VA_ARGS__)
+#define GRAFT_INFO(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_INFO, mod, __VA_ARGS__)
+#define GRAFT_DEBUG(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_DEBUG, mod, __VA_ARGS__)
+#define GRAFT_TRACE(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_TRACE, mod, __VA_ARGS__)
+
+/* Clocks. */
+uint64_t graft__now_ns(void);      /* CLOCK_MONOTONIC */
+uint64_t graft__wall_ns(void);     /* CLOCK_REALTIME */
+void graft__sleep_ns(uint64_t ns);
+
+/* Growable byte buffer; data is always NUL-terminated for convenience. */
+typedef struct graft_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} graft_buf_t;
+
+void graft__buf_init(graft_buf_t *b);
+void graft__buf_free(graft_buf_t *b);
+void graft__buf_reset(graft_buf_t *b);
+GRAFT_WUR graft_status_t graft__buf_append(graft_buf_t *b, const void *data, size_t len);
+GRAFT_WUR graft_status_t graft__buf_printf(graft_buf_t *b, const char *fmt, ...) GRAFT_PRINTF(2, 3);
+/* Drop the first n bytes. */
+void graft__buf_consume(graft_buf_t *b, size_t n);
+
+#endif /* GRAFT_INTERNAL_H */

@@ -1,0 +1,462 @@
+/**
+ * @file graft/etcd.h
+ * @brief etcd v3 client over the JSON gateway, and an embedded etcd server.
+ *
+ * The client speaks etcd's gRPC-gateway (`POST /v3/kv/range`, `/v3/kv/put`,
+ * `/v3/kv/txn`, `/v3/lease/...`, `/v3/watch`, `/v3/auth/authenticate`) through
+ * libcurl with kept-alive connections. It fails over between endpoints,
+ * retries connection errors and 503 answers with exponential backoff, and
+ * maps etcd's answers onto graft status codes:
+ *
+ *  | situation                          | status               |
+ *  |------------------------------------|----------------------|
+ *  | no endpoint accepts a connection   | GRAFT_EUNREACHABLE   |
+ *  | a request exceeded its timeout     | GRAFT_EETCD_TIMEOUT  |
+ *  | wrong user/password, bad token     | GRAFT_EAUTH          |
+ *  | value/request over etcd's limit    | GRAFT_ETOOLARGE      |
+ *  | revision compacted                 | GRAFT_ECOMPACTED     |
+ *  | key or lease does not exist        | GRAFT_ENOTFOUND      |
+ *  | answer is not the JSON expected    | GRAFT_EMALFORMED     |
+ *  | any other error etcd reports       | GRAFT_EETCD          |
+ *
+ * Keys are C strings; values are bytes. Everything this API returns is owned
+ * by the caller and freed with the matching *_free() function.
+ *
+ * Thread safety: one ::graft_etcd_t may be used from several threads at
+ * once; each ::graft_etcd_watch_t by one thread at a time.
+ *
+ * Sections: client life cycle; key-value; transactions; leases; watches;
+ * the embedded server used by tests, the simulator and `make demo`.
+ */
+#ifndef GRAFT_ETCD_H
+#define GRAFT_ETCD_H
+
+#include <graft/common.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Client life cycle                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct graft_etcd graft_etcd_t;
+
+/** Client configuration. Zero values select the defaults given. */
+typedef struct graft_etcd_config {
+    const char *const *endpoints; /**< e.g. "http://127.0.0.1:2379"; tried in order */
+    size_t n_endpoints;
+    uint32_t request_timeout_ms; /**< per attempt; default 5000 */
+    uint32_t connect_timeout_ms; /**< default 1000 */
+    uint32_t max_retries;        /**< on connection errors and 503; default 3 */
+    uint32_t retry_backoff_ms;   /**< first backoff, doubled each retry; default 50 */
+    const char *username;        /**< NULL: no authentication */
+    const char *password;
+    const char *ca_file;   /**< TLS: CA bundle to verify the server */
+    const char *cert_file; /**< TLS: client certificate */
+    const char *key_file;  /**< TLS: client key */
+} graft_etcd_config_t;
+
+/**
+ * @brief Create a client. Does not contact etcd until the first request
+ *        (authentication included).
+ * @param [in]  config  configuration; copied.
+ * @param [out] etcd_p  the client, on success.
+ * @return GRAFT_OK, GRAFT_EINVAL (no endpoints), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_etcd_create(const graft_etcd_config_t *config,
+                                           graft_etcd_t **etcd_p);
+
+/**
+ * @brief Destroy a client. Accepts NULL.
+ * @param [in] etcd  the client.
+ */
+void graft_etcd_destroy(graft_etcd_t *etcd);
+
+/**
+ * @brief The endpoint that answered last (for logs and tools).
+ * @param [in] etcd  the client.
+ * @return a string owned by the client.
+ */
+const char *graft_etcd_current_endpoint(graft_etcd_t *etcd);
+
+/* ------------------------------------------------------------------------ */
+/* Key-value                                                                */
+/* ------------------------------------------------------------------------ */
+
+/** One key-value pair as etcd stores it. */
+typedef struct graft_etcd_kv {
+    char *key;
+    uint8_t *value; /**< NUL-terminated for convenience; value_len excludes it */
+    size_t value_len;
+    int64_t create_revision;
+    int64_t mod_revision;
+    int64_t version;
+    int64_t lease;
+} graft_etcd_kv_t;
+
+/**
+ * @brief Free the contents of a kv (not the struct itself).
+ * @param [in] kv  may be NULL.
+ */
+void graft_etcd_kv_clear(graft_etcd_kv_t *kv);
+
+/** Options of a range request. Zero-initialised: one key, latest revision. */
+typedef struct graft_etcd_range_opts {
+    bool prefix;        /**< every key starting with key */
+    const char *range_end; /**< explicit [key, range_end) when not prefix; NULL: one key */
+    int64_t limit;      /**< 0: no limit */
+    int64_t revision;   /**< 0: latest */
+    bool keys_only;
+    bool count_only;
+} graft_etcd_range_opts_t;
+
+/** Result of a range request. */
+typedef struct graft_etcd_range_result {
+    graft_etcd_kv_t *kvs;
+    size_t n_kvs;
+    int64_t count;    /**< keys in the range (may exceed n_kvs with a limit) */
+    bool more;        /**< more keys beyond the limit */
+    int64_t revision; /**< store revision the answer was read at */
+} graft_etcd_range_result_t;
+
+/**
+ * @brief Free a range result's contents. Accepts NULL.
+ * @param [in] result  the result.
+ */
+void graft_etcd_range_result_clear(graft_etcd_range_result_t *result);
+
+/**
+ * @brief Read one key, a prefix or a key range.
+ * @param [in]  etcd      client.
+ * @param [in]  key       first key (or the prefix).
+ * @param [in]  opts      options, or NULL for one key at the latest revision.
+ * @param [out] result_p  the result; an absent key gives n_kvs == 0, not an error.
+ * @return GRAFT_OK or an etcd error (table above).
+ */
+GRAFT_WUR graft_status_t graft_etcd_range(graft_etcd_t *etcd, const char *key,
+                                          const graft_etcd_range_opts_t *opts,
+                                          graft_etcd_range_result_t *result_p);
+
+/**
+ * @brief Read one key.
+ * @param [in]  etcd        client.
+ * @param [in]  key         the key.
+ * @param [out] kv_p        the pair, on success.
+ * @param [out] revision_p  store revision of the answer; may be NULL.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_get(graft_etcd_t *etcd, const char *key, graft_etcd_kv_t *kv_p,
+                                        int64_t *revision_p);
+
+/**
+ * @brief Write one key.
+ * @param [in]  etcd        client.
+ * @param [in]  key         the key.
+ * @param [in]  value       bytes; may be NULL when len is 0.
+ * @param [in]  len         length of value.
+ * @param [in]  lease       lease to attach, 0 for none.
+ * @param [out] prev_kv_p   previous pair if any (key NULL when there was none);
+ *                          NULL to not ask for it.
+ * @param [out] revision_p  revision of the write; may be NULL.
+ * @return GRAFT_OK, GRAFT_ETOOLARGE, GRAFT_ENOTFOUND (lease), or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_put(graft_etcd_t *etcd, const char *key, const void *value,
+                                        size_t len, int64_t lease, graft_etcd_kv_t *prev_kv_p,
+                                        int64_t *revision_p);
+
+/**
+ * @brief Delete one key or every key under a prefix.
+ * @param [in]  etcd        client.
+ * @param [in]  key         the key or prefix.
+ * @param [in]  prefix      delete the whole prefix.
+ * @param [out] deleted_p   number of keys deleted; may be NULL.
+ * @param [out] revision_p  revision after the delete; may be NULL.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_delete(graft_etcd_t *etcd, const char *key, bool prefix,
+                                           int64_t *deleted_p, int64_t *revision_p);
+
+/**
+ * @brief Compact the store's history up to a revision (operators, tests).
+ * @param [in] etcd      client.
+ * @param [in] revision  revisions below this one are dropped.
+ * @return GRAFT_OK, GRAFT_ECOMPACTED (already compacted), or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_compact(graft_etcd_t *etcd, int64_t revision);
+
+/* ------------------------------------------------------------------------ */
+/* Transactions                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum graft_etcd_cmp_target {
+    GRAFT_ETCD_CMP_VERSION,
+    GRAFT_ETCD_CMP_CREATE,
+    GRAFT_ETCD_CMP_MOD,
+    GRAFT_ETCD_CMP_VALUE,
+    GRAFT_ETCD_CMP_LEASE
+} graft_etcd_cmp_target_t;
+
+typedef enum graft_etcd_cmp_op {
+    GRAFT_ETCD_CMP_EQUAL,
+    GRAFT_ETCD_CMP_GREATER,
+    GRAFT_ETCD_CMP_LESS,
+    GRAFT_ETCD_CMP_NOT_EQUAL
+} graft_etcd_cmp_op_t;
+
+/** One comparison of a transaction. An absent key has version/create/mod 0. */
+typedef struct graft_etcd_compare {
+    const char *key;
+    graft_etcd_cmp_target_t target;
+    graft_etcd_cmp_op_t op;
+    int64_t number;    /**< for VERSION, CREATE, MOD, LEASE */
+    const void *value; /**< for VALUE */
+    size_t value_len;
+} graft_etcd_compare_t;
+
+typedef enum graft_etcd_op_type {
+    GRAFT_ETCD_OP_PUT,
+    GRAFT_ETCD_OP_RANGE,
+    GRAFT_ETCD_OP_DELETE
+} graft_etcd_op_type_t;
+
+/** One operation of a transaction branch. */
+typedef struct graft_etcd_op {
+    graft_etcd_op_type_t type;
+    const char *key;
+    const void *value; /**< PUT */
+    size_t value_len;  /**< PUT */
+    int64_t lease;     /**< PUT */
+    bool prefix;       /**< RANGE, DELETE */
+} graft_etcd_op_t;
+
+/** Result of a transaction. */
+typedef struct graft_etcd_txn_result {
+    bool succeeded;                    /**< the compares held: success branch ran */
+    int64_t revision;                  /**< store revision after the txn */
+    graft_etcd_range_result_t *ranges; /**< one per RANGE op of the branch that ran, in order */
+    size_t n_ranges;
+} graft_etcd_txn_result_t;
+
+/**
+ * @brief Free a transaction result's contents. Accepts NULL.
+ * @param [in] result  the result.
+ */
+void graft_etcd_txn_result_clear(graft_etcd_txn_result_t *result);
+
+/**
+ * @brief Run a transaction: if every compare holds, the success operations,
+ *        otherwise the failure operations, atomically.
+ * @param [in]  etcd       client.
+ * @param [in]  cmp        compares; may be NULL when n_cmp is 0.
+ * @param [in]  n_cmp      number of compares.
+ * @param [in]  success    operations when all compares hold.
+ * @param [in]  n_success  their number.
+ * @param [in]  failure    operations otherwise.
+ * @param [in]  n_failure  their number.
+ * @param [out] result_p   the outcome.
+ * @return GRAFT_OK (whichever branch ran) or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_txn(graft_etcd_t *etcd, const graft_etcd_compare_t *cmp,
+                                        size_t n_cmp, const graft_etcd_op_t *success,
+                                        size_t n_success, const graft_etcd_op_t *failure,
+                                        size_t n_failure, graft_etcd_txn_result_t *result_p);
+
+/* ------------------------------------------------------------------------ */
+/* Leases                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Grant a lease.
+ * @param [in]  etcd        client.
+ * @param [in]  ttl_s       requested time to live in seconds.
+ * @param [out] lease_id_p  the lease id.
+ * @param [out] ttl_p       granted TTL in seconds; may be NULL.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_lease_grant(graft_etcd_t *etcd, int64_t ttl_s,
+                                                int64_t *lease_id_p, int64_t *ttl_p);
+
+/**
+ * @brief Renew a lease once.
+ * @param [in]  etcd   client.
+ * @param [in]  lease  the lease id.
+ * @param [out] ttl_p  the TTL after renewal; may be NULL.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND (the lease expired or was revoked), or an
+ *         etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_lease_keepalive(graft_etcd_t *etcd, int64_t lease,
+                                                    int64_t *ttl_p);
+
+/**
+ * @brief Revoke a lease, deleting every key attached to it.
+ * @param [in] etcd   client.
+ * @param [in] lease  the lease id.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_lease_revoke(graft_etcd_t *etcd, int64_t lease);
+
+/**
+ * @brief Remaining time to live of a lease.
+ * @param [in]  etcd       client.
+ * @param [in]  lease      the lease id.
+ * @param [out] ttl_p      remaining seconds.
+ * @param [out] granted_p  TTL it was granted with; may be NULL.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND (expired or revoked), or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_lease_ttl(graft_etcd_t *etcd, int64_t lease, int64_t *ttl_p,
+                                              int64_t *granted_p);
+
+/* ------------------------------------------------------------------------ */
+/* Watches                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum graft_etcd_event_type {
+    GRAFT_ETCD_EVENT_PUT,
+    GRAFT_ETCD_EVENT_DELETE
+} graft_etcd_event_type_t;
+
+/** One change reported by a watch. For DELETE, kv.value is empty and
+ *  kv.mod_revision is the revision of the delete. */
+typedef struct graft_etcd_event {
+    graft_etcd_event_type_t type;
+    graft_etcd_kv_t kv;
+} graft_etcd_event_t;
+
+/**
+ * @brief Free an array of events returned by graft_etcd_watch_next().
+ * @param [in] events  may be NULL.
+ * @param [in] n       number of events.
+ */
+void graft_etcd_events_free(graft_etcd_event_t *events, size_t n);
+
+typedef struct graft_etcd_watch graft_etcd_watch_t;
+
+/**
+ * @brief Watch every key under a prefix from a revision on. The watch runs
+ *        over one streaming HTTP response; a dropped stream is re-established
+ *        from the last revision seen + 1, so no event is lost or repeated.
+ * @param [in]  etcd            client (must outlive the watch).
+ * @param [in]  prefix          key prefix.
+ * @param [in]  start_revision  first revision to report; 0 = from now.
+ * @param [out] watch_p         the watch.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_watch_create(graft_etcd_t *etcd, const char *prefix,
+                                                 int64_t start_revision,
+                                                 graft_etcd_watch_t **watch_p);
+
+/**
+ * @brief Wait for the next events, in revision order.
+ * @param [in]  watch       the watch.
+ * @param [in]  timeout_ms  how long to wait; 0 = poll.
+ * @param [out] events_p    events (NULL when none); free with graft_etcd_events_free().
+ * @param [out] n_p         number of events; 0 on timeout.
+ * @return GRAFT_OK (events or timeout); GRAFT_ECOMPACTED when the start
+ *         revision was compacted: the caller resyncs with a fresh range and
+ *         graft_etcd_watch_restart() from that range's revision + 1;
+ *         GRAFT_EUNREACHABLE and other errors while etcd cannot be reached
+ *         (the watch keeps trying; calling again continues).
+ */
+GRAFT_WUR graft_status_t graft_etcd_watch_next(graft_etcd_watch_t *watch, uint32_t timeout_ms,
+                                               graft_etcd_event_t **events_p, size_t *n_p);
+
+/**
+ * @brief Revision the watch reported as compacted (after GRAFT_ECOMPACTED).
+ * @param [in] watch  the watch.
+ * @return the compact revision, 0 if none.
+ */
+int64_t graft_etcd_watch_compact_revision(const graft_etcd_watch_t *watch);
+
+/**
+ * @brief Restart a watch from a new revision (after a resync).
+ * @param [in] watch           the watch.
+ * @param [in] start_revision  first revision to report.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_watch_restart(graft_etcd_watch_t *watch,
+                                                  int64_t start_revision);
+
+/**
+ * @brief Stop and free a watch. Accepts NULL. Does not block longer than a
+ *        few milliseconds even while the stream is stalled.
+ * @param [in] watch  the watch.
+ */
+void graft_etcd_watch_destroy(graft_etcd_watch_t *watch);
+
+/* ------------------------------------------------------------------------ */
+/* Embedded server                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct graft_etcd_server graft_etcd_server_t;
+
+/** Options for an embedded etcd. Zero-initialised: defaults. */
+typedef struct graft_etcd_server_opts {
+    const char *binary;   /**< default: "etcd" from PATH */
+    const char *data_dir; /**< default: a new temporary directory, removed on destroy */
+    const char *const *extra_args; /**< NULL-terminated extra command-line arguments */
+    uint32_t start_timeout_ms;     /**< default 20000 */
+} graft_etcd_server_opts_t;
+
+/**
+ * @brief Start Debian's etcd on free loopback ports and wait until it answers.
+ * @param [in]  opts      options, or NULL.
+ * @param [out] server_p  the running server.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND (no etcd binary), GRAFT_ETIMEOUT (never
+ *         became healthy), GRAFT_ESYS.
+ */
+GRAFT_WUR graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
+                                                 graft_etcd_server_t **server_p);
+
+/**
+ * @brief Client URL, e.g. "http://127.0.0.1:40123".
+ * @param [in] server  the server.
+ * @return a string owned by the server.
+ */
+const char *graft_etcd_server_endpoint(const graft_etcd_server_t *server);
+
+/**
+ * @brief Data directory of the server.
+ * @param [in] server  the server.
+ * @return a string owned by the server.
+ */
+const char *graft_etcd_server_data_dir(const graft_etcd_server_t *server);
+
+/**
+ * @brief Process id of the running server, or -1 when stopped.
+ * @param [in] server  the server.
+ * @return the pid.
+ */
+int graft_etcd_server_pid(const graft_etcd_server_t *server);
+
+/**
+ * @brief Stop the server (SIGTERM, then SIGKILL), keeping its data directory.
+ * @param [in] server  the server.
+ * @return GRAFT_OK or GRAFT_ESYS.
+ */
+GRAFT_WUR graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server);
+
+/**
+ * @brief Start a stopped server again on the same ports and data directory.
+ * @param [in] server  the server.
+ * @return as graft_etcd_server_start().
+ */
+GRAFT_WUR graft_status_t graft_etcd_server_restart(graft_etcd_server_t *server);
+
+/**
+ * @brief Stop the server and remove its data directory if it created it.
+ *        Accepts NULL.
+ * @param [in] server  the server.
+ */
+void graft_etcd_server_destroy(graft_etcd_server_t *server);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRAFT_ETCD_H */
