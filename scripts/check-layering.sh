@@ -27,18 +27,18 @@ symprefix() {
 }
 
 for m in common membership transfer persist; do
+    for other in membership transfer persist runtime; do
+        [ "$other" = "$m" ] && continue
+        if grep -ln "#include *\"$other/" $m/*.c $m/*.h 2>/dev/null; then
+            echo "layering: $m/ includes a header of $other/" >&2
+            bad=1
+        fi
+    done
     for h in $(forbid $m); do
         if grep -ln "#include *[<\"]graft/$h\.h[>\"]" $m/*.c $m/*.h 2>/dev/null; then
             echo "layering: $m/ includes graft/$h.h" >&2
             bad=1
         fi
-        for other in membership transfer persist runtime; do
-            [ "$other" = "$m" ] && continue
-            if grep -ln "#include *\"$other/" $m/*.c $m/*.h 2>/dev/null; then
-                echo "layering: $m/ includes a header of $other/" >&2
-                bad=1
-            fi
-        done
         p=$(symprefix $h)
         [ -z "$p" ] && continue
         for o in "$build"/obj/$m/*.o; do
