@@ -1,0 +1,39 @@
+/* The configuration's fields, for the runtime's own files. */
+#ifndef GRAFT_RUNTIME_CONFIG_H
+#define GRAFT_RUNTIME_CONFIG_H
+
+#include <graft/graft.h>
+
+#include <stdint.h>
+
+typedef enum { GRAFT_MODE_STRICT = 0, GRAFT_MODE_ELASTIC = 1 } graft_mode_t;
+
+struct graft_config {
+    uint64_t set_mask; /* bit i: fields[i] was set explicitly */
+    char *job;
+    char *etcd_endpoints;
+    char *etcd_user;
+    char *etcd_password;
+    char *etcd_ca;
+    char *etcd_cert;
+    char *etcd_key;
+    uint64_t group;
+    uint64_t rank;
+    uint64_t ranks_per_group;
+    uint64_t groups;
+    uint64_t min_groups;
+    graft_mode_t mode;
+    uint64_t lease_ttl_ms;
+    uint64_t join_timeout_ms;
+    char *transfer_address;
+    uint64_t transfer_chunk_bytes;
+    char *job_token;
+    char *persist_root;
+    uint64_t persist_every;
+    uint64_t persist_keep_last;
+    uint64_t persist_milestone_every;
+    char *persist_second_root;
+    uint64_t drift_check_every;
+};
+
+#endif /* GRAFT_RUNTIME_CONFIG_H */
