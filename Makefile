@@ -21,7 +21,7 @@ endif
 CC ?= cc
 PKG_CONFIG ?= pkg-config
 PROTOC_C ?= protoc-c
-PKGS := ucx libcurl libprotobuf-c libzstd libxxhash jansson
+PKGS := ucx libcurl libprotobuf-c libzstd libxxhash jansson libcrypto
 # Ask pkg-config only when building; `make clean` and `make info` must work
 # on a machine where the dependencies are still missing.
 PKG_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)

@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="build-essential pkg-config \
 libucx-dev ucx-utils \
-libcurl4-openssl-dev \
+libcurl4-openssl-dev libssl-dev \
 libprotobuf-c-dev protobuf-c-compiler \
 libzstd-dev libxxhash-dev \
 etcd-server etcd-client \
