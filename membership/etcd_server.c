@@ -1,0 +1,404 @@
+/*
+ * Embedded etcd: Debian's etcd started as a child process on free loopback
+ * ports in a temporary directory, for tests, the simulator and the demo.
+ * The child is tied to its parent with PR_SET_PDEATHSIG so a crashed test
+ * never leaves an etcd behind.
+ */
+#include "etcd_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct graft_etcd_server {
+    char *binary;
+    char *work_dir;  /* our temporary directory: log, and data unless given */
+    char *data_dir;
+    char *log_path;
+    char *endpoint;  /* http://127.0.0.1:<client_port> */
+    char **extra_args;
+    size_t n_extra;
+    uint32_t start_timeout_ms;
+    int client_port;
+    int peer_port;
+    pid_t pid;
+};
+
+static int free_port(graft_status_t *st_p)
+{
+    int port = -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "socket: %s", strerror(errno));
+        *st_p = GRAFT_ESYS;
+        return -1;
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "bind 127.0.0.1:0: %s", strerror(errno));
+        *st_p = GRAFT_ESYS;
+    } else {
+        port = ntohs(a.sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+static char *find_binary(const char *name)
+{
+    if (strchr(name, '/') != NULL)
+        return access(name, X_OK) == 0 ? graft__strdup(name) : NULL;
+    const char *path = getenv("PATH");
+    if (path == NULL || path[0] == '\0')
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *colon = strchr(path, ':');
+        size_t n = colon ? (size_t)(colon - path) : strlen(path);
+        char *cand = graft__asprintf("%.*s/%s", (int)n, path, name);
+        if (cand != NULL && access(cand, X_OK) == 0)
+            return cand;
+        graft_free(cand);
+        path += n + (colon ? 1 : 0);
+    }
+    return NULL;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) != 0 && errno != ENOENT)
+        GRAFT_WARN(GRAFT_ETCD_LOG, "remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void remove_tree(const char *dir)
+{
+    if (dir != NULL)
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Runs in the child between fork and exec: only async-signal-safe calls. */
+static void child_exec(const graft_etcd_server_t *s, char *const argv[], pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* The parent may have died before prctl took effect. */
+    if (getppid() != parent)
+        _exit(127);
+    int fd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || null < 0)
+        _exit(126);
+    dup2(null, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    /* Do not hand the parent's sockets (curl connections, listeners of
+     * other tests) to etcd. */
+    for (int i = 3; i < 1024; i++)
+        if (i != fd && i != null)
+            close(i);
+    execv(s->binary, argv);
+    _exit(127);
+}
+
+static bool healthy(const char *endpoint)
+{
+    bool ok = false;
+    graft_buf_t body;
+    graft__buf_init(&body);
+    CURL *h = curl_easy_init();
+    char *url = graft__asprintf("%s/health", endpoint);
+    if (h == NULL || url == NULL)
+        goto out;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 200L);
+    FILE *f = fopen("/dev/null", "w");
+    if (f == NULL)
+        goto out;
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
+    long code = 0;
+    if (curl_easy_perform(h) == CURLE_OK &&
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200)
+        ok = true;
+    fclose(f);
+out:
+    graft_free(url);
+    if (h != NULL)
+        curl_easy_cleanup(h);
+    graft__buf_free(&body);
+    return ok;
+}
+
+static void log_tail(const graft_etcd_server_t *s)
+{
+    FILE *f = fopen(s->log_path, "r");
+    if (f == NULL)
+        return;
+    char line[512];
+    char last[4][512] = {{0}};
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(last[n % 4], sizeof(last[0]), "%s", line);
+        n++;
+    }
+    fclose(f);
+    for (int i = n > 4 ? n - 4 : 0; i < n; i++)
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd log: %s", last[i % 4]);
+}
+
+static graft_status_t launch(graft_etcd_server_t *s)
+{
+    graft_status_t st = GRAFT_ENOMEM;
+    char *client = graft__asprintf("http://127.0.0.1:%d", s->client_port);
+    char *peer = graft__asprintf("http://127.0.0.1:%d", s->peer_port);
+    char *cluster = graft__asprintf("default=http://127.0.0.1:%d", s->peer_port);
+    char **argv = graft__calloc(20 + s->n_extra, sizeof(char *));
+    if (client == NULL || peer == NULL || cluster == NULL || argv == NULL)
+        goto out;
+    size_t a = 0;
+    argv[a++] = s->binary;
+    argv[a++] = "--name=default";
+    argv[a++] = "--data-dir";
+    argv[a++] = s->data_dir;
+    argv[a++] = "--listen-client-urls";
+    argv[a++] = client;
+    argv[a++] = "--advertise-client-urls";
+    argv[a++] = client;
+    argv[a++] = "--listen-peer-urls";
+    argv[a++] = peer;
+    argv[a++] = "--initial-advertise-peer-urls";
+    argv[a++] = peer;
+    argv[a++] = "--initial-cluster";
+    argv[a++] = cluster;
+    argv[a++] = "--logger=zap";
+    argv[a++] = "--log-level=warn";
+    for (size_t i = 0; i < s->n_extra; i++)
+        argv[a++] = s->extra_args[i];
+    argv[a] = NULL;
+
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "fork: %s", strerror(errno));
+        st = GRAFT_ESYS;
+        goto out;
+    }
+    if (pid == 0)
+        child_exec(s, argv, parent);
+    s->pid = pid;
+
+    uint64_t deadline = graft__now_ns() + (uint64_t)s->start_timeout_ms * 1000000ull;
+    for (;;) {
+        int wst;
+        pid_t w = waitpid(pid, &wst, WNOHANG);
+        if (w == pid) {
+            s->pid = -1;
+            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd exited during start-up (status %d); log %s", wst,
+                        s->log_path);
+            log_tail(s);
+            st = GRAFT_ESYS;
+            goto out;
+        }
+        if (healthy(s->endpoint)) {
+            st = GRAFT_OK;
+            break;
+        }
+        if (graft__now_ns() > deadline) {
+            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd on %s not healthy after %u ms; log %s",
+                        s->endpoint, s->start_timeout_ms, s->log_path);
+            log_tail(s);
+            st = GRAFT_ETIMEOUT;
+            if (graft_etcd_server_stop(s) != GRAFT_OK)
+                GRAFT_WARN(GRAFT_ETCD_LOG, "etcd: could not stop pid %d", (int)pid);
+            break;
+        }
+        graft__sleep_ns(20 * 1000000ull);
+    }
+out:
+    graft_free(argv);
+    graft_free(cluster);
+    graft_free(peer);
+    graft_free(client);
+    return st;
+}
+
+graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
+                                       graft_etcd_server_t **server_p)
+{
+    static const graft_etcd_server_opts_t defaults = {0};
+    graft_status_t st = GRAFT_EINVAL;
+    graft_etcd_server_t *s = NULL;
+
+    if (server_p == NULL)
+        goto out;
+    if (opts == NULL)
+        opts = &defaults;
+    st = graft__etcd_curl_init();
+    if (st != GRAFT_OK)
+        goto out;
+    st = GRAFT_ENOMEM;
+    s = graft__calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto out;
+    s->pid = -1;
+    s->start_timeout_ms = opts->start_timeout_ms ? opts->start_timeout_ms : 20000;
+    s->binary = find_binary(opts->binary ? opts->binary : "etcd");
+    if (s->binary == NULL) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "no etcd binary '%s' (install etcd-server)",
+                    opts->binary ? opts->binary : "etcd");
+        st = GRAFT_ENOTFOUND;
+        goto err_server;
+    }
+    if (opts->extra_args != NULL) {
+        while (opts->extra_args[s->n_extra] != NULL)
+            s->n_extra++;
+        s->extra_args = graft__calloc(s->n_extra + 1, sizeof(char *));
+        if (s->extra_args == NULL)
+            goto err_server;
+        for (size_t i = 0; i < s->n_extra; i++)
+            if ((s->extra_args[i] = graft__strdup(opts->extra_args[i])) == NULL)
+                goto err_server;
+    }
+    const char *tmp = getenv("TMPDIR");
+    s->work_dir = graft__asprintf("%s/graft-etcd-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (s->work_dir == NULL)
+        goto err_server;
+    if (mkdtemp(s->work_dir) == NULL) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "mkdtemp %s: %s", s->work_dir, strerror(errno));
+        graft_free(s->work_dir);
+        s->work_dir = NULL;
+        st = GRAFT_ESYS;
+        goto err_server;
+    }
+    s->data_dir = opts->data_dir ? graft__strdup(opts->data_dir)
+                                 : graft__asprintf("%s/data", s->work_dir);
+    s->log_path = graft__asprintf("%s/etcd.log", s->work_dir);
+    if (s->data_dir == NULL || s->log_path == NULL)
+        goto err_server;
+    st = GRAFT_OK;
+    s->client_port = free_port(&st);
+    s->peer_port = free_port(&st);
+    if (st != GRAFT_OK)
+        goto err_server;
+    /* The kernel may hand out the same port twice once the first socket is
+     * closed. */
+    if (s->peer_port == s->client_port)
+        s->peer_port = free_port(&st);
+    if (st != GRAFT_OK || s->peer_port == s->client_port) {
+        st = GRAFT_ESYS;
+        goto err_server;
+    }
+    s->endpoint = graft__asprintf("http://127.0.0.1:%d", s->client_port);
+    if (s->endpoint == NULL) {
+        st = GRAFT_ENOMEM;
+        goto err_server;
+    }
+    st = launch(s);
+    if (st != GRAFT_OK)
+        goto err_server;
+    GRAFT_INFO(GRAFT_ETCD_LOG, "embedded etcd pid %d on %s, data %s", (int)s->pid, s->endpoint,
+               s->data_dir);
+    *server_p = s;
+    return GRAFT_OK;
+
+err_server:
+    graft_etcd_server_destroy(s);
+out:
+    return st;
+}
+
+const char *graft_etcd_server_endpoint(const graft_etcd_server_t *server)
+{
+    return server ? server->endpoint : "";
+}
+
+const char *graft_etcd_server_data_dir(const graft_etcd_server_t *server)
+{
+    return server ? server->data_dir : "";
+}
+
+int graft_etcd_server_pid(const graft_etcd_server_t *server)
+{
+    return server ? (int)server->pid : -1;
+}
+
+graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server)
+{
+    if (server == NULL)
+        return GRAFT_EINVAL;
+    if (server->pid <= 0)
+        return GRAFT_OK;
+    pid_t pid = server->pid;
+    if (kill(pid, SIGTERM) != 0 && errno != ESRCH) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "kill %d: %s", (int)pid, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    /* etcd shuts down in well under a second; do not let a wedged one
+     * hold a test up. */
+    uint64_t deadline = graft__now_ns() + 5000ull * 1000000ull;
+    for (;;) {
+        int wst;
+        pid_t w = waitpid(pid, &wst, WNOHANG);
+        if (w == pid || (w < 0 && errno == ECHILD))
+            break;
+        if (w < 0 && errno != EINTR) {
+            GRAFT_ERROR(GRAFT_ETCD_LOG, "waitpid %d: %s", (int)pid, strerror(errno));
+            return GRAFT_ESYS;
+        }
+        if (graft__now_ns() > deadline) {
+            GRAFT_WARN(GRAFT_ETCD_LOG, "etcd pid %d ignored SIGTERM; killing it", (int)pid);
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+            }
+            break;
+        }
+        graft__sleep_ns(5 * 1000000ull);
+    }
+    server->pid = -1;
+    return GRAFT_OK;
+}
+
+graft_status_t graft_etcd_server_restart(graft_etcd_server_t *server)
+{
+    if (server == NULL)
+        return GRAFT_EINVAL;
+    if (server->pid > 0)
+        return GRAFT_ESTATE;
+    return launch(server);
+}
+
+void graft_etcd_server_destroy(graft_etcd_server_t *server)
+{
+    if (server == NULL)
+        return;
+    if (graft_etcd_server_stop(server) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_ETCD_LOG, "etcd: stop failed during destroy");
+    remove_tree(server->work_dir);
+    graft_free(server->work_dir);
+    graft_free(server->data_dir);
+    graft_free(server->log_path);
+    graft_free(server->endpoint);
+    graft_free(server->binary);
+    for (size_t i = 0; i < server->n_extra && server->extra_args; i++)
+        graft_free(server->extra_args[i]);
+    graft_free(server->extra_args);
+    graft_free(server);
+}
