@@ -1,0 +1,828 @@
+/*
+ * The discrete-event model behind `graft-sim model` (docs/SIM.md).
+ *
+ * One run is a state machine over wall time. The job is RUNNING (training
+ * time accrues), CHECKPOINTING (the blocking part of a persistent
+ * checkpoint), RESTARTING from disk, or HEALING one or more groups from
+ * donors. Strict mode is modelled: no step commits while any group heals, so
+ * the whole job stalls during a recovery. Failures form a Poisson process per
+ * GPU; their superposition is drawn once per run on its own random stream so
+ * that every strategy and every checkpoint interval sees the same failures
+ * (common random numbers make the comparisons and the optimum far less
+ * noisy than independent draws would).
+ */
+#include "sim_model.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers: xoshiro256** seeded through splitmix64, so a seed gives   */
+/* the same sequence on every platform and libc.                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sim_rng {
+    uint64_t s[4];
+} sim_rng_t;
+
+static uint64_t sim_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void sim_rng_seed(sim_rng_t *rng, uint64_t seed, uint64_t run, uint64_t stream)
+{
+    uint64_t x = seed ^ (run * 0xd1b54a32d192ed03ULL) ^ (stream * 0x8cb92ba72f3d8dd7ULL);
+    for (int i = 0; i < 4; i++) {
+        rng->s[i] = sim_splitmix64(&x);
+    }
+}
+
+static uint64_t sim_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t sim_rng_next(sim_rng_t *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t result = sim_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = sim_rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in (0, 1]: never 0, so -log() below stays finite. */
+static double sim_rng_unit(sim_rng_t *rng)
+{
+    return ((double)(sim_rng_next(rng) >> 11) + 1.0) * 0x1.0p-53;
+}
+
+static double sim_rng_exp(sim_rng_t *rng, double mean)
+{
+    return -mean * log(sim_rng_unit(rng));
+}
+
+static int sim_rng_below(sim_rng_t *rng, int n)
+{
+    return (int)(sim_rng_next(rng) % (uint64_t)n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parameters                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Llama 3 405B: 419 unexpected interruptions in 54 days on 16,384 H100. */
+#define SIM_LLAMA3_GPUS 16384.0
+#define SIM_LLAMA3_DAYS 54.0
+#define SIM_LLAMA3_INTERRUPTIONS 419.0
+
+void graft_sim_params_default(graft_sim_params_t *params_p)
+{
+    graft_sim_params_t p = {
+        .groups = 128,
+        .gpus_per_group = 128,
+        .gpu_mtbf_hours = SIM_LLAMA3_GPUS * SIM_LLAMA3_DAYS * 24.0 / SIM_LLAMA3_INTERRUPTIONS,
+        .disaster_fraction = 0.02,
+        .step_seconds = 6.0,
+        /* 405e9 parameters x 16 bytes (bf16 weights, fp32 master, Adam m
+         * and v) spread over the 128 GPUs of one group. */
+        .state_gb = 405e9 * 16.0 / 128.0 / 1e9,
+        .link_gb_s = 25.0,
+        .nic_gb_s = 50.0,
+        .verify_gb_s = 0.0,
+        .donors = 4,
+        .detect_seconds = 10.0,
+        .spawn_seconds = 60.0,
+        .quorum_seconds = 2.0,
+        .donor_timeout_seconds = 5.0,
+        .checkpoint_seconds = 30.0,
+        .restart_seconds = 600.0,
+        .horizon_days = 54.0,
+        .runs = 20,
+    };
+    *params_p = p;
+}
+
+static graft_status_t sim_check_double(const char *name, double v, double lo, int lo_open,
+                                       double hi, char *err, size_t errlen)
+{
+    if (isnan(v)) {
+        snprintf(err, errlen, "%s: not a number", name);
+        return GRAFT_EINVAL;
+    }
+    if ((lo_open && !(v > lo)) || (!lo_open && v < lo) || v > hi) {
+        snprintf(err, errlen, "%s: %g is out of range %s%g, %g]", name, v, lo_open ? "(" : "[",
+                 lo, hi);
+        return GRAFT_ERANGE;
+    }
+    return GRAFT_OK;
+}
+
+static graft_status_t sim_check_int(const char *name, int v, int lo, int hi, char *err,
+                                    size_t errlen)
+{
+    if (v < lo || v > hi) {
+        snprintf(err, errlen, "%s: %d is out of range [%d, %d]", name, v, lo, hi);
+        return GRAFT_ERANGE;
+    }
+    return GRAFT_OK;
+}
+
+graft_status_t graft_sim_params_check(const graft_sim_params_t *params, char *err, size_t errlen)
+{
+    graft_status_t st = GRAFT_OK;
+    const double big = 1e12;
+    if (params == NULL || err == NULL || errlen == 0) {
+        return GRAFT_EINVAL;
+    }
+    err[0] = '\0';
+    const graft_sim_params_t *p = params;
+#define SIM_CHECK(expr)                                                                          \
+    do {                                                                                         \
+        st = (expr);                                                                             \
+        if (st != GRAFT_OK) {                                                                    \
+            goto out;                                                                            \
+        }                                                                                        \
+    } while (0)
+    SIM_CHECK(sim_check_int("groups", p->groups, 1, 1000000, err, errlen));
+    SIM_CHECK(sim_check_int("gpus_per_group", p->gpus_per_group, 1, 1000000, err, errlen));
+    SIM_CHECK(sim_check_double("gpu_mtbf_hours", p->gpu_mtbf_hours, 0, 1, INFINITY, err, errlen));
+    SIM_CHECK(sim_check_double("disaster_fraction", p->disaster_fraction, 0, 0, 1, err, errlen));
+    SIM_CHECK(sim_check_double("step_seconds", p->step_seconds, 0, 1, big, err, errlen));
+    SIM_CHECK(sim_check_double("state_gb", p->state_gb, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("link_gb_s", p->link_gb_s, 0, 1, big, err, errlen));
+    SIM_CHECK(sim_check_double("nic_gb_s", p->nic_gb_s, 0, 1, big, err, errlen));
+    SIM_CHECK(sim_check_double("verify_gb_s", p->verify_gb_s, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_int("donors", p->donors, 1, GRAFT_SIM_MAX_DONORS, err, errlen));
+    SIM_CHECK(sim_check_double("detect_seconds", p->detect_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("spawn_seconds", p->spawn_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("quorum_seconds", p->quorum_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("donor_timeout_seconds", p->donor_timeout_seconds, 0, 0, big, err,
+                               errlen));
+    SIM_CHECK(
+        sim_check_double("checkpoint_seconds", p->checkpoint_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("restart_seconds", p->restart_seconds, 0, 0, big, err, errlen));
+    /* A horizon over about a century would only burn CPU time. */
+    SIM_CHECK(sim_check_double("horizon_days", p->horizon_days, 0, 1, 36500, err, errlen));
+    SIM_CHECK(sim_check_int("runs", p->runs, 1, 100000, err, errlen));
+#undef SIM_CHECK
+out:
+    return st;
+}
+
+double graft_sim_job_mtbf_seconds(const graft_sim_params_t *params)
+{
+    return params->gpu_mtbf_hours * 3600.0 / ((double)params->groups * params->gpus_per_group);
+}
+
+static double sim_pull_rate(const graft_sim_params_t *p, graft_sim_strategy_t strategy,
+                            int active_donors)
+{
+    double rate;
+    if (strategy == GRAFT_SIM_P2P_SINGLE) {
+        rate = fmin(p->link_gb_s, p->nic_gb_s);
+    } else {
+        rate = fmin(active_donors * p->link_gb_s, p->nic_gb_s);
+        if (p->verify_gb_s > 0) {
+            rate = fmin(rate, p->verify_gb_s);
+        }
+    }
+    return active_donors > 0 ? rate : 0.0;
+}
+
+double graft_sim_p2p_recovery_seconds(const graft_sim_params_t *params,
+                                      graft_sim_strategy_t strategy)
+{
+    int donors = strategy == GRAFT_SIM_P2P_SINGLE ? 1 : params->donors;
+    if (donors > params->groups - 1) {
+        donors = params->groups - 1;
+    }
+    double setup = params->detect_seconds + params->spawn_seconds + params->quorum_seconds;
+    if (donors < 1) {
+        return INFINITY;
+    }
+    return setup + params->state_gb / sim_pull_rate(params, strategy, donors);
+}
+
+const char *graft_sim_strategy_name(graft_sim_strategy_t strategy)
+{
+    switch (strategy) {
+    case GRAFT_SIM_CHECKPOINT_RESTART:
+        return "checkpoint-restart";
+    case GRAFT_SIM_P2P_SINGLE:
+        return "single-donor-p2p";
+    case GRAFT_SIM_P2P_MULTI:
+        return "multi-donor-p2p";
+    default:
+        return "unknown";
+    }
+}
+
+double graft_sim_young_seconds(double c_seconds, double mtbf_seconds)
+{
+    return sqrt(2.0 * c_seconds * mtbf_seconds);
+}
+
+double graft_sim_daly_seconds(double c_seconds, double mtbf_seconds)
+{
+    if (isinf(mtbf_seconds)) {
+        return INFINITY;
+    }
+    if (c_seconds >= 2.0 * mtbf_seconds) {
+        return mtbf_seconds;
+    }
+    double x = c_seconds / (2.0 * mtbf_seconds);
+    return sqrt(2.0 * c_seconds * mtbf_seconds) * (1.0 + sqrt(x) / 3.0 + x / 9.0) - c_seconds;
+}
+
+double graft_sim_daly_goodput(double t_seconds, double c_seconds, double r_seconds,
+                              double mtbf_seconds)
+{
+    if (isinf(mtbf_seconds)) {
+        return t_seconds / (t_seconds + c_seconds);
+    }
+    double m = mtbf_seconds;
+    return t_seconds / (m * exp(r_seconds / m) * expm1((t_seconds + c_seconds) / m));
+}
+
+/* ------------------------------------------------------------------------ */
+/* One run                                                                  */
+/* ------------------------------------------------------------------------ */
+
+enum sim_mode { SIM_RUNNING, SIM_CHECKPOINTING, SIM_RESTARTING, SIM_HEALING };
+enum sim_phase { SIM_SETUP, SIM_PULL };
+
+/* One group being healed from donors. */
+typedef struct sim_heal {
+    int group;
+    enum sim_phase phase;
+    double phase_end;  /* end of SETUP */
+    double gb_left;    /* during PULL */
+    int ndonors;       /* active donors */
+    int donors[GRAFT_SIM_MAX_DONORS];
+    int npending;      /* lost donors whose stripes wait to be reassigned */
+    double pending_at; /* when the pending ones are replaced */
+} sim_heal_t;
+
+typedef struct sim_run {
+    const graft_sim_params_t *p;
+    graft_sim_strategy_t strategy;
+    double interval;
+    sim_rng_t fail_rng;   /* failure times, kinds and victims */
+    sim_rng_t choice_rng; /* donor choices */
+
+    double t, horizon;
+    enum sim_mode mode;
+    double work, work_ckpt, next_ckpt_work;
+    double mode_end; /* end of CHECKPOINTING or RESTARTING */
+
+    sim_heal_t *heals; /* nheals entries, at most groups */
+    int nheals;
+    int *heal_of; /* group -> index in heals, or -1 */
+    double *ev;   /* scratch: each heal's next event time */
+
+    double checkpoint_time, rework, downtime;
+    double failures, disasters, disk_restarts, p2p_recoveries, transfer_restarts,
+        donor_losses;
+} sim_run_t;
+
+static void sim_disk_restart(sim_run_t *r)
+{
+    if (r->mode == SIM_RUNNING || r->mode == SIM_CHECKPOINTING) {
+        r->rework += r->work - r->work_ckpt;
+    } else if (r->mode == SIM_HEALING) {
+        /* Steps lost when healing began were counted then; the committed
+         * steps since the last checkpoint are lost now. */
+        r->rework += r->work - r->work_ckpt;
+    }
+    r->work = r->work_ckpt;
+    r->next_ckpt_work = r->work_ckpt + r->interval;
+    for (int i = 0; i < r->nheals; i++) {
+        r->heal_of[r->heals[i].group] = -1;
+    }
+    r->nheals = 0;
+    r->mode = SIM_RESTARTING;
+    r->mode_end = r->t + r->p->detect_seconds + r->p->restart_seconds;
+    r->disk_restarts += 1;
+}
+
+static int sim_is_donor_of(const sim_heal_t *h, int g)
+{
+    for (int i = 0; i < h->ndonors; i++) {
+        if (h->donors[i] == g) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Adds up to @want healthy donors not already serving @h; returns how many. */
+static int sim_pick_donors(sim_run_t *r, sim_heal_t *h, int want)
+{
+    int healthy = r->p->groups - r->nheals;
+    int added = 0;
+    int candidates = healthy - h->ndonors;
+    while (added < want && candidates > 0 && h->ndonors < GRAFT_SIM_MAX_DONORS) {
+        /* Rejection sampling is cheap while most groups are healthy; the
+         * scan below keeps it bounded when they are not. */
+        int g = -1;
+        for (int tries = 0; tries < 64 && g < 0; tries++) {
+            int c = sim_rng_below(&r->choice_rng, r->p->groups);
+            if (r->heal_of[c] < 0 && !sim_is_donor_of(h, c)) {
+                g = c;
+            }
+        }
+        for (int c = 0; c < r->p->groups && g < 0; c++) {
+            if (r->heal_of[c] < 0 && !sim_is_donor_of(h, c)) {
+                g = c;
+            }
+        }
+        assert(g >= 0);
+        h->donors[h->ndonors++] = g;
+        added++;
+        candidates--;
+    }
+    return added;
+}
+
+static void sim_heal_begin(sim_run_t *r, sim_heal_t *h, int group)
+{
+    h->group = group;
+    h->phase = SIM_SETUP;
+    h->phase_end = r->t + r->p->detect_seconds + r->p->spawn_seconds + r->p->quorum_seconds;
+    h->gb_left = r->p->state_gb;
+    h->ndonors = 0;
+    h->npending = 0;
+    h->pending_at = INFINITY;
+}
+
+/* Returns 0, or -1 when no healthy group is left to serve (disk restart). */
+static int sim_heal_start_pull(sim_run_t *r, sim_heal_t *h)
+{
+    int want = r->strategy == GRAFT_SIM_P2P_SINGLE ? 1 : r->p->donors;
+    h->phase = SIM_PULL;
+    h->ndonors = 0;
+    h->npending = 0;
+    h->pending_at = INFINITY;
+    if (sim_pick_donors(r, h, want) == 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static void sim_heal_remove(sim_run_t *r, int i)
+{
+    r->heal_of[r->heals[i].group] = -1;
+    int last = r->nheals - 1;
+    if (i != last) {
+        r->heals[i] = r->heals[last];
+        r->ev[i] = r->ev[last];
+        r->heal_of[r->heals[i].group] = i;
+    }
+    r->nheals--;
+}
+
+/* A healthy group @g that serves other heals has died: those pulls lose it. */
+static void sim_donor_lost(sim_run_t *r, int g)
+{
+    for (int i = 0; i < r->nheals; i++) {
+        sim_heal_t *h = &r->heals[i];
+        if (h->phase != SIM_PULL || !sim_is_donor_of(h, g)) {
+            continue;
+        }
+        r->donor_losses += 1;
+        if (r->strategy == GRAFT_SIM_P2P_SINGLE) {
+            /* Nothing received is kept: after the timeout and a new quorum
+             * the pull starts from zero with another donor. */
+            r->transfer_restarts += 1;
+            h->phase = SIM_SETUP;
+            h->phase_end = r->t + r->p->donor_timeout_seconds + r->p->quorum_seconds;
+            h->gb_left = r->p->state_gb;
+            h->ndonors = 0;
+        } else {
+            for (int k = 0; k < h->ndonors; k++) {
+                if (h->donors[k] == g) {
+                    h->donors[k] = h->donors[--h->ndonors];
+                    break;
+                }
+            }
+            /* Verified chunks already received are kept; the lost donor's
+             * stripes go to a replacement once its failure is noticed. */
+            h->npending++;
+            if (isinf(h->pending_at)) {
+                h->pending_at = r->t + r->p->donor_timeout_seconds;
+            }
+        }
+    }
+}
+
+static void sim_fail(sim_run_t *r)
+{
+    r->failures += 1;
+    int disaster = sim_rng_unit(&r->fail_rng) <= r->p->disaster_fraction;
+    int g = sim_rng_below(&r->fail_rng, r->p->groups);
+    if (disaster) {
+        r->disasters += 1;
+    }
+    if (r->strategy == GRAFT_SIM_CHECKPOINT_RESTART || disaster || r->mode == SIM_RESTARTING) {
+        /* A failure during a restart makes the restart begin again. */
+        sim_disk_restart(r);
+        return;
+    }
+    if (r->mode == SIM_RUNNING) {
+        /* Strict mode retries the step in progress; committed steps stay. */
+        double committed = floor(r->work / r->p->step_seconds) * r->p->step_seconds;
+        if (committed < r->work_ckpt) {
+            committed = r->work_ckpt;
+        }
+        r->rework += r->work - committed;
+        r->work = committed;
+    }
+    /* A checkpoint in progress is abandoned; the next one is due at once. */
+    r->mode = SIM_HEALING;
+    int idx = r->heal_of[g];
+    if (idx >= 0) {
+        /* The replacement itself died: start its heal over. */
+        sim_heal_begin(r, &r->heals[idx], g);
+        return;
+    }
+    sim_donor_lost(r, g);
+    if (r->nheals + 1 >= r->p->groups) {
+        /* Every group is down or healing: nobody can serve. */
+        sim_disk_restart(r);
+        return;
+    }
+    idx = r->nheals++;
+    r->heal_of[g] = idx;
+    sim_heal_begin(r, &r->heals[idx], g);
+}
+
+static double sim_heal_next_event(const sim_run_t *r, const sim_heal_t *h)
+{
+    if (h->phase == SIM_SETUP) {
+        return h->phase_end;
+    }
+    double ev = h->pending_at;
+    if (h->gb_left <= 0) {
+        return r->t;
+    }
+    double rate = sim_pull_rate(r->p, r->strategy, h->ndonors);
+    if (rate > 0) {
+        ev = fmin(ev, r->t + h->gb_left / rate);
+    }
+    return ev;
+}
+
+/* Handles heal @i's event at time r->t; returns -1 to ask for a disk restart. */
+static int sim_heal_event(sim_run_t *r, int i)
+{
+    sim_heal_t *h = &r->heals[i];
+    if (h->phase == SIM_SETUP) {
+        return sim_heal_start_pull(r, h);
+    }
+    if (h->pending_at <= r->t) {
+        int want = h->npending;
+        h->npending = 0;
+        h->pending_at = INFINITY;
+        sim_pick_donors(r, h, want);
+        if (h->ndonors == 0) {
+            return -1;
+        }
+        return 0;
+    }
+    /* The pull finished. */
+    r->p2p_recoveries += 1;
+    sim_heal_remove(r, i);
+    return 0;
+}
+
+static void sim_advance(sim_run_t *r, double t_next)
+{
+    double dt = t_next - r->t;
+    switch (r->mode) {
+    case SIM_RUNNING:
+        r->work += dt;
+        break;
+    case SIM_CHECKPOINTING:
+        r->checkpoint_time += dt;
+        break;
+    case SIM_RESTARTING:
+    case SIM_HEALING:
+        r->downtime += dt;
+        for (int i = 0; i < r->nheals; i++) {
+            sim_heal_t *h = &r->heals[i];
+            if (h->phase == SIM_PULL) {
+                h->gb_left -= dt * sim_pull_rate(r->p, r->strategy, h->ndonors);
+            }
+        }
+        break;
+    }
+    r->t = t_next;
+}
+
+static void sim_run_once(sim_run_t *r)
+{
+    const double job_mtbf = graft_sim_job_mtbf_seconds(r->p);
+    double t_fail = sim_rng_exp(&r->fail_rng, job_mtbf);
+
+    while (r->t < r->horizon) {
+        /* Next internal event of the current mode. */
+        double t_int = INFINITY;
+        switch (r->mode) {
+        case SIM_RUNNING:
+            t_int = r->t + (r->next_ckpt_work - r->work);
+            break;
+        case SIM_CHECKPOINTING:
+        case SIM_RESTARTING:
+            t_int = r->mode_end;
+            break;
+        case SIM_HEALING:
+            for (int i = 0; i < r->nheals; i++) {
+                r->ev[i] = sim_heal_next_event(r, &r->heals[i]);
+                t_int = fmin(t_int, r->ev[i]);
+            }
+            break;
+        }
+        double t_next = fmin(fmin(t_int, t_fail), r->horizon);
+        sim_advance(r, t_next);
+        if (t_next >= r->horizon) {
+            break;
+        }
+        if (t_fail <= t_int) {
+            sim_fail(r);
+            t_fail = r->t + sim_rng_exp(&r->fail_rng, job_mtbf);
+            continue;
+        }
+        switch (r->mode) {
+        case SIM_RUNNING:
+            r->work = r->next_ckpt_work;
+            r->mode = SIM_CHECKPOINTING;
+            r->mode_end = r->t + r->p->checkpoint_seconds;
+            break;
+        case SIM_CHECKPOINTING:
+            /* The manifest is written last: only now does it count. */
+            r->work_ckpt = r->work;
+            r->next_ckpt_work = r->work + r->interval;
+            r->mode = SIM_RUNNING;
+            break;
+        case SIM_RESTARTING:
+            r->mode = SIM_RUNNING;
+            break;
+        case SIM_HEALING:
+            for (int i = r->nheals - 1; i >= 0; i--) {
+                if (r->ev[i] <= t_next && sim_heal_event(r, i) != 0) {
+                    sim_disk_restart(r);
+                    break;
+                }
+            }
+            if (r->mode == SIM_HEALING && r->nheals == 0) {
+                r->mode = SIM_RUNNING;
+            }
+            break;
+        }
+    }
+}
+
+graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
+                                        graft_sim_strategy_t strategy, double interval_seconds,
+                                        uint64_t seed, graft_sim_result_t *result_p)
+{
+    graft_status_t st = GRAFT_OK;
+    char err[160];
+    sim_run_t r;
+    double *goodputs = NULL;
+    graft_sim_result_t res;
+
+    memset(&r, 0, sizeof(r));
+    if (params == NULL || result_p == NULL || (int)strategy < 0 ||
+        strategy >= GRAFT_SIM_NSTRATEGIES || !(interval_seconds > 0)) {
+        st = GRAFT_EINVAL;
+        goto out;
+    }
+    st = graft_sim_params_check(params, err, sizeof(err));
+    if (st != GRAFT_OK) {
+        goto out;
+    }
+    /* Bound the events of one run so that absurd input fails fast instead
+     * of running for hours. */
+    if (params->horizon_days * 86400.0 / interval_seconds > 1e8 ||
+        params->horizon_days * 86400.0 / graft_sim_job_mtbf_seconds(params) > 1e8) {
+        st = GRAFT_ERANGE;
+        goto out;
+    }
+    r.heals = calloc((size_t)params->groups, sizeof(*r.heals));
+    r.heal_of = calloc((size_t)params->groups, sizeof(*r.heal_of));
+    r.ev = calloc((size_t)params->groups, sizeof(*r.ev));
+    goodputs = calloc((size_t)params->runs, sizeof(*goodputs));
+    if (r.heals == NULL || r.heal_of == NULL || r.ev == NULL || goodputs == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out_free;
+    }
+
+    memset(&res, 0, sizeof(res));
+    res.interval_seconds = interval_seconds;
+    double horizon = params->horizon_days * 86400.0;
+    for (int run = 0; run < params->runs; run++) {
+        sim_heal_t *heals = r.heals;
+        int *heal_of = r.heal_of;
+        double *ev = r.ev;
+        memset(&r, 0, sizeof(r));
+        r.heals = heals;
+        r.heal_of = heal_of;
+        r.ev = ev;
+        for (int g = 0; g < params->groups; g++) {
+            r.heal_of[g] = -1;
+        }
+        r.p = params;
+        r.strategy = strategy;
+        r.interval = interval_seconds;
+        r.horizon = horizon;
+        r.mode = SIM_RUNNING;
+        r.next_ckpt_work = interval_seconds;
+        sim_rng_seed(&r.fail_rng, seed, (uint64_t)run, 1);
+        sim_rng_seed(&r.choice_rng, seed, (uint64_t)run, 2);
+        sim_run_once(&r);
+
+        goodputs[run] = r.work / horizon;
+        res.goodput += goodputs[run];
+        res.checkpoint_frac += r.checkpoint_time / horizon;
+        res.rework_frac += r.rework / horizon;
+        res.downtime_frac += r.downtime / horizon;
+        res.failures += r.failures;
+        res.disasters += r.disasters;
+        res.disk_restarts += r.disk_restarts;
+        res.p2p_recoveries += r.p2p_recoveries;
+        res.transfer_restarts += r.transfer_restarts;
+        res.donor_losses += r.donor_losses;
+    }
+    double n = params->runs;
+    res.goodput /= n;
+    res.checkpoint_frac /= n;
+    res.rework_frac /= n;
+    res.downtime_frac /= n;
+    res.failures /= n;
+    res.disasters /= n;
+    res.disk_restarts /= n;
+    res.p2p_recoveries /= n;
+    res.transfer_restarts /= n;
+    res.donor_losses /= n;
+    if (params->runs > 1) {
+        double ss = 0;
+        for (int run = 0; run < params->runs; run++) {
+            ss += (goodputs[run] - res.goodput) * (goodputs[run] - res.goodput);
+        }
+        res.goodput_stddev = sqrt(ss / (n - 1));
+    }
+    *result_p = res;
+out_free:
+    free(goodputs);
+    free(r.ev);
+    free(r.heal_of);
+    free(r.heals);
+out:
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sweep and optimum                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Mean time between failures that force a restart from disk. Peer-to-peer
+ * strategies only need the disk for disasters (the rare case where every
+ * group is down at once is left out of this closed form). */
+static double sim_disk_mtbf(const graft_sim_params_t *p, graft_sim_strategy_t strategy)
+{
+    double m = graft_sim_job_mtbf_seconds(p);
+    if (strategy == GRAFT_SIM_CHECKPOINT_RESTART || p->groups == 1) {
+        return m;
+    }
+    return p->disaster_fraction > 0 ? m / p->disaster_fraction : INFINITY;
+}
+
+/*
+ * The simulated goodput is noisy near its flat maximum, so the argmax of
+ * the grid alone wanders. Fit a parabola in log(interval) through the best
+ * point and its neighbours (least squares) and take its vertex when it is a
+ * maximum inside that window.
+ */
+static double sim_refine(const double *x, const double *y, int n, int best)
+{
+    int lo = best - 3 < 0 ? 0 : best - 3;
+    int hi = best + 3 >= n ? n - 1 : best + 3;
+    if (hi - lo < 2) {
+        return x[best];
+    }
+    /* Normal equations for y = a + b u + c u^2, u = log x - log x[best]. */
+    double s[5] = {0}, t[3] = {0};
+    double u0 = log(x[best]);
+    for (int i = lo; i <= hi; i++) {
+        double u = log(x[i]) - u0, pw = 1;
+        for (int k = 0; k < 5; k++) {
+            s[k] += pw;
+            if (k < 3) {
+                t[k] += pw * y[i];
+            }
+            pw *= u;
+        }
+    }
+    double m[3][4] = {{s[0], s[1], s[2], t[0]}, {s[1], s[2], s[3], t[1]}, {s[2], s[3], s[4], t[2]}};
+    for (int c = 0; c < 3; c++) {
+        int piv = c;
+        for (int rr = c + 1; rr < 3; rr++) {
+            if (fabs(m[rr][c]) > fabs(m[piv][c])) {
+                piv = rr;
+            }
+        }
+        if (fabs(m[piv][c]) < 1e-300) {
+            return x[best];
+        }
+        for (int k = 0; k < 4; k++) {
+            double tmp = m[c][k];
+            m[c][k] = m[piv][k];
+            m[piv][k] = tmp;
+        }
+        for (int rr = 0; rr < 3; rr++) {
+            if (rr != c) {
+                double f = m[rr][c] / m[c][c];
+                for (int k = c; k < 4; k++) {
+                    m[rr][k] -= f * m[c][k];
+                }
+            }
+        }
+    }
+    double b = m[1][3] / m[1][1], c2 = m[2][3] / m[2][2];
+    if (!(c2 < 0)) {
+        return x[best];
+    }
+    double u = -b / (2 * c2);
+    double ulo = log(x[lo]) - u0, uhi = log(x[hi]) - u0;
+    if (u < ulo || u > uhi) {
+        return x[best];
+    }
+    return exp(u0 + u);
+}
+
+graft_status_t graft_sim_model_sweep(const graft_sim_params_t *params,
+                                     graft_sim_strategy_t strategy, double lo_seconds,
+                                     double hi_seconds, int npoints, uint64_t seed,
+                                     graft_sim_result_t *grid, graft_sim_optimum_t *optimum_p)
+{
+    graft_status_t st = GRAFT_OK;
+    double *x = NULL, *y = NULL;
+    graft_sim_optimum_t opt;
+
+    if (params == NULL || grid == NULL || optimum_p == NULL || npoints < 2 ||
+        !(lo_seconds > 0) || !(hi_seconds > lo_seconds) || isinf(hi_seconds)) {
+        st = GRAFT_EINVAL;
+        goto out;
+    }
+    x = calloc((size_t)npoints, sizeof(*x));
+    y = calloc((size_t)npoints, sizeof(*y));
+    if (x == NULL || y == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    memset(&opt, 0, sizeof(opt));
+    opt.strategy = strategy;
+    int best = 0;
+    for (int i = 0; i < npoints; i++) {
+        x[i] = lo_seconds * pow(hi_seconds / lo_seconds, (double)i / (npoints - 1));
+        st = graft_sim_model_simulate(params, strategy, x[i], seed, &grid[i]);
+        if (st != GRAFT_OK) {
+            goto out;
+        }
+        y[i] = grid[i].goodput;
+        if (y[i] > y[best]) {
+            best = i;
+        }
+    }
+    opt.best = grid[best];
+    opt.at_sweep_bound = best == 0 || best == npoints - 1;
+    opt.best_interval_seconds = opt.at_sweep_bound ? x[best] : sim_refine(x, y, npoints, best);
+    opt.disk_mtbf_seconds = sim_disk_mtbf(params, strategy);
+    opt.young_seconds = graft_sim_young_seconds(params->checkpoint_seconds, opt.disk_mtbf_seconds);
+    opt.daly_seconds = graft_sim_daly_seconds(params->checkpoint_seconds, opt.disk_mtbf_seconds);
+    if (isfinite(opt.young_seconds) && opt.young_seconds > 0) {
+        st = graft_sim_model_simulate(params, strategy, opt.young_seconds, seed, &opt.at_young);
+        if (st != GRAFT_OK) {
+            goto out;
+        }
+    }
+    *optimum_p = opt;
+out:
+    free(y);
+    free(x);
+    return st;
+}

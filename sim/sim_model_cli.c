@@ -1,0 +1,309 @@
+/*
+ * `graft-sim model`: command line, sweep of every strategy, outputs.
+ * Parameter files are applied first, in the order given, then flags, so a
+ * flag always wins over a measured value it is meant to override.
+ */
+#include "sim_cli.h"
+#include "sim_params.h"
+#include "sim_report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SIM_MAX_PARAM_FILES 16
+
+typedef struct sim_model_opts {
+    graft_sim_params_t params;
+    uint64_t seed;
+    const char *json_path;
+    const char *plot_path;
+    const char *param_files[SIM_MAX_PARAM_FILES];
+    int nparam_files;
+    double fixed_interval;
+    double sweep_lo, sweep_hi;
+    int sweep_points;
+    double interruptions, period_days;
+    int mtbf_flag_given;
+} sim_model_opts_t;
+
+static void sim_model_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: graft-sim model [options]\n"
+            "Discrete-event model of a large cluster: goodput of checkpoint-restart,\n"
+            "single-donor P2P and multi-donor verified P2P recovery over a sweep of\n"
+            "persistent checkpoint intervals, against Young/Daly. Defaults reproduce\n"
+            "Llama 3 405B on 16,384 H100 (419 interruptions in 54 days). See docs/SIM.md.\n\n"
+            "  --seed N                   random seed [1]\n"
+            "  --params FILE              JSON object of parameters (keys as below with '_'),\n"
+            "                             or a benchmark's --json output; repeatable; flags win\n"
+            "  --json FILE                write the report as JSON\n"
+            "  --plot FILE.svg            draw goodput vs checkpoint interval\n"
+            "  --persist-every-seconds S  also report every strategy at this interval\n"
+            "  --sweep-min-seconds S      first interval of the sweep [60]\n"
+            "  --sweep-max-seconds S      last interval of the sweep [172800]\n"
+            "  --sweep-points N           intervals in the sweep, log-spaced [25]\n"
+            "  --interruptions N --period-days D\n"
+            "                             set gpu_mtbf_hours from N failures in D days on\n"
+            "                             this cluster (instead of --gpu-mtbf-hours)\n"
+            "model parameters (--flag value, [default]):\n");
+    graft_sim_params_usage(out);
+}
+
+static int sim_parse_double(const char *flag, const char *v, double *out_p)
+{
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0' || isnan(d) || errno == ERANGE) {
+        fprintf(stderr, "graft-sim model: error: %s: '%s' is not a number\n", flag, v);
+        return -1;
+    }
+    *out_p = d;
+    return 0;
+}
+
+/* Returns 0, 1 when --help was asked for, or 2 on a usage error. */
+static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
+{
+    char err[256];
+    graft_status_t st;
+
+    /* First pass: parameter files, so that flags override them. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 1; i < argc; i++) {
+            const char *arg = argv[i];
+            char name[64];
+            const char *value = NULL;
+            if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+                return 1;
+            }
+            if (strncmp(arg, "--", 2) != 0) {
+                fprintf(stderr, "graft-sim model: error: unexpected argument '%s'\n", arg);
+                return 2;
+            }
+            const char *eq = strchr(arg, '=');
+            size_t nlen = eq != NULL ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+            if (nlen == 0 || nlen >= sizeof(name)) {
+                fprintf(stderr, "graft-sim model: error: bad option '%s'\n", arg);
+                return 2;
+            }
+            memcpy(name, arg + 2, nlen);
+            name[nlen] = '\0';
+            if (eq != NULL) {
+                value = eq + 1;
+            } else if (i + 1 < argc) {
+                value = argv[++i];
+            } else {
+                fprintf(stderr, "graft-sim model: error: --%s needs a value\n", name);
+                return 2;
+            }
+            if (strcmp(name, "params") == 0) {
+                if (pass == 0) {
+                    if (o->nparam_files == SIM_MAX_PARAM_FILES) {
+                        fprintf(stderr, "graft-sim model: error: more than %d --params files\n",
+                                SIM_MAX_PARAM_FILES);
+                        return 2;
+                    }
+                    o->param_files[o->nparam_files++] = value;
+                    st = graft_sim_params_load(&o->params, value, err, sizeof(err));
+                    if (st != GRAFT_OK) {
+                        fprintf(stderr, "graft-sim model: error: %s (%s)\n", err,
+                                graft_status_name(st));
+                        return 2;
+                    }
+                }
+                continue;
+            }
+            if (pass == 0) {
+                continue;
+            }
+            if (strcmp(name, "seed") == 0) {
+                char *end = NULL;
+                errno = 0;
+                unsigned long long s = strtoull(value, &end, 10);
+                if (end == value || *end != '\0' || errno == ERANGE || value[0] == '-') {
+                    fprintf(stderr, "graft-sim model: error: --seed: '%s' is not an unsigned "
+                                    "64-bit integer\n",
+                            value);
+                    return 2;
+                }
+                o->seed = s;
+            } else if (strcmp(name, "json") == 0) {
+                o->json_path = value;
+            } else if (strcmp(name, "plot") == 0) {
+                o->plot_path = value;
+            } else if (strcmp(name, "persist-every-seconds") == 0) {
+                if (sim_parse_double("--persist-every-seconds", value, &o->fixed_interval) != 0) {
+                    return 2;
+                }
+                if (!(o->fixed_interval > 0) || isinf(o->fixed_interval)) {
+                    fprintf(stderr, "graft-sim model: error: --persist-every-seconds must be "
+                                    "a positive, finite number of seconds\n");
+                    return 2;
+                }
+            } else if (strcmp(name, "sweep-min-seconds") == 0) {
+                if (sim_parse_double("--sweep-min-seconds", value, &o->sweep_lo) != 0) {
+                    return 2;
+                }
+            } else if (strcmp(name, "sweep-max-seconds") == 0) {
+                if (sim_parse_double("--sweep-max-seconds", value, &o->sweep_hi) != 0) {
+                    return 2;
+                }
+            } else if (strcmp(name, "sweep-points") == 0) {
+                double d;
+                if (sim_parse_double("--sweep-points", value, &d) != 0) {
+                    return 2;
+                }
+                if (d != floor(d) || d < 2 || d > 1000) {
+                    fprintf(stderr, "graft-sim model: error: --sweep-points: %s is not an "
+                                    "integer in [2, 1000]\n",
+                            value);
+                    return 2;
+                }
+                o->sweep_points = (int)d;
+            } else if (strcmp(name, "interruptions") == 0) {
+                if (sim_parse_double("--interruptions", value, &o->interruptions) != 0) {
+                    return 2;
+                }
+                if (!(o->interruptions > 0) || isinf(o->interruptions)) {
+                    fprintf(stderr, "graft-sim model: error: --interruptions must be > 0\n");
+                    return 2;
+                }
+            } else if (strcmp(name, "period-days") == 0) {
+                if (sim_parse_double("--period-days", value, &o->period_days) != 0) {
+                    return 2;
+                }
+                if (!(o->period_days > 0) || isinf(o->period_days)) {
+                    fprintf(stderr, "graft-sim model: error: --period-days must be > 0\n");
+                    return 2;
+                }
+            } else {
+                st = graft_sim_params_set(&o->params, name, value, err, sizeof(err));
+                if (st == GRAFT_ENOTFOUND) {
+                    fprintf(stderr, "graft-sim model: error: unknown option '--%s' (see "
+                                    "graft-sim model --help)\n",
+                            name);
+                    return 2;
+                }
+                if (st != GRAFT_OK) {
+                    fprintf(stderr, "graft-sim model: error: --%s\n", err);
+                    return 2;
+                }
+                if (strcmp(name, "gpu-mtbf-hours") == 0) {
+                    o->mtbf_flag_given = 1;
+                }
+            }
+        }
+    }
+
+    if ((o->interruptions > 0) != (o->period_days > 0)) {
+        fprintf(stderr, "graft-sim model: error: --interruptions and --period-days go "
+                        "together\n");
+        return 2;
+    }
+    if (o->interruptions > 0) {
+        if (o->mtbf_flag_given) {
+            fprintf(stderr, "graft-sim model: error: give either --gpu-mtbf-hours or "
+                            "--interruptions/--period-days, not both\n");
+            return 2;
+        }
+        o->params.gpu_mtbf_hours = (double)o->params.groups * o->params.gpus_per_group *
+                                   o->period_days * 24.0 / o->interruptions;
+    }
+    st = graft_sim_params_check(&o->params, err, sizeof(err));
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim model: error: %s\n", err);
+        return 2;
+    }
+    if (!(o->sweep_lo > 0) || !(o->sweep_hi > o->sweep_lo) || isinf(o->sweep_hi)) {
+        fprintf(stderr, "graft-sim model: error: the sweep needs 0 < --sweep-min-seconds < "
+                        "--sweep-max-seconds < inf (got %g and %g)\n",
+                o->sweep_lo, o->sweep_hi);
+        return 2;
+    }
+    return 0;
+}
+
+int graft_sim_model_main(int argc, char **argv)
+{
+    int rc = 1;
+    char err[256];
+    graft_status_t st;
+    sim_model_opts_t o;
+    graft_sim_report_t rep;
+
+    memset(&o, 0, sizeof(o));
+    memset(&rep, 0, sizeof(rep));
+    graft_sim_params_default(&o.params);
+    o.seed = 1;
+    o.sweep_lo = 60;
+    o.sweep_hi = 2 * 86400;
+    o.sweep_points = 25;
+
+    int prc = sim_model_parse(argc, argv, &o);
+    if (prc == 1) {
+        sim_model_usage(stdout);
+        rc = 0;
+        goto out;
+    }
+    if (prc != 0) {
+        rc = 2;
+        goto out;
+    }
+
+    rep.params = o.params;
+    rep.seed = o.seed;
+    rep.sweep_lo_seconds = o.sweep_lo;
+    rep.sweep_hi_seconds = o.sweep_hi;
+    rep.npoints = o.sweep_points;
+    rep.fixed_interval_seconds = o.fixed_interval;
+    for (int s = 0; s < GRAFT_SIM_NSTRATEGIES; s++) {
+        rep.grid[s] = calloc((size_t)rep.npoints, sizeof(graft_sim_result_t));
+        if (rep.grid[s] == NULL) {
+            fprintf(stderr, "graft-sim model: error: out of memory\n");
+            goto out_free;
+        }
+        st = graft_sim_model_sweep(&rep.params, (graft_sim_strategy_t)s, o.sweep_lo, o.sweep_hi,
+                                   o.sweep_points, o.seed, rep.grid[s], &rep.optimum[s]);
+        if (st == GRAFT_OK && o.fixed_interval > 0) {
+            st = graft_sim_model_simulate(&rep.params, (graft_sim_strategy_t)s, o.fixed_interval,
+                                          o.seed, &rep.fixed[s]);
+        }
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "graft-sim model: error: %s failed: %s%s\n",
+                    graft_sim_strategy_name((graft_sim_strategy_t)s), graft_status_string(st),
+                    st == GRAFT_ERANGE ? " (too many events: raise the intervals or the MTBF, "
+                                         "or shorten --horizon-days)"
+                                       : "");
+            goto out_free;
+        }
+    }
+    graft_sim_report_print(&rep, stdout);
+    if (o.json_path != NULL) {
+        st = graft_sim_report_write_json(&rep, o.json_path, err, sizeof(err));
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "graft-sim model: error: %s\n", err);
+            goto out_free;
+        }
+        printf("wrote %s\n", o.json_path);
+    }
+    if (o.plot_path != NULL) {
+        st = graft_sim_plot_write_svg(&rep, o.plot_path, err, sizeof(err));
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "graft-sim model: error: %s\n", err);
+            goto out_free;
+        }
+        printf("wrote %s\n", o.plot_path);
+    }
+    rc = 0;
+out_free:
+    for (int s = 0; s < GRAFT_SIM_NSTRATEGIES; s++) {
+        free(rep.grid[s]);
+    }
+out:
+    fflush(stdout);
+    return rc;
+}

@@ -1,0 +1,187 @@
+/*
+ * `graft-sim run`: the command line of live mode. Scripts depend on these
+ * flag names, so they are parsed and validated here, completely, whether or
+ * not the live engine (graft_sim_live_run) is part of this build.
+ */
+#include "sim_cli.h"
+#include "sim_live.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void sim_run_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: graft-sim run [options]\n"
+            "Live failure injection: G groups x R ranks of the example trainer, a seeded\n"
+            "failure schedule, and a verdict against a fault-free reference.\n\n"
+            "  --groups G            replica groups [4]\n"
+            "  --ranks R             ranks per group [2]\n"
+            "  --steps N             optimizer steps [100]\n"
+            "  --seed S              seed of the trainer and of the failure schedule [1]\n"
+            "  --mode strict|elastic strict: bit-exact final state; elastic: consistent [strict]\n"
+            "  --random-failures N   N failures of mixed kinds at seeded random points [0]\n"
+            "  --schedule FILE       failure schedule (JSON)\n"
+            "  --etcd URL            use this etcd instead of an embedded one\n"
+            "  --persist-root DIR    keep persistent checkpoints here\n"
+            "  --persist-every K     persistent checkpoint every K steps (with --persist-root)\n"
+            "  --netns               groups in network namespaces with shaped links\n"
+            "  --json FILE           write the report as JSON\n"
+            "Exit status: 0 only when the verdict holds; 2 bad usage; %d live mode not in "
+            "this build.\n",
+            GRAFT_SIM_EXIT_UNAVAILABLE);
+}
+
+/* Parses a decimal integer in [lo, hi]; prints the error itself. */
+static int sim_run_int(const char *flag, const char *v, long long lo, long long hi,
+                       long long *out_p)
+{
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "graft-sim run: error: %s: '%s' is not an integer in [%lld, %lld]\n",
+                flag, v, lo, hi);
+        return -1;
+    }
+    *out_p = x;
+    return 0;
+}
+
+static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o)
+{
+    long long v;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            return 1;
+        }
+        if (strcmp(flag, "--netns") == 0) {
+            o->netns = 1;
+            continue;
+        }
+        static const char *const with_value[] = {
+            "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
+            "--random-failures", "--schedule", "--etcd", "--persist-root", "--persist-every",
+            "--json"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
+            known |= strcmp(flag, with_value[k]) == 0;
+        }
+        if (!known) {
+            fprintf(stderr, "graft-sim run: error: unknown option '%s' (see graft-sim run "
+                            "--help)\n",
+                    flag);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "graft-sim run: error: %s needs a value\n", flag);
+            return 2;
+        }
+        const char *val = argv[++i];
+        if (strcmp(flag, "--groups") == 0) {
+            if (sim_run_int(flag, val, 1, 4096, &v) != 0) {
+                return 2;
+            }
+            o->groups = (int)v;
+        } else if (strcmp(flag, "--ranks") == 0) {
+            if (sim_run_int(flag, val, 1, 4096, &v) != 0) {
+                return 2;
+            }
+            o->ranks = (int)v;
+        } else if (strcmp(flag, "--steps") == 0) {
+            if (sim_run_int(flag, val, 1, LLONG_MAX, &o->steps) != 0) {
+                return 2;
+            }
+        } else if (strcmp(flag, "--seed") == 0) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long s = strtoull(val, &end, 10);
+            if (end == val || *end != '\0' || errno == ERANGE || val[0] == '-') {
+                fprintf(stderr, "graft-sim run: error: --seed: '%s' is not an unsigned 64-bit "
+                                "integer\n",
+                        val);
+                return 2;
+            }
+            o->seed = s;
+        } else if (strcmp(flag, "--mode") == 0) {
+            if (strcmp(val, "strict") == 0) {
+                o->mode = GRAFT_SIM_LIVE_STRICT;
+            } else if (strcmp(val, "elastic") == 0) {
+                o->mode = GRAFT_SIM_LIVE_ELASTIC;
+            } else {
+                fprintf(stderr, "graft-sim run: error: --mode: '%s' is neither 'strict' nor "
+                                "'elastic'\n",
+                        val);
+                return 2;
+            }
+        } else if (strcmp(flag, "--random-failures") == 0) {
+            if (sim_run_int(flag, val, 0, 1000000, &v) != 0) {
+                return 2;
+            }
+            o->random_failures = (int)v;
+        } else if (strcmp(flag, "--schedule") == 0) {
+            if (access(val, R_OK) != 0) {
+                fprintf(stderr, "graft-sim run: error: --schedule: cannot read '%s': %s\n", val,
+                        strerror(errno));
+                return 2;
+            }
+            o->schedule_path = val;
+        } else if (strcmp(flag, "--etcd") == 0) {
+            if ((strncmp(val, "http://", 7) != 0 || val[7] == '\0') &&
+                (strncmp(val, "https://", 8) != 0 || val[8] == '\0')) {
+                fprintf(stderr, "graft-sim run: error: --etcd: '%s' is not an http:// or "
+                                "https:// URL\n",
+                        val);
+                return 2;
+            }
+            o->etcd_url = val;
+        } else if (strcmp(flag, "--persist-root") == 0) {
+            if (val[0] == '\0') {
+                fprintf(stderr, "graft-sim run: error: --persist-root: empty path\n");
+                return 2;
+            }
+            o->persist_root = val;
+        } else if (strcmp(flag, "--persist-every") == 0) {
+            if (sim_run_int(flag, val, 1, LLONG_MAX, &o->persist_every) != 0) {
+                return 2;
+            }
+        } else {
+            o->json_path = val;
+        }
+    }
+    if (o->persist_every > 0 && o->persist_root == NULL) {
+        fprintf(stderr, "graft-sim run: error: --persist-every needs --persist-root\n");
+        return 2;
+    }
+    if (o->persist_root != NULL && o->persist_every == 0) {
+        /* Keep the persistent tier exercised: a few checkpoints per run. */
+        o->persist_every = o->steps >= 10 ? o->steps / 10 : 1;
+    }
+    return 0;
+}
+
+int graft_sim_run_main(int argc, char **argv)
+{
+    graft_sim_live_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.groups = 4;
+    o.ranks = 2;
+    o.steps = 100;
+    o.seed = 1;
+    o.mode = GRAFT_SIM_LIVE_STRICT;
+
+    int rc = sim_run_parse(argc, argv, &o);
+    if (rc == 1) {
+        sim_run_usage(stdout);
+        return 0;
+    }
+    if (rc != 0) {
+        return 2;
+    }
+    return graft_sim_live_run(&o);
+}
