@@ -283,7 +283,6 @@ enum {
     GRPC_PERMISSION_DENIED = 7,
     GRPC_RESOURCE_EXHAUSTED = 8,
     GRPC_FAILED_PRECONDITION = 9,
-    GRPC_OUT_OF_RANGE = 11,
     GRPC_UNAVAILABLE = 14,
     GRPC_UNAUTHENTICATED = 16
 };
@@ -339,8 +338,6 @@ graft_status_t graft__etcd_error_status(const json_t *obj, long http_code)
         return GRAFT_EAUTH;
     if (code == GRPC_NOT_FOUND || strstr(msg, "not found") != NULL)
         return GRAFT_ENOTFOUND;
-    if (code == GRPC_OUT_OF_RANGE)
-        return GRAFT_ECOMPACTED;
     if (code == GRPC_DEADLINE_EXCEEDED || http_code == 504)
         return GRAFT_EETCD_TIMEOUT;
     if (code == GRPC_UNAVAILABLE || http_code == 503)

@@ -1,0 +1,32 @@
+/*
+ * Test helpers around the embedded etcd: start one per test program (or per
+ * test), and make clients for it. Public headers only, so benchmarks can
+ * link them too.
+ */
+#ifndef GRAFT_TEST_ETCD_FIXTURE_H
+#define GRAFT_TEST_ETCD_FIXTURE_H
+
+#include <graft/etcd.h>
+
+typedef struct graft_test_etcd {
+    graft_etcd_server_t *server;
+    graft_etcd_t *client;
+} graft_test_etcd_t;
+
+/* Start an embedded etcd (extra_args may be NULL) and a client for it.
+ * Returns 0 on success, -1 (with a message on stderr) otherwise. */
+int graft_test_etcd_start(graft_test_etcd_t *t, const char *const *extra_args);
+
+/* Destroy client and server; the temporary directory goes with them. */
+void graft_test_etcd_stop(graft_test_etcd_t *t);
+
+/* A client for the given endpoints with short timeouts suited to tests. */
+graft_etcd_t *graft_test_etcd_client(const char *const *endpoints, size_t n,
+                                     const char *user, const char *password);
+
+/* Run etcdctl against endpoint with the given arguments (NULL-terminated);
+ * output goes to out (may be NULL). Returns the exit status, -1 on failure
+ * to run it. */
+int graft_test_etcdctl(const char *endpoint, char *out, size_t out_len, const char *const *args);
+
+#endif
