@@ -594,14 +594,14 @@ static void test_watch_across_restart(void **state)
     assert_string_equal((char *)kv.value, "1");
     graft_etcd_kv_clear(&kv);
     for (int i = 2; i < 6; i++) {
-        char v[8];
+        char v[16];
         snprintf(v, sizeof(v), "%d", i);
         put_str("/t/restart/k", v, 0, NULL);
     }
     size_t got = collect(w, ev, 4, 8000);
     assert_int_equal(got, 4);
     for (size_t i = 0; i < got; i++) {
-        char v[8];
+        char v[16];
         snprintf(v, sizeof(v), "%d", (int)i + 2);
         assert_string_equal((char *)ev[i].kv.value, v);
     }
