@@ -1,0 +1,425 @@
+/**
+ * @file graft/membership.h
+ * @brief Replica-group membership, quorums, commit votes, blobs and events on etcd.
+ *
+ * Every rank of every replica group creates one ::graft_membership_t. It
+ * joins the job by writing a member record under its own etcd lease (renewed
+ * by a keep-alive thread every TTL/3) and keeps a watch-driven view of every
+ * other member. A group is healthy when all of its ranks are live.
+ *
+ * At the start of each step every rank calls graft_membership_quorum_wait().
+ * It announces that the rank is ready for the next quorum round; a group is
+ * ready when all of its ranks are. The round forms when every live group is
+ * ready, or after the join timeout with at least `min_groups` ready groups.
+ * Formation is a compare-and-swap transaction on the quorum key: exactly one
+ * record per round, read by everyone, no leader process. The quorum id is an
+ * epoch that changes only when the member set (groups and the incarnations
+ * of their ranks) changes, so a trainer rebuilds its cross-group
+ * communicator only then.
+ *
+ * Before the optimizer step every rank calls graft_membership_commit_vote();
+ * the decision is the AND of its group's votes, a missing vote being a no.
+ *
+ * Failures are never silent: a lost lease is reported through the callback
+ * and through ::GRAFT_ELEASE from the next call, and the rank re-joins as a
+ * new incarnation; an unreachable etcd makes calls retry with backoff and end
+ * with ::GRAFT_EUNREACHABLE; records that do not decode are logged, counted
+ * and skipped. The key layout is documented in docs/KEYS.md.
+ *
+ * Sections: life cycle; view; quorum; commit vote; blobs; events; statistics.
+ *
+ * Thread safety: the functions of one handle may be called from several
+ * threads, but quorum_wait and commit_vote are meant for the training thread.
+ */
+#ifndef GRAFT_MEMBERSHIP_H
+#define GRAFT_MEMBERSHIP_H
+
+#include <graft/common.h>
+#include <graft/etcd.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct graft_membership graft_membership_t;
+
+/** State a member advertises in its record. */
+typedef enum graft_member_state {
+    GRAFT_MEMBER_UNSPECIFIED = 0,
+    GRAFT_MEMBER_JOINING = 1,
+    GRAFT_MEMBER_HEALTHY = 2,
+    GRAFT_MEMBER_RECOVERING = 3,
+    GRAFT_MEMBER_LEAVING = 4
+} graft_member_state_t;
+
+/** What the lease callback reports. */
+typedef enum graft_membership_notice {
+    GRAFT_MEMBERSHIP_LEASE_LOST, /**< the lease expired or was revoked */
+    GRAFT_MEMBERSHIP_REJOINED    /**< joined again with a new lease and incarnation */
+} graft_membership_notice_t;
+
+/**
+ * Lease callback, called from the keep-alive thread.
+ * @param what         what happened.
+ * @param incarnation  the incarnation lost (LEASE_LOST) or the new one (REJOINED).
+ * @param why          GRAFT_ENOTFOUND (revoked or expired in etcd) or the
+ *                     error that kept the lease from being renewed past its TTL.
+ * @param arg          the config's lease_arg.
+ */
+typedef void (*graft_membership_lease_fn)(graft_membership_notice_t what, uint64_t incarnation,
+                                          graft_status_t why, void *arg);
+
+/** Configuration. Zero values select the defaults given. */
+typedef struct graft_membership_config {
+    const char *job;                  /**< required; [A-Za-z0-9_.-]+ */
+    const graft_etcd_config_t *etcd;  /**< required; the handle opens its own clients */
+    bool observer;                    /**< view and events only: no lease, no record */
+    uint32_t group;                   /**< this rank's replica group */
+    uint32_t rank;                    /**< this rank inside its group */
+    uint32_t ranks_per_group;         /**< R; default 1 */
+    uint32_t min_groups;              /**< default 1 */
+    uint32_t lease_ttl_s;             /**< default 5; keep-alive every TTL/3 */
+    uint32_t join_timeout_ms;         /**< default 3000 */
+    uint32_t event_history;           /**< events kept under events/; default 1000 */
+    const char *host;                 /**< default: gethostname() */
+    const char *transfer_address;     /**< published for donors; may be NULL */
+    uint64_t layout_hash;
+    uint64_t committed_step;          /**< initial value in the member record */
+    graft_member_state_t state;       /**< initial state; default JOINING */
+    graft_membership_lease_fn lease_cb; /**< may be NULL */
+    void *lease_arg;
+} graft_membership_config_t;
+
+/**
+ * @brief Create a handle: joins the job (unless observer) and starts the
+ *        keep-alive and view threads. Returns once the view holds a first
+ *        consistent snapshot that includes this rank's own record.
+ * @param [in]  config  configuration; copied.
+ * @param [out] m_p     the handle.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, GRAFT_EEXIST (a live record
+ *         for this group and rank already exists), or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_create(const graft_membership_config_t *config,
+                                                 graft_membership_t **m_p);
+
+/**
+ * @brief Leave the job: revokes the lease, which removes every record
+ *        attached to it. Later calls return GRAFT_ESTATE.
+ * @param [in] m  the handle.
+ * @return GRAFT_OK, GRAFT_ESTATE (already left, or an observer), or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_leave(graft_membership_t *m);
+
+/**
+ * @brief Stop the threads, leave if still joined, free. Accepts NULL.
+ * @param [in] m  the handle.
+ */
+void graft_membership_destroy(graft_membership_t *m);
+
+/**
+ * @brief Current incarnation (changes at every re-join).
+ * @param [in] m  the handle.
+ * @return the incarnation; 0 for observers.
+ */
+uint64_t graft_membership_incarnation(graft_membership_t *m);
+
+/**
+ * @brief Rewrite this rank's member record with a new state and step.
+ * @param [in] m               the handle.
+ * @param [in] state           new state.
+ * @param [in] committed_step  new committed step.
+ * @return GRAFT_OK, GRAFT_ESTATE, GRAFT_ELEASE, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_update(graft_membership_t *m, graft_member_state_t state,
+                                                 uint64_t committed_step);
+
+/* ------------------------------------------------------------------------ */
+/* View                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** One live member as the view sees it. */
+typedef struct graft_member {
+    uint32_t group;
+    uint32_t rank;
+    uint64_t incarnation;
+    char *host;
+    int32_t pid;
+    char *transfer_address;
+    uint64_t layout_hash;
+    uint64_t committed_step;
+    graft_member_state_t state;
+    int64_t lease_id;
+    uint64_t joined_unix_ms;
+} graft_member_t;
+
+/** A snapshot of the view. */
+typedef struct graft_membership_view {
+    uint64_t version;          /**< increases at every change of the view */
+    int64_t revision;          /**< etcd revision the view reflects */
+    graft_member_t *members;   /**< sorted by (group, rank) */
+    size_t n_members;
+    uint32_t *healthy_groups;  /**< groups with all ranks live, ascending */
+    size_t n_healthy_groups;
+    uint64_t malformed;        /**< records skipped because they did not decode */
+    uint64_t resyncs;          /**< full re-reads after compaction */
+} graft_membership_view_t;
+
+/**
+ * @brief Take a snapshot of the view.
+ * @param [in]  m       the handle.
+ * @param [out] view_p  the snapshot; free with graft_membership_view_free().
+ * @return GRAFT_OK or GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_view_get(graft_membership_t *m,
+                                                   graft_membership_view_t **view_p);
+
+/**
+ * @brief Free a snapshot. Accepts NULL.
+ * @param [in] view  the snapshot.
+ */
+void graft_membership_view_free(graft_membership_view_t *view);
+
+/**
+ * @brief Wait until the view's version exceeds @p after_version.
+ * @param [in]  m              the handle.
+ * @param [in]  after_version  a version seen before (0: any).
+ * @param [in]  timeout_ms     how long to wait.
+ * @param [out] version_p      the current version; may be NULL.
+ * @return GRAFT_OK (changed) or GRAFT_ETIMEOUT.
+ */
+GRAFT_WUR graft_status_t graft_membership_view_wait(graft_membership_t *m, uint64_t after_version,
+                                                    uint32_t timeout_ms, uint64_t *version_p);
+
+/**
+ * @brief Is a group healthy (all its ranks live) in the current view?
+ * @param [in] m      the handle.
+ * @param [in] group  the group.
+ * @return true when healthy.
+ */
+bool graft_membership_group_healthy(graft_membership_t *m, uint32_t group);
+
+/* ------------------------------------------------------------------------ */
+/* Quorum                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** Donor assignment for one group that must recover. */
+typedef struct graft_recovery {
+    uint32_t recipient;
+    uint32_t *donors; /**< every up-to-date group, primary first */
+    size_t n_donors;
+} graft_recovery_t;
+
+/** A formed quorum as seen by one rank. */
+typedef struct graft_quorum {
+    uint64_t id;                 /**< epoch: changes when the member set changes */
+    uint64_t round;              /**< one quorum record per round */
+    uint64_t step;               /**< the step this quorum computes (= max_committed_step) */
+    uint64_t max_committed_step;
+    uint32_t *members;           /**< member groups, ascending */
+    size_t n_members;
+    graft_recovery_t *recoveries; /**< groups behind max_committed_step */
+    size_t n_recoveries;
+    uint32_t min_groups;
+    uint64_t formed_unix_ms;
+    uint64_t duration_us;        /**< first ready -> formation, as the former measured */
+    uint64_t members_hash;
+    /* Filled for the calling rank by graft_membership_quorum_wait(): */
+    uint32_t replica_rank;       /**< index of this group in members */
+    uint32_t replica_world;      /**< n_members */
+    bool must_recover;           /**< this group is a recipient */
+    bool id_changed;             /**< id differs from this rank's previous quorum */
+} graft_quorum_t;
+
+/**
+ * @brief Announce this rank ready for the next round and wait for a quorum
+ *        that includes its group. A round formed without the group (it was
+ *        late) makes it announce again for the next round.
+ * @param [in]  m               the handle.
+ * @param [in]  committed_step  this rank's committed step.
+ * @param [in]  timeout_ms      overall limit.
+ * @param [out] quorum_p        the quorum; free with graft_membership_quorum_free().
+ * @return GRAFT_OK; GRAFT_ENOQUORUM (join timeout passed with fewer than
+ *         min_groups ready groups); GRAFT_ELEASE (the lease was lost since the
+ *         last call: state was reset, call again); GRAFT_ETIMEOUT;
+ *         GRAFT_EUNREACHABLE (etcd could not be reached before the timeout);
+ *         GRAFT_ESTATE; GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_quorum_wait(graft_membership_t *m,
+                                                      uint64_t committed_step,
+                                                      uint32_t timeout_ms,
+                                                      graft_quorum_t **quorum_p);
+
+/**
+ * @brief The latest quorum record in the view, whoever it includes.
+ * @param [in]  m         the handle.
+ * @param [out] quorum_p  the quorum (replica fields unset).
+ * @return GRAFT_OK, GRAFT_ENOTFOUND (none formed yet), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_quorum_latest(graft_membership_t *m,
+                                                        graft_quorum_t **quorum_p);
+
+/**
+ * @brief Free a quorum. Accepts NULL.
+ * @param [in] q  the quorum.
+ */
+void graft_membership_quorum_free(graft_quorum_t *q);
+
+/* ------------------------------------------------------------------------ */
+/* Commit vote                                                              */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Vote on committing the quorum's step and wait for the group's
+ *        decision: the AND of all R ranks' votes; a vote missing when the
+ *        timeout passes counts as no.
+ * @param [in]  m           the handle.
+ * @param [in]  q           the quorum of this step.
+ * @param [in]  ok          this rank's vote.
+ * @param [in]  reason      why not (for the event log); may be NULL.
+ * @param [in]  timeout_ms  how long to wait for the other ranks.
+ * @param [out] decision_p  true: apply the step.
+ * @return GRAFT_OK (decision_p set, possibly false); GRAFT_EUNREACHABLE (the
+ *         vote could not be written: decision_p is false, the group cannot
+ *         commit); GRAFT_ELEASE; GRAFT_ESTATE; GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_quorum_t *q,
+                                                      bool ok, const char *reason,
+                                                      uint32_t timeout_ms, bool *decision_p);
+
+/* ------------------------------------------------------------------------ */
+/* Blobs                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Publish small opaque bytes for a quorum id (e.g. an NCCL unique id).
+ *        The first writer wins; later writers get GRAFT_EEXIST.
+ * @param [in] m          the handle.
+ * @param [in] quorum_id  the quorum id.
+ * @param [in] data       the bytes.
+ * @param [in] len        at most 64 KiB.
+ * @return GRAFT_OK, GRAFT_EEXIST, GRAFT_EINVAL, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_blob_put(graft_membership_t *m, uint64_t quorum_id,
+                                                   const void *data, size_t len);
+
+/**
+ * @brief Wait for the blob of a quorum id.
+ * @param [in]  m           the handle.
+ * @param [in]  quorum_id   the quorum id.
+ * @param [in]  timeout_ms  how long to wait.
+ * @param [out] data_p      the bytes; free with graft_free().
+ * @param [out] len_p       their length.
+ * @return GRAFT_OK, GRAFT_ETIMEOUT, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64_t quorum_id,
+                                                   uint32_t timeout_ms, void **data_p,
+                                                   size_t *len_p);
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** Kinds of events (values match graft.proto's EventKind). */
+typedef enum graft_event_kind {
+    GRAFT_EVENT_JOIN = 1,
+    GRAFT_EVENT_LEAVE = 2,
+    GRAFT_EVENT_LEASE_LOST = 3,
+    GRAFT_EVENT_QUORUM_FORMED = 4,
+    GRAFT_EVENT_RECOVERY_ASSIGNED = 5,
+    GRAFT_EVENT_VOTE_RESULT = 6,
+    GRAFT_EVENT_RECOVERY_DONE = 7,
+    GRAFT_EVENT_CHECKPOINT = 8,
+    GRAFT_EVENT_DRIFT = 9,
+    GRAFT_EVENT_ERROR = 10
+} graft_event_kind_t;
+
+/** One event of the job's history. */
+typedef struct graft_event {
+    uint64_t seq;
+    graft_event_kind_t kind;
+    uint64_t unix_ms;
+    uint32_t group;
+    uint32_t rank;
+    uint64_t incarnation;
+    uint64_t quorum_id;
+    uint64_t round;
+    uint64_t step;
+    uint32_t *members; /**< quorum members, or a recovery's donors */
+    size_t n_members;
+    uint64_t duration_us;
+    bool ok;
+    char *detail;
+} graft_event_t;
+
+/**
+ * @brief Name of an event kind ("join", "quorum_formed", ...).
+ * @param [in] kind  the kind.
+ * @return a static string.
+ */
+const char *graft_event_kind_string(graft_event_kind_t kind);
+
+/**
+ * @brief Append an event to the job's history (callers outside this module:
+ *        recovery done, checkpoint, drift, error).
+ * @param [in] m   the handle.
+ * @param [in] ev  the event; seq and unix_ms are filled in.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_event_append(graft_membership_t *m,
+                                                       const graft_event_t *ev);
+
+/**
+ * @brief Read the retained history, oldest first. Records that do not
+ *        decode are logged and skipped.
+ * @param [in]  m          the handle.
+ * @param [in]  after_seq  only events with seq > after_seq.
+ * @param [out] events_p   the events; free with graft_membership_events_free().
+ * @param [out] n_p        their number.
+ * @return GRAFT_OK, GRAFT_ENOMEM, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_events_read(graft_membership_t *m, uint64_t after_seq,
+                                                      graft_event_t **events_p, size_t *n_p);
+
+/**
+ * @brief Free events. Accepts NULL.
+ * @param [in] events  the array.
+ * @param [in] n       its length.
+ */
+void graft_membership_events_free(graft_event_t *events, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                               */
+/* ------------------------------------------------------------------------ */
+
+/** Counters of one handle since its creation. */
+typedef struct graft_membership_stats {
+    uint64_t requests;          /**< etcd requests made, keep-alives excluded */
+    uint64_t keepalives;        /**< lease renewals sent */
+    uint64_t watch_events;      /**< events received by the view's watch */
+    uint64_t malformed;         /**< records skipped because they did not decode */
+    uint64_t lease_losses;
+    uint64_t quorum_txns;       /**< formation transactions attempted */
+    uint64_t quorum_conflicts;  /**< of which another rank won */
+    uint64_t etcd_errors;       /**< failed requests (retried or reported) */
+} graft_membership_stats_t;
+
+/**
+ * @brief Read the counters.
+ * @param [in]  m        the handle.
+ * @param [out] stats_p  the counters.
+ */
+void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t *stats_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRAFT_MEMBERSHIP_H */

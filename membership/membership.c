@@ -1,0 +1,999 @@
+/*
+ * Membership handle: join and leave, the keep-alive thread that renews the
+ * rank's lease and re-joins after losing it, and the watch-driven view of
+ * every record under /graft/<job>/ (members, ready, votes, quorum, blobs).
+ *
+ * Two etcd clients per handle: the keep-alive thread has its own, with short
+ * timeouts, so a slow request of the training thread never delays a renewal
+ * past the TTL.
+ */
+#include "membership_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VIEW_POLL_MS 200u
+#define VIEW_BLOBS_KEPT 8u
+
+/* ------------------------------------------------------------- helpers --- */
+
+char *graft__mship_key(const graft_membership_t *m, const char *fmt, ...)
+{
+    char rest[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(rest, sizeof(rest), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(rest))
+        return NULL;
+    return graft__asprintf("%s%s", m->prefix, rest);
+}
+
+/* The handle's condition variable runs on CLOCK_MONOTONIC (see create). */
+void graft__mship_deadline(struct timespec *ts, uint64_t wait_ns)
+{
+    uint64_t t = graft__now_ns() + wait_ns;
+    ts->tv_sec = (time_t)(t / 1000000000ull);
+    ts->tv_nsec = (long)(t % 1000000000ull);
+}
+
+static bool job_name_ok(const char *job)
+{
+    if (job == NULL || job[0] == '\0' || strlen(job) > 64)
+        return false;
+    for (const char *p = job; *p != '\0'; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* --------------------------------------------------------------- view --- */
+
+static void member_entry_remove(graft__mview_t *v, uint32_t group, uint32_t rank)
+{
+    for (size_t i = 0; i < v->n_members; i++) {
+        if (v->members[i].group == group && v->members[i].rank == rank) {
+            graft__mship_member_clear(&v->members[i]);
+            memmove(&v->members[i], &v->members[i + 1], (v->n_members - i - 1) * sizeof(*v->members));
+            v->n_members--;
+            return;
+        }
+    }
+}
+
+/* Takes ownership of *mem's strings on success. */
+static graft_status_t member_entry_put(graft__mview_t *v, graft_member_t *mem)
+{
+    size_t i = 0;
+    while (i < v->n_members && (v->members[i].group < mem->group ||
+                                (v->members[i].group == mem->group && v->members[i].rank < mem->rank)))
+        i++;
+    if (i < v->n_members && v->members[i].group == mem->group && v->members[i].rank == mem->rank) {
+        graft__mship_member_clear(&v->members[i]);
+        v->members[i] = *mem;
+        return GRAFT_OK;
+    }
+    graft_member_t *grown = graft__realloc(v->members, (v->n_members + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return GRAFT_ENOMEM;
+    v->members = grown;
+    memmove(&v->members[i + 1], &v->members[i], (v->n_members - i) * sizeof(*v->members));
+    v->members[i] = *mem;
+    v->n_members++;
+    return GRAFT_OK;
+}
+
+/* Ready records and votes are small fixed structs: one generic upsert. */
+static graft_status_t small_put(void **arr, size_t *n, size_t elem, const void *item,
+                                uint32_t group, uint32_t rank, size_t off_group, size_t off_rank)
+{
+    char *a = *arr;
+    for (size_t i = 0; i < *n; i++) {
+        uint32_t g, r;
+        memcpy(&g, a + i * elem + off_group, sizeof(g));
+        memcpy(&r, a + i * elem + off_rank, sizeof(r));
+        if (g == group && r == rank) {
+            memcpy(a + i * elem, item, elem);
+            return GRAFT_OK;
+        }
+    }
+    char *grown = graft__realloc(a, (*n + 1) * elem);
+    if (grown == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(grown + *n * elem, item, elem);
+    *arr = grown;
+    (*n)++;
+    return GRAFT_OK;
+}
+
+static void small_remove(void *arr, size_t *n, size_t elem, uint32_t group, uint32_t rank,
+                         size_t off_group, size_t off_rank)
+{
+    char *a = arr;
+    for (size_t i = 0; i < *n; i++) {
+        uint32_t g, r;
+        memcpy(&g, a + i * elem + off_group, sizeof(g));
+        memcpy(&r, a + i * elem + off_rank, sizeof(r));
+        if (g == group && r == rank) {
+            memmove(a + i * elem, a + (i + 1) * elem, (*n - i - 1) * elem);
+            (*n)--;
+            return;
+        }
+    }
+}
+
+#define READY_PUT(v, item)                                                                   \
+    small_put((void **)&(v)->ready, &(v)->n_ready, sizeof(graft__ready_t), (item), (item)->group, \
+              (item)->rank, offsetof(graft__ready_t, group), offsetof(graft__ready_t, rank))
+#define READY_DEL(v, g, r)                                                                   \
+    small_remove((v)->ready, &(v)->n_ready, sizeof(graft__ready_t), (g), (r),                \
+                 offsetof(graft__ready_t, group), offsetof(graft__ready_t, rank))
+#define VOTE_PUT(v, item)                                                                    \
+    small_put((void **)&(v)->votes, &(v)->n_votes, sizeof(graft__vote_t), (item), (item)->group, \
+              (item)->rank, offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank))
+#define VOTE_DEL(v, g, r)                                                                    \
+    small_remove((v)->votes, &(v)->n_votes, sizeof(graft__vote_t), (g), (r),                 \
+                 offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank))
+
+static void blob_remove(graft__mview_t *v, uint64_t id)
+{
+    for (size_t i = 0; i < v->n_blobs; i++) {
+        if (v->blobs[i].id == id) {
+            graft_free(v->blobs[i].data);
+            memmove(&v->blobs[i], &v->blobs[i + 1], (v->n_blobs - i - 1) * sizeof(*v->blobs));
+            v->n_blobs--;
+            return;
+        }
+    }
+}
+
+static graft_status_t blob_put(graft__mview_t *v, uint64_t id, const uint8_t *data, size_t len)
+{
+    uint8_t *copy = graft__malloc(len);
+    if (copy == NULL)
+        return GRAFT_ENOMEM;
+    if (len > 0)
+        memcpy(copy, data, len);
+    blob_remove(v, id);
+    /* Only recent quorum ids matter; drop the oldest beyond a few. */
+    if (v->n_blobs == VIEW_BLOBS_KEPT) {
+        size_t oldest = 0;
+        for (size_t i = 1; i < v->n_blobs; i++)
+            if (v->blobs[i].id < v->blobs[oldest].id)
+                oldest = i;
+        blob_remove(v, v->blobs[oldest].id);
+    }
+    graft__mblob_t *grown = graft__realloc(v->blobs, (v->n_blobs + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        graft_free(copy);
+        return GRAFT_ENOMEM;
+    }
+    v->blobs = grown;
+    v->blobs[v->n_blobs++] = (graft__mblob_t){id, copy, len};
+    return GRAFT_OK;
+}
+
+void graft__mship_view_clear(graft__mview_t *v)
+{
+    for (size_t i = 0; i < v->n_members; i++)
+        graft__mship_member_clear(&v->members[i]);
+    graft_free(v->members);
+    graft_free(v->ready);
+    graft_free(v->votes);
+    for (size_t i = 0; i < v->n_blobs; i++)
+        graft_free(v->blobs[i].data);
+    graft_free(v->blobs);
+    graft_membership_quorum_free(v->quorum);
+    *v = (graft__mview_t){0};
+}
+
+static void report_malformed(graft_membership_t *m, graft__mview_t *v, const graft_etcd_kv_t *kv,
+                             graft_status_t st)
+{
+    v->malformed++;
+    GRAFT_WARN(GRAFT_MSHIP_MOD,
+               "skipping record %s (mod_revision %" PRId64 ", %zu bytes) of job %s: %s", kv->key,
+               kv->mod_revision, kv->value_len, m->job, graft_status_string(st));
+}
+
+/* Apply one put or delete to the view. A record that does not decode is
+ * reported and treated as absent, never as a crash or a guess. Only
+ * GRAFT_ENOMEM is returned; everything else is absorbed here. */
+static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool is_put,
+                                 const graft_etcd_kv_t *kv)
+{
+    graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
+    graft_status_t st = GRAFT_OK;
+    switch (k.kind) {
+    case GRAFT__MKEY_MEMBER: {
+        graft_member_t mem;
+        if (!is_put) {
+            member_entry_remove(v, k.group, k.rank);
+            break;
+        }
+        st = graft__mship_member_decode(kv->value, kv->value_len, &mem);
+        if (st == GRAFT_OK && (mem.group != k.group || mem.rank != k.rank)) {
+            graft__mship_member_clear(&mem);
+            st = GRAFT_EMALFORMED;
+        }
+        if (st == GRAFT_OK) {
+            st = member_entry_put(v, &mem);
+            if (st != GRAFT_OK)
+                graft__mship_member_clear(&mem);
+            break;
+        }
+        if (st == GRAFT_ENOMEM)
+            break;
+        report_malformed(m, v, kv, st);
+        member_entry_remove(v, k.group, k.rank);
+        st = GRAFT_OK;
+        break;
+    }
+    case GRAFT__MKEY_READY: {
+        graft__ready_t r;
+        if (!is_put) {
+            READY_DEL(v, k.group, k.rank);
+            break;
+        }
+        st = graft__mship_ready_decode(kv->value, kv->value_len, &r);
+        if (st == GRAFT_OK && (r.group != k.group || r.rank != k.rank))
+            st = GRAFT_EMALFORMED;
+        if (st == GRAFT_OK) {
+            r.mod_revision = kv->mod_revision;
+            st = READY_PUT(v, &r);
+            break;
+        }
+        if (st == GRAFT_ENOMEM)
+            break;
+        report_malformed(m, v, kv, st);
+        READY_DEL(v, k.group, k.rank);
+        st = GRAFT_OK;
+        break;
+    }
+    case GRAFT__MKEY_VOTE: {
+        graft__vote_t vote;
+        if (!is_put) {
+            VOTE_DEL(v, k.group, k.rank);
+            break;
+        }
+        st = graft__mship_vote_decode(kv->value, kv->value_len, &vote);
+        if (st == GRAFT_OK && (vote.group != k.group || vote.rank != k.rank))
+            st = GRAFT_EMALFORMED;
+        if (st == GRAFT_OK) {
+            st = VOTE_PUT(v, &vote);
+            break;
+        }
+        if (st == GRAFT_ENOMEM)
+            break;
+        report_malformed(m, v, kv, st);
+        VOTE_DEL(v, k.group, k.rank);
+        st = GRAFT_OK;
+        break;
+    }
+    case GRAFT__MKEY_QUORUM: {
+        /* The mod_revision always follows the key, so the next formation's
+         * compare-and-swap can replace even a record that does not decode;
+         * the last good record stays as the reference for ids and rounds. */
+        v->quorum_mod = is_put ? kv->mod_revision : 0;
+        if (!is_put)
+            break;
+        graft_quorum_t *q = NULL;
+        st = graft__mship_quorum_decode(kv->value, kv->value_len, &q);
+        if (st == GRAFT_OK) {
+            graft_membership_quorum_free(v->quorum);
+            v->quorum = q;
+            break;
+        }
+        if (st == GRAFT_ENOMEM)
+            break;
+        report_malformed(m, v, kv, st);
+        st = GRAFT_OK;
+        break;
+    }
+    case GRAFT__MKEY_BLOB:
+        if (is_put)
+            st = blob_put(v, k.number, kv->value, kv->value_len);
+        else
+            blob_remove(v, k.number);
+        break;
+    case GRAFT__MKEY_EVENTSEQ: {
+        if (!is_put) {
+            v->event_seq = 0;
+            v->eventseq_mod = 0;
+            break;
+        }
+        /* An append of this handle may already have taught us a newer one. */
+        if (kv->mod_revision < v->eventseq_mod)
+            break;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long seq = strtoull((const char *)kv->value, &end, 10);
+        v->eventseq_mod = kv->mod_revision;
+        if (kv->value_len == 0 || errno != 0 || end != (const char *)kv->value + kv->value_len) {
+            report_malformed(m, v, kv, GRAFT_EMALFORMED);
+            break;
+        }
+        v->event_seq = seq;
+        break;
+    }
+    case GRAFT__MKEY_BAD:
+        if (is_put)
+            report_malformed(m, v, kv, GRAFT_EMALFORMED);
+        break;
+    case GRAFT__MKEY_EVENT:
+    case GRAFT__MKEY_OTHER:
+        break;
+    }
+    if (kv->mod_revision > v->revision)
+        v->revision = kv->mod_revision;
+    return st;
+}
+
+/* Read everything under the job prefix into a fresh view and swap it in.
+ * Used at creation and after the watch reports a compacted revision. */
+static graft_status_t view_resync(graft_membership_t *m, int64_t *revision_p)
+{
+    graft_etcd_range_result_t res = {0};
+    graft_etcd_range_opts_t opts = {0};
+    graft__mview_t fresh = {0};
+    graft_status_t st;
+    opts.prefix = true;
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_range(m->ops, m->prefix, &opts, &res);
+    if (st != GRAFT_OK) {
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        return st;
+    }
+    for (size_t i = 0; i < res.n_kvs; i++) {
+        st = view_apply(m, &fresh, true, &res.kvs[i]);
+        if (st != GRAFT_OK)
+            goto out;
+    }
+    fresh.revision = res.revision;
+    pthread_mutex_lock(&m->mu);
+    fresh.version = m->view.version + 1;
+    fresh.malformed += m->view.malformed;
+    fresh.resyncs = m->view.resyncs;
+    /* Keep the last good quorum if the key now holds garbage or was deleted:
+     * ids and rounds must never go backwards. */
+    if (fresh.quorum == NULL && m->view.quorum != NULL) {
+        fresh.quorum = m->view.quorum;
+        m->view.quorum = NULL;
+    }
+    graft__mship_view_clear(&m->view);
+    m->view = fresh;
+    fresh = (graft__mview_t){0};
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    *revision_p = res.revision;
+out:
+    graft__mship_view_clear(&fresh);
+    graft_etcd_range_result_clear(&res);
+    return st;
+}
+
+static void view_apply_events(graft_membership_t *m, const graft_etcd_event_t *evs, size_t n)
+{
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+        graft_status_t st = view_apply(m, &m->view, evs[i].type == GRAFT_ETCD_EVENT_PUT, &evs[i].kv);
+        if (st != GRAFT_OK)
+            GRAFT_ERROR(GRAFT_MSHIP_MOD, "view of job %s: cannot apply %s: %s", m->job,
+                        evs[i].kv.key, graft_status_string(st));
+    }
+    m->view.version++;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    atomic_fetch_add(&m->n_watch_events, n);
+}
+
+static void sleep_unless_stopped(graft_membership_t *m, uint64_t ns)
+{
+    uint64_t end = graft__now_ns() + ns;
+    while (!atomic_load(&m->stop)) {
+        uint64_t now = graft__now_ns();
+        if (now >= end)
+            break;
+        graft__sleep_ns(GRAFT_MIN(end - now, 20000000ull));
+    }
+}
+
+static void *view_main(void *arg)
+{
+    graft_membership_t *m = arg;
+    bool outage = false;
+    bool need_resync = false;
+    while (!atomic_load(&m->stop)) {
+        graft_status_t st;
+        if (need_resync) {
+            int64_t rev = 0;
+            st = view_resync(m, &rev);
+            if (st == GRAFT_OK)
+                st = graft_etcd_watch_restart(m->watch, rev + 1);
+            if (st == GRAFT_OK) {
+                need_resync = false;
+                pthread_mutex_lock(&m->mu);
+                m->view.resyncs++;
+                pthread_mutex_unlock(&m->mu);
+                GRAFT_INFO(GRAFT_MSHIP_MOD, "view of job %s resynced at revision %" PRId64,
+                           m->job, rev);
+            } else {
+                sleep_unless_stopped(m, 100000000ull);
+            }
+            continue;
+        }
+        graft_etcd_event_t *evs = NULL;
+        size_t n = 0;
+        st = graft_etcd_watch_next(m->watch, VIEW_POLL_MS, &evs, &n);
+        if (st == GRAFT_OK) {
+            if (outage)
+                GRAFT_INFO(GRAFT_MSHIP_MOD, "view of job %s: etcd reachable again", m->job);
+            outage = false;
+            if (n > 0)
+                view_apply_events(m, evs, n);
+            graft_etcd_events_free(evs, n);
+            continue;
+        }
+        graft_etcd_events_free(evs, n);
+        if (st == GRAFT_ECOMPACTED) {
+            GRAFT_INFO(GRAFT_MSHIP_MOD,
+                       "view of job %s: watch revision compacted (at %" PRId64 "); resyncing",
+                       m->job, graft_etcd_watch_compact_revision(m->watch));
+            need_resync = true;
+            continue;
+        }
+        if (!outage)
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "view of job %s: watch failed: %s; retrying", m->job,
+                       graft_status_string(st));
+        outage = true;
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        sleep_unless_stopped(m, 100000000ull);
+    }
+    return NULL;
+}
+
+/* ----------------------------------------------------------- join/lease --- */
+
+static graft_status_t put_member_record(graft_membership_t *m, graft_etcd_t *c, int64_t lease,
+                                        uint64_t incarnation, graft_member_state_t state,
+                                        uint64_t committed_step, uint64_t joined_ms)
+{
+    graft_member_t mem = {0};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = NULL;
+    graft_status_t st;
+    mem.group = m->cfg.group;
+    mem.rank = m->cfg.rank;
+    mem.incarnation = incarnation;
+    mem.host = m->host;
+    mem.pid = (int32_t)getpid();
+    mem.transfer_address = m->transfer_address;
+    mem.layout_hash = m->cfg.layout_hash;
+    mem.committed_step = committed_step;
+    mem.state = state;
+    mem.lease_id = lease;
+    mem.joined_unix_ms = joined_ms;
+    st = graft__mship_member_encode(&mem, &buf, &len);
+    if (st != GRAFT_OK)
+        goto out;
+    key = graft__mship_key(m, "members/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
+    if (key == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_put(c, key, buf, len, lease, NULL, NULL);
+    if (st != GRAFT_OK)
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+out:
+    graft_free(key);
+    graft_free(buf);
+    return st;
+}
+
+/* Grant a lease and write the member record on it, as a new incarnation. A
+ * record left by an earlier process of the same rank is overwritten: the
+ * replacement must be able to join before the old lease expires. */
+static graft_status_t join_once(graft_membership_t *m, graft_etcd_t *c)
+{
+    int64_t lease = 0;
+    graft_status_t st;
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_lease_grant(c, m->cfg.lease_ttl_s, &lease, NULL);
+    if (st != GRAFT_OK) {
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        return st;
+    }
+    pthread_mutex_lock(&m->mu);
+    /* Incarnations grow across processes (wall clock) and within one. */
+    uint64_t inc = GRAFT_MAX(m->incarnation + 1, graft__wall_ns() / 1000u);
+    graft_member_state_t state = m->state;
+    uint64_t committed = m->committed_step;
+    pthread_mutex_unlock(&m->mu);
+    uint64_t joined_ms = graft__wall_ns() / 1000000u;
+    st = put_member_record(m, c, lease, inc, state, committed, joined_ms);
+    if (st != GRAFT_OK) {
+        GRAFT__MSHIP_REQ(m);
+        if (graft_etcd_lease_revoke(c, lease) != GRAFT_OK)
+            GRAFT_DEBUG(GRAFT_MSHIP_MOD, "revoking unused lease %" PRId64 " failed", lease);
+        return st;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->lease = lease;
+    m->incarnation = inc;
+    m->joined_unix_ms = joined_ms;
+    m->joined = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return GRAFT_OK;
+}
+
+static void append_simple_event(graft_membership_t *m, graft_event_kind_t kind, uint64_t inc,
+                                const char *detail)
+{
+    graft_event_t ev = {0};
+    ev.kind = kind;
+    ev.group = m->cfg.group;
+    ev.rank = m->cfg.rank;
+    ev.incarnation = inc;
+    ev.detail = (char *)detail;
+    if (graft__mship_event_put(m, &ev) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "event %s not recorded", graft_event_kind_string(kind));
+}
+
+void graft__mship_lease_failed(graft_membership_t *m, graft_status_t why)
+{
+    pthread_mutex_lock(&m->mu);
+    if (!m->joined || m->left) {
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    uint64_t inc = m->incarnation;
+    int64_t lease = m->lease;
+    m->joined = false;
+    m->lease_lost_pending = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    atomic_fetch_add(&m->n_lease_losses, 1);
+    GRAFT_ERROR(GRAFT_MSHIP_MOD,
+                "job %s group %" PRIu32 " rank %" PRIu32 ": lease %" PRId64
+                " lost (incarnation %" PRIu64 "): %s; re-joining as a new incarnation",
+                m->job, m->cfg.group, m->cfg.rank, lease, inc, graft_status_string(why));
+    if (m->cfg.lease_cb != NULL)
+        m->cfg.lease_cb(GRAFT_MEMBERSHIP_LEASE_LOST, inc, why, m->cfg.lease_arg);
+}
+
+static void rejoin(graft_membership_t *m)
+{
+    uint64_t backoff = 50000000ull;
+    uint64_t old_inc;
+    pthread_mutex_lock(&m->mu);
+    old_inc = m->incarnation;
+    pthread_mutex_unlock(&m->mu);
+    while (!atomic_load(&m->stop)) {
+        pthread_mutex_lock(&m->mu);
+        bool left = m->left;
+        pthread_mutex_unlock(&m->mu);
+        if (left)
+            return;
+        graft_status_t st = join_once(m, m->ka);
+        if (st == GRAFT_OK)
+            break;
+        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "re-join failed: %s", graft_status_string(st));
+        sleep_unless_stopped(m, backoff);
+        backoff = GRAFT_MIN(backoff * 2, 1000000000ull);
+    }
+    if (atomic_load(&m->stop))
+        return;
+    pthread_mutex_lock(&m->mu);
+    uint64_t inc = m->incarnation;
+    pthread_mutex_unlock(&m->mu);
+    GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+               ": re-joined as incarnation %" PRIu64, m->job, m->cfg.group, m->cfg.rank, inc);
+    char detail[96];
+    snprintf(detail, sizeof(detail), "lost incarnation %" PRIu64, old_inc);
+    append_simple_event(m, GRAFT_EVENT_LEASE_LOST, old_inc, detail);
+    append_simple_event(m, GRAFT_EVENT_JOIN, inc, "re-join");
+    if (m->cfg.lease_cb != NULL)
+        m->cfg.lease_cb(GRAFT_MEMBERSHIP_REJOINED, inc, GRAFT_OK, m->cfg.lease_arg);
+}
+
+static void *keepalive_main(void *arg)
+{
+    graft_membership_t *m = arg;
+    uint64_t ttl_ns = (uint64_t)m->cfg.lease_ttl_s * 1000000000ull;
+    uint64_t last_ok = graft__now_ns();
+    bool outage = false;
+    while (!atomic_load(&m->stop)) {
+        sleep_unless_stopped(m, outage ? ttl_ns / 10 : ttl_ns / 3);
+        if (atomic_load(&m->stop))
+            break;
+        pthread_mutex_lock(&m->mu);
+        bool active = m->joined && !m->left;
+        int64_t lease = m->lease;
+        pthread_mutex_unlock(&m->mu);
+        if (!active)
+            continue;
+        atomic_fetch_add(&m->n_keepalives, 1);
+        graft_status_t st = graft_etcd_lease_keepalive(m->ka, lease, NULL);
+        if (st == GRAFT_OK) {
+            if (outage)
+                GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: lease %" PRId64 " renewed again", m->job,
+                           lease);
+            outage = false;
+            last_ok = graft__now_ns();
+            continue;
+        }
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        /* Past the TTL without a renewal the lease is gone in etcd's eyes
+         * even if etcd cannot tell us yet: act on it instead of hoping. */
+        if (st == GRAFT_ENOTFOUND || graft__now_ns() - last_ok > ttl_ns) {
+            graft__mship_lease_failed(m, st);
+            rejoin(m);
+            last_ok = graft__now_ns();
+            outage = false;
+            continue;
+        }
+        if (!outage)
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s: cannot renew lease %" PRId64 ": %s; retrying",
+                       m->job, lease, graft_status_string(st));
+        outage = true;
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------- life cycle --- */
+
+static graft_status_t make_client(const graft_etcd_config_t *base, uint32_t timeout_ms,
+                                  uint32_t retries, graft_etcd_t **etcd_p)
+{
+    graft_etcd_config_t c = *base;
+    if (timeout_ms != 0)
+        c.request_timeout_ms = timeout_ms;
+    c.max_retries = retries;
+    return graft_etcd_create(&c, etcd_p);
+}
+
+static graft_status_t check_config(const graft_membership_config_t *c)
+{
+    if (c == NULL || c->etcd == NULL || !job_name_ok(c->job)) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "membership config: job must be [A-Za-z0-9_.-]{1,64} and "
+                                     "etcd must be set");
+        return GRAFT_EINVAL;
+    }
+    uint32_t R = c->ranks_per_group == 0 ? 1 : c->ranks_per_group;
+    if (!c->observer && c->rank >= R) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "membership config: rank %" PRIu32
+                    " outside ranks_per_group %" PRIu32, c->rank, R);
+        return GRAFT_EINVAL;
+    }
+    if (c->state > GRAFT_MEMBER_LEAVING) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "membership config: unknown state %d", (int)c->state);
+        return GRAFT_EINVAL;
+    }
+    return GRAFT_OK;
+}
+
+graft_status_t graft_membership_create(const graft_membership_config_t *config,
+                                       graft_membership_t **m_p)
+{
+    graft_status_t st = check_config(config);
+    graft_membership_t *m = NULL;
+    char hostbuf[256];
+    if (st != GRAFT_OK || m_p == NULL)
+        return GRAFT_EINVAL;
+    m = graft__calloc(1, sizeof(*m));
+    if (m == NULL)
+        return GRAFT_ENOMEM;
+    m->cfg = *config;
+    if (m->cfg.ranks_per_group == 0)
+        m->cfg.ranks_per_group = 1;
+    if (m->cfg.min_groups == 0)
+        m->cfg.min_groups = 1;
+    if (m->cfg.lease_ttl_s == 0)
+        m->cfg.lease_ttl_s = 5;
+    if (m->cfg.join_timeout_ms == 0)
+        m->cfg.join_timeout_ms = 3000;
+    if (m->cfg.event_history == 0)
+        m->cfg.event_history = 1000;
+    if (m->cfg.state == GRAFT_MEMBER_UNSPECIFIED)
+        m->cfg.state = GRAFT_MEMBER_JOINING;
+    if (config->host == NULL && gethostname(hostbuf, sizeof(hostbuf)) != 0)
+        snprintf(hostbuf, sizeof(hostbuf), "unknown");
+    hostbuf[sizeof(hostbuf) - 1] = '\0';
+    m->job = graft__strdup(config->job);
+    m->host = graft__strdup(config->host != NULL ? config->host : hostbuf);
+    m->transfer_address = graft__strdup(config->transfer_address != NULL ? config->transfer_address : "");
+    m->prefix = graft__asprintf("/graft/%s/", config->job);
+    if (m->job == NULL || m->host == NULL || m->transfer_address == NULL || m->prefix == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out_free;
+    }
+    m->cfg.job = m->job;
+    m->cfg.host = m->host;
+    m->cfg.transfer_address = m->transfer_address;
+    m->cfg.etcd = NULL; /* not kept: the caller's config may go away */
+    m->state = m->cfg.state;
+    m->committed_step = m->cfg.committed_step;
+    atomic_init(&m->stop, false);
+
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        st = GRAFT_ESYS;
+        goto out_free;
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    m->mu_init = true;
+
+    st = make_client(config->etcd, 0, config->etcd->max_retries, &m->ops);
+    if (st != GRAFT_OK)
+        goto out_free;
+    /* Renewals must finish well inside TTL/3, and retrying one is pointless:
+     * the next renewal comes soon anyway. */
+    st = make_client(config->etcd, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u), 0, &m->ka);
+    if (st != GRAFT_OK)
+        goto out_free;
+    if (!m->cfg.observer) {
+        st = join_once(m, m->ops);
+        if (st != GRAFT_OK) {
+            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+                        ": cannot join: %s", m->job, m->cfg.group, m->cfg.rank,
+                        graft_status_string(st));
+            goto out_free;
+        }
+    }
+    int64_t rev = 0;
+    st = view_resync(m, &rev);
+    if (st == GRAFT_OK) {
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_watch_create(m->ops, m->prefix, rev + 1, &m->watch);
+    }
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot read or watch %s: %s", m->job, m->prefix,
+                    graft_status_string(st));
+        goto out_free;
+    }
+    if (pthread_create(&m->view_thread, NULL, view_main, m) != 0) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
+        st = GRAFT_ESYS;
+        goto out_free;
+    }
+    m->view_started = true;
+    if (!m->cfg.observer) {
+        if (pthread_create(&m->ka_thread, NULL, keepalive_main, m) != 0) {
+            GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
+            st = GRAFT_ESYS;
+            goto out_free;
+        }
+        m->ka_started = true;
+        append_simple_event(m, GRAFT_EVENT_JOIN, m->incarnation, "join");
+    }
+    *m_p = m;
+    return GRAFT_OK;
+out_free:
+    graft_membership_destroy(m);
+    return st;
+}
+
+graft_status_t graft_membership_leave(graft_membership_t *m)
+{
+    if (m == NULL)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&m->mu);
+    if (m->cfg.observer || m->left) {
+        pthread_mutex_unlock(&m->mu);
+        return GRAFT_ESTATE;
+    }
+    bool joined = m->joined;
+    int64_t lease = m->lease;
+    uint64_t inc = m->incarnation;
+    m->left = true;
+    m->joined = false;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (!joined)
+        return GRAFT_OK; /* the lease is already gone */
+    append_simple_event(m, GRAFT_EVENT_LEAVE, inc, "leave");
+    GRAFT__MSHIP_REQ(m);
+    graft_status_t st = graft_etcd_lease_revoke(m->ops, lease);
+    if (st == GRAFT_ENOTFOUND)
+        st = GRAFT_OK;
+    if (st != GRAFT_OK)
+        GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s: revoking lease %" PRId64 " on leave failed: %s; "
+                   "it expires within its TTL", m->job, lease, graft_status_string(st));
+    return st;
+}
+
+void graft_membership_destroy(graft_membership_t *m)
+{
+    if (m == NULL)
+        return;
+    atomic_store(&m->stop, true);
+    if (m->ka_started)
+        pthread_join(m->ka_thread, NULL);
+    if (m->view_started)
+        pthread_join(m->view_thread, NULL);
+    if (m->mu_init && !m->cfg.observer) {
+        pthread_mutex_lock(&m->mu);
+        bool joined = m->joined && !m->left;
+        pthread_mutex_unlock(&m->mu);
+        if (joined && graft_membership_leave(m) != GRAFT_OK)
+            GRAFT_DEBUG(GRAFT_MSHIP_MOD, "leave on destroy failed");
+    }
+    graft_etcd_watch_destroy(m->watch);
+    graft_etcd_destroy(m->ka);
+    graft_etcd_destroy(m->ops);
+    graft__mship_view_clear(&m->view);
+    if (m->mu_init) {
+        pthread_cond_destroy(&m->cv);
+        pthread_mutex_destroy(&m->mu);
+    }
+    graft_free(m->prefix);
+    graft_free(m->transfer_address);
+    graft_free(m->host);
+    graft_free(m->job);
+    graft_free(m);
+}
+
+uint64_t graft_membership_incarnation(graft_membership_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    uint64_t inc = m->cfg.observer ? 0 : m->incarnation;
+    pthread_mutex_unlock(&m->mu);
+    return inc;
+}
+
+graft_status_t graft_membership_update(graft_membership_t *m, graft_member_state_t state,
+                                       uint64_t committed_step)
+{
+    if (m == NULL || state < GRAFT_MEMBER_JOINING || state > GRAFT_MEMBER_LEAVING)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&m->mu);
+    if (m->cfg.observer || m->left) {
+        pthread_mutex_unlock(&m->mu);
+        return GRAFT_ESTATE;
+    }
+    if (!m->joined) {
+        pthread_mutex_unlock(&m->mu);
+        return GRAFT_ELEASE;
+    }
+    m->state = state;
+    m->committed_step = committed_step;
+    int64_t lease = m->lease;
+    uint64_t inc = m->incarnation;
+    uint64_t joined_ms = m->joined_unix_ms;
+    pthread_mutex_unlock(&m->mu);
+    graft_status_t st = put_member_record(m, m->ops, lease, inc, state, committed_step, joined_ms);
+    if (st == GRAFT_ENOTFOUND) {
+        graft__mship_lease_failed(m, st);
+        st = GRAFT_ELEASE;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ view API --- */
+
+graft_status_t graft_membership_view_get(graft_membership_t *m, graft_membership_view_t **view_p)
+{
+    graft_status_t st = GRAFT_OK;
+    if (m == NULL || view_p == NULL)
+        return GRAFT_EINVAL;
+    graft_membership_view_t *out = graft__calloc(1, sizeof(*out));
+    if (out == NULL)
+        return GRAFT_ENOMEM;
+    uint32_t R = m->cfg.ranks_per_group;
+    pthread_mutex_lock(&m->mu);
+    const graft__mview_t *v = &m->view;
+    out->version = v->version;
+    out->revision = v->revision;
+    out->malformed = v->malformed;
+    out->resyncs = v->resyncs;
+    if (v->n_members > 0) {
+        out->members = graft__calloc(v->n_members, sizeof(*out->members));
+        out->healthy_groups = graft__calloc(v->n_members, sizeof(*out->healthy_groups));
+        if (out->members == NULL || out->healthy_groups == NULL) {
+            st = GRAFT_ENOMEM;
+            goto unlock;
+        }
+    }
+    for (size_t i = 0; i < v->n_members; i++) {
+        st = graft__mship_member_copy(&v->members[i], &out->members[i]);
+        if (st != GRAFT_OK)
+            goto unlock;
+        out->n_members = i + 1;
+    }
+    /* members are sorted by (group, rank) and unique per key */
+    for (size_t i = 0; i < v->n_members;) {
+        size_t j = i, live = 0;
+        while (j < v->n_members && v->members[j].group == v->members[i].group) {
+            if (v->members[j].rank < R)
+                live++;
+            j++;
+        }
+        if (live == R)
+            out->healthy_groups[out->n_healthy_groups++] = v->members[i].group;
+        i = j;
+    }
+unlock:
+    pthread_mutex_unlock(&m->mu);
+    if (st != GRAFT_OK) {
+        graft_membership_view_free(out);
+        return st;
+    }
+    *view_p = out;
+    return GRAFT_OK;
+}
+
+void graft_membership_view_free(graft_membership_view_t *view)
+{
+    if (view == NULL)
+        return;
+    for (size_t i = 0; i < view->n_members; i++)
+        graft__mship_member_clear(&view->members[i]);
+    graft_free(view->members);
+    graft_free(view->healthy_groups);
+    graft_free(view);
+}
+
+graft_status_t graft_membership_view_wait(graft_membership_t *m, uint64_t after_version,
+                                          uint32_t timeout_ms, uint64_t *version_p)
+{
+    if (m == NULL)
+        return GRAFT_EINVAL;
+    struct timespec ts;
+    graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
+    graft_status_t st = GRAFT_OK;
+    pthread_mutex_lock(&m->mu);
+    while (m->view.version <= after_version) {
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) {
+            st = m->view.version > after_version ? GRAFT_OK : GRAFT_ETIMEOUT;
+            break;
+        }
+    }
+    if (version_p != NULL)
+        *version_p = m->view.version;
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+bool graft_membership_group_healthy(graft_membership_t *m, uint32_t group)
+{
+    size_t live = 0;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->view.n_members; i++)
+        if (m->view.members[i].group == group && m->view.members[i].rank < m->cfg.ranks_per_group)
+            live++;
+    pthread_mutex_unlock(&m->mu);
+    return live == m->cfg.ranks_per_group;
+}
+
+void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t *stats_p)
+{
+    graft_membership_stats_t s = {0};
+    s.requests = atomic_load(&m->n_requests);
+    s.keepalives = atomic_load(&m->n_keepalives);
+    s.watch_events = atomic_load(&m->n_watch_events);
+    s.lease_losses = atomic_load(&m->n_lease_losses);
+    s.quorum_txns = atomic_load(&m->n_quorum_txns);
+    s.quorum_conflicts = atomic_load(&m->n_quorum_conflicts);
+    s.etcd_errors = atomic_load(&m->n_etcd_errors);
+    pthread_mutex_lock(&m->mu);
+    s.malformed = m->view.malformed;
+    pthread_mutex_unlock(&m->mu);
+    *stats_p = s;
+}

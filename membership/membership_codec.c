@@ -1,0 +1,599 @@
+/*
+ * Codecs of the records the membership layer keeps in etcd (graft.proto's
+ * MemberRecord, ReadyRecord, Quorum, Vote, Event) and the classification of
+ * keys under /graft/<job>/. Records in etcd can be written by anyone with
+ * access, so every decoder treats its input as hostile: it checks the
+ * version, the ranges and the internal consistency, and reports
+ * GRAFT_EMALFORMED instead of handing nonsense to the quorum logic.
+ */
+#include "membership_internal.h"
+
+#include "proto/graft.pb-c.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* protobuf-c allocates through graft's hooks too, so allocation-failure
+ * tests reach the decoders. */
+static void *pb_alloc(void *arg, size_t size)
+{
+    (void)arg;
+    return graft__malloc(size);
+}
+
+static void pb_free(void *arg, void *ptr)
+{
+    (void)arg;
+    graft_free(ptr);
+}
+
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+/* Pack any message into a fresh buffer. */
+static graft_status_t pack_message(const ProtobufCMessage *msg, uint8_t **buf_p, size_t *len_p)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = graft__malloc(len);
+    if (buf == NULL)
+        return GRAFT_ENOMEM;
+    size_t done = protobuf_c_message_pack(msg, buf);
+    assert(done == len);
+    (void)done;
+    *buf_p = buf;
+    *len_p = len;
+    return GRAFT_OK;
+}
+
+/*
+ * protobuf-c returns NULL both for bytes that do not decode and for a failed
+ * allocation. Telling them apart matters (a record is skipped as malformed,
+ * an allocation failure is the caller's problem), so a NULL is retried once
+ * with the default allocator only to classify it; nothing from that second
+ * attempt is kept.
+ */
+static graft_status_t unpack_status(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
+                                    size_t len)
+{
+    ProtobufCMessage *probe = protobuf_c_message_unpack(desc, NULL, len, buf);
+    if (probe == NULL)
+        return GRAFT_EMALFORMED;
+    protobuf_c_message_free_unpacked(probe, NULL);
+    return GRAFT_ENOMEM;
+}
+
+#define UNPACK(type, fn, buf, len, out, st)                                                  \
+    do {                                                                                     \
+        (out) = fn((&pb_allocator), (len), (buf));                                           \
+        if ((out) == NULL)                                                                   \
+            (st) = unpack_status(&type##__descriptor, (buf), (len));                         \
+    } while (0)
+
+/* ---------------------------------------------------------------- keys --- */
+
+/* Parse a decimal number that fills [s, end) completely. */
+static bool parse_u64(const char *s, const char **end_p, uint64_t *v_p)
+{
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return false;
+    *end_p = end;
+    *v_p = v;
+    return true;
+}
+
+static bool parse_group_rank(const char *s, graft__mkey_t *k)
+{
+    const char *end;
+    uint64_t g, r;
+    if (!parse_u64(s, &end, &g) || *end != '/' || g > UINT32_MAX)
+        return false;
+    if (!parse_u64(end + 1, &end, &r) || *end != '\0' || r > UINT32_MAX)
+        return false;
+    k->group = (uint32_t)g;
+    k->rank = (uint32_t)r;
+    return true;
+}
+
+static bool parse_number(const char *s, graft__mkey_t *k)
+{
+    const char *end;
+    uint64_t v;
+    if (!parse_u64(s, &end, &v) || *end != '\0')
+        return false;
+    k->number = v;
+    return true;
+}
+
+graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
+{
+    graft__mkey_t k = {GRAFT__MKEY_OTHER, 0, 0, 0};
+    size_t plen = strlen(prefix);
+    if (key == NULL || strncmp(key, prefix, plen) != 0)
+        return k;
+    const char *rest = key + plen;
+    static const struct {
+        const char *name;
+        graft__mkey_kind_t kind;
+        int shape; /* 0: exact, 1: group/rank, 2: number */
+    } table[] = {
+        {"members/", GRAFT__MKEY_MEMBER, 1}, {"ready/", GRAFT__MKEY_READY, 1},
+        {"votes/", GRAFT__MKEY_VOTE, 1},     {"blob/", GRAFT__MKEY_BLOB, 2},
+        {"events/", GRAFT__MKEY_EVENT, 2},   {"quorum", GRAFT__MKEY_QUORUM, 0},
+        {"eventseq", GRAFT__MKEY_EVENTSEQ, 0},
+    };
+    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(table); i++) {
+        size_t n = strlen(table[i].name);
+        if (table[i].shape == 0) {
+            if (strcmp(rest, table[i].name) == 0)
+                k.kind = table[i].kind;
+            continue;
+        }
+        if (strncmp(rest, table[i].name, n) != 0)
+            continue;
+        bool ok = table[i].shape == 1 ? parse_group_rank(rest + n, &k) : parse_number(rest + n, &k);
+        k.kind = ok ? table[i].kind : GRAFT__MKEY_BAD;
+        return k;
+    }
+    return k;
+}
+
+/* -------------------------------------------------------------- member --- */
+
+graft_status_t graft__mship_member_encode(const graft_member_t *mem, uint8_t **buf_p, size_t *len_p)
+{
+    Graft__MemberRecord rec = GRAFT__MEMBER_RECORD__INIT;
+    rec.version = GRAFT_MSHIP_RECORD_VERSION;
+    rec.group = mem->group;
+    rec.rank = mem->rank;
+    rec.incarnation = mem->incarnation;
+    rec.host = mem->host != NULL ? mem->host : (char *)"";
+    rec.pid = mem->pid;
+    rec.transfer_address = mem->transfer_address != NULL ? mem->transfer_address : (char *)"";
+    rec.layout_hash = mem->layout_hash;
+    rec.committed_step = mem->committed_step;
+    rec.state = (Graft__MemberState)mem->state;
+    rec.lease_id = mem->lease_id;
+    rec.joined_unix_ms = mem->joined_unix_ms;
+    return pack_message(&rec.base, buf_p, len_p);
+}
+
+void graft__mship_member_clear(graft_member_t *mem)
+{
+    if (mem == NULL)
+        return;
+    graft_free(mem->host);
+    graft_free(mem->transfer_address);
+    mem->host = NULL;
+    mem->transfer_address = NULL;
+}
+
+graft_status_t graft__mship_member_copy(const graft_member_t *src, graft_member_t *dst_p)
+{
+    graft_member_t out = *src;
+    out.host = graft__strdup(src->host != NULL ? src->host : "");
+    out.transfer_address = graft__strdup(src->transfer_address != NULL ? src->transfer_address : "");
+    if (out.host == NULL || out.transfer_address == NULL) {
+        graft__mship_member_clear(&out);
+        return GRAFT_ENOMEM;
+    }
+    *dst_p = out;
+    return GRAFT_OK;
+}
+
+graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len, graft_member_t *mem_p)
+{
+    graft_status_t st = GRAFT_OK;
+    Graft__MemberRecord *rec;
+    graft_member_t out = {0};
+    UNPACK(graft__member_record, graft__member_record__unpack, buf, len, rec, st);
+    if (rec == NULL)
+        return st;
+    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+        goto out_free;
+    }
+    if (rec->incarnation == 0 || rec->state < GRAFT__MEMBER_STATE__MEMBER_JOINING ||
+        rec->state > GRAFT__MEMBER_STATE__MEMBER_LEAVING) {
+        st = GRAFT_EMALFORMED;
+        goto out_free;
+    }
+    out.group = rec->group;
+    out.rank = rec->rank;
+    out.incarnation = rec->incarnation;
+    out.pid = rec->pid;
+    out.layout_hash = rec->layout_hash;
+    out.committed_step = rec->committed_step;
+    out.state = (graft_member_state_t)rec->state;
+    out.lease_id = rec->lease_id;
+    out.joined_unix_ms = rec->joined_unix_ms;
+    out.host = rec->host;
+    out.transfer_address = rec->transfer_address;
+    st = graft__mship_member_copy(&out, mem_p);
+out_free:
+    graft__member_record__free_unpacked(rec, &pb_allocator);
+    return st;
+}
+
+/* --------------------------------------------------------------- ready --- */
+
+graft_status_t graft__mship_ready_encode(const graft__ready_t *r, uint8_t **buf_p, size_t *len_p)
+{
+    Graft__ReadyRecord rec = GRAFT__READY_RECORD__INIT;
+    rec.version = GRAFT_MSHIP_RECORD_VERSION;
+    rec.group = r->group;
+    rec.rank = r->rank;
+    rec.incarnation = r->incarnation;
+    rec.round = r->round;
+    rec.step = r->committed_step;
+    rec.committed_step = r->committed_step;
+    rec.unix_ms = r->unix_ms;
+    return pack_message(&rec.base, buf_p, len_p);
+}
+
+graft_status_t graft__mship_ready_decode(const uint8_t *buf, size_t len, graft__ready_t *r_p)
+{
+    graft_status_t st = GRAFT_OK;
+    Graft__ReadyRecord *rec;
+    UNPACK(graft__ready_record, graft__ready_record__unpack, buf, len, rec, st);
+    if (rec == NULL)
+        return st;
+    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+    } else if (rec->round == 0 || rec->incarnation == 0) {
+        st = GRAFT_EMALFORMED;
+    } else {
+        graft__ready_t out = {0};
+        out.group = rec->group;
+        out.rank = rec->rank;
+        out.incarnation = rec->incarnation;
+        out.round = rec->round;
+        out.committed_step = rec->committed_step;
+        out.unix_ms = rec->unix_ms;
+        *r_p = out;
+    }
+    graft__ready_record__free_unpacked(rec, &pb_allocator);
+    return st;
+}
+
+/* ---------------------------------------------------------------- vote --- */
+
+graft_status_t graft__mship_vote_encode(const graft__vote_t *v, uint8_t **buf_p, size_t *len_p)
+{
+    Graft__Vote rec = GRAFT__VOTE__INIT;
+    rec.version = GRAFT_MSHIP_RECORD_VERSION;
+    rec.group = v->group;
+    rec.rank = v->rank;
+    rec.incarnation = v->incarnation;
+    rec.quorum_id = v->quorum_id;
+    rec.round = v->round;
+    rec.step = v->step;
+    rec.ok = v->ok;
+    rec.reason = (char *)v->reason;
+    return pack_message(&rec.base, buf_p, len_p);
+}
+
+graft_status_t graft__mship_vote_decode(const uint8_t *buf, size_t len, graft__vote_t *v_p)
+{
+    graft_status_t st = GRAFT_OK;
+    Graft__Vote *rec;
+    UNPACK(graft__vote, graft__vote__unpack, buf, len, rec, st);
+    if (rec == NULL)
+        return st;
+    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+    } else if (rec->round == 0 || rec->quorum_id == 0) {
+        st = GRAFT_EMALFORMED;
+    } else {
+        graft__vote_t out = {0};
+        out.group = rec->group;
+        out.rank = rec->rank;
+        out.incarnation = rec->incarnation;
+        out.quorum_id = rec->quorum_id;
+        out.round = rec->round;
+        out.step = rec->step;
+        out.ok = rec->ok;
+        snprintf(out.reason, sizeof(out.reason), "%s", rec->reason != NULL ? rec->reason : "");
+        *v_p = out;
+    }
+    graft__vote__free_unpacked(rec, &pb_allocator);
+    return st;
+}
+
+/* -------------------------------------------------------------- quorum --- */
+
+void graft_membership_quorum_free(graft_quorum_t *q)
+{
+    if (q == NULL)
+        return;
+    for (size_t i = 0; i < q->n_recoveries; i++)
+        graft_free(q->recoveries[i].donors);
+    graft_free(q->recoveries);
+    graft_free(q->members);
+    graft_free(q);
+}
+
+graft_status_t graft__mship_quorum_encode(const graft_quorum_t *q, uint8_t **buf_p, size_t *len_p)
+{
+    graft_status_t st;
+    Graft__Quorum rec = GRAFT__QUORUM__INIT;
+    Graft__Recovery *recs = NULL;
+    Graft__Recovery **ptrs = NULL;
+    if (q->n_recoveries > 0) {
+        recs = graft__calloc(q->n_recoveries, sizeof(*recs));
+        ptrs = graft__calloc(q->n_recoveries, sizeof(*ptrs));
+        if (recs == NULL || ptrs == NULL) {
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < q->n_recoveries; i++) {
+        graft__recovery__init(&recs[i]);
+        recs[i].recipient_group = q->recoveries[i].recipient;
+        recs[i].n_donor_groups = q->recoveries[i].n_donors;
+        recs[i].donor_groups = q->recoveries[i].donors;
+        ptrs[i] = &recs[i];
+    }
+    rec.version = GRAFT_MSHIP_RECORD_VERSION;
+    rec.id = q->id;
+    rec.round = q->round;
+    rec.step = q->step;
+    rec.max_committed_step = q->max_committed_step;
+    rec.n_members = q->n_members;
+    rec.members = q->members;
+    rec.n_recoveries = q->n_recoveries;
+    rec.recoveries = ptrs;
+    rec.formed_unix_ms = q->formed_unix_ms;
+    rec.min_groups = q->min_groups;
+    rec.members_hash = q->members_hash;
+    rec.duration_us = q->duration_us;
+    st = pack_message(&rec.base, buf_p, len_p);
+out:
+    graft_free(ptrs);
+    graft_free(recs);
+    return st;
+}
+
+static bool is_member(const uint32_t *members, size_t n, uint32_t g)
+{
+    for (size_t i = 0; i < n; i++)
+        if (members[i] == g)
+            return true;
+    return false;
+}
+
+/* A quorum is only usable when it is internally consistent: members strictly
+ * ascending, every recipient and donor a member, no group both. */
+static bool quorum_consistent(const Graft__Quorum *rec)
+{
+    if (rec->id == 0 || rec->round == 0 || rec->n_members == 0)
+        return false;
+    for (size_t i = 1; i < rec->n_members; i++)
+        if (rec->members[i] <= rec->members[i - 1])
+            return false;
+    if (rec->n_recoveries >= rec->n_members)
+        return false;
+    for (size_t i = 0; i < rec->n_recoveries; i++) {
+        const Graft__Recovery *r = rec->recoveries[i];
+        if (!is_member(rec->members, rec->n_members, r->recipient_group) || r->n_donor_groups == 0)
+            return false;
+        for (size_t j = 0; j < r->n_donor_groups; j++) {
+            if (!is_member(rec->members, rec->n_members, r->donor_groups[j]))
+                return false;
+            for (size_t k = 0; k < rec->n_recoveries; k++)
+                if (rec->recoveries[k]->recipient_group == r->donor_groups[j])
+                    return false;
+        }
+    }
+    return true;
+}
+
+static graft_status_t copy_u32s(const uint32_t *src, size_t n, uint32_t **dst_p)
+{
+    *dst_p = NULL;
+    if (n == 0)
+        return GRAFT_OK;
+    uint32_t *d = graft__malloc(n * sizeof(*d));
+    if (d == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(d, src, n * sizeof(*d));
+    *dst_p = d;
+    return GRAFT_OK;
+}
+
+graft_status_t graft__mship_quorum_decode(const uint8_t *buf, size_t len, graft_quorum_t **q_p)
+{
+    graft_status_t st = GRAFT_OK;
+    Graft__Quorum *rec;
+    graft_quorum_t *q = NULL;
+    UNPACK(graft__quorum, graft__quorum__unpack, buf, len, rec, st);
+    if (rec == NULL)
+        return st;
+    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+        goto out;
+    }
+    if (!quorum_consistent(rec)) {
+        st = GRAFT_EMALFORMED;
+        goto out;
+    }
+    q = graft__calloc(1, sizeof(*q));
+    if (q == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    q->id = rec->id;
+    q->round = rec->round;
+    q->step = rec->step;
+    q->max_committed_step = rec->max_committed_step;
+    q->formed_unix_ms = rec->formed_unix_ms;
+    q->min_groups = rec->min_groups;
+    q->members_hash = rec->members_hash;
+    q->duration_us = rec->duration_us;
+    st = copy_u32s(rec->members, rec->n_members, &q->members);
+    if (st != GRAFT_OK)
+        goto out;
+    q->n_members = rec->n_members;
+    if (rec->n_recoveries > 0) {
+        q->recoveries = graft__calloc(rec->n_recoveries, sizeof(*q->recoveries));
+        if (q->recoveries == NULL) {
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < rec->n_recoveries; i++) {
+        const Graft__Recovery *r = rec->recoveries[i];
+        q->recoveries[i].recipient = r->recipient_group;
+        st = copy_u32s(r->donor_groups, r->n_donor_groups, &q->recoveries[i].donors);
+        if (st != GRAFT_OK)
+            goto out;
+        q->recoveries[i].n_donors = r->n_donor_groups;
+        q->n_recoveries = i + 1;
+    }
+    *q_p = q;
+    q = NULL;
+out:
+    graft_membership_quorum_free(q);
+    graft__quorum__free_unpacked(rec, &pb_allocator);
+    return st;
+}
+
+graft_status_t graft__mship_quorum_copy(const graft_quorum_t *src, graft_quorum_t **dst_p)
+{
+    graft_status_t st = GRAFT_OK;
+    graft_quorum_t *q = graft__calloc(1, sizeof(*q));
+    if (q == NULL)
+        return GRAFT_ENOMEM;
+    *q = *src;
+    q->members = NULL;
+    q->recoveries = NULL;
+    q->n_recoveries = 0;
+    st = copy_u32s(src->members, src->n_members, &q->members);
+    if (st != GRAFT_OK)
+        goto out;
+    if (src->n_recoveries > 0) {
+        q->recoveries = graft__calloc(src->n_recoveries, sizeof(*q->recoveries));
+        if (q->recoveries == NULL) {
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < src->n_recoveries; i++) {
+        q->recoveries[i].recipient = src->recoveries[i].recipient;
+        st = copy_u32s(src->recoveries[i].donors, src->recoveries[i].n_donors,
+                       &q->recoveries[i].donors);
+        if (st != GRAFT_OK)
+            goto out;
+        q->recoveries[i].n_donors = src->recoveries[i].n_donors;
+        q->n_recoveries = i + 1;
+    }
+    *dst_p = q;
+    q = NULL;
+out:
+    graft_membership_quorum_free(q);
+    return st;
+}
+
+/* --------------------------------------------------------------- event --- */
+
+void graft__mship_event_clear(graft_event_t *ev)
+{
+    if (ev == NULL)
+        return;
+    graft_free(ev->members);
+    graft_free(ev->detail);
+    ev->members = NULL;
+    ev->detail = NULL;
+    ev->n_members = 0;
+}
+
+graft_status_t graft__mship_event_encode(const graft_event_t *ev, uint8_t **buf_p, size_t *len_p)
+{
+    Graft__Event rec = GRAFT__EVENT__INIT;
+    rec.version = GRAFT_MSHIP_RECORD_VERSION;
+    rec.seq = ev->seq;
+    rec.kind = (Graft__EventKind)ev->kind;
+    rec.unix_ms = ev->unix_ms;
+    rec.group = ev->group;
+    rec.rank = ev->rank;
+    rec.incarnation = ev->incarnation;
+    rec.quorum_id = ev->quorum_id;
+    rec.round = ev->round;
+    rec.step = ev->step;
+    rec.n_members = ev->n_members;
+    rec.members = ev->members;
+    rec.duration_us = ev->duration_us;
+    rec.ok = ev->ok;
+    rec.detail = ev->detail != NULL ? ev->detail : (char *)"";
+    return pack_message(&rec.base, buf_p, len_p);
+}
+
+graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len, graft_event_t *ev_p)
+{
+    graft_status_t st = GRAFT_OK;
+    Graft__Event *rec;
+    graft_event_t out = {0};
+    UNPACK(graft__event, graft__event__unpack, buf, len, rec, st);
+    if (rec == NULL)
+        return st;
+    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+        goto out;
+    }
+    if (rec->seq == 0 || rec->kind < GRAFT__EVENT_KIND__EVENT_JOIN ||
+        rec->kind > GRAFT__EVENT_KIND__EVENT_ERROR) {
+        st = GRAFT_EMALFORMED;
+        goto out;
+    }
+    out.seq = rec->seq;
+    out.kind = (graft_event_kind_t)rec->kind;
+    out.unix_ms = rec->unix_ms;
+    out.group = rec->group;
+    out.rank = rec->rank;
+    out.incarnation = rec->incarnation;
+    out.quorum_id = rec->quorum_id;
+    out.round = rec->round;
+    out.step = rec->step;
+    out.duration_us = rec->duration_us;
+    out.ok = rec->ok;
+    st = copy_u32s(rec->members, rec->n_members, &out.members);
+    if (st != GRAFT_OK)
+        goto out;
+    out.n_members = rec->n_members;
+    out.detail = graft__strdup(rec->detail != NULL ? rec->detail : "");
+    if (out.detail == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    *ev_p = out;
+    out = (graft_event_t){0};
+out:
+    graft__mship_event_clear(&out);
+    graft__event__free_unpacked(rec, &pb_allocator);
+    return st;
+}
+
+const char *graft_event_kind_string(graft_event_kind_t kind)
+{
+    switch (kind) {
+    case GRAFT_EVENT_JOIN: return "join";
+    case GRAFT_EVENT_LEAVE: return "leave";
+    case GRAFT_EVENT_LEASE_LOST: return "lease_lost";
+    case GRAFT_EVENT_QUORUM_FORMED: return "quorum_formed";
+    case GRAFT_EVENT_RECOVERY_ASSIGNED: return "recovery_assigned";
+    case GRAFT_EVENT_VOTE_RESULT: return "vote_result";
+    case GRAFT_EVENT_RECOVERY_DONE: return "recovery_done";
+    case GRAFT_EVENT_CHECKPOINT: return "checkpoint";
+    case GRAFT_EVENT_DRIFT: return "drift";
+    case GRAFT_EVENT_ERROR: return "error";
+    }
+    return "unknown";
+}

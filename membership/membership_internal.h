@@ -1,0 +1,238 @@
+/*
+ * Private to the membership layer: record codecs, key names, the pure quorum
+ * decision, and the handle shared by membership.c, membership_quorum.c and
+ * events_log.c. The etcd client has its own private header.
+ */
+#ifndef GRAFT_MEMBERSHIP_INTERNAL_H
+#define GRAFT_MEMBERSHIP_INTERNAL_H
+
+#include <graft/etcd.h>
+#include <graft/membership.h>
+
+#include "graft_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define GRAFT_MSHIP_MOD "membership"
+#define GRAFT_MSHIP_RECORD_VERSION 1u
+#define GRAFT_MSHIP_BLOB_MAX (64u * 1024u)
+
+/* ---------------------------------------------------------------- keys --- */
+
+typedef enum graft__mkey_kind {
+    GRAFT__MKEY_OTHER = 0, /* under the job but not ours to interpret (events/, ...) */
+    GRAFT__MKEY_MEMBER,
+    GRAFT__MKEY_READY,
+    GRAFT__MKEY_VOTE,
+    GRAFT__MKEY_QUORUM,
+    GRAFT__MKEY_BLOB,
+    GRAFT__MKEY_EVENTSEQ,
+    GRAFT__MKEY_EVENT,
+    GRAFT__MKEY_BAD /* looks like ours but its numbers do not parse */
+} graft__mkey_kind_t;
+
+typedef struct graft__mkey {
+    graft__mkey_kind_t kind;
+    uint32_t group; /* MEMBER, READY, VOTE */
+    uint32_t rank;
+    uint64_t number; /* BLOB: quorum id; EVENT: sequence */
+} graft__mkey_t;
+
+/* Classify a key given the job prefix "/graft/<job>/". */
+graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key);
+
+/* ------------------------------------------------------------- records --- */
+
+/* A ready announcement as the quorum decision reads it. */
+typedef struct graft__ready {
+    uint32_t group;
+    uint32_t rank;
+    uint64_t incarnation;
+    uint64_t round;
+    uint64_t committed_step;
+    uint64_t unix_ms;
+    int64_t mod_revision;
+} graft__ready_t;
+
+typedef struct graft__vote {
+    uint32_t group;
+    uint32_t rank;
+    uint64_t incarnation;
+    uint64_t quorum_id;
+    uint64_t round;
+    uint64_t step;
+    bool ok;
+    char reason[128];
+} graft__vote_t;
+
+/* Each encoder allocates *buf_p with graft__malloc. Each decoder checks the
+ * record version, returns GRAFT_EMALFORMED for bytes that do not decode or
+ * decode to nonsense and GRAFT_EFORMAT for a version it does not know. */
+GRAFT_WUR graft_status_t graft__mship_member_encode(const graft_member_t *mem, uint8_t **buf_p,
+                                                    size_t *len_p);
+GRAFT_WUR graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len,
+                                                    graft_member_t *mem_p);
+void graft__mship_member_clear(graft_member_t *mem);
+GRAFT_WUR graft_status_t graft__mship_member_copy(const graft_member_t *src, graft_member_t *dst_p);
+
+GRAFT_WUR graft_status_t graft__mship_ready_encode(const graft__ready_t *r, uint8_t **buf_p,
+                                                   size_t *len_p);
+GRAFT_WUR graft_status_t graft__mship_ready_decode(const uint8_t *buf, size_t len,
+                                                   graft__ready_t *r_p);
+
+GRAFT_WUR graft_status_t graft__mship_vote_encode(const graft__vote_t *v, uint8_t **buf_p,
+                                                  size_t *len_p);
+GRAFT_WUR graft_status_t graft__mship_vote_decode(const uint8_t *buf, size_t len,
+                                                  graft__vote_t *v_p);
+
+GRAFT_WUR graft_status_t graft__mship_quorum_encode(const graft_quorum_t *q, uint8_t **buf_p,
+                                                    size_t *len_p);
+/* Allocates *q_p; checks that members ascend and recoveries name members. */
+GRAFT_WUR graft_status_t graft__mship_quorum_decode(const uint8_t *buf, size_t len,
+                                                    graft_quorum_t **q_p);
+GRAFT_WUR graft_status_t graft__mship_quorum_copy(const graft_quorum_t *src, graft_quorum_t **dst_p);
+
+GRAFT_WUR graft_status_t graft__mship_event_encode(const graft_event_t *ev, uint8_t **buf_p,
+                                                   size_t *len_p);
+GRAFT_WUR graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len,
+                                                   graft_event_t *ev_p);
+void graft__mship_event_clear(graft_event_t *ev);
+
+/* -------------------------------------------------- quorum decision --- */
+
+/* A live member as the decision sees it. */
+typedef struct graft__qmember {
+    uint32_t group;
+    uint32_t rank;
+    uint64_t incarnation;
+} graft__qmember_t;
+
+typedef struct graft__qinput {
+    const graft__qmember_t *members; /* live member records */
+    size_t n_members;
+    const graft__ready_t *ready;     /* ready records, any round */
+    size_t n_ready;
+    uint32_t ranks_per_group;
+    uint32_t min_groups;
+    uint64_t round;        /* the round to decide */
+    bool deadline_passed;  /* the join timeout of the deciding rank passed */
+    const graft_quorum_t *prev; /* latest formed quorum, or NULL */
+    uint64_t now_unix_ms;
+} graft__qinput_t;
+
+typedef enum graft__qaction {
+    GRAFT__QUORUM_WAIT,  /* some live group is not ready yet */
+    GRAFT__QUORUM_FORM,  /* *q_p holds the quorum to write */
+    GRAFT__QUORUM_SHORT  /* the join timeout passed with fewer than min_groups */
+} graft__qaction_t;
+
+typedef struct graft__qdecision {
+    graft__qaction_t action;
+    size_t n_live_groups;
+    size_t n_ready_groups;
+    /* The rank whose ready record completed the set (highest mod_revision
+     * among the included groups): it forms the quorum first, the others
+     * only after a grace period, so the common case costs one transaction. */
+    uint32_t last_group;
+    uint32_t last_rank;
+} graft__qdecision_t;
+
+/* Pure: no I/O, no clock. Allocates *q_p for GRAFT__QUORUM_FORM. */
+GRAFT_WUR graft_status_t graft__quorum_decide(const graft__qinput_t *in,
+                                              graft__qdecision_t *decision_p,
+                                              graft_quorum_t **q_p);
+
+/* XXH3 of the sorted (group, rank, incarnation) of the given groups' members. */
+uint64_t graft__quorum_members_hash(const graft__qmember_t *members, size_t n_members,
+                                    const uint32_t *groups, size_t n_groups);
+
+/* --------------------------------------------------------------- handle --- */
+
+typedef struct graft__mblob {
+    uint64_t id;
+    uint8_t *data;
+    size_t len;
+} graft__mblob_t;
+
+/* The watch-driven view. Protected by graft_membership.mu. */
+typedef struct graft__mview {
+    uint64_t version;
+    int64_t revision;
+    graft_member_t *members; /* sorted by (group, rank) */
+    size_t n_members;
+    graft__ready_t *ready;
+    size_t n_ready;
+    graft__vote_t *votes;
+    size_t n_votes;
+    graft_quorum_t *quorum; /* latest quorum record, or NULL */
+    int64_t quorum_mod;     /* its mod_revision; 0 when absent */
+    graft__mblob_t *blobs;
+    size_t n_blobs;
+    uint64_t event_seq; /* last sequence in eventseq */
+    int64_t eventseq_mod;
+    uint64_t malformed;
+    uint64_t resyncs;
+} graft__mview_t;
+
+struct graft_membership {
+    graft_membership_config_t cfg; /* strings below are owned copies */
+    char *job;
+    char *host;
+    char *transfer_address;
+    char *prefix; /* "/graft/<job>/" */
+    graft_etcd_t *ops; /* requests of the calling threads and the view's watch */
+    graft_etcd_t *ka;  /* keep-alive and re-join, so a slow request never delays renewal */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool mu_init;
+    graft__mview_t view;
+
+    /* Identity, under mu. */
+    int64_t lease;
+    uint64_t incarnation;
+    graft_member_state_t state;
+    uint64_t committed_step;
+    uint64_t joined_unix_ms;
+    bool joined;
+    bool left;
+    bool lease_lost_pending; /* report GRAFT_ELEASE once from the next call */
+    uint64_t last_round;
+    uint64_t last_id;
+
+    pthread_t ka_thread;
+    pthread_t view_thread;
+    bool ka_started;
+    bool view_started;
+    atomic_bool stop;
+    graft_etcd_watch_t *watch;
+
+    atomic_uint_fast64_t n_requests;
+    atomic_uint_fast64_t n_keepalives;
+    atomic_uint_fast64_t n_watch_events;
+    atomic_uint_fast64_t n_lease_losses;
+    atomic_uint_fast64_t n_quorum_txns;
+    atomic_uint_fast64_t n_quorum_conflicts;
+    atomic_uint_fast64_t n_etcd_errors;
+};
+
+/* Count one etcd request of the handle. */
+#define GRAFT__MSHIP_REQ(m) atomic_fetch_add(&(m)->n_requests, 1)
+
+/* Key of this job: prefix + printf-formatted rest; NULL on ENOMEM. */
+char *graft__mship_key(const graft_membership_t *m, const char *fmt, ...) GRAFT_PRINTF(2, 3);
+
+/* Absolute CLOCK_REALTIME deadline for pthread_cond_timedwait. */
+void graft__mship_deadline(struct timespec *ts, uint64_t wait_ns);
+
+/* Free the view's contents. */
+void graft__mship_view_clear(graft__mview_t *v);
+
+/* Append an event; best effort for callers inside the module (logged). */
+GRAFT_WUR graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev);
+
+/* Note that the lease is gone (under no lock). */
+void graft__mship_lease_failed(graft_membership_t *m, graft_status_t why);
+
+#endif /* GRAFT_MEMBERSHIP_INTERNAL_H */

@@ -1,0 +1,602 @@
+/*
+ * Quorum rounds, commit votes and blob slots. The decision itself is the
+ * pure graft__quorum_decide(); this file announces, waits on the view and
+ * runs the compare-and-swap that makes exactly one record per round.
+ */
+#include "membership_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* How long a rank that did not complete the ready set waits before it
+ * competes with the rank that did (see graft__qdecision_t). */
+#define FORM_GRACE_NS 50000000ull
+#define RETRY_FIRST_NS 50000000ull
+#define RETRY_MAX_NS 1000000000ull
+
+/* Outcome of a check of the lease at the start of a call. */
+static graft_status_t check_joined(graft_membership_t *m, int64_t *lease_p, uint64_t *inc_p)
+{
+    graft_status_t st = GRAFT_OK;
+    pthread_mutex_lock(&m->mu);
+    if (m->cfg.observer || m->left) {
+        st = GRAFT_ESTATE;
+    } else if (m->lease_lost_pending) {
+        /* Reported once; the keep-alive thread is re-joining meanwhile. */
+        m->lease_lost_pending = false;
+        m->last_id = 0;
+        st = GRAFT_ELEASE;
+    } else if (!m->joined) {
+        st = GRAFT_ELEASE;
+    } else {
+        *lease_p = m->lease;
+        *inc_p = m->incarnation;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+/*
+ * Put a record on the rank's lease, retrying with backoff until the
+ * deadline while etcd cannot be reached. An unknown lease means it expired
+ * or was revoked: that is reported, never papered over.
+ */
+static graft_status_t put_retry(graft_membership_t *m, const char *key, const uint8_t *buf,
+                                size_t len, int64_t lease, uint64_t deadline_ns, const char *what)
+{
+    uint64_t backoff = RETRY_FIRST_NS;
+    bool warned = false;
+    for (;;) {
+        GRAFT__MSHIP_REQ(m);
+        graft_status_t st = graft_etcd_put(m->ops, key, buf, len, lease, NULL, NULL);
+        if (st == GRAFT_OK) {
+            if (warned)
+                GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: %s written after retrying", m->job, what);
+            return GRAFT_OK;
+        }
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        if (st == GRAFT_ENOTFOUND) {
+            graft__mship_lease_failed(m, st);
+            return GRAFT_ELEASE;
+        }
+        if (graft_status_class(st) != GRAFT_CLASS_JOB || st == GRAFT_ETOOLARGE) {
+            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot write %s: %s", m->job, what,
+                        graft_status_string(st));
+            return st;
+        }
+        uint64_t now = graft__now_ns();
+        if (now >= deadline_ns) {
+            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+                        ": gave up writing %s: %s", m->job, m->cfg.group, m->cfg.rank, what,
+                        graft_status_string(st));
+            return st;
+        }
+        if (!warned)
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+                       ": cannot write %s: %s; retrying with backoff", m->job, m->cfg.group,
+                       m->cfg.rank, what, graft_status_string(st));
+        warned = true;
+        graft__sleep_ns(GRAFT_MIN(backoff, deadline_ns - now));
+        backoff = GRAFT_MIN(backoff * 2, RETRY_MAX_NS);
+    }
+}
+
+static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t committed,
+                               uint64_t deadline_ns)
+{
+    int64_t lease = 0;
+    uint64_t inc = 0;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = NULL;
+    graft_status_t st = check_joined(m, &lease, &inc);
+    if (st != GRAFT_OK)
+        return st;
+    graft__ready_t r = {m->cfg.group, m->cfg.rank, inc, round, committed,
+                        graft__wall_ns() / 1000000u, 0};
+    st = graft__mship_ready_encode(&r, &buf, &len);
+    if (st != GRAFT_OK)
+        goto out;
+    key = graft__mship_key(m, "ready/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
+    if (key == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    st = put_retry(m, key, buf, len, lease, deadline_ns, "ready record");
+out:
+    graft_free(key);
+    graft_free(buf);
+    return st;
+}
+
+static bool has_group(const graft_quorum_t *q, uint32_t g)
+{
+    for (size_t i = 0; i < q->n_members; i++)
+        if (q->members[i] == g)
+            return true;
+    return false;
+}
+
+/* Build the caller's copy of a quorum that includes its group. */
+static graft_status_t result_for_me(graft_membership_t *m, const graft_quorum_t *q,
+                                    graft_quorum_t **out_p)
+{
+    graft_quorum_t *out = NULL;
+    graft_status_t st = graft__mship_quorum_copy(q, &out);
+    if (st != GRAFT_OK)
+        return st;
+    for (size_t i = 0; i < out->n_members; i++)
+        if (out->members[i] == m->cfg.group)
+            out->replica_rank = (uint32_t)i;
+    out->replica_world = (uint32_t)out->n_members;
+    for (size_t i = 0; i < out->n_recoveries; i++)
+        if (out->recoveries[i].recipient == m->cfg.group)
+            out->must_recover = true;
+    out->id_changed = out->id != m->last_id;
+    m->last_id = out->id;
+    m->last_round = GRAFT_MAX(m->last_round, out->round);
+    *out_p = out;
+    return GRAFT_OK;
+}
+
+/* Copy the view's member and ready records into the decision's input.
+ * Called with m->mu held. */
+static graft_status_t snapshot_input(graft_membership_t *m, graft__qmember_t **mem_p,
+                                     graft__ready_t **ready_p)
+{
+    const graft__mview_t *v = &m->view;
+    graft__qmember_t *mem = graft__malloc((v->n_members + 1) * sizeof(*mem));
+    graft__ready_t *ready = graft__malloc((v->n_ready + 1) * sizeof(*ready));
+    if (mem == NULL || ready == NULL) {
+        graft_free(mem);
+        graft_free(ready);
+        return GRAFT_ENOMEM;
+    }
+    for (size_t i = 0; i < v->n_members; i++)
+        mem[i] = (graft__qmember_t){v->members[i].group, v->members[i].rank,
+                                    v->members[i].incarnation};
+    if (v->n_ready > 0)
+        memcpy(ready, v->ready, v->n_ready * sizeof(*ready));
+    *mem_p = mem;
+    *ready_p = ready;
+    return GRAFT_OK;
+}
+
+/* Record a formation in the job's history when it matters to an operator:
+ * a new member set or groups to recover. Steady-state rounds are not
+ * logged, so the bounded history is not flushed by one event per step. */
+static void formation_events(graft_membership_t *m, const graft_quorum_t *q, bool new_id)
+{
+    if (!new_id && q->n_recoveries == 0)
+        return;
+    graft_event_t ev = {0};
+    ev.kind = GRAFT_EVENT_QUORUM_FORMED;
+    ev.group = m->cfg.group;
+    ev.rank = m->cfg.rank;
+    ev.quorum_id = q->id;
+    ev.round = q->round;
+    ev.step = q->step;
+    ev.members = q->members;
+    ev.n_members = q->n_members;
+    ev.duration_us = q->duration_us;
+    ev.ok = true;
+    ev.detail = (char *)(new_id ? "new member set" : "same member set");
+    if (graft__mship_event_put(m, &ev) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "quorum event not recorded");
+    for (size_t i = 0; i < q->n_recoveries; i++) {
+        char detail[64];
+        graft_event_t rev = ev;
+        rev.kind = GRAFT_EVENT_RECOVERY_ASSIGNED;
+        rev.group = q->recoveries[i].recipient;
+        rev.rank = 0;
+        rev.members = q->recoveries[i].donors;
+        rev.n_members = q->recoveries[i].n_donors;
+        snprintf(detail, sizeof(detail), "recipient %" PRIu32 ", primary donor %" PRIu32,
+                 q->recoveries[i].recipient, q->recoveries[i].donors[0]);
+        rev.detail = detail;
+        if (graft__mship_event_put(m, &rev) != GRAFT_OK)
+            GRAFT_DEBUG(GRAFT_MSHIP_MOD, "recovery event not recorded");
+    }
+}
+
+/*
+ * The compare-and-swap: write the quorum only if the quorum key is still at
+ * the revision the decision was based on. The failure branch reads the key,
+ * so a loser learns the winner's record in the same request.
+ */
+static graft_status_t form_cas(graft_membership_t *m, graft_quorum_t *q, int64_t expect_mod,
+                               bool *won_p, graft_quorum_t **current_p)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = graft__mship_key(m, "quorum");
+    graft_etcd_txn_result_t res = {0};
+    graft_status_t st;
+    *current_p = NULL;
+    if (key == NULL)
+        return GRAFT_ENOMEM;
+    st = graft__mship_quorum_encode(q, &buf, &len);
+    if (st != GRAFT_OK)
+        goto out;
+    graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_MOD, GRAFT_ETCD_CMP_EQUAL, expect_mod, NULL, 0};
+    graft_etcd_op_t put = {GRAFT_ETCD_OP_PUT, key, buf, len, 0, false};
+    graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, key, NULL, 0, 0, false};
+    atomic_fetch_add(&m->n_quorum_txns, 1);
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_txn(m->ops, &cmp, 1, &put, 1, &get, 1, &res);
+    if (st != GRAFT_OK) {
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        goto out;
+    }
+    *won_p = res.succeeded;
+    if (!res.succeeded) {
+        atomic_fetch_add(&m->n_quorum_conflicts, 1);
+        if (res.n_ranges == 1 && res.ranges[0].n_kvs == 1) {
+            const graft_etcd_kv_t *kv = &res.ranges[0].kvs[0];
+            graft_status_t dst = graft__mship_quorum_decode(kv->value, kv->value_len, current_p);
+            if (dst == GRAFT_ENOMEM)
+                st = dst;
+            /* Garbage in the key is reported by the view, which also
+             * learns its mod_revision so the next attempt can replace it. */
+        }
+    }
+out:
+    graft_etcd_txn_result_clear(&res);
+    graft_free(buf);
+    graft_free(key);
+    return st;
+}
+
+graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t committed_step,
+                                            uint32_t timeout_ms, graft_quorum_t **quorum_p)
+{
+    graft_status_t st;
+    int64_t lease;
+    uint64_t inc;
+    if (m == NULL || quorum_p == NULL)
+        return GRAFT_EINVAL;
+    st = check_joined(m, &lease, &inc);
+    if (st != GRAFT_OK)
+        return st;
+    uint64_t t0 = graft__now_ns();
+    uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t join_ns = (uint64_t)m->cfg.join_timeout_ms * 1000000ull;
+
+    pthread_mutex_lock(&m->mu);
+    uint64_t round = GRAFT_MAX(m->last_round, m->view.quorum != NULL ? m->view.quorum->round : 0) + 1;
+    pthread_mutex_unlock(&m->mu);
+    st = announce(m, round, committed_step, deadline);
+    if (st != GRAFT_OK)
+        return st;
+    uint64_t announced = graft__now_ns();
+    uint64_t complete_since = 0;
+
+    for (;;) {
+        graft__qmember_t *mem = NULL;
+        graft__ready_t *ready = NULL;
+        graft_quorum_t *formed = NULL;
+        graft__qdecision_t d;
+        uint64_t now = graft__now_ns();
+
+        pthread_mutex_lock(&m->mu);
+        if (m->lease_lost_pending || !m->joined || m->left) {
+            pthread_mutex_unlock(&m->mu);
+            return check_joined(m, &lease, &inc);
+        }
+        const graft_quorum_t *cur = m->view.quorum;
+        if (cur != NULL && cur->round >= round) {
+            if (cur->round == round && has_group(cur, m->cfg.group)) {
+                st = result_for_me(m, cur, quorum_p);
+                pthread_mutex_unlock(&m->mu);
+                return st;
+            }
+            /* The round formed without this group (it was late, or hung):
+             * announce for the next one and come back as a recipient. */
+            uint64_t next = cur->round + 1;
+            pthread_mutex_unlock(&m->mu);
+            GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 ": round %" PRIu64
+                       " formed without this group; announcing for round %" PRIu64, m->job,
+                       m->cfg.group, round, next);
+            round = next;
+            st = announce(m, round, committed_step, deadline);
+            if (st != GRAFT_OK)
+                return st;
+            announced = graft__now_ns();
+            complete_since = 0;
+            continue;
+        }
+        st = snapshot_input(m, &mem, &ready);
+        graft__qinput_t in = {mem, m->view.n_members, ready, m->view.n_ready,
+                              m->cfg.ranks_per_group, m->cfg.min_groups, round,
+                              now >= announced + join_ns, m->view.quorum,
+                              graft__wall_ns() / 1000000u};
+        if (st == GRAFT_OK)
+            st = graft__quorum_decide(&in, &d, &formed);
+        int64_t quorum_mod = m->view.quorum_mod;
+        uint64_t version = m->view.version;
+        bool prev_known = m->view.quorum != NULL;
+        uint64_t prev_id = prev_known ? m->view.quorum->id : 0;
+        pthread_mutex_unlock(&m->mu);
+        graft_free(mem);
+        graft_free(ready);
+        if (st != GRAFT_OK)
+            return st;
+
+        uint64_t wake = GRAFT_MIN(deadline, announced + join_ns);
+        if (d.action == GRAFT__QUORUM_SHORT) {
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s round %" PRIu64 ": only %zu of %zu live groups "
+                       "ready after the join timeout, %" PRIu32 " needed: no quorum",
+                       m->job, round, d.n_ready_groups, d.n_live_groups, m->cfg.min_groups);
+            return GRAFT_ENOQUORUM;
+        }
+        if (d.action == GRAFT__QUORUM_FORM) {
+            if (complete_since == 0)
+                complete_since = now;
+            bool first = (d.last_group == m->cfg.group && d.last_rank == m->cfg.rank) ||
+                         in.deadline_passed;
+            if (first || now >= complete_since + FORM_GRACE_NS) {
+                bool won = false;
+                graft_quorum_t *current = NULL;
+                formed->duration_us = (graft__now_ns() - announced) / 1000u;
+                st = form_cas(m, formed, quorum_mod, &won, &current);
+                if (st == GRAFT_OK && won) {
+                    GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
+                                " with %zu groups", m->job, formed->round, formed->id,
+                                formed->n_members);
+                    pthread_mutex_lock(&m->mu);
+                    st = result_for_me(m, formed, quorum_p);
+                    pthread_mutex_unlock(&m->mu);
+                    if (st == GRAFT_OK)
+                        formation_events(m, formed, !prev_known || prev_id != formed->id);
+                    graft_membership_quorum_free(formed);
+                    graft_membership_quorum_free(current);
+                    return st;
+                }
+                graft_membership_quorum_free(formed);
+                if (st == GRAFT_OK && current != NULL && current->round == round &&
+                    has_group(current, m->cfg.group)) {
+                    pthread_mutex_lock(&m->mu);
+                    st = result_for_me(m, current, quorum_p);
+                    pthread_mutex_unlock(&m->mu);
+                    graft_membership_quorum_free(current);
+                    return st;
+                }
+                graft_membership_quorum_free(current);
+                if (st != GRAFT_OK && st != GRAFT_ENOMEM)
+                    GRAFT_DEBUG(GRAFT_MSHIP_MOD, "formation attempt failed: %s",
+                                graft_status_string(st));
+                if (st == GRAFT_ENOMEM)
+                    return st;
+                /* Lost the race (or etcd failed): wait for the view to show
+                 * the winner's record rather than retrying blindly. */
+                wake = GRAFT_MIN(deadline, graft__now_ns() + 200000000ull);
+            } else {
+                graft_membership_quorum_free(formed);
+                wake = GRAFT_MIN(wake, complete_since + FORM_GRACE_NS);
+            }
+        } else {
+            complete_since = 0;
+        }
+        if (graft__now_ns() >= deadline) {
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+                       ": no quorum for round %" PRIu64 " within %" PRIu32 " ms", m->job,
+                       m->cfg.group, m->cfg.rank, round, timeout_ms);
+            return GRAFT_ETIMEOUT;
+        }
+        struct timespec ts;
+        uint64_t nowns = graft__now_ns();
+        graft__mship_deadline(&ts, wake > nowns ? wake - nowns : 1000000ull);
+        pthread_mutex_lock(&m->mu);
+        while (m->view.version == version && !m->lease_lost_pending) {
+            if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
+                break;
+        }
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+graft_status_t graft_membership_quorum_latest(graft_membership_t *m, graft_quorum_t **quorum_p)
+{
+    if (m == NULL || quorum_p == NULL)
+        return GRAFT_EINVAL;
+    graft_status_t st = GRAFT_ENOTFOUND;
+    pthread_mutex_lock(&m->mu);
+    if (m->view.quorum != NULL)
+        st = graft__mship_quorum_copy(m->view.quorum, quorum_p);
+    pthread_mutex_unlock(&m->mu);
+    if (st == GRAFT_OK) {
+        (*quorum_p)->replica_rank = 0;
+        (*quorum_p)->replica_world = (uint32_t)(*quorum_p)->n_members;
+        (*quorum_p)->must_recover = false;
+        (*quorum_p)->id_changed = false;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------- voting --- */
+
+graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_quorum_t *q,
+                                            bool ok, const char *reason, uint32_t timeout_ms,
+                                            bool *decision_p)
+{
+    int64_t lease;
+    uint64_t inc;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = NULL;
+    graft_status_t st;
+    if (m == NULL || q == NULL || decision_p == NULL || q->id == 0 || q->round == 0)
+        return GRAFT_EINVAL;
+    *decision_p = false;
+    st = check_joined(m, &lease, &inc);
+    if (st != GRAFT_OK)
+        return st;
+    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    graft__vote_t v = {0};
+    v.group = m->cfg.group;
+    v.rank = m->cfg.rank;
+    v.incarnation = inc;
+    v.quorum_id = q->id;
+    v.round = q->round;
+    v.step = q->step;
+    v.ok = ok;
+    snprintf(v.reason, sizeof(v.reason), "%s", reason != NULL ? reason : "");
+    st = graft__mship_vote_encode(&v, &buf, &len);
+    if (st != GRAFT_OK)
+        goto out;
+    key = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
+    if (key == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    st = put_retry(m, key, buf, len, lease, deadline, "commit vote");
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " cannot commit step %" PRIu64
+                    ": vote not recorded (%s)", m->job, m->cfg.group, q->step,
+                    graft_status_string(st));
+        goto out;
+    }
+
+    /* The decision is the AND of the group's votes for this round; it can
+     * be no early (someone voted no) but yes only once all R have voted. */
+    uint32_t R = m->cfg.ranks_per_group;
+    bool decided = false, decision = false;
+    char why[160] = "";
+    struct timespec ts;
+    graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        uint32_t have = 0;
+        bool any_no = false;
+        for (size_t i = 0; i < m->view.n_votes; i++) {
+            const graft__vote_t *x = &m->view.votes[i];
+            if (x->group != m->cfg.group || x->round != q->round || x->quorum_id != q->id ||
+                x->rank >= R)
+                continue;
+            have++;
+            if (!x->ok) {
+                any_no = true;
+                snprintf(why, sizeof(why), "rank %" PRIu32 " voted no: %s", x->rank, x->reason);
+            }
+        }
+        if (any_no || have == R) {
+            decided = true;
+            decision = !any_no;
+            break;
+        }
+        if (m->lease_lost_pending || !m->joined)
+            break;
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) {
+            snprintf(why, sizeof(why), "%" PRIu32 " of %" PRIu32 " votes by the timeout", have, R);
+            break;
+        }
+    }
+    bool lost = m->lease_lost_pending || !m->joined;
+    pthread_mutex_unlock(&m->mu);
+    if (!decided && lost) {
+        st = check_joined(m, &lease, &inc);
+        if (st == GRAFT_OK)
+            st = GRAFT_ELEASE;
+        goto out;
+    }
+    *decision_p = decision;
+    if (!decision) {
+        GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " step %" PRIu64 ": commit vote "
+                   "failed (%s)", m->job, m->cfg.group, q->step, why);
+        if (m->cfg.rank == 0) {
+            graft_event_t ev = {0};
+            ev.kind = GRAFT_EVENT_VOTE_RESULT;
+            ev.group = m->cfg.group;
+            ev.incarnation = inc;
+            ev.quorum_id = q->id;
+            ev.round = q->round;
+            ev.step = q->step;
+            ev.ok = false;
+            ev.detail = why;
+            if (graft__mship_event_put(m, &ev) != GRAFT_OK)
+                GRAFT_DEBUG(GRAFT_MSHIP_MOD, "vote event not recorded");
+        }
+    }
+out:
+    graft_free(key);
+    graft_free(buf);
+    return st;
+}
+
+/* --------------------------------------------------------------- blobs --- */
+
+graft_status_t graft_membership_blob_put(graft_membership_t *m, uint64_t quorum_id,
+                                         const void *data, size_t len)
+{
+    graft_status_t st = GRAFT_OK;
+    graft_etcd_txn_result_t res = {0};
+    char *key = NULL, *old = NULL;
+    if (m == NULL || quorum_id == 0 || (data == NULL && len > 0) || len > GRAFT_MSHIP_BLOB_MAX)
+        return GRAFT_EINVAL;
+    key = graft__mship_key(m, "blob/%020" PRIu64, quorum_id);
+    old = graft__mship_key(m, "blob/%020" PRIu64, quorum_id > 4 ? quorum_id - 4 : 0);
+    if (key == NULL || old == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    /* First writer wins; the slot of an id four epochs back goes, so the
+     * keys stay bounded without a collector. */
+    graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0, NULL, 0};
+    graft_etcd_op_t ops[2] = {{GRAFT_ETCD_OP_PUT, key, data, len, 0, false},
+                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_txn(m->ops, &cmp, 1, ops, quorum_id > 4 ? 2 : 1, NULL, 0, &res);
+    if (st != GRAFT_OK) {
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot publish blob of quorum %" PRIu64 ": %s",
+                    m->job, quorum_id, graft_status_string(st));
+        goto out;
+    }
+    if (!res.succeeded)
+        st = GRAFT_EEXIST;
+out:
+    graft_etcd_txn_result_clear(&res);
+    graft_free(old);
+    graft_free(key);
+    return st;
+}
+
+graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64_t quorum_id,
+                                         uint32_t timeout_ms, void **data_p, size_t *len_p)
+{
+    if (m == NULL || data_p == NULL || len_p == NULL || quorum_id == 0)
+        return GRAFT_EINVAL;
+    struct timespec ts;
+    graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
+    graft_status_t st = GRAFT_ETIMEOUT;
+    bool timed_out = false;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        const graft__mblob_t *b = NULL;
+        for (size_t i = 0; i < m->view.n_blobs; i++)
+            if (m->view.blobs[i].id == quorum_id)
+                b = &m->view.blobs[i];
+        if (b != NULL) {
+            void *copy = graft__malloc(b->len);
+            if (copy == NULL) {
+                st = GRAFT_ENOMEM;
+                break;
+            }
+            if (b->len > 0)
+                memcpy(copy, b->data, b->len);
+            *data_p = copy;
+            *len_p = b->len;
+            st = GRAFT_OK;
+            break;
+        }
+        if (timed_out)
+            break;
+        /* Look once more after a timeout: the blob may have arrived with it. */
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
+            timed_out = true;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
