@@ -107,6 +107,7 @@ void graft_sim_params_default(graft_sim_params_t *params_p)
         .spawn_seconds = 60.0,
         .quorum_seconds = 2.0,
         .donor_timeout_seconds = 5.0,
+        .link_faults_per_hour = 0.01,
         .checkpoint_seconds = 30.0,
         .restart_seconds = 600.0,
         .horizon_days = 54.0,
@@ -170,6 +171,8 @@ graft_status_t graft_sim_params_check(const graft_sim_params_t *params, char *er
     SIM_CHECK(sim_check_double("spawn_seconds", p->spawn_seconds, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("quorum_seconds", p->quorum_seconds, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("donor_timeout_seconds", p->donor_timeout_seconds, 0, 0, big, err,
+                               errlen));
+    SIM_CHECK(sim_check_double("link_faults_per_hour", p->link_faults_per_hour, 0, 0, 1e6, err,
                                errlen));
     SIM_CHECK(
         sim_check_double("checkpoint_seconds", p->checkpoint_seconds, 0, 0, big, err, errlen));
@@ -282,6 +285,7 @@ typedef struct sim_run {
     double interval;
     sim_rng_t fail_rng;   /* failure times, kinds and victims */
     sim_rng_t choice_rng; /* donor choices */
+    sim_rng_t link_rng;   /* transient faults of donor links */
 
     double t, horizon;
     enum sim_mode mode;
@@ -295,7 +299,7 @@ typedef struct sim_run {
 
     double checkpoint_time, rework, downtime;
     double failures, disasters, disk_restarts, p2p_recoveries, transfer_restarts,
-        donor_losses;
+        donor_losses, link_faults;
 } sim_run_t;
 
 static void sim_disk_restart(sim_run_t *r)
@@ -394,37 +398,83 @@ static void sim_heal_remove(sim_run_t *r, int i)
     r->nheals--;
 }
 
+/* Heal @h loses its donor at index @k (the donor died, or its link failed). */
+static void sim_heal_drop_donor(sim_run_t *r, sim_heal_t *h, int k)
+{
+    r->donor_losses += 1;
+    if (r->strategy == GRAFT_SIM_P2P_SINGLE) {
+        /* Nothing received is kept: after the timeout and a new quorum the
+         * pull starts from zero with another donor. */
+        r->transfer_restarts += 1;
+        h->phase = SIM_SETUP;
+        h->phase_end = r->t + r->p->donor_timeout_seconds + r->p->quorum_seconds;
+        h->gb_left = r->p->state_gb;
+        h->ndonors = 0;
+        return;
+    }
+    h->donors[k] = h->donors[--h->ndonors];
+    /* Verified chunks already received are kept; the lost donor's stripes go
+     * to a replacement once the loss is noticed. */
+    h->npending++;
+    if (isinf(h->pending_at)) {
+        h->pending_at = r->t + r->p->donor_timeout_seconds;
+    }
+}
+
 /* A healthy group @g that serves other heals has died: those pulls lose it. */
 static void sim_donor_lost(sim_run_t *r, int g)
 {
     for (int i = 0; i < r->nheals; i++) {
         sim_heal_t *h = &r->heals[i];
-        if (h->phase != SIM_PULL || !sim_is_donor_of(h, g)) {
+        if (h->phase != SIM_PULL) {
             continue;
         }
-        r->donor_losses += 1;
-        if (r->strategy == GRAFT_SIM_P2P_SINGLE) {
-            /* Nothing received is kept: after the timeout and a new quorum
-             * the pull starts from zero with another donor. */
-            r->transfer_restarts += 1;
-            h->phase = SIM_SETUP;
-            h->phase_end = r->t + r->p->donor_timeout_seconds + r->p->quorum_seconds;
-            h->gb_left = r->p->state_gb;
-            h->ndonors = 0;
-        } else {
-            for (int k = 0; k < h->ndonors; k++) {
-                if (h->donors[k] == g) {
-                    h->donors[k] = h->donors[--h->ndonors];
-                    break;
-                }
-            }
-            /* Verified chunks already received are kept; the lost donor's
-             * stripes go to a replacement once its failure is noticed. */
-            h->npending++;
-            if (isinf(h->pending_at)) {
-                h->pending_at = r->t + r->p->donor_timeout_seconds;
+        for (int k = 0; k < h->ndonors; k++) {
+            if (h->donors[k] == g) {
+                sim_heal_drop_donor(r, h, k);
+                break;
             }
         }
+    }
+}
+
+/* Rate of transient link faults: every rank of a recipient pulls over its
+ * own link from each of its donors. */
+static double sim_link_fault_rate(const sim_run_t *r)
+{
+    double links = 0;
+    for (int i = 0; i < r->nheals; i++) {
+        if (r->heals[i].phase == SIM_PULL) {
+            links += r->heals[i].ndonors;
+        }
+    }
+    return links * r->p->gpus_per_group * r->p->link_faults_per_hour / 3600.0;
+}
+
+/* One rank's link to one donor failed; the donor group itself is fine. The
+ * group's pull is as slow as its slowest rank, so for a single donor this
+ * restarts the group's pull; for striped pulls that donor's share moves. */
+static void sim_link_fault(sim_run_t *r)
+{
+    int links = 0;
+    for (int i = 0; i < r->nheals; i++) {
+        if (r->heals[i].phase == SIM_PULL) {
+            links += r->heals[i].ndonors;
+        }
+    }
+    assert(links > 0);
+    int pick = sim_rng_below(&r->link_rng, links);
+    r->link_faults += 1;
+    for (int i = 0; i < r->nheals; i++) {
+        sim_heal_t *h = &r->heals[i];
+        if (h->phase != SIM_PULL) {
+            continue;
+        }
+        if (pick < h->ndonors) {
+            sim_heal_drop_donor(r, h, pick);
+            return;
+        }
+        pick -= h->ndonors;
     }
 }
 
@@ -555,14 +605,24 @@ static void sim_run_once(sim_run_t *r)
             }
             break;
         }
-        double t_next = fmin(fmin(t_int, t_fail), r->horizon);
+        /* Link faults only matter while pulls run; their rate changes with
+         * the pulls, and redrawing the next one at every event is exact for
+         * a memoryless process. */
+        double link_rate = r->mode == SIM_HEALING ? sim_link_fault_rate(r) : 0;
+        double t_link = link_rate > 0 ? r->t + sim_rng_exp(&r->link_rng, 1.0 / link_rate)
+                                      : INFINITY;
+        double t_next = fmin(fmin(fmin(t_int, t_fail), t_link), r->horizon);
         sim_advance(r, t_next);
         if (t_next >= r->horizon) {
             break;
         }
-        if (t_fail <= t_int) {
+        if (t_fail <= t_int && t_fail <= t_link) {
             sim_fail(r);
             t_fail = r->t + sim_rng_exp(&r->fail_rng, job_mtbf);
+            continue;
+        }
+        if (t_link <= t_int) {
+            sim_link_fault(r);
             continue;
         }
         switch (r->mode) {
@@ -653,6 +713,7 @@ graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
         r.next_ckpt_work = interval_seconds;
         sim_rng_seed(&r.fail_rng, seed, (uint64_t)run, 1);
         sim_rng_seed(&r.choice_rng, seed, (uint64_t)run, 2);
+        sim_rng_seed(&r.link_rng, seed, (uint64_t)run, 3);
         sim_run_once(&r);
 
         goodputs[run] = r.work / horizon;
@@ -666,6 +727,7 @@ graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
         res.p2p_recoveries += r.p2p_recoveries;
         res.transfer_restarts += r.transfer_restarts;
         res.donor_losses += r.donor_losses;
+        res.link_faults += r.link_faults;
     }
     double n = params->runs;
     res.goodput /= n;
@@ -678,6 +740,7 @@ graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
     res.p2p_recoveries /= n;
     res.transfer_restarts /= n;
     res.donor_losses /= n;
+    res.link_faults /= n;
     if (params->runs > 1) {
         double ss = 0;
         for (int run = 0; run < params->runs; run++) {

@@ -43,7 +43,8 @@ typedef struct graft_sim_params {
     double detect_seconds;        /**< failure to detection (lease expiry, watchdog) */
     double spawn_seconds;         /**< a replacement group on a spare is up and initialised */
     double quorum_seconds;        /**< forming the new quorum */
-    double donor_timeout_seconds; /**< a donor's death to its stripes being reassigned */
+    double donor_timeout_seconds; /**< a donor's loss to its stripes being reassigned */
+    double link_faults_per_hour;  /**< transient faults of one rank's link to one donor while it serves */
     double checkpoint_seconds;    /**< blocking part of one persistent checkpoint (C) */
     double restart_seconds;       /**< whole-job restart from disk after detection (R) */
     double horizon_days;          /**< simulated time per run */
@@ -63,7 +64,8 @@ typedef struct graft_sim_result {
     double disk_restarts;     /**< restarts from the persistent tier per run */
     double p2p_recoveries;    /**< groups healed from donors per run */
     double transfer_restarts; /**< single-donor pulls that started again from zero, per run */
-    double donor_losses;      /**< donors lost in the middle of a pull, per run */
+    double donor_losses;      /**< donors lost in the middle of a pull (death or link fault), per run */
+    double link_faults;       /**< transient donor-link faults during pulls, per run */
 } graft_sim_result_t;
 
 /** The numerical optimum of one strategy and its closed-form comparison. */

@@ -35,6 +35,7 @@ static const sim_param_desc_t sim_param_table[] = {
     SIM_D(spawn_seconds, "replacement group up on a spare, seconds"),
     SIM_D(quorum_seconds, "forming a new quorum, seconds"),
     SIM_D(donor_timeout_seconds, "a donor's death to its stripes being reassigned, seconds"),
+    SIM_D(link_faults_per_hour, "transient faults per hour of one rank's link to a serving donor"),
     SIM_D(checkpoint_seconds, "blocking part of one persistent checkpoint (C), seconds"),
     SIM_D(restart_seconds, "whole-job restart from disk after detection (R), seconds"),
     SIM_D(horizon_days, "simulated time per run, days"),

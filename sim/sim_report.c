@@ -109,14 +109,14 @@ static json_t *sim_json_real(double v)
 
 static json_t *sim_json_result(const graft_sim_result_t *r)
 {
-    return json_pack("{s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+    return json_pack("{s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
                      "interval_seconds", sim_json_real(r->interval_seconds), "goodput",
                      r->goodput, "goodput_stddev", r->goodput_stddev, "checkpoint_frac",
                      r->checkpoint_frac, "rework_frac", r->rework_frac, "downtime_frac",
                      r->downtime_frac, "failures", r->failures, "disasters", r->disasters,
                      "disk_restarts", r->disk_restarts, "p2p_recoveries", r->p2p_recoveries,
                      "transfer_restarts", r->transfer_restarts, "donor_losses",
-                     r->donor_losses);
+                     r->donor_losses, "link_faults", r->link_faults);
 }
 
 static json_t *sim_json_build(const graft_sim_report_t *report)
@@ -196,7 +196,7 @@ graft_status_t graft_sim_report_write_json(const graft_sim_report_t *report, con
         goto out;
     }
     /* The seed is a string: a 64-bit seed does not survive a double. */
-    if (json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) != 0) {
+    if (json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(15)) != 0) {
         snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         st = GRAFT_EIO;
         goto out;

@@ -1,0 +1,673 @@
+/*
+ * graft-sim model: the discrete-event model against closed forms (no
+ * failures; Daly's exact expectation and Young's first order for
+ * checkpoint-restart; the optimum against Young/Daly; a peer-to-peer
+ * renewal estimate), reproducibility, the ordering of the strategies, the
+ * parameter files and both command lines (in-process and the real binary).
+ *
+ * The simulator links only public headers, so its sources are compiled into
+ * this program directly.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sim/sim_live_stub.c"
+#include "sim/sim_model.c"
+#include "sim/sim_model_cli.c"
+#include "sim/sim_params.c"
+#include "sim/sim_plot.c"
+#include "sim/sim_report.c"
+#include "sim/sim_run_cli.c"
+
+static const char *test_argv0;
+static char test_dir[256];
+
+/* Parameters with every recovery cost explicit, for closed-form checks. */
+static graft_sim_params_t cr_params(double job_mtbf_s, double c, double detect, double restart,
+                                    double horizon_days)
+{
+    graft_sim_params_t p;
+    graft_sim_params_default(&p);
+    p.groups = 1;
+    p.gpus_per_group = 1;
+    p.gpu_mtbf_hours = job_mtbf_s / 3600.0;
+    p.disaster_fraction = 0;
+    p.checkpoint_seconds = c;
+    p.detect_seconds = detect;
+    p.restart_seconds = restart;
+    p.horizon_days = horizon_days;
+    p.runs = 1;
+    return p;
+}
+
+static void check_accounting(const graft_sim_result_t *r)
+{
+    /* Every second of wall time is training kept, a checkpoint, lost work
+     * or downtime. */
+    double sum = r->goodput + r->checkpoint_frac + r->rework_frac + r->downtime_frac;
+    assert_true(fabs(sum - 1.0) < 1e-9);
+}
+
+static void test_no_failures(void **state)
+{
+    (void)state;
+    graft_sim_params_t p = cr_params(1, 10, 5, 100, 100);
+    p.gpu_mtbf_hours = INFINITY;
+    p.groups = 16;
+    for (int s = 0; s < GRAFT_SIM_NSTRATEGIES; s++) {
+        graft_sim_result_t r;
+        assert_int_equal(graft_sim_model_simulate(&p, (graft_sim_strategy_t)s, 1000, 1, &r),
+                         GRAFT_OK);
+        /* goodput = T / (T + C) up to the horizon cutting one interval. */
+        assert_true(fabs(r.goodput - 1000.0 / 1010.0) < 1e-4);
+        assert_true(r.failures == 0 && r.rework_frac == 0 && r.downtime_frac == 0);
+        check_accounting(&r);
+    }
+    /* No checkpoints at all: every second is kept. */
+    graft_sim_result_t r;
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_CHECKPOINT_RESTART, INFINITY, 1, &r),
+                     GRAFT_OK);
+    assert_true(fabs(r.goodput - 1.0) < 1e-12);
+}
+
+static void test_checkpoint_restart_matches_daly(void **state)
+{
+    (void)state;
+    /* M = 1 h, C = 60 s, D + R = 300 s: far from the first-order regime, so
+     * compare with Daly's exact expectation for exponential failures. */
+    graft_sim_params_t p = cr_params(3600, 60, 30, 270, 2000);
+    const double ts[] = {300, 657, 1500, 4000};
+    for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+        graft_sim_result_t r;
+        assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_CHECKPOINT_RESTART, ts[i], 7, &r),
+                         GRAFT_OK);
+        double expect = graft_sim_daly_goodput(ts[i], 60, 300, 3600);
+        print_message("# T=%5.0f simulated %.4f Daly exact %.4f\n", ts[i], r.goodput, expect);
+        assert_true(fabs(r.goodput - expect) < 0.01 * expect);
+        assert_true(r.failures > 40000);
+        assert_true(r.disk_restarts == r.failures);
+        check_accounting(&r);
+    }
+
+    /* First-order regime (C, R << M): waste ~ C/T + (T/2 + R)/M. */
+    graft_sim_params_t q = cr_params(36000, 30, 10, 50, 4000);
+    double t = graft_sim_young_seconds(30, 36000);
+    graft_sim_result_t r;
+    assert_int_equal(graft_sim_model_simulate(&q, GRAFT_SIM_CHECKPOINT_RESTART, t, 3, &r),
+                     GRAFT_OK);
+    double waste_first = 30 / t + (t / 2 + 60) / 36000;
+    double waste_sim = 1 - r.goodput;
+    print_message("# first order: waste simulated %.4f, Young/Daly %.4f\n", waste_sim,
+                  waste_first);
+    assert_true(fabs(waste_sim - waste_first) < 0.10 * waste_first);
+}
+
+static void test_optimum_near_young_daly(void **state)
+{
+    (void)state;
+    graft_sim_params_t p = cr_params(36000, 30, 0, 0, 6000);
+    double young = graft_sim_young_seconds(30, 36000);
+    graft_sim_result_t grid[25];
+    graft_sim_optimum_t o;
+    assert_int_equal(graft_sim_model_sweep(&p, GRAFT_SIM_CHECKPOINT_RESTART, young / 6, young * 6,
+                                           25, 11, grid, &o),
+                     GRAFT_OK);
+    print_message("# optimum %.0f s, Young %.0f s, Daly %.0f s\n", o.best_interval_seconds,
+                  o.young_seconds, o.daly_seconds);
+    assert_true(fabs(o.young_seconds - young) < 1e-9);
+    assert_false(o.at_sweep_bound);
+    assert_true(fabs(o.best_interval_seconds / young - 1) < 0.15);
+    assert_true(fabs(o.best_interval_seconds / o.daly_seconds - 1) < 0.15);
+    /* The curve is concave around its top: both ends are clearly worse. */
+    assert_true(grid[0].goodput < o.best.goodput - 0.01);
+    assert_true(grid[24].goodput < o.best.goodput - 0.01);
+    assert_true(o.at_young.goodput > o.best.goodput - 0.002);
+}
+
+static void test_p2p_renewal(void **state)
+{
+    (void)state;
+    /* No checkpoints, no disasters: each failure costs the step in flight
+     * (about half a step) plus one heal; heals overlapping is rare at this
+     * rate. Renewal: goodput ~ (M - step/2) / (M + heal). */
+    graft_sim_params_t p;
+    graft_sim_params_default(&p);
+    p.groups = 64;
+    p.gpus_per_group = 8;
+    p.disaster_fraction = 0;
+    p.horizon_days = 500;
+    p.runs = 2;
+    p.gpu_mtbf_hours = 4.0 * 64 * 8; /* job MTBF 4 h */
+    double m = graft_sim_job_mtbf_seconds(&p);
+    assert_true(fabs(m - 4 * 3600) < 1e-6);
+    for (int s = GRAFT_SIM_P2P_SINGLE; s <= GRAFT_SIM_P2P_MULTI; s++) {
+        graft_sim_result_t r;
+        double heal = graft_sim_p2p_recovery_seconds(&p, (graft_sim_strategy_t)s);
+        assert_int_equal(graft_sim_model_simulate(&p, (graft_sim_strategy_t)s, INFINITY, 5, &r),
+                         GRAFT_OK);
+        double expect = (m - p.step_seconds / 2) / (m + heal);
+        print_message("# %s: simulated %.5f renewal %.5f (heal %.1f s)\n",
+                      graft_sim_strategy_name((graft_sim_strategy_t)s), r.goodput, expect, heal);
+        assert_true(fabs((1 - r.goodput) - (1 - expect)) < 0.05 * (1 - expect));
+        assert_true(r.disk_restarts == 0);
+        assert_true(r.p2p_recoveries > 0.99 * r.failures - 2);
+        check_accounting(&r);
+    }
+    /* Default pulls: 50.6 GB at 25 GB/s from one donor, 50 GB/s from four. */
+    graft_sim_params_default(&p);
+    assert_true(fabs(graft_sim_p2p_recovery_seconds(&p, GRAFT_SIM_P2P_SINGLE) -
+                     (72 + p.state_gb / 25)) < 1e-9);
+    assert_true(fabs(graft_sim_p2p_recovery_seconds(&p, GRAFT_SIM_P2P_MULTI) -
+                     (72 + p.state_gb / 50)) < 1e-9);
+}
+
+static void test_strategy_order(void **state)
+{
+    (void)state;
+    /* Slow links, a large state and flaky links, so that pulls lose donors. */
+    graft_sim_params_t p;
+    graft_sim_params_default(&p);
+    p.groups = 16;
+    p.gpus_per_group = 8;
+    p.gpu_mtbf_hours = 128 * 1.0; /* job MTBF 1 h */
+    p.state_gb = 200;
+    p.link_gb_s = 1;
+    p.nic_gb_s = 4;
+    p.donors = 4;
+    p.link_faults_per_hour = 1;
+    p.restart_seconds = 1800;
+    p.horizon_days = 100;
+    p.runs = 2;
+    graft_sim_result_t r[GRAFT_SIM_NSTRATEGIES];
+    for (int s = 0; s < GRAFT_SIM_NSTRATEGIES; s++) {
+        assert_int_equal(graft_sim_model_simulate(&p, (graft_sim_strategy_t)s, 3600, 9, &r[s]),
+                         GRAFT_OK);
+        check_accounting(&r[s]);
+        print_message("# %-18s goodput %.4f restarts %.1f donor losses %.1f\n",
+                      graft_sim_strategy_name((graft_sim_strategy_t)s), r[s].goodput,
+                      r[s].transfer_restarts, r[s].donor_losses);
+    }
+    assert_true(r[GRAFT_SIM_P2P_MULTI].goodput > r[GRAFT_SIM_P2P_SINGLE].goodput);
+    assert_true(r[GRAFT_SIM_P2P_SINGLE].goodput > r[GRAFT_SIM_CHECKPOINT_RESTART].goodput);
+    assert_true(r[GRAFT_SIM_P2P_SINGLE].transfer_restarts > 10);
+    assert_true(r[GRAFT_SIM_P2P_MULTI].donor_losses > 10);
+    assert_true(r[GRAFT_SIM_P2P_MULTI].link_faults > 10);
+    assert_true(r[GRAFT_SIM_P2P_MULTI].transfer_restarts == 0);
+    /* All strategies saw the same failures (common random numbers). */
+    assert_true(r[0].failures == r[1].failures && r[1].failures == r[2].failures);
+
+    /* Resuming alone is worth something: one donor each, same bandwidth. */
+    p.donors = 1;
+    graft_sim_result_t single, multi1;
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_SINGLE, 3600, 9, &single),
+                     GRAFT_OK);
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 3600, 9, &multi1),
+                     GRAFT_OK);
+    print_message("# one donor each: restart-from-zero %.4f, resuming %.4f\n", single.goodput,
+                  multi1.goodput);
+    assert_true(multi1.goodput > single.goodput + 0.005);
+    /* In strict mode a donor's death costs its own full heal, which outlasts
+     * a restarted pull: without link faults, resuming gains nothing. */
+    p.link_faults_per_hour = 0;
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_SINGLE, 3600, 9, &single),
+                     GRAFT_OK);
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 3600, 9, &multi1),
+                     GRAFT_OK);
+    assert_true(fabs(multi1.goodput - single.goodput) < 0.002);
+    assert_true(single.transfer_restarts > 0);
+
+    /* Where every failure is a disaster, or there is one group, P2P has no
+     * donor and is checkpoint-restart exactly. */
+    graft_sim_params_t d = p;
+    d.disaster_fraction = 1;
+    graft_sim_result_t a, b;
+    assert_int_equal(graft_sim_model_simulate(&d, GRAFT_SIM_CHECKPOINT_RESTART, 3600, 4, &a),
+                     GRAFT_OK);
+    assert_int_equal(graft_sim_model_simulate(&d, GRAFT_SIM_P2P_MULTI, 3600, 4, &b), GRAFT_OK);
+    assert_true(a.goodput == b.goodput);
+    d = p;
+    d.groups = 1;
+    assert_int_equal(graft_sim_model_simulate(&d, GRAFT_SIM_CHECKPOINT_RESTART, 3600, 4, &a),
+                     GRAFT_OK);
+    assert_int_equal(graft_sim_model_simulate(&d, GRAFT_SIM_P2P_SINGLE, 3600, 4, &b), GRAFT_OK);
+    assert_true(a.goodput == b.goodput);
+}
+
+static void test_same_seed_same_result(void **state)
+{
+    (void)state;
+    graft_sim_params_t p;
+    graft_sim_params_default(&p);
+    p.horizon_days = 20;
+    p.runs = 3;
+    graft_sim_result_t a, b, c;
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 3000, 42, &a), GRAFT_OK);
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 3000, 42, &b), GRAFT_OK);
+    assert_memory_equal(&a, &b, sizeof(a));
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 3000, 43, &c), GRAFT_OK);
+    assert_true(a.goodput != c.goodput);
+    assert_true(a.goodput_stddev > 0);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    graft_sim_params_t p;
+    graft_sim_result_t r;
+    char err[200];
+    graft_sim_params_default(&p);
+    assert_int_equal(graft_sim_params_check(&p, err, sizeof(err)), GRAFT_OK);
+    assert_int_equal(graft_sim_model_simulate(NULL, GRAFT_SIM_P2P_MULTI, 10, 1, &r), GRAFT_EINVAL);
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 0, 1, &r), GRAFT_EINVAL);
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, NAN, 1, &r), GRAFT_EINVAL);
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_NSTRATEGIES, 10, 1, &r),
+                     GRAFT_EINVAL);
+    /* Absurd event counts fail fast instead of running for hours. */
+    assert_int_equal(graft_sim_model_simulate(&p, GRAFT_SIM_P2P_MULTI, 1e-6, 1, &r),
+                     GRAFT_ERANGE);
+    graft_sim_result_t grid[4];
+    graft_sim_optimum_t o;
+    assert_int_equal(graft_sim_model_sweep(&p, GRAFT_SIM_P2P_MULTI, 100, 10, 4, 1, grid, &o),
+                     GRAFT_EINVAL);
+    assert_int_equal(graft_sim_model_sweep(&p, GRAFT_SIM_P2P_MULTI, 10, 100, 1, 1, grid, &o),
+                     GRAFT_EINVAL);
+
+    struct {
+        const char *key;
+        const char *value;
+        graft_status_t want;
+    } cases[] = {
+        {"groups", "0", GRAFT_ERANGE},           {"groups", "1.5", GRAFT_EINVAL},
+        {"groups", "abc", GRAFT_EINVAL},         {"link-gb-s", "-1", GRAFT_ERANGE},
+        {"link_gb_s", "0", GRAFT_ERANGE},        {"disaster_fraction", "1.5", GRAFT_ERANGE},
+        {"gpu_mtbf_hours", "nan", GRAFT_EINVAL}, {"donors", "65", GRAFT_ERANGE},
+        {"runs", "", GRAFT_EINVAL},              {"nonsense", "1", GRAFT_ENOTFOUND},
+        {"horizon_days", "1e9", GRAFT_ERANGE},   {"step_seconds", "12x", GRAFT_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        graft_sim_params_t q = p;
+        err[0] = '\0';
+        graft_status_t st = graft_sim_params_set(&q, cases[i].key, cases[i].value, err,
+                                                 sizeof(err));
+        assert_int_equal(st, cases[i].want);
+        assert_memory_equal(&q, &p, sizeof(p));
+        assert_true(strlen(err) > 0);
+    }
+    assert_int_equal(graft_sim_params_set(&p, "gpu-mtbf-hours", "inf", err, sizeof(err)),
+                     GRAFT_OK);
+    assert_true(isinf(p.gpu_mtbf_hours));
+    assert_int_equal(graft_sim_params_set(&p, "donors", "8", err, sizeof(err)), GRAFT_OK);
+    assert_int_equal(p.donors, 8);
+    p.groups = -3;
+    assert_int_equal(graft_sim_params_check(&p, err, sizeof(err)), GRAFT_ERANGE);
+    assert_non_null(strstr(err, "groups"));
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_params_files(void **state)
+{
+    (void)state;
+    char path[512], err[300];
+    graft_sim_params_t p, orig;
+    graft_sim_params_default(&orig);
+    snprintf(path, sizeof(path), "%s/params.json", test_dir);
+
+    write_file(path, "{\"link_gb_s\": 4.5, \"donors\": 2, \"checkpoint_seconds\": 12}");
+    p = orig;
+    assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), GRAFT_OK);
+    assert_true(p.link_gb_s == 4.5 && p.donors == 2 && p.checkpoint_seconds == 12);
+
+    /* A benchmark's whole output: a table, then its JSON line. */
+    write_file(path, "bench  GB/s\nucx    5.1\n{\"bench\": \"x\", \"model_params\": "
+                     "{\"link_gb_s\": 5.1, \"verify_gb_s\": 30}}\n\n");
+    p = orig;
+    assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), GRAFT_OK);
+    assert_true(p.link_gb_s == 5.1 && p.verify_gb_s == 30);
+
+    struct {
+        const char *text;
+        graft_status_t want;
+        const char *in_err;
+    } bad[] = {
+        {"{", GRAFT_EFORMAT, "not JSON"},
+        {"", GRAFT_EFORMAT, "not JSON"},
+        {"[1, 2]", GRAFT_EFORMAT, "object"},
+        {"{\"model_params\": 3}", GRAFT_EFORMAT, "object"},
+        {"{\"link_gbs\": 3}", GRAFT_ENOTFOUND, "link_gbs"},
+        {"{\"link-gb-s\": 3}", GRAFT_ENOTFOUND, "link-gb-s"},
+        {"{\"donors\": \"4\"}", GRAFT_EINVAL, "donors"},
+        {"{\"donors\": 2.5}", GRAFT_EINVAL, "donors"},
+        {"{\"donors\": 1e30}", GRAFT_EINVAL, "donors"},
+        {"{\"state_gb\": -1}", GRAFT_ERANGE, "state_gb"},
+        {"{\"groups\": 4, \"disaster_fraction\": 2}", GRAFT_ERANGE, "disaster_fraction"},
+        {"{\"runs\": null}", GRAFT_EINVAL, "runs"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_file(path, bad[i].text);
+        p = orig;
+        err[0] = '\0';
+        assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), bad[i].want);
+        assert_non_null(strstr(err, bad[i].in_err));
+        assert_non_null(strstr(err, path));
+        /* Nothing is applied from a file that fails. */
+        assert_memory_equal(&p, &orig, sizeof(p));
+    }
+    snprintf(path, sizeof(path), "%s/missing.json", test_dir);
+    assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), GRAFT_EIO);
+    assert_non_null(strstr(err, "No such file"));
+}
+
+/* Runs graft_sim_model_main with a NULL-terminated argument list. */
+static int model_main(const char *first, ...)
+{
+    char *argv[64];
+    int argc = 0;
+    va_list ap;
+    argv[argc++] = (char *)"model";
+    va_start(ap, first);
+    for (const char *a = first; a != NULL && argc < 63; a = va_arg(ap, const char *)) {
+        argv[argc++] = (char *)a;
+    }
+    va_end(ap);
+    argv[argc] = NULL;
+    return graft_sim_model_main(argc, argv);
+}
+
+static int run_main(const char *first, ...)
+{
+    char *argv[64];
+    int argc = 0;
+    va_list ap;
+    argv[argc++] = (char *)"run";
+    va_start(ap, first);
+    for (const char *a = first; a != NULL && argc < 63; a = va_arg(ap, const char *)) {
+        argv[argc++] = (char *)a;
+    }
+    va_end(ap);
+    argv[argc] = NULL;
+    return graft_sim_run_main(argc, argv);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+static void test_model_command_line(void **state)
+{
+    (void)state;
+    char json[512], svg[512], params[512];
+    snprintf(json, sizeof(json), "%s/out.json", test_dir);
+    snprintf(svg, sizeof(svg), "%s/out.svg", test_dir);
+    snprintf(params, sizeof(params), "%s/cli-params.json", test_dir);
+    write_file(params, "{\"link_gb_s\": 7, \"donors\": 3}");
+
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "2", "--sweep-points", "6",
+                                "--params", params, "--donors=5", "--interruptions", "419",
+                                "--period-days", "54", "--persist-every-seconds", "1800",
+                                "--seed", "18446744073709551615", "--json", json, "--plot", svg,
+                                NULL),
+                     0);
+    json_error_t jerr;
+    json_t *root = json_load_file(json, 0, &jerr);
+    assert_non_null(root);
+    json_t *pj = json_object_get(root, "params");
+    /* The file set link_gb_s; the flag overrode its donors. */
+    assert_true(json_real_value(json_object_get(pj, "link_gb_s")) == 7);
+    assert_true(json_real_value(json_object_get(pj, "donors")) == 5);
+    graft_sim_params_t d;
+    graft_sim_params_default(&d);
+    assert_true(fabs(json_real_value(json_object_get(pj, "gpu_mtbf_hours")) / d.gpu_mtbf_hours -
+                     1) < 1e-12);
+    assert_string_equal(json_string_value(json_object_get(root, "seed")), "18446744073709551615");
+    json_t *strategies = json_object_get(root, "strategies");
+    assert_int_equal(json_array_size(strategies), GRAFT_SIM_NSTRATEGIES);
+    for (size_t i = 0; i < json_array_size(strategies); i++) {
+        json_t *s = json_array_get(strategies, i);
+        assert_string_equal(json_string_value(json_object_get(s, "name")),
+                            graft_sim_strategy_name((graft_sim_strategy_t)i));
+        assert_int_equal(json_array_size(json_object_get(s, "sweep")), 6);
+        double g = json_real_value(json_object_get(json_object_get(s, "best"), "goodput"));
+        assert_true(g > 0.5 && g <= 1.0);
+        assert_non_null(json_object_get(s, "fixed"));
+        assert_true(json_is_real(json_object_get(s, "young_seconds")));
+    }
+    json_decref(root);
+
+    char *text = slurp(svg);
+    assert_true(strncmp(text, "<?xml", 5) == 0);
+    assert_non_null(strstr(text, "</svg>"));
+    assert_int_equal(count_of(text, "<polyline"), GRAFT_SIM_NSTRATEGIES);
+    assert_non_null(strstr(text, "multi-donor-p2p"));
+    assert_null(strstr(text, "nan"));
+    free(text);
+
+    /* Bad usage: exit 2, and nothing crashes. */
+    char missing[512];
+    snprintf(missing, sizeof(missing), "%s/nope.json", test_dir);
+    assert_int_equal(model_main("--bogus", "1", NULL), 2);
+    assert_int_equal(model_main("--runs", "0", NULL), 2);
+    assert_int_equal(model_main("--runs", "abc", NULL), 2);
+    assert_int_equal(model_main("--runs", NULL), 2);
+    assert_int_equal(model_main("positional", NULL), 2);
+    assert_int_equal(model_main("--params", missing, NULL), 2);
+    assert_int_equal(model_main("--sweep-min-seconds", "100", "--sweep-max-seconds", "10", NULL),
+                     2);
+    assert_int_equal(model_main("--sweep-points", "1", NULL), 2);
+    assert_int_equal(model_main("--interruptions", "419", NULL), 2);
+    assert_int_equal(model_main("--interruptions", "419", "--period-days", "54",
+                                "--gpu-mtbf-hours", "5", NULL),
+                     2);
+    assert_int_equal(model_main("--seed", "-1", NULL), 2);
+    assert_int_equal(model_main("--seed", "99999999999999999999", NULL), 2);
+    assert_int_equal(model_main("--persist-every-seconds", "0", NULL), 2);
+    assert_int_equal(model_main("--=3", NULL), 2);
+    /* Runs, but cannot write its output: exit 1. */
+    assert_int_equal(model_main("--horizon-days", "1", "--runs", "1", "--sweep-points", "2",
+                                "--json", "/nonexistent-dir/x.json", NULL),
+                     1);
+    assert_int_equal(model_main("--help", NULL), 0);
+}
+
+static void test_run_command_line(void **state)
+{
+    (void)state;
+    char sched[512], persist[512];
+    snprintf(sched, sizeof(sched), "%s/schedule.json", test_dir);
+    snprintf(persist, sizeof(persist), "%s/persist", test_dir);
+    write_file(sched, "[]");
+    /* Every flag of the issue is accepted; live mode says it is missing. */
+    assert_int_equal(run_main("--groups", "4", "--ranks", "2", "--steps", "100", "--seed", "7",
+                              "--mode", "elastic", "--random-failures", "20", "--schedule", sched,
+                              "--etcd", "http://127.0.0.1:2379", "--persist-root", persist,
+                              "--persist-every", "10", "--netns", "--json", "x.json", NULL),
+                     GRAFT_SIM_EXIT_UNAVAILABLE);
+    assert_int_equal(run_main(NULL), GRAFT_SIM_EXIT_UNAVAILABLE);
+    assert_int_equal(run_main("--help", NULL), 0);
+    assert_int_equal(run_main("--bogus", NULL), 2);
+    assert_int_equal(run_main("--groups", NULL), 2);
+    assert_int_equal(run_main("--groups", "0", NULL), 2);
+    assert_int_equal(run_main("--groups", "two", NULL), 2);
+    assert_int_equal(run_main("--steps", "-5", NULL), 2);
+    assert_int_equal(run_main("--mode", "loose", NULL), 2);
+    assert_int_equal(run_main("--random-failures", "-1", NULL), 2);
+    assert_int_equal(run_main("--schedule", "/nonexistent/schedule.json", NULL), 2);
+    assert_int_equal(run_main("--etcd", "ftp://127.0.0.1", NULL), 2);
+    assert_int_equal(run_main("--etcd", "http://", NULL), 2);
+    assert_int_equal(run_main("--persist-every", "5", NULL), 2);
+    assert_int_equal(run_main("--persist-root", "", NULL), 2);
+    assert_int_equal(run_main("--seed", "x", NULL), 2);
+}
+
+/* Runs the built graft-sim with @args; returns its exit status and puts its
+ * standard error into @err. */
+static int run_binary(char *const args[], char *err, size_t errlen)
+{
+    char bin[1024], errpath[512];
+    snprintf(bin, sizeof(bin), "%s", test_argv0);
+    char *slash = strrchr(bin, '/');
+    assert_non_null(slash);
+    *slash = '\0';
+    slash = strrchr(bin, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+        strncat(bin, "/bin/graft-sim", sizeof(bin) - strlen(bin) - 1);
+    } else {
+        snprintf(bin, sizeof(bin), "../bin/graft-sim");
+    }
+    if (access(bin, X_OK) != 0) {
+        fail_msg("%s not built (make tests builds it): %s", bin, strerror(errno));
+    }
+    snprintf(errpath, sizeof(errpath), "%s/stderr.txt", test_dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (fd < 0 || devnull < 0 || dup2(fd, 2) < 0 || dup2(devnull, 1) < 0) {
+            _exit(127);
+        }
+        char *argv[32];
+        int n = 0;
+        argv[n++] = bin;
+        for (int i = 0; args[i] != NULL && n < 31; i++) {
+            argv[n++] = args[i];
+        }
+        argv[n] = NULL;
+        execv(bin, argv);
+        _exit(127);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    char *text = slurp(errpath);
+    snprintf(err, errlen, "%s", text);
+    free(text);
+    return WEXITSTATUS(status);
+}
+
+static void test_binary_exit_status(void **state)
+{
+    (void)state;
+    char err[4096];
+    char *bogus[] = {"model", "--link-gbs", "5", NULL};
+    assert_int_equal(run_binary(bogus, err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "unknown option '--link-gbs'"));
+
+    char *range[] = {"model", "--donors", "0", NULL};
+    assert_int_equal(run_binary(range, err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "donors"));
+
+    char *live[] = {"run", "--groups", "2", "--ranks", "1", "--mode", "strict", NULL};
+    assert_int_equal(run_binary(live, err, sizeof(err)), GRAFT_SIM_EXIT_UNAVAILABLE);
+    assert_non_null(strstr(err, "live mode is not built yet"));
+
+    char *badrun[] = {"run", "--frobnicate", NULL};
+    assert_int_equal(run_binary(badrun, err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "unknown option '--frobnicate'"));
+
+    char *nomode[] = {"simulate", NULL};
+    assert_int_equal(run_binary(nomode, err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "unknown mode"));
+
+    char *ok[] = {"model", "--horizon-days", "2", "--runs", "1", "--sweep-points", "3", NULL};
+    assert_int_equal(run_binary(ok, err, sizeof(err)), 0);
+}
+
+static void test_closed_form_helpers(void **state)
+{
+    (void)state;
+    assert_true(fabs(graft_sim_young_seconds(30, 3600) - sqrt(2 * 30 * 3600.0)) < 1e-9);
+    assert_true(isinf(graft_sim_young_seconds(30, INFINITY)));
+    assert_true(isinf(graft_sim_daly_seconds(30, INFINITY)));
+    /* Daly's optimum is close to Young's when C << M, and M when C >= 2M. */
+    double y = graft_sim_young_seconds(1, 1e6), d = graft_sim_daly_seconds(1, 1e6);
+    assert_true(fabs(d / y - 1) < 0.01);
+    assert_true(graft_sim_daly_seconds(100, 40) == 40);
+    /* Without failures the exact goodput is T / (T + C). */
+    assert_true(fabs(graft_sim_daly_goodput(90, 10, 5, INFINITY) - 0.9) < 1e-12);
+    assert_string_equal(graft_sim_strategy_name(GRAFT_SIM_NSTRATEGIES), "unknown");
+}
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    snprintf(test_dir, sizeof(test_dir), "%s/graft-sim-test.XXXXXX",
+             getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
+    return mkdtemp(test_dir) == NULL ? -1 : 0;
+}
+
+static int teardown_dir(void **state)
+{
+    (void)state;
+    const char *names[] = {"params.json", "missing.json", "out.json", "out.svg",
+                           "cli-params.json", "schedule.json", "stderr.txt"};
+    char path[600];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", test_dir, names[i]);
+        unlink(path);
+    }
+    return rmdir(test_dir);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    test_argv0 = argv[0];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_closed_form_helpers),
+        cmocka_unit_test(test_no_failures),
+        cmocka_unit_test(test_checkpoint_restart_matches_daly),
+        cmocka_unit_test(test_optimum_near_young_daly),
+        cmocka_unit_test(test_p2p_renewal),
+        cmocka_unit_test(test_strategy_order),
+        cmocka_unit_test(test_same_seed_same_result),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_params_files),
+        cmocka_unit_test(test_model_command_line),
+        cmocka_unit_test(test_run_command_line),
+        cmocka_unit_test(test_binary_exit_status),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
