@@ -1,0 +1,396 @@
+/**
+ * @file graft/persist.h
+ * @brief The persistent tier: sharded, checksummed, asynchronous disk
+ *        checkpoints that survive kill -9, bit rot and full disks, and that
+ *        restore onto a different number of ranks.
+ *
+ * A checkpoint of step s lives in `<root>/step-<20-digit s>/`: one shard file
+ * per rank (`shard-<rank>-of-<ranks>`) and a manifest (`manifest.pb`, with a
+ * human-readable `manifest.json` beside it) that is written LAST. A
+ * checkpoint without a manifest does not exist. The on-disk format is
+ * described in docs/FORMAT.md.
+ *
+ * Overview, from simple to advanced:
+ *
+ *  1. Describe each rank's state as an array of ::graft_persist_region_t. A
+ *     region may be split across ranks: rank r holds bytes
+ *     [global_offset, global_offset + bytes) of a region whose size across
+ *     all ranks is global_bytes; graft_persist_split_even() computes the
+ *     default even split.
+ *  2. Writing, single process: graft_persist_writer_create(), then
+ *     graft_persist_save() with the regions of every rank (it blocks only for
+ *     the snapshot: a memcpy into a staging buffer) and graft_persist_wait()
+ *     for the background write (chunk, compress, hash, write, fsync, rename,
+ *     manifest last).
+ *  3. Writing, distributed: every rank calls graft_persist_shard_write() and
+ *     graft_persist_shard_wait(), which returns a small serialized shard
+ *     record once the shard is durable; the runtime ships the records
+ *     (through etcd) to one rank, which calls graft_persist_commit() to write
+ *     the manifest.
+ *  4. Reading: graft_persist_list() (newest first, with status and why),
+ *     graft_persist_verify() (quick or full), graft_persist_restore() (the
+ *     newest checkpoint that verifies, reshard by byte-range intersection,
+ *     region/kind filters, fingerprint re-check, progress callback).
+ *  5. Retention: graft_persist_retention_plan() (pure) and
+ *     graft_persist_retention_apply() (deletes what the plan drops).
+ *
+ * Thread safety: a writer may be used from one thread at a time; its work
+ * runs on its own background threads. Reader functions are reentrant.
+ */
+#ifndef GRAFT_PERSIST_H
+#define GRAFT_PERSIST_H
+
+#include <graft/common.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Version of the on-disk format written by this library (docs/FORMAT.md). */
+#define GRAFT_PERSIST_FORMAT_VERSION 1
+
+/* ------------------------------------------------------------------------ */
+/* Regions                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** What a region holds; values match RegionKind in proto/graft.proto. */
+typedef enum graft_persist_kind {
+    GRAFT_PERSIST_KIND_PARAM = 1,  /**< model weights */
+    GRAFT_PERSIST_KIND_OPTIM = 2,  /**< optimizer state */
+    GRAFT_PERSIST_KIND_RNG = 3,    /**< random generator state */
+    GRAFT_PERSIST_KIND_SCHED = 4,  /**< learning-rate scheduler */
+    GRAFT_PERSIST_KIND_DATA = 5,   /**< data-loader position */
+    GRAFT_PERSIST_KIND_SCALER = 6, /**< loss scaler */
+    GRAFT_PERSIST_KIND_STEP = 7,   /**< step counters */
+    GRAFT_PERSIST_KIND_BLOB = 8    /**< anything else */
+} graft_persist_kind_t;
+
+/** Bit for @p kind in a kind mask (see ::graft_persist_restore_params_t). */
+#define GRAFT_PERSIST_KIND_BIT(kind) (1u << (unsigned)(kind))
+
+/** Where a region's memory lives. */
+typedef enum graft_persist_device {
+    GRAFT_PERSIST_DEVICE_HOST = 0, /**< host memory */
+    GRAFT_PERSIST_DEVICE_CUDA = 1  /**< CUDA device memory (needs a GPU) */
+} graft_persist_device_t;
+
+/**
+ * One rank's piece of one region: this rank holds bytes
+ * [global_offset, global_offset + bytes) of the region @p name, whose size
+ * across all ranks is @p global_bytes (0 means "not split": global_bytes =
+ * bytes and global_offset = 0).
+ */
+typedef struct graft_persist_region {
+    const char *name;              /**< unique within the rank, 1..255 bytes */
+    graft_persist_kind_t kind;     /**< what it holds */
+    uint32_t dtype;                /**< the trainer's dtype code, stored as is */
+    graft_persist_device_t device; /**< host or CUDA */
+    void *ptr;                     /**< read by a save, written by a restore */
+    uint64_t bytes;                /**< size of this rank's piece */
+    uint64_t global_offset;        /**< where the piece starts in the region */
+    uint64_t global_bytes;         /**< size of the whole region; 0 = bytes */
+} graft_persist_region_t;
+
+/**
+ * @brief The default even split of a region across ranks: every rank gets
+ *        whole elements, the first (elements % ranks) ranks one more.
+ * @param [in]  global_bytes  size of the region; a multiple of @p elem_bytes.
+ * @param [in]  elem_bytes    element size (1 for raw bytes); not 0.
+ * @param [in]  rank          0..ranks-1.
+ * @param [in]  ranks         number of ranks; not 0.
+ * @param [out] offset_p      start of rank's piece.
+ * @param [out] bytes_p       size of rank's piece (may be 0).
+ * @return GRAFT_OK or GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_persist_split_even(uint64_t global_bytes, uint64_t elem_bytes,
+                                                  uint32_t rank, uint32_t ranks,
+                                                  uint64_t *offset_p, uint64_t *bytes_p);
+
+/* ------------------------------------------------------------------------ */
+/* Writer                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** Retention policy; see graft_persist_retention_plan(). */
+typedef struct graft_persist_retention {
+    uint32_t keep_last;       /**< keep the newest N valid checkpoints; 0 = no retention */
+    uint64_t milestone_every; /**< keep steps that are multiples of M; 0 = none */
+    bool geometric;           /**< thin the rest geometrically instead of deleting them */
+} graft_persist_retention_t;
+
+/** Writer configuration. Zeroed fields take their defaults. */
+typedef struct graft_persist_config {
+    const char *root;          /**< local root directory (created if absent); required */
+    const char *second_root;   /**< optional second tier, copied and verified in the background */
+    int compression_level;     /**< zstd level 1..19; 0 = stored (no compression); -1 = default (1) */
+    uint32_t threads;          /**< compression threads; 0 = 2 */
+    uint64_t chunk_bytes;      /**< raw bytes per chunk; 0 = 4 MiB; 4 KiB..256 MiB */
+    uint32_t max_pending;      /**< checkpoints in flight before a save blocks; 0 = 1 */
+    const char *code_revision; /**< the training code's revision, recorded in the manifest */
+    graft_persist_retention_t retention; /**< applied after every commit (both roots) */
+} graft_persist_config_t;
+
+/** Options of one checkpoint, given at commit. */
+typedef struct graft_persist_commit_opts {
+    bool has_fingerprint;      /**< the trainer supplied an output fingerprint */
+    uint64_t fingerprint;      /**< e.g. a hash of the model's output on a fixed batch */
+    bool before_config_change; /**< keep this checkpoint through retention */
+} graft_persist_commit_opts_t;
+
+/** Outcome of one checkpoint's background work (graft_persist_wait()). */
+typedef struct graft_persist_write_result {
+    graft_status_t status;             /**< durable at the local root (manifest written)? */
+    graft_status_t second_tier_status; /**< copied and verified at second_root (GRAFT_OK if none) */
+    uint64_t raw_bytes;                /**< bytes of state */
+    uint64_t stored_bytes;             /**< bytes of chunks on disk */
+    uint64_t snapshot_ns;              /**< time the trainer was blocked */
+    uint64_t write_ns;                 /**< snapshot end to manifest durable */
+} graft_persist_write_result_t;
+
+/** Opaque writer handle. */
+typedef struct graft_persist_writer graft_persist_writer_t;
+
+/**
+ * @brief Create a writer and its background thread.
+ * @param [in]  config    configuration; strings are copied.
+ * @param [out] writer_p  the writer.
+ * @return GRAFT_OK, GRAFT_EINVAL (bad config), GRAFT_ESYS (root not
+ *         creatable), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
+                                                     graft_persist_writer_t **writer_p);
+
+/**
+ * @brief Wait for all background work, then free the writer.
+ * @param [in] writer  may be NULL.
+ */
+void graft_persist_writer_destroy(graft_persist_writer_t *writer);
+
+/**
+ * @brief Checkpoint every rank of a single process (tests, one-process
+ *        trainers). Blocks for the snapshot only; shards and manifest are
+ *        written in the background. Free space is checked first.
+ * @param [in] writer         the writer.
+ * @param [in] step           the step; a step already committed is refused.
+ * @param [in] ranks          number of ranks, 1..65535.
+ * @param [in] regions        per rank r, an array regions[r] of nregions[r] regions.
+ * @param [in] nregions       per rank, the number of regions.
+ * @param [in] opts           commit options, or NULL.
+ * @return GRAFT_OK (queued), GRAFT_EINVAL, GRAFT_EEXIST, GRAFT_ENOSPC (not
+ *         enough free space; nothing written), GRAFT_ENOTSUP (device region
+ *         without a GPU), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_persist_save(graft_persist_writer_t *writer, uint64_t step,
+                                            uint32_t ranks,
+                                            const graft_persist_region_t *const *regions,
+                                            const size_t *nregions,
+                                            const graft_persist_commit_opts_t *opts);
+
+/**
+ * @brief Wait for the background work of a graft_persist_save().
+ * @param [in]  writer    the writer.
+ * @param [in]  step      the step saved.
+ * @param [out] result_p  what happened; may be NULL.
+ * @return the checkpoint's status (result_p->status); GRAFT_ENOTFOUND when
+ *         no save of @p step is known (or it was already waited for).
+ */
+GRAFT_WUR graft_status_t graft_persist_wait(graft_persist_writer_t *writer, uint64_t step,
+                                            graft_persist_write_result_t *result_p);
+
+/**
+ * @brief Distributed mode, per rank: snapshot this rank's regions and write
+ *        its shard in the background.
+ * @param [in] writer    the writer.
+ * @param [in] step      the step.
+ * @param [in] rank      this rank, 0..ranks-1.
+ * @param [in] ranks     number of ranks.
+ * @param [in] regions   this rank's regions.
+ * @param [in] nregions  their number.
+ * @return as graft_persist_save().
+ */
+GRAFT_WUR graft_status_t graft_persist_shard_write(graft_persist_writer_t *writer, uint64_t step,
+                                                   uint32_t rank, uint32_t ranks,
+                                                   const graft_persist_region_t *regions,
+                                                   size_t nregions);
+
+/**
+ * @brief Distributed mode, per rank: wait until the shard is durable and get
+ *        its record (a serialized ShardInfo, a few hundred bytes) to hand to
+ *        the committing rank.
+ * @param [in]  writer  the writer.
+ * @param [in]  step    the step.
+ * @param [in]  rank    the rank.
+ * @param [out] info_p  the record; free with graft_free().
+ * @param [out] len_p   its length.
+ * @return the shard's status; GRAFT_ENOTFOUND if no such shard is pending.
+ */
+GRAFT_WUR graft_status_t graft_persist_shard_wait(graft_persist_writer_t *writer, uint64_t step,
+                                                  uint32_t rank, uint8_t **info_p, size_t *len_p);
+
+/**
+ * @brief Distributed mode, on one rank once every shard is durable: check
+ *        the shard records against the files (size, footer hash) and write
+ *        the manifest (JSON sidecar, then manifest.pb: the commit point).
+ * @param [in] root    the local root.
+ * @param [in] step    the step.
+ * @param [in] ranks   number of ranks; infos holds one record per rank.
+ * @param [in] infos   records from graft_persist_shard_wait(), any order.
+ * @param [in] lens    their lengths.
+ * @param [in] code_revision  recorded in the manifest; may be NULL.
+ * @param [in] opts    commit options, or NULL.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_EPROTO (bad record), GRAFT_ELAYOUT
+ *         (ranks disagree on the global layout), GRAFT_ECORRUPT (a shard file
+ *         does not match its record), GRAFT_EEXIST, GRAFT_EIO, GRAFT_ENOSPC.
+ */
+GRAFT_WUR graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ranks,
+                                              const uint8_t *const *infos, const size_t *lens,
+                                              const char *code_revision,
+                                              const graft_persist_commit_opts_t *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Reader                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** State of a checkpoint directory. */
+typedef enum graft_persist_state {
+    GRAFT_PERSIST_COMPLETE = 0,   /**< manifest and every shard check out */
+    GRAFT_PERSIST_INCOMPLETE = 1, /**< no manifest: never committed (or being written) */
+    GRAFT_PERSIST_CORRUPT = 2     /**< manifest present, but something fails verification */
+} graft_persist_state_t;
+
+/** One checkpoint as listed. */
+typedef struct graft_persist_entry {
+    uint64_t step;
+    graft_persist_state_t state;
+    graft_status_t status; /**< why it is not complete (GRAFT_OK when complete) */
+    char reason[256];      /**< names the file and chunk at fault */
+    uint32_t ranks;
+    uint64_t raw_bytes;
+    uint64_t unix_ms;
+    bool before_config_change;
+} graft_persist_entry_t;
+
+/** Verification depth. */
+typedef enum graft_persist_verify_level {
+    GRAFT_PERSIST_VERIFY_QUICK = 0, /**< manifest, shard headers, indexes and footers */
+    GRAFT_PERSIST_VERIFY_FULL = 1   /**< also every chunk: stored and raw hashes */
+} graft_persist_verify_level_t;
+
+/**
+ * @brief List the checkpoints under @p root, newest first, each quickly
+ *        verified.
+ * @param [in]  root       the root.
+ * @param [out] entries_p  the array; free with graft_free(). NULL if empty.
+ * @param [out] n_p        its length.
+ * @return GRAFT_OK (also for an empty or absent root), GRAFT_ESYS, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_persist_list(const char *root, graft_persist_entry_t **entries_p,
+                                            size_t *n_p);
+
+/**
+ * @brief Verify one checkpoint.
+ * @param [in]  root     the root.
+ * @param [in]  step     the step.
+ * @param [in]  level    quick or full.
+ * @param [out] entry_p  state and reason; may be NULL.
+ * @return GRAFT_OK if it verifies; else GRAFT_ENOTFOUND (no manifest),
+ *         GRAFT_ECORRUPT, GRAFT_EHASH, GRAFT_ETRUNCATED, GRAFT_EFORMAT, ...
+ */
+GRAFT_WUR graft_status_t graft_persist_verify(const char *root, uint64_t step,
+                                              graft_persist_verify_level_t level,
+                                              graft_persist_entry_t *entry_p);
+
+/** Output fingerprint of the restored state, computed by the trainer. */
+typedef graft_status_t (*graft_persist_fingerprint_fn)(void *arg, uint64_t *fingerprint_p);
+
+/** Progress: @p done of @p total bytes restored so far. */
+typedef void (*graft_persist_progress_fn)(void *arg, uint64_t done, uint64_t total);
+
+/** What to restore, and where. */
+typedef struct graft_persist_restore_params {
+    uint32_t rank;                          /**< the restoring rank */
+    uint32_t ranks;                         /**< ranks now (may differ from the checkpoint's) */
+    const graft_persist_region_t *regions;  /**< this rank's regions in the new layout */
+    size_t nregions;
+    uint64_t step;            /**< 0 = newest that verifies; else exactly this step */
+    uint32_t kind_mask;       /**< GRAFT_PERSIST_KIND_BIT()s to restore; 0 = all */
+    const char *const *names; /**< restore only these regions; NULL = all */
+    size_t nnames;
+    bool verify_full;         /**< full-verify the whole checkpoint before using it */
+    graft_persist_fingerprint_fn fingerprint_fn; /**< re-check the manifest's fingerprint */
+    void *fingerprint_arg;
+    graft_persist_progress_fn progress_fn;
+    void *progress_arg;
+} graft_persist_restore_params_t;
+
+/** What a restore did. */
+typedef struct graft_persist_restore_result {
+    uint64_t step;            /**< the step restored */
+    uint64_t bytes;           /**< bytes written into the regions */
+    uint32_t skipped;         /**< newer checkpoints skipped because they failed */
+    char skipped_reasons[1024]; /**< one line per skipped checkpoint */
+    bool has_fingerprint;     /**< the manifest's fingerprint, for a caller-side check */
+    uint64_t fingerprint;
+} graft_persist_restore_result_t;
+
+/**
+ * @brief Restore this rank's regions from the newest checkpoint that
+ *        verifies (or from params->step), resharding by byte-range
+ *        intersection when the layout differs. A checkpoint that fails is
+ *        reported in the result and the next older one is tried; the regions
+ *        then hold the older checkpoint's bytes in full.
+ * @param [in]  root      the root.
+ * @param [in]  params    what and where.
+ * @param [out] result_p  what happened; may be NULL.
+ * @return GRAFT_OK; GRAFT_ENOCHECKPOINT (none verifies); GRAFT_EINVAL;
+ *         GRAFT_ELAYOUT (a region is absent from the checkpoint or differs in
+ *         kind, dtype or global size); GRAFT_ENOTSUP (device region without a
+ *         GPU); with params->step set, that checkpoint's own error.
+ */
+GRAFT_WUR graft_status_t graft_persist_restore(const char *root,
+                                               const graft_persist_restore_params_t *params,
+                                               graft_persist_restore_result_t *result_p);
+
+/* ------------------------------------------------------------------------ */
+/* Retention                                                                */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Decide which valid checkpoints to keep. Kept: the newest
+ *        policy->keep_last; multiples of milestone_every; those marked
+ *        before a configuration change; with geometric thinning, of the
+ *        rest the newest checkpoint in each distance band [2^k, 2^(k+1))
+ *        steps behind the newest step. The newest is always kept.
+ * @param [in]  policy    the policy; keep_last 0 keeps everything.
+ * @param [in]  steps     valid checkpoints' steps, any order, distinct.
+ * @param [in]  marked    per step, marked before a config change; may be NULL.
+ * @param [in]  n         number of steps.
+ * @param [out] keep      per step, whether it is kept (caller-allocated, n).
+ * @return GRAFT_OK or GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_persist_retention_plan(const graft_persist_retention_t *policy,
+                                                      const uint64_t *steps, const bool *marked,
+                                                      size_t n, bool *keep);
+
+/**
+ * @brief Apply the policy under @p root: delete the valid checkpoints the
+ *        plan drops, and incomplete or corrupt ones older than the newest
+ *        valid checkpoint (leftovers of crashes). The manifest is removed
+ *        first so a half-deleted checkpoint never lists as complete.
+ * @param [in]  root       the root.
+ * @param [in]  policy     the policy.
+ * @param [out] deleted_p  number of directories deleted; may be NULL.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ESYS.
+ */
+GRAFT_WUR graft_status_t graft_persist_retention_apply(const char *root,
+                                                       const graft_persist_retention_t *policy,
+                                                       size_t *deleted_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRAFT_PERSIST_H */

@@ -1,0 +1,594 @@
+/*
+ * The manifest: the commit point of a checkpoint. manifest.pb is a small
+ * checksummed wrapper around a protobuf CheckpointManifest; manifest.json is
+ * the same content for people. Readers use manifest.pb only, and check every
+ * invariant the restore path relies on before anything else looks at it.
+ */
+#include "persist_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <xxhash.h>
+
+static void *pb_alloc(void *data, size_t size)
+{
+    (void)data;
+    return graft__malloc(size);
+}
+
+static void pb_free(void *data, void *ptr)
+{
+    (void)data;
+    graft_free(ptr);
+}
+
+ProtobufCAllocator graft__persist_pb_allocator = {pb_alloc, pb_free, NULL};
+
+void graft__manifest_free(Graft__CheckpointManifest *m)
+{
+    if (m != NULL)
+        graft__checkpoint_manifest__free_unpacked(m, &graft__persist_pb_allocator);
+}
+
+static int cmp_piece(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Every region must be covered exactly once by the shards' pieces, or a
+ * restore would leave holes or read one byte from two places. */
+static graft_status_t check_coverage(const Graft__CheckpointManifest *m, size_t gi, char *why,
+                                     size_t why_len)
+{
+    const Graft__RegionDesc *g = m->regions[gi]->region;
+    size_t n = 0;
+    for (size_t s = 0; s < m->n_shards; s++)
+        for (size_t r = 0; r < m->shards[s]->n_regions; r++)
+            n += strcmp(m->shards[s]->regions[r]->name, g->name) == 0;
+    uint64_t(*pieces)[2] = graft__calloc(n ? n : 1, sizeof(*pieces));
+    if (pieces == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return GRAFT_ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t s = 0; s < m->n_shards; s++)
+        for (size_t r = 0; r < m->shards[s]->n_regions; r++) {
+            const Graft__ShardRegion *sr = m->shards[s]->regions[r];
+            if (strcmp(sr->name, g->name) == 0) {
+                pieces[k][0] = sr->global_offset;
+                pieces[k][1] = sr->bytes;
+                k++;
+            }
+        }
+    qsort(pieces, n, sizeof(*pieces), cmp_piece);
+    uint64_t cursor = 0;
+    graft_status_t st = GRAFT_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (pieces[i][1] == 0)
+            continue;
+        if (pieces[i][0] != cursor) {
+            st = GRAFT_ECORRUPT;
+            break;
+        }
+        cursor += pieces[i][1];
+    }
+    if (st == GRAFT_OK && cursor != g->bytes)
+        st = GRAFT_ECORRUPT;
+    if (st != GRAFT_OK)
+        snprintf(why, why_len, "manifest: region %s is not covered exactly by the shards",
+                 g->name);
+    graft_free(pieces);
+    return st;
+}
+
+graft_status_t graft__manifest_check(const Graft__CheckpointManifest *m, char *why, size_t why_len)
+{
+    if (m->version != 1 || m->format_version != GRAFT_PERSIST_FORMAT_VERSION) {
+        snprintf(why, why_len, "manifest: unsupported version %u/%u", m->version,
+                 m->format_version);
+        return GRAFT_EFORMAT;
+    }
+    if (m->ranks == 0 || m->ranks > GP_MAX_RANKS || m->n_shards != m->ranks) {
+        snprintf(why, why_len, "manifest: %zu shards for %u ranks", m->n_shards, m->ranks);
+        return GRAFT_ECORRUPT;
+    }
+    for (size_t i = 0; i < m->n_regions; i++) {
+        const Graft__RegionDesc *g = m->regions[i]->region;
+        if (g == NULL || g->name == NULL || g->name[0] == '\0' || strlen(g->name) > GP_MAX_NAME) {
+            snprintf(why, why_len, "manifest: region %zu has no valid name", i);
+            return GRAFT_ECORRUPT;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->regions[j]->region->name, g->name) == 0) {
+                snprintf(why, why_len, "manifest: region %s listed twice", g->name);
+                return GRAFT_ECORRUPT;
+            }
+    }
+    uint64_t raw_total = 0;
+    for (size_t s = 0; s < m->n_shards; s++) {
+        const Graft__ShardInfo *sh = m->shards[s];
+        if (sh->rank >= m->ranks) {
+            snprintf(why, why_len, "manifest: shard %zu has rank %u of %u", s, sh->rank, m->ranks);
+            return GRAFT_ECORRUPT;
+        }
+        for (size_t t = 0; t < s; t++)
+            if (m->shards[t]->rank == sh->rank) {
+                snprintf(why, why_len, "manifest: rank %u listed twice", sh->rank);
+                return GRAFT_ECORRUPT;
+            }
+        /* The file name is fixed by the format, so a manifest can never
+         * point a reader outside the checkpoint directory. */
+        char expect[64];
+        snprintf(expect, sizeof(expect), "shard-%u-of-%u", sh->rank, m->ranks);
+        if (sh->file == NULL || strcmp(sh->file, expect) != 0) {
+            snprintf(why, why_len, "manifest: rank %u names file '%.64s', expected %s", sh->rank,
+                     sh->file ? sh->file : "", expect);
+            return GRAFT_ECORRUPT;
+        }
+        if (sh->raw_bytes > UINT64_MAX - raw_total) {
+            snprintf(why, why_len, "manifest: sizes overflow");
+            return GRAFT_ECORRUPT;
+        }
+        raw_total += sh->raw_bytes;
+        for (size_t r = 0; r < sh->n_regions; r++) {
+            const Graft__ShardRegion *sr = sh->regions[r];
+            size_t gi = 0;
+            while (gi < m->n_regions && strcmp(m->regions[gi]->region->name, sr->name) != 0)
+                gi++;
+            if (gi == m->n_regions) {
+                snprintf(why, why_len, "%s: region %.64s not in the global layout", expect,
+                         sr->name);
+                return GRAFT_ECORRUPT;
+            }
+            uint64_t gsize = m->regions[gi]->region->bytes;
+            if (sr->global_offset > gsize || sr->bytes > gsize - sr->global_offset ||
+                sr->offset_in_shard > sh->raw_bytes ||
+                sr->bytes > sh->raw_bytes - sr->offset_in_shard) {
+                snprintf(why, why_len, "%s: region %s range out of bounds", expect, sr->name);
+                return GRAFT_ECORRUPT;
+            }
+        }
+    }
+    if (raw_total != m->raw_bytes) {
+        snprintf(why, why_len, "manifest: shard sizes do not add up");
+        return GRAFT_ECORRUPT;
+    }
+    for (size_t i = 0; i < m->n_regions; i++) {
+        graft_status_t st = check_coverage(m, i, why, why_len);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    if (graft__persist_global_hash(m) != m->layout_hash) {
+        snprintf(why, why_len, "manifest: layout hash mismatch");
+        return GRAFT_ECORRUPT;
+    }
+    return GRAFT_OK;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__CheckpointManifest **m_p,
+                                    char *why, size_t why_len)
+{
+    graft_status_t st;
+    int fd = -1;
+    uint8_t *buf = NULL;
+    Graft__CheckpointManifest *m = NULL;
+    char *path = graft__asprintf("%s/" GP_MANIFEST_PB, dir);
+    if (path == NULL) {
+        snprintf(why, why_len, "out of memory");
+        return GRAFT_ENOMEM;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": %s", strerror(errno));
+        st = errno == ENOENT ? GRAFT_ENOTFOUND : GRAFT_EIO;
+        goto out;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": fstat: %s", strerror(errno));
+        st = GRAFT_EIO;
+        goto out;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < GP_MANIFEST_HEADER_BYTES || size > GP_MAX_MANIFEST_BYTES) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": size %llu out of range", (unsigned long long)size);
+        st = size < GP_MANIFEST_HEADER_BYTES ? GRAFT_ETRUNCATED : GRAFT_ECORRUPT;
+        goto out;
+    }
+    buf = graft__malloc((size_t)size);
+    if (buf == NULL) {
+        snprintf(why, why_len, "out of memory");
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, (size_t)size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got != size) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": short read");
+        st = GRAFT_EIO;
+        goto out;
+    }
+    if (memcmp(buf, GP_MANIFEST_MAGIC, 8) != 0 || get64(buf + 32) != XXH3_64bits(buf, 32)) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": bad magic or header checksum");
+        st = GRAFT_ECORRUPT;
+        goto out;
+    }
+    if (get64(buf + 8) != GRAFT_PERSIST_FORMAT_VERSION) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": unsupported version %llu",
+                 (unsigned long long)get64(buf + 8));
+        st = GRAFT_EFORMAT;
+        goto out;
+    }
+    uint64_t plen = get64(buf + 16);
+    if (plen != size - GP_MANIFEST_HEADER_BYTES) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": payload length %llu but file holds %llu",
+                 (unsigned long long)plen, (unsigned long long)(size - GP_MANIFEST_HEADER_BYTES));
+        st = plen > size - GP_MANIFEST_HEADER_BYTES ? GRAFT_ETRUNCATED : GRAFT_ECORRUPT;
+        goto out;
+    }
+    if (XXH3_64bits(buf + GP_MANIFEST_HEADER_BYTES, (size_t)plen) != get64(buf + 24)) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": payload checksum mismatch");
+        st = GRAFT_EHASH;
+        goto out;
+    }
+    m = graft__checkpoint_manifest__unpack(&graft__persist_pb_allocator, (size_t)plen,
+                                           buf + GP_MANIFEST_HEADER_BYTES);
+    if (m == NULL) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": protobuf does not decode");
+        st = GRAFT_ECORRUPT;
+        goto out;
+    }
+    st = graft__manifest_check(m, why, why_len);
+    if (st != GRAFT_OK)
+        goto out;
+    if (m->step != step) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": step %llu in directory of step %llu",
+                 (unsigned long long)m->step, (unsigned long long)step);
+        st = GRAFT_ECORRUPT;
+        goto out;
+    }
+    *m_p = m;
+    m = NULL;
+out:
+    graft__manifest_free(m);
+    graft_free(buf);
+    if (fd >= 0)
+        close(fd);
+    graft_free(path);
+    return st;
+}
+
+static const char *kind_name(int kind)
+{
+    static const char *const names[] = {"unspecified", "param", "optim", "rng", "sched",
+                                        "data",        "scaler", "step", "blob"};
+    return kind >= 0 && kind < (int)GRAFT_ARRAY_SIZE(names) ? names[kind] : "unknown";
+}
+
+static json_t *hex64(uint64_t v)
+{
+    char b[20];
+    snprintf(b, sizeof(b), "%016llx", (unsigned long long)v);
+    return json_string(b);
+}
+
+static json_t *manifest_json(const Graft__CheckpointManifest *m)
+{
+    json_t *root = json_object();
+    json_t *regions = json_array();
+    json_t *shards = json_array();
+    if (root == NULL || regions == NULL || shards == NULL)
+        goto fail;
+    for (size_t i = 0; i < m->n_regions; i++) {
+        const Graft__RegionDesc *g = m->regions[i]->region;
+        if (json_array_append_new(regions,
+                                  json_pack("{s:s,s:s,s:i,s:s,s:I}", "name", g->name, "kind",
+                                            kind_name(g->kind), "dtype", (json_int_t)g->dtype,
+                                            "device", g->device ? "cuda" : "host", "bytes",
+                                            (json_int_t)g->bytes)) != 0)
+            goto fail;
+    }
+    for (size_t s = 0; s < m->n_shards; s++) {
+        const Graft__ShardInfo *sh = m->shards[s];
+        json_t *pieces = json_array();
+        if (pieces == NULL)
+            goto fail;
+        for (size_t r = 0; r < sh->n_regions; r++) {
+            const Graft__ShardRegion *sr = sh->regions[r];
+            if (json_array_append_new(pieces, json_pack("{s:s,s:I,s:I,s:I}", "name", sr->name,
+                                                        "global_offset",
+                                                        (json_int_t)sr->global_offset, "bytes",
+                                                        (json_int_t)sr->bytes, "offset_in_shard",
+                                                        (json_int_t)sr->offset_in_shard)) != 0) {
+                json_decref(pieces);
+                goto fail;
+            }
+        }
+        if (json_array_append_new(
+                shards, json_pack("{s:i,s:s,s:I,s:o,s:o,s:I,s:I,s:I,s:I,s:o}", "rank",
+                                  (json_int_t)sh->rank, "file", sh->file, "file_bytes",
+                                  (json_int_t)sh->file_bytes, "footer_hash", hex64(sh->file_hash),
+                                  "layout_hash", hex64(sh->layout_hash), "raw_bytes",
+                                  (json_int_t)sh->raw_bytes, "stored_bytes",
+                                  (json_int_t)sh->stored_bytes, "chunks",
+                                  (json_int_t)sh->chunk_count, "chunk_bytes",
+                                  (json_int_t)sh->chunk_bytes, "regions", pieces)) != 0)
+            goto fail;
+    }
+    double ratio = m->stored_bytes ? (double)m->raw_bytes / (double)m->stored_bytes : 1.0;
+    if (json_object_set_new(root, "format_version", json_integer(m->format_version)) != 0 ||
+        json_object_set_new(root, "step", json_integer((json_int_t)m->step)) != 0 ||
+        json_object_set_new(root, "unix_ms", json_integer((json_int_t)m->unix_ms)) != 0 ||
+        json_object_set_new(root, "library_version", json_string(m->library_version)) != 0 ||
+        json_object_set_new(root, "code_revision", json_string(m->code_revision)) != 0 ||
+        json_object_set_new(root, "ranks", json_integer(m->ranks)) != 0 ||
+        json_object_set_new(root, "layout_hash", hex64(m->layout_hash)) != 0 ||
+        json_object_set_new(root, "raw_bytes", json_integer((json_int_t)m->raw_bytes)) != 0 ||
+        json_object_set_new(root, "stored_bytes", json_integer((json_int_t)m->stored_bytes)) != 0 ||
+        json_object_set_new(root, "compression_level", json_integer(m->compression_level)) != 0 ||
+        json_object_set_new(root, "compression_ratio", json_real(ratio)) != 0 ||
+        json_object_set_new(root, "fingerprint",
+                            m->has_fingerprint ? hex64(m->fingerprint) : json_null()) != 0 ||
+        json_object_set_new(root, "before_config_change",
+                            json_boolean(m->before_config_change)) != 0 ||
+        json_object_set_new(root, "regions", regions) != 0) {
+        regions = NULL;
+        goto fail;
+    }
+    regions = NULL;
+    if (json_object_set_new(root, "shards", shards) != 0) {
+        shards = NULL;
+        goto fail;
+    }
+    return root;
+fail:
+    json_decref(regions);
+    json_decref(shards);
+    json_decref(root);
+    return NULL;
+}
+
+graft_status_t graft__manifest_write(const char *dir, const Graft__CheckpointManifest *m)
+{
+    graft_status_t st;
+    uint8_t *buf = NULL;
+    char *text = NULL;
+    json_t *j = manifest_json(m);
+    if (j == NULL) {
+        GRAFT_ERROR(GP_MOD, "building %s/" GP_MANIFEST_JSON ": out of memory", dir);
+        return GRAFT_ENOMEM;
+    }
+    text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+    size_t plen = graft__checkpoint_manifest__get_packed_size(m);
+    buf = graft__malloc(GP_MANIFEST_HEADER_BYTES + plen);
+    if (text == NULL || buf == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    graft__checkpoint_manifest__pack(m, buf + GP_MANIFEST_HEADER_BYTES);
+    memcpy(buf, GP_MANIFEST_MAGIC, 8);
+    put64(buf + 8, GRAFT_PERSIST_FORMAT_VERSION);
+    put64(buf + 16, plen);
+    put64(buf + 24, XXH3_64bits(buf + GP_MANIFEST_HEADER_BYTES, plen));
+    put64(buf + 32, XXH3_64bits(buf, 32));
+    st = graft__persist_file_atomic(dir, GP_MANIFEST_JSON, text, strlen(text));
+    if (st != GRAFT_OK)
+        goto out;
+    st = graft__persist_file_atomic(dir, GP_MANIFEST_PB, buf, GP_MANIFEST_HEADER_BYTES + plen);
+out:
+    free(text); /* jansson's allocator */
+    json_decref(j);
+    graft_free(buf);
+    return st;
+}
+
+graft_status_t graft__checkpoint_verify(const char *dir, const Graft__CheckpointManifest *m,
+                                        bool full, char *why, size_t why_len)
+{
+    graft_status_t st = GRAFT_OK;
+    for (size_t s = 0; s < m->n_shards && st == GRAFT_OK; s++) {
+        const Graft__ShardInfo *sh = m->shards[s];
+        graft__shard_t *f = NULL;
+        char *path = graft__asprintf("%s/%s", dir, sh->file);
+        if (path == NULL) {
+            snprintf(why, why_len, "out of memory");
+            return GRAFT_ENOMEM;
+        }
+        st = graft__shard_open(path, &f, why, why_len);
+        graft_free(path);
+        if (st == GRAFT_ENOTFOUND)
+            st = GRAFT_ETRUNCATED; /* the manifest promised it */
+        if (st != GRAFT_OK)
+            break;
+        if (f->file_bytes != sh->file_bytes || f->footer.footer_hash != sh->file_hash ||
+            f->header.step != m->step || f->header.rank != sh->rank ||
+            f->header.ranks != m->ranks || f->header.raw_bytes != sh->raw_bytes ||
+            f->header.layout_hash != sh->layout_hash) {
+            snprintf(why, why_len, "%s: does not match the manifest (size, footer or header)",
+                     sh->file);
+            st = GRAFT_ECORRUPT;
+        }
+        for (uint64_t c = 0; full && st == GRAFT_OK && c < f->footer.chunk_count; c++) {
+            const uint8_t *raw;
+            st = graft__shard_chunk(f, c, &raw, why, why_len);
+        }
+        graft__shard_close(f);
+    }
+    return st;
+}
+
+/* --------------------------------------------------------- directories --- */
+
+graft_status_t graft__persist_remove_dir(const char *dir)
+{
+    graft_status_t st = GRAFT_OK;
+    char *mf = graft__asprintf("%s/" GP_MANIFEST_PB, dir);
+    if (mf == NULL)
+        return GRAFT_ENOMEM;
+    if (unlink(mf) == 0) {
+        /* From here on the checkpoint is merely incomplete. */
+        st = graft__persist_fsync_dir(dir);
+    } else if (errno != ENOENT) {
+        GRAFT_ERROR(GP_MOD, "unlink %s: %s", mf, strerror(errno));
+        st = GRAFT_ESYS;
+    }
+    graft_free(mf);
+    if (st != GRAFT_OK)
+        return st;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        GRAFT_ERROR(GP_MOD, "opendir %s: %s", dir, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char *p = graft__asprintf("%s/%s", dir, de->d_name);
+        if (p == NULL) {
+            st = GRAFT_ENOMEM;
+            break;
+        }
+        if (unlink(p) != 0 && errno != ENOENT) {
+            GRAFT_ERROR(GP_MOD, "unlink %s: %s", p, strerror(errno));
+            st = GRAFT_ESYS;
+        }
+        graft_free(p);
+    }
+    closedir(d);
+    if (st == GRAFT_OK && rmdir(dir) != 0) {
+        GRAFT_ERROR(GP_MOD, "rmdir %s: %s", dir, strerror(errno));
+        st = GRAFT_ESYS;
+    }
+    return st;
+}
+
+static graft_status_t copy_file(const char *from, const char *to_dir, const char *name)
+{
+    graft_status_t st = GRAFT_OK;
+    char *src = graft__asprintf("%s/%s", from, name);
+    char *tmp = graft__asprintf("%s/%s.tmp", to_dir, name);
+    char *dst = graft__asprintf("%s/%s", to_dir, name);
+    uint8_t *buf = graft__malloc(1 << 20);
+    int in = -1, out = -1;
+    if (src == NULL || tmp == NULL || dst == NULL || buf == NULL) {
+        st = GRAFT_ENOMEM;
+        goto done;
+    }
+    in = open(src, O_RDONLY | O_CLOEXEC);
+    out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (in < 0 || out < 0) {
+        GRAFT_ERROR(GP_MOD, "copy %s -> %s: %s", src, tmp, strerror(errno));
+        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
+        goto done;
+    }
+    for (;;) {
+        ssize_t n = read(in, buf, 1 << 20);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            GRAFT_ERROR(GP_MOD, "read %s: %s", src, strerror(errno));
+            st = GRAFT_EIO;
+            break;
+        }
+        if (n == 0)
+            break;
+        st = graft__persist_write_all(out, buf, (size_t)n, tmp);
+        if (st != GRAFT_OK)
+            break;
+    }
+    if (st == GRAFT_OK && fsync(out) != 0) {
+        GRAFT_ERROR(GP_MOD, "fsync %s: %s", tmp, strerror(errno));
+        st = GRAFT_EIO;
+    }
+    if (st == GRAFT_OK && rename(tmp, dst) != 0) {
+        GRAFT_ERROR(GP_MOD, "rename %s: %s", tmp, strerror(errno));
+        st = GRAFT_EIO;
+    }
+    if (st != GRAFT_OK)
+        unlink(tmp);
+done:
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    graft_free(buf);
+    graft_free(src);
+    graft_free(tmp);
+    graft_free(dst);
+    return st;
+}
+
+graft_status_t graft__persist_copy_checkpoint(const char *from_root, const char *to_root,
+                                              uint64_t step)
+{
+    graft_status_t st;
+    char why[256] = "";
+    Graft__CheckpointManifest *m = NULL, *m2 = NULL;
+    char *from = graft__persist_step_dir(from_root, step);
+    char *to = graft__persist_step_dir(to_root, step);
+    if (from == NULL || to == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    st = graft__manifest_read(from, step, &m, why, sizeof(why));
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GP_MOD, "second tier: %s: %s", from, why);
+        goto out;
+    }
+    st = graft__persist_mkdirs(to);
+    for (size_t s = 0; s < m->n_shards && st == GRAFT_OK; s++)
+        st = copy_file(from, to, m->shards[s]->file);
+    if (st == GRAFT_OK)
+        st = copy_file(from, to, GP_MANIFEST_JSON);
+    if (st == GRAFT_OK)
+        st = graft__persist_fsync_dir(to);
+    if (st == GRAFT_OK)
+        st = copy_file(from, to, GP_MANIFEST_PB);
+    if (st == GRAFT_OK)
+        st = graft__persist_fsync_dir(to);
+    if (st != GRAFT_OK)
+        goto out;
+    /* Verify what landed there, not what we meant to write. */
+    st = graft__manifest_read(to, step, &m2, why, sizeof(why));
+    if (st == GRAFT_OK)
+        st = graft__checkpoint_verify(to, m2, true, why, sizeof(why));
+    if (st != GRAFT_OK)
+        GRAFT_ERROR(GP_MOD, "second tier: %s does not verify: %s", to, why);
+out:
+    graft__manifest_free(m);
+    graft__manifest_free(m2);
+    graft_free(from);
+    graft_free(to);
+    return st;
+}

@@ -1,0 +1,1157 @@
+/*
+ * The asynchronous writer. The trainer blocks only for the snapshot (a copy
+ * of its regions into a reused staging buffer); one background thread then
+ * writes each shard (chunks compressed in parallel by short-lived helper
+ * threads, both hashes per chunk, temp file, fsync, rename, fsync of the
+ * directory) and, in single-process mode, commits the manifest, applies
+ * retention and copies the checkpoint to the second tier.
+ */
+#include "persist_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+#include <zstd.h>
+
+enum { JOB_SHARD, JOB_COMMIT };
+
+typedef struct gp_staging {
+    uint8_t *buf;
+    uint64_t cap;
+    struct gp_staging *next;
+} gp_staging_t;
+
+typedef struct gp_job {
+    int type;
+    uint64_t step;
+    uint32_t rank;
+    uint32_t ranks;
+    /* shard */
+    gp_staging_t *staging;
+    uint64_t raw_bytes;
+    graft_persist_region_t *regions; /* names owned, ptr unused */
+    size_t nregions;
+    uint64_t layout_hash;
+    /* commit */
+    graft_persist_commit_opts_t opts;
+    uint64_t snapshot_ns;
+    uint64_t start_ns;
+    struct gp_job *next;
+} gp_job_t;
+
+typedef struct gp_shard_rec {
+    uint64_t step;
+    uint32_t rank;
+    graft_status_t status;
+    uint8_t *info;
+    size_t len;
+    struct gp_shard_rec *next;
+} gp_shard_rec_t;
+
+typedef struct gp_step_rec {
+    uint64_t step;
+    bool done;
+    graft_persist_write_result_t result;
+    struct gp_step_rec *next;
+} gp_step_rec_t;
+
+/* Per compression helper: its own context and output buffer, reused. */
+typedef struct gp_slot {
+    ZSTD_CCtx *cctx;
+    uint8_t *out;
+    size_t out_cap;
+    /* the chunk it works on */
+    const uint8_t *raw;
+    size_t raw_len;
+    int level;
+    graft__chunk_entry_t entry;
+    const uint8_t *stored;
+    graft_status_t status;
+} gp_slot_t;
+
+struct graft_persist_writer {
+    char *root;
+    char *second_root;
+    char *code_revision;
+    int level;
+    uint32_t threads;
+    uint64_t chunk_bytes;
+    uint32_t max_pending;
+    graft_persist_retention_t retention;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;
+    pthread_cond_t cv_done;
+    bool stop;
+    gp_job_t *head;
+    gp_job_t *tail;
+    uint32_t inflight_shards;
+    gp_shard_rec_t *shards;
+    gp_step_rec_t *steps;
+    gp_staging_t *pool;
+
+    gp_slot_t *slots; /* threads of them; used by the background thread only */
+};
+
+/* ------------------------------------------------------------ helpers --- */
+
+graft_status_t graft_persist_split_even(uint64_t global_bytes, uint64_t elem_bytes, uint32_t rank,
+                                        uint32_t ranks, uint64_t *offset_p, uint64_t *bytes_p)
+{
+    if (elem_bytes == 0 || ranks == 0 || rank >= ranks || global_bytes % elem_bytes != 0 ||
+        offset_p == NULL || bytes_p == NULL)
+        return GRAFT_EINVAL;
+    uint64_t elems = global_bytes / elem_bytes;
+    uint64_t base = elems / ranks;
+    uint64_t extra = elems % ranks;
+    uint64_t first = (uint64_t)rank * base + GRAFT_MIN((uint64_t)rank, extra);
+    uint64_t count = base + (rank < extra ? 1 : 0);
+    *offset_p = first * elem_bytes;
+    *bytes_p = count * elem_bytes;
+    return GRAFT_OK;
+}
+
+static graft_status_t regions_check(const graft_persist_region_t *regions, size_t n,
+                                    uint64_t *raw_p)
+{
+    uint64_t total = 0;
+    if (n > 0 && regions == NULL)
+        return GRAFT_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        const graft_persist_region_t *r = &regions[i];
+        uint64_t gsize = r->global_bytes ? r->global_bytes : r->bytes;
+        uint64_t goff = r->global_bytes ? r->global_offset : 0;
+        if (r->name == NULL || r->name[0] == '\0' || strlen(r->name) > GP_MAX_NAME ||
+            r->kind < GRAFT_PERSIST_KIND_PARAM || r->kind > GRAFT_PERSIST_KIND_BLOB ||
+            (r->ptr == NULL && r->bytes > 0) || goff > gsize || r->bytes > gsize - goff ||
+            (r->device != GRAFT_PERSIST_DEVICE_HOST && r->device != GRAFT_PERSIST_DEVICE_CUDA) ||
+            r->bytes > UINT64_MAX - total) {
+            GRAFT_ERROR(GP_MOD, "region %zu (%s): invalid description", i,
+                        r->name ? r->name : "(null)");
+            return GRAFT_EINVAL;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(regions[j].name, r->name) == 0) {
+                GRAFT_ERROR(GP_MOD, "region %s listed twice", r->name);
+                return GRAFT_EINVAL;
+            }
+        total += r->bytes;
+    }
+    *raw_p = total;
+    return GRAFT_OK;
+}
+
+/* Bytes a shard takes at most: chunks never grow, since a chunk that does
+ * not shrink under zstd is stored as is. */
+static uint64_t shard_bound(uint64_t raw, uint64_t chunk_bytes)
+{
+    uint64_t chunks = raw / chunk_bytes + 1;
+    return GP_HEADER_BYTES + raw + chunks * GP_INDEX_ENTRY_BYTES + GP_FOOTER_BYTES;
+}
+
+static graft_status_t space_check(const char *root, uint64_t need)
+{
+    struct statvfs sv;
+    if (statvfs(root, &sv) != 0) {
+        GRAFT_ERROR(GP_MOD, "statvfs %s: %s", root, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    /* Room for the manifest and the file system's own blocks. */
+    uint64_t margin = (1ull << 16) + 4ull * sv.f_frsize;
+    uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (avail < need || avail - need < margin) {
+        GRAFT_ERROR(GP_MOD, "%s: %llu bytes free, a checkpoint needs %llu", root,
+                    (unsigned long long)avail, (unsigned long long)(need + margin));
+        return GRAFT_ENOSPC;
+    }
+    return GRAFT_OK;
+}
+
+static bool manifest_exists(const char *root, uint64_t step)
+{
+    char *dir = graft__persist_step_dir(root, step);
+    char *p = dir ? graft__asprintf("%s/" GP_MANIFEST_PB, dir) : NULL;
+    bool exists = p != NULL && access(p, F_OK) == 0;
+    graft_free(p);
+    graft_free(dir);
+    return exists;
+}
+
+/* ------------------------------------------------------------- staging --- */
+
+static gp_staging_t *staging_get(graft_persist_writer_t *w, uint64_t need)
+{
+    gp_staging_t **best = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (gp_staging_t **p = &w->pool; *p; p = &(*p)->next)
+        if ((*p)->cap >= need && (best == NULL || (*p)->cap < (*best)->cap))
+            best = p;
+    gp_staging_t *s = NULL;
+    if (best != NULL) {
+        s = *best;
+        *best = s->next;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (s != NULL)
+        return s;
+    s = graft__calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->buf = graft__malloc((size_t)(need ? need : 1));
+    if (s->buf == NULL) {
+        graft_free(s);
+        return NULL;
+    }
+    s->cap = need;
+    return s;
+}
+
+static void staging_free(gp_staging_t *s)
+{
+    if (s != NULL) {
+        graft_free(s->buf);
+        graft_free(s);
+    }
+}
+
+/* Keep a few buffers so the next snapshot copies into warm memory. */
+static void staging_put(graft_persist_writer_t *w, gp_staging_t *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    size_t n = 0;
+    for (gp_staging_t *p = w->pool; p; p = p->next)
+        n++;
+    if (n < 2u * w->max_pending + 8u) {
+        s->next = w->pool;
+        w->pool = s;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    staging_free(s);
+}
+
+static void job_free(gp_job_t *j)
+{
+    if (j == NULL)
+        return;
+    for (size_t i = 0; i < j->nregions; i++)
+        graft_free((char *)j->regions[i].name);
+    graft_free(j->regions);
+    staging_free(j->staging);
+    graft_free(j);
+}
+
+/* --------------------------------------------------------- shard write --- */
+
+static void *slot_run(void *arg)
+{
+    gp_slot_t *s = arg;
+    graft__chunk_entry_t *e = &s->entry;
+    e->raw_bytes = s->raw_len;
+    e->raw_hash = XXH3_64bits(s->raw, s->raw_len);
+    e->codec = GP_CODEC_STORED;
+    s->stored = s->raw;
+    e->stored_bytes = s->raw_len;
+    s->status = GRAFT_OK;
+    if (s->level > 0 && s->raw_len > 0) {
+        size_t n = ZSTD_compressCCtx(s->cctx, s->out, s->out_cap, s->raw, s->raw_len, s->level);
+        if (ZSTD_isError(n)) {
+            /* Not fatal: the chunk is stored instead. */
+            GRAFT_WARN(GP_MOD, "zstd: %s; chunk stored", ZSTD_getErrorName(n));
+        } else if (n < s->raw_len) {
+            e->codec = GP_CODEC_ZSTD;
+            s->stored = s->out;
+            e->stored_bytes = n;
+        }
+    }
+    e->stored_hash = e->codec == GP_CODEC_STORED ? e->raw_hash
+                                                 : XXH3_64bits(s->stored, e->stored_bytes);
+    return NULL;
+}
+
+static graft_status_t slots_prepare(graft_persist_writer_t *w)
+{
+    if (w->level <= 0)
+        return GRAFT_OK;
+    size_t need = ZSTD_compressBound((size_t)w->chunk_bytes);
+    for (uint32_t t = 0; t < w->threads; t++) {
+        gp_slot_t *s = &w->slots[t];
+        if (s->cctx == NULL)
+            s->cctx = ZSTD_createCCtx();
+        if (s->out == NULL) {
+            s->out = graft__malloc(need);
+            s->out_cap = s->out ? need : 0;
+        }
+        if (s->cctx == NULL || s->out == NULL) {
+            GRAFT_ERROR(GP_MOD, "out of memory for compression buffers");
+            return GRAFT_ENOMEM;
+        }
+    }
+    return GRAFT_OK;
+}
+
+/* Run one batch of up to w->threads chunks; the first in the calling
+ * thread, the rest on helpers. */
+static graft_status_t batch_run(graft_persist_writer_t *w, uint32_t n)
+{
+    pthread_t tids[64];
+    bool started[64] = {false};
+    for (uint32_t t = 1; t < n; t++)
+        started[t] = pthread_create(&tids[t], NULL, slot_run, &w->slots[t]) == 0;
+    slot_run(&w->slots[0]);
+    for (uint32_t t = 1; t < n; t++) {
+        if (started[t])
+            pthread_join(tids[t], NULL);
+        else
+            slot_run(&w->slots[t]); /* no thread: do it here */
+    }
+    return GRAFT_OK;
+}
+
+static graft_status_t shard_info_pack(const gp_job_t *j, const char *file, uint64_t file_bytes,
+                                      uint64_t footer_hash, uint64_t stored_bytes,
+                                      uint64_t chunks, uint64_t chunk_bytes, int level,
+                                      uint8_t **info_p,
+                                      size_t *len_p)
+{
+    graft_status_t st = GRAFT_ENOMEM;
+    Graft__ShardInfo si = GRAFT__SHARD_INFO__INIT;
+    Graft__ShardRegion *srs = graft__calloc(j->nregions + 1, sizeof(*srs));
+    Graft__ShardRegion **srp = graft__calloc(j->nregions + 1, sizeof(*srp));
+    Graft__GlobalRegion *grs = graft__calloc(j->nregions + 1, sizeof(*grs));
+    Graft__GlobalRegion **grp = graft__calloc(j->nregions + 1, sizeof(*grp));
+    Graft__RegionDesc *rds = graft__calloc(j->nregions + 1, sizeof(*rds));
+    if (srs == NULL || srp == NULL || grs == NULL || grp == NULL || rds == NULL)
+        goto out;
+    uint64_t off = 0;
+    for (size_t i = 0; i < j->nregions; i++) {
+        const graft_persist_region_t *r = &j->regions[i];
+        graft__shard_region__init(&srs[i]);
+        srs[i].name = (char *)r->name;
+        srs[i].global_offset = r->global_bytes ? r->global_offset : 0;
+        srs[i].bytes = r->bytes;
+        srs[i].offset_in_shard = off;
+        off += r->bytes;
+        srp[i] = &srs[i];
+        graft__region_desc__init(&rds[i]);
+        rds[i].name = (char *)r->name;
+        rds[i].kind = (Graft__RegionKind)r->kind;
+        rds[i].dtype = r->dtype;
+        rds[i].device = (uint32_t)r->device;
+        rds[i].bytes = r->global_bytes ? r->global_bytes : r->bytes;
+        graft__global_region__init(&grs[i]);
+        grs[i].region = &rds[i];
+        grp[i] = &grs[i];
+    }
+    si.version = 1;
+    si.rank = j->rank;
+    si.file = (char *)file;
+    si.file_bytes = file_bytes;
+    si.file_hash = footer_hash;
+    si.n_regions = j->nregions;
+    si.regions = srp;
+    si.step = j->step;
+    si.ranks = j->ranks;
+    si.layout_hash = j->layout_hash;
+    si.raw_bytes = j->raw_bytes;
+    si.stored_bytes = stored_bytes;
+    si.chunk_count = chunks;
+    si.chunk_bytes = chunk_bytes;
+    si.compression_level = level;
+    si.n_global_regions = j->nregions;
+    si.global_regions = grp;
+    size_t len = graft__shard_info__get_packed_size(&si);
+    uint8_t *buf = graft__malloc(len);
+    if (buf == NULL)
+        goto out;
+    graft__shard_info__pack(&si, buf);
+    *info_p = buf;
+    *len_p = len;
+    st = GRAFT_OK;
+out:
+    graft_free(srs);
+    graft_free(srp);
+    graft_free(grs);
+    graft_free(grp);
+    graft_free(rds);
+    return st;
+}
+
+static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_t **info_p,
+                                  size_t *len_p)
+{
+    graft_status_t st;
+    int fd = -1;
+    uint8_t *index = NULL;
+    char *dir = graft__persist_step_dir(w->root, j->step);
+    char *name = graft__persist_shard_name(j->rank, j->ranks);
+    char *tmp = dir && name ? graft__asprintf("%s/%s.tmp", dir, name) : NULL;
+    char *final = dir && name ? graft__asprintf("%s/%s", dir, name) : NULL;
+    uint64_t cb = w->chunk_bytes;
+    uint64_t nchunks = j->raw_bytes / cb + (j->raw_bytes % cb != 0);
+    if (tmp == NULL || final == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    index = graft__malloc((size_t)(nchunks * GP_INDEX_ENTRY_BYTES + 1));
+    if (index == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    st = graft__persist_mkdirs(dir);
+    if (st != GRAFT_OK)
+        goto out;
+    st = slots_prepare(w);
+    if (st != GRAFT_OK)
+        goto out;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        GRAFT_ERROR(GP_MOD, "create %s: %s", tmp, strerror(errno));
+        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
+        goto out;
+    }
+    graft__shard_header_t h = {GRAFT_PERSIST_FORMAT_VERSION, j->step, j->rank, j->ranks,
+                               j->layout_hash, j->raw_bytes, cb};
+    uint8_t hb[GP_HEADER_BYTES];
+    graft__persist_header_encode(&h, hb);
+    st = graft__persist_write_all(fd, hb, sizeof(hb), tmp);
+    if (st != GRAFT_OK)
+        goto out_unlink;
+    graft__persist_crash_point();
+    uint64_t cursor = GP_HEADER_BYTES;
+    uint64_t stored_total = 0;
+    for (uint64_t c = 0; c < nchunks;) {
+        uint32_t n = (uint32_t)GRAFT_MIN((uint64_t)w->threads, nchunks - c);
+        for (uint32_t t = 0; t < n; t++) {
+            gp_slot_t *s = &w->slots[t];
+            uint64_t off = (c + t) * cb;
+            s->raw = j->staging->buf + off;
+            s->raw_len = (size_t)GRAFT_MIN(cb, j->raw_bytes - off);
+            s->level = w->level;
+        }
+        st = batch_run(w, n);
+        for (uint32_t t = 0; t < n && st == GRAFT_OK; t++) {
+            gp_slot_t *s = &w->slots[t];
+            s->entry.offset = cursor;
+            graft__persist_entry_encode(&s->entry, index + (c + t) * GP_INDEX_ENTRY_BYTES);
+            st = graft__persist_write_all(fd, s->stored, (size_t)s->entry.stored_bytes, tmp);
+            cursor += s->entry.stored_bytes;
+            stored_total += s->entry.stored_bytes;
+        }
+        if (st != GRAFT_OK)
+            goto out_unlink;
+        graft__persist_crash_point();
+        c += n;
+    }
+    size_t index_len = (size_t)(nchunks * GP_INDEX_ENTRY_BYTES);
+    graft__shard_footer_t f = {cursor, nchunks, XXH3_64bits(index, index_len), j->raw_bytes, 0};
+    uint8_t fb[GP_FOOTER_BYTES];
+    graft__persist_footer_encode(&f, fb);
+    st = graft__persist_write_all(fd, index, index_len, tmp);
+    if (st == GRAFT_OK)
+        st = graft__persist_write_all(fd, fb, sizeof(fb), tmp);
+    if (st != GRAFT_OK)
+        goto out_unlink;
+    graft__persist_crash_point();
+    if (fsync(fd) != 0) {
+        GRAFT_ERROR(GP_MOD, "fsync %s: %s", tmp, strerror(errno));
+        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
+        goto out_unlink;
+    }
+    close(fd);
+    fd = -1;
+    graft__persist_crash_point();
+    if (rename(tmp, final) != 0) {
+        GRAFT_ERROR(GP_MOD, "rename %s: %s", tmp, strerror(errno));
+        st = GRAFT_EIO;
+        goto out_unlink;
+    }
+    graft__persist_crash_point();
+    st = graft__persist_fsync_dir(dir);
+    if (st != GRAFT_OK)
+        goto out;
+    uint64_t file_bytes = cursor + index_len + GP_FOOTER_BYTES;
+    st = shard_info_pack(j, name, file_bytes, f.footer_hash, stored_total, nchunks, cb, w->level,
+                         info_p,
+                         len_p);
+    goto out;
+
+out_unlink:
+    unlink(tmp);
+out:
+    if (fd >= 0)
+        close(fd);
+    graft_free(index);
+    graft_free(tmp);
+    graft_free(final);
+    graft_free(name);
+    graft_free(dir);
+    return st;
+}
+
+/* ------------------------------------------------------------- commit --- */
+
+static int cmp_rank(const void *a, const void *b)
+{
+    const Graft__ShardInfo *x = *(Graft__ShardInfo *const *)a;
+    const Graft__ShardInfo *y = *(Graft__ShardInfo *const *)b;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* The global table: every region in the order ranks list them; ranks must
+ * agree on each region's kind, dtype, device and global size. */
+static graft_status_t global_regions(Graft__ShardInfo **sh, uint32_t ranks,
+                                     Graft__GlobalRegion ***out_p, size_t *n_p)
+{
+    size_t cap = 0;
+    for (uint32_t r = 0; r < ranks; r++)
+        cap += sh[r]->n_global_regions;
+    Graft__GlobalRegion **out = graft__calloc(cap + 1, sizeof(*out));
+    if (out == NULL)
+        return GRAFT_ENOMEM;
+    size_t n = 0;
+    for (uint32_t r = 0; r < ranks; r++)
+        for (size_t i = 0; i < sh[r]->n_global_regions; i++) {
+            Graft__GlobalRegion *g = sh[r]->global_regions[i];
+            if (g->region == NULL || g->region->name == NULL) {
+                graft_free(out);
+                return GRAFT_EPROTO;
+            }
+            size_t k = 0;
+            while (k < n && strcmp(out[k]->region->name, g->region->name) != 0)
+                k++;
+            if (k == n) {
+                out[n++] = g;
+                continue;
+            }
+            const Graft__RegionDesc *a = out[k]->region, *b = g->region;
+            if (a->kind != b->kind || a->dtype != b->dtype || a->bytes != b->bytes ||
+                a->device != b->device) {
+                GRAFT_ERROR(GP_MOD, "commit: ranks disagree on region %s", a->name);
+                graft_free(out);
+                return GRAFT_ELAYOUT;
+            }
+        }
+    *out_p = out;
+    *n_p = n;
+    return GRAFT_OK;
+}
+
+graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ranks,
+                                    const uint8_t *const *infos, const size_t *lens,
+                                    const char *code_revision,
+                                    const graft_persist_commit_opts_t *opts)
+{
+    graft_status_t st = GRAFT_OK;
+    char why[256] = "";
+    char *dir = NULL;
+    Graft__ShardInfo **sh = NULL;
+    size_t *saved_ng = NULL;
+    Graft__GlobalRegion **globals = NULL;
+    size_t nglobals = 0;
+    if (root == NULL || ranks == 0 || ranks > GP_MAX_RANKS || infos == NULL || lens == NULL)
+        return GRAFT_EINVAL;
+    sh = graft__calloc(ranks, sizeof(*sh));
+    saved_ng = graft__calloc(ranks, sizeof(*saved_ng));
+    dir = graft__persist_step_dir(root, step);
+    if (sh == NULL || saved_ng == NULL || dir == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    for (uint32_t r = 0; r < ranks; r++) {
+        if (infos[r] == NULL) {
+            st = GRAFT_EINVAL;
+            goto out;
+        }
+        sh[r] = graft__shard_info__unpack(&graft__persist_pb_allocator, lens[r], infos[r]);
+        if (sh[r] == NULL || sh[r]->version != 1 || sh[r]->step != step || sh[r]->ranks != ranks) {
+            GRAFT_ERROR(GP_MOD, "commit step %llu: shard record %u is malformed or for another "
+                                "checkpoint",
+                        (unsigned long long)step, r);
+            st = GRAFT_EPROTO;
+            goto out;
+        }
+        saved_ng[r] = sh[r]->n_global_regions;
+    }
+    qsort(sh, ranks, sizeof(*sh), cmp_rank);
+    for (uint32_t r = 0; r < ranks; r++)
+        if (sh[r]->rank != r) {
+            GRAFT_ERROR(GP_MOD, "commit step %llu: no record for rank %u",
+                        (unsigned long long)step, r);
+            st = GRAFT_EPROTO;
+            goto out;
+        }
+    for (uint32_t r = 0; r < ranks; r++)
+        saved_ng[r] = sh[r]->n_global_regions;
+    st = global_regions(sh, ranks, &globals, &nglobals);
+    if (st != GRAFT_OK)
+        goto out;
+    Graft__CheckpointManifest m = GRAFT__CHECKPOINT_MANIFEST__INIT;
+    m.version = 1;
+    m.format_version = GRAFT_PERSIST_FORMAT_VERSION;
+    m.step = step;
+    m.unix_ms = graft__wall_ns() / 1000000u;
+    m.library_version = (char *)graft_version_string();
+    m.code_revision = (char *)(code_revision ? code_revision : "");
+    m.ranks = ranks;
+    m.n_regions = nglobals;
+    m.regions = globals;
+    m.n_shards = ranks;
+    m.shards = sh;
+    if (opts != NULL) {
+        m.has_fingerprint = opts->has_fingerprint;
+        m.fingerprint = opts->has_fingerprint ? opts->fingerprint : 0;
+        m.before_config_change = opts->before_config_change;
+    }
+    m.compression_level = sh[0]->compression_level;
+    for (uint32_t r = 0; r < ranks; r++) {
+        m.raw_bytes += sh[r]->raw_bytes;
+        m.stored_bytes += sh[r]->stored_bytes;
+    }
+    m.layout_hash = graft__persist_global_hash(&m);
+    /* The per-rank global views are folded into m.regions; keep them out of
+     * the manifest (restored before freeing). */
+    for (uint32_t r = 0; r < ranks; r++)
+        sh[r]->n_global_regions = 0;
+    st = graft__manifest_check(&m, why, sizeof(why));
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GP_MOD, "commit step %llu: %s", (unsigned long long)step, why);
+        st = st == GRAFT_ECORRUPT ? GRAFT_ELAYOUT : st;
+        goto out_restore;
+    }
+    if (manifest_exists(root, step)) {
+        GRAFT_ERROR(GP_MOD, "commit: step %llu already has a manifest", (unsigned long long)step);
+        st = GRAFT_EEXIST;
+        goto out_restore;
+    }
+    /* Shards must be durable and exactly what their records describe. */
+    st = graft__checkpoint_verify(dir, &m, false, why, sizeof(why));
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GP_MOD, "commit step %llu: %s", (unsigned long long)step, why);
+        st = GRAFT_ECORRUPT;
+        goto out_restore;
+    }
+    st = graft__manifest_write(dir, &m);
+out_restore:
+    for (uint32_t r = 0; r < ranks; r++)
+        sh[r]->n_global_regions = saved_ng[r];
+out:
+    if (sh != NULL)
+        for (uint32_t r = 0; r < ranks; r++)
+            if (sh[r] != NULL)
+                graft__shard_info__free_unpacked(sh[r], &graft__persist_pb_allocator);
+    graft_free(globals);
+    graft_free(sh);
+    graft_free(saved_ng);
+    graft_free(dir);
+    return st;
+}
+
+/* ------------------------------------------------------ background side --- */
+
+static void shard_rec_add(graft_persist_writer_t *w, uint64_t step, uint32_t rank,
+                          graft_status_t status, uint8_t *info, size_t len)
+{
+    gp_shard_rec_t *rec = graft__calloc(1, sizeof(*rec));
+    pthread_mutex_lock(&w->mu);
+    if (rec != NULL) {
+        rec->step = step;
+        rec->rank = rank;
+        rec->status = status;
+        rec->info = info;
+        rec->len = len;
+        rec->next = w->shards;
+        w->shards = rec;
+        info = NULL;
+    }
+    w->inflight_shards--;
+    pthread_cond_broadcast(&w->cv_done);
+    pthread_mutex_unlock(&w->mu);
+    graft_free(info);
+}
+
+/* Removes and returns the record; NULL if absent. Caller holds the lock. */
+static gp_shard_rec_t *shard_rec_take(graft_persist_writer_t *w, uint64_t step, uint32_t rank)
+{
+    for (gp_shard_rec_t **p = &w->shards; *p; p = &(*p)->next)
+        if ((*p)->step == step && (*p)->rank == rank) {
+            gp_shard_rec_t *r = *p;
+            *p = r->next;
+            return r;
+        }
+    return NULL;
+}
+
+static graft_status_t commit_local(graft_persist_writer_t *w, gp_job_t *j,
+                                   graft_persist_write_result_t *res)
+{
+    graft_status_t st = GRAFT_OK;
+    gp_shard_rec_t **recs = graft__calloc(j->ranks, sizeof(*recs));
+    const uint8_t **infos = graft__calloc(j->ranks, sizeof(*infos));
+    size_t *lens = graft__calloc(j->ranks, sizeof(*lens));
+    pthread_mutex_lock(&w->mu);
+    for (uint32_t r = 0; r < j->ranks; r++)
+        if (recs != NULL)
+            recs[r] = shard_rec_take(w, j->step, r);
+    pthread_mutex_unlock(&w->mu);
+    if (recs == NULL || infos == NULL || lens == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    for (uint32_t r = 0; r < j->ranks && st == GRAFT_OK; r++) {
+        st = recs[r] == NULL ? GRAFT_EINTERNAL : recs[r]->status;
+        if (st == GRAFT_OK) {
+            infos[r] = recs[r]->info;
+            lens[r] = recs[r]->len;
+        }
+    }
+    if (st == GRAFT_OK)
+        st = graft_persist_commit(w->root, j->step, j->ranks, infos, lens, w->code_revision,
+                                  &j->opts);
+    if (st == GRAFT_OK) {
+        for (uint32_t r = 0; r < j->ranks; r++) {
+            Graft__ShardInfo *si =
+                graft__shard_info__unpack(&graft__persist_pb_allocator, lens[r], infos[r]);
+            if (si != NULL) {
+                res->stored_bytes += si->stored_bytes;
+                res->raw_bytes += si->raw_bytes;
+                graft__shard_info__free_unpacked(si, &graft__persist_pb_allocator);
+            }
+        }
+    }
+out:
+    if (st != GRAFT_OK && st != GRAFT_EEXIST) {
+        /* Never leave a half-written checkpoint behind (a full disk must
+         * cost nothing but this checkpoint). */
+        char *dir = graft__persist_step_dir(w->root, j->step);
+        if (dir != NULL && !manifest_exists(w->root, j->step) &&
+            graft__persist_remove_dir(dir) != GRAFT_OK)
+            GRAFT_WARN(GP_MOD, "could not remove the failed checkpoint %s", dir);
+        graft_free(dir);
+    }
+    for (uint32_t r = 0; recs != NULL && r < j->ranks; r++)
+        if (recs[r] != NULL) {
+            graft_free(recs[r]->info);
+            graft_free(recs[r]);
+        }
+    graft_free(recs);
+    graft_free(infos);
+    graft_free(lens);
+    return st;
+}
+
+static void commit_job(graft_persist_writer_t *w, gp_job_t *j)
+{
+    graft_persist_write_result_t res = {0};
+    res.snapshot_ns = j->snapshot_ns;
+    res.status = commit_local(w, j, &res);
+    res.write_ns = graft__now_ns() - j->start_ns;
+    size_t deleted = 0;
+    if (res.status == GRAFT_OK && w->retention.keep_last > 0 &&
+        graft_persist_retention_apply(w->root, &w->retention, &deleted) != GRAFT_OK)
+        GRAFT_WARN(GP_MOD, "retention under %s failed", w->root);
+    res.second_tier_status = GRAFT_OK;
+    if (res.status == GRAFT_OK && w->second_root != NULL) {
+        graft_status_t st = graft__persist_mkdirs(w->second_root);
+        if (st == GRAFT_OK)
+            st = space_check(w->second_root, res.stored_bytes + 4096u * (j->ranks + 1u));
+        if (st == GRAFT_OK)
+            st = graft__persist_copy_checkpoint(w->root, w->second_root, j->step);
+        if (st != GRAFT_OK) {
+            char *dir = graft__persist_step_dir(w->second_root, j->step);
+            if (dir != NULL && graft__persist_remove_dir(dir) != GRAFT_OK)
+                GRAFT_WARN(GP_MOD, "could not remove %s", dir);
+            graft_free(dir);
+        }
+        if (st == GRAFT_OK && w->retention.keep_last > 0 &&
+            graft_persist_retention_apply(w->second_root, &w->retention, &deleted) != GRAFT_OK)
+            GRAFT_WARN(GP_MOD, "retention under %s failed", w->second_root);
+        res.second_tier_status = st;
+    }
+    pthread_mutex_lock(&w->mu);
+    for (gp_step_rec_t *s = w->steps; s; s = s->next)
+        if (s->step == j->step && !s->done) {
+            s->result = res;
+            s->done = true;
+            break;
+        }
+    pthread_cond_broadcast(&w->cv_done);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *writer_main(void *arg)
+{
+    graft_persist_writer_t *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (w->head == NULL && !w->stop)
+            pthread_cond_wait(&w->cv_work, &w->mu);
+        gp_job_t *j = w->head;
+        if (j == NULL) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        w->head = j->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+        pthread_mutex_unlock(&w->mu);
+        if (j->type == JOB_SHARD) {
+            uint8_t *info = NULL;
+            size_t len = 0;
+            graft_status_t st = shard_write(w, j, &info, &len);
+            staging_put(w, j->staging);
+            j->staging = NULL;
+            shard_rec_add(w, j->step, j->rank, st, info, len);
+        } else {
+            commit_job(w, j);
+        }
+        job_free(j);
+    }
+    return NULL;
+}
+
+static void job_push(graft_persist_writer_t *w, gp_job_t *j)
+{
+    /* caller holds the lock */
+    j->next = NULL;
+    if (w->tail)
+        w->tail->next = j;
+    else
+        w->head = j;
+    w->tail = j;
+    pthread_cond_signal(&w->cv_work);
+}
+
+/* ------------------------------------------------------------ public --- */
+
+graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
+                                           graft_persist_writer_t **writer_p)
+{
+    graft_status_t st;
+    if (config == NULL || writer_p == NULL || config->root == NULL || config->root[0] == '\0' ||
+        config->compression_level < -1 || config->compression_level > ZSTD_maxCLevel() ||
+        config->threads > 64 ||
+        (config->chunk_bytes != 0 &&
+         (config->chunk_bytes < GP_MIN_CHUNK_BYTES || config->chunk_bytes > GP_MAX_CHUNK_BYTES)) ||
+        (config->second_root != NULL && strcmp(config->second_root, config->root) == 0))
+        return GRAFT_EINVAL;
+    graft_persist_writer_t *w = graft__calloc(1, sizeof(*w));
+    if (w == NULL)
+        return GRAFT_ENOMEM;
+    w->level = config->compression_level < 0 ? 1 : config->compression_level;
+    w->threads = config->threads ? config->threads : 2;
+    w->chunk_bytes = config->chunk_bytes ? config->chunk_bytes : GP_DEFAULT_CHUNK_BYTES;
+    w->max_pending = config->max_pending ? config->max_pending : 1;
+    w->retention = config->retention;
+    w->root = graft__strdup(config->root);
+    w->second_root = config->second_root ? graft__strdup(config->second_root) : NULL;
+    w->code_revision = graft__strdup(config->code_revision ? config->code_revision : "");
+    w->slots = graft__calloc(w->threads, sizeof(*w->slots));
+    if (w->root == NULL || w->code_revision == NULL || w->slots == NULL ||
+        (config->second_root != NULL && w->second_root == NULL)) {
+        st = GRAFT_ENOMEM;
+        goto err;
+    }
+    st = graft__persist_mkdirs(w->root);
+    if (st != GRAFT_OK)
+        goto err;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv_work, NULL);
+    pthread_cond_init(&w->cv_done, NULL);
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        GRAFT_ERROR(GP_MOD, "pthread_create: %s", strerror(errno));
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv_work);
+        pthread_cond_destroy(&w->cv_done);
+        st = GRAFT_ESYS;
+        goto err;
+    }
+    w->thread_started = true;
+    *writer_p = w;
+    return GRAFT_OK;
+err:
+    graft_free(w->slots);
+    graft_free(w->root);
+    graft_free(w->second_root);
+    graft_free(w->code_revision);
+    graft_free(w);
+    return st;
+}
+
+void graft_persist_writer_destroy(graft_persist_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    if (w->thread_started) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_signal(&w->cv_work);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv_work);
+        pthread_cond_destroy(&w->cv_done);
+    }
+    while (w->shards) {
+        gp_shard_rec_t *r = w->shards;
+        w->shards = r->next;
+        graft_free(r->info);
+        graft_free(r);
+    }
+    while (w->steps) {
+        gp_step_rec_t *s = w->steps;
+        w->steps = s->next;
+        graft_free(s);
+    }
+    while (w->pool) {
+        gp_staging_t *s = w->pool;
+        w->pool = s->next;
+        staging_free(s);
+    }
+    for (uint32_t t = 0; t < w->threads; t++) {
+        ZSTD_freeCCtx(w->slots[t].cctx);
+        graft_free(w->slots[t].out);
+    }
+    graft_free(w->slots);
+    graft_free(w->root);
+    graft_free(w->second_root);
+    graft_free(w->code_revision);
+    graft_free(w);
+}
+
+/* The blocking part: copy the regions into a staging buffer. */
+static graft_status_t snapshot(graft_persist_writer_t *w, uint64_t step, uint32_t rank,
+                               uint32_t ranks, const graft_persist_region_t *regions, size_t n,
+                               uint64_t raw, gp_job_t **job_p)
+{
+    graft_status_t st = GRAFT_ENOMEM;
+    gp_job_t *j = graft__calloc(1, sizeof(*j));
+    if (j == NULL)
+        return GRAFT_ENOMEM;
+    j->type = JOB_SHARD;
+    j->step = step;
+    j->rank = rank;
+    j->ranks = ranks;
+    j->raw_bytes = raw;
+    j->regions = graft__calloc(n + 1, sizeof(*j->regions));
+    if (j->regions == NULL)
+        goto err;
+    for (size_t i = 0; i < n; i++) {
+        j->regions[i] = regions[i];
+        j->regions[i].ptr = NULL;
+        j->regions[i].name = graft__strdup(regions[i].name);
+        if (j->regions[i].name == NULL)
+            goto err;
+        j->nregions = i + 1;
+    }
+    j->layout_hash = graft__persist_layout_hash(regions, n);
+    j->staging = staging_get(w, raw);
+    if (j->staging == NULL)
+        goto err;
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const graft_persist_region_t *r = &regions[i];
+        if (r->bytes == 0)
+            continue;
+        if (r->device == GRAFT_PERSIST_DEVICE_CUDA) {
+            st = graft__persist_d2h(j->staging->buf + off, r->ptr, (size_t)r->bytes);
+            if (st != GRAFT_OK)
+                goto err;
+        } else {
+            memcpy(j->staging->buf + off, r->ptr, (size_t)r->bytes);
+        }
+        off += r->bytes;
+    }
+    *job_p = j;
+    return GRAFT_OK;
+err:
+    job_free(j);
+    return st;
+}
+
+static bool has_device(const graft_persist_region_t *regions, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (regions[i].device == GRAFT_PERSIST_DEVICE_CUDA)
+            return true;
+    return false;
+}
+
+static graft_status_t save_ranks(graft_persist_writer_t *w, uint64_t step, uint32_t first,
+                                 uint32_t count, uint32_t ranks,
+                                 const graft_persist_region_t *const *regions,
+                                 const size_t *nregions, bool commit,
+                                 const graft_persist_commit_opts_t *opts)
+{
+    graft_status_t st;
+    uint64_t t0 = graft__now_ns();
+    uint64_t need = 0;
+    uint64_t *raw = graft__calloc(count, sizeof(*raw));
+    gp_job_t **jobs = graft__calloc(count + 1, sizeof(*jobs));
+    if (raw == NULL || jobs == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        st = regions_check(regions[i], nregions[i], &raw[i]);
+        if (st != GRAFT_OK)
+            goto out;
+        if (has_device(regions[i], nregions[i])) {
+            /* Ask the device layer first so nothing is half-done. */
+            st = graft__persist_d2h(NULL, NULL, 0);
+            if (st != GRAFT_OK)
+                goto out;
+        }
+        need += shard_bound(raw[i], w->chunk_bytes);
+    }
+    if (manifest_exists(w->root, step)) {
+        GRAFT_ERROR(GP_MOD, "step %llu is already checkpointed under %s", (unsigned long long)step,
+                    w->root);
+        st = GRAFT_EEXIST;
+        goto out;
+    }
+    st = space_check(w->root, need);
+    if (st != GRAFT_OK)
+        goto out;
+    /* Bound the memory held by checkpoints in flight. */
+    pthread_mutex_lock(&w->mu);
+    while (w->inflight_shards > 0 && w->inflight_shards + count > w->max_pending * count)
+        pthread_cond_wait(&w->cv_done, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    t0 = graft__now_ns();
+    for (uint32_t i = 0; i < count; i++) {
+        st = snapshot(w, step, first + i, ranks, regions[i], nregions[i], raw[i], &jobs[i]);
+        if (st != GRAFT_OK)
+            goto out;
+    }
+    uint64_t snap_ns = graft__now_ns() - t0;
+    if (commit) {
+        jobs[count] = graft__calloc(1, sizeof(gp_job_t));
+        gp_step_rec_t *rec = graft__calloc(1, sizeof(*rec));
+        if (jobs[count] == NULL || rec == NULL) {
+            graft_free(rec);
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+        jobs[count]->type = JOB_COMMIT;
+        jobs[count]->step = step;
+        jobs[count]->ranks = ranks;
+        jobs[count]->opts = opts ? *opts : (graft_persist_commit_opts_t){0};
+        jobs[count]->snapshot_ns = snap_ns;
+        jobs[count]->start_ns = t0 + snap_ns;
+        rec->step = step;
+        pthread_mutex_lock(&w->mu);
+        rec->next = w->steps;
+        w->steps = rec;
+        pthread_mutex_unlock(&w->mu);
+    }
+    pthread_mutex_lock(&w->mu);
+    for (uint32_t i = 0; i <= count; i++)
+        if (jobs[i] != NULL) {
+            if (jobs[i]->type == JOB_SHARD)
+                w->inflight_shards++;
+            job_push(w, jobs[i]);
+            jobs[i] = NULL;
+        }
+    pthread_mutex_unlock(&w->mu);
+    st = GRAFT_OK;
+out:
+    for (uint32_t i = 0; jobs != NULL && i <= count; i++)
+        job_free(jobs[i]);
+    graft_free(jobs);
+    graft_free(raw);
+    return st;
+}
+
+graft_status_t graft_persist_save(graft_persist_writer_t *w, uint64_t step, uint32_t ranks,
+                                  const graft_persist_region_t *const *regions,
+                                  const size_t *nregions, const graft_persist_commit_opts_t *opts)
+{
+    if (w == NULL || ranks == 0 || ranks > GP_MAX_RANKS || regions == NULL || nregions == NULL)
+        return GRAFT_EINVAL;
+    graft_persist_commit_opts_t o = opts ? *opts : (graft_persist_commit_opts_t){0};
+    return save_ranks(w, step, 0, ranks, ranks, regions, nregions, true, &o);
+}
+
+graft_status_t graft_persist_wait(graft_persist_writer_t *w, uint64_t step,
+                                  graft_persist_write_result_t *result_p)
+{
+    if (w == NULL)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&w->mu);
+    gp_step_rec_t **p = &w->steps;
+    while (*p && (*p)->step != step)
+        p = &(*p)->next;
+    if (*p == NULL) {
+        pthread_mutex_unlock(&w->mu);
+        return GRAFT_ENOTFOUND;
+    }
+    gp_step_rec_t *rec = *p;
+    while (!rec->done)
+        pthread_cond_wait(&w->cv_done, &w->mu);
+    for (p = &w->steps; *p != rec; p = &(*p)->next) {
+    }
+    *p = rec->next;
+    pthread_mutex_unlock(&w->mu);
+    graft_status_t st = rec->result.status;
+    if (result_p != NULL)
+        *result_p = rec->result;
+    graft_free(rec);
+    return st;
+}
+
+graft_status_t graft_persist_shard_write(graft_persist_writer_t *w, uint64_t step, uint32_t rank,
+                                         uint32_t ranks, const graft_persist_region_t *regions,
+                                         size_t nregions)
+{
+    if (w == NULL || ranks == 0 || ranks > GP_MAX_RANKS || rank >= ranks)
+        return GRAFT_EINVAL;
+    const graft_persist_region_t *const r[1] = {regions};
+    const size_t n[1] = {nregions};
+    return save_ranks(w, step, rank, 1, ranks, r, n, false, NULL);
+}
+
+graft_status_t graft_persist_shard_wait(graft_persist_writer_t *w, uint64_t step, uint32_t rank,
+                                        uint8_t **info_p, size_t *len_p)
+{
+    if (w == NULL || info_p == NULL || len_p == NULL)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&w->mu);
+    gp_shard_rec_t *rec;
+    for (;;) {
+        rec = shard_rec_take(w, step, rank);
+        if (rec != NULL)
+            break;
+        /* Still queued or being written? */
+        bool pending = false;
+        for (gp_job_t *j = w->head; j; j = j->next)
+            pending |= j->type == JOB_SHARD && j->step == step && j->rank == rank;
+        if (!pending && w->inflight_shards == 0) {
+            pthread_mutex_unlock(&w->mu);
+            return GRAFT_ENOTFOUND;
+        }
+        pthread_cond_wait(&w->cv_done, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    graft_status_t st = rec->status;
+    if (st == GRAFT_OK) {
+        *info_p = rec->info;
+        *len_p = rec->len;
+        rec->info = NULL;
+    }
+    graft_free(rec->info);
+    graft_free(rec);
+    return st;
+}
