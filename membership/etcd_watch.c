@@ -32,6 +32,7 @@ struct graft_etcd_watch {
     size_t endpoint;      /* endpoint index of the current/next attempt */
     size_t first_endpoint; /* where the current round of attempts began */
     bool created;         /* the current stream has confirmed the watch */
+    bool confirmed;       /* some stream confirmed it since wait_created() began */
     bool force_auth;      /* the last stream rejected our token */
 
     graft_buf_t line;     /* bytes after the last newline */
@@ -83,6 +84,7 @@ static graft_status_t handle_line(graft_etcd_watch_t *w, const char *line, size_
     switch (m.kind) {
     case GRAFT_ETCD_WATCH_MSG_CREATED:
         w->created = true;
+        w->confirmed = true;
         w->backoff_ms = 0;
         w->last_err = GRAFT_OK;
         w->first_endpoint = w->endpoint;
@@ -334,7 +336,10 @@ static graft_status_t pump(graft_etcd_watch_t *w, uint64_t deadline_ns)
 static graft_status_t wait_created(graft_etcd_watch_t *w)
 {
     uint64_t deadline = graft__now_ns() + (uint64_t)w->etcd->request_timeout_ms * 1000000ull;
-    while (!w->created) {
+    /* Errors after the confirmation (the stream may carry both in one read)
+     * are the caller's to see through watch_next(). */
+    w->confirmed = false;
+    while (!w->confirmed) {
         /* A compaction is the caller's to see through watch_next(). */
         if (w->compacted || w->n_queue > 0)
             return GRAFT_OK;
