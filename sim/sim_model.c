@@ -71,6 +71,10 @@ static double sim_rng_unit(sim_rng_t *rng)
 
 static double sim_rng_exp(sim_rng_t *rng, double mean)
 {
+    if (isinf(mean)) {
+        /* inf * -log(1) would be NaN. */
+        return INFINITY;
+    }
     return -mean * log(sim_rng_unit(rng));
 }
 
