@@ -726,6 +726,7 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     m->cfg.etcd = NULL; /* not kept: the caller's config may go away */
     m->state = m->cfg.state;
     m->committed_step = m->cfg.committed_step;
+    m->form_grace_ns = 50000000ull; /* see graft__qdecision_t */
     atomic_init(&m->stop, false);
 
     pthread_condattr_t ca;

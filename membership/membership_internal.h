@@ -200,6 +200,9 @@ struct graft_membership {
     bool lease_lost_pending; /* report GRAFT_ELEASE once from the next call */
     uint64_t last_round;
     uint64_t last_id;
+    /* How long a rank that did not complete the ready set waits before it
+     * competes to form the round; tests set 0 to make every rank race. */
+    uint64_t form_grace_ns;
 
     pthread_t ka_thread;
     pthread_t view_thread;

@@ -10,9 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* How long a rank that did not complete the ready set waits before it
- * competes with the rank that did (see graft__qdecision_t). */
-#define FORM_GRACE_NS 50000000ull
 #define RETRY_FIRST_NS 50000000ull
 #define RETRY_MAX_NS 1000000000ull
 
@@ -336,7 +333,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
                 complete_since = now;
             bool first = (d.last_group == m->cfg.group && d.last_rank == m->cfg.rank) ||
                          in.deadline_passed;
-            if (first || now >= complete_since + FORM_GRACE_NS) {
+            if (first || now >= complete_since + m->form_grace_ns) {
                 bool won = false;
                 graft_quorum_t *current = NULL;
                 formed->duration_us = (graft__now_ns() - announced) / 1000u;
@@ -374,7 +371,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
                 wake = GRAFT_MIN(deadline, graft__now_ns() + 200000000ull);
             } else {
                 graft_membership_quorum_free(formed);
-                wake = GRAFT_MIN(wake, complete_since + FORM_GRACE_NS);
+                wake = GRAFT_MIN(wake, complete_since + m->form_grace_ns);
             }
         } else {
             complete_since = 0;

@@ -1,0 +1,755 @@
+/* Membership against a real etcd, in one process: every rank is a handle
+ * with its own clients and lease, driven by its own thread. Join, view and
+ * leave; quorum races; commit votes; blobs; garbage records; min_groups;
+ * a revoked lease; compaction resync; the event history. The tests that
+ * need real processes (SIGKILL, SIGSTOP, etcd restart) are in
+ * test_membership_failures.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <graft/membership.h>
+
+#include "etcd_fixture.h"
+#include "membership/membership_internal.h"
+
+static graft_test_etcd_t T;
+static const char *endpoint;
+static graft_etcd_config_t etcd_cfg;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (graft_test_etcd_start(&T, NULL) != 0)
+        return -1;
+    endpoint = graft_etcd_server_endpoint(T.server);
+    etcd_cfg = (graft_etcd_config_t){0};
+    etcd_cfg.endpoints = &endpoint;
+    etcd_cfg.n_endpoints = 1;
+    etcd_cfg.request_timeout_ms = 2000;
+    etcd_cfg.connect_timeout_ms = 300;
+    etcd_cfg.max_retries = 1;
+    etcd_cfg.retry_backoff_ms = 20;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    graft_test_etcd_stop(&T);
+    return 0;
+}
+
+static graft_membership_config_t cfg_for(const char *job, uint32_t g, uint32_t r, uint32_t R)
+{
+    graft_membership_config_t c = {0};
+    c.job = job;
+    c.etcd = &etcd_cfg;
+    c.group = g;
+    c.rank = r;
+    c.ranks_per_group = R;
+    c.min_groups = 1;
+    c.lease_ttl_s = 2;
+    c.join_timeout_ms = 800;
+    c.transfer_address = "tcp://127.0.0.1:1";
+    return c;
+}
+
+static graft_membership_t *join(const char *job, uint32_t g, uint32_t r, uint32_t R)
+{
+    graft_membership_config_t c = cfg_for(job, g, r, R);
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
+    return m;
+}
+
+static graft_membership_t *observe(const char *job, uint32_t R)
+{
+    graft_membership_config_t c = cfg_for(job, 0, 0, R);
+    c.observer = true;
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
+    return m;
+}
+
+/* Wait until the observer's view has n members and h healthy groups. */
+static bool wait_view(graft_membership_t *obs, size_t n, size_t h, uint32_t timeout_ms)
+{
+    uint64_t end = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t version = 0;
+    while (graft__now_ns() < end) {
+        graft_membership_view_t *v = NULL;
+        assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+        bool ok = v->n_members == n && v->n_healthy_groups == h;
+        version = v->version;
+        graft_membership_view_free(v);
+        if (ok)
+            return true;
+        if (graft_membership_view_wait(obs, version, 100, NULL) != GRAFT_OK)
+            continue;
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------- tests --- */
+
+static void test_config_rejected(void **state)
+{
+    (void)state;
+    graft_membership_t *m = NULL;
+    graft_membership_config_t c = cfg_for("bad/job", 0, 0, 1);
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_EINVAL);
+    c = cfg_for("", 0, 0, 1);
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_EINVAL);
+    c = cfg_for("ok", 0, 2, 2); /* rank outside the group */
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_EINVAL);
+    c = cfg_for("ok", 0, 0, 1);
+    c.etcd = NULL;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_EINVAL);
+    assert_null(m);
+    /* etcd that does not answer: a clear job-class error, no handle */
+    const char *dead = "http://127.0.0.1:1";
+    graft_etcd_config_t e = etcd_cfg;
+    e.endpoints = &dead;
+    c = cfg_for("ok", 0, 0, 1);
+    c.etcd = &e;
+    graft_status_t st = graft_membership_create(&c, &m);
+    assert_int_equal(graft_status_class(st), GRAFT_CLASS_JOB);
+    assert_null(m);
+    graft_membership_destroy(NULL);
+}
+
+static void test_join_view_leave(void **state)
+{
+    (void)state;
+    graft_membership_t *obs = observe("jv", 2);
+    graft_membership_t *r[4];
+    for (int i = 0; i < 4; i++)
+        r[i] = join("jv", (uint32_t)i / 2, (uint32_t)i % 2, 2);
+    assert_true(wait_view(obs, 4, 2, 3000));
+    graft_membership_view_t *v = NULL;
+    assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+    assert_int_equal(v->members[3].group, 1);
+    assert_int_equal(v->members[3].rank, 1);
+    assert_int_equal(v->members[3].incarnation, graft_membership_incarnation(r[3]));
+    assert_string_equal(v->members[0].transfer_address, "tcp://127.0.0.1:1");
+    assert_int_equal(v->members[0].state, GRAFT_MEMBER_JOINING);
+    assert_int_equal(v->members[0].pid, getpid());
+    assert_true(v->members[0].lease_id != 0);
+    graft_membership_view_free(v);
+    assert_true(graft_membership_group_healthy(obs, 1));
+
+    /* update rewrites the record in place */
+    assert_int_equal(graft_membership_update(r[0], GRAFT_MEMBER_HEALTHY, 17), GRAFT_OK);
+    uint64_t end = graft__now_ns() + 3000000000ull;
+    bool seen = false;
+    while (!seen && graft__now_ns() < end) {
+        assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+        seen = v->n_members > 0 && v->members[0].committed_step == 17 &&
+               v->members[0].state == GRAFT_MEMBER_HEALTHY;
+        graft_membership_view_free(v);
+        if (!seen)
+            usleep(20000);
+    }
+    assert_true(seen);
+
+    /* Leave revokes the lease: the record goes at once, not after the TTL. */
+    uint64_t t0 = graft__now_ns();
+    assert_int_equal(graft_membership_leave(r[2]), GRAFT_OK);
+    assert_int_equal(graft_membership_leave(r[2]), GRAFT_ESTATE);
+    assert_true(wait_view(obs, 3, 1, 3000));
+    assert_true(graft__now_ns() - t0 < 1000000000ull);
+    assert_false(graft_membership_group_healthy(obs, 1));
+    assert_true(graft_membership_group_healthy(obs, 0));
+    graft_quorum_t *q = NULL;
+    assert_int_equal(graft_membership_quorum_wait(r[2], 0, 100, &q), GRAFT_ESTATE);
+    assert_int_equal(graft_membership_quorum_wait(obs, 0, 100, &q), GRAFT_ESTATE);
+
+    /* The history has the joins and the leave. */
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_events_read(obs, 0, &evs, &n), GRAFT_OK);
+    size_t joins = 0, leaves = 0;
+    for (size_t i = 0; i < n; i++) {
+        joins += evs[i].kind == GRAFT_EVENT_JOIN;
+        leaves += evs[i].kind == GRAFT_EVENT_LEAVE;
+        if (i > 0)
+            assert_true(evs[i].seq == evs[i - 1].seq + 1);
+    }
+    assert_int_equal(joins, 4);
+    assert_int_equal(leaves, 1);
+    graft_membership_events_free(evs, n);
+
+    for (int i = 0; i < 4; i++)
+        graft_membership_destroy(r[i]);
+    assert_true(wait_view(obs, 0, 0, 3000));
+    graft_membership_destroy(obs);
+}
+
+/* ------------------------------------------------------ racing threads --- */
+
+#define RACE_G 8
+#define RACE_R 2
+#define RACE_STEPS 4
+
+typedef struct rank_run {
+    const char *job;
+    uint32_t g, r, R;
+    uint32_t min_groups;
+    int steps;
+    uint64_t committed;
+    graft_membership_t *m;
+    /* per round seen: round, id, members hash, n members, step */
+    uint64_t rounds[16], ids[16], hashes[16], steps_seen[16];
+    size_t n_members[16];
+    bool decisions[16];
+    graft_status_t last_st;
+    int done;
+} rank_run_t;
+
+static void *rank_main(void *arg)
+{
+    rank_run_t *rr = arg;
+    for (int s = 0; s < rr->steps; s++) {
+        graft_quorum_t *q = NULL;
+        graft_status_t st = graft_membership_quorum_wait(rr->m, rr->committed, 10000, &q);
+        rr->last_st = st;
+        if (st != GRAFT_OK)
+            return NULL;
+        rr->rounds[s] = q->round;
+        rr->ids[s] = q->id;
+        rr->hashes[s] = q->members_hash;
+        rr->n_members[s] = q->n_members;
+        rr->steps_seen[s] = q->step;
+        if (q->must_recover)
+            rr->committed = q->step;
+        bool decision = false;
+        st = graft_membership_commit_vote(rr->m, q, true, NULL, 5000, &decision);
+        rr->last_st = st;
+        rr->decisions[s] = decision;
+        if (st == GRAFT_OK && decision)
+            rr->committed = q->step + 1;
+        graft_membership_quorum_free(q);
+        if (st != GRAFT_OK)
+            return NULL;
+        rr->done++;
+    }
+    return NULL;
+}
+
+static void test_race_one_quorum_per_round(void **state)
+{
+    (void)state;
+    static rank_run_t runs[RACE_G * RACE_R];
+    pthread_t th[RACE_G * RACE_R];
+    graft_membership_t *obs = observe("race", RACE_R);
+    for (uint32_t i = 0; i < RACE_G * RACE_R; i++) {
+        memset(&runs[i], 0, sizeof(runs[i]));
+        runs[i].job = "race";
+        runs[i].g = i / RACE_R;
+        runs[i].r = i % RACE_R;
+        runs[i].R = RACE_R;
+        runs[i].min_groups = 1;
+        runs[i].steps = RACE_STEPS;
+        /* group 5 starts behind: it must be told to recover */
+        runs[i].committed = runs[i].g == 5 ? 0 : 10;
+        runs[i].m = join("race", runs[i].g, runs[i].r, RACE_R);
+        /* Every rank competes as soon as it sees the set complete, instead
+         * of leaving the first attempt to the rank that completed it. */
+        runs[i].m->form_grace_ns = 0;
+    }
+    assert_true(wait_view(obs, RACE_G * RACE_R, RACE_G, 5000));
+    for (int i = 0; i < RACE_G * RACE_R; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, rank_main, &runs[i]), 0);
+    for (int i = 0; i < RACE_G * RACE_R; i++)
+        pthread_join(th[i], NULL);
+    uint64_t txns = 0, conflicts = 0, reqs = 0;
+    for (int i = 0; i < RACE_G * RACE_R; i++) {
+        assert_int_equal(runs[i].last_st, GRAFT_OK);
+        assert_int_equal(runs[i].done, RACE_STEPS);
+        for (int s = 0; s < RACE_STEPS; s++) {
+            /* everyone read the same record for each round */
+            assert_int_equal(runs[i].rounds[s], runs[0].rounds[s]);
+            assert_int_equal(runs[i].ids[s], runs[0].ids[s]);
+            assert_int_equal(runs[i].hashes[s], runs[0].hashes[s]);
+            assert_int_equal(runs[i].steps_seen[s], runs[0].steps_seen[s]);
+            assert_int_equal(runs[i].n_members[s], RACE_G);
+            assert_true(runs[i].decisions[s]);
+            if (s > 0)
+                assert_true(runs[i].rounds[s] == runs[i].rounds[s - 1] + 1);
+        }
+        graft_membership_stats_t st;
+        graft_membership_stats_get(runs[i].m, &st);
+        txns += st.quorum_txns;
+        conflicts += st.quorum_conflicts;
+        reqs += st.requests;
+    }
+    /* Same member set every round: the id never changed. */
+    assert_int_equal(runs[0].ids[RACE_STEPS - 1], runs[0].ids[0]);
+    assert_int_equal(runs[0].steps_seen[0], 10);
+    /* Exactly one winning transaction per round. */
+    assert_int_equal(txns - conflicts, RACE_STEPS);
+    assert_true(conflicts > 0);
+    print_message("# race: %" PRIu64 " formation txns (%" PRIu64 " lost) for %d rounds, "
+                  "%" PRIu64 " requests in all\n", txns, conflicts, RACE_STEPS, reqs);
+
+    /* The recovery of group 5 was recorded; everyone agreed it had to. */
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_events_read(obs, 0, &evs, &n), GRAFT_OK);
+    size_t formed = 0, assigned = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (evs[i].kind == GRAFT_EVENT_QUORUM_FORMED) {
+            formed++;
+            assert_int_equal(evs[i].n_members, RACE_G);
+        }
+        if (evs[i].kind == GRAFT_EVENT_RECOVERY_ASSIGNED) {
+            assigned++;
+            assert_int_equal(evs[i].group, 5);
+            assert_int_equal(evs[i].n_members, RACE_G - 1); /* every other group donates */
+        }
+    }
+    assert_int_equal(formed, 1); /* only the first round: a new member set with a recovery */
+    assert_int_equal(assigned, 1);
+    graft_membership_events_free(evs, n);
+    for (int i = 0; i < RACE_G * RACE_R; i++)
+        graft_membership_destroy(runs[i].m);
+    graft_membership_destroy(obs);
+}
+
+/* ------------------------------------------------------------ min_groups --- */
+
+static void test_min_groups_not_met(void **state)
+{
+    (void)state;
+    graft_membership_config_t c0 = cfg_for("minq", 0, 0, 1), c1 = cfg_for("minq", 1, 0, 1);
+    c0.min_groups = c1.min_groups = 3;
+    graft_membership_t *a = NULL, *b = NULL;
+    assert_int_equal(graft_membership_create(&c0, &a), GRAFT_OK);
+    assert_int_equal(graft_membership_create(&c1, &b), GRAFT_OK);
+    rank_run_t rb;
+    memset(&rb, 0, sizeof(rb));
+    rb.steps = 1;
+    rb.m = b;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, rank_main, &rb), 0);
+    graft_quorum_t *q = NULL;
+    uint64_t t0 = graft__now_ns();
+    assert_int_equal(graft_membership_quorum_wait(a, 0, 10000, &q), GRAFT_ENOQUORUM);
+    uint64_t took_ms = (graft__now_ns() - t0) / 1000000u;
+    /* after the join timeout (800 ms), not the overall timeout */
+    assert_true(took_ms >= 700 && took_ms < 5000);
+    assert_null(q);
+    pthread_join(th, NULL);
+    assert_int_equal(rb.last_st, GRAFT_ENOQUORUM);
+    assert_int_equal(graft_membership_quorum_latest(a, &q), GRAFT_ENOTFOUND);
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+}
+
+/* ---------------------------------------------------------------- votes --- */
+
+typedef struct step_arg {
+    graft_membership_t *m;
+    uint64_t committed;
+    int vote; /* 1 yes, 0 no, -1 does not vote */
+    uint32_t vote_timeout_ms;
+    graft_status_t qst, vst;
+    bool decision;
+    uint64_t round, id;
+    uint64_t vote_ms;
+} step_arg_t;
+
+static step_arg_t mk(graft_membership_t *m, uint64_t committed, int vote, uint32_t timeout_ms)
+{
+    step_arg_t a;
+    memset(&a, 0, sizeof(a));
+    a.m = m;
+    a.committed = committed;
+    a.vote = vote;
+    a.vote_timeout_ms = timeout_ms;
+    return a;
+}
+
+static void *one_step(void *p)
+{
+    step_arg_t *a = p;
+    graft_quorum_t *q = NULL;
+    a->qst = graft_membership_quorum_wait(a->m, a->committed, 5000, &q);
+    if (a->qst != GRAFT_OK)
+        return NULL;
+    a->round = q->round;
+    a->id = q->id;
+    if (a->vote >= 0) {
+        uint64_t t0 = graft__now_ns();
+        a->vst = graft_membership_commit_vote(a->m, q, a->vote == 1, a->vote ? NULL : "loss is nan",
+                                              a->vote_timeout_ms, &a->decision);
+        a->vote_ms = (graft__now_ns() - t0) / 1000000u;
+    }
+    graft_membership_quorum_free(q);
+    return NULL;
+}
+
+static void run_pair(step_arg_t *a, step_arg_t *b)
+{
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, one_step, a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, one_step, b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(a->qst, GRAFT_OK);
+    assert_int_equal(b->qst, GRAFT_OK);
+    assert_int_equal(a->round, b->round);
+}
+
+static void test_commit_vote(void **state)
+{
+    (void)state;
+    graft_membership_t *a = join("vote", 0, 0, 2), *b = join("vote", 0, 1, 2);
+    /* both yes */
+    step_arg_t sa = mk(a, 0, 1, 3000), sb = mk(b, 0, 1, 3000);
+    run_pair(&sa, &sb);
+    assert_int_equal(sa.vst, GRAFT_OK);
+    assert_true(sa.decision && sb.decision);
+    /* one no: both decide no, at once rather than at the timeout */
+    sa = mk(a, 1, 1, 3000);
+    sb = mk(b, 1, 0, 3000);
+    run_pair(&sa, &sb);
+    assert_int_equal(sa.vst, GRAFT_OK);
+    assert_int_equal(sb.vst, GRAFT_OK);
+    assert_false(sa.decision);
+    assert_false(sb.decision);
+    assert_true(sa.vote_ms < 2500);
+    /* a missing vote is a no once the timeout passes */
+    sa = mk(a, 1, 1, 600);
+    sb = mk(b, 1, -1, 600);
+    run_pair(&sa, &sb);
+    assert_int_equal(sa.vst, GRAFT_OK);
+    assert_false(sa.decision);
+    assert_true(sa.vote_ms >= 550);
+    /* bad arguments */
+    graft_quorum_t bogus = {0};
+    bool d = true;
+    assert_int_equal(graft_membership_commit_vote(a, &bogus, true, NULL, 10, &d), GRAFT_EINVAL);
+    assert_int_equal(graft_membership_commit_vote(a, NULL, true, NULL, 10, &d), GRAFT_EINVAL);
+
+    /* The two failed votes are in the history, with their reasons. */
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_events_read(a, 0, &evs, &n), GRAFT_OK);
+    size_t failed = 0;
+    bool nan_seen = false, missing_seen = false;
+    for (size_t i = 0; i < n; i++) {
+        if (evs[i].kind != GRAFT_EVENT_VOTE_RESULT)
+            continue;
+        failed++;
+        assert_false(evs[i].ok);
+        nan_seen |= strstr(evs[i].detail, "loss is nan") != NULL;
+        missing_seen |= strstr(evs[i].detail, "1 of 2 votes") != NULL;
+    }
+    assert_int_equal(failed, 2);
+    assert_true(nan_seen && missing_seen);
+    graft_membership_events_free(evs, n);
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+}
+
+/* ---------------------------------------------------------------- blobs --- */
+
+static void test_blob(void **state)
+{
+    (void)state;
+    graft_membership_t *a = join("blob", 0, 0, 1), *b = join("blob", 1, 0, 1);
+    const uint8_t id[128] = {1, 2, 3, 0, 5};
+    void *got = NULL;
+    size_t len = 0;
+    assert_int_equal(graft_membership_blob_get(b, 7, 100, &got, &len), GRAFT_ETIMEOUT);
+    assert_int_equal(graft_membership_blob_put(a, 7, id, sizeof(id)), GRAFT_OK);
+    assert_int_equal(graft_membership_blob_put(b, 7, "x", 1), GRAFT_EEXIST);
+    assert_int_equal(graft_membership_blob_get(b, 7, 3000, &got, &len), GRAFT_OK);
+    assert_int_equal(len, sizeof(id));
+    assert_memory_equal(got, id, sizeof(id));
+    graft_free(got);
+    static uint8_t big[GRAFT_MSHIP_BLOB_MAX + 1];
+    assert_int_equal(graft_membership_blob_put(a, 8, big, sizeof(big)), GRAFT_EINVAL);
+    assert_int_equal(graft_membership_blob_put(a, 0, id, 1), GRAFT_EINVAL);
+    /* old slots are dropped as ids advance: id 7 goes with id 11 */
+    assert_int_equal(graft_membership_blob_put(a, 11, "z", 1), GRAFT_OK);
+    graft_etcd_kv_t kv;
+    assert_int_equal(graft_etcd_get(T.client, "/graft/blob/blob/00000000000000000007", &kv, NULL),
+                     GRAFT_ENOTFOUND);
+    assert_int_equal(graft_etcd_get(T.client, "/graft/blob/blob/00000000000000000011", &kv, NULL),
+                     GRAFT_OK);
+    graft_etcd_kv_clear(&kv);
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+}
+
+/* ------------------------------------------------------------- garbage --- */
+
+static void test_garbage_records_skipped(void **state)
+{
+    (void)state;
+    graft_membership_t *obs = observe("junk", 1);
+    graft_membership_t *a = join("junk", 0, 0, 1), *b = join("junk", 1, 0, 1);
+    const char *junk = "\xff\xfe garbage that is not a protobuf \x01";
+    /* garbage member record, a record under the wrong key, a bad key, garbage
+     * ready and vote records, a garbage event and a garbage counter */
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/members/5/0", junk, strlen(junk), 0,
+                                    NULL, NULL), GRAFT_OK);
+    graft_member_t imposter = {6, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0};
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(graft__mship_member_encode(&imposter, &buf, &len), GRAFT_OK);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/members/7/0", buf, len, 0, NULL, NULL),
+                     GRAFT_OK);
+    graft_free(buf);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/members/x/y", "1", 1, 0, NULL, NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/ready/1/0", junk, 3, 0, NULL, NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/events/00000000000000000099", junk,
+                                    strlen(junk), 0, NULL, NULL), GRAFT_OK);
+    uint64_t end = graft__now_ns() + 3000000000ull;
+    graft_membership_view_t *v = NULL;
+    for (;;) {
+        assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+        if (v->malformed >= 4 || graft__now_ns() > end)
+            break;
+        graft_membership_view_free(v);
+        usleep(20000);
+    }
+    assert_true(v->malformed >= 4);
+    assert_int_equal(v->n_members, 2); /* only the two real ones */
+    assert_int_equal(v->n_healthy_groups, 2);
+    graft_membership_view_free(v);
+
+    /* a fresh handle reading the same garbage at start-up is not disturbed */
+    graft_membership_t *obs2 = observe("junk", 1);
+    assert_int_equal(graft_membership_view_get(obs2, &v), GRAFT_OK);
+    assert_int_equal(v->n_members, 2);
+    assert_true(v->malformed >= 3);
+    graft_membership_view_free(v);
+
+    /* the quorum still forms, and events still read (garbage one skipped) */
+    step_arg_t sa = mk(a, 0, 1, 3000), sb = mk(b, 0, 1, 3000);
+    run_pair(&sa, &sb);
+    assert_true(sa.decision && sb.decision);
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_events_read(obs2, 0, &evs, &n), GRAFT_OK);
+    assert_true(n >= 2);
+    for (size_t i = 0; i < n; i++)
+        assert_int_not_equal(evs[i].seq, 99);
+    graft_membership_events_free(evs, n);
+
+    /* garbage in the quorum key: reported, and the next round replaces it */
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/quorum", junk, strlen(junk), 0, NULL,
+                                    NULL), GRAFT_OK);
+    sa = mk(a, 1, 1, 3000);
+    sb = mk(b, 1, 1, 3000);
+    run_pair(&sa, &sb);
+    assert_true(sa.decision && sb.decision);
+    assert_true(sa.round >= 2);
+    graft_membership_destroy(obs2);
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+    graft_membership_destroy(obs);
+}
+
+/* ------------------------------------------------------ lease revoked --- */
+
+typedef struct lease_log {
+    pthread_mutex_t mu;
+    int lost, rejoined;
+    uint64_t lost_inc, new_inc;
+    graft_status_t why;
+} lease_log_t;
+
+static void on_lease(graft_membership_notice_t what, uint64_t inc, graft_status_t why, void *arg)
+{
+    lease_log_t *l = arg;
+    pthread_mutex_lock(&l->mu);
+    if (what == GRAFT_MEMBERSHIP_LEASE_LOST) {
+        l->lost++;
+        l->lost_inc = inc;
+        l->why = why;
+    } else {
+        l->rejoined++;
+        l->new_inc = inc;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void test_lease_revoked_rejoins(void **state)
+{
+    (void)state;
+    lease_log_t log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, GRAFT_OK};
+    graft_membership_config_t c = cfg_for("revoke", 0, 0, 1);
+    c.lease_ttl_s = 1;
+    c.lease_cb = on_lease;
+    c.lease_arg = &log;
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
+    uint64_t inc0 = graft_membership_incarnation(m);
+    graft_membership_view_t *v = NULL;
+    assert_int_equal(graft_membership_view_get(m, &v), GRAFT_OK);
+    assert_int_equal(v->n_members, 1);
+    int64_t lease = v->members[0].lease_id;
+    graft_membership_view_free(v);
+    /* an operator revokes the lease */
+    assert_int_equal(graft_etcd_lease_revoke(T.client, lease), GRAFT_OK);
+    uint64_t end = graft__now_ns() + 5000000000ull;
+    for (;;) {
+        pthread_mutex_lock(&log.mu);
+        bool done = log.rejoined > 0;
+        pthread_mutex_unlock(&log.mu);
+        if (done || graft__now_ns() > end)
+            break;
+        usleep(20000);
+    }
+    assert_int_equal(log.lost, 1);
+    assert_int_equal(log.rejoined, 1);
+    assert_int_equal(log.lost_inc, inc0);
+    assert_int_equal(log.why, GRAFT_ENOTFOUND);
+    assert_true(log.new_inc > inc0);
+    assert_int_equal(graft_membership_incarnation(m), log.new_inc);
+    /* reported once through the next call, then business as usual */
+    graft_quorum_t *q = NULL;
+    assert_int_equal(graft_membership_quorum_wait(m, 0, 3000, &q), GRAFT_ELEASE);
+    assert_int_equal(graft_membership_quorum_wait(m, 0, 3000, &q), GRAFT_OK);
+    assert_int_equal(q->n_members, 1);
+    graft_membership_quorum_free(q);
+    graft_membership_stats_t st;
+    graft_membership_stats_get(m, &st);
+    assert_int_equal(st.lease_losses, 1);
+    assert_true(st.keepalives > 0);
+    /* the record is back with the new incarnation */
+    assert_int_equal(graft_membership_view_get(m, &v), GRAFT_OK);
+    assert_int_equal(v->n_members, 1);
+    assert_int_equal(v->members[0].incarnation, log.new_inc);
+    graft_membership_view_free(v);
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_events_read(m, 0, &evs, &n), GRAFT_OK);
+    bool lost_logged = false;
+    for (size_t i = 0; i < n; i++)
+        lost_logged |= evs[i].kind == GRAFT_EVENT_LEASE_LOST && evs[i].incarnation == inc0;
+    assert_true(lost_logged);
+    graft_membership_events_free(evs, n);
+    graft_membership_destroy(m);
+}
+
+/* --------------------------------------------------------- event history --- */
+
+static void test_event_history_bounded(void **state)
+{
+    (void)state;
+    graft_membership_config_t c = cfg_for("hist", 0, 0, 1);
+    c.event_history = 5;
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK); /* 1 join event */
+    for (int i = 0; i < 9; i++) {
+        graft_event_t ev = {0};
+        ev.kind = GRAFT_EVENT_CHECKPOINT;
+        ev.step = (uint64_t)i;
+        ev.detail = "ckpt";
+        assert_int_equal(graft_membership_event_append(m, &ev), GRAFT_OK);
+    }
+    graft_event_t bad = {0};
+    assert_int_equal(graft_membership_event_append(m, &bad), GRAFT_EINVAL);
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_events_read(m, 0, &evs, &n), GRAFT_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(evs[0].seq, 6);
+    assert_int_equal(evs[4].seq, 10);
+    assert_int_equal(evs[4].step, 8);
+    graft_membership_events_free(evs, n);
+    assert_int_equal(graft_membership_events_read(m, 8, &evs, &n), GRAFT_OK);
+    assert_int_equal(n, 2);
+    graft_membership_events_free(evs, n);
+    graft_membership_destroy(m);
+}
+
+/* ------------------------------------------------ compaction and restart --- */
+
+static void test_view_resyncs_after_compaction(void **state)
+{
+    (void)state;
+    graft_membership_t *obs = observe("compact", 1);
+    graft_membership_t *a = join("compact", 0, 0, 1);
+    graft_membership_t *b = join("compact", 1, 0, 1);
+    assert_true(wait_view(obs, 2, 2, 3000));
+    /* Hold the observer's view lock so its watch thread stalls with an
+     * event in hand; then break the stream (etcd restart), change the
+     * membership and compact past everything the watch has seen. When
+     * the thread resumes, its reconnect hits the compacted revision. */
+    pthread_mutex_lock(&obs->mu);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/compact/poke", "1", 1, 0, NULL, NULL),
+                     GRAFT_OK);
+    usleep(300000);
+    assert_int_equal(graft_etcd_server_stop(T.server), GRAFT_OK);
+    assert_int_equal(graft_etcd_server_restart(T.server), GRAFT_OK);
+    graft_membership_destroy(b); /* leaves: its record goes */
+    graft_member_t extra = {9, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0};
+    uint8_t *buf;
+    size_t len;
+    int64_t rev = 0;
+    assert_int_equal(graft__mship_member_encode(&extra, &buf, &len), GRAFT_OK);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/compact/members/9/0", buf, len, 0, NULL, &rev),
+                     GRAFT_OK);
+    graft_free(buf);
+    assert_int_equal(graft_etcd_compact(T.client, rev), GRAFT_OK);
+    pthread_mutex_unlock(&obs->mu);
+
+    uint64_t end = graft__now_ns() + 8000000000ull;
+    graft_membership_view_t *v = NULL;
+    for (;;) {
+        assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+        bool ok = v->resyncs >= 1 && v->n_members == 2 && v->members[1].group == 9;
+        if (ok || graft__now_ns() > end)
+            break;
+        graft_membership_view_free(v);
+        usleep(50000);
+    }
+    assert_true(v->resyncs >= 1);
+    assert_int_equal(v->n_members, 2);
+    assert_int_equal(v->members[0].group, 0);
+    assert_int_equal(v->members[1].group, 9);
+    graft_membership_view_free(v);
+    /* and it keeps following changes after the resync */
+    assert_int_equal(graft_etcd_delete(T.client, "/graft/compact/members/9/0", false, NULL, NULL),
+                     GRAFT_OK);
+    assert_true(wait_view(obs, 1, 1, 3000));
+    graft_membership_destroy(a);
+    graft_membership_destroy(obs);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_rejected),
+        cmocka_unit_test(test_join_view_leave),
+        cmocka_unit_test(test_race_one_quorum_per_round),
+        cmocka_unit_test(test_min_groups_not_met),
+        cmocka_unit_test(test_commit_vote),
+        cmocka_unit_test(test_blob),
+        cmocka_unit_test(test_garbage_records_skipped),
+        cmocka_unit_test(test_lease_revoked_rejoins),
+        cmocka_unit_test(test_event_history_bounded),
+        cmocka_unit_test(test_view_resyncs_after_compaction),
+    };
+    return cmocka_run_group_tests_name("membership", tests, group_setup, group_teardown);
+}
