@@ -28,6 +28,9 @@ struct graft_etcd_server {
     char *log_path;
     char *endpoint;  /* http://127.0.0.1:<client_port> */
     char **extra_args;
+    char *cert_file;  /* TLS, all three optional */
+    char *key_file;
+    char *ca_file;
     size_t n_extra;
     uint32_t start_timeout_ms;
     int client_port;
@@ -116,16 +119,21 @@ static void child_exec(const graft_etcd_server_t *s, char *const argv[], pid_t p
     _exit(127);
 }
 
-static bool healthy(const char *endpoint)
+static bool healthy(const graft_etcd_server_t *s)
 {
     bool ok = false;
-    graft_buf_t body;
-    graft__buf_init(&body);
     CURL *h = curl_easy_init();
-    char *url = graft__asprintf("%s/health", endpoint);
+    char *url = graft__asprintf("%s/health", s->endpoint);
     if (h == NULL || url == NULL)
         goto out;
     curl_easy_setopt(h, CURLOPT_URL, url);
+    if (s->cert_file != NULL) {
+        /* The server's own pair doubles as the client identity here. */
+        curl_easy_setopt(h, CURLOPT_SSLCERT, s->cert_file);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, s->key_file);
+        if (s->ca_file != NULL)
+            curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_file);
+    }
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 200L);
@@ -142,7 +150,6 @@ out:
     graft_free(url);
     if (h != NULL)
         curl_easy_cleanup(h);
-    graft__buf_free(&body);
     return ok;
 }
 
@@ -167,10 +174,11 @@ static void log_tail(const graft_etcd_server_t *s)
 static graft_status_t launch(graft_etcd_server_t *s)
 {
     graft_status_t st = GRAFT_ENOMEM;
-    char *client = graft__asprintf("http://127.0.0.1:%d", s->client_port);
+    char *client = graft__asprintf("%s://127.0.0.1:%d", s->cert_file ? "https" : "http",
+                                   s->client_port);
     char *peer = graft__asprintf("http://127.0.0.1:%d", s->peer_port);
     char *cluster = graft__asprintf("default=http://127.0.0.1:%d", s->peer_port);
-    char **argv = graft__calloc(20 + s->n_extra, sizeof(char *));
+    char **argv = graft__calloc(28 + s->n_extra, sizeof(char *));
     if (client == NULL || peer == NULL || cluster == NULL || argv == NULL)
         goto out;
     size_t a = 0;
@@ -190,6 +198,17 @@ static graft_status_t launch(graft_etcd_server_t *s)
     argv[a++] = cluster;
     argv[a++] = "--logger=zap";
     argv[a++] = "--log-level=warn";
+    if (s->cert_file != NULL) {
+        argv[a++] = "--cert-file";
+        argv[a++] = s->cert_file;
+        argv[a++] = "--key-file";
+        argv[a++] = s->key_file;
+    }
+    if (s->ca_file != NULL) {
+        argv[a++] = "--trusted-ca-file";
+        argv[a++] = s->ca_file;
+        argv[a++] = "--client-cert-auth";
+    }
     for (size_t i = 0; i < s->n_extra; i++)
         argv[a++] = s->extra_args[i];
     argv[a] = NULL;
@@ -217,7 +236,7 @@ static graft_status_t launch(graft_etcd_server_t *s)
             st = GRAFT_ESYS;
             goto out;
         }
-        if (healthy(s->endpoint)) {
+        if (healthy(s)) {
             st = GRAFT_OK;
             break;
         }
@@ -277,6 +296,16 @@ graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
             if ((s->extra_args[i] = graft__strdup(opts->extra_args[i])) == NULL)
                 goto err_server;
     }
+    if ((opts->cert_file == NULL) != (opts->key_file == NULL) ||
+        (opts->trusted_ca_file != NULL && opts->cert_file == NULL)) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "embedded etcd: TLS needs a certificate and its key");
+        st = GRAFT_EINVAL;
+        goto err_server;
+    }
+    if ((opts->cert_file && (s->cert_file = graft__strdup(opts->cert_file)) == NULL) ||
+        (opts->key_file && (s->key_file = graft__strdup(opts->key_file)) == NULL) ||
+        (opts->trusted_ca_file && (s->ca_file = graft__strdup(opts->trusted_ca_file)) == NULL))
+        goto err_server;
     const char *tmp = getenv("TMPDIR");
     s->work_dir = graft__asprintf("%s/graft-etcd-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (s->work_dir == NULL)
@@ -306,7 +335,8 @@ graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
         st = GRAFT_ESYS;
         goto err_server;
     }
-    s->endpoint = graft__asprintf("http://127.0.0.1:%d", s->client_port);
+    s->endpoint = graft__asprintf("%s://127.0.0.1:%d", s->cert_file ? "https" : "http",
+                                  s->client_port);
     if (s->endpoint == NULL) {
         st = GRAFT_ENOMEM;
         goto err_server;
@@ -397,6 +427,9 @@ void graft_etcd_server_destroy(graft_etcd_server_t *server)
     graft_free(server->log_path);
     graft_free(server->endpoint);
     graft_free(server->binary);
+    graft_free(server->cert_file);
+    graft_free(server->key_file);
+    graft_free(server->ca_file);
     for (size_t i = 0; i < server->n_extra && server->extra_args; i++)
         graft_free(server->extra_args[i]);
     graft_free(server->extra_args);

@@ -401,6 +401,13 @@ typedef struct graft_etcd_server_opts {
     const char *data_dir; /**< default: a new temporary directory, removed on destroy */
     const char *const *extra_args; /**< NULL-terminated extra command-line arguments */
     uint32_t start_timeout_ms;     /**< default 20000 */
+    /** TLS: server certificate and key (PEM). Set: the client URL is
+     *  https:// and the same pair identifies the start-up health check. */
+    const char *cert_file;
+    const char *key_file;
+    /** TLS: CA that client certificates must chain to; set: etcd requires
+     *  client certificates (--client-cert-auth). */
+    const char *trusted_ca_file;
 } graft_etcd_server_opts_t;
 
 /**
