@@ -372,7 +372,14 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
                 st = GRAFT_EMALFORMED;
                 goto err_headers;
             }
-            if (!graft__etcd_curl_retryable(rc)) {
+            /* A connect that timed out (a black-holed endpoint) is a
+             * reason to try the next endpoint, not a request timeout. */
+            curl_off_t connected_us = 0;
+            bool connect_timeout =
+                rc == CURLE_OPERATION_TIMEDOUT &&
+                curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected_us) == CURLE_OK &&
+                connected_us == 0;
+            if (!graft__etcd_curl_retryable(rc) && !connect_timeout) {
                 st = graft__etcd_curl_status(rc);
                 GRAFT_WARN(GRAFT_ETCD_LOG, "etcd %s: %s", url, curl_easy_strerror(rc));
                 goto err_headers;
