@@ -552,15 +552,14 @@ static void append_simple_event(graft_membership_t *m, graft_event_kind_t kind, 
         GRAFT_DEBUG(GRAFT_MSHIP_MOD, "event %s not recorded", graft_event_kind_string(kind));
 }
 
-void graft__mship_lease_failed(graft_membership_t *m, graft_status_t why)
+void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_status_t why)
 {
     pthread_mutex_lock(&m->mu);
-    if (!m->joined || m->left) {
+    if (!m->joined || m->left || m->lease != lease) {
         pthread_mutex_unlock(&m->mu);
         return;
     }
     uint64_t inc = m->incarnation;
-    int64_t lease = m->lease;
     m->joined = false;
     m->lease_lost_pending = true;
     pthread_cond_broadcast(&m->cv);
@@ -621,8 +620,16 @@ static void *keepalive_main(void *arg)
             break;
         pthread_mutex_lock(&m->mu);
         bool active = m->joined && !m->left;
+        bool lost = !m->joined && !m->left;
         int64_t lease = m->lease;
         pthread_mutex_unlock(&m->mu);
+        if (lost) {
+            /* The training thread found the lease gone first. */
+            rejoin(m);
+            last_ok = graft__now_ns();
+            outage = false;
+            continue;
+        }
         if (!active)
             continue;
         atomic_fetch_add(&m->n_keepalives, 1);
@@ -639,7 +646,7 @@ static void *keepalive_main(void *arg)
         /* Past the TTL without a renewal the lease is gone in etcd's eyes
          * even if etcd cannot tell us yet: act on it instead of hoping. */
         if (st == GRAFT_ENOTFOUND || graft__now_ns() - last_ok > ttl_ns) {
-            graft__mship_lease_failed(m, st);
+            graft__mship_lease_failed(m, lease, st);
             rejoin(m);
             last_ok = graft__now_ns();
             outage = false;
@@ -881,7 +888,7 @@ graft_status_t graft_membership_update(graft_membership_t *m, graft_member_state
     pthread_mutex_unlock(&m->mu);
     graft_status_t st = put_member_record(m, m->ops, lease, inc, state, committed_step, joined_ms);
     if (st == GRAFT_ENOTFOUND) {
-        graft__mship_lease_failed(m, st);
+        graft__mship_lease_failed(m, lease, st);
         st = GRAFT_ELEASE;
     }
     return st;

@@ -235,7 +235,8 @@ void graft__mship_view_clear(graft__mview_t *v);
 /* Append an event; best effort for callers inside the module (logged). */
 GRAFT_WUR graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev);
 
-/* Note that the lease is gone (under no lock). */
-void graft__mship_lease_failed(graft_membership_t *m, graft_status_t why);
+/* Note that `lease` is gone (call under no lock). A report about a lease
+ * that was already replaced by a re-join is ignored. */
+void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_status_t why);
 
 #endif /* GRAFT_MEMBERSHIP_INTERNAL_H */

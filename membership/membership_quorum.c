@@ -55,7 +55,7 @@ static graft_status_t put_retry(graft_membership_t *m, const char *key, const ui
         }
         atomic_fetch_add(&m->n_etcd_errors, 1);
         if (st == GRAFT_ENOTFOUND) {
-            graft__mship_lease_failed(m, st);
+            graft__mship_lease_failed(m, lease, st);
             return GRAFT_ELEASE;
         }
         if (graft_status_class(st) != GRAFT_CLASS_JOB || st == GRAFT_ETOOLARGE) {
@@ -342,14 +342,28 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
                     GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
                                 " with %zu groups", m->job, formed->round, formed->id,
                                 formed->n_members);
+                    formation_events(m, formed, !prev_known || prev_id != formed->id);
+                    if (has_group(formed, m->cfg.group)) {
+                        pthread_mutex_lock(&m->mu);
+                        st = result_for_me(m, formed, quorum_p);
+                        pthread_mutex_unlock(&m->mu);
+                        graft_membership_quorum_free(formed);
+                        return st;
+                    }
+                    /* Formed after the join timeout without this rank's own
+                     * group (another rank of it is late): the others go on,
+                     * this group tries the next round. */
                     pthread_mutex_lock(&m->mu);
-                    st = result_for_me(m, formed, quorum_p);
+                    m->last_round = GRAFT_MAX(m->last_round, formed->round);
                     pthread_mutex_unlock(&m->mu);
-                    if (st == GRAFT_OK)
-                        formation_events(m, formed, !prev_known || prev_id != formed->id);
+                    round = formed->round + 1;
                     graft_membership_quorum_free(formed);
-                    graft_membership_quorum_free(current);
-                    return st;
+                    st = announce(m, round, committed_step, deadline);
+                    if (st != GRAFT_OK)
+                        return st;
+                    announced = graft__now_ns();
+                    complete_since = 0;
+                    continue;
                 }
                 graft_membership_quorum_free(formed);
                 if (st == GRAFT_OK && current != NULL && current->round == round &&
