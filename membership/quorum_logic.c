@@ -129,7 +129,8 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
     for (size_t i = 0; i < in->n_members; i++)
         if (in->members[i].rank < R)
             mem[n++] = in->members[i];
-    qsort(mem, n, sizeof(*mem), cmp_member);
+    if (n > 1)
+        qsort(mem, n, sizeof(*mem), cmp_member);
 
     size_t n_ready_groups = 0;
     for (size_t i = 0; i < n;) {
