@@ -74,7 +74,8 @@ typedef struct gp_slot {
     int level;
     graft__chunk_entry_t entry;
     const uint8_t *stored;
-    graft_status_t status;
+    pthread_t tid;
+    bool started;
 } gp_slot_t;
 
 struct graft_persist_writer {
@@ -100,7 +101,10 @@ struct graft_persist_writer {
     gp_step_rec_t *steps;
     gp_staging_t *pool;
 
-    gp_slot_t *slots; /* threads of them; used by the background thread only */
+    /* Two sets of `threads` slots: while the background thread writes the
+     * chunks of one set, helpers hash and compress the next into the other.
+     * Used by the background thread only. */
+    gp_slot_t *slots;
 };
 
 /* ------------------------------------------------------------ helpers --- */
@@ -264,7 +268,6 @@ static void *slot_run(void *arg)
     e->codec = GP_CODEC_STORED;
     s->stored = s->raw;
     e->stored_bytes = s->raw_len;
-    s->status = GRAFT_OK;
     if (s->level > 0 && s->raw_len > 0) {
         size_t n = ZSTD_compressCCtx(s->cctx, s->out, s->out_cap, s->raw, s->raw_len, s->level);
         if (ZSTD_isError(n)) {
@@ -286,7 +289,7 @@ static graft_status_t slots_prepare(graft_persist_writer_t *w)
     if (w->level <= 0)
         return GRAFT_OK;
     size_t need = ZSTD_compressBound((size_t)w->chunk_bytes);
-    for (uint32_t t = 0; t < w->threads; t++) {
+    for (uint32_t t = 0; t < 2 * w->threads; t++) {
         gp_slot_t *s = &w->slots[t];
         if (s->cctx == NULL)
             s->cctx = ZSTD_createCCtx();
@@ -302,22 +305,31 @@ static graft_status_t slots_prepare(graft_persist_writer_t *w)
     return GRAFT_OK;
 }
 
-/* Run one batch of up to w->threads chunks; the first in the calling
- * thread, the rest on helpers. */
-static graft_status_t batch_run(graft_persist_writer_t *w, uint32_t n)
+/* Start hashing/compressing chunks [c, c+n) in slot set `set`, each on a
+ * helper thread (inline if a thread cannot be had). */
+static void batch_start(graft_persist_writer_t *w, const gp_job_t *j, uint32_t set, uint64_t c,
+                        uint32_t n)
 {
-    pthread_t tids[64];
-    bool started[64] = {false};
-    for (uint32_t t = 1; t < n; t++)
-        started[t] = pthread_create(&tids[t], NULL, slot_run, &w->slots[t]) == 0;
-    slot_run(&w->slots[0]);
-    for (uint32_t t = 1; t < n; t++) {
-        if (started[t])
-            pthread_join(tids[t], NULL);
-        else
-            slot_run(&w->slots[t]); /* no thread: do it here */
+    for (uint32_t t = 0; t < n; t++) {
+        gp_slot_t *s = &w->slots[set * w->threads + t];
+        uint64_t off = (c + t) * w->chunk_bytes;
+        s->raw = j->staging->buf + off;
+        s->raw_len = (size_t)GRAFT_MIN(w->chunk_bytes, j->raw_bytes - off);
+        s->level = w->level;
+        s->started = pthread_create(&s->tid, NULL, slot_run, s) == 0;
+        if (!s->started)
+            slot_run(s);
     }
-    return GRAFT_OK;
+}
+
+static void batch_join(graft_persist_writer_t *w, uint32_t set, uint32_t n)
+{
+    for (uint32_t t = 0; t < n; t++) {
+        gp_slot_t *s = &w->slots[set * w->threads + t];
+        if (s->started)
+            pthread_join(s->tid, NULL);
+        s->started = false;
+    }
 }
 
 static graft_status_t shard_info_pack(const gp_job_t *j, const char *file, uint64_t file_bytes,
@@ -432,28 +444,34 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     graft__persist_crash_point();
     uint64_t cursor = GP_HEADER_BYTES;
     uint64_t stored_total = 0;
+    uint64_t t_write = graft__now_ns();
+    uint32_t set = 0;
+    uint32_t n = (uint32_t)GRAFT_MIN((uint64_t)w->threads, nchunks);
+    if (n > 0)
+        batch_start(w, j, set, 0, n);
     for (uint64_t c = 0; c < nchunks;) {
-        uint32_t n = (uint32_t)GRAFT_MIN((uint64_t)w->threads, nchunks - c);
-        for (uint32_t t = 0; t < n; t++) {
-            gp_slot_t *s = &w->slots[t];
-            uint64_t off = (c + t) * cb;
-            s->raw = j->staging->buf + off;
-            s->raw_len = (size_t)GRAFT_MIN(cb, j->raw_bytes - off);
-            s->level = w->level;
-        }
-        st = batch_run(w, n);
+        batch_join(w, set, n);
+        /* Helpers work on the next batch while this one is written. */
+        uint64_t next = c + n;
+        uint32_t next_n = (uint32_t)GRAFT_MIN((uint64_t)w->threads, nchunks - next);
+        if (next_n > 0)
+            batch_start(w, j, set ^ 1u, next, next_n);
         for (uint32_t t = 0; t < n && st == GRAFT_OK; t++) {
-            gp_slot_t *s = &w->slots[t];
+            gp_slot_t *s = &w->slots[set * w->threads + t];
             s->entry.offset = cursor;
             graft__persist_entry_encode(&s->entry, index + (c + t) * GP_INDEX_ENTRY_BYTES);
             st = graft__persist_write_all(fd, s->stored, (size_t)s->entry.stored_bytes, tmp);
             cursor += s->entry.stored_bytes;
             stored_total += s->entry.stored_bytes;
         }
-        if (st != GRAFT_OK)
+        if (st != GRAFT_OK) {
+            batch_join(w, set ^ 1u, next_n);
             goto out_unlink;
+        }
         graft__persist_crash_point();
-        c += n;
+        c = next;
+        n = next_n;
+        set ^= 1u;
     }
     size_t index_len = (size_t)(nchunks * GP_INDEX_ENTRY_BYTES);
     graft__shard_footer_t f = {cursor, nchunks, XXH3_64bits(index, index_len), j->raw_bytes, 0};
@@ -465,11 +483,15 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     if (st != GRAFT_OK)
         goto out_unlink;
     graft__persist_crash_point();
+    uint64_t t_fsync = graft__now_ns();
     if (fsync(fd) != 0) {
         GRAFT_ERROR(GP_MOD, "fsync %s: %s", tmp, strerror(errno));
         st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
         goto out_unlink;
     }
+    GRAFT_DEBUG(GP_MOD, "%s: %llu raw bytes, %llu stored: write %.1f ms, fsync %.1f ms", tmp,
+                (unsigned long long)j->raw_bytes, (unsigned long long)stored_total,
+                (double)(t_fsync - t_write) / 1e6, (double)(graft__now_ns() - t_fsync) / 1e6);
     close(fd);
     fd = -1;
     graft__persist_crash_point();
@@ -756,7 +778,10 @@ static void commit_job(graft_persist_writer_t *w, gp_job_t *j)
 {
     graft_persist_write_result_t res = {0};
     res.snapshot_ns = j->snapshot_ns;
+    uint64_t t0 = graft__now_ns();
     res.status = commit_local(w, j, &res);
+    GRAFT_DEBUG(GP_MOD, "step %llu: commit %.1f ms", (unsigned long long)j->step,
+                (double)(graft__now_ns() - t0) / 1e6);
     res.write_ns = graft__now_ns() - j->start_ns;
     size_t deleted = 0;
     if (res.status == GRAFT_OK && w->retention.keep_last > 0 &&
@@ -858,7 +883,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     w->root = graft__strdup(config->root);
     w->second_root = config->second_root ? graft__strdup(config->second_root) : NULL;
     w->code_revision = graft__strdup(config->code_revision ? config->code_revision : "");
-    w->slots = graft__calloc(w->threads, sizeof(*w->slots));
+    w->slots = graft__calloc(2 * (size_t)w->threads, sizeof(*w->slots));
     if (w->root == NULL || w->code_revision == NULL || w->slots == NULL ||
         (config->second_root != NULL && w->second_root == NULL)) {
         st = GRAFT_ENOMEM;
@@ -920,7 +945,7 @@ void graft_persist_writer_destroy(graft_persist_writer_t *w)
         w->pool = s->next;
         staging_free(s);
     }
-    for (uint32_t t = 0; t < w->threads; t++) {
+    for (uint32_t t = 0; t < 2 * w->threads; t++) {
         ZSTD_freeCCtx(w->slots[t].cctx);
         graft_free(w->slots[t].out);
     }

@@ -342,6 +342,12 @@ typedef struct graft_persist_restore_result {
  *        intersection when the layout differs. A checkpoint that fails is
  *        reported in the result and the next older one is tried; the regions
  *        then hold the older checkpoint's bytes in full.
+ *
+ *        Ranks choose independently: with quick verification a damaged
+ *        chunk is only found by the ranks that read it, so in a multi-rank
+ *        restore either set params->verify_full (every rank judges the whole
+ *        checkpoint and all pick the same one) or agree on result_p->step
+ *        across ranks and restore again with params->step set.
  * @param [in]  root      the root.
  * @param [in]  params    what and where.
  * @param [out] result_p  what happened; may be NULL.

@@ -1,0 +1,354 @@
+/*
+ * persist_bench: what the persistent tier costs, each figure beside the
+ * comparison it is judged by, measured in the same run:
+ *
+ *  - blocking time of graft_persist_save() vs a plain memcpy of the same
+ *    bytes into a warm buffer (goal <= 1.1x);
+ *  - background write throughput (hashing on, compression off) vs a plain
+ *    write+fsync of the same bytes and vs `dd ... conv=fsync`, all to the
+ *    same file system (goal >= 0.8x);
+ *  - compression ratio and speed for each level;
+ *  - restore throughput vs `cat` of the same files, page cache dropped with
+ *    posix_fadvise(DONTNEED) before each.
+ *
+ * Usage: persist_bench [--mib N] [--reps N] [--dir PATH] [--json]
+ * Medians over --reps runs. --json prints one JSON object on the last line.
+ */
+#include <graft/persist.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Training-like state: float32 weights (noisy mantissas, compress
+ * poorly) and optimizer moments that are mostly small or zero. */
+static void fill_state(float *w, size_t nw, float *m, size_t nm)
+{
+    for (size_t i = 0; i < nw; i++) {
+        double u1 = ((double)(rnd() >> 11) + 1.0) / 9007199254740993.0;
+        double u2 = (double)(rnd() >> 11) / 9007199254740992.0;
+        w[i] = (float)(0.02 * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    for (size_t i = 0; i < nm; i++)
+        m[i] = (rnd() % 4 == 0) ? (float)((double)(rnd() % 1000) * 1e-6) : 0.0f;
+}
+
+static void rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        unlink(path);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+        rm_tree(p);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+/* Drop the page cache of every file under dir (clean pages only, which
+ * they are after the writer's fsync). */
+static void drop_cache(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (stat(p, &sb) != 0)
+            continue;
+        if (S_ISDIR(sb.st_mode)) {
+            drop_cache(p);
+            continue;
+        }
+        int fd = open(p, O_RDONLY);
+        if (fd >= 0) {
+            fdatasync(fd);
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
+    }
+    closedir(d);
+}
+
+static double run_cmd(const char *cmd)
+{
+    double t0 = now_s();
+    int rc = system(cmd);
+    double t = now_s() - t0;
+    return rc == 0 ? t : -1.0;
+}
+
+static double plain_write_fsync(const char *path, const void *buf, size_t n)
+{
+    double t0 = now_s();
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return -1;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, (const char *)buf + done, n - done > (8u << 20) ? (8u << 20) : n - done);
+        if (k <= 0) {
+            close(fd);
+            return -1;
+        }
+        done += (size_t)k;
+    }
+    fsync(fd);
+    close(fd);
+    double t = now_s() - t0;
+    unlink(path);
+    return t;
+}
+
+typedef struct run {
+    double block_s;
+    double write_s;
+    uint64_t raw;
+    uint64_t stored;
+} run_t;
+
+static int checkpoint(const char *root, int level, uint32_t threads, uint64_t step,
+                      graft_persist_region_t *regs, size_t nregs, run_t *out)
+{
+    graft_persist_config_t cfg = {.root = root, .compression_level = level, .threads = threads};
+    graft_persist_writer_t *w;
+    if (graft_persist_writer_create(&cfg, &w) != GRAFT_OK)
+        return -1;
+    const graft_persist_region_t *per_rank[1] = {regs};
+    size_t n[1] = {nregs};
+    /* warm-up: the staging buffer is allocated once and reused after */
+    graft_status_t st = graft_persist_save(w, step, 1, per_rank, n, NULL);
+    if (st == GRAFT_OK)
+        st = graft_persist_wait(w, step, NULL);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "persist_bench: warm-up save: %s\n", graft_status_string(st));
+        graft_persist_writer_destroy(w);
+        return -1;
+    }
+    double t0 = now_s();
+    st = graft_persist_save(w, step + 1, 1, per_rank, n, NULL);
+    out->block_s = now_s() - t0;
+    graft_persist_write_result_t res;
+    if (st == GRAFT_OK)
+        st = graft_persist_wait(w, step + 1, &res);
+    graft_persist_writer_destroy(w);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "persist_bench: save: %s\n", graft_status_string(st));
+        return -1;
+    }
+    out->write_s = (double)res.write_ns * 1e-9;
+    out->raw = res.raw_bytes;
+    out->stored = res.stored_bytes;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    size_t mib = 64;
+    int reps = 3;
+    const char *base = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
+            mib = (size_t)atol(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            base = argv[++i];
+        else if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else {
+            fprintf(stderr, "usage: %s [--mib N] [--reps N] [--dir PATH] [--json]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (mib < 8 || reps < 1 || reps > 50) {
+        fprintf(stderr, "persist_bench: --mib >= 8, 1 <= --reps <= 50\n");
+        return 2;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/graft-persist-bench.XXXXXX", base ? base : "/var/tmp");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    size_t bytes = mib << 20;
+    size_t nw = bytes / 2 / sizeof(float), nm = bytes / 2 / sizeof(float);
+    float *wts = malloc(nw * sizeof(float)), *mom = malloc(nm * sizeof(float));
+    char *dst = malloc(bytes);
+    if (wts == NULL || mom == NULL || dst == NULL) {
+        fprintf(stderr, "persist_bench: out of memory\n");
+        return 1;
+    }
+    fill_state(wts, nw, mom, nm);
+    memset(dst, 1, bytes);
+    graft_persist_region_t regs[2] = {
+        {.name = "weights", .kind = GRAFT_PERSIST_KIND_PARAM, .dtype = 1, .ptr = wts,
+         .bytes = nw * sizeof(float)},
+        {.name = "adam", .kind = GRAFT_PERSIST_KIND_OPTIM, .dtype = 1, .ptr = mom,
+         .bytes = nm * sizeof(float)},
+    };
+    double *memcpy_s = calloc((size_t)reps, sizeof(double));
+    double *block_s = calloc((size_t)reps, sizeof(double));
+    double *write_s = calloc((size_t)reps, sizeof(double));
+    double *plain_s = calloc((size_t)reps, sizeof(double));
+    double *dd_s = calloc((size_t)reps, sizeof(double));
+    double *rest_s = calloc((size_t)reps, sizeof(double));
+    double *cat_s = calloc((size_t)reps, sizeof(double));
+    char root[4200], cmd[9000];
+    uint64_t step = 1;
+    int dd_ok = 1;
+    for (int r = 0; r < reps; r++) {
+        /* memcpy of the same bytes into a warm buffer */
+        double t0 = now_s();
+        memcpy(dst, wts, regs[0].bytes);
+        memcpy(dst + regs[0].bytes, mom, regs[1].bytes);
+        memcpy_s[r] = now_s() - t0;
+        /* graft: level 0 (hashing on, compression off) */
+        snprintf(root, sizeof(root), "%s/ckpt", dir);
+        run_t run;
+        if (checkpoint(root, 0, 2, step, regs, 2, &run) != 0)
+            return 1;
+        block_s[r] = run.block_s;
+        write_s[r] = run.write_s;
+        /* restore vs cat, cold cache */
+        char stepdir[4400];
+        snprintf(stepdir, sizeof(stepdir), "%s/step-%020llu", root, (unsigned long long)(step + 1));
+        drop_cache(root);
+        graft_persist_region_t back[2] = {regs[0], regs[1]};
+        back[0].ptr = dst;
+        back[1].ptr = dst + regs[0].bytes;
+        graft_persist_restore_params_t p = {.rank = 0, .ranks = 1, .regions = back, .nregions = 2,
+                                            .step = step + 1};
+        t0 = now_s();
+        graft_status_t st = graft_persist_restore(root, &p, NULL);
+        rest_s[r] = now_s() - t0;
+        if (st != GRAFT_OK || memcmp(dst, wts, regs[0].bytes) != 0) {
+            fprintf(stderr, "persist_bench: restore failed: %s\n", graft_status_string(st));
+            return 1;
+        }
+        drop_cache(root);
+        snprintf(cmd, sizeof(cmd), "cat %s/shard-* > /dev/null", stepdir);
+        cat_s[r] = run_cmd(cmd);
+        rm_tree(root);
+        step += 2;
+        /* plain write+fsync and dd of the same number of bytes, same fs */
+        snprintf(cmd, sizeof(cmd), "%s/plain.bin", dir);
+        memcpy(dst, wts, regs[0].bytes);
+        memcpy(dst + regs[0].bytes, mom, regs[1].bytes);
+        plain_s[r] = plain_write_fsync(cmd, dst, bytes);
+        snprintf(cmd, sizeof(cmd),
+                 "dd if=/dev/zero of=%s/dd.bin bs=4M count=%zu conv=fsync status=none", dir,
+                 mib / 4);
+        dd_s[r] = run_cmd(cmd);
+        if (dd_s[r] < 0)
+            dd_ok = 0;
+        snprintf(cmd, sizeof(cmd), "%s/dd.bin", dir);
+        unlink(cmd);
+    }
+    double mc = median(memcpy_s, reps), bl = median(block_s, reps), wr = median(write_s, reps);
+    double pl = median(plain_s, reps), dd = dd_ok ? median(dd_s, reps) : -1;
+    double rs = median(rest_s, reps), ct = median(cat_s, reps);
+    double mb = (double)bytes / 1e6;
+    double dd_bytes = (double)((mib / 4) * (4u << 20)) / 1e6;
+
+    /* compression levels: ratio and speed (one run each, 2 threads) */
+    static const int levels[] = {1, 3, 9};
+    double ratio[3], speed[3];
+    for (int l = 0; l < 3; l++) {
+        snprintf(root, sizeof(root), "%s/ckpt-l%d", dir, levels[l]);
+        run_t run;
+        if (checkpoint(root, levels[l], 2, 1, regs, 2, &run) != 0)
+            return 1;
+        ratio[l] = (double)run.raw / (double)run.stored;
+        speed[l] = (double)run.raw / 1e6 / run.write_s;
+        rm_tree(root);
+    }
+
+    printf("persist_bench: %zu MiB of training-like state (float32 weights + sparse moments), "
+           "median of %d\n",
+           mib, reps);
+    printf("%-44s %12s %12s %8s\n", "figure", "graft", "comparison", "ratio");
+    printf("%-44s %10.2fms %10.2fms %7.2fx  (goal <= 1.10x)\n", "blocking time vs memcpy",
+           bl * 1e3, mc * 1e3, bl / mc);
+    printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx  (goal >= 0.80x)\n",
+           "write, hash on, zstd off vs write+fsync", mb / wr, mb / pl, pl / wr);
+    if (dd_ok)
+        printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx\n", "write, hash on, zstd off vs dd conv=fsync",
+               mb / wr, dd_bytes / dd, (dd / dd_bytes) / (wr / mb));
+    printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx\n", "restore (cold cache) vs cat (cold cache)",
+           mb / rs, mb / ct, ct / rs);
+    for (int l = 0; l < 3; l++)
+        printf("zstd level %-2d: ratio %.3f, %8.0f MB/s raw (write incl. fsync)\n", levels[l],
+               ratio[l], speed[l]);
+    if (json)
+        printf("{\"bench\":\"persist\",\"mib\":%zu,\"reps\":%d,\"block_ms\":%.3f,\"memcpy_ms\":%.3f,"
+               "\"block_vs_memcpy\":%.3f,\"write_MBps\":%.1f,\"plain_write_fsync_MBps\":%.1f,"
+               "\"write_vs_plain\":%.3f,\"dd_MBps\":%.1f,\"restore_MBps\":%.1f,\"cat_MBps\":%.1f,"
+               "\"restore_vs_cat\":%.3f,\"zstd\":[{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},"
+               "{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},{\"level\":%d,\"ratio\":%.3f,"
+               "\"MBps\":%.1f}]}\n",
+               mib, reps, bl * 1e3, mc * 1e3, bl / mc, mb / wr, mb / pl, pl / wr,
+               dd_ok ? dd_bytes / dd : -1.0, mb / rs, mb / ct, ct / rs, levels[0], ratio[0],
+               speed[0], levels[1], ratio[1], speed[1], levels[2], ratio[2], speed[2]);
+    rm_tree(dir);
+    free(wts);
+    free(mom);
+    free(dst);
+    free(memcpy_s);
+    free(block_s);
+    free(write_s);
+    free(plain_s);
+    free(dd_s);
+    free(rest_s);
+    free(cat_s);
+    return 0;
+}
