@@ -104,8 +104,9 @@ typedef struct graft_membership_config {
  *        consistent snapshot that includes this rank's own record.
  * @param [in]  config  configuration; copied.
  * @param [out] m_p     the handle.
- * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, GRAFT_EEXIST (a live record
- *         for this group and rank already exists), or an etcd error.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, GRAFT_ESYS, or an etcd
+ *         error. A record left by an earlier process of the same group and
+ *         rank is replaced (a replacement must not wait for the old lease).
  */
 GRAFT_WUR graft_status_t graft_membership_create(const graft_membership_config_t *config,
                                                  graft_membership_t **m_p);
