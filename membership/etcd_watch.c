@@ -14,6 +14,10 @@
 
 #include <string.h>
 
+/* etcd 3.4 sends every event of one revision in one message (batches are
+ * cut at revision boundaries, and this client never asks for fragments), so
+ * "next revision owed" is enough to drop what was already delivered. */
+
 /* Longest pause between reconnect attempts while etcd is down. */
 #define WATCH_MAX_BACKOFF_MS 1000u
 
@@ -257,9 +261,16 @@ static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
     long code = 0;
     curl_easy_getinfo(w->easy, CURLINFO_RESPONSE_CODE, &code);
     disconnect(w);
-    if (w->stream_err != GRAFT_OK || w->compacted) {
-        /* Reported by the next call; reconnect right after. */
-        w->reconnect_at_ns = 0;
+    if (w->compacted) {
+        /* Reported by the next call; the caller restarts the watch. */
+        return;
+    }
+    if (w->stream_err != GRAFT_OK) {
+        /* Reported by the next call. A server that keeps sending what we
+         * cannot read is retried with backoff, not in a tight loop. */
+        uint32_t b = w->backoff_ms ? w->backoff_ms * 2 : w->etcd->retry_backoff_ms;
+        w->backoff_ms = GRAFT_MIN(b, WATCH_MAX_BACKOFF_MS);
+        w->reconnect_at_ns = graft__now_ns() + (uint64_t)w->backoff_ms * 1000000ull;
         return;
     }
     if (was_created) {
@@ -401,6 +412,8 @@ graft_status_t graft_etcd_watch_next(graft_etcd_watch_t *w, uint32_t timeout_ms,
     *events_p = NULL;
     *n_p = 0;
     uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    /* Even a poll (timeout 0) moves the stream once. */
+    bool pumped = false;
     for (;;) {
         if (w->n_queue > 0) {
             *events_p = w->queue;
@@ -416,7 +429,7 @@ graft_status_t graft_etcd_watch_next(graft_etcd_watch_t *w, uint32_t timeout_ms,
             w->stream_err = GRAFT_OK;
             return st;
         }
-        if (graft__now_ns() >= deadline) {
+        if (pumped && graft__now_ns() >= deadline) {
             /* Connected (or about to reconnect after serving): a plain
              * timeout. Still failing to reach etcd: say why. */
             if (w->easy == NULL && w->last_err != GRAFT_OK)
@@ -426,6 +439,7 @@ graft_status_t graft_etcd_watch_next(graft_etcd_watch_t *w, uint32_t timeout_ms,
         graft_status_t st = pump(w, deadline);
         if (st != GRAFT_OK)
             return st;
+        pumped = true;
     }
 }
 

@@ -417,6 +417,28 @@ static void test_watch_order(void **state)
     graft_etcd_watch_destroy(NULL);
 }
 
+/* A caller that only polls (timeout 0) still gets its events. */
+static void test_watch_poll_only(void **state)
+{
+    (void)state;
+    graft_etcd_watch_t *w = NULL;
+    assert_int_equal(graft_etcd_watch_create(T.client, "/t/poll/", 0, &w), GRAFT_OK);
+    put_str("/t/poll/a", "1", 0, NULL);
+    size_t got = 0;
+    for (int i = 0; i < 500 && got == 0; i++) {
+        graft_etcd_event_t *ev = NULL;
+        size_t n = 0;
+        assert_int_equal(graft_etcd_watch_next(w, 0, &ev, &n), GRAFT_OK);
+        if (n > 0)
+            assert_string_equal(ev[0].kv.key, "/t/poll/a");
+        got += n;
+        graft_etcd_events_free(ev, n);
+        usleep(10000);
+    }
+    assert_int_equal(got, 1);
+    graft_etcd_watch_destroy(w);
+}
+
 static void test_watch_many_events_one_txn(void **state)
 {
     (void)state;
@@ -664,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_leases),
         cmocka_unit_test(test_lease_expiry_deletes_keys),
         cmocka_unit_test(test_watch_order),
+        cmocka_unit_test(test_watch_poll_only),
         cmocka_unit_test(test_watch_many_events_one_txn),
         cmocka_unit_test(test_compaction_resync),
         cmocka_unit_test(test_too_large),
