@@ -301,9 +301,9 @@ int main(int argc, char **argv)
     double dd_bytes = (double)((mib / 4) * (4u << 20)) / 1e6;
 
     /* compression levels: ratio and speed (one run each, 2 threads) */
-    static const int levels[] = {1, 3, 9};
-    double ratio[3], speed[3];
-    for (int l = 0; l < 3; l++) {
+    static const int levels[] = {-3, -1, 1, 3};
+    double ratio[4], speed[4];
+    for (int l = 0; l < 4; l++) {
         snprintf(root, sizeof(root), "%s/ckpt-l%d", dir, levels[l]);
         run_t run;
         if (checkpoint(root, levels[l], 2, 1, regs, 2, &run) != 0)
@@ -326,7 +326,7 @@ int main(int argc, char **argv)
                mb / wr, dd_bytes / dd, (dd / dd_bytes) / (wr / mb));
     printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx\n", "restore (cold cache) vs cat (cold cache)",
            mb / rs, mb / ct, ct / rs);
-    for (int l = 0; l < 3; l++)
+    for (int l = 0; l < 4; l++)
         printf("zstd level %-2d: ratio %.3f, %8.0f MB/s raw (write incl. fsync)\n", levels[l],
                ratio[l], speed[l]);
     if (json)
@@ -335,10 +335,11 @@ int main(int argc, char **argv)
                "\"write_vs_plain\":%.3f,\"dd_MBps\":%.1f,\"restore_MBps\":%.1f,\"cat_MBps\":%.1f,"
                "\"restore_vs_cat\":%.3f,\"zstd\":[{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},"
                "{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},{\"level\":%d,\"ratio\":%.3f,"
-               "\"MBps\":%.1f}]}\n",
+               "\"MBps\":%.1f},{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f}]}\n",
                mib, reps, bl * 1e3, mc * 1e3, bl / mc, mb / wr, mb / pl, pl / wr,
                dd_ok ? dd_bytes / dd : -1.0, mb / rs, mb / ct, ct / rs, levels[0], ratio[0],
-               speed[0], levels[1], ratio[1], speed[1], levels[2], ratio[2], speed[2]);
+               speed[0], levels[1], ratio[1], speed[1], levels[2], ratio[2], speed[2], levels[3],
+               ratio[3], speed[3]);
     rm_tree(dir);
     free(wts);
     free(mom);

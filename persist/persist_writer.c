@@ -268,7 +268,7 @@ static void *slot_run(void *arg)
     e->codec = GP_CODEC_STORED;
     s->stored = s->raw;
     e->stored_bytes = s->raw_len;
-    if (s->level > 0 && s->raw_len > 0) {
+    if (s->level != 0 && s->raw_len > 0) {
         size_t n = ZSTD_compressCCtx(s->cctx, s->out, s->out_cap, s->raw, s->raw_len, s->level);
         if (ZSTD_isError(n)) {
             /* Not fatal: the chunk is stored instead. */
@@ -286,7 +286,7 @@ static void *slot_run(void *arg)
 
 static graft_status_t slots_prepare(graft_persist_writer_t *w)
 {
-    if (w->level <= 0)
+    if (w->level == 0)
         return GRAFT_OK;
     size_t need = ZSTD_compressBound((size_t)w->chunk_bytes);
     for (uint32_t t = 0; t < 2 * w->threads; t++) {
@@ -866,7 +866,8 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
 {
     graft_status_t st;
     if (config == NULL || writer_p == NULL || config->root == NULL || config->root[0] == '\0' ||
-        config->compression_level < -1 || config->compression_level > ZSTD_maxCLevel() ||
+        ((config->compression_level < -50 || config->compression_level > ZSTD_maxCLevel()) &&
+         config->compression_level != GRAFT_PERSIST_LEVEL_DEFAULT) ||
         config->threads > 64 ||
         (config->chunk_bytes != 0 &&
          (config->chunk_bytes < GP_MIN_CHUNK_BYTES || config->chunk_bytes > GP_MAX_CHUNK_BYTES)) ||
@@ -875,7 +876,8 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     graft_persist_writer_t *w = graft__calloc(1, sizeof(*w));
     if (w == NULL)
         return GRAFT_ENOMEM;
-    w->level = config->compression_level < 0 ? 1 : config->compression_level;
+    w->level = config->compression_level == GRAFT_PERSIST_LEVEL_DEFAULT ? -1
+                                                                        : config->compression_level;
     w->threads = config->threads ? config->threads : 2;
     w->chunk_bytes = config->chunk_bytes ? config->chunk_bytes : GP_DEFAULT_CHUNK_BYTES;
     w->max_pending = config->max_pending ? config->max_pending : 1;

@@ -58,13 +58,13 @@ static void test_round_trips(void **state)
     (void)state;
     char *root = pt_tmpdir();
     uint64_t rng = 12345;
-    static const int levels[] = {0, 1, 3, -1};
+    static const int levels[] = {0, 1, 3, -1, GRAFT_PERSIST_LEVEL_DEFAULT, -5};
     static const uint64_t chunks[] = {4096, 8192, 65536};
     uint64_t step = 1;
     for (int iter = 0; iter < 24; iter++) {
         graft_persist_config_t cfg = {0};
         cfg.root = root;
-        cfg.compression_level = levels[iter % 4];
+        cfg.compression_level = levels[iter % 6];
         cfg.chunk_bytes = chunks[(iter / 4) % 3];
         cfg.threads = 1 + (uint32_t)(iter % 3);
         cfg.code_revision = "abc123";
@@ -333,6 +333,8 @@ static void test_invalid_saves(void **state)
     assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_EINVAL);
     cfg.chunk_bytes = 0;
     cfg.compression_level = 99;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_EINVAL);
+    cfg.compression_level = -51;
     assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_EINVAL);
     cfg.compression_level = 0;
     cfg.second_root = root;

@@ -114,6 +114,13 @@ GRAFT_WUR graft_status_t graft_persist_split_even(uint64_t global_bytes, uint64_
 /* Writer                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/**
+ * graft_persist_config_t::compression_level asking for the default: zstd's
+ * fast level 1 (ZSTD level -1), which on two cores keeps up with a local
+ * NVMe disk on training state (see docs/PERFORMANCE.md).
+ */
+#define GRAFT_PERSIST_LEVEL_DEFAULT 1000
+
 /** Retention policy; see graft_persist_retention_plan(). */
 typedef struct graft_persist_retention {
     uint32_t keep_last;       /**< keep the newest N valid checkpoints; 0 = no retention */
@@ -125,7 +132,8 @@ typedef struct graft_persist_retention {
 typedef struct graft_persist_config {
     const char *root;          /**< local root directory (created if absent); required */
     const char *second_root;   /**< optional second tier, copied and verified in the background */
-    int compression_level;     /**< zstd level 1..19; 0 = stored (no compression); -1 = default (1) */
+    int compression_level;     /**< 0 = stored (no compression); 1..19 zstd levels; -50..-1 zstd fast
+                                    levels (faster, less compression); GRAFT_PERSIST_LEVEL_DEFAULT */
     uint32_t threads;          /**< compression threads; 0 = 2 */
     uint64_t chunk_bytes;      /**< raw bytes per chunk; 0 = 4 MiB; 4 KiB..256 MiB */
     uint32_t max_pending;      /**< checkpoints in flight before a save blocks; 0 = 1 */
