@@ -412,6 +412,10 @@ typedef struct graft_etcd_server_opts {
 
 /**
  * @brief Start Debian's etcd on free loopback ports and wait until it answers.
+ *        The child is killed if the thread that started it exits
+ *        (PR_SET_PDEATHSIG), so a crashed test leaves no etcd behind; start
+ *        it from a thread that outlives its use. etcd's log goes to
+ *        etcd.log in the server's temporary directory.
  * @param [in]  opts      options, or NULL.
  * @param [out] server_p  the running server.
  * @return GRAFT_OK, GRAFT_ENOTFOUND (no etcd binary), GRAFT_ETIMEOUT (never
