@@ -1,0 +1,296 @@
+/**
+ * @file graft/transfer.h
+ * @brief State transfer engine: verified, multi-donor pulls of a rank's
+ *        regions over UCX (host memory), NCCL or staged UCX (GPU memory).
+ *
+ * Every rank runs one ::graft_transfer_endpoint_t: a UCX context, a worker
+ * driven by a progress thread, and a listener whose address ("ip:port") the
+ * membership record publishes. The rank registers its regions once (host
+ * memory is mapped with ucp_mem_map at registration, never per pull).
+ *
+ * A donor calls graft_transfer_serve_begin() for a step: chunk hashes
+ * (XXH3-64, chunk size configurable) are computed by background threads
+ * while recipients already read. A recipient that connects presents the job
+ * token, the step and the layout hash; a mismatch is refused with
+ * ::GRAFT_ETOKEN, ::GRAFT_ESTEP or ::GRAFT_ELAYOUT. Otherwise the donor
+ * answers with a manifest (per region: remote address, packed rkey) and then
+ * streams the chunk hashes as they are computed.
+ *
+ * A recipient calls graft_transfer_pull() with 1..k donor addresses. Chunks
+ * are read with one-sided gets (ucp_get_nbx) striped across all donors, at
+ * most `window` per donor in flight, straight into the registered regions.
+ * A chunk counts as installed only once its bytes hash to the value its
+ * donor published and no other donor published a different value:
+ *
+ *  | situation                                     | outcome                   |
+ *  |-----------------------------------------------|---------------------------|
+ *  | donor refuses (token/step/layout)             | donor dropped; its status |
+ *  | donor fails (transport error callback)        | its chunks go to others   |
+ *  | donor makes no progress for stall_timeout_ms  | its chunks go to others   |
+ *  | bytes do not match the donor's own hash       | donor dropped (EHASH)     |
+ *  | two donors publish different hashes for chunk | ::GRAFT_EDRIFT, stop      |
+ *  | no donor left with chunks still missing       | ::GRAFT_ENODONOR          |
+ *  | graft_transfer_pull_cancel()                  | ::GRAFT_ECANCELED         |
+ *
+ * A pull that fails leaves the recipient's regions with undefined contents:
+ * the report's `installed` is false and the caller must not use them.
+ *
+ * When a recipient finishes it tells each donor (TransferDone), and
+ * graft_transfer_fence_wait() lets the donor's runtime hold its optimizer step
+ * until every expected recipient of the step is done.
+ *
+ * Thread safety: the endpoint's own progress thread serves donors' requests.
+ * All other functions may be called from any thread, but calls that change
+ * the region table (register) must not run concurrently with serve or pull
+ * calls on the same endpoint. One pull at a time per endpoint;
+ * graft_transfer_pull_cancel(), graft_transfer_fence_wait() and
+ * graft_transfer_endpoint_address() may be called from any thread at any
+ * time. Progress callbacks run on the pulling thread.
+ *
+ * Environment: unless the user set it, `UCX_MM_ERROR_HANDLING=y` is set before
+ * the UCX configuration is read, so that same-host pulls use shared memory
+ * even with peer error handling.
+ *
+ * Sections: configuration and life cycle; regions; serving (donor);
+ * pulling (recipient); GPU pairs over NCCL.
+ */
+#ifndef GRAFT_TRANSFER_H
+#define GRAFT_TRANSFER_H
+
+#include <graft/common.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Configuration and life cycle                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct graft_transfer_endpoint graft_transfer_endpoint_t;
+
+/** Default chunk size: hashes are computed and verified per chunk. */
+#define GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES (4u << 20)
+
+/** Endpoint configuration. Zero values select the defaults given. */
+typedef struct graft_transfer_config {
+    const char *listen_address; /**< IPv4 address to listen on; default "127.0.0.1" */
+    uint16_t port;              /**< 0 = let the system pick */
+    const char *job_token;      /**< must match between donor and recipient; default "" */
+    uint32_t group;             /**< this rank's replica group (sent in requests) */
+    uint32_t rank;              /**< this rank's index in its group */
+    uint64_t chunk_bytes;       /**< default GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES */
+    uint32_t hash_threads;      /**< donor hashing threads; default 2 */
+} graft_transfer_config_t;
+
+/**
+ * @brief Create an endpoint: UCX context, worker, progress thread, listener.
+ * @param [in]  config  configuration; strings are copied. NULL = defaults.
+ * @param [out] ep_p    the endpoint, on success.
+ * @return GRAFT_OK, GRAFT_EINVAL (bad address), GRAFT_ENOMEM, GRAFT_ETRANSPORT
+ *         (UCX failed, e.g. the port is taken), GRAFT_ESYS (thread).
+ */
+GRAFT_WUR graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *config,
+                                                        graft_transfer_endpoint_t **ep_p);
+
+/**
+ * @brief Stop serving, close every connection and free the endpoint.
+ *        Registered memory stays owned by the caller. Accepts NULL.
+ * @param [in] ep  the endpoint.
+ */
+void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep);
+
+/**
+ * @brief Address to publish, "ip:port".
+ * @param [in] ep  the endpoint.
+ * @return a string owned by the endpoint, valid until it is destroyed.
+ */
+const char *graft_transfer_endpoint_address(const graft_transfer_endpoint_t *ep);
+
+/* ------------------------------------------------------------------------ */
+/* Regions                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Region kinds (the values of proto RegionKind). */
+typedef enum graft_transfer_region_kind {
+    GRAFT_TRANSFER_REGION_PARAM = 1,
+    GRAFT_TRANSFER_REGION_OPTIM = 2,
+    GRAFT_TRANSFER_REGION_RNG = 3,
+    GRAFT_TRANSFER_REGION_SCHED = 4,
+    GRAFT_TRANSFER_REGION_DATA = 5,
+    GRAFT_TRANSFER_REGION_SCALER = 6,
+    GRAFT_TRANSFER_REGION_STEP = 7,
+    GRAFT_TRANSFER_REGION_BLOB = 8
+} graft_transfer_region_kind_t;
+
+/** Where a region's memory lives. */
+typedef enum graft_transfer_device {
+    GRAFT_TRANSFER_HOST = 0, /**< host memory */
+    GRAFT_TRANSFER_CUDA = 1  /**< CUDA device memory (builds with CUDA only) */
+} graft_transfer_device_t;
+
+/** A contiguous, named piece of a rank's state. */
+typedef struct graft_transfer_region {
+    const char *name;                  /**< unique per endpoint; copied */
+    graft_transfer_region_kind_t kind; /**< one of the kinds above */
+    uint32_t dtype;                    /**< opaque to graft; part of the layout */
+    graft_transfer_device_t device;    /**< host or CUDA */
+    void *ptr;                         /**< the memory; stays owned by the caller */
+    uint64_t bytes;                    /**< size; 0 is allowed */
+} graft_transfer_region_t;
+
+/**
+ * @brief Register a region (host memory is mapped with UCX now). Regions
+ *        keep their registration order, which is part of the layout hash.
+ * @param [in] ep      the endpoint; not serving and not pulling.
+ * @param [in] region  the region; name copied, memory referenced.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL name/ptr with bytes > 0, bad kind),
+ *         GRAFT_EEXIST (name taken), GRAFT_ESTATE (serving or pulling),
+ *         GRAFT_ENOTSUP (CUDA memory in a build without CUDA),
+ *         GRAFT_ETRANSPORT (ucp_mem_map failed), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_transfer_region_register(graft_transfer_endpoint_t *ep,
+                                                        const graft_transfer_region_t *region);
+
+/**
+ * @brief Layout hash of the registered region table: XXH3-64 over every
+ *        region's name, kind, dtype, device and size, in order.
+ * @param [in]  ep       the endpoint.
+ * @param [out] hash_p   the hash.
+ * @return GRAFT_OK or GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_transfer_layout_hash(const graft_transfer_endpoint_t *ep,
+                                                    uint64_t *hash_p);
+
+/* ------------------------------------------------------------------------ */
+/* Serving (donor)                                                          */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * @brief Expose the registered regions at @p step. Starts hashing in the
+ *        background (results are cached per step: serving the same step
+ *        again does not rehash) and returns at once. The caller must not
+ *        modify the regions until graft_transfer_serve_end().
+ * @param [in] ep    the endpoint.
+ * @param [in] step  the step whose state the regions hold.
+ * @return GRAFT_OK, GRAFT_ESTATE (already serving another step),
+ *         GRAFT_ENOMEM, GRAFT_ESYS (thread).
+ */
+GRAFT_WUR graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/**
+ * @brief Stop exposing the regions: new requests are refused with
+ *        GRAFT_ESTEP; reads already granted may still land until the
+ *        recipients are done (use graft_transfer_fence_wait() first). Waits
+ *        for the hashing threads. Forgets the cached hashes (the regions may
+ *        change afterwards).
+ * @param [in] ep  the endpoint.
+ * @return GRAFT_OK or GRAFT_ESTATE (not serving).
+ */
+GRAFT_WUR graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep);
+
+/**
+ * @brief Wait until @p expected_recipients recipients reported their pull of
+ *        @p step done (successful or not), so the optimizer step may run.
+ * @param [in] ep                   the endpoint.
+ * @param [in] step                 the step.
+ * @param [in] expected_recipients  how many to wait for; 0 returns at once.
+ * @param [in] timeout_ms           0 = do not wait, only check.
+ * @return GRAFT_OK or GRAFT_ETIMEOUT.
+ */
+GRAFT_WUR graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep, uint64_t step,
+                                                   uint32_t expected_recipients,
+                                                   uint32_t timeout_ms);
+
+/**
+ * @brief How many recipients reported @p step done so far.
+ * @param [in] ep    the endpoint.
+ * @param [in] step  the step.
+ * @return the count (0 for an unknown step).
+ */
+uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/* ------------------------------------------------------------------------ */
+/* Pulling (recipient)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Progress callback: @p bytes_done of @p bytes_total are verified and
+ * installed. Runs on the pulling thread; keep it short.
+ */
+typedef void (*graft_transfer_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *arg);
+
+/** What to pull and how. Zero values select the defaults given. */
+typedef struct graft_transfer_pull_options {
+    const char *const *donors;   /**< donor addresses, "ip:port" */
+    size_t n_donors;             /**< 1..GRAFT_TRANSFER_MAX_DONORS */
+    uint64_t step;               /**< the step to pull */
+    uint32_t window;             /**< gets in flight per donor; default 4 */
+    uint32_t stall_timeout_ms;   /**< no progress from a donor this long = failed; default 5000 */
+    uint32_t connect_timeout_ms; /**< until a donor's manifest arrives; default 5000 */
+    uint32_t timeout_ms;         /**< whole pull; 0 = no limit */
+    graft_transfer_progress_fn progress; /**< optional */
+    void *progress_arg;
+} graft_transfer_pull_options_t;
+
+#define GRAFT_TRANSFER_MAX_DONORS 16
+
+/** What happened to one donor during a pull. */
+typedef struct graft_transfer_donor_report {
+    graft_status_t status;   /**< GRAFT_OK, or why the donor was dropped */
+    uint64_t bytes;          /**< verified bytes read from it */
+    uint64_t chunks;         /**< verified chunks read from it */
+    uint64_t reassigned;     /**< chunks taken from it after it failed */
+} graft_transfer_donor_report_t;
+
+/** Outcome of a pull. */
+typedef struct graft_transfer_report {
+    graft_status_t status;  /**< same as the pull's return value */
+    bool installed;         /**< every region verified and installed */
+    uint64_t bytes;         /**< total bytes of the registered regions */
+    uint64_t chunks;        /**< total chunks */
+    uint64_t elapsed_ns;    /**< from the first connect to the end */
+    size_t n_donors;
+    graft_transfer_donor_report_t donors[GRAFT_TRANSFER_MAX_DONORS];
+    /** When status is GRAFT_EDRIFT: where donors disagree. */
+    struct {
+        char region[128];   /**< region name */
+        uint64_t chunk;     /**< chunk index within the region */
+        uint32_t donor_a;   /**< index into options.donors */
+        uint32_t donor_b;
+        uint64_t hash_a;
+        uint64_t hash_b;
+    } drift;
+} graft_transfer_report_t;
+
+/**
+ * @brief Pull every registered region from the donors, verified. Blocks.
+ * @param [in]  ep        the endpoint, with the same region table as the
+ *                        donors (its layout hash is sent).
+ * @param [in]  options   donors, step, window, timeouts, progress.
+ * @param [out] report_p  filled in always (also on failure); may be NULL.
+ * @return GRAFT_OK (installed), GRAFT_EINVAL, GRAFT_ESTATE (serving, or
+ *         another pull running), GRAFT_EDRIFT, GRAFT_ENODONOR (all donors
+ *         refused or failed; the report says why each),
+ *         GRAFT_ECANCELED, GRAFT_ETIMEOUT, GRAFT_ENOMEM, GRAFT_ETRANSPORT.
+ */
+GRAFT_WUR graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
+                                             const graft_transfer_pull_options_t *options,
+                                             graft_transfer_report_t *report_p);
+
+/**
+ * @brief Ask the pull running on @p ep to stop; it returns GRAFT_ECANCELED.
+ *        A cancel with no pull running is remembered by nothing (no-op).
+ * @param [in] ep  the endpoint.
+ */
+void graft_transfer_pull_cancel(graft_transfer_endpoint_t *ep);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRAFT_TRANSFER_H */

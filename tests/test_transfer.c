@@ -1,0 +1,878 @@
+/*
+ * Transfer engine over real UCX on loopback with real donor processes
+ * (forked before the recipient touches UCX). Every scenario runs over
+ * UCX_TLS=tcp and over shared memory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include <graft/transfer.h>
+
+#include "proto/graft.pb-c.h"
+
+#define STEP 42
+#define TOKEN "job-token-1"
+#define MAX_REGIONS 8
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct region_spec {
+    const char *name;
+    uint64_t bytes;
+} region_spec_t;
+
+/* Odd sizes, an unaligned tail, a tiny and an empty region. */
+static const region_spec_t small_layout[] = {
+    {"weights", (3u << 20) + 12345}, {"optim", 4u << 20}, {"rng", 13}, {"empty", 0},
+    {"step", 8},
+};
+/* Big enough that a donor can be killed mid-pull. */
+static const region_spec_t big_layout[] = {{"weights", 24u << 20}, {"optim", 24u << 20}};
+
+typedef struct donor_opts {
+    const region_spec_t *layout;
+    size_t n_regions;
+    uint64_t chunk;
+    const char *token;
+    uint64_t step;
+    int flip_region; /* -1: identical state */
+    uint64_t flip_offset;
+} donor_opts_t;
+
+typedef struct donor_proc {
+    pid_t pid;
+    int cmd_fd;
+    int resp_fd;
+    char addr[64];
+} donor_proc_t;
+
+static void fill_pattern(uint8_t *p, uint64_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (uint8_t)x;
+    }
+}
+
+static bool read_full(int fd, void *buf, size_t n, int timeout_ms)
+{
+    size_t got = 0;
+    while (got < n) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int rc = poll(&pfd, 1, timeout_ms);
+        if (rc <= 0)
+            return false;
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static bool write_full(int fd, const void *buf, size_t n)
+{
+    size_t put = 0;
+    while (put < n) {
+        ssize_t w = write(fd, (const char *)buf + put, n - put);
+        if (w <= 0)
+            return false;
+        put += (size_t)w;
+    }
+    return true;
+}
+
+/* The donor process: serve until told to quit; answer fence questions. */
+static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
+{
+    graft_transfer_config_t cfg = {.job_token = o->token, .chunk_bytes = o->chunk, .group = 1};
+    graft_transfer_endpoint_t *ep = NULL;
+    uint8_t *mem[MAX_REGIONS] = {0};
+    char addr[64] = {0};
+    int rc = 1;
+
+    if (graft_transfer_endpoint_create(&cfg, &ep) != GRAFT_OK)
+        goto out;
+    for (size_t i = 0; i < o->n_regions; i++) {
+        mem[i] = malloc(o->layout[i].bytes + 1);
+        fill_pattern(mem[i], o->layout[i].bytes, i + 1);
+        if ((int)i == o->flip_region)
+            mem[i][o->flip_offset] ^= 0x40;
+        graft_transfer_region_t r = {.name = o->layout[i].name,
+                                     .kind = GRAFT_TRANSFER_REGION_PARAM,
+                                     .ptr = mem[i],
+                                     .bytes = o->layout[i].bytes};
+        if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
+            goto out;
+    }
+    if (graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
+        goto out;
+    snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
+    if (!write_full(resp_fd, addr, sizeof(addr)))
+        goto out;
+    for (;;) {
+        uint32_t cmd[3];
+        if (!read_full(cmd_fd, cmd, sizeof(cmd), -1) || cmd[0] == 'Q')
+            break;
+        if (cmd[0] == 'F') {
+            int32_t st = graft_transfer_fence_wait(ep, o->step, cmd[1], cmd[2]);
+            uint32_t count = graft_transfer_fence_count(ep, o->step);
+            int32_t out[2] = {st, (int32_t)count};
+            if (!write_full(resp_fd, out, sizeof(out)))
+                break;
+        }
+    }
+    rc = graft_transfer_serve_end(ep) == GRAFT_OK ? 0 : 1;
+out:
+    graft_transfer_endpoint_destroy(ep);
+    for (size_t i = 0; i < o->n_regions; i++)
+        free(mem[i]);
+    return rc;
+}
+
+static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
+{
+    int cmd[2], resp[2];
+    assert_int_equal(pipe(cmd), 0);
+    assert_int_equal(pipe(resp), 0);
+    d->pid = fork();
+    assert_true(d->pid >= 0);
+    if (d->pid == 0) {
+        close(cmd[1]);
+        close(resp[0]);
+        _exit(donor_main(o, cmd[0], resp[1]));
+    }
+    close(cmd[0]);
+    close(resp[1]);
+    d->cmd_fd = cmd[1];
+    d->resp_fd = resp[0];
+    assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 20000));
+}
+
+static void donor_fence(donor_proc_t *d, uint32_t expected, uint32_t timeout_ms, int32_t *st_p,
+                        int32_t *count_p)
+{
+    uint32_t cmd[3] = {'F', expected, timeout_ms};
+    int32_t out[2];
+    assert_true(write_full(d->cmd_fd, cmd, sizeof(cmd)));
+    assert_true(read_full(d->resp_fd, out, sizeof(out), (int)timeout_ms + 10000));
+    *st_p = out[0];
+    *count_p = out[1];
+}
+
+/* Quit, or reap a donor the test killed. Returns the exit status. */
+static int donor_stop(donor_proc_t *d)
+{
+    int ws = 0;
+    uint32_t cmd[3] = {'Q', 0, 0};
+    if (!write_full(d->cmd_fd, cmd, sizeof(cmd)))
+        kill(d->pid, SIGKILL);
+    kill(d->pid, SIGCONT);
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(d->pid, &ws, WNOHANG) == d->pid)
+            goto reaped;
+        usleep(50000);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, &ws, 0);
+reaped:
+    close(d->cmd_fd);
+    close(d->resp_fd);
+    return ws;
+}
+
+/* The recipient: an endpoint with zeroed regions of a layout. */
+typedef struct recipient {
+    graft_transfer_endpoint_t *ep;
+    uint8_t *mem[MAX_REGIONS];
+    const region_spec_t *layout;
+    size_t n_regions;
+} recipient_t;
+
+static void recipient_create(recipient_t *r, const region_spec_t *layout, size_t n, uint64_t chunk,
+                             const char *token)
+{
+    graft_transfer_config_t cfg = {.job_token = token, .chunk_bytes = chunk, .group = 2};
+    memset(r, 0, sizeof(*r));
+    r->layout = layout;
+    r->n_regions = n;
+    assert_int_equal(graft_transfer_endpoint_create(&cfg, &r->ep), GRAFT_OK);
+    for (size_t i = 0; i < n; i++) {
+        r->mem[i] = calloc(1, layout[i].bytes + 1);
+        graft_transfer_region_t reg = {.name = layout[i].name,
+                                       .kind = GRAFT_TRANSFER_REGION_PARAM,
+                                       .ptr = r->mem[i],
+                                       .bytes = layout[i].bytes};
+        assert_int_equal(graft_transfer_region_register(r->ep, &reg), GRAFT_OK);
+    }
+}
+
+static bool recipient_matches(const recipient_t *r)
+{
+    bool ok = true;
+    for (size_t i = 0; i < r->n_regions && ok; i++) {
+        uint8_t *want = malloc(r->layout[i].bytes + 1);
+        fill_pattern(want, r->layout[i].bytes, i + 1);
+        ok = memcmp(want, r->mem[i], r->layout[i].bytes) == 0;
+        free(want);
+    }
+    return ok;
+}
+
+static void recipient_destroy(recipient_t *r)
+{
+    graft_transfer_endpoint_destroy(r->ep);
+    for (size_t i = 0; i < r->n_regions; i++)
+        free(r->mem[i]);
+}
+
+static donor_opts_t opts_for(const region_spec_t *layout, size_t n, uint64_t chunk)
+{
+    donor_opts_t o = {.layout = layout,
+                      .n_regions = n,
+                      .chunk = chunk,
+                      .token = TOKEN,
+                      .step = STEP,
+                      .flip_region = -1};
+    return o;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void pull_from_k(int k)
+{
+    donor_proc_t d[3];
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[3];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    for (int i = 0; i < k; i++) {
+        donor_spawn(&o, &d[i]);
+        addrs[i] = d[i].addr;
+    }
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = (size_t)k, .step = STEP};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(rep.installed);
+    assert_true(recipient_matches(&r));
+    uint64_t sum = 0;
+    for (int i = 0; i < k; i++) {
+        assert_int_equal(rep.donors[i].status, GRAFT_OK);
+        sum += rep.donors[i].bytes;
+        /* Striping: with 33 chunks every donor serves some. */
+        assert_true(rep.donors[i].chunks > 0);
+    }
+    assert_int_equal(sum, rep.bytes);
+    recipient_destroy(&r);
+    for (int i = 0; i < k; i++)
+        assert_int_equal(donor_stop(&d[i]), 0);
+}
+
+static void test_pull_1_donor(void **state)
+{
+    (void)state;
+    pull_from_k(1);
+}
+
+static void test_pull_2_donors(void **state)
+{
+    (void)state;
+    pull_from_k(2);
+}
+
+static void test_pull_3_donors(void **state)
+{
+    (void)state;
+    pull_from_k(3);
+}
+
+/* A refusal is precise and the donor keeps serving correct requests. */
+static void test_refusals(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    static const region_spec_t other_layout[] = {{"weights", 1000}};
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, "wrong-token");
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_ETOKEN);
+    assert_false(rep.installed);
+    recipient_destroy(&r);
+
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    po.step = STEP + 1;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_ESTEP);
+    po.step = STEP;
+    recipient_destroy(&r);
+
+    recipient_create(&r, other_layout, 1, 256u << 10, TOKEN);
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_ELAYOUT);
+    recipient_destroy(&r);
+
+    /* A different chunk size is caught by the recipient. */
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 128u << 10, TOKEN);
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_EPROTO);
+    recipient_destroy(&r);
+
+    /* Nobody listening. */
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    const char *nobody[1] = {"127.0.0.1:1"};
+    po.donors = nobody;
+    po.connect_timeout_ms = 2000;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(graft_status_class(rep.donors[0].status), GRAFT_CLASS_PEER);
+    const char *bad[1] = {"not-an-address"};
+    po.donors = bad;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_EINVAL);
+
+    po.donors = addrs;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+typedef struct injector {
+    pid_t victims[3];
+    int n_victims;
+    int sig;
+    uint64_t at;
+    bool fired;
+    graft_transfer_endpoint_t *cancel_ep;
+} injector_t;
+
+static void inject(uint64_t done, uint64_t total, void *arg)
+{
+    injector_t *in = arg;
+    (void)total;
+    if (in->fired || done < in->at)
+        return;
+    in->fired = true;
+    for (int i = 0; i < in->n_victims; i++)
+        kill(in->victims[i], in->sig);
+    if (in->cancel_ep != NULL)
+        graft_transfer_pull_cancel(in->cancel_ep);
+}
+
+static uint64_t big_total(void)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(big_layout); i++)
+        t += big_layout[i].bytes;
+    return t;
+}
+
+/* One of three donors is killed (or stopped) after a quarter of the bytes. */
+static void failover(int sig)
+{
+    donor_proc_t d[3];
+    donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    const char *addrs[3];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    injector_t in = {.n_victims = 1, .sig = sig, .at = big_total() / 4};
+
+    for (int i = 0; i < 3; i++) {
+        donor_spawn(&o, &d[i]);
+        addrs[i] = d[i].addr;
+    }
+    in.victims[0] = d[1].pid;
+    recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs,
+                                        .n_donors = 3,
+                                        .step = STEP,
+                                        .window = 2,
+                                        .stall_timeout_ms = 700,
+                                        .progress = inject,
+                                        .progress_arg = &in};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(in.fired);
+    assert_true(rep.installed);
+    assert_true(recipient_matches(&r));
+    assert_int_equal(rep.donors[0].status, GRAFT_OK);
+    assert_int_equal(rep.donors[2].status, GRAFT_OK);
+    /* Over TCP the victim is dropped; over shared memory a stopped donor's
+     * memory stays readable, so it may legitimately finish its share. */
+    if (sig == SIGKILL || strcmp(getenv("UCX_TLS"), "tcp") == 0)
+        assert_int_equal(graft_status_class(rep.donors[1].status), GRAFT_CLASS_PEER);
+    if (sig == SIGSTOP && rep.donors[1].status != GRAFT_OK)
+        assert_int_equal(rep.donors[1].status, GRAFT_EPEER_TIMEOUT);
+    assert_int_equal(rep.donors[0].bytes + rep.donors[1].bytes + rep.donors[2].bytes, rep.bytes);
+    recipient_destroy(&r);
+    for (int i = 0; i < 3; i++)
+        (void)donor_stop(&d[i]);
+}
+
+static void test_donor_killed(void **state)
+{
+    (void)state;
+    failover(SIGKILL);
+}
+
+static void test_donor_stopped(void **state)
+{
+    (void)state;
+    failover(SIGSTOP);
+}
+
+static void test_all_donors_dead(void **state)
+{
+    (void)state;
+    donor_proc_t d[2];
+    donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    const char *addrs[2];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    injector_t in = {.n_victims = 2, .sig = SIGKILL, .at = big_total() / 5};
+
+    for (int i = 0; i < 2; i++) {
+        donor_spawn(&o, &d[i]);
+        addrs[i] = d[i].addr;
+        in.victims[i] = d[i].pid;
+    }
+    recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs,
+                                        .n_donors = 2,
+                                        .step = STEP,
+                                        .window = 2,
+                                        .stall_timeout_ms = 700,
+                                        .progress = inject,
+                                        .progress_arg = &in};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_false(rep.installed);
+    assert_int_equal(rep.status, GRAFT_ENODONOR);
+    assert_true(rep.donors[0].bytes + rep.donors[1].bytes < rep.bytes);
+    recipient_destroy(&r);
+    for (int i = 0; i < 2; i++)
+        (void)donor_stop(&d[i]);
+}
+
+static void test_drift(void **state)
+{
+    (void)state;
+    donor_proc_t d[2];
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[2];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    donor_spawn(&o, &d[0]);
+    o.flip_region = 1;
+    o.flip_offset = (5u << 18) + 77; /* chunk 5 of "optim" */
+    donor_spawn(&o, &d[1]);
+    addrs[0] = d[0].addr;
+    addrs[1] = d[1].addr;
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 2, .step = STEP};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_EDRIFT);
+    assert_false(rep.installed);
+    assert_string_equal(rep.drift.region, "optim");
+    assert_int_equal(rep.drift.chunk, 5);
+    assert_true((rep.drift.donor_a == 0 && rep.drift.donor_b == 1) ||
+                (rep.drift.donor_a == 1 && rep.drift.donor_b == 0));
+    assert_true(rep.drift.hash_a != rep.drift.hash_b);
+    recipient_destroy(&r);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(donor_stop(&d[i]), 0);
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    injector_t in = {.n_victims = 0, .at = big_total() / 4};
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+    in.cancel_ep = r.ep;
+    graft_transfer_pull_options_t po = {.donors = addrs,
+                                        .n_donors = 1,
+                                        .step = STEP,
+                                        .window = 2,
+                                        .progress = inject,
+                                        .progress_arg = &in};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ECANCELED);
+    assert_false(rep.installed);
+    /* A cancel outside a pull is a no-op; the next pull works. */
+    graft_transfer_pull_cancel(r.ep);
+    po.progress = NULL;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+static void test_fence(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    int32_t st, count;
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    donor_fence(&d, 2, 0, &st, &count);
+    assert_int_equal(st, GRAFT_ETIMEOUT);
+    assert_int_equal(count, 0);
+
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    recipient_destroy(&r);
+    /* One recipient of two: the fence holds. */
+    donor_fence(&d, 2, 300, &st, &count);
+    assert_int_equal(st, GRAFT_ETIMEOUT);
+    assert_int_equal(count, 1);
+
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    recipient_destroy(&r);
+    donor_fence(&d, 2, 5000, &st, &count);
+    assert_int_equal(st, GRAFT_OK);
+    assert_int_equal(count, 2);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+/* ---- bad input on the wire ---------------------------------------------- */
+
+typedef struct raw_client {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+    int replies;
+    int32_t last_status;
+} raw_client_t;
+
+static ucs_status_t raw_reply_cb(void *arg, const void *header, size_t header_length, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_client_t *c = arg;
+    (void)header;
+    (void)header_length;
+    (void)param;
+    Graft__TransferManifest *m = graft__transfer_manifest__unpack(NULL, length, data);
+    c->last_status = m != NULL ? m->status : 1;
+    graft__transfer_manifest__free_unpacked(m, NULL);
+    c->replies++;
+    return UCS_OK;
+}
+
+static void raw_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)arg;
+    (void)ep;
+    (void)status;
+}
+
+static void raw_connect(raw_client_t *c, const char *addr)
+{
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    char host[32];
+    const char *colon = strrchr(addr, ':');
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+    memset(c, 0, sizeof(*c));
+    assert_int_equal(ucp_init(&p, NULL, &c->ctx), UCS_OK);
+    assert_int_equal(ucp_worker_create(c->ctx, &wp, &c->worker), UCS_OK);
+    ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                               UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                               UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                 .id = 12,
+                                 .cb = raw_reply_cb,
+                                 .arg = c};
+    assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+                          .sockaddr = {.addr = (struct sockaddr *)&sa, .addrlen = sizeof(sa)},
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = raw_err_cb}};
+    assert_int_equal(ucp_ep_create(c->worker, &ep, &c->ep), UCS_OK);
+}
+
+/* Send @p len bytes as a transfer request and wait for the refusal. */
+static int32_t raw_send(raw_client_t *c, const void *data, size_t len)
+{
+    static uint64_t header = 0;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_AM_SEND_FLAG_REPLY};
+    int before = c->replies;
+    ucs_status_ptr_t req = ucp_am_send_nbx(c->ep, 11, &header, sizeof(header), data, len, &prm);
+    assert_false(UCS_PTR_IS_ERR(req));
+    for (int i = 0; i < 2000000 && c->replies == before; i++) {
+        ucp_worker_progress(c->worker);
+        if (i % 1000 == 999)
+            usleep(1000);
+    }
+    if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req);
+    assert_int_equal(c->replies, before + 1);
+    return c->last_status;
+}
+
+static void raw_close(raw_client_t *c)
+{
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t req = ucp_ep_close_nbx(c->ep, &prm);
+    if (UCS_PTR_IS_PTR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS)
+            ucp_worker_progress(c->worker);
+        ucp_request_free(req);
+    }
+    ucp_worker_destroy(c->worker);
+    ucp_cleanup(c->ctx);
+}
+
+static void test_garbage_clients(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+
+    /* A raw TCP client that sends junk to the listener and hangs up. */
+    {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        const char *colon = strrchr(d.addr, ':');
+        sa.sin_port = htons((uint16_t)atoi(colon + 1));
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        for (int k = 0; k < 3; k++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            assert_true(fd >= 0);
+            assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+            uint8_t junk[4096];
+            fill_pattern(junk, sizeof(junk), 99 + (uint64_t)k);
+            (void)!write(fd, junk, k == 0 ? 3 : sizeof(junk));
+            usleep(50000);
+            close(fd);
+        }
+    }
+
+    /* A UCX client: junk, a truncated request, a request without a token. */
+    raw_client_t c;
+    raw_connect(&c, d.addr);
+    uint8_t junk[300];
+    fill_pattern(junk, sizeof(junk), 7);
+    assert_int_equal(raw_send(&c, junk, sizeof(junk)), GRAFT_EPROTO);
+
+    Graft__TransferRequest req = GRAFT__TRANSFER_REQUEST__INIT;
+    req.version = 1;
+    req.job_token = (char *)TOKEN;
+    req.step = STEP;
+    req.layout_hash = 0x1234567890abcdefull;
+    uint8_t packed[256];
+    size_t n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n - 3), GRAFT_EPROTO);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ELAYOUT);
+    req.version = 9;
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_EFORMAT);
+    assert_int_equal(raw_send(&c, "", 0), GRAFT_ETOKEN);
+    raw_close(&c);
+
+    /* The donor is unaffected. */
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+/* ---- local API checks ---------------------------------------------------- */
+
+static void test_api_misuse(void **state)
+{
+    (void)state;
+    graft_transfer_endpoint_t *ep = NULL;
+    uint8_t buf[64];
+    graft_transfer_region_t r = {.name = "a", .kind = GRAFT_TRANSFER_REGION_PARAM, .ptr = buf,
+                                 .bytes = sizeof(buf)};
+    graft_transfer_config_t bad = {.listen_address = "not-an-ip"};
+    uint64_t h0, h1;
+
+    assert_int_equal(graft_transfer_endpoint_create(NULL, NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_transfer_endpoint_create(&bad, &ep), GRAFT_EINVAL);
+    assert_null(ep);
+    graft_transfer_endpoint_destroy(NULL);
+    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    assert_non_null(strchr(graft_transfer_endpoint_address(ep), ':'));
+    assert_int_equal(graft_transfer_layout_hash(ep, &h0), GRAFT_OK);
+    assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_OK);
+    assert_int_equal(graft_transfer_layout_hash(ep, &h1), GRAFT_OK);
+    assert_true(h0 != h1);
+    assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_EEXIST);
+    r.name = "b";
+    r.kind = (graft_transfer_region_kind_t)99;
+    assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_EINVAL);
+    r.kind = GRAFT_TRANSFER_REGION_OPTIM;
+    r.ptr = NULL;
+    assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_EINVAL);
+    r.ptr = buf;
+    r.device = GRAFT_TRANSFER_CUDA;
+    assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_ENOTSUP);
+    r.device = GRAFT_TRANSFER_HOST;
+
+    assert_int_equal(graft_transfer_serve_end(ep), GRAFT_ESTATE);
+    assert_int_equal(graft_transfer_serve_begin(ep, 5), GRAFT_OK);
+    assert_int_equal(graft_transfer_serve_begin(ep, 5), GRAFT_OK);
+    assert_int_equal(graft_transfer_serve_begin(ep, 6), GRAFT_ESTATE);
+    assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_ESTATE);
+    const char *donors[1] = {"127.0.0.1:9"};
+    graft_transfer_pull_options_t po = {.donors = donors, .n_donors = 1, .step = 5};
+    graft_transfer_report_t rep;
+    assert_int_equal(graft_transfer_pull(ep, &po, &rep), GRAFT_ESTATE);
+    assert_int_equal(graft_transfer_serve_end(ep), GRAFT_OK);
+    po.n_donors = 0;
+    assert_int_equal(graft_transfer_pull(ep, &po, &rep), GRAFT_EINVAL);
+    po.n_donors = GRAFT_TRANSFER_MAX_DONORS + 1;
+    assert_int_equal(graft_transfer_pull(ep, &po, &rep), GRAFT_EINVAL);
+    assert_int_equal(graft_transfer_fence_wait(ep, 5, 0, 0), GRAFT_OK);
+    assert_int_equal(graft_transfer_fence_wait(ep, 5, 1, 10), GRAFT_ETIMEOUT);
+    graft_transfer_endpoint_destroy(ep);
+}
+
+static int allocs_left;
+static void *failing_malloc(size_t n, void *arg)
+{
+    (void)arg;
+    return allocs_left-- > 0 ? malloc(n) : NULL;
+}
+static void *failing_realloc(void *p, size_t n, void *arg)
+{
+    (void)arg;
+    return allocs_left-- > 0 ? realloc(p, n) : NULL;
+}
+static void plain_free(void *p, void *arg)
+{
+    (void)arg;
+    free(p);
+}
+
+/* Fail each allocation in turn: every path returns ENOMEM cleanly. */
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    static uint8_t a[100000], b[5000];
+    graft_alloc_hooks_t h = {failing_malloc, failing_realloc, plain_free, NULL};
+    bool completed = false;
+
+    for (int n = 0; n < 64 && !completed; n++) {
+        graft_transfer_endpoint_t *ep = NULL;
+        graft_transfer_config_t cfg = {.chunk_bytes = 4096};
+        graft_transfer_region_t ra = {.name = "a", .kind = 1, .ptr = a, .bytes = sizeof(a)};
+        graft_transfer_region_t rb = {.name = "b", .kind = 2, .ptr = b, .bytes = sizeof(b)};
+        graft_status_t st;
+
+        graft_alloc_hooks_set(&h);
+        allocs_left = n;
+        st = graft_transfer_endpoint_create(&cfg, &ep);
+        if (st == GRAFT_OK)
+            st = graft_transfer_region_register(ep, &ra);
+        if (st == GRAFT_OK)
+            st = graft_transfer_region_register(ep, &rb);
+        if (st == GRAFT_OK)
+            st = graft_transfer_serve_begin(ep, 1);
+        if (st == GRAFT_OK) {
+            st = graft_transfer_serve_end(ep);
+            completed = st == GRAFT_OK;
+        }
+        if (!completed)
+            assert_int_equal(st, GRAFT_ENOMEM);
+        graft_transfer_endpoint_destroy(ep);
+        graft_alloc_hooks_set(NULL);
+    }
+    assert_true(completed);
+}
+
+static int use_tcp(void **state)
+{
+    (void)state;
+    return setenv("UCX_TLS", "tcp", 1);
+}
+
+static int use_shm(void **state)
+{
+    (void)state;
+    return setenv("UCX_TLS", "sm,self,tcp", 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest local[] = {
+        cmocka_unit_test(test_api_misuse),
+        cmocka_unit_test(test_alloc_failures),
+    };
+    const struct CMUnitTest wire[] = {
+        cmocka_unit_test(test_pull_1_donor),    cmocka_unit_test(test_pull_2_donors),
+        cmocka_unit_test(test_pull_3_donors),   cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_donor_killed),    cmocka_unit_test(test_donor_stopped),
+        cmocka_unit_test(test_all_donors_dead), cmocka_unit_test(test_drift),
+        cmocka_unit_test(test_cancel),          cmocka_unit_test(test_fence),
+        cmocka_unit_test(test_garbage_clients),
+    };
+    int failed = 0;
+    signal(SIGPIPE, SIG_IGN);
+    if (getenv("GRAFT_LOG") == NULL)
+        graft_log_level_set(GRAFT_LOG_ERROR);
+    /* TRANSFER_FILTER=<glob> runs some tests only (while debugging). */
+    if (getenv("TRANSFER_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("TRANSFER_FILTER"));
+    setenv("UCX_TLS", "tcp", 1);
+    failed += cmocka_run_group_tests_name("transfer_local", local, NULL, NULL);
+    failed += cmocka_run_group_tests_name("transfer_tcp", wire, use_tcp, NULL);
+    failed += cmocka_run_group_tests_name("transfer_shm", wire, use_shm, NULL);
+    return failed;
+}

@@ -1,0 +1,455 @@
+/*
+ * The transfer engine: configuration, the region table and its layout hash,
+ * background chunk hashing for donors, the recipients' fence, and dispatch
+ * to the transport backend (transfer/ucx.c).
+ */
+#include "transfer_int.h"
+
+#include <protobuf-c/protobuf-c.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *pb_alloc_fn(void *arg, size_t size)
+{
+    (void)arg;
+    return graft__malloc(size);
+}
+
+static void pb_free_fn(void *arg, void *ptr)
+{
+    (void)arg;
+    graft_free(ptr);
+}
+
+struct ProtobufCAllocator graft__transfer_pb_alloc = {pb_alloc_fn, pb_free_fn, NULL};
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t layout_hash_compute(const graft_transfer_endpoint_t *ep)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (size_t i = 0; i < ep->n_regions; i++) {
+        const graft__region_t *r = &ep->regions[i];
+        uint32_t name_len = (uint32_t)strlen(r->name);
+        uint32_t kind = (uint32_t)r->kind, device = (uint32_t)r->device;
+        /* Length-prefix the name so ("ab","c") and ("a","bc") differ. */
+        XXH3_64bits_update(&st, &name_len, sizeof(name_len));
+        XXH3_64bits_update(&st, r->name, name_len);
+        XXH3_64bits_update(&st, &kind, sizeof(kind));
+        XXH3_64bits_update(&st, &r->dtype, sizeof(r->dtype));
+        XXH3_64bits_update(&st, &device, sizeof(device));
+        XXH3_64bits_update(&st, &r->bytes, sizeof(r->bytes));
+    }
+    return XXH3_64bits_digest(&st);
+}
+
+graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *config,
+                                              graft_transfer_endpoint_t **ep_p)
+{
+    graft_transfer_config_t defaults = {0};
+    graft_transfer_endpoint_t *ep = NULL;
+    graft_status_t status;
+
+    if (ep_p == NULL)
+        return GRAFT_EINVAL;
+    if (config == NULL)
+        config = &defaults;
+
+    ep = graft__calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return GRAFT_ENOMEM;
+    ep->listen_address =
+        graft__strdup(config->listen_address != NULL ? config->listen_address : "127.0.0.1");
+    ep->job_token = graft__strdup(config->job_token != NULL ? config->job_token : "");
+    if (ep->listen_address == NULL || ep->job_token == NULL) {
+        status = GRAFT_ENOMEM;
+        goto err_free;
+    }
+    ep->port = config->port;
+    ep->group = config->group;
+    ep->rank = config->rank;
+    ep->chunk_bytes =
+        config->chunk_bytes != 0 ? config->chunk_bytes : GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES;
+    ep->hash_threads = config->hash_threads != 0 ? config->hash_threads : 2;
+    if (ep->hash_threads > 64) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "hash_threads %u is more than 64", ep->hash_threads);
+        status = GRAFT_EINVAL;
+        goto err_free;
+    }
+    ep->layout_hash = layout_hash_compute(ep);
+    atomic_init(&ep->hash_next, 0);
+    atomic_init(&ep->hash_stop, false);
+    atomic_init(&ep->pulling, false);
+    atomic_init(&ep->cancel, false);
+    if (pthread_mutex_init(&ep->lock, NULL) != 0) {
+        status = GRAFT_ESYS;
+        goto err_free;
+    }
+    if (pthread_cond_init(&ep->cond, NULL) != 0) {
+        status = GRAFT_ESYS;
+        goto err_mutex;
+    }
+
+    ep->ops = &graft__ucx_ops;
+    status = ep->ops->init(ep);
+    if (status != GRAFT_OK)
+        goto err_cond;
+
+    *ep_p = ep;
+    return GRAFT_OK;
+
+err_cond:
+    pthread_cond_destroy(&ep->cond);
+err_mutex:
+    pthread_mutex_destroy(&ep->lock);
+err_free:
+    graft_free(ep->listen_address);
+    graft_free(ep->job_token);
+    graft_free(ep);
+    return status;
+}
+
+static void hashing_stop(graft_transfer_endpoint_t *ep)
+{
+    atomic_store(&ep->hash_stop, true);
+    for (uint32_t i = 0; i < ep->n_hash_tids; i++)
+        pthread_join(ep->hash_tids[i], NULL);
+    graft_free(ep->hash_tids);
+    ep->hash_tids = NULL;
+    ep->n_hash_tids = 0;
+}
+
+void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep)
+{
+    if (ep == NULL)
+        return;
+    hashing_stop(ep);
+    /* The backend's progress thread reads the region table: stop it first. */
+    ep->ops->fini(ep);
+    for (size_t i = 0; i < ep->n_regions; i++)
+        graft_free(ep->regions[i].name);
+    graft_free(ep->regions);
+    graft_free(ep->hashes);
+    graft_free(ep->hash_done);
+    pthread_cond_destroy(&ep->cond);
+    pthread_mutex_destroy(&ep->lock);
+    graft_free(ep->listen_address);
+    graft_free(ep->job_token);
+    graft_free(ep);
+}
+
+const char *graft_transfer_endpoint_address(const graft_transfer_endpoint_t *ep)
+{
+    return ep != NULL ? ep->address : "";
+}
+
+/* ------------------------------------------------------------------------ */
+/* Regions                                                                  */
+/* ------------------------------------------------------------------------ */
+
+graft_status_t graft_transfer_region_register(graft_transfer_endpoint_t *ep,
+                                              const graft_transfer_region_t *region)
+{
+    graft__region_t *grown, *r;
+    graft_status_t status;
+
+    if (ep == NULL || region == NULL || region->name == NULL || region->name[0] == '\0' ||
+        (region->ptr == NULL && region->bytes > 0) || region->kind < GRAFT_TRANSFER_REGION_PARAM ||
+        region->kind > GRAFT_TRANSFER_REGION_BLOB ||
+        (region->device != GRAFT_TRANSFER_HOST && region->device != GRAFT_TRANSFER_CUDA) ||
+        strlen(region->name) >= sizeof(((graft_transfer_report_t *)0)->drift.region))
+        return GRAFT_EINVAL;
+    if (ep->serving || atomic_load(&ep->pulling) || ep->hashes != NULL)
+        return GRAFT_ESTATE;
+    for (size_t i = 0; i < ep->n_regions; i++) {
+        if (strcmp(ep->regions[i].name, region->name) == 0)
+            return GRAFT_EEXIST;
+    }
+
+    grown = graft__realloc(ep->regions, (ep->n_regions + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return GRAFT_ENOMEM;
+    ep->regions = grown;
+    r = &ep->regions[ep->n_regions];
+    memset(r, 0, sizeof(*r));
+    r->name = graft__strdup(region->name);
+    if (r->name == NULL)
+        return GRAFT_ENOMEM;
+    r->kind = region->kind;
+    r->dtype = region->dtype;
+    r->device = region->device;
+    r->ptr = region->ptr;
+    r->host = region->ptr;
+    r->bytes = region->bytes;
+    r->n_chunks = (region->bytes + ep->chunk_bytes - 1) / ep->chunk_bytes;
+    r->first_chunk = ep->total_chunks;
+
+    status = ep->ops->region_map(ep, r);
+    if (status != GRAFT_OK) {
+        graft_free(r->name);
+        return status;
+    }
+    ep->n_regions++;
+    ep->total_chunks += r->n_chunks;
+    ep->total_bytes += r->bytes;
+    ep->layout_hash = layout_hash_compute(ep);
+    return GRAFT_OK;
+}
+
+graft_status_t graft_transfer_layout_hash(const graft_transfer_endpoint_t *ep, uint64_t *hash_p)
+{
+    if (ep == NULL || hash_p == NULL)
+        return GRAFT_EINVAL;
+    *hash_p = ep->layout_hash;
+    return GRAFT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Serving: hash every chunk in the background                              */
+/* ------------------------------------------------------------------------ */
+
+/* Chunks are handed out in order, so the prefix of finished hashes that the
+ * donor streams to recipients grows steadily. */
+static void *hash_thread(void *arg)
+{
+    graft_transfer_endpoint_t *ep = arg;
+    size_t region = 0;
+
+    for (;;) {
+        uint64_t c = atomic_fetch_add(&ep->hash_next, 1);
+        if (c >= ep->total_chunks || atomic_load(&ep->hash_stop))
+            break;
+        while (c >= ep->regions[region].first_chunk + ep->regions[region].n_chunks)
+            region++;
+        const graft__region_t *r = &ep->regions[region];
+        uint64_t idx = c - r->first_chunk;
+        uint64_t len = graft__region_chunk_len(ep, r, idx);
+        ep->hashes[c] = XXH3_64bits((const char *)r->host + idx * ep->chunk_bytes, len);
+        atomic_store_explicit(&ep->hash_done[c], 1, memory_order_release);
+    }
+    return NULL;
+}
+
+graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    uint64_t *hashes = NULL;
+    atomic_uchar *done = NULL;
+    pthread_t *tids = NULL;
+    uint32_t n = 0;
+    graft_status_t status = GRAFT_OK;
+
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    if (atomic_load(&ep->pulling))
+        return GRAFT_ESTATE;
+    pthread_mutex_lock(&ep->lock);
+    if (ep->serving) {
+        status = ep->serve_step == step ? GRAFT_OK : GRAFT_ESTATE;
+        pthread_mutex_unlock(&ep->lock);
+        return status;
+    }
+    pthread_mutex_unlock(&ep->lock);
+
+    /* One extra slot so an empty table still allocates. */
+    hashes = graft__calloc(ep->total_chunks + 1, sizeof(*hashes));
+    done = graft__calloc(ep->total_chunks + 1, sizeof(*done));
+    tids = graft__calloc(ep->hash_threads, sizeof(*tids));
+    if (hashes == NULL || done == NULL || tids == NULL) {
+        status = GRAFT_ENOMEM;
+        goto err_free;
+    }
+
+    pthread_mutex_lock(&ep->lock);
+    ep->hashes = hashes;
+    ep->hash_done = done;
+    atomic_store(&ep->hash_next, 0);
+    atomic_store(&ep->hash_stop, false);
+    ep->serve_step = step;
+    ep->serving = true;
+    ep->serve_gen++;
+    pthread_mutex_unlock(&ep->lock);
+
+    for (n = 0; n < ep->hash_threads; n++) {
+        int rc = pthread_create(&tids[n], NULL, hash_thread, ep);
+        if (rc != 0) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "pthread_create: %s", strerror(rc));
+            status = GRAFT_ESYS;
+            break;
+        }
+    }
+    ep->hash_tids = tids;
+    ep->n_hash_tids = n;
+    if (status != GRAFT_OK) {
+        if (graft_transfer_serve_end(ep) != GRAFT_OK)
+            GRAFT_WARN(GRAFT__XFER_MOD, "serve_end after a failed serve_begin");
+        return status;
+    }
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "serving step %llu: %llu chunks, %llu bytes",
+                (unsigned long long)step, (unsigned long long)ep->total_chunks,
+                (unsigned long long)ep->total_bytes);
+    return GRAFT_OK;
+
+err_free:
+    graft_free(hashes);
+    graft_free(done);
+    graft_free(tids);
+    return status;
+}
+
+graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep)
+{
+    uint64_t *hashes;
+    atomic_uchar *done;
+
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&ep->lock);
+    if (!ep->serving) {
+        pthread_mutex_unlock(&ep->lock);
+        return GRAFT_ESTATE;
+    }
+    ep->serving = false;
+    ep->serve_gen++;
+    pthread_mutex_unlock(&ep->lock);
+
+    hashing_stop(ep);
+
+    /* The progress thread reads hashes under the lock and checks serving
+     * first, so after this no one touches them. */
+    pthread_mutex_lock(&ep->lock);
+    hashes = ep->hashes;
+    done = ep->hash_done;
+    ep->hashes = NULL;
+    ep->hash_done = NULL;
+    pthread_mutex_unlock(&ep->lock);
+    graft_free(hashes);
+    graft_free(done);
+    return GRAFT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fence                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t step, bool create)
+{
+    graft__fence_slot_t *oldest = NULL;
+    for (size_t i = 0; i < GRAFT__FENCE_SLOTS; i++) {
+        graft__fence_slot_t *s = &ep->fence[i];
+        if (s->used && s->step == step)
+            return s;
+        if (!s->used || oldest == NULL || (oldest->used && s->step < oldest->step))
+            oldest = s;
+    }
+    if (!create)
+        return NULL;
+    /* Old steps fall out: a fence is only ever waited on for recent steps. */
+    oldest->used = true;
+    oldest->step = step;
+    oldest->done = 0;
+    return oldest;
+}
+
+void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    pthread_mutex_lock(&ep->lock);
+    fence_slot(ep, step, true)->done++;
+    pthread_cond_broadcast(&ep->cond);
+    pthread_mutex_unlock(&ep->lock);
+}
+
+uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    uint32_t n = 0;
+    if (ep == NULL)
+        return 0;
+    pthread_mutex_lock(&ep->lock);
+    graft__fence_slot_t *s = fence_slot(ep, step, false);
+    if (s != NULL)
+        n = s->done;
+    pthread_mutex_unlock(&ep->lock);
+    return n;
+}
+
+graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep, uint64_t step,
+                                         uint32_t expected_recipients, uint32_t timeout_ms)
+{
+    graft_status_t status = GRAFT_OK;
+    struct timespec deadline;
+
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+
+    pthread_mutex_lock(&ep->lock);
+    for (;;) {
+        graft__fence_slot_t *s = fence_slot(ep, step, false);
+        if ((s != NULL ? s->done : 0) >= expected_recipients)
+            break;
+        if (timeout_ms == 0 ||
+            pthread_cond_timedwait(&ep->cond, &ep->lock, &deadline) == ETIMEDOUT) {
+            s = fence_slot(ep, step, false);
+            if ((s != NULL ? s->done : 0) < expected_recipients)
+                status = GRAFT_ETIMEOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ep->lock);
+    return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pull                                                                     */
+/* ------------------------------------------------------------------------ */
+
+graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
+                                   const graft_transfer_pull_options_t *options,
+                                   graft_transfer_report_t *report_p)
+{
+    graft_transfer_report_t local;
+    graft_transfer_report_t *rep = report_p != NULL ? report_p : &local;
+    graft_status_t status;
+    bool expected = false;
+
+    memset(rep, 0, sizeof(*rep));
+    if (ep == NULL || options == NULL || options->donors == NULL || options->n_donors == 0 ||
+        options->n_donors > GRAFT_TRANSFER_MAX_DONORS) {
+        rep->status = GRAFT_EINVAL;
+        return GRAFT_EINVAL;
+    }
+    for (size_t i = 0; i < options->n_donors; i++) {
+        if (options->donors[i] == NULL) {
+            rep->status = GRAFT_EINVAL;
+            return GRAFT_EINVAL;
+        }
+    }
+    if (ep->serving || !atomic_compare_exchange_strong(&ep->pulling, &expected, true)) {
+        rep->status = GRAFT_ESTATE;
+        return GRAFT_ESTATE;
+    }
+    atomic_store(&ep->cancel, false);
+    status = ep->ops->pull(ep, options, rep);
+    rep->status = status;
+    rep->installed = status == GRAFT_OK;
+    atomic_store(&ep->pulling, false);
+    return status;
+}
+
+void graft_transfer_pull_cancel(graft_transfer_endpoint_t *ep)
+{
+    if (ep != NULL && atomic_load(&ep->pulling))
+        atomic_store(&ep->cancel, true);
+}

@@ -1,0 +1,128 @@
+/*
+ * Private state of the transfer engine, shared by the engine (transfer.c)
+ * and its backends (ucx.c, nccl.c, cuda_staging.c). Not installed.
+ */
+#ifndef GRAFT_TRANSFER_INT_H
+#define GRAFT_TRANSFER_INT_H
+
+#include <graft/transfer.h>
+
+#include "graft_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GRAFT__XFER_MOD "transfer"
+#define GRAFT__XFER_WIRE_VERSION 1u
+
+/* Active-message ids on a transfer connection. */
+#define GRAFT__XFER_AM_REQUEST 11u  /* recipient -> donor: TransferRequest */
+#define GRAFT__XFER_AM_MANIFEST 12u /* donor -> recipient: TransferManifest */
+#define GRAFT__XFER_AM_DONE 13u     /* recipient -> donor: TransferDone */
+
+/* One registered region. */
+typedef struct graft__region {
+    char *name;
+    graft_transfer_region_kind_t kind;
+    uint32_t dtype;
+    graft_transfer_device_t device;
+    void *ptr;         /* the caller's memory */
+    void *host;        /* what the network reads/writes: ptr, or a pinned
+                          host shadow of device memory */
+    uint64_t bytes;
+    uint64_t n_chunks;
+    uint64_t first_chunk; /* index of its first chunk in the endpoint's list */
+    void *memh;           /* backend's handle of the mapped memory */
+    void *rkey;           /* packed remote key, owned by the backend */
+    size_t rkey_len;
+} graft__region_t;
+
+typedef struct graft__transport_state graft__transport_state_t;
+
+/*
+ * A transport backend. The engine owns the region table, hashing and the
+ * fence; a backend moves bytes.
+ */
+struct graft_transport_ops {
+    const char *name;
+    /* Bring up the transport: contexts, listener, progress thread. */
+    graft_status_t (*init)(graft_transfer_endpoint_t *ep);
+    void (*fini)(graft_transfer_endpoint_t *ep);
+    /* Make a region reachable (map it, pack its key). */
+    graft_status_t (*region_map)(graft_transfer_endpoint_t *ep, graft__region_t *r);
+    void (*region_unmap)(graft_transfer_endpoint_t *ep, graft__region_t *r);
+    /* Pull every region; fills the report. */
+    graft_status_t (*pull)(graft_transfer_endpoint_t *ep, const graft_transfer_pull_options_t *o,
+                           graft_transfer_report_t *report);
+};
+
+extern const struct graft_transport_ops graft__ucx_ops;
+
+/* A recipient count per step, for the fence. */
+typedef struct graft__fence_slot {
+    uint64_t step;
+    uint32_t done;
+    bool used;
+} graft__fence_slot_t;
+
+#define GRAFT__FENCE_SLOTS 16
+
+struct graft_transfer_endpoint {
+    /* configuration (strings owned) */
+    char *listen_address;
+    uint16_t port;
+    char *job_token;
+    uint32_t group;
+    uint32_t rank;
+    uint64_t chunk_bytes;
+    uint32_t hash_threads;
+
+    const struct graft_transport_ops *ops;
+    graft__transport_state_t *transport;
+    char address[64];
+
+    graft__region_t *regions;
+    size_t n_regions;
+    uint64_t total_chunks;
+    uint64_t total_bytes;
+    uint64_t layout_hash;
+
+    /* Guards serving state, hashes and fence slots. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+
+    /* serving (donor) */
+    bool serving;
+    uint64_t serve_step;
+    uint64_t serve_gen; /* bumped by every begin/end: stale connections stop */
+    uint64_t *hashes;   /* one per chunk, valid where hash_done is set */
+    atomic_uchar *hash_done;
+    atomic_uint_fast64_t hash_next;
+    atomic_bool hash_stop;
+    pthread_t *hash_tids;
+    uint32_t n_hash_tids;
+
+    graft__fence_slot_t fence[GRAFT__FENCE_SLOTS];
+
+    atomic_bool pulling;
+    atomic_bool cancel;
+};
+
+/* Region lookup helpers. */
+static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *ep,
+                                               const graft__region_t *r, uint64_t chunk)
+{
+    uint64_t off = chunk * ep->chunk_bytes;
+    return GRAFT_MIN(ep->chunk_bytes, r->bytes - off);
+}
+
+/* Record a TransferDone for @p step (called by the backend's progress thread). */
+void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/* protobuf-c allocator that goes through graft's allocation hooks. */
+struct ProtobufCAllocator;
+extern struct ProtobufCAllocator graft__transfer_pb_alloc;
+
+#endif /* GRAFT_TRANSFER_INT_H */

@@ -1,0 +1,1563 @@
+/*
+ * UCX backend of the transfer engine.
+ *
+ * Donor side: one worker driven by a progress thread. It accepts
+ * connections on the listener, answers TransferRequests (active messages)
+ * with a manifest, streams chunk hashes as the hashing threads finish them,
+ * and counts TransferDone messages for the fence. Recipients read the
+ * regions with one-sided gets, so the donor's training thread never
+ * participates.
+ *
+ * Recipient side: graft_transfer_pull() creates a worker of its own on the
+ * endpoint's context (the context is shared between workers, so the donor
+ * side keeps serving meanwhile) and drives it from the calling thread.
+ */
+#include "transfer_int.h"
+
+#include "proto/graft.pb-c.h"
+
+#include <ucp/api/ucp.h>
+#include <xxhash.h>
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A request bigger than this is refused unread. */
+#define REQUEST_MAX_BYTES (64u << 10)
+/* A manifest bigger than this is a protocol error. */
+#define MANIFEST_MAX_BYTES (512u << 20)
+/* Hashes per streamed manifest part. */
+#define HASHES_PER_PART 16384u
+/* How long teardown waits for UCX to finish closing. */
+#define TEARDOWN_NS (3000ull * 1000000ull)
+
+/* ------------------------------------------------------------------------ */
+/* Shared pieces                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A received message waiting for the progress loop: AM callbacks run inside
+ * ucp_worker_progress(), where sending and ep management are best avoided. */
+typedef struct ucx_msg {
+    struct ucx_msg *next;
+    unsigned id;
+    ucp_ep_h reply_ep;
+    uint64_t header;
+    bool has_header;
+    bool too_large;
+    size_t len;
+    uint8_t data[];
+} ucx_msg_t;
+
+typedef struct msg_queue {
+    ucx_msg_t *head;
+    ucx_msg_t **tail;
+} msg_queue_t;
+
+static void msgq_init(msg_queue_t *q)
+{
+    q->head = NULL;
+    q->tail = &q->head;
+}
+
+static void msgq_push(msg_queue_t *q, ucx_msg_t *m)
+{
+    m->next = NULL;
+    *q->tail = m;
+    q->tail = &m->next;
+}
+
+static ucx_msg_t *msgq_pop(msg_queue_t *q)
+{
+    ucx_msg_t *m = q->head;
+    if (m != NULL) {
+        q->head = m->next;
+        if (q->head == NULL)
+            q->tail = &q->head;
+    }
+    return m;
+}
+
+static void msgq_clear(msg_queue_t *q)
+{
+    ucx_msg_t *m;
+    while ((m = msgq_pop(q)) != NULL)
+        graft_free(m);
+}
+
+static graft_status_t status_from_ucs(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK:
+        return GRAFT_OK;
+    case UCS_ERR_NO_MEMORY:
+        return GRAFT_ENOMEM;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+        return GRAFT_EPEER_UNREACHABLE;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return GRAFT_EPEER_TIMEOUT;
+    case UCS_ERR_CONNECTION_RESET:
+        return GRAFT_EPEER;
+    case UCS_ERR_CANCELED:
+        return GRAFT_ECANCELED;
+    default:
+        return GRAFT_ETRANSPORT;
+    }
+}
+
+/* "a.b.c.d:port" -> sockaddr. */
+static graft_status_t parse_address(const char *s, struct sockaddr_in *sa)
+{
+    char host[INET_ADDRSTRLEN];
+    const char *colon = strrchr(s, ':');
+    char *end = NULL;
+    unsigned long port;
+    size_t hl;
+
+    if (colon == NULL)
+        return GRAFT_EINVAL;
+    hl = (size_t)(colon - s);
+    if (hl == 0 || hl >= sizeof(host))
+        return GRAFT_EINVAL;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    errno = 0;
+    port = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || end == colon + 1 || *end != '\0' || port == 0 || port > 65535)
+        return GRAFT_EINVAL;
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return GRAFT_EINVAL;
+    return GRAFT_OK;
+}
+
+static void send_done_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    graft_free(user_data);
+    ucp_request_free(request);
+}
+
+/*
+ * Send @p len bytes already packed at buf + 8 with the 8-byte AM header at
+ * buf (UCX 1.13 needs the header alive until completion, so it travels in
+ * the same allocation). Takes ownership of @p buf.
+ */
+static graft_status_t am_send_owned(ucp_ep_h uep, unsigned id, uint8_t *buf, size_t len,
+                                    bool want_reply)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t req;
+
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = send_done_cb;
+    prm.user_data = buf;
+    prm.flags = want_reply ? UCP_AM_SEND_FLAG_REPLY : 0;
+    req = ucp_am_send_nbx(uep, id, buf, sizeof(uint64_t), buf + sizeof(uint64_t), len, &prm);
+    if (req == NULL) {
+        graft_free(buf);
+        return GRAFT_OK;
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "am send: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+        graft_free(buf);
+        return status_from_ucs(UCS_PTR_STATUS(req));
+    }
+    return GRAFT_OK;
+}
+
+/* Allocate [header][packed message] and send it. */
+static graft_status_t am_send_msg(ucp_ep_h uep, unsigned id, uint64_t header,
+                                  const ProtobufCMessage *msg, bool want_reply)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = graft__malloc(sizeof(uint64_t) + len + 1);
+    if (buf == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(buf, &header, sizeof(header));
+    protobuf_c_message_pack(msg, buf + sizeof(uint64_t));
+    return am_send_owned(uep, id, buf, len, want_reply);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Endpoint: context, worker, listener, progress thread                     */
+/* ------------------------------------------------------------------------ */
+
+/* One accepted connection (donor side). */
+typedef struct ucx_conn {
+    struct ucx_conn *next;
+    ucp_ep_h ep;
+    bool failed;
+    bool active;         /* manifest sent, hashes streaming */
+    bool final_sent;
+    uint64_t gen;        /* ep->serve_gen when activated */
+    uint64_t cursor;     /* next chunk whose hash is to be sent */
+    size_t region_cursor;
+    uint64_t echo;       /* AM header the recipient chose */
+} ucx_conn_t;
+
+struct graft__transport_state {
+    graft_transfer_endpoint_t *ep;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_listener_h listener;
+    int efd;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
+    ucx_conn_t *conns;
+    msg_queue_t msgs;
+};
+
+static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
+{
+    ucx_conn_t *c = arg;
+    (void)uep;
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "recipient connection failed: %s", ucs_status_string(status));
+    c->failed = true;
+}
+
+static void conn_handler(ucp_conn_request_h req, void *arg)
+{
+    graft__transport_state_t *t = arg;
+    ucp_ep_params_t prm;
+    ucx_conn_t *c = graft__calloc(1, sizeof(*c));
+    ucs_status_t st;
+
+    if (c == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory accepting a connection");
+        (void)ucp_listener_reject(t->listener, req);
+        return;
+    }
+    memset(&prm, 0, sizeof(prm));
+    prm.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    prm.conn_request = req;
+    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    prm.err_handler.cb = donor_conn_err_cb;
+    prm.err_handler.arg = c;
+    st = ucp_ep_create(t->worker, &prm, &c->ep);
+    if (st != UCS_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "accepting a connection: %s", ucs_status_string(st));
+        graft_free(c);
+        return;
+    }
+    c->next = t->conns;
+    t->conns = c;
+}
+
+/* Requests and TransferDone: queued for the progress loop. */
+static ucs_status_t donor_am_enqueue(graft__transport_state_t *t, unsigned id, const void *header,
+                                     size_t header_length, void *data, size_t length,
+                                     const ucp_am_recv_param_t *param)
+{
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    bool too_large = rndv || length > REQUEST_MAX_BYTES;
+    ucx_msg_t *m = graft__malloc(sizeof(*m) + (too_large ? 0 : length));
+
+    if (m == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a request");
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    memset(m, 0, sizeof(*m));
+    m->id = id;
+    m->reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    m->has_header = header_length == sizeof(uint64_t);
+    if (m->has_header)
+        memcpy(&m->header, header, sizeof(uint64_t));
+    m->too_large = too_large;
+    m->len = too_large ? 0 : length;
+    if (!too_large && length > 0)
+        memcpy(m->data, data, length);
+    msgq_push(&t->msgs, m);
+    /* A rendezvous request is refused: the sender's send completes with
+     * this status and the donor replies with an error. */
+    return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+}
+
+static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
+                                     void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    return donor_am_enqueue(arg, GRAFT__XFER_AM_REQUEST, header, header_length, data, length,
+                            param);
+}
+
+static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
+                                  void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    return donor_am_enqueue(arg, GRAFT__XFER_AM_DONE, header, header_length, data, length,
+                            param);
+}
+
+static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
+{
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (c->ep == uep)
+            return c;
+    }
+    return NULL;
+}
+
+/*
+ * Fill hash parts for chunks [c->cursor, end) into @p m. Caller holds
+ * ep->lock and has checked that the hashes belong to the conn's step.
+ */
+static graft_status_t fill_hash_parts(graft_transfer_endpoint_t *ep, ucx_conn_t *c, uint64_t end,
+                                      Graft__TransferManifest *m, Graft__ChunkHashes **parts,
+                                      Graft__ChunkHashes *part_store, size_t max_parts)
+{
+    size_t n = 0;
+    while (c->cursor < end && n < max_parts) {
+        while (c->region_cursor < ep->n_regions &&
+               c->cursor >= ep->regions[c->region_cursor].first_chunk +
+                                ep->regions[c->region_cursor].n_chunks)
+            c->region_cursor++;
+        assert(c->region_cursor < ep->n_regions);
+        const graft__region_t *r = &ep->regions[c->region_cursor];
+        uint64_t stop = GRAFT_MIN(end, r->first_chunk + r->n_chunks);
+        Graft__ChunkHashes *p = &part_store[n];
+        graft__chunk_hashes__init(p);
+        p->region = (uint32_t)c->region_cursor;
+        p->first_chunk = c->cursor - r->first_chunk;
+        p->n_hashes = (size_t)(stop - c->cursor);
+        p->hashes = &ep->hashes[c->cursor];
+        parts[n++] = p;
+        c->cursor = stop;
+    }
+    m->n_hash_parts = n;
+    m->hash_parts = parts;
+    return GRAFT_OK;
+}
+
+/* First contiguous chunk from @p from whose hash is not done yet, at most
+ * HASHES_PER_PART further. */
+static uint64_t hashed_prefix(graft_transfer_endpoint_t *ep, uint64_t from)
+{
+    uint64_t end = from, lim = GRAFT_MIN(ep->total_chunks, from + HASHES_PER_PART);
+    while (end < lim && atomic_load_explicit(&ep->hash_done[end], memory_order_acquire))
+        end++;
+    return end;
+}
+
+static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why)
+{
+    Graft__TransferManifest m;
+    graft__transfer_manifest__init(&m);
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.status = code;
+    m.error = (char *)why;
+    GRAFT_INFO(GRAFT__XFER_MOD, "refusing a transfer request: %s (%s)", why,
+               graft_status_name(code));
+    if (am_send_msg(uep, GRAFT__XFER_AM_MANIFEST, header, &m.base, false) != GRAFT_OK)
+        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a refusal");
+}
+
+/* Build and send the first manifest of a connection: regions, keys and
+ * whatever hashes are ready. Caller holds ep->lock. */
+static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c)
+{
+    Graft__TransferManifest m;
+    Graft__RegionManifest *rms = NULL, **rmp = NULL;
+    Graft__RegionDesc *descs = NULL;
+    Graft__ChunkHashes *store = NULL, **parts = NULL;
+    size_t nr = ep->n_regions;
+    graft_status_t status = GRAFT_ENOMEM;
+
+    rms = graft__calloc(nr + 1, sizeof(*rms));
+    rmp = graft__calloc(nr + 1, sizeof(*rmp));
+    descs = graft__calloc(nr + 1, sizeof(*descs));
+    store = graft__calloc(nr + 1, sizeof(*store));
+    parts = graft__calloc(nr + 1, sizeof(*parts));
+    if (rms == NULL || rmp == NULL || descs == NULL || store == NULL || parts == NULL)
+        goto out;
+
+    graft__transfer_manifest__init(&m);
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.status = GRAFT_OK;
+    m.step = ep->serve_step;
+    m.layout_hash = ep->layout_hash;
+    m.chunk_bytes = ep->chunk_bytes;
+    m.donor_group = ep->group;
+    for (size_t i = 0; i < nr; i++) {
+        const graft__region_t *r = &ep->regions[i];
+        graft__region_desc__init(&descs[i]);
+        descs[i].name = r->name;
+        descs[i].kind = (Graft__RegionKind)r->kind;
+        descs[i].dtype = r->dtype;
+        descs[i].device = (uint32_t)r->device;
+        descs[i].bytes = r->bytes;
+        graft__region_manifest__init(&rms[i]);
+        rms[i].region = &descs[i];
+        rms[i].remote_address = (uint64_t)(uintptr_t)r->host;
+        rms[i].rkey.data = r->rkey;
+        rms[i].rkey.len = r->rkey_len;
+        rmp[i] = &rms[i];
+    }
+    m.n_regions = nr;
+    m.regions = rmp;
+
+    c->cursor = 0;
+    c->region_cursor = 0;
+    c->final_sent = false;
+    status = fill_hash_parts(ep, c, hashed_prefix(ep, 0), &m, parts, store, nr + 1);
+    if (status != GRAFT_OK)
+        goto out;
+    if (c->cursor == ep->total_chunks) {
+        m.hashes_final = true;
+        c->final_sent = true;
+    }
+    status = am_send_msg(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false);
+    if (status == GRAFT_OK) {
+        c->active = true;
+        c->gen = ep->serve_gen;
+    }
+
+out:
+    graft_free(rms);
+    graft_free(rmp);
+    graft_free(descs);
+    graft_free(store);
+    graft_free(parts);
+    return status;
+}
+
+static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    Graft__TransferRequest *req = NULL;
+    ucx_conn_t *c;
+    char why[160];
+
+    if (msg->reply_ep == NULL) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "transfer request without a reply endpoint: dropped");
+        return;
+    }
+    c = conn_find(t, msg->reply_ep);
+    if (c == NULL || c->failed) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "transfer request on an unknown connection: dropped");
+        return;
+    }
+    c->echo = msg->has_header ? msg->header : 0;
+    c->active = false;
+    if (msg->too_large) {
+        reply_error(c->ep, c->echo, GRAFT_EPROTO, "request too large");
+        return;
+    }
+    req = graft__transfer_request__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    if (req == NULL) {
+        reply_error(c->ep, c->echo, GRAFT_EPROTO, "malformed TransferRequest");
+        return;
+    }
+    if (req->version != GRAFT__XFER_WIRE_VERSION) {
+        snprintf(why, sizeof(why), "unsupported request version %u", req->version);
+        reply_error(c->ep, c->echo, GRAFT_EFORMAT, why);
+        goto out;
+    }
+    if (strcmp(req->job_token, ep->job_token) != 0) {
+        reply_error(c->ep, c->echo, GRAFT_ETOKEN, "job token rejected");
+        goto out;
+    }
+    pthread_mutex_lock(&ep->lock);
+    if (!ep->serving || ep->serve_step != req->step) {
+        if (ep->serving)
+            snprintf(why, sizeof(why), "donor serves step %llu, not %llu",
+                     (unsigned long long)ep->serve_step, (unsigned long long)req->step);
+        else
+            snprintf(why, sizeof(why), "donor is not serving (asked step %llu)",
+                     (unsigned long long)req->step);
+        pthread_mutex_unlock(&ep->lock);
+        reply_error(c->ep, c->echo, GRAFT_ESTEP, why);
+        goto out;
+    }
+    if (req->layout_hash != ep->layout_hash) {
+        snprintf(why, sizeof(why), "layout hash %016llx differs from the donor's %016llx",
+                 (unsigned long long)req->layout_hash, (unsigned long long)ep->layout_hash);
+        pthread_mutex_unlock(&ep->lock);
+        reply_error(c->ep, c->echo, GRAFT_ELAYOUT, why);
+        goto out;
+    }
+    if (send_manifest(ep, c) != GRAFT_OK)
+        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a manifest");
+    pthread_mutex_unlock(&ep->lock);
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "serving group %u rank %u at step %llu", req->recipient_group,
+                req->rank, (unsigned long long)req->step);
+out:
+    graft__transfer_request__free_unpacked(req, &graft__transfer_pb_alloc);
+}
+
+static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
+{
+    Graft__TransferDone *d;
+    if (msg->too_large) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "oversized TransferDone dropped");
+        return;
+    }
+    d = graft__transfer_done__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    if (d == NULL || d->version != GRAFT__XFER_WIRE_VERSION) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "malformed TransferDone dropped");
+        graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+        return;
+    }
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u done with step %llu (%s)", d->recipient_group,
+                d->rank, (unsigned long long)d->step, d->ok ? "ok" : "failed");
+    graft__transfer_fence_note(t->ep, d->step);
+    graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+}
+
+/* Send each active connection the hashes finished since its last part. */
+static void stream_hashes(graft__transport_state_t *t)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    pthread_mutex_lock(&ep->lock);
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (!c->active || c->failed || c->final_sent)
+            continue;
+        if (!ep->serving || c->gen != ep->serve_gen) {
+            c->active = false;
+            continue;
+        }
+        uint64_t end = hashed_prefix(ep, c->cursor);
+        if (end == c->cursor && end < ep->total_chunks)
+            continue;
+        Graft__TransferManifest m;
+        Graft__ChunkHashes store[8], *parts[8];
+        graft__transfer_manifest__init(&m);
+        m.version = GRAFT__XFER_WIRE_VERSION;
+        m.step = ep->serve_step;
+        m.layout_hash = ep->layout_hash;
+        m.chunk_bytes = ep->chunk_bytes;
+        m.donor_group = ep->group;
+        uint64_t cursor0 = c->cursor;
+        size_t region0 = c->region_cursor;
+        if (fill_hash_parts(ep, c, end, &m, parts, store, GRAFT_ARRAY_SIZE(store)) != GRAFT_OK)
+            continue;
+        m.hashes_final = c->cursor == ep->total_chunks;
+        if (am_send_msg(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) != GRAFT_OK) {
+            /* Try again on the next round. */
+            c->cursor = cursor0;
+            c->region_cursor = region0;
+            continue;
+        }
+        c->final_sent = m.hashes_final;
+    }
+    pthread_mutex_unlock(&ep->lock);
+}
+
+static void conn_close(graft__transport_state_t *t, ucx_conn_t *c)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t req;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(c->ep, &prm);
+    if (UCS_PTR_IS_PTR(req)) {
+        uint64_t deadline = graft__now_ns() + TEARDOWN_NS;
+        while (ucp_request_check_status(req) == UCS_INPROGRESS && graft__now_ns() < deadline)
+            ucp_worker_progress(t->worker);
+        ucp_request_free(req);
+    }
+}
+
+static void reap_conns(graft__transport_state_t *t)
+{
+    ucx_conn_t **pp = &t->conns;
+    while (*pp != NULL) {
+        ucx_conn_t *c = *pp;
+        if (c->failed) {
+            *pp = c->next;
+            conn_close(t, c);
+            graft_free(c);
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+static void *progress_thread(void *arg)
+{
+    graft__transport_state_t *t = arg;
+    while (!atomic_load(&t->stop)) {
+        ucx_msg_t *m;
+        while (ucp_worker_progress(t->worker) != 0) {
+        }
+        while ((m = msgq_pop(&t->msgs)) != NULL) {
+            if (m->id == GRAFT__XFER_AM_REQUEST)
+                handle_request(t, m);
+            else
+                handle_done(t, m);
+            graft_free(m);
+        }
+        reap_conns(t);
+        stream_hashes(t);
+
+        /* Sleep until the network has something, at most 1 ms so that
+         * hashes finished by the hashing threads go out promptly. */
+        ucs_status_t st = ucp_worker_arm(t->worker);
+        if (st == UCS_ERR_BUSY)
+            continue;
+        struct pollfd pfd = {.fd = t->efd, .events = POLLIN};
+        if (poll(&pfd, 1, 1) < 0 && errno != EINTR) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "poll: %s", strerror(errno));
+            graft__sleep_ns(1000000);
+        }
+    }
+    return NULL;
+}
+
+static graft_status_t set_am_handler(ucp_worker_h w, unsigned id, ucp_am_recv_callback_t cb,
+                                     void *arg)
+{
+    ucp_am_handler_param_t hp;
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = arg;
+    ucs_status_t st = ucp_worker_set_am_recv_handler(w, &hp);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_worker_set_am_recv_handler: %s",
+                    ucs_status_string(st));
+        return GRAFT_ETRANSPORT;
+    }
+    return GRAFT_OK;
+}
+
+static graft_status_t worker_create(ucp_context_h ctx, ucp_worker_h *w_p)
+{
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    ucs_status_t st = ucp_worker_create(ctx, &wp, w_p);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_worker_create: %s", ucs_status_string(st));
+        return GRAFT_ETRANSPORT;
+    }
+    return GRAFT_OK;
+}
+
+static void ucx_fini(graft_transfer_endpoint_t *ep);
+
+static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
+{
+    graft__transport_state_t *t;
+    ucp_config_t *cfg = NULL;
+    ucp_params_t p;
+    ucp_listener_params_t lp;
+    ucp_listener_attr_t la;
+    struct sockaddr_in sa;
+    char buf[96];
+    ucs_status_t st;
+    graft_status_t status;
+    int rc;
+
+    snprintf(buf, sizeof(buf), "%s:%u", ep->listen_address, ep->port == 0 ? 1u : ep->port);
+    if (parse_address(buf, &sa) != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "bad listen address '%s'", ep->listen_address);
+        return GRAFT_EINVAL;
+    }
+    sa.sin_port = htons(ep->port);
+
+    t = graft__calloc(1, sizeof(*t));
+    if (t == NULL)
+        return GRAFT_ENOMEM;
+    t->ep = ep;
+    t->efd = -1;
+    atomic_init(&t->stop, false);
+    msgq_init(&t->msgs);
+    ep->transport = t;
+
+    /* With peer error handling UCX skips shared memory unless told that it
+     * may rely on it; the user's explicit choice wins. */
+    if (setenv("UCX_MM_ERROR_HANDLING", "y", 0) != 0)
+        GRAFT_WARN(GRAFT__XFER_MOD, "setenv: %s", strerror(errno));
+    st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_config_read: %s", ucs_status_string(st));
+        status = GRAFT_ETRANSPORT;
+        goto err;
+    }
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    p.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    /* The progress thread's worker and a pull's worker share the context. */
+    p.mt_workers_shared = 1;
+    st = ucp_init(&p, cfg, &t->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_init: %s", ucs_status_string(st));
+        status = GRAFT_ETRANSPORT;
+        goto err;
+    }
+    status = worker_create(t->ctx, &t->worker);
+    if (status != GRAFT_OK)
+        goto err;
+    st = ucp_worker_get_efd(t->worker, &t->efd);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_worker_get_efd: %s", ucs_status_string(st));
+        status = GRAFT_ETRANSPORT;
+        goto err;
+    }
+    status = set_am_handler(t->worker, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
+    if (status == GRAFT_OK)
+        status = set_am_handler(t->worker, GRAFT__XFER_AM_DONE, donor_done_cb, t);
+    if (status != GRAFT_OK)
+        goto err;
+
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&sa;
+    lp.sockaddr.addrlen = sizeof(sa);
+    lp.conn_handler.cb = conn_handler;
+    lp.conn_handler.arg = t;
+    st = ucp_listener_create(t->worker, &lp, &t->listener);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "listening on %s:%u: %s", ep->listen_address, ep->port,
+                    ucs_status_string(st));
+        status = GRAFT_ETRANSPORT;
+        goto err;
+    }
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    st = ucp_listener_query(t->listener, &la);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_listener_query: %s", ucs_status_string(st));
+        status = GRAFT_ETRANSPORT;
+        goto err;
+    }
+    snprintf(ep->address, sizeof(ep->address), "%s:%u", ep->listen_address,
+             (unsigned)ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port));
+
+    rc = pthread_create(&t->thread, NULL, progress_thread, t);
+    if (rc != 0) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "pthread_create: %s", strerror(rc));
+        status = GRAFT_ESYS;
+        goto err;
+    }
+    t->thread_started = true;
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "endpoint listening on %s", ep->address);
+    return GRAFT_OK;
+
+err:
+    ucx_fini(ep);
+    return status;
+}
+
+static void ucx_region_unmap(graft_transfer_endpoint_t *ep, graft__region_t *r)
+{
+    graft__transport_state_t *t = ep->transport;
+    if (r->rkey != NULL)
+        ucp_rkey_buffer_release(r->rkey);
+    if (r->memh != NULL)
+        (void)ucp_mem_unmap(t->ctx, r->memh);
+    r->rkey = NULL;
+    r->memh = NULL;
+}
+
+static void ucx_fini(graft_transfer_endpoint_t *ep)
+{
+    graft__transport_state_t *t = ep->transport;
+    if (t == NULL)
+        return;
+    if (t->thread_started) {
+        atomic_store(&t->stop, true);
+        (void)ucp_worker_signal(t->worker);
+        pthread_join(t->thread, NULL);
+    }
+    while (t->conns != NULL) {
+        ucx_conn_t *c = t->conns;
+        t->conns = c->next;
+        conn_close(t, c);
+        graft_free(c);
+    }
+    msgq_clear(&t->msgs);
+    if (t->listener != NULL)
+        ucp_listener_destroy(t->listener);
+    for (size_t i = 0; i < ep->n_regions; i++)
+        ucx_region_unmap(ep, &ep->regions[i]);
+    if (t->worker != NULL)
+        ucp_worker_destroy(t->worker);
+    if (t->ctx != NULL)
+        ucp_cleanup(t->ctx);
+    graft_free(t);
+    ep->transport = NULL;
+}
+
+static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__region_t *r)
+{
+    graft__transport_state_t *t = ep->transport;
+    ucp_mem_map_params_t mp;
+    ucs_status_t st;
+
+    if (r->device == GRAFT_TRANSFER_CUDA) {
+        /* Debian's UCX has no CUDA support; device regions need the staging
+         * path, which needs CUDA. */
+        GRAFT_ERROR(GRAFT__XFER_MOD, "region '%s': CUDA memory is not supported by this build",
+                    r->name);
+        return GRAFT_ENOTSUP;
+    }
+    if (r->bytes == 0)
+        return GRAFT_OK;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = r->host;
+    mp.length = r->bytes;
+    st = ucp_mem_map(t->ctx, &mp, (ucp_mem_h *)&r->memh);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map of region '%s' (%llu bytes): %s", r->name,
+                    (unsigned long long)r->bytes, ucs_status_string(st));
+        return GRAFT_ETRANSPORT;
+    }
+    st = ucp_rkey_pack(t->ctx, r->memh, &r->rkey, &r->rkey_len);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_rkey_pack of region '%s': %s", r->name,
+                    ucs_status_string(st));
+        (void)ucp_mem_unmap(t->ctx, r->memh);
+        r->memh = NULL;
+        return GRAFT_ETRANSPORT;
+    }
+    return GRAFT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pull (recipient)                                                         */
+/* ------------------------------------------------------------------------ */
+
+enum { CH_PENDING, CH_INFLIGHT, CH_FETCHED, CH_DONE };
+enum { D_CONNECTING, D_READY, D_FAILED };
+
+typedef struct pchunk {
+    uint32_t region;
+    uint8_t state;
+    int8_t donor;  /* who it was fetched from */
+    uint64_t got;  /* hash of the bytes as fetched */
+} pchunk_t;
+
+typedef struct pull pull_t;
+
+typedef struct pdonor {
+    pull_t *pull;
+    uint32_t index;
+    ucp_ep_h uep;
+    int state;
+    bool final;
+    bool err_flag;
+    ucs_status_t err_status;
+    ucp_rkey_h *rkeys;
+    uint64_t *raddr;
+    uint64_t *hash;
+    uint8_t *known;
+    uint32_t inflight;
+    uint64_t last_ns;
+    uint64_t connect_deadline;
+    void *close_req;
+} pdonor_t;
+
+typedef struct pslot {
+    pull_t *pull;
+    bool busy;
+    bool done;
+    uint32_t donor;
+    uint64_t chunk;
+    ucs_status_t st;
+} pslot_t;
+
+struct pull {
+    graft_transfer_endpoint_t *ep;
+    const graft_transfer_pull_options_t *o;
+    graft_transfer_report_t *rep;
+    ucp_worker_h worker;
+    uint64_t nonce;
+    size_t n_donors;
+    pdonor_t donors[GRAFT_TRANSFER_MAX_DONORS];
+    pchunk_t *chunks;
+    uint64_t n_chunks;
+    uint64_t *queue; /* ring of pending chunk indexes */
+    uint64_t q_head, q_count;
+    uint64_t *ref_hash;
+    int8_t *ref_donor;
+    pslot_t *slots;
+    size_t n_slots;
+    uint64_t done_chunks, done_bytes;
+    graft_status_t status;
+    msg_queue_t msgs;
+    uint32_t window, stall_ms, connect_ms;
+};
+
+static void q_push(pull_t *p, uint64_t c)
+{
+    assert(p->q_count < p->n_chunks);
+    p->queue[(p->q_head + p->q_count) % p->n_chunks] = c;
+    p->q_count++;
+}
+
+static uint64_t q_pop(pull_t *p)
+{
+    uint64_t c = p->queue[p->q_head];
+    p->q_head = (p->q_head + 1) % p->n_chunks;
+    p->q_count--;
+    return c;
+}
+
+static const graft__region_t *chunk_region(const pull_t *p, uint64_t c)
+{
+    return &p->ep->regions[p->chunks[c].region];
+}
+
+static uint64_t chunk_len(const pull_t *p, uint64_t c)
+{
+    const graft__region_t *r = chunk_region(p, c);
+    return graft__region_chunk_len(p->ep, r, c - r->first_chunk);
+}
+
+static void recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
+{
+    pdonor_t *d = arg;
+    (void)uep;
+    d->err_flag = true;
+    d->err_status = status;
+}
+
+static void ep_close_start(pull_t *p, pdonor_t *d, bool force)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t req;
+    if (d->uep == NULL)
+        return;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    req = ucp_ep_close_nbx(d->uep, &prm);
+    d->uep = NULL;
+    if (UCS_PTR_IS_PTR(req))
+        d->close_req = req;
+    (void)p;
+}
+
+/* Drop a donor: its unverified chunks go back to the queue; chunks it has
+ * in flight follow when UCX completes them (with an error) after the
+ * forced close, so no late write can land on a reassigned chunk. */
+static void donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
+{
+    if (d->state == D_FAILED)
+        return;
+    GRAFT_WARN(GRAFT__XFER_MOD, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
+               graft_status_string(why));
+    d->state = D_FAILED;
+    p->rep->donors[d->index].status = why;
+    for (uint64_t c = 0; c < p->n_chunks; c++) {
+        if (p->chunks[c].state == CH_FETCHED && p->chunks[c].donor == (int8_t)d->index) {
+            p->chunks[c].state = CH_PENDING;
+            q_push(p, c);
+            p->rep->donors[d->index].reassigned++;
+        }
+    }
+    ep_close_start(p, d, true);
+}
+
+static void chunk_verify(pull_t *p, uint64_t c)
+{
+    pchunk_t *ch = &p->chunks[c];
+    pdonor_t *d = &p->donors[(size_t)ch->donor];
+    if (!d->known[c])
+        return;
+    if (ch->got != d->hash[c]) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "chunk %llu of region '%s' from donor %u does not match "
+                   "its hash", (unsigned long long)(c - chunk_region(p, c)->first_chunk),
+                   chunk_region(p, c)->name, d->index);
+        donor_fail(p, d, GRAFT_EHASH);
+        return;
+    }
+    uint64_t len = chunk_len(p, c);
+    ch->state = CH_DONE;
+    p->done_chunks++;
+    p->done_bytes += len;
+    p->rep->donors[d->index].chunks++;
+    p->rep->donors[d->index].bytes += len;
+}
+
+static void drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint64_t ha, uint64_t hb)
+{
+    const graft__region_t *r = chunk_region(p, c);
+    if (p->status != GRAFT_OK)
+        return;
+    p->status = GRAFT_EDRIFT;
+    snprintf(p->rep->drift.region, sizeof(p->rep->drift.region), "%s", r->name);
+    p->rep->drift.chunk = c - r->first_chunk;
+    p->rep->drift.donor_a = a;
+    p->rep->drift.donor_b = b;
+    p->rep->drift.hash_a = ha;
+    p->rep->drift.hash_b = hb;
+    GRAFT_ERROR(GRAFT__XFER_MOD, "replica drift: region '%s' chunk %llu: donor %u has %016llx, "
+                "donor %u has %016llx", r->name, (unsigned long long)p->rep->drift.chunk, a,
+                (unsigned long long)ha, b, (unsigned long long)hb);
+}
+
+/* First manifest of a donor: check it against our table, unpack keys. */
+static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    if (m->status != 0) {
+        graft_status_t st = (graft_status_t)m->status;
+        if (graft_status_class(st) != GRAFT_CLASS_PEER && st != GRAFT_EFORMAT)
+            st = GRAFT_EPROTO;
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u refused: %s (%s)", d->index,
+                   m->error != NULL ? m->error : "", graft_status_name(st));
+        return st;
+    }
+    if (m->step != p->o->step || m->layout_hash != ep->layout_hash ||
+        m->chunk_bytes != ep->chunk_bytes || m->n_regions != ep->n_regions) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: manifest does not match the request "
+                   "(step %llu, chunk %llu bytes, %zu regions)", d->index,
+                   (unsigned long long)m->step, (unsigned long long)m->chunk_bytes, m->n_regions);
+        return GRAFT_EPROTO;
+    }
+    d->rkeys = graft__calloc(ep->n_regions + 1, sizeof(*d->rkeys));
+    d->raddr = graft__calloc(ep->n_regions + 1, sizeof(*d->raddr));
+    d->hash = graft__calloc(p->n_chunks + 1, sizeof(*d->hash));
+    d->known = graft__calloc(p->n_chunks + 1, sizeof(*d->known));
+    if (d->rkeys == NULL || d->raddr == NULL || d->hash == NULL || d->known == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < ep->n_regions; i++) {
+        const Graft__RegionManifest *rm = m->regions[i];
+        const graft__region_t *r = &ep->regions[i];
+        if (rm->region == NULL || rm->region->name == NULL ||
+            strcmp(rm->region->name, r->name) != 0 || rm->region->bytes != r->bytes) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: region %zu differs from '%s'", d->index, i,
+                       r->name);
+            return GRAFT_EPROTO;
+        }
+        d->raddr[i] = rm->remote_address;
+        if (r->bytes == 0)
+            continue;
+        ucs_status_t st = ucp_ep_rkey_unpack(d->uep, rm->rkey.data, &d->rkeys[i]);
+        if (st != UCS_OK) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s': %s", d->index, r->name,
+                       ucs_status_string(st));
+            return GRAFT_EPROTO;
+        }
+    }
+    d->state = D_READY;
+    return GRAFT_OK;
+}
+
+static graft_status_t hash_parts_apply(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    for (size_t i = 0; i < m->n_hash_parts; i++) {
+        const Graft__ChunkHashes *h = m->hash_parts[i];
+        if (h->region >= ep->n_regions)
+            return GRAFT_EPROTO;
+        const graft__region_t *r = &ep->regions[h->region];
+        if (h->first_chunk > r->n_chunks || h->n_hashes > r->n_chunks - h->first_chunk)
+            return GRAFT_EPROTO;
+        for (size_t k = 0; k < h->n_hashes; k++) {
+            uint64_t c = r->first_chunk + h->first_chunk + k;
+            uint64_t v = h->hashes[k];
+            if (d->known[c] && d->hash[c] != v)
+                return GRAFT_EPROTO;
+            d->hash[c] = v;
+            d->known[c] = 1;
+            if (p->ref_donor[c] < 0) {
+                p->ref_donor[c] = (int8_t)d->index;
+                p->ref_hash[c] = v;
+            } else if (p->ref_hash[c] != v) {
+                drift_report(p, c, (uint32_t)p->ref_donor[c], d->index, p->ref_hash[c], v);
+                return GRAFT_OK;
+            }
+            if (p->chunks[c].state == CH_FETCHED && p->chunks[c].donor == (int8_t)d->index)
+                chunk_verify(p, c);
+            if (d->state == D_FAILED)
+                return GRAFT_OK;
+        }
+    }
+    if (m->hashes_final) {
+        for (uint64_t c = 0; c < p->n_chunks; c++) {
+            if (!d->known[c])
+                return GRAFT_EPROTO;
+        }
+        d->final = true;
+    }
+    return GRAFT_OK;
+}
+
+static void handle_manifest(pull_t *p, ucx_msg_t *msg)
+{
+    uint64_t idx = msg->header & 0xff;
+    Graft__TransferManifest *m;
+    graft_status_t st;
+
+    if (!msg->has_header || (msg->header >> 8) != p->nonce || idx >= p->n_donors) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "manifest for another pull dropped");
+        return;
+    }
+    pdonor_t *d = &p->donors[idx];
+    if (d->state == D_FAILED)
+        return;
+    m = graft__transfer_manifest__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    if (m == NULL || m->version != GRAFT__XFER_WIRE_VERSION) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a malformed manifest", d->index);
+        donor_fail(p, d, GRAFT_EPROTO);
+        goto out;
+    }
+    d->last_ns = graft__now_ns();
+    if (d->state == D_CONNECTING) {
+        st = manifest_accept(p, d, m);
+        if (st != GRAFT_OK) {
+            donor_fail(p, d, st);
+            goto out;
+        }
+    } else if (m->n_regions != 0 || m->status != 0) {
+        donor_fail(p, d, GRAFT_EPROTO);
+        goto out;
+    }
+    st = hash_parts_apply(p, d, m);
+    if (st != GRAFT_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent bad chunk hashes", d->index);
+        donor_fail(p, d, st);
+    }
+out:
+    graft__transfer_manifest__free_unpacked(m, &graft__transfer_pb_alloc);
+}
+
+static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    ucx_msg_t *m = user_data;
+    pull_t *p = (pull_t *)m->reply_ep; /* stashed owner, see recip_am_cb */
+    m->reply_ep = NULL;
+    if (status == UCS_OK && length == m->len)
+        msgq_push(&p->msgs, m);
+    else
+        graft_free(m);
+    ucp_request_free(request);
+}
+
+static ucs_status_t recip_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                                size_t length, const ucp_am_recv_param_t *param)
+{
+    pull_t *p = arg;
+    ucx_msg_t *m;
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+
+    if (length > MANIFEST_MAX_BYTES || header_length != sizeof(uint64_t)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "oversized or headerless manifest dropped");
+        return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+    }
+    m = graft__malloc(sizeof(*m) + length);
+    if (m == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a manifest");
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    memset(m, 0, sizeof(*m));
+    m->id = GRAFT__XFER_AM_MANIFEST;
+    m->has_header = true;
+    memcpy(&m->header, header, sizeof(uint64_t));
+    m->len = length;
+    if (!rndv) {
+        memcpy(m->data, data, length);
+        msgq_push(&p->msgs, m);
+        return UCS_OK;
+    }
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.recv_am = rndv_recv_cb;
+    prm.user_data = m;
+    m->reply_ep = (ucp_ep_h)(void *)p;
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(p->worker, data, m->data, length, &prm);
+    if (req == NULL) {
+        m->reply_ep = NULL;
+        msgq_push(&p->msgs, m);
+    } else if (UCS_PTR_IS_ERR(req)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "receiving a manifest: %s",
+                   ucs_status_string(UCS_PTR_STATUS(req)));
+        graft_free(m);
+    }
+    return UCS_OK;
+}
+
+static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    struct sockaddr_in sa;
+    ucp_ep_params_t prm;
+    Graft__TransferRequest req;
+    ucs_status_t st;
+
+    if (parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "bad donor address '%s'", p->o->donors[d->index]);
+        return GRAFT_EINVAL;
+    }
+    memset(&prm, 0, sizeof(prm));
+    prm.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    prm.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    prm.sockaddr.addr = (const struct sockaddr *)&sa;
+    prm.sockaddr.addrlen = sizeof(sa);
+    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    prm.err_handler.cb = recip_err_cb;
+    prm.err_handler.arg = d;
+    st = ucp_ep_create(p->worker, &prm, &d->uep);
+    if (st != UCS_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "connecting to %s: %s", p->o->donors[d->index],
+                   ucs_status_string(st));
+        d->uep = NULL;
+        return GRAFT_EPEER_UNREACHABLE;
+    }
+    graft__transfer_request__init(&req);
+    req.version = GRAFT__XFER_WIRE_VERSION;
+    req.job_token = ep->job_token;
+    req.step = p->o->step;
+    req.layout_hash = ep->layout_hash;
+    req.recipient_group = ep->group;
+    req.rank = ep->rank;
+    req.request_id = p->nonce;
+    return am_send_msg(d->uep, GRAFT__XFER_AM_REQUEST, (p->nonce << 8) | d->index, &req.base,
+                       true);
+}
+
+static void get_cb(void *request, ucs_status_t status, void *user_data)
+{
+    pslot_t *s = user_data;
+    s->st = status;
+    s->done = true;
+    ucp_request_free(request);
+}
+
+static void issue_get(pull_t *p, pdonor_t *d, uint64_t c)
+{
+    pslot_t *s = NULL;
+    for (size_t i = 0; i < p->n_slots; i++) {
+        if (!p->slots[i].busy) {
+            s = &p->slots[i];
+            break;
+        }
+    }
+    assert(s != NULL);
+    const graft__region_t *r = chunk_region(p, c);
+    uint64_t idx = c - r->first_chunk, off = idx * p->ep->chunk_bytes, len = chunk_len(p, c);
+    uint32_t ri = p->chunks[c].region;
+    ucp_request_param_t prm;
+
+    s->busy = true;
+    s->done = false;
+    s->donor = d->index;
+    s->chunk = c;
+    s->st = UCS_OK;
+    p->chunks[c].state = CH_INFLIGHT;
+    p->chunks[c].donor = (int8_t)d->index;
+    d->inflight++;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_MEMH;
+    prm.cb.send = get_cb;
+    prm.user_data = s;
+    prm.memh = r->memh;
+    ucs_status_ptr_t req = ucp_get_nbx(d->uep, (char *)r->host + off, len, d->raddr[ri] + off,
+                                       d->rkeys[ri], &prm);
+    if (req == NULL) {
+        s->done = true;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        s->st = UCS_PTR_STATUS(req);
+        s->done = true;
+    }
+}
+
+static void slots_reap(pull_t *p)
+{
+    for (size_t i = 0; i < p->n_slots; i++) {
+        pslot_t *s = &p->slots[i];
+        if (!s->busy || !s->done)
+            continue;
+        s->busy = false;
+        pdonor_t *d = &p->donors[s->donor];
+        pchunk_t *ch = &p->chunks[s->chunk];
+        d->inflight--;
+        if (s->st == UCS_OK && d->state == D_READY) {
+            const graft__region_t *r = chunk_region(p, s->chunk);
+            uint64_t off = (s->chunk - r->first_chunk) * p->ep->chunk_bytes;
+            ch->got = XXH3_64bits((const char *)r->host + off, chunk_len(p, s->chunk));
+            ch->state = CH_FETCHED;
+            d->last_ns = graft__now_ns();
+            chunk_verify(p, s->chunk);
+            continue;
+        }
+        ch->state = CH_PENDING;
+        q_push(p, s->chunk);
+        p->rep->donors[s->donor].reassigned++;
+        if (d->state == D_READY)
+            donor_fail(p, d, status_from_ucs(s->st));
+    }
+}
+
+static void issue_gets(pull_t *p)
+{
+    bool any = true;
+    while (p->q_count > 0 && any) {
+        any = false;
+        for (size_t i = 0; i < p->n_donors && p->q_count > 0; i++) {
+            pdonor_t *d = &p->donors[i];
+            if (d->state != D_READY || d->inflight >= p->window)
+                continue;
+            issue_get(p, d, q_pop(p));
+            any = true;
+        }
+    }
+}
+
+/* Returns true when the pull is finished (status says how). */
+static bool pull_check(pull_t *p, uint64_t start_ns)
+{
+    uint64_t now = graft__now_ns();
+    bool live = false, waiting_hashes = false;
+
+    if (p->status != GRAFT_OK)
+        return true;
+    if (atomic_load(&p->ep->cancel)) {
+        p->status = GRAFT_ECANCELED;
+        return true;
+    }
+    if (p->o->timeout_ms != 0 && now - start_ns > (uint64_t)p->o->timeout_ms * 1000000ull) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "pull timed out after %u ms", p->o->timeout_ms);
+        p->status = GRAFT_ETIMEOUT;
+        return true;
+    }
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->err_flag && d->state != D_FAILED)
+            donor_fail(p, d, status_from_ucs(d->err_status) == GRAFT_ETRANSPORT
+                                 ? GRAFT_EPEER
+                                 : status_from_ucs(d->err_status));
+        if (d->state == D_CONNECTING && now > d->connect_deadline)
+            donor_fail(p, d, GRAFT_EPEER_TIMEOUT);
+        if (d->state == D_READY && (d->inflight > 0 || !d->final) &&
+            now - d->last_ns > (uint64_t)p->stall_ms * 1000000ull) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u made no progress for %u ms", d->index,
+                       p->stall_ms);
+            donor_fail(p, d, GRAFT_EPEER_TIMEOUT);
+        }
+        if (d->state != D_FAILED)
+            live = true;
+        if (d->state == D_READY && !d->final)
+            waiting_hashes = true;
+        if (d->state == D_CONNECTING)
+            waiting_hashes = true;
+    }
+    if (p->done_chunks == p->n_chunks && !waiting_hashes)
+        return true;
+    if (!live) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "no usable donor left with %llu of %llu chunks missing",
+                    (unsigned long long)(p->n_chunks - p->done_chunks),
+                    (unsigned long long)p->n_chunks);
+        p->status = GRAFT_ENODONOR;
+        return true;
+    }
+    return false;
+}
+
+static void pull_teardown(pull_t *p)
+{
+    uint64_t deadline;
+
+    /* Tell every donor that served us, so its fence can release. */
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->state != D_READY || d->uep == NULL)
+            continue;
+        Graft__TransferDone done;
+        graft__transfer_done__init(&done);
+        done.version = GRAFT__XFER_WIRE_VERSION;
+        done.request_id = p->nonce;
+        done.ok = p->status == GRAFT_OK;
+        done.bytes = p->rep->donors[i].bytes;
+        done.step = p->o->step;
+        done.recipient_group = p->ep->group;
+        done.rank = p->ep->rank;
+        if (am_send_msg(d->uep, GRAFT__XFER_AM_DONE, (p->nonce << 8) | i, &done.base, false) !=
+            GRAFT_OK)
+            GRAFT_WARN(GRAFT__XFER_MOD, "could not tell donor %zu that the pull is done", i);
+    }
+    for (size_t i = 0; i < p->n_donors; i++)
+        ep_close_start(p, &p->donors[i], p->status != GRAFT_OK);
+
+    deadline = graft__now_ns() + TEARDOWN_NS;
+    for (;;) {
+        bool busy = false;
+        ucp_worker_progress(p->worker);
+        for (size_t i = 0; i < p->n_slots; i++)
+            busy = busy || (p->slots[i].busy && !p->slots[i].done);
+        for (size_t i = 0; i < p->n_donors; i++) {
+            pdonor_t *d = &p->donors[i];
+            if (d->close_req != NULL && ucp_request_check_status(d->close_req) != UCS_INPROGRESS) {
+                ucp_request_free(d->close_req);
+                d->close_req = NULL;
+            }
+            busy = busy || d->close_req != NULL;
+        }
+        if (!busy)
+            break;
+        if (graft__now_ns() > deadline) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "closing donor connections took too long");
+            break;
+        }
+    }
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->close_req != NULL)
+            ucp_request_free(d->close_req);
+        d->close_req = NULL;
+        for (size_t r = 0; d->rkeys != NULL && r < p->ep->n_regions; r++) {
+            if (d->rkeys[r] != NULL)
+                ucp_rkey_destroy(d->rkeys[r]);
+        }
+    }
+}
+
+static graft_status_t pull_alloc(pull_t *p)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    p->n_chunks = ep->total_chunks;
+    p->chunks = graft__calloc(p->n_chunks + 1, sizeof(*p->chunks));
+    p->queue = graft__calloc(p->n_chunks + 1, sizeof(*p->queue));
+    p->ref_hash = graft__calloc(p->n_chunks + 1, sizeof(*p->ref_hash));
+    p->ref_donor = graft__calloc(p->n_chunks + 1, sizeof(*p->ref_donor));
+    p->n_slots = p->n_donors * p->window;
+    p->slots = graft__calloc(p->n_slots, sizeof(*p->slots));
+    if (p->chunks == NULL || p->queue == NULL || p->ref_hash == NULL || p->ref_donor == NULL ||
+        p->slots == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t r = 0; r < ep->n_regions; r++) {
+        for (uint64_t k = 0; k < ep->regions[r].n_chunks; k++) {
+            uint64_t c = ep->regions[r].first_chunk + k;
+            p->chunks[c].region = (uint32_t)r;
+            p->chunks[c].donor = -1;
+            p->ref_donor[c] = -1;
+            q_push(p, c);
+        }
+    }
+    for (size_t i = 0; i < p->n_slots; i++)
+        p->slots[i].pull = p;
+    return GRAFT_OK;
+}
+
+static void pull_free(pull_t *p)
+{
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        graft_free(d->rkeys);
+        graft_free(d->raddr);
+        graft_free(d->hash);
+        graft_free(d->known);
+    }
+    msgq_clear(&p->msgs);
+    graft_free(p->chunks);
+    graft_free(p->queue);
+    graft_free(p->ref_hash);
+    graft_free(p->ref_donor);
+    graft_free(p->slots);
+}
+
+static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transfer_pull_options_t *o,
+                               graft_transfer_report_t *rep)
+{
+    graft__transport_state_t *t = ep->transport;
+    pull_t p;
+    uint64_t start = graft__now_ns(), last_progress_bytes = UINT64_MAX;
+    graft_status_t status;
+    static atomic_uint_fast64_t nonce_counter = 1;
+
+    for (size_t r = 0; r < ep->n_regions; r++) {
+        if (ep->regions[r].device != GRAFT_TRANSFER_HOST)
+            return GRAFT_ENOTSUP;
+    }
+    memset(&p, 0, sizeof(p));
+    p.ep = ep;
+    p.o = o;
+    p.rep = rep;
+    p.n_donors = o->n_donors;
+    p.window = o->window != 0 ? o->window : 4;
+    p.stall_ms = o->stall_timeout_ms != 0 ? o->stall_timeout_ms : 5000;
+    p.connect_ms = o->connect_timeout_ms != 0 ? o->connect_timeout_ms : 5000;
+    p.nonce = (atomic_fetch_add(&nonce_counter, 1) ^ ((uint64_t)getpid() << 20)) &
+              0x00ffffffffffffffull;
+    msgq_init(&p.msgs);
+    rep->n_donors = o->n_donors;
+    rep->bytes = ep->total_bytes;
+    rep->chunks = ep->total_chunks;
+
+    status = pull_alloc(&p);
+    if (status != GRAFT_OK)
+        goto out_free;
+    status = worker_create(t->ctx, &p.worker);
+    if (status != GRAFT_OK)
+        goto out_free;
+    status = set_am_handler(p.worker, GRAFT__XFER_AM_MANIFEST, recip_am_cb, &p);
+    if (status != GRAFT_OK)
+        goto out_worker;
+
+    for (size_t i = 0; i < p.n_donors; i++) {
+        pdonor_t *d = &p.donors[i];
+        d->pull = &p;
+        d->index = (uint32_t)i;
+        d->state = D_CONNECTING;
+        d->connect_deadline = start + (uint64_t)p.connect_ms * 1000000ull;
+        rep->donors[i].status = GRAFT_OK;
+        graft_status_t st = donor_connect(&p, d);
+        if (st != GRAFT_OK)
+            donor_fail(&p, d, st);
+    }
+
+    while (!pull_check(&p, start)) {
+        ucx_msg_t *m;
+        unsigned n = 0;
+        while (ucp_worker_progress(p.worker) != 0 && n++ < 64) {
+        }
+        while ((m = msgq_pop(&p.msgs)) != NULL) {
+            handle_manifest(&p, m);
+            graft_free(m);
+        }
+        slots_reap(&p);
+        if (p.status == GRAFT_OK)
+            issue_gets(&p);
+        if (o->progress != NULL && p.done_bytes != last_progress_bytes) {
+            last_progress_bytes = p.done_bytes;
+            o->progress(p.done_bytes, ep->total_bytes, o->progress_arg);
+        }
+    }
+    status = p.status;
+    if (status == GRAFT_OK && p.done_chunks != p.n_chunks)
+        status = GRAFT_EINTERNAL;
+    pull_teardown(&p);
+    rep->elapsed_ns = graft__now_ns() - start;
+    if (status == GRAFT_OK)
+        GRAFT_INFO(GRAFT__XFER_MOD, "pulled %llu bytes from %zu donors in %.3f s",
+                   (unsigned long long)ep->total_bytes, p.n_donors, rep->elapsed_ns / 1e9);
+
+out_worker:
+    ucp_worker_destroy(p.worker);
+out_free:
+    pull_free(&p);
+    return status;
+}
+
+const struct graft_transport_ops graft__ucx_ops = {
+    .name = "ucx",
+    .init = ucx_init,
+    .fini = ucx_fini,
+    .region_map = ucx_region_map,
+    .region_unmap = ucx_region_unmap,
+    .pull = ucx_pull,
+};
