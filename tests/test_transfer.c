@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -157,8 +158,12 @@ static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
     d->pid = fork();
     assert_true(d->pid >= 0);
     if (d->pid == 0) {
-        close(cmd[1]);
-        close(resp[0]);
+        /* Die with the test; hold no other donor's pipes open. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (int fd = 3; fd < 1024; fd++) {
+            if (fd != cmd[0] && fd != resp[1])
+                close(fd);
+        }
         _exit(donor_main(o, cmd[0], resp[1]));
     }
     close(cmd[0]);
@@ -279,8 +284,6 @@ static void pull_from_k(int k)
     for (int i = 0; i < k; i++) {
         assert_int_equal(rep.donors[i].status, GRAFT_OK);
         sum += rep.donors[i].bytes;
-        /* Striping: with 33 chunks every donor serves some. */
-        assert_true(rep.donors[i].chunks > 0);
     }
     assert_int_equal(sum, rep.bytes);
     recipient_destroy(&r);
@@ -430,6 +433,8 @@ static void failover(int sig)
     if (sig == SIGSTOP && rep.donors[1].status != GRAFT_OK)
         assert_int_equal(rep.donors[1].status, GRAFT_EPEER_TIMEOUT);
     assert_int_equal(rep.donors[0].bytes + rep.donors[1].bytes + rep.donors[2].bytes, rep.bytes);
+    /* Striped: the survivors both served a share. */
+    assert_true(rep.donors[0].chunks > 0 && rep.donors[2].chunks > 0);
     recipient_destroy(&r);
     for (int i = 0; i < 3; i++)
         (void)donor_stop(&d[i]);
@@ -477,6 +482,46 @@ static void test_all_donors_dead(void **state)
     recipient_destroy(&r);
     for (int i = 0; i < 2; i++)
         (void)donor_stop(&d[i]);
+}
+
+static void suicide(uint64_t done, uint64_t total, void *arg)
+{
+    (void)arg;
+    if (done >= total / 4)
+        raise(SIGKILL);
+}
+
+/* A recipient that dies mid-pull must not hurt the donor. */
+static void test_recipient_killed(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    int ws = 0;
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+        graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
+                                            .window = 2, .progress = suicide};
+        graft_status_t st = graft_transfer_pull(r.ep, &po, &rep);
+        _exit(st == GRAFT_OK ? 3 : 4);
+    }
+    assert_int_equal(waitpid(child, &ws, 0), child);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+
+    recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
 }
 
 static void test_drift(void **state)
@@ -719,7 +764,15 @@ static void test_garbage_clients(void **state)
     req.version = 9;
     n = graft__transfer_request__pack(&req, packed);
     assert_int_equal(raw_send(&c, packed, n), GRAFT_EFORMAT);
-    assert_int_equal(raw_send(&c, "", 0), GRAFT_ETOKEN);
+    assert_int_equal(raw_send(&c, "", 0), GRAFT_EFORMAT);
+    req.version = 1;
+    req.job_token = (char *)"";
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ETOKEN);
+    req.job_token = (char *)TOKEN;
+    req.step = STEP + 1;
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ESTEP);
     raw_close(&c);
 
     /* The donor is unaffected. */
@@ -860,6 +913,7 @@ int main(void)
         cmocka_unit_test(test_pull_3_donors),   cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_donor_killed),    cmocka_unit_test(test_donor_stopped),
         cmocka_unit_test(test_all_donors_dead), cmocka_unit_test(test_drift),
+        cmocka_unit_test(test_recipient_killed),
         cmocka_unit_test(test_cancel),          cmocka_unit_test(test_fence),
         cmocka_unit_test(test_garbage_clients),
     };
