@@ -173,6 +173,12 @@ static int checkpoint(const char *root, int level, uint32_t threads, uint64_t st
         graft_persist_writer_destroy(w);
         return -1;
     }
+    /* Free the warm-up's page cache, as the plain-write contender frees its
+     * file before the next round: both then write into recently freed pages
+     * (on a VM, pages never touched before cost far more to fault in). */
+    char wdir[4400];
+    snprintf(wdir, sizeof(wdir), "%s/step-%020llu", root, (unsigned long long)step);
+    rm_tree(wdir);
     double t0 = now_s();
     st = graft_persist_save(w, step + 1, 1, per_rank, n, NULL);
     out->block_s = now_s() - t0;
@@ -246,19 +252,23 @@ int main(int argc, char **argv)
     char root[4200], cmd[9000];
     uint64_t step = 1;
     int dd_ok = 1;
-    for (int r = 0; r < reps; r++) {
+    /* Round -1 warms up the page cache and allocator for every contender
+     * alike (the first pass over fresh pages is slower for whoever goes
+     * first) and is not counted. */
+    for (int r = -1; r < reps; r++) {
+        int k = r < 0 ? 0 : r;
         /* memcpy of the same bytes into a warm buffer */
         double t0 = now_s();
         memcpy(dst, wts, regs[0].bytes);
         memcpy(dst + regs[0].bytes, mom, regs[1].bytes);
-        memcpy_s[r] = now_s() - t0;
+        memcpy_s[k] = now_s() - t0;
         /* graft: level 0 (hashing on, compression off) */
         snprintf(root, sizeof(root), "%s/ckpt", dir);
         run_t run;
         if (checkpoint(root, 0, 2, step, regs, 2, &run) != 0)
             return 1;
-        block_s[r] = run.block_s;
-        write_s[r] = run.write_s;
+        block_s[k] = run.block_s;
+        write_s[k] = run.write_s;
         /* restore vs cat, cold cache */
         char stepdir[4400];
         snprintf(stepdir, sizeof(stepdir), "%s/step-%020llu", root, (unsigned long long)(step + 1));
@@ -270,26 +280,26 @@ int main(int argc, char **argv)
                                             .step = step + 1};
         t0 = now_s();
         graft_status_t st = graft_persist_restore(root, &p, NULL);
-        rest_s[r] = now_s() - t0;
+        rest_s[k] = now_s() - t0;
         if (st != GRAFT_OK || memcmp(dst, wts, regs[0].bytes) != 0) {
             fprintf(stderr, "persist_bench: restore failed: %s\n", graft_status_string(st));
             return 1;
         }
         drop_cache(root);
         snprintf(cmd, sizeof(cmd), "cat %s/shard-* > /dev/null", stepdir);
-        cat_s[r] = run_cmd(cmd);
+        cat_s[k] = run_cmd(cmd);
         rm_tree(root);
         step += 2;
         /* plain write+fsync and dd of the same number of bytes, same fs */
         snprintf(cmd, sizeof(cmd), "%s/plain.bin", dir);
         memcpy(dst, wts, regs[0].bytes);
         memcpy(dst + regs[0].bytes, mom, regs[1].bytes);
-        plain_s[r] = plain_write_fsync(cmd, dst, bytes);
+        plain_s[k] = plain_write_fsync(cmd, dst, bytes);
         snprintf(cmd, sizeof(cmd),
                  "dd if=/dev/zero of=%s/dd.bin bs=4M count=%zu conv=fsync status=none", dir,
                  mib / 4);
-        dd_s[r] = run_cmd(cmd);
-        if (dd_s[r] < 0)
+        dd_s[k] = run_cmd(cmd);
+        if (dd_s[k] < 0 && r >= 0)
             dd_ok = 0;
         snprintf(cmd, sizeof(cmd), "%s/dd.bin", dir);
         unlink(cmd);
