@@ -55,6 +55,11 @@ static const field_t fields[] = {
     UINT(persist_milestone_every, 0, UINT32_MAX, "0"),
     STR(persist_second_root),
     UINT(drift_check_every, 0, UINT32_MAX, "0"),
+    UINT(quorum_timeout_ms, 100, 86400000, "300000"),
+    UINT(stall_timeout_ms, 100, 3600000, "5000"),
+    UINT(transfer_timeout_ms, 0, 86400000, "0"),
+    UINT(fence_timeout_ms, 10, 3600000, "30000"),
+    UINT(persist_compression, 0, 19, "0"),
 };
 
 #undef STR
@@ -237,6 +242,11 @@ static bool is_set(const graft_config_t *c, const char *name)
 {
     const field_t *f = field_find(name);
     return f != NULL && (c->set_mask & (1ull << (size_t)(f - fields))) != 0;
+}
+
+uint64_t graft__config_min_groups(const graft_config_t *c)
+{
+    return is_set(c, "min_groups") ? c->min_groups : c->groups;
 }
 
 graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)

@@ -34,6 +34,14 @@ struct graft_config {
     uint64_t persist_milestone_every;
     char *persist_second_root;
     uint64_t drift_check_every;
+    uint64_t quorum_timeout_ms;
+    uint64_t stall_timeout_ms;
+    uint64_t transfer_timeout_ms;
+    uint64_t fence_timeout_ms;
+    uint64_t persist_compression;
 };
+
+/* Effective min_groups (groups when unset). */
+uint64_t graft__config_min_groups(const graft_config_t *c);
 
 #endif /* GRAFT_RUNTIME_CONFIG_H */

@@ -7,12 +7,43 @@
  * of each step and graft_commit() before the optimizer step (see DESIGN.md,
  * "The step protocol").
  *
- * This header grows section by section. Present today:
+ * Sections, from simple to advanced:
  *  - Configuration: every setting by name, from code or from the
  *    environment (GRAFT_<NAME> in upper case), validated with an error that
  *    names the bad field.
+ *  - Life cycle and regions: graft_init(), graft_region_register(),
+ *    graft_destroy().
+ *  - The step protocol: graft_quorum(), graft_heal_wait(), graft_commit(),
+ *    and the accessors of the current step and quorum.
+ *  - Persistent tier: automatic every persist_every steps, or
+ *    graft_checkpoint_now().
+ *  - Observability: metrics (a struct), events (a callback), the log
+ *    callback, the version.
+ *
+ * A typical loop (see examples/train_mlp.c):
+ *
+ *     graft_quorum(rt, &info);      // joins, restores or heals as needed
+ *     graft_heal_wait(rt);          // before reading the state
+ *     compute_gradient();           // reads the regions only
+ *     graft_commit(rt, &apply);     // donors' fence, drift check, the vote
+ *     if (apply) optimizer_step();  // the only writer of the regions
+ *
+ * Start-up decision (at the first graft_quorum()): when a healthy group of
+ * the job has committed steps, this group pulls from the up-to-date groups
+ * (striped across all of them); when none has but persist_root holds a
+ * checkpoint that verifies, the newest one is restored (resharded when the
+ * number of ranks changed); otherwise the job cold-starts and, at step 0,
+ * every group pulls the state of the lowest member group so all groups start
+ * bit-identical.
  *
  * Thread safety: a ::graft_config_t is not locked; fill it from one thread.
+ * A ::graft_runtime_t belongs to the training thread: graft_region_register,
+ * graft_quorum, graft_heal_wait, graft_commit and graft_checkpoint_now must
+ * be called from one thread at a time. graft_metrics_get, graft_step,
+ * graft_quorum_id, graft_replica_rank, graft_replica_world and
+ * graft_start_kind may be called from any thread. Event callbacks run on the
+ * training thread or on the runtime's background threads (heal, checkpoint),
+ * one at a time; they must not call back into the runtime.
  */
 #ifndef GRAFT_GRAFT_H
 #define GRAFT_GRAFT_H
@@ -60,6 +91,11 @@ extern "C" {
  * | persist_milestone_every | GRAFT_PERSIST_MILESTONE_EVERY | 0 (none)        |
  * | persist_second_root | GRAFT_PERSIST_SECOND_ROOT | (none)                  |
  * | drift_check_every   | GRAFT_DRIFT_CHECK_EVERY   | 0 (off)                 |
+ * | quorum_timeout_ms   | GRAFT_QUORUM_TIMEOUT_MS   | 300000                  |
+ * | stall_timeout_ms    | GRAFT_STALL_TIMEOUT_MS    | 5000 (donor stall)      |
+ * | transfer_timeout_ms | GRAFT_TRANSFER_TIMEOUT_MS | 0 (no limit)            |
+ * | fence_timeout_ms    | GRAFT_FENCE_TIMEOUT_MS    | 30000                   |
+ * | persist_compression | GRAFT_PERSIST_COMPRESSION | 0 (stored), zstd 1..19  |
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].
@@ -119,6 +155,318 @@ GRAFT_WUR graft_status_t graft_config_from_env(graft_config_t *config, char **er
  * @return GRAFT_OK or GRAFT_EINVAL.
  */
 GRAFT_WUR graft_status_t graft_config_validate(const graft_config_t *config, char **error_p);
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle and regions                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** One rank's runtime. */
+typedef struct graft_runtime graft_runtime_t;
+
+/** What a region holds (values match RegionKind in proto/graft.proto). */
+typedef enum graft_region_kind {
+    GRAFT_REGION_PARAM = 1,  /**< model weights */
+    GRAFT_REGION_OPTIM = 2,  /**< optimizer state */
+    GRAFT_REGION_RNG = 3,    /**< random generator state */
+    GRAFT_REGION_SCHED = 4,  /**< learning-rate scheduler */
+    GRAFT_REGION_DATA = 5,   /**< data-loader position */
+    GRAFT_REGION_SCALER = 6, /**< loss scaler */
+    GRAFT_REGION_STEP = 7,   /**< step counters */
+    GRAFT_REGION_BLOB = 8    /**< anything else */
+} graft_region_kind_t;
+
+/** Where a region's memory lives. */
+typedef enum graft_device {
+    GRAFT_DEVICE_HOST = 0, /**< host memory */
+    GRAFT_DEVICE_CUDA = 1  /**< CUDA device memory (builds with CUDA only) */
+} graft_device_t;
+
+/**
+ * A named, contiguous piece of this rank's state. Rank r of every group
+ * registers the same table (names, kinds, dtypes, sizes, in the same order):
+ * its layout hash is checked by donors.
+ *
+ * For the persistent tier, a region may be one rank's piece of a larger
+ * region split across the group's ranks: global_bytes is the size across
+ * ranks and global_offset where this piece starts, so a restore onto a
+ * different number of ranks reshards it. global_bytes = 0 means the region
+ * belongs to this rank alone (stored as "r<rank>/<name>"; restorable onto
+ * the same number of ranks only).
+ */
+typedef struct graft_region {
+    const char *name;         /**< 1..200 bytes, unique in the rank; copied */
+    graft_region_kind_t kind; /**< what it holds */
+    uint32_t dtype;           /**< the trainer's dtype code; part of the layout */
+    graft_device_t device;    /**< host or CUDA */
+    void *ptr;                /**< the memory; stays owned by the caller */
+    uint64_t bytes;           /**< size of this rank's piece; > 0 */
+    uint64_t global_offset;   /**< see above */
+    uint64_t global_bytes;    /**< see above; 0 = private to the rank */
+} graft_region_t;
+
+/**
+ * @brief Create this rank's runtime: validates the configuration, opens the
+ *        etcd client and the transfer endpoint. Joining the job happens at
+ *        the first graft_quorum(), once the regions are known.
+ * @param [in]  config  a configuration; copied, may be destroyed afterwards.
+ * @param [out] rt_p    the runtime.
+ * @return GRAFT_OK; GRAFT_EINVAL (the configuration does not validate: the
+ *         error is logged naming the field); GRAFT_ENOMEM; GRAFT_ETRANSPORT
+ *         (the transfer endpoint could not listen).
+ */
+GRAFT_WUR graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p);
+
+/**
+ * @brief Leave the job (the member record goes with the lease), wait for
+ *        background checkpoint work, free everything. Accepts NULL.
+ * @param [in] rt  the runtime.
+ */
+void graft_destroy(graft_runtime_t *rt);
+
+/**
+ * @brief Register a region. Only before the first graft_quorum().
+ * @param [in] rt      the runtime.
+ * @param [in] region  the region; name copied, memory referenced.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL name or pointer, zero size, bad kind
+ *         or device, global range inconsistent), GRAFT_EEXIST (name taken),
+ *         GRAFT_ESTATE (after the first quorum), GRAFT_ENOTSUP (CUDA memory
+ *         in a build without CUDA), GRAFT_ENOMEM, GRAFT_ETRANSPORT.
+ */
+GRAFT_WUR graft_status_t graft_region_register(graft_runtime_t *rt, const graft_region_t *region);
+
+/* ------------------------------------------------------------------------ */
+/* The step protocol                                                        */
+/* ------------------------------------------------------------------------ */
+
+/** How this process got its state. */
+typedef enum graft_start_kind {
+    GRAFT_START_UNDECIDED = 0, /**< before the first graft_quorum() */
+    GRAFT_START_COLD = 1,      /**< fresh state, synced from the lowest group at step 0 */
+    GRAFT_START_PEER = 2,      /**< pulled from healthy donor groups */
+    GRAFT_START_RESTORE = 3    /**< restored from a persistent checkpoint */
+} graft_start_kind_t;
+
+/** What graft_quorum() tells the trainer. */
+typedef struct graft_step_info {
+    uint64_t step;           /**< the step this quorum computes (= committed steps) */
+    uint64_t quorum_id;      /**< epoch of the member set */
+    bool quorum_changed;     /**< id differs from the previous quorum: rebuild communicators */
+    uint32_t replica_rank;   /**< index of this group among the members */
+    uint32_t replica_world;  /**< number of member groups */
+    bool healing;            /**< this group is pulling state: call graft_heal_wait() */
+    bool donor;              /**< this group serves recipients this step */
+    uint32_t n_recipients;   /**< recipients this group serves */
+} graft_step_info_t;
+
+/**
+ * @brief Start of a step: announce this rank ready and wait for a quorum
+ *        (retrying short rounds until quorum_timeout_ms). At the first call,
+ *        joins the job and makes the start-up decision. When the group is
+ *        behind, a heal starts in the background; when other groups are
+ *        behind, this rank starts serving its regions, which must then not
+ *        be modified until graft_commit() returns.
+ * @param [in]  rt      the runtime.
+ * @param [out] info_p  the quorum as this rank sees it; may be NULL.
+ * @return GRAFT_OK; GRAFT_ENOQUORUM or GRAFT_ETIMEOUT (no quorum within
+ *         quorum_timeout_ms); GRAFT_ESTATE (called twice without a commit);
+ *         GRAFT_EINVAL (no regions registered); GRAFT_ENOCHECKPOINT is never
+ *         returned (no checkpoint means a cold start); an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p);
+
+/**
+ * @brief Wait for the background heal started by graft_quorum() (returns at
+ *        once when there is none). Call it before reading the state.
+ * @param [in] rt  the runtime.
+ * @return GRAFT_OK (the regions hold the quorum's step, verified); the
+ *         pull's error (GRAFT_ENODONOR, GRAFT_EDRIFT, GRAFT_ETIMEOUT, ...):
+ *         the regions' contents are undefined, graft_commit() will vote no
+ *         and the group heals again at the next quorum.
+ */
+GRAFT_WUR graft_status_t graft_heal_wait(graft_runtime_t *rt);
+
+/**
+ * @brief End of a step, before the optimizer step: waits for the heal, holds
+ *        a donor until its recipients are done (the fence), runs the drift
+ *        check and the persistent snapshot when due, and takes the group's
+ *        vote (AND of its ranks; no on any heal or transport error or with
+ *        fewer than min_groups groups).
+ * @param [in]  rt       the runtime.
+ * @param [out] apply_p  true: apply the optimizer step now (the committed
+ *                       step advances); false: do not, this group stays at
+ *                       its step and heals at the next quorum.
+ * @return GRAFT_OK (apply_p says what to do); GRAFT_EDRIFT (this group's
+ *         state differs from the other groups': apply_p is false, the group
+ *         heals next quorum); GRAFT_ESTATE (no quorum open); an etcd error
+ *         (apply_p false).
+ */
+GRAFT_WUR graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p);
+
+/**
+ * @brief Committed steps of this rank's state (advanced by a commit that
+ *        returned apply = true, set by a heal or a restore).
+ * @param [in] rt  the runtime.
+ * @return the step.
+ */
+uint64_t graft_step(graft_runtime_t *rt);
+
+/**
+ * @brief Id of the latest quorum (0 before the first).
+ * @param [in] rt  the runtime.
+ * @return the id.
+ */
+uint64_t graft_quorum_id(graft_runtime_t *rt);
+
+/**
+ * @brief Index of this group among the latest quorum's members.
+ * @param [in] rt  the runtime.
+ * @return the replica rank.
+ */
+uint32_t graft_replica_rank(graft_runtime_t *rt);
+
+/**
+ * @brief Number of groups in the latest quorum.
+ * @param [in] rt  the runtime.
+ * @return the replica world size (0 before the first quorum).
+ */
+uint32_t graft_replica_world(graft_runtime_t *rt);
+
+/**
+ * @brief How this process got its state.
+ * @param [in] rt  the runtime.
+ * @return the start kind.
+ */
+graft_start_kind_t graft_start_kind(graft_runtime_t *rt);
+
+/* ------------------------------------------------------------------------ */
+/* Persistent tier                                                          */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Output fingerprint of the current state (e.g. a hash of the model's output
+ * on a fixed batch), recorded in checkpoints and re-checked on restore.
+ */
+typedef graft_status_t (*graft_fingerprint_fn)(void *arg, uint64_t *fingerprint_p);
+
+/**
+ * @brief Set the fingerprint callback (NULL to remove). Before the first
+ *        graft_quorum().
+ * @param [in] rt   the runtime.
+ * @param [in] fn   the callback.
+ * @param [in] arg  passed to it.
+ */
+void graft_fingerprint_set(graft_runtime_t *rt, graft_fingerprint_fn fn, void *arg);
+
+/**
+ * @brief Write a checkpoint of the current committed step now, outside the
+ *        persist_every schedule: this group writes every shard. Call it on
+ *        every rank of the group, between graft_commit() and the next
+ *        graft_quorum(). Blocks until the checkpoint is durable.
+ * @param [in] rt  the runtime.
+ * @return GRAFT_OK; GRAFT_ENOTSUP (no persist_root); GRAFT_ESTATE (inside a
+ *         step, or before the first commit); GRAFT_EEXIST (this step is
+ *         already checkpointed); GRAFT_ETIMEOUT (the other ranks' shards did
+ *         not arrive); the writer's error (GRAFT_ENOSPC, GRAFT_EIO, ...).
+ */
+GRAFT_WUR graft_status_t graft_checkpoint_now(graft_runtime_t *rt);
+
+/* ------------------------------------------------------------------------ */
+/* Observability                                                            */
+/* ------------------------------------------------------------------------ */
+
+/** Counters and latest durations of one runtime (nanoseconds). */
+typedef struct graft_metrics {
+    uint64_t step;                /**< committed steps */
+    uint64_t quorum_id;
+    uint64_t quorums;             /**< quorums taken part in */
+    uint64_t quorum_changes;      /**< quorum id changes seen */
+    uint64_t commits;             /**< commits that applied */
+    uint64_t commits_failed;      /**< commits that did not */
+    uint64_t last_quorum_ns;      /**< graft_quorum() duration, last call */
+    uint64_t last_commit_ns;      /**< graft_commit() duration, last call */
+    uint64_t recoveries;          /**< heals that installed state */
+    uint64_t recovery_failures;
+    uint64_t recovery_bytes;      /**< bytes pulled by successful heals */
+    uint64_t last_detect_ns;      /**< last recovery, by phase: process start to joined */
+    uint64_t last_quorum_phase_ns;/**< graft_quorum() call to quorum formed */
+    uint64_t last_transfer_ns;    /**< pull, chunk verification included */
+    uint64_t last_verify_ns;      /**< fingerprint check after the pull (0 without one) */
+    uint64_t serves;              /**< steps this rank served as a donor */
+    uint64_t fence_timeouts;      /**< donor fences that timed out */
+    uint64_t restores;            /**< restores from the persistent tier */
+    uint64_t checkpoints_written; /**< shards written by this rank */
+    uint64_t checkpoints_committed; /**< manifests written by this rank */
+    uint64_t checkpoints_failed;
+    uint64_t checkpoint_bytes;    /**< raw bytes of shards written */
+    uint64_t last_checkpoint_step;
+    uint64_t last_snapshot_ns;    /**< time the trainer was blocked */
+    uint64_t last_write_ns;       /**< snapshot to shard durable */
+    uint64_t drift_checks;
+    uint64_t drift_mismatches;
+} graft_metrics_t;
+
+/**
+ * @brief Read the metrics.
+ * @param [in]  rt         the runtime.
+ * @param [out] metrics_p  the metrics.
+ */
+void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
+
+/** Kinds of runtime events. */
+typedef enum graft_runtime_event_kind {
+    GRAFT_RUNTIME_EVENT_QUORUM_CHANGED = 1, /**< a new quorum id */
+    GRAFT_RUNTIME_EVENT_RECOVERY = 2,       /**< a heal ended (status says how) */
+    GRAFT_RUNTIME_EVENT_RESTORE = 3,        /**< restored from the persistent tier */
+    GRAFT_RUNTIME_EVENT_CHECKPOINT = 4,     /**< a shard or a manifest was written, or failed */
+    GRAFT_RUNTIME_EVENT_DRIFT = 5,          /**< a drift check ended (status GRAFT_EDRIFT on mismatch) */
+    GRAFT_RUNTIME_EVENT_COMMIT_FAILED = 6   /**< the group's vote was no */
+} graft_runtime_event_kind_t;
+
+/** One runtime event. Pointers are valid during the callback only. */
+typedef struct graft_runtime_event {
+    graft_runtime_event_kind_t kind;
+    graft_status_t status;    /**< GRAFT_OK or what went wrong */
+    uint64_t step;
+    uint64_t quorum_id;
+    uint64_t bytes;           /**< recovery, restore, checkpoint */
+    uint64_t detect_ns;       /**< recovery phases */
+    uint64_t quorum_ns;
+    uint64_t transfer_ns;
+    uint64_t verify_ns;
+    uint32_t n_donors;        /**< recovery: donors used */
+    const char *detail;       /**< e.g. the drifting regions; never NULL */
+} graft_runtime_event_t;
+
+/** Event callback. */
+typedef void (*graft_runtime_event_fn)(const graft_runtime_event_t *event, void *arg);
+
+/**
+ * @brief Set the event callback (NULL to remove).
+ * @param [in] rt   the runtime.
+ * @param [in] fn   the callback.
+ * @param [in] arg  passed to it.
+ */
+void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, void *arg);
+
+/**
+ * @brief Name of an event kind ("recovery", "drift", ...).
+ * @param [in] kind  the kind.
+ * @return a static string.
+ */
+const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind);
+
+/**
+ * @brief Route the library's log messages (the same as graft_log_sink_set()).
+ * @param [in] fn   the sink, or NULL for standard error.
+ * @param [in] arg  passed to it.
+ */
+void graft_log_callback_set(graft_log_fn fn, void *arg);
+
+/**
+ * @brief The library's version ("0.1.0").
+ * @return a static string.
+ */
+const char *graft_version(void);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,397 @@
+/*
+ * The runtime's life cycle, region table, accessors, metrics and events.
+ * The step protocol itself is in runtime_step.c, the persistent tier in
+ * runtime_persist.c and the drift check in runtime_drift.c.
+ */
+#include "runtime_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Split a comma-separated endpoint list into an array. */
+static graft_status_t split_endpoints(const char *list, char ***out_p, size_t *n_p)
+{
+    size_t n = 1;
+    char **out = NULL;
+    graft_status_t st = GRAFT_OK;
+    for (const char *p = list; *p != '\0'; p++)
+        n += *p == ',';
+    out = graft__calloc(n, sizeof(*out));
+    if (out == NULL)
+        return GRAFT_ENOMEM;
+    size_t k = 0;
+    const char *start = list;
+    for (;;) {
+        const char *end = strchr(start, ',');
+        size_t len = end != NULL ? (size_t)(end - start) : strlen(start);
+        if (len > 0) {
+            out[k] = graft__strndup(start, len);
+            if (out[k] == NULL) {
+                st = GRAFT_ENOMEM;
+                goto fail;
+            }
+            k++;
+        }
+        if (end == NULL)
+            break;
+        start = end + 1;
+    }
+    if (k == 0) {
+        st = GRAFT_EINVAL;
+        goto fail;
+    }
+    *out_p = out;
+    *n_p = k;
+    return GRAFT_OK;
+fail:
+    for (size_t i = 0; i < k; i++)
+        graft_free(out[i]);
+    graft_free(out);
+    return st;
+}
+
+/* A private copy of the configuration, through the public setters so every
+ * string is owned by the copy. */
+static graft_status_t config_copy(const graft_config_t *src, graft_config_t **dst_p)
+{
+    graft_config_t *c = NULL;
+    graft_status_t st = graft_config_create(&c);
+    if (st != GRAFT_OK)
+        return st;
+    /* Numbers and the mode are plain values: copy the struct, then give the
+     * copy its own strings (the defaults' strings are freed first). */
+    graft_free(c->etcd_endpoints);
+    graft_free(c->transfer_address);
+    *c = *src;
+    char **slots[] = {&c->job,       &c->etcd_endpoints, &c->etcd_user, &c->etcd_password,
+                      &c->etcd_ca,   &c->etcd_cert,      &c->etcd_key,  &c->transfer_address,
+                      &c->job_token, &c->persist_root,   &c->persist_second_root};
+    const char *vals[GRAFT_ARRAY_SIZE(slots)];
+    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(slots); i++) {
+        vals[i] = *slots[i];
+        *slots[i] = NULL;
+    }
+    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(slots); i++) {
+        if (vals[i] == NULL)
+            continue;
+        *slots[i] = graft__strdup(vals[i]);
+        if (*slots[i] == NULL) {
+            st = GRAFT_ENOMEM;
+            goto fail;
+        }
+    }
+    *dst_p = c;
+    return GRAFT_OK;
+fail:
+    graft_config_destroy(c);
+    return st;
+}
+
+static graft_status_t endpoint_open(graft_runtime_t *rt)
+{
+    const char *addr = rt->cfg->transfer_address;
+    char host[64] = "127.0.0.1";
+    unsigned port = 0;
+    const char *colon = strrchr(addr, ':');
+    if (colon != NULL) {
+        size_t hl = (size_t)(colon - addr);
+        char *end = NULL;
+        unsigned long p = strtoul(colon + 1, &end, 10);
+        if (hl == 0 || hl >= sizeof(host) || end == colon + 1 || *end != '\0' || p > 65535) {
+            GRAFT_ERROR(GRAFT_RT_MOD, "config: transfer_address: '%s' is not ip:port", addr);
+            return GRAFT_EINVAL;
+        }
+        memcpy(host, addr, hl);
+        host[hl] = '\0';
+        port = (unsigned)p;
+    } else if (addr[0] != '\0') {
+        snprintf(host, sizeof(host), "%s", addr);
+    }
+    graft_transfer_config_t tc = {
+        .listen_address = host,
+        .port = (uint16_t)port,
+        .job_token = rt->cfg->job_token != NULL ? rt->cfg->job_token : rt->cfg->job,
+        .group = rt->group,
+        .rank = rt->rank,
+        .chunk_bytes = rt->cfg->transfer_chunk_bytes,
+    };
+    return graft_transfer_endpoint_create(&tc, &rt->ep);
+}
+
+graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
+{
+    graft_runtime_t *rt = NULL;
+    char *err = NULL;
+    graft_status_t st;
+    if (config == NULL || rt_p == NULL)
+        return GRAFT_EINVAL;
+    st = graft_config_validate(config, &err);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "%s", err != NULL ? err : "invalid configuration");
+        graft_free(err);
+        return st;
+    }
+    rt = graft__calloc(1, sizeof(*rt));
+    if (rt == NULL)
+        return GRAFT_ENOMEM;
+    rt->start_ns = graft__now_ns();
+    pthread_mutex_init(&rt->mu, NULL);
+    pthread_mutex_init(&rt->ev_mu, NULL);
+    st = config_copy(config, &rt->cfg);
+    if (st != GRAFT_OK)
+        goto fail;
+    rt->group = (uint32_t)rt->cfg->group;
+    rt->rank = (uint32_t)rt->cfg->rank;
+    rt->ranks = (uint32_t)rt->cfg->ranks_per_group;
+    rt->groups = (uint32_t)rt->cfg->groups;
+    rt->min_groups = (uint32_t)graft__config_min_groups(rt->cfg);
+    rt->state_valid = true;
+    rt->prefix = graft__asprintf("/graft/%s/", rt->cfg->job);
+    if (rt->prefix == NULL) {
+        st = GRAFT_ENOMEM;
+        goto fail;
+    }
+    st = split_endpoints(rt->cfg->etcd_endpoints, &rt->endpoints, &rt->n_endpoints);
+    if (st != GRAFT_OK) {
+        if (st == GRAFT_EINVAL)
+            GRAFT_ERROR(GRAFT_RT_MOD, "config: etcd_endpoints: no endpoint in '%s'",
+                        rt->cfg->etcd_endpoints);
+        goto fail;
+    }
+    rt->etcd_cfg.endpoints = (const char *const *)rt->endpoints;
+    rt->etcd_cfg.n_endpoints = rt->n_endpoints;
+    rt->etcd_cfg.username = rt->cfg->etcd_user;
+    rt->etcd_cfg.password = rt->cfg->etcd_password;
+    rt->etcd_cfg.ca_file = rt->cfg->etcd_ca;
+    rt->etcd_cfg.cert_file = rt->cfg->etcd_cert;
+    rt->etcd_cfg.key_file = rt->cfg->etcd_key;
+    rt->etcd_cfg.request_timeout_ms =
+        (uint32_t)GRAFT_MAX(1000u, GRAFT_MIN(5000u, rt->cfg->lease_ttl_ms));
+    st = graft_etcd_create(&rt->etcd_cfg, &rt->etcd);
+    if (st != GRAFT_OK)
+        goto fail;
+    st = endpoint_open(rt);
+    if (st != GRAFT_OK)
+        goto fail;
+    st = graft__rt_persist_open(rt);
+    if (st != GRAFT_OK)
+        goto fail;
+    *rt_p = rt;
+    return GRAFT_OK;
+fail:
+    graft_destroy(rt);
+    return st;
+}
+
+void graft_destroy(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return;
+    if (rt->heal_running) {
+        graft_transfer_pull_cancel(rt->ep);
+        graft_status_t st = graft_heal_wait(rt);
+        (void)st;
+    }
+    if (rt->serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_RT_MOD, "serve_end at destroy failed");
+    graft__rt_persist_close(rt);
+    graft_membership_quorum_free(rt->q);
+    graft_membership_destroy(rt->m);
+    graft_transfer_endpoint_destroy(rt->ep);
+    graft_etcd_destroy(rt->etcd);
+    for (size_t i = 0; i < rt->n_regions; i++) {
+        graft_free(rt->regions[i].name);
+        graft_free(rt->regions[i].persist_name);
+    }
+    graft_free(rt->regions);
+    for (size_t i = 0; i < rt->n_endpoints; i++)
+        graft_free(rt->endpoints[i]);
+    graft_free(rt->endpoints);
+    graft_free(rt->prefix);
+    graft_config_destroy(rt->cfg);
+    pthread_mutex_destroy(&rt->mu);
+    pthread_mutex_destroy(&rt->ev_mu);
+    graft_free(rt);
+}
+
+graft_status_t graft_region_register(graft_runtime_t *rt, const graft_region_t *region)
+{
+    graft__rt_region_t *grown;
+    graft__rt_region_t *slot;
+    graft_status_t st;
+    if (rt == NULL || region == NULL || region->name == NULL || region->name[0] == '\0' ||
+        strlen(region->name) > 200 || region->ptr == NULL || region->bytes == 0 ||
+        region->kind < GRAFT_REGION_PARAM || region->kind > GRAFT_REGION_BLOB ||
+        (region->device != GRAFT_DEVICE_HOST && region->device != GRAFT_DEVICE_CUDA)) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "region_register: invalid region '%s'",
+                    region != NULL && region->name != NULL ? region->name : "(null)");
+        return GRAFT_EINVAL;
+    }
+    if (region->global_bytes != 0 && (region->global_offset > region->global_bytes ||
+                                      region->bytes > region->global_bytes - region->global_offset)) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "region_register: '%s': [%" PRIu64 ", +%" PRIu64
+                    ") lies outside global_bytes %" PRIu64, region->name, region->global_offset,
+                    region->bytes, region->global_bytes);
+        return GRAFT_EINVAL;
+    }
+    if (rt->joined)
+        return GRAFT_ESTATE;
+    for (size_t i = 0; i < rt->n_regions; i++)
+        if (strcmp(rt->regions[i].name, region->name) == 0)
+            return GRAFT_EEXIST;
+    graft_transfer_region_t tr = {
+        .name = region->name,
+        .kind = (graft_transfer_region_kind_t)region->kind,
+        .dtype = region->dtype,
+        .device = region->device == GRAFT_DEVICE_CUDA ? GRAFT_TRANSFER_CUDA : GRAFT_TRANSFER_HOST,
+        .ptr = region->ptr,
+        .bytes = region->bytes,
+    };
+    grown = graft__realloc(rt->regions, (rt->n_regions + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return GRAFT_ENOMEM;
+    rt->regions = grown;
+    slot = &rt->regions[rt->n_regions];
+    memset(slot, 0, sizeof(*slot));
+    slot->name = graft__strdup(region->name);
+    slot->persist_name = region->global_bytes != 0
+                             ? graft__strdup(region->name)
+                             : graft__asprintf("r%" PRIu32 "/%s", rt->rank, region->name);
+    if (slot->name == NULL || slot->persist_name == NULL) {
+        st = GRAFT_ENOMEM;
+        goto fail;
+    }
+    st = graft_transfer_region_register(rt->ep, &tr);
+    if (st != GRAFT_OK)
+        goto fail;
+    slot->r = *region;
+    slot->r.name = slot->name;
+    rt->n_regions++;
+    return GRAFT_OK;
+fail:
+    graft_free(slot->name);
+    graft_free(slot->persist_name);
+    return st;
+}
+
+uint64_t graft_step(graft_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->mu);
+    uint64_t s = rt->metrics.step;
+    pthread_mutex_unlock(&rt->mu);
+    return s;
+}
+
+uint64_t graft_quorum_id(graft_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->mu);
+    uint64_t s = rt->metrics.quorum_id;
+    pthread_mutex_unlock(&rt->mu);
+    return s;
+}
+
+uint32_t graft_replica_rank(graft_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->mu);
+    uint32_t v = rt->replica_rank;
+    pthread_mutex_unlock(&rt->mu);
+    return v;
+}
+
+uint32_t graft_replica_world(graft_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->mu);
+    uint32_t v = rt->replica_world;
+    pthread_mutex_unlock(&rt->mu);
+    return v;
+}
+
+graft_start_kind_t graft_start_kind(graft_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->mu);
+    graft_start_kind_t v = rt->start_kind;
+    pthread_mutex_unlock(&rt->mu);
+    return v;
+}
+
+void graft_fingerprint_set(graft_runtime_t *rt, graft_fingerprint_fn fn, void *arg)
+{
+    rt->fp_fn = fn;
+    rt->fp_arg = arg;
+}
+
+void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
+{
+    pthread_mutex_lock(&rt->mu);
+    *metrics_p = rt->metrics;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, void *arg)
+{
+    pthread_mutex_lock(&rt->ev_mu);
+    rt->ev_fn = fn;
+    rt->ev_arg = arg;
+    pthread_mutex_unlock(&rt->ev_mu);
+}
+
+const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind)
+{
+    switch (kind) {
+    case GRAFT_RUNTIME_EVENT_QUORUM_CHANGED: return "quorum_changed";
+    case GRAFT_RUNTIME_EVENT_RECOVERY: return "recovery";
+    case GRAFT_RUNTIME_EVENT_RESTORE: return "restore";
+    case GRAFT_RUNTIME_EVENT_CHECKPOINT: return "checkpoint";
+    case GRAFT_RUNTIME_EVENT_DRIFT: return "drift";
+    case GRAFT_RUNTIME_EVENT_COMMIT_FAILED: return "commit_failed";
+    }
+    return "unknown";
+}
+
+void graft_log_callback_set(graft_log_fn fn, void *arg)
+{
+    graft_log_sink_set(fn, arg);
+}
+
+const char *graft_version(void)
+{
+    return graft_version_string();
+}
+
+void graft__rt_emit(graft_runtime_t *rt, const graft_runtime_event_t *ev)
+{
+    pthread_mutex_lock(&rt->ev_mu);
+    if (rt->ev_fn != NULL) {
+        graft_runtime_event_t copy = *ev;
+        if (copy.detail == NULL)
+            copy.detail = "";
+        rt->ev_fn(&copy, rt->ev_arg);
+    }
+    pthread_mutex_unlock(&rt->ev_mu);
+}
+
+/* Record an event in the job's history in etcd, for tools and the
+ * dashboard. Best effort: the step protocol never fails because of it. */
+void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t step, bool ok,
+                         uint64_t duration_us, const char *detail)
+{
+    if (rt->m == NULL)
+        return;
+    graft_event_t ev = {
+        .kind = kind,
+        .group = rt->group,
+        .rank = rt->rank,
+        .incarnation = graft_membership_incarnation(rt->m),
+        .quorum_id = rt->metrics.quorum_id,
+        .step = step,
+        .duration_us = duration_us,
+        .ok = ok,
+        .detail = (char *)(detail != NULL ? detail : ""),
+    };
+    graft_status_t st = graft_membership_event_append(rt->m, &ev);
+    if (st != GRAFT_OK)
+        GRAFT_WARN(GRAFT_RT_MOD, "could not record a %s event: %s", graft_event_kind_string(kind),
+                   graft_status_string(st));
+}

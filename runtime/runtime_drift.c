@@ -1,0 +1,206 @@
+/*
+ * Replica drift check: every drift_check_every steps, at the commit of step
+ * s, rank r of every member group publishes an XXH3-64 per region under
+ * drift/<s>/<r>/<group> (JSON) and compares with the other groups' records.
+ * Per region the reference is the value most groups hold (ties: the lowest
+ * group's). A group that differs from the reference votes no, so it stays
+ * at its step and heals from the others at the next quorum; every group
+ * that sees a mismatch reports it, naming the regions.
+ */
+#include "runtime_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
+
+static graft_status_t publish(graft_runtime_t *rt, uint64_t step, const uint64_t *hashes)
+{
+    graft_status_t st = GRAFT_ENOMEM;
+    char *text = NULL, *key = NULL;
+    json_t *root = json_object(), *arr = json_array();
+    if (root == NULL || arr == NULL)
+        goto out;
+    for (size_t i = 0; i < rt->n_regions; i++) {
+        char hex[17];
+        snprintf(hex, sizeof(hex), "%016" PRIx64, hashes[i]);
+        if (json_array_append_new(arr, json_pack("{s:s,s:s}", "name", rt->regions[i].name,
+                                                 "xxh3", hex)) != 0)
+            goto out;
+    }
+    if (json_object_set_new(root, "group", json_integer(rt->group)) != 0 ||
+        json_object_set(root, "regions", arr) != 0)
+        goto out;
+    text = json_dumps(root, JSON_COMPACT);
+    key = graft__asprintf("%sdrift/%020" PRIu64 "/%" PRIu32 "/%" PRIu32, rt->prefix, step,
+                          rt->rank, rt->group);
+    if (text == NULL || key == NULL)
+        goto out;
+    st = graft_etcd_put(rt->etcd, key, text, strlen(text), 0, NULL, NULL);
+    if (st != GRAFT_OK)
+        GRAFT_ERROR(GRAFT_RT_MOD, "drift check: cannot write %s: %s", key,
+                    graft_status_string(st));
+out:
+    free(text);
+    graft_free(key);
+    json_decref(arr);
+    json_decref(root);
+    return st;
+}
+
+/* Parse one group's record: fills hashes (indexed like rt->regions); a
+ * region absent or malformed keeps `have` false. */
+static graft_status_t parse_record(graft_runtime_t *rt, const graft_etcd_kv_t *kv,
+                                   uint32_t *group_p, uint64_t *hashes, bool *have)
+{
+    json_error_t err;
+    json_t *root = json_loadb((const char *)kv->value, kv->value_len, 0, &err);
+    json_int_t group = -1;
+    json_t *arr = NULL;
+    if (root == NULL || json_unpack(root, "{s:I,s:o}", "group", &group, "regions", &arr) != 0 ||
+        !json_is_array(arr) || group < 0) {
+        GRAFT_WARN(GRAFT_RT_MOD, "drift check: malformed record %s skipped", kv->key);
+        json_decref(root);
+        return GRAFT_EMALFORMED;
+    }
+    size_t idx;
+    json_t *it;
+    json_array_foreach(arr, idx, it) {
+        const char *name = NULL, *hex = NULL;
+        if (json_unpack(it, "{s:s,s:s}", "name", &name, "xxh3", &hex) != 0)
+            continue;
+        for (size_t i = 0; i < rt->n_regions; i++) {
+            if (strcmp(rt->regions[i].name, name) != 0)
+                continue;
+            char *end = NULL;
+            hashes[i] = strtoull(hex, &end, 16);
+            have[i] = end != hex && *end == '\0';
+        }
+    }
+    *group_p = (uint32_t)group;
+    json_decref(root);
+    return GRAFT_OK;
+}
+
+graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    size_t n = rt->n_regions, g = q->n_members;
+    graft_status_t st = GRAFT_ENOMEM, ret = GRAFT_OK;
+    uint64_t *mine = graft__calloc(n, sizeof(*mine));
+    uint64_t *all = graft__calloc(n * g, sizeof(*all));
+    bool *have = graft__calloc(n * g, sizeof(*have));
+    uint32_t *groups = graft__calloc(g, sizeof(*groups));
+    char *prefix = graft__asprintf("%sdrift/%020" PRIu64 "/%" PRIu32 "/", rt->prefix, q->step,
+                                   rt->rank);
+    graft_etcd_range_result_t res;
+    char detail[512] = "";
+    memset(&res, 0, sizeof(res));
+    if (mine == NULL || all == NULL || have == NULL || groups == NULL || prefix == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        const graft_region_t *r = &rt->regions[i].r;
+        /* CUDA regions are compared through the transfer's chunk hashes
+         * instead; their host view is not addressable here. */
+        mine[i] = r->device == GRAFT_DEVICE_HOST ? XXH3_64bits(r->ptr, r->bytes) : 0;
+    }
+    st = publish(rt, q->step, mine);
+    if (st != GRAFT_OK)
+        goto out;
+
+    /* Wait for the other members' records. */
+    uint64_t deadline = graft__now_ns() + rt->cfg->fence_timeout_ms * 1000000ull;
+    graft_etcd_range_opts_t ro = {.prefix = true};
+    for (;;) {
+        graft_etcd_range_result_clear(&res);
+        memset(&res, 0, sizeof(res));
+        st = graft_etcd_range(rt->etcd, prefix, &ro, &res);
+        if (st == GRAFT_OK && res.n_kvs >= g)
+            break;
+        if (graft__now_ns() >= deadline) {
+            GRAFT_WARN(GRAFT_RT_MOD, "drift check of step %" PRIu64 ": %zu of %zu groups "
+                       "reported; comparing those", q->step, st == GRAFT_OK ? res.n_kvs : 0, g);
+            break;
+        }
+        graft__sleep_ns(2000000ull);
+    }
+    size_t ng = 0;
+    for (size_t k = 0; k < res.n_kvs && ng < g; k++) {
+        if (parse_record(rt, &res.kvs[k], &groups[ng], &all[ng * n], &have[ng * n]) == GRAFT_OK)
+            ng++;
+    }
+    size_t mismatched = 0;
+    bool i_differ = false;
+    for (size_t i = 0; i < n; i++) {
+        /* Reference: most common value; ties go to the lowest group (records
+         * come sorted by key, so by group for equal-width numbers it is not
+         * guaranteed: compare group ids explicitly). */
+        uint64_t ref = mine[i];
+        size_t best = 0;
+        uint32_t best_group = UINT32_MAX;
+        bool differ = false;
+        for (size_t a = 0; a < ng; a++) {
+            if (!have[a * n + i])
+                continue;
+            size_t cnt = 0;
+            for (size_t b = 0; b < ng; b++)
+                cnt += have[b * n + i] && all[b * n + i] == all[a * n + i];
+            if (cnt > best || (cnt == best && groups[a] < best_group)) {
+                best = cnt;
+                best_group = groups[a];
+                ref = all[a * n + i];
+            }
+            if (all[a * n + i] != mine[i])
+                differ = true;
+        }
+        if (!differ)
+            continue;
+        mismatched++;
+        size_t used = strlen(detail);
+        snprintf(detail + used, sizeof(detail) - used, "%s%s", used > 0 ? "," : "",
+                 rt->regions[i].name);
+        if (ref != mine[i])
+            i_differ = true;
+    }
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.drift_checks++;
+    rt->metrics.drift_mismatches += mismatched > 0;
+    pthread_mutex_unlock(&rt->mu);
+    st = GRAFT_OK;
+    if (mismatched > 0) {
+        char msg[640];
+        snprintf(msg, sizeof(msg), "step %" PRIu64 " rank %" PRIu32 ": regions differ across "
+                 "groups: %s%s", q->step, rt->rank, detail,
+                 i_differ ? " (this group differs from the majority)" : "");
+        GRAFT_ERROR(GRAFT_RT_MOD, "replica drift: group %" PRIu32 " %s", rt->group, msg);
+        graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_DRIFT, .status = GRAFT_EDRIFT,
+                                    .step = q->step, .quorum_id = q->id, .detail = msg};
+        graft__rt_emit(rt, &ev);
+        graft__rt_job_event(rt, GRAFT_EVENT_DRIFT, q->step, false, 0, msg);
+        if (i_differ)
+            ret = GRAFT_EDRIFT;
+    } else {
+        graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_DRIFT, .status = GRAFT_OK,
+                                    .step = q->step, .quorum_id = q->id,
+                                    .detail = "all groups agree"};
+        graft__rt_emit(rt, &ev);
+    }
+    /* The previous check's records are no longer read by anyone: every
+     * member finished it before this quorum could form. */
+    if (q->replica_rank == 0 && q->step >= rt->cfg->drift_check_every) {
+        char *old = graft__asprintf("%sdrift/%020" PRIu64 "/%" PRIu32 "/", rt->prefix,
+                                    q->step - rt->cfg->drift_check_every, rt->rank);
+        if (old != NULL && graft_etcd_delete(rt->etcd, old, true, NULL, NULL) != GRAFT_OK)
+            GRAFT_WARN(GRAFT_RT_MOD, "could not delete %s", old);
+        graft_free(old);
+    }
+out:
+    graft_etcd_range_result_clear(&res);
+    graft_free(prefix);
+    graft_free(groups);
+    graft_free(have);
+    graft_free(all);
+    graft_free(mine);
+    return st != GRAFT_OK ? st : ret;
+}

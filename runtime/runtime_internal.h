@@ -1,0 +1,115 @@
+/* The runtime's private state, shared by its files. */
+#ifndef GRAFT_RUNTIME_INTERNAL_H
+#define GRAFT_RUNTIME_INTERNAL_H
+
+#include <graft/etcd.h>
+#include <graft/graft.h>
+#include <graft/membership.h>
+#include <graft/persist.h>
+#include <graft/transfer.h>
+
+#include "graft_internal.h"
+#include "runtime_config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define GRAFT_RT_MOD "runtime"
+
+typedef struct graft__rt_region {
+    graft_region_t r; /* r.name points to name below */
+    char *name;
+    char *persist_name; /* name in the persistent tier */
+} graft__rt_region_t;
+
+/* One checkpoint this rank takes part in (writer of a shard, or committer). */
+typedef struct graft__rt_ckpt {
+    uint64_t step;
+    bool write_shard;      /* this rank writes its shard of step */
+    bool commit_manifest;  /* this rank collects the records and writes the manifest */
+    bool whole_group;      /* checkpoint_now: this group writes every shard */
+    graft_persist_commit_opts_t opts;
+} graft__rt_ckpt_t;
+
+struct graft_runtime {
+    graft_config_t *cfg;   /* own copy */
+    uint32_t group, rank, ranks, groups, min_groups;
+    uint64_t start_ns;     /* graft_init(): the detect phase starts here */
+
+    graft_etcd_config_t etcd_cfg;
+    char **endpoints;
+    size_t n_endpoints;
+    graft_etcd_t *etcd;
+    char *prefix;          /* "/graft/<job>/" */
+
+    graft_transfer_endpoint_t *ep;
+    graft_membership_t *m;
+
+    graft__rt_region_t *regions;
+    size_t n_regions;
+    uint64_t layout_hash;
+
+    graft_fingerprint_fn fp_fn;
+    void *fp_arg;
+    graft_runtime_event_fn ev_fn;
+    void *ev_arg;
+    pthread_mutex_t ev_mu; /* one callback at a time */
+
+    /* Step state (training thread). */
+    bool joined;
+    bool state_valid;      /* regions hold committed_step's state */
+    bool healthy_published;
+    graft_quorum_t *q;     /* the open step's quorum; NULL between steps */
+    uint64_t prev_quorum_id;
+    bool serving;
+    uint32_t n_recipients;
+    bool cold_sync;        /* step-0 initial sync in this quorum */
+    uint64_t quorum_call_ns;
+
+    /* Background heal. */
+    pthread_t heal_thread;
+    bool heal_running;
+    graft_status_t heal_status;
+    char **heal_donors;
+    size_t n_heal_donors;
+    graft_transfer_report_t heal_report;
+    uint64_t heal_detect_ns, heal_quorum_ns;
+
+    /* Persistent tier. */
+    graft_persist_writer_t *writer;
+    pthread_t ckpt_thread;
+    bool ckpt_running;
+    graft__rt_ckpt_t ckpt;
+    graft_status_t ckpt_status;
+
+    /* Readable from any thread. */
+    pthread_mutex_t mu;
+    graft_metrics_t metrics;
+    graft_start_kind_t start_kind;
+    uint32_t replica_rank, replica_world;
+};
+
+/* runtime.c */
+void graft__rt_emit(graft_runtime_t *rt, const graft_runtime_event_t *ev);
+void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t step, bool ok,
+                         uint64_t duration_us, const char *detail);
+
+/* runtime_step.c */
+GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
+
+/* runtime_persist.c */
+GRAFT_WUR graft_status_t graft__rt_persist_open(graft_runtime_t *rt);
+void graft__rt_persist_close(graft_runtime_t *rt);
+/* Restore the newest valid checkpoint; GRAFT_ENOCHECKPOINT when none. */
+GRAFT_WUR graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p);
+/* At commit of quorum q (state = q->step), before the vote is known. */
+GRAFT_WUR graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q);
+/* Wait for the background checkpoint work of the previous step. */
+void graft__rt_persist_join(graft_runtime_t *rt);
+
+/* runtime_drift.c */
+/* Compare this rank's region hashes with the other members' at q->step;
+ * GRAFT_EDRIFT when this group is on the losing side. */
+GRAFT_WUR graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *q);
+
+#endif /* GRAFT_RUNTIME_INTERNAL_H */

@@ -1,0 +1,357 @@
+/*
+ * The persistent tier as the runtime drives it. Every persist_every steps,
+ * at the commit of step s, rank r's shard is written by member group
+ * members[(s / K + r) % n] (so the I/O moves around the groups from one
+ * checkpoint to the next). Each writer publishes its shard record under
+ * ckpt/<s>/shard/<r> once the shard is durable; the writer of shard 0
+ * collects the R records, writes the manifest (the commit point) and the
+ * checkpoint record checkpoints/<s> that tools read. Keys: docs/RUNTIME.md.
+ */
+#include "runtime_internal.h"
+
+#include "proto/graft.pb-c.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
+{
+    if (rt->cfg->persist_root == NULL)
+        return GRAFT_OK;
+    graft_persist_config_t pc = {
+        .root = rt->cfg->persist_root,
+        .second_root = rt->cfg->persist_second_root,
+        .compression_level = (int)rt->cfg->persist_compression,
+        .chunk_bytes = 0,
+        .retention = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
+                      .milestone_every = rt->cfg->persist_milestone_every},
+    };
+    return graft_persist_writer_create(&pc, &rt->writer);
+}
+
+void graft__rt_persist_close(graft_runtime_t *rt)
+{
+    graft__rt_persist_join(rt);
+    graft_persist_writer_destroy(rt->writer);
+    rt->writer = NULL;
+}
+
+static graft_status_t persist_regions(graft_runtime_t *rt, graft_persist_region_t **out_p)
+{
+    graft_persist_region_t *pr = graft__calloc(rt->n_regions, sizeof(*pr));
+    if (pr == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < rt->n_regions; i++) {
+        const graft_region_t *r = &rt->regions[i].r;
+        pr[i].name = rt->regions[i].persist_name;
+        pr[i].kind = (graft_persist_kind_t)r->kind;
+        pr[i].dtype = r->dtype;
+        pr[i].device = r->device == GRAFT_DEVICE_CUDA ? GRAFT_PERSIST_DEVICE_CUDA
+                                                      : GRAFT_PERSIST_DEVICE_HOST;
+        pr[i].ptr = r->ptr;
+        pr[i].bytes = r->bytes;
+        pr[i].global_offset = r->global_offset;
+        pr[i].global_bytes = r->global_bytes;
+    }
+    *out_p = pr;
+    return GRAFT_OK;
+}
+
+graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
+{
+    graft_persist_region_t *pr = NULL;
+    graft_persist_restore_result_t res;
+    graft_status_t st = persist_regions(rt, &pr);
+    if (st != GRAFT_OK)
+        return st;
+    graft_persist_restore_params_t p = {
+        .rank = rt->rank,
+        .ranks = rt->ranks,
+        .regions = pr,
+        .nregions = rt->n_regions,
+        /* The manifest's fingerprint is rank 0's. */
+        .fingerprint_fn = rt->rank == 0 ? rt->fp_fn : NULL,
+        .fingerprint_arg = rt->fp_arg,
+    };
+    memset(&res, 0, sizeof(res));
+    uint64_t t0 = graft__now_ns();
+    st = graft_persist_restore(rt->cfg->persist_root, &p, &res);
+    graft_free(pr);
+    if (st == GRAFT_ENOCHECKPOINT) {
+        if (res.skipped > 0)
+            GRAFT_WARN(GRAFT_RT_MOD, "no checkpoint under %s verifies:\n%s",
+                       rt->cfg->persist_root, res.skipped_reasons);
+        return st;
+    }
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "restore from %s failed: %s", rt->cfg->persist_root,
+                    graft_status_string(st));
+        return st;
+    }
+    if (res.skipped > 0)
+        GRAFT_WARN(GRAFT_RT_MOD, "restored step %" PRIu64 " after skipping %" PRIu32
+                   " newer checkpoints:\n%s", res.step, res.skipped, res.skipped_reasons);
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.restores++;
+    pthread_mutex_unlock(&rt->mu);
+    char detail[128];
+    snprintf(detail, sizeof(detail), "step %" PRIu64 " from %s (%" PRIu32 " skipped)", res.step,
+             rt->cfg->persist_root, res.skipped);
+    graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_RESTORE, .step = res.step,
+                                .bytes = res.bytes, .transfer_ns = graft__now_ns() - t0,
+                                .detail = detail};
+    graft__rt_emit(rt, &ev);
+    graft__rt_job_event(rt, GRAFT_EVENT_CHECKPOINT, res.step, true, (graft__now_ns() - t0) / 1000,
+                        detail);
+    *step_p = res.step;
+    return GRAFT_OK;
+}
+
+/* ------------------------------------------------------ background work --- */
+
+static void put_record(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step, const char *status)
+{
+    Graft__CheckpointRecord rec;
+    graft__checkpoint_record__init(&rec);
+    rec.version = 1;
+    rec.step = step;
+    rec.location = rt->cfg->persist_root;
+    rec.status = (char *)status;
+    rec.unix_ms = graft__wall_ns() / 1000000ull;
+    size_t len = graft__checkpoint_record__get_packed_size(&rec);
+    uint8_t *buf = graft__malloc(len + 1);
+    char *key = graft__asprintf("%scheckpoints/%020" PRIu64, rt->prefix, step);
+    if (buf != NULL && key != NULL) {
+        graft__checkpoint_record__pack(&rec, buf);
+        graft_status_t st = graft_etcd_put(etcd, key, buf, len, 0, NULL, NULL);
+        if (st != GRAFT_OK)
+            GRAFT_WARN(GRAFT_RT_MOD, "cannot write %s: %s", key, graft_status_string(st));
+    }
+    graft_free(buf);
+    graft_free(key);
+}
+
+/* The committer: wait for the R shard records, then write the manifest. */
+static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step)
+{
+    graft_status_t st;
+    graft_etcd_range_result_t res;
+    memset(&res, 0, sizeof(res));
+    char *prefix = graft__asprintf("%sckpt/%020" PRIu64 "/shard/", rt->prefix, step);
+    if (prefix == NULL)
+        return GRAFT_ENOMEM;
+    uint64_t deadline = graft__now_ns() + rt->cfg->fence_timeout_ms * 1000000ull * 2;
+    graft_etcd_range_opts_t ro = {.prefix = true};
+    for (;;) {
+        graft_etcd_range_result_clear(&res);
+        memset(&res, 0, sizeof(res));
+        st = graft_etcd_range(etcd, prefix, &ro, &res);
+        if (st == GRAFT_OK && res.n_kvs >= rt->ranks)
+            break;
+        if (graft__now_ns() >= deadline) {
+            GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": %zu of %" PRIu32
+                        " shards durable before the timeout", step,
+                        st == GRAFT_OK ? res.n_kvs : 0, rt->ranks);
+            st = GRAFT_ETIMEOUT;
+            goto out;
+        }
+        graft__sleep_ns(20000000ull);
+    }
+    {
+        const uint8_t *infos[res.n_kvs];
+        size_t lens[res.n_kvs];
+        for (size_t i = 0; i < res.n_kvs; i++) {
+            infos[i] = res.kvs[i].value;
+            lens[i] = res.kvs[i].value_len;
+        }
+        graft_persist_commit_opts_t opts = rt->ckpt.opts;
+        st = graft_persist_commit(rt->cfg->persist_root, step, rt->ranks, infos, lens, NULL,
+                                  &opts);
+    }
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": manifest not written: %s", step,
+                    graft_status_string(st));
+        goto out;
+    }
+    graft_persist_retention_t pol = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
+                                     .milestone_every = rt->cfg->persist_milestone_every};
+    size_t deleted = 0;
+    if (graft_persist_retention_apply(rt->cfg->persist_root, &pol, &deleted) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_RT_MOD, "retention under %s failed", rt->cfg->persist_root);
+    int64_t ndel = 0;
+    /* The shard records did their job; the checkpoint record stays. */
+    if (graft_etcd_delete(etcd, prefix, true, &ndel, NULL) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_RT_MOD, "could not delete %s", prefix);
+out:
+    graft_etcd_range_result_clear(&res);
+    graft_free(prefix);
+    return st;
+}
+
+static void *ckpt_main(void *arg)
+{
+    graft_runtime_t *rt = arg;
+    graft__rt_ckpt_t *c = &rt->ckpt;
+    graft_etcd_t *etcd = NULL;
+    uint8_t *info = NULL;
+    size_t len = 0;
+    char *key = NULL;
+    uint64_t t0 = graft__now_ns();
+    /* A client of its own: the training thread's is never shared. */
+    graft_status_t st = graft_etcd_create(&rt->etcd_cfg, &etcd);
+    if (st != GRAFT_OK)
+        goto out;
+    if (c->commit_manifest)
+        put_record(rt, etcd, c->step, "writing");
+    if (c->write_shard) {
+        {
+            uint32_t r = rt->rank;
+            st = graft_persist_shard_wait(rt->writer, c->step, r, &info, &len);
+            if (st != GRAFT_OK) {
+                GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": shard %" PRIu32
+                            " not durable: %s", c->step, r, graft_status_string(st));
+                goto out;
+            }
+            key = graft__asprintf("%sckpt/%020" PRIu64 "/shard/%" PRIu32, rt->prefix, c->step, r);
+            if (key == NULL) {
+                st = GRAFT_ENOMEM;
+                goto out;
+            }
+            st = graft_etcd_put(etcd, key, info, len, 0, NULL, NULL);
+            if (st != GRAFT_OK) {
+                GRAFT_ERROR(GRAFT_RT_MOD, "cannot publish %s: %s", key, graft_status_string(st));
+                goto out;
+            }
+            pthread_mutex_lock(&rt->mu);
+            rt->metrics.checkpoints_written++;
+            rt->metrics.last_write_ns = graft__now_ns() - t0;
+            pthread_mutex_unlock(&rt->mu);
+        }
+    }
+    if (c->commit_manifest) {
+        st = collect_and_commit(rt, etcd, c->step);
+        put_record(rt, etcd, c->step, st == GRAFT_OK ? "complete" : "failed");
+        if (st == GRAFT_OK) {
+            pthread_mutex_lock(&rt->mu);
+            rt->metrics.checkpoints_committed++;
+            rt->metrics.last_checkpoint_step = c->step;
+            pthread_mutex_unlock(&rt->mu);
+        }
+    }
+out:
+    rt->ckpt_status = st;
+    if (st != GRAFT_OK) {
+        pthread_mutex_lock(&rt->mu);
+        rt->metrics.checkpoints_failed++;
+        pthread_mutex_unlock(&rt->mu);
+    }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%s%s at %s: %s", c->write_shard ? "shard" : "",
+             c->commit_manifest ? (c->write_shard ? "+manifest" : "manifest") : "",
+             rt->cfg->persist_root, graft_status_string(st));
+    graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_CHECKPOINT, .status = st,
+                                .step = c->step, .detail = detail};
+    graft__rt_emit(rt, &ev);
+    if (c->commit_manifest)
+        graft__rt_job_event(rt, GRAFT_EVENT_CHECKPOINT, c->step, st == GRAFT_OK,
+                            (graft__now_ns() - t0) / 1000, detail);
+    graft_free(info);
+    graft_free(key);
+    graft_etcd_destroy(etcd);
+    return NULL;
+}
+
+void graft__rt_persist_join(graft_runtime_t *rt)
+{
+    if (!rt->ckpt_running)
+        return;
+    pthread_join(rt->ckpt_thread, NULL);
+    rt->ckpt_running = false;
+}
+
+/* Snapshot (blocking) and start the background part. */
+static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_shard,
+                                 bool commit_manifest, bool whole_group)
+{
+    graft_status_t st = GRAFT_OK;
+    graft_persist_region_t *pr = NULL;
+    graft__rt_persist_join(rt);
+    memset(&rt->ckpt, 0, sizeof(rt->ckpt));
+    rt->ckpt.step = step;
+    rt->ckpt.write_shard = write_shard;
+    rt->ckpt.commit_manifest = commit_manifest;
+    rt->ckpt.whole_group = whole_group;
+    if (commit_manifest && rt->fp_fn != NULL && rt->rank == 0) {
+        uint64_t fp = 0;
+        if (rt->fp_fn(rt->fp_arg, &fp) == GRAFT_OK) {
+            rt->ckpt.opts.has_fingerprint = true;
+            rt->ckpt.opts.fingerprint = fp;
+        }
+    }
+    if (write_shard) {
+        st = persist_regions(rt, &pr);
+        if (st != GRAFT_OK)
+            return st;
+        uint64_t t0 = graft__now_ns();
+        st = graft_persist_shard_write(rt->writer, step, rt->rank, rt->ranks, pr, rt->n_regions);
+        uint64_t snap = graft__now_ns() - t0;
+        graft_free(pr);
+        if (st != GRAFT_OK) {
+            GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": shard %" PRIu32 " not taken: %s",
+                        step, rt->rank, graft_status_string(st));
+            pthread_mutex_lock(&rt->mu);
+            rt->metrics.checkpoints_failed++;
+            pthread_mutex_unlock(&rt->mu);
+            return st;
+        }
+        pthread_mutex_lock(&rt->mu);
+        rt->metrics.last_snapshot_ns = snap;
+        for (size_t i = 0; i < rt->n_regions; i++)
+            rt->metrics.checkpoint_bytes += rt->regions[i].r.bytes;
+        pthread_mutex_unlock(&rt->mu);
+    }
+    if (pthread_create(&rt->ckpt_thread, NULL, ckpt_main, rt) != 0) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
+        return GRAFT_ESYS;
+    }
+    rt->ckpt_running = true;
+    return GRAFT_OK;
+}
+
+graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    uint64_t k = rt->cfg->persist_every;
+    if (rt->writer == NULL || q->step == 0 || q->step % k != 0 || q->n_members == 0)
+        return GRAFT_OK;
+    size_t n = q->n_members;
+    uint32_t my_writer = q->members[(q->step / k + rt->rank) % n];
+    uint32_t committer = q->members[(q->step / k) % n];
+    bool write = my_writer == rt->group;
+    bool commit = committer == rt->group && rt->rank == 0;
+    if (!write && !commit)
+        return GRAFT_OK;
+    return ckpt_start(rt, q->step, write, commit, false);
+}
+
+graft_status_t graft_checkpoint_now(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (rt->writer == NULL)
+        return GRAFT_ENOTSUP;
+    uint64_t step = graft_step(rt);
+    if (rt->q != NULL || !rt->joined || step == 0 || !rt->state_valid)
+        return GRAFT_ESTATE;
+    graft__rt_persist_join(rt);
+    if (graft_persist_verify(rt->cfg->persist_root, step, GRAFT_PERSIST_VERIFY_QUICK, NULL) ==
+        GRAFT_OK)
+        return GRAFT_EEXIST;
+    graft_status_t st = ckpt_start(rt, step, true, rt->rank == 0, true);
+    if (st != GRAFT_OK)
+        return st;
+    graft__rt_persist_join(rt);
+    return rt->ckpt_status;
+}

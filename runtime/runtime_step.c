@@ -1,0 +1,504 @@
+/*
+ * The step protocol: joining and the start-up decision, graft_quorum() with
+ * the background heal and the donor's serve, graft_commit() with the fence
+ * and the group's vote. docs/RUNTIME.md describes it as built.
+ */
+#include "runtime_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static uint32_t lease_ttl_s(const graft_runtime_t *rt)
+{
+    uint64_t s = (rt->cfg->lease_ttl_ms + 999) / 1000;
+    return (uint32_t)GRAFT_MAX(1u, s);
+}
+
+/* Is there a group other than ours whose ranks are healthy and hold
+ * committed state? Then this group starts by pulling from it. */
+static bool donors_exist(graft_runtime_t *rt)
+{
+    graft_membership_view_t *v = NULL;
+    bool found = false;
+    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        return false;
+    for (size_t i = 0; i < v->n_members && !found; i++) {
+        const graft_member_t *mb = &v->members[i];
+        found = mb->group != rt->group && mb->state == GRAFT_MEMBER_HEALTHY &&
+                mb->committed_step > 0;
+    }
+    graft_membership_view_free(v);
+    return found;
+}
+
+static void set_step(graft_runtime_t *rt, uint64_t step)
+{
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.step = step;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+graft_status_t graft__rt_join(graft_runtime_t *rt)
+{
+    graft_status_t st;
+    if (rt->n_regions == 0) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "graft_quorum: register the regions first");
+        return GRAFT_EINVAL;
+    }
+    st = graft_transfer_layout_hash(rt->ep, &rt->layout_hash);
+    if (st != GRAFT_OK)
+        return st;
+    graft_membership_config_t mc = {
+        .job = rt->cfg->job,
+        .etcd = &rt->etcd_cfg,
+        .group = rt->group,
+        .rank = rt->rank,
+        .ranks_per_group = rt->ranks,
+        .min_groups = rt->min_groups,
+        .lease_ttl_s = lease_ttl_s(rt),
+        .join_timeout_ms = (uint32_t)rt->cfg->join_timeout_ms,
+        .transfer_address = graft_transfer_endpoint_address(rt->ep),
+        .layout_hash = rt->layout_hash,
+        .committed_step = 0,
+        .state = GRAFT_MEMBER_JOINING,
+    };
+    st = graft_membership_create(&mc, &rt->m);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": cannot join job %s: %s",
+                    rt->group, rt->rank, rt->cfg->job, graft_status_string(st));
+        return st;
+    }
+    rt->joined = true;
+    uint64_t joined_ns = graft__now_ns();
+    rt->heal_detect_ns = joined_ns - rt->start_ns;
+
+    /* The start-up decision (DESIGN.md): donors, else disk, else cold. */
+    graft_start_kind_t kind = GRAFT_START_COLD;
+    uint64_t step = 0;
+    if (donors_exist(rt)) {
+        kind = GRAFT_START_PEER;
+        rt->state_valid = false;
+    } else if (rt->cfg->persist_root != NULL) {
+        st = graft__rt_restore(rt, &step);
+        if (st == GRAFT_OK) {
+            kind = GRAFT_START_RESTORE;
+            st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, step);
+            if (st != GRAFT_OK)
+                GRAFT_WARN(GRAFT_RT_MOD, "could not publish the restored step: %s",
+                           graft_status_string(st));
+            rt->healthy_published = st == GRAFT_OK;
+            st = GRAFT_OK;
+        } else if (st == GRAFT_ENOCHECKPOINT) {
+            st = GRAFT_OK;
+        } else {
+            return st;
+        }
+    }
+    set_step(rt, step);
+    pthread_mutex_lock(&rt->mu);
+    rt->start_kind = kind;
+    pthread_mutex_unlock(&rt->mu);
+    GRAFT_INFO(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": start: %s at step %" PRIu64,
+               rt->group, rt->rank,
+               kind == GRAFT_START_PEER ? "pull from donors"
+               : kind == GRAFT_START_RESTORE ? "restored" : "cold", step);
+    return GRAFT_OK;
+}
+
+/* ---------------------------------------------------------------- heal --- */
+
+static void *heal_main(void *arg)
+{
+    graft_runtime_t *rt = arg;
+    graft_transfer_pull_options_t po = {
+        .donors = (const char *const *)rt->heal_donors,
+        .n_donors = rt->n_heal_donors,
+        .step = rt->q->step,
+        .stall_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
+        .connect_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
+        .timeout_ms = (uint32_t)rt->cfg->transfer_timeout_ms,
+    };
+    memset(&rt->heal_report, 0, sizeof(rt->heal_report));
+    rt->heal_status = graft_transfer_pull(rt->ep, &po, &rt->heal_report);
+    return NULL;
+}
+
+static void free_donors(graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_heal_donors; i++)
+        graft_free(rt->heal_donors[i]);
+    graft_free(rt->heal_donors);
+    rt->heal_donors = NULL;
+    rt->n_heal_donors = 0;
+}
+
+/* Start pulling this rank's regions from rank `rank` of the donor groups. */
+static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
+{
+    graft_membership_view_t *v = NULL;
+    graft_status_t st = graft_membership_view_get(rt->m, &v);
+    if (st != GRAFT_OK)
+        return st;
+    rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
+    if (rt->heal_donors == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    for (size_t d = 0; d < n_donors && rt->n_heal_donors < GRAFT_TRANSFER_MAX_DONORS; d++) {
+        for (size_t i = 0; i < v->n_members; i++) {
+            const graft_member_t *mb = &v->members[i];
+            if (mb->group != donors[d] || mb->rank != rt->rank || mb->transfer_address == NULL ||
+                mb->transfer_address[0] == '\0')
+                continue;
+            rt->heal_donors[rt->n_heal_donors] = graft__strdup(mb->transfer_address);
+            if (rt->heal_donors[rt->n_heal_donors] == NULL) {
+                st = GRAFT_ENOMEM;
+                goto out;
+            }
+            rt->n_heal_donors++;
+            break;
+        }
+    }
+    if (rt->n_heal_donors == 0) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
+                    ": no donor of step %" PRIu64 " is in the view", rt->group, rt->rank,
+                    rt->q->step);
+        st = GRAFT_ENODONOR;
+        goto out;
+    }
+    rt->state_valid = false; /* the pull overwrites the regions */
+    if (pthread_create(&rt->heal_thread, NULL, heal_main, rt) != 0) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
+        st = GRAFT_ESYS;
+        goto out;
+    }
+    rt->heal_running = true;
+out:
+    if (st != GRAFT_OK)
+        free_donors(rt);
+    graft_membership_view_free(v);
+    return st;
+}
+
+graft_status_t graft_heal_wait(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (!rt->heal_running)
+        return rt->q != NULL && !rt->state_valid ? rt->heal_status : GRAFT_OK;
+    pthread_join(rt->heal_thread, NULL);
+    rt->heal_running = false;
+    free_donors(rt);
+
+    graft_status_t st = rt->heal_status;
+    const graft_transfer_report_t *rep = &rt->heal_report;
+    uint64_t verify_ns = 0;
+    char detail[256] = "";
+    if (st == GRAFT_OK && rt->fp_fn != NULL) {
+        /* The trainer's own check of the installed state; a failing
+         * callback fails the heal. */
+        uint64_t t = graft__now_ns(), fp = 0;
+        st = rt->fp_fn(rt->fp_arg, &fp);
+        verify_ns = graft__now_ns() - t;
+        if (st != GRAFT_OK)
+            GRAFT_ERROR(GRAFT_RT_MOD, "fingerprint of the healed state failed: %s",
+                        graft_status_string(st));
+    }
+    if (st == GRAFT_EDRIFT)
+        snprintf(detail, sizeof(detail), "donors disagree on region %s chunk %" PRIu64,
+                 rep->drift.region, rep->drift.chunk);
+    else
+        snprintf(detail, sizeof(detail), "%zu donors, %" PRIu64 " bytes: %s", rep->n_donors,
+                 rep->bytes, graft_status_string(st));
+    rt->heal_status = st;
+    rt->state_valid = st == GRAFT_OK;
+    pthread_mutex_lock(&rt->mu);
+    if (st == GRAFT_OK) {
+        rt->metrics.recoveries++;
+        rt->metrics.recovery_bytes += rep->bytes;
+        rt->metrics.last_detect_ns = rt->heal_detect_ns;
+        rt->metrics.last_quorum_phase_ns = rt->heal_quorum_ns;
+        rt->metrics.last_transfer_ns = rep->elapsed_ns;
+        rt->metrics.last_verify_ns = verify_ns;
+        rt->metrics.step = rt->q != NULL ? rt->q->step : rt->metrics.step;
+    } else {
+        rt->metrics.recovery_failures++;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    if (st != GRAFT_OK)
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": heal failed: %s",
+                    rt->group, rt->rank, detail);
+    graft_runtime_event_t ev = {
+        .kind = GRAFT_RUNTIME_EVENT_RECOVERY,
+        .status = st,
+        .step = rt->q != NULL ? rt->q->step : 0,
+        .quorum_id = rt->q != NULL ? rt->q->id : 0,
+        .bytes = rep->bytes,
+        .detect_ns = rt->heal_detect_ns,
+        .quorum_ns = rt->heal_quorum_ns,
+        .transfer_ns = rep->elapsed_ns,
+        .verify_ns = verify_ns,
+        .n_donors = (uint32_t)rep->n_donors,
+        .detail = detail,
+    };
+    graft__rt_emit(rt, &ev);
+    graft__rt_job_event(rt, st == GRAFT_EDRIFT ? GRAFT_EVENT_DRIFT : GRAFT_EVENT_RECOVERY_DONE,
+                        ev.step, st == GRAFT_OK, rep->elapsed_ns / 1000, detail);
+    /* Only the first heal of a process has a detection phase (start-up). */
+    rt->heal_detect_ns = 0;
+    return st;
+}
+
+/* -------------------------------------------------------------- quorum --- */
+
+static bool is_member(const graft_quorum_t *q, uint32_t group)
+{
+    for (size_t i = 0; i < q->n_members; i++)
+        if (q->members[i] == group)
+            return true;
+    return false;
+}
+
+/* Decide this group's role in quorum q and start the heal or the serve. */
+static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q)
+{
+    graft_status_t st = GRAFT_OK;
+    rt->n_recipients = 0;
+    rt->cold_sync = false;
+    rt->heal_status = GRAFT_OK;
+    if (q->step == 0)
+        rt->state_valid = true; /* cold start: the trainer's initial state */
+    if (q->step == 0 && q->n_members > 1) {
+        /* Cold start: everyone pulls the lowest member group's state so all
+         * groups hold bit-identical state from step 0 on. */
+        rt->cold_sync = true;
+        if (q->members[0] == rt->group) {
+            rt->n_recipients = (uint32_t)(q->n_members - 1);
+        } else {
+            st = heal_start(rt, &q->members[0], 1);
+            goto out;
+        }
+    } else if (q->must_recover) {
+        for (size_t i = 0; i < q->n_recoveries; i++) {
+            if (q->recoveries[i].recipient != rt->group)
+                continue;
+            st = heal_start(rt, q->recoveries[i].donors, q->recoveries[i].n_donors);
+            goto out;
+        }
+        GRAFT_ERROR(GRAFT_RT_MOD, "quorum %" PRIu64 " says recover but assigns no donors",
+                    q->id);
+        st = GRAFT_ENODONOR;
+        goto out;
+    } else {
+        for (size_t i = 0; i < q->n_recoveries; i++)
+            for (size_t d = 0; d < q->recoveries[i].n_donors; d++)
+                rt->n_recipients += q->recoveries[i].donors[d] == rt->group;
+    }
+    if (rt->n_recipients > 0) {
+        st = graft_transfer_serve_begin(rt->ep, q->step);
+        if (st != GRAFT_OK) {
+            GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
+                        graft_status_string(st));
+            goto out;
+        }
+        rt->serving = true;
+        pthread_mutex_lock(&rt->mu);
+        rt->metrics.serves++;
+        pthread_mutex_unlock(&rt->mu);
+    }
+out:
+    return st;
+}
+
+graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
+{
+    graft_status_t st = GRAFT_OK;
+    graft_quorum_t *q = NULL;
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (rt->q != NULL)
+        return GRAFT_ESTATE;
+    uint64_t t0 = graft__now_ns();
+    if (!rt->joined) {
+        st = graft__rt_join(rt);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    uint64_t deadline = graft__now_ns() + rt->cfg->quorum_timeout_ms * 1000000ull;
+    uint64_t committed = graft_step(rt);
+    for (;;) {
+        uint64_t now = graft__now_ns();
+        if (now >= deadline) {
+            GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
+                        ": no quorum within %" PRIu64 " ms: %s", rt->group, rt->rank,
+                        rt->cfg->quorum_timeout_ms, graft_status_string(st));
+            return st != GRAFT_OK ? st : GRAFT_ETIMEOUT;
+        }
+        uint32_t left = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull, UINT32_MAX);
+        st = graft_membership_quorum_wait(rt->m, committed, GRAFT_MAX(left, 1u), &q);
+        if (st == GRAFT_OK)
+            break;
+        /* A short round (too few groups) or a lost lease: the membership
+         * layer re-joins by itself; announce again. */
+        if (st != GRAFT_ENOQUORUM && st != GRAFT_ELEASE && st != GRAFT_ETIMEOUT &&
+            graft_status_class(st) != GRAFT_CLASS_JOB)
+            return st;
+        GRAFT_DEBUG(GRAFT_RT_MOD, "quorum round: %s; trying again", graft_status_string(st));
+    }
+    assert(is_member(q, rt->group));
+    uint64_t formed_ns = graft__now_ns();
+    rt->q = q;
+    rt->heal_quorum_ns = formed_ns - t0;
+    bool changed = q->id != rt->prev_quorum_id;
+    rt->prev_quorum_id = q->id;
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.quorums++;
+    rt->metrics.quorum_changes += changed;
+    rt->metrics.quorum_id = q->id;
+    rt->replica_rank = q->replica_rank;
+    rt->replica_world = q->replica_world;
+    pthread_mutex_unlock(&rt->mu);
+    if (changed) {
+        char detail[64];
+        snprintf(detail, sizeof(detail), "%zu groups", q->n_members);
+        graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_QUORUM_CHANGED,
+                                    .step = q->step, .quorum_id = q->id, .detail = detail};
+        graft__rt_emit(rt, &ev);
+    }
+    st = start_role(rt, q);
+    GRAFT_DEBUG(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": quorum round %" PRIu64
+                " id %" PRIu64 " step %" PRIu64 " (mine %" PRIu64 ") %zu groups: %s",
+                rt->group, rt->rank, q->round, q->id, q->step, committed, q->n_members,
+                rt->heal_running ? "healing" : rt->serving ? "serving" : "computing");
+    if (st != GRAFT_OK) {
+        /* The step goes on; graft_commit() votes no and the group heals at
+         * the next quorum. */
+        rt->heal_status = st;
+        rt->state_valid = false;
+    }
+    if (info_p != NULL) {
+        graft_step_info_t info = {
+            .step = q->step,
+            .quorum_id = q->id,
+            .quorum_changed = changed,
+            .replica_rank = q->replica_rank,
+            .replica_world = q->replica_world,
+            .healing = rt->heal_running,
+            .donor = rt->serving,
+            .n_recipients = rt->n_recipients,
+        };
+        *info_p = info;
+    }
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.last_quorum_ns = graft__now_ns() - t0;
+    pthread_mutex_unlock(&rt->mu);
+    return GRAFT_OK;
+}
+
+/* -------------------------------------------------------------- commit --- */
+
+static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    if (!rt->serving)
+        return;
+    graft_status_t st = graft_transfer_fence_wait(rt->ep, q->step, rt->n_recipients,
+                                                  (uint32_t)rt->cfg->fence_timeout_ms);
+    if (st != GRAFT_OK) {
+        /* A recipient that died or stalled must not hold the job: it
+         * verifies every chunk, so bytes changed under it are caught. */
+        GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
+                   ": %" PRIu32 " of %" PRIu32 " recipients done after %" PRIu64 " ms",
+                   rt->group, rt->rank, q->step, graft_transfer_fence_count(rt->ep, q->step),
+                   rt->n_recipients, rt->cfg->fence_timeout_ms);
+        pthread_mutex_lock(&rt->mu);
+        rt->metrics.fence_timeouts++;
+        pthread_mutex_unlock(&rt->mu);
+    }
+    if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_RT_MOD, "serve_end: not serving");
+    rt->serving = false;
+}
+
+graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
+{
+    graft_status_t st = GRAFT_OK, ret = GRAFT_OK;
+    bool ok = true, decision = false;
+    const char *reason = NULL;
+    if (rt == NULL || apply_p == NULL)
+        return GRAFT_EINVAL;
+    *apply_p = false;
+    if (rt->q == NULL)
+        return GRAFT_ESTATE;
+    graft_quorum_t *q = rt->q;
+    uint64_t t0 = graft__now_ns();
+
+    if (rt->heal_running || !rt->state_valid) {
+        st = graft_heal_wait(rt);
+        if (st != GRAFT_OK || !rt->state_valid) {
+            ok = false;
+            reason = "heal failed";
+        }
+    }
+    serve_stop(rt, q);
+    if (ok && q->n_members < rt->min_groups) {
+        ok = false;
+        reason = "too few groups";
+    }
+    if (ok && rt->cfg->drift_check_every > 0 && q->step > 0 &&
+        q->step % rt->cfg->drift_check_every == 0) {
+        st = graft__rt_drift_check(rt, q);
+        if (st == GRAFT_EDRIFT) {
+            ok = false;
+            reason = "replica drift";
+            ret = GRAFT_EDRIFT;
+        }
+    }
+    st = graft_membership_commit_vote(rt->m, q, ok, reason, (uint32_t)rt->cfg->join_timeout_ms,
+                                      &decision);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": commit vote of step %" PRIu64
+                    ": %s", rt->group, rt->rank, q->step, graft_status_string(st));
+        decision = false;
+        if (ret == GRAFT_OK)
+            ret = st;
+    }
+    GRAFT_DEBUG(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64
+                " voted %s, group decided %s", rt->group, rt->rank, q->step, ok ? "yes" : reason,
+                decision ? "apply" : "no");
+    if (decision) {
+        /* The persistent snapshot is of the state the step started from,
+         * which is what the regions hold until the optimizer step. */
+        graft_status_t pst = graft__rt_persist_at_commit(rt, q);
+        if (pst != GRAFT_OK)
+            GRAFT_WARN(GRAFT_RT_MOD, "checkpoint of step %" PRIu64 " not taken: %s", q->step,
+                       graft_status_string(pst));
+        set_step(rt, q->step + 1);
+        if (!rt->healthy_published) {
+            st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, q->step + 1);
+            rt->healthy_published = st == GRAFT_OK;
+        }
+    } else {
+        /* A healed group holds the quorum's step even when the vote fails. */
+        if (rt->state_valid)
+            set_step(rt, q->step);
+        graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_COMMIT_FAILED,
+                                    .status = ret != GRAFT_OK ? ret : GRAFT_EVOTE,
+                                    .step = q->step, .quorum_id = q->id,
+                                    .detail = reason != NULL ? reason : "another rank voted no"};
+        graft__rt_emit(rt, &ev);
+    }
+    pthread_mutex_lock(&rt->mu);
+    if (decision)
+        rt->metrics.commits++;
+    else
+        rt->metrics.commits_failed++;
+    rt->metrics.last_commit_ns = graft__now_ns() - t0;
+    pthread_mutex_unlock(&rt->mu);
+    graft_membership_quorum_free(q);
+    rt->q = NULL;
+    *apply_p = decision;
+    return ret;
+}
