@@ -450,6 +450,26 @@ static void test_second_tier(void **state)
     assert_int_equal(res.second_tier_status, GRAFT_OK);
     graft_persist_writer_destroy(w);
     assert_int_equal(graft_persist_verify(tier2, 77, GRAFT_PERSIST_VERIFY_FULL, NULL), GRAFT_OK);
+    /* A second tier that cannot be written fails alone: the local
+     * checkpoint still commits. */
+    char *blocked = malloc(strlen(second) + 32);
+    sprintf(blocked, "%s/file", second);
+    FILE *pf = fopen(blocked, "w");
+    assert_non_null(pf);
+    fclose(pf);
+    char *under_file = malloc(strlen(blocked) + 16);
+    sprintf(under_file, "%s/tier", blocked);
+    cfg.second_root = under_file;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    assert_int_equal(graft_persist_save(w, 78, 2, (const graft_persist_region_t *const *)lay->regions,
+                                        lay->nregions, NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_persist_wait(w, 78, &res), GRAFT_OK);
+    assert_int_not_equal(res.second_tier_status, GRAFT_OK);
+    graft_persist_writer_destroy(w);
+    assert_int_equal(graft_persist_verify(root, 78, GRAFT_PERSIST_VERIFY_FULL, NULL), GRAFT_OK);
+    free(under_file);
+    free(blocked);
     /* The local root is lost: restore from the second tier. */
     pt_rmtree(root);
     restore_global(tier2, 3, 77, g);
