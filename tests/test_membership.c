@@ -681,6 +681,47 @@ static void test_event_history_bounded(void **state)
     graft_membership_destroy(m);
 }
 
+/* ----------------------------------------------------- etcd unreachable --- */
+
+static void test_etcd_down_cannot_commit(void **state)
+{
+    (void)state;
+    graft_membership_config_t c = cfg_for("down", 0, 0, 1);
+    c.lease_ttl_s = 5; /* outlives the outage: what is tested is the vote */
+    graft_membership_t *a = NULL;
+    assert_int_equal(graft_membership_create(&c, &a), GRAFT_OK);
+    graft_quorum_t *q = NULL;
+    assert_int_equal(graft_membership_quorum_wait(a, 3, 3000, &q), GRAFT_OK);
+    assert_int_equal(graft_etcd_server_stop(T.server), GRAFT_OK);
+    bool d = true;
+    uint64_t t0 = graft__now_ns();
+    graft_status_t st = graft_membership_commit_vote(a, q, true, NULL, 700, &d);
+    uint64_t took_ms = (graft__now_ns() - t0) / 1000000u;
+    /* the group cannot commit, says why, and kept retrying until the timeout */
+    assert_int_equal(graft_status_class(st), GRAFT_CLASS_JOB);
+    assert_false(d);
+    assert_true(took_ms >= 600);
+    graft_membership_stats_t stats;
+    graft_membership_stats_get(a, &stats);
+    assert_true(stats.etcd_errors >= 2);
+    graft_quorum_t *q2 = NULL;
+    st = graft_membership_quorum_wait(a, 4, 700, &q2);
+    assert_int_equal(graft_status_class(st), GRAFT_CLASS_JOB);
+    assert_null(q2);
+    assert_int_equal(graft_etcd_server_restart(T.server), GRAFT_OK);
+    /* back: the next step works (after at most one lease report) */
+    st = graft_membership_quorum_wait(a, 3, 5000, &q2);
+    if (st == GRAFT_ELEASE)
+        st = graft_membership_quorum_wait(a, 3, 5000, &q2);
+    assert_int_equal(st, GRAFT_OK);
+    assert_true(q2->round > q->round);
+    assert_int_equal(graft_membership_commit_vote(a, q2, true, NULL, 3000, &d), GRAFT_OK);
+    assert_true(d);
+    graft_membership_quorum_free(q2);
+    graft_membership_quorum_free(q);
+    graft_membership_destroy(a);
+}
+
 /* ------------------------------------------------ compaction and restart --- */
 
 static void test_view_resyncs_after_compaction(void **state)
@@ -749,6 +790,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),
         cmocka_unit_test(test_event_history_bounded),
+        cmocka_unit_test(test_etcd_down_cannot_commit),
         cmocka_unit_test(test_view_resyncs_after_compaction),
     };
     return cmocka_run_group_tests_name("membership", tests, group_setup, group_teardown);

@@ -1,0 +1,379 @@
+/*
+ * membership_bench: what the membership layer achieves against an embedded
+ * etcd on loopback, each figure printed beside what it is judged by:
+ *
+ *  - kill -> detection: ranks in child processes are SIGKILLed; an observer
+ *    measures until their group shows unhealthy. Median and p99 beside the
+ *    TTL and the TTL + TTL/3 bound.
+ *  - quorum formation after the last ready, for 8, 64 and 256 groups (one
+ *    rank each, one handle and thread per group, separate leases and
+ *    clients): ranks arrive with a few ms of jitter; the time from the last
+ *    rank's call to the moment every rank has its quorum. Median over the
+ *    steps, beside the 50 ms goal at 64.
+ *  - etcd requests per group per steady-state step (quorum + commit vote),
+ *    counted by the handles, keep-alives apart; beside the goal of 3.
+ *
+ *   membership_bench [--json] [--quick] [--kills N] [--steps N] [--groups N]
+ *
+ * --groups N measures formation for N groups only (no kills).
+ *
+ * Internally re-executes itself with --child to host the ranks it kills.
+ */
+#include <graft/etcd.h>
+#include <graft/membership.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "etcd_fixture.h"
+
+#define JOB_KILL "bench-kill"
+#define KILL_TTL_S 2
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return -1;
+    qsort(v, n, sizeof(*v), cmp_double);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+static const char *endpoint;
+
+static graft_etcd_config_t etcd_config(void)
+{
+    graft_etcd_config_t e = {0};
+    e.endpoints = &endpoint;
+    e.n_endpoints = 1;
+    e.request_timeout_ms = 5000;
+    e.connect_timeout_ms = 500;
+    e.max_retries = 2;
+    e.retry_backoff_ms = 20;
+    return e;
+}
+
+/* ------------------------------------------------------ kill -> detect --- */
+
+static int child_main(char **argv)
+{
+    endpoint = argv[2];
+    graft_etcd_config_t e = etcd_config();
+    graft_membership_config_t c = {0};
+    c.job = JOB_KILL;
+    c.etcd = &e;
+    c.group = (uint32_t)atoi(argv[3]);
+    c.ranks_per_group = 1;
+    c.lease_ttl_s = KILL_TTL_S;
+    graft_membership_t *m = NULL;
+    if (graft_membership_create(&c, &m) != GRAFT_OK)
+        return 1;
+    for (;;)
+        pause(); /* until SIGKILL */
+}
+
+static size_t bench_kills(const char *self, int n_kills, double *lat)
+{
+    graft_etcd_config_t e = etcd_config();
+    graft_membership_config_t c = {0};
+    c.job = JOB_KILL;
+    c.etcd = &e;
+    c.observer = true;
+    c.ranks_per_group = 1;
+    graft_membership_t *obs = NULL;
+    if (graft_membership_create(&c, &obs) != GRAFT_OK)
+        return 0;
+    pid_t *pids = calloc((size_t)n_kills, sizeof(*pids));
+    double *killed_at = calloc((size_t)n_kills, sizeof(*killed_at));
+    size_t n = 0;
+    for (int i = 0; i < n_kills; i++) {
+        char g[16];
+        snprintf(g, sizeof(g), "%d", i);
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            char *args[] = {(char *)self, "--child", (char *)endpoint, g, NULL};
+            execv(self, args);
+            _exit(127);
+        }
+    }
+    /* wait for every child to be live */
+    double end = now_ms() + 30000;
+    for (;;) {
+        graft_membership_view_t *v = NULL;
+        size_t healthy = 0;
+        if (graft_membership_view_get(obs, &v) == GRAFT_OK) {
+            healthy = v->n_healthy_groups;
+            graft_membership_view_free(v);
+        }
+        if (healthy == (size_t)n_kills || now_ms() > end)
+            break;
+        usleep(20000);
+    }
+    /* Kill them one after another at random phases of their keep-alive
+     * period, so the samples cover the whole range of lease time left. */
+    srand(12345);
+    for (int i = 0; i < n_kills; i++) {
+        usleep((useconds_t)(rand() % (KILL_TTL_S * 1000 / 3)) * 1000u);
+        killed_at[i] = now_ms();
+        kill(pids[i], SIGKILL);
+    }
+    double *seen = calloc((size_t)n_kills, sizeof(*seen));
+    end = now_ms() + KILL_TTL_S * 1000.0 * 3 + 5000;
+    size_t left = (size_t)n_kills;
+    while (left > 0 && now_ms() < end) {
+        for (int i = 0; i < n_kills; i++) {
+            if (seen[i] == 0 && !graft_membership_group_healthy(obs, (uint32_t)i)) {
+                seen[i] = now_ms();
+                left--;
+            }
+        }
+        uint64_t ver = 0;
+        if (graft_membership_view_wait(obs, 0, 0, &ver) != GRAFT_OK)
+            ver = 0;
+        if (graft_membership_view_wait(obs, ver, 20, NULL) != GRAFT_OK)
+            continue;
+    }
+    for (int i = 0; i < n_kills; i++) {
+        int status;
+        waitpid(pids[i], &status, 0);
+        if (seen[i] > 0)
+            lat[n++] = seen[i] - killed_at[i];
+    }
+    free(seen);
+    free(killed_at);
+    free(pids);
+    graft_membership_destroy(obs);
+    return n;
+}
+
+/* ------------------------------------------------------------ formation --- */
+
+typedef struct grp {
+    graft_membership_t *m;
+    uint32_t g;
+    int steps;
+    uint64_t committed;
+    double *t_call, *t_ret; /* per step */
+    int fails;
+    pthread_barrier_t *bar;
+    graft_membership_stats_t after_first;
+} grp_t;
+
+static void *grp_main(void *arg)
+{
+    grp_t *gr = arg;
+    unsigned seed = gr->g * 7919u + 1;
+    for (int s = 0; s < gr->steps; s++) {
+        pthread_barrier_wait(gr->bar);
+        /* arrive with a little compute jitter */
+        usleep((useconds_t)(rand_r(&seed) % 10000));
+        graft_quorum_t *q = NULL;
+        gr->t_call[s] = now_ms();
+        graft_status_t st = graft_membership_quorum_wait(gr->m, gr->committed, 60000, &q);
+        gr->t_ret[s] = now_ms();
+        if (st == GRAFT_OK) {
+            bool d = false;
+            if (graft_membership_commit_vote(gr->m, q, true, NULL, 60000, &d) == GRAFT_OK && d)
+                gr->committed = q->step + 1;
+            else
+                gr->fails++;
+            graft_membership_quorum_free(q);
+        } else {
+            gr->fails++;
+        }
+        if (s == 0)
+            graft_membership_stats_get(gr->m, &gr->after_first);
+    }
+    return NULL;
+}
+
+typedef struct form_result {
+    double median_ms, p99_ms;
+    double requests_per_group_step;
+    int fails;
+} form_result_t;
+
+static int bench_formation(uint32_t groups, int steps, form_result_t *out)
+{
+    char job[32];
+    snprintf(job, sizeof(job), "bench-form-%u", groups);
+    graft_etcd_config_t e = etcd_config();
+    grp_t *gr = calloc(groups, sizeof(*gr));
+    pthread_t *th = calloc(groups, sizeof(*th));
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, groups);
+    int rc = 0;
+    for (uint32_t g = 0; g < groups; g++) {
+        graft_membership_config_t c = {0};
+        c.job = job;
+        c.etcd = &e;
+        c.group = g;
+        c.ranks_per_group = 1;
+        c.lease_ttl_s = 10;
+        c.join_timeout_ms = 30000;
+        gr[g].g = g;
+        gr[g].steps = steps;
+        gr[g].committed = 1;
+        gr[g].bar = &bar;
+        gr[g].t_call = calloc((size_t)steps, sizeof(double));
+        gr[g].t_ret = calloc((size_t)steps, sizeof(double));
+        if (graft_membership_create(&c, &gr[g].m) != GRAFT_OK) {
+            fprintf(stderr, "membership_bench: cannot create group %u\n", g);
+            rc = -1;
+            goto out;
+        }
+    }
+    for (uint32_t g = 0; g < groups; g++)
+        pthread_create(&th[g], NULL, grp_main, &gr[g]);
+    for (uint32_t g = 0; g < groups; g++)
+        pthread_join(th[g], NULL);
+    /* step 0 includes the first formation after the joins: not steady state */
+    double *samples = calloc((size_t)steps, sizeof(double));
+    size_t n = 0;
+    uint64_t reqs = 0;
+    out->fails = 0;
+    for (int s = 1; s < steps; s++) {
+        double last_call = 0, last_ret = 0;
+        for (uint32_t g = 0; g < groups; g++) {
+            if (gr[g].t_call[s] > last_call)
+                last_call = gr[g].t_call[s];
+            if (gr[g].t_ret[s] > last_ret)
+                last_ret = gr[g].t_ret[s];
+        }
+        samples[n++] = last_ret - last_call;
+    }
+    for (uint32_t g = 0; g < groups; g++) {
+        graft_membership_stats_t st;
+        graft_membership_stats_get(gr[g].m, &st);
+        reqs += st.requests - gr[g].after_first.requests;
+        out->fails += gr[g].fails;
+    }
+    out->requests_per_group_step = (double)reqs / ((double)groups * (double)(steps - 1));
+    out->median_ms = pct(samples, n, 0.5);
+    out->p99_ms = pct(samples, n, 0.99);
+    free(samples);
+out:
+    for (uint32_t g = 0; g < groups; g++) {
+        graft_membership_destroy(gr[g].m);
+        free(gr[g].t_call);
+        free(gr[g].t_ret);
+    }
+    pthread_barrier_destroy(&bar);
+    free(th);
+    free(gr);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--child") == 0)
+        return argc == 4 ? child_main(argv) : 2;
+    bool json = false, quick = false;
+    int kills = 20, steps = 8, only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = true;
+        else if (strcmp(argv[i], "--kills") == 0 && i + 1 < argc)
+            kills = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--groups") == 0 && i + 1 < argc)
+            only = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--json] [--quick] [--kills N] [--steps N] [--groups N]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (quick) {
+        kills = 6;
+        steps = 4;
+    }
+    if (kills < 1 || steps < 2) {
+        fprintf(stderr, "membership_bench: --kills >= 1 and --steps >= 2\n");
+        return 2;
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (len <= 0)
+        return 1;
+    self[len] = '\0';
+    graft_test_etcd_t T;
+    if (graft_test_etcd_start(&T, NULL) != 0)
+        return 1;
+    endpoint = graft_etcd_server_endpoint(T.server);
+    if (only > 0) {
+        form_result_t f;
+        int frc = bench_formation((uint32_t)only, steps, &f);
+        graft_test_etcd_stop(&T);
+        printf("%d groups: formation median %.1f ms, p99 %.1f ms, %.2f requests/group/step, "
+               "%d fails\n", only, f.median_ms, f.p99_ms, f.requests_per_group_step, f.fails);
+        return frc != 0;
+    }
+
+    double *lat = calloc((size_t)kills, sizeof(double));
+    size_t n_lat = bench_kills(self, kills, lat);
+    double limit = KILL_TTL_S * 1000.0 * 4 / 3;
+    double det_med = pct(lat, n_lat, 0.5), det_p99 = pct(lat, n_lat, 0.99);
+    double det_max = pct(lat, n_lat, 1.0);
+
+    const uint32_t sizes[3] = {8, 64, 256};
+    form_result_t fr[3];
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        int st = sizes[i] == 256 ? (steps < 4 ? steps : 4) : steps;
+        if (bench_formation(sizes[i], st, &fr[i]) != 0) {
+            rc = 1;
+            fr[i] = (form_result_t){-1, -1, -1, -1};
+        }
+    }
+    graft_test_etcd_stop(&T);
+
+    printf("membership_bench (embedded etcd on loopback)\n\n");
+    printf("kill -> group unhealthy (%zu of %d SIGKILLed ranks, TTL %d s, keep-alive TTL/3)\n",
+           n_lat, kills, KILL_TTL_S);
+    printf("  median %.0f ms   p99 %.0f ms   max %.0f ms   | TTL %d ms, bound TTL+TTL/3 %.0f ms\n\n",
+           det_med, det_p99, det_max, KILL_TTL_S * 1000, limit);
+    printf("quorum formation after the last ready (quorum + commit vote per step)\n");
+    printf("  %6s  %10s  %10s  %14s  %6s\n", "groups", "median ms", "p99 ms", "req/group/step",
+           "fails");
+    for (int i = 0; i < 3; i++)
+        printf("  %6u  %10.1f  %10.1f  %14.2f  %6d\n", sizes[i], fr[i].median_ms, fr[i].p99_ms,
+               fr[i].requests_per_group_step, fr[i].fails);
+    printf("  goals: <= 50 ms at 64 groups; <= 3 requests per group per step\n");
+    if (json)
+        printf("{\"bench\":\"membership\",\"ttl_ms\":%d,\"detect_samples\":%zu,"
+               "\"detect_median_ms\":%.1f,\"detect_p99_ms\":%.1f,\"detect_max_ms\":%.1f,"
+               "\"detect_bound_ms\":%.1f,\"form_median_ms\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},"
+               "\"form_p99_ms\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},\"form_goal_ms_64\":50,"
+               "\"requests_per_group_step\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},"
+               "\"requests_goal\":3,\"fails\":%d}\n",
+               KILL_TTL_S * 1000, n_lat, det_med, det_p99, det_max, limit, fr[0].median_ms,
+               fr[1].median_ms, fr[2].median_ms, fr[0].p99_ms, fr[1].p99_ms, fr[2].p99_ms,
+               fr[0].requests_per_group_step, fr[1].requests_per_group_step,
+               fr[2].requests_per_group_step, fr[0].fails + fr[1].fails + fr[2].fails);
+    free(lat);
+    return rc;
+}
