@@ -498,6 +498,14 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     close(fd);
     fd = -1;
     graft__persist_crash_point();
+    /* Never replace a shard of a checkpoint that has been committed since
+     * this save was queued: its manifest records the old file. */
+    if (manifest_exists(w->root, j->step)) {
+        GRAFT_ERROR(GP_MOD, "step %llu was committed meanwhile; not replacing %s",
+                    (unsigned long long)j->step, final);
+        st = GRAFT_EEXIST;
+        goto out_unlink;
+    }
     if (rename(tmp, final) != 0) {
         GRAFT_ERROR(GP_MOD, "rename %s: %s", tmp, strerror(errno));
         st = GRAFT_EIO;
@@ -1046,9 +1054,17 @@ static graft_status_t save_ranks(graft_persist_writer_t *w, uint64_t step, uint3
         }
         need += shard_bound(raw[i], w->chunk_bytes);
     }
-    if (manifest_exists(w->root, step)) {
-        GRAFT_ERROR(GP_MOD, "step %llu is already checkpointed under %s", (unsigned long long)step,
-                    w->root);
+    bool pending = false;
+    pthread_mutex_lock(&w->mu);
+    for (gp_step_rec_t *r = w->steps; r != NULL; r = r->next)
+        pending |= r->step == step && !r->done;
+    for (gp_job_t *q = w->head; q != NULL; q = q->next)
+        pending |= q->type == JOB_SHARD && q->step == step && q->rank >= first &&
+                   q->rank < first + count;
+    pthread_mutex_unlock(&w->mu);
+    if (pending || manifest_exists(w->root, step)) {
+        GRAFT_ERROR(GP_MOD, "step %llu is already %s under %s", (unsigned long long)step,
+                    pending ? "being checkpointed" : "checkpointed", w->root);
         st = GRAFT_EEXIST;
         goto out;
     }

@@ -244,6 +244,13 @@ static void test_filters_fingerprint_progress(void **state)
     assert_int_equal(graft_persist_wait(w, 2, NULL), GRAFT_OK);
     /* saving a committed step again is refused */
     assert_int_equal(graft_persist_save(w, 2, 1, per_rank, nregs, &o), GRAFT_EEXIST);
+    /* ...and so is a step still being written */
+    assert_int_equal(graft_persist_save(w, 3, 1, per_rank, nregs, &o), GRAFT_OK);
+    assert_int_equal(graft_persist_save(w, 3, 1, per_rank, nregs, &o), GRAFT_EEXIST);
+    assert_int_equal(graft_persist_wait(w, 3, NULL), GRAFT_OK);
+    char *dir3 = pt_path(root, 3, "");
+    dir3[strlen(dir3) - 1] = '\0';
+    pt_rmtree(dir3); /* the tests below expect steps 1 and 2 only */
     graft_persist_writer_destroy(w);
 
     uint8_t w1[5000], o1[3000], rng1[64];
