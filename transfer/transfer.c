@@ -266,6 +266,17 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
         goto err_free;
     }
 
+#ifdef GRAFT_HAVE_CUDA
+    /* Device regions are served from their pinned shadows: refresh them. */
+    for (size_t i = 0; i < ep->n_regions; i++) {
+        graft__region_t *r = &ep->regions[i];
+        if (r->device != GRAFT_TRANSFER_CUDA)
+            continue;
+        status = graft__cuda_stage(r->host, r->ptr, r->bytes, false, 0);
+        if (status != GRAFT_OK)
+            goto err_free;
+    }
+#endif
     pthread_mutex_lock(&ep->lock);
     ep->hashes = hashes;
     ep->hash_done = done;
@@ -441,7 +452,18 @@ graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
         return GRAFT_ESTATE;
     }
     atomic_store(&ep->cancel, false);
-    status = ep->ops->pull(ep, options, rep);
+    if (options->backend == GRAFT_TRANSFER_BACKEND_NCCL) {
+#ifdef GRAFT_HAVE_CUDA
+        status = graft__nccl_ops.pull(ep, options, rep);
+#else
+        GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend is not in this build");
+        status = GRAFT_ENOTSUP;
+#endif
+    } else if (options->backend == GRAFT_TRANSFER_BACKEND_UCX) {
+        status = ep->ops->pull(ep, options, rep);
+    } else {
+        status = GRAFT_EINVAL;
+    }
     rep->status = status;
     rep->installed = status == GRAFT_OK;
     atomic_store(&ep->pulling, false);
@@ -453,3 +475,28 @@ void graft_transfer_pull_cancel(graft_transfer_endpoint_t *ep)
     if (ep != NULL && atomic_load(&ep->pulling))
         atomic_store(&ep->cancel, true);
 }
+
+graft_status_t graft_transfer_serve_nccl(graft_transfer_endpoint_t *ep, uint64_t step,
+                                         const graft_transfer_nccl_options_t *options)
+{
+    if (ep == NULL || options == NULL || options->exchange == NULL)
+        return GRAFT_EINVAL;
+#ifdef GRAFT_HAVE_CUDA
+    if (graft__cuda_devices() == 0) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend needs a GPU; none found");
+        return GRAFT_ENOTSUP;
+    }
+    return graft__nccl_ops.serve_pair(ep, step, options);
+#else
+    (void)step;
+    GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend is not in this build");
+    return GRAFT_ENOTSUP;
+#endif
+}
+
+#ifndef GRAFT_HAVE_CUDA
+int graft_transfer_cuda_device_count(void)
+{
+    return 0;
+}
+#endif

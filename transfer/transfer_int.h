@@ -56,9 +56,26 @@ struct graft_transport_ops {
     /* Pull every region; fills the report. */
     graft_status_t (*pull)(graft_transfer_endpoint_t *ep, const graft_transfer_pull_options_t *o,
                            graft_transfer_report_t *report);
+    /* Donor side of a pairwise transport (NCCL); NULL for one-sided ones. */
+    graft_status_t (*serve_pair)(graft_transfer_endpoint_t *ep, uint64_t step,
+                                 const graft_transfer_nccl_options_t *o);
 };
 
 extern const struct graft_transport_ops graft__ucx_ops;
+
+#ifdef GRAFT_HAVE_CUDA
+extern const struct graft_transport_ops graft__nccl_ops;
+
+/* CUDA helpers (cuda_staging.c). Device memory reaches UCX through a pinned
+ * host shadow of each CUDA region. */
+int graft__cuda_devices(void);
+GRAFT_WUR graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p);
+void graft__cuda_host_free(void *host);
+/* Copy between a device region and its pinned shadow, pipelined in pieces
+ * over two streams so that consecutive pieces overlap. */
+GRAFT_WUR graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes,
+                                           bool to_device, int device);
+#endif
 
 /* A recipient count per step, for the fence. */
 typedef struct graft__fence_slot {

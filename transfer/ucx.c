@@ -765,6 +765,12 @@ static void ucx_region_unmap(graft_transfer_endpoint_t *ep, graft__region_t *r)
         (void)ucp_mem_unmap(t->ctx, r->memh);
     r->rkey = NULL;
     r->memh = NULL;
+#ifdef GRAFT_HAVE_CUDA
+    if (r->device == GRAFT_TRANSFER_CUDA && r->host != r->ptr) {
+        graft__cuda_host_free(r->host);
+        r->host = r->ptr;
+    }
+#endif
 }
 
 static void ucx_fini(graft_transfer_endpoint_t *ep)
@@ -803,11 +809,17 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
     ucs_status_t st;
 
     if (r->device == GRAFT_TRANSFER_CUDA) {
-        /* Debian's UCX has no CUDA support; device regions need the staging
-         * path, which needs CUDA. */
+#ifdef GRAFT_HAVE_CUDA
+        /* Debian's UCX has no CUDA support: the network reads and writes a
+         * pinned host shadow, staged from/to the device around transfers. */
+        graft_status_t status = graft__cuda_host_alloc(r->bytes, &r->host);
+        if (status != GRAFT_OK)
+            return status;
+#else
         GRAFT_ERROR(GRAFT__XFER_MOD, "region '%s': CUDA memory is not supported by this build",
                     r->name);
         return GRAFT_ENOTSUP;
+#endif
     }
     if (r->bytes == 0)
         return GRAFT_OK;
@@ -819,7 +831,7 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
     if (st != UCS_OK) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map of region '%s' (%llu bytes): %s", r->name,
                     (unsigned long long)r->bytes, ucs_status_string(st));
-        return GRAFT_ETRANSPORT;
+        goto err_shadow;
     }
     st = ucp_rkey_pack(t->ctx, r->memh, &r->rkey, &r->rkey_len);
     if (st != UCS_OK) {
@@ -827,9 +839,18 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
                     ucs_status_string(st));
         (void)ucp_mem_unmap(t->ctx, r->memh);
         r->memh = NULL;
-        return GRAFT_ETRANSPORT;
+        goto err_shadow;
     }
     return GRAFT_OK;
+
+err_shadow:
+#ifdef GRAFT_HAVE_CUDA
+    if (r->device == GRAFT_TRANSFER_CUDA) {
+        graft__cuda_host_free(r->host);
+        r->host = r->ptr;
+    }
+#endif
+    return GRAFT_ETRANSPORT;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -864,6 +885,7 @@ typedef struct pdonor {
     uint64_t last_ns;
     uint64_t connect_deadline;
     void *close_req;
+    bool close_when_drained;
 } pdonor_t;
 
 typedef struct pslot {
@@ -947,9 +969,15 @@ static void ep_close_start(pull_t *p, pdonor_t *d, bool force)
     (void)p;
 }
 
-/* Drop a donor: its unverified chunks go back to the queue; chunks it has
- * in flight follow when UCX completes them (with an error) after the
- * forced close, so no late write can land on a reassigned chunk. */
+/*
+ * Drop a donor: its unverified chunks go back to the queue; chunks it has
+ * in flight follow when UCX completes them, so no late write can land on a
+ * reassigned chunk. A donor whose transport failed or that stalled is
+ * closed by force at once (that completes its requests with an error). A
+ * donor that is alive but unusable (refusal, bad hash, protocol error) is
+ * closed gracefully once its reads drained: UCX 1.13 aborts a donor that
+ * receives a read request on an endpoint the recipient force-closed.
+ */
 static void donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
 {
     if (d->state == D_FAILED)
@@ -965,7 +993,22 @@ static void donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
             p->rep->donors[d->index].reassigned++;
         }
     }
-    ep_close_start(p, d, true);
+    if (d->err_flag || why == GRAFT_EPEER_TIMEOUT)
+        ep_close_start(p, d, true);
+    else
+        d->close_when_drained = true;
+}
+
+/* Graceful closes of dropped donors whose reads have drained. */
+static void donors_close_drained(pull_t *p)
+{
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->close_when_drained && d->inflight == 0) {
+            d->close_when_drained = false;
+            ep_close_start(p, d, false);
+        }
+    }
 }
 
 static void chunk_verify(pull_t *p, uint64_t c)
@@ -1390,8 +1433,21 @@ static void pull_teardown(pull_t *p)
             GRAFT_OK)
             GRAFT_WARN(GRAFT__XFER_MOD, "could not tell donor %zu that the pull is done", i);
     }
-    for (size_t i = 0; i < p->n_donors; i++)
-        ep_close_start(p, &p->donors[i], p->status != GRAFT_OK);
+    /* Let reads still in flight finish before closing (see donor_fail). */
+    deadline = graft__now_ns() + TEARDOWN_NS;
+    for (;;) {
+        bool busy = false;
+        ucp_worker_progress(p->worker);
+        for (size_t i = 0; i < p->n_slots; i++)
+            busy = busy || (p->slots[i].busy && !p->slots[i].done);
+        if (!busy || graft__now_ns() > deadline)
+            break;
+    }
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        d->close_when_drained = false;
+        ep_close_start(p, d, d->err_flag || p->rep->donors[i].status == GRAFT_EPEER_TIMEOUT);
+    }
 
     deadline = graft__now_ns() + TEARDOWN_NS;
     for (;;) {
@@ -1479,10 +1535,6 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
     graft_status_t status;
     static atomic_uint_fast64_t nonce_counter = 1;
 
-    for (size_t r = 0; r < ep->n_regions; r++) {
-        if (ep->regions[r].device != GRAFT_TRANSFER_HOST)
-            return GRAFT_ENOTSUP;
-    }
     memset(&p, 0, sizeof(p));
     p.ep = ep;
     p.o = o;
@@ -1530,6 +1582,7 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
             graft_free(m);
         }
         slots_reap(&p);
+        donors_close_drained(&p);
         if (p.status == GRAFT_OK)
             issue_gets(&p);
         if (o->progress != NULL && p.done_bytes != last_progress_bytes) {
@@ -1540,6 +1593,14 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
     status = p.status;
     if (status == GRAFT_OK && p.done_chunks != p.n_chunks)
         status = GRAFT_EINTERNAL;
+#ifdef GRAFT_HAVE_CUDA
+    /* Verified bytes of device regions sit in their pinned shadows. */
+    for (size_t r = 0; r < ep->n_regions && status == GRAFT_OK; r++) {
+        graft__region_t *reg = &ep->regions[r];
+        if (reg->device == GRAFT_TRANSFER_CUDA)
+            status = graft__cuda_stage(reg->ptr, reg->host, reg->bytes, true, 0);
+    }
+#endif
     pull_teardown(&p);
     rep->elapsed_ns = graft__now_ns() - start;
     if (status == GRAFT_OK)

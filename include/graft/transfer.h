@@ -224,6 +224,18 @@ uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step
  */
 typedef void (*graft_transfer_progress_fn)(uint64_t bytes_done, uint64_t bytes_total, void *arg);
 
+/** Which transport moves the bytes of a pull. */
+typedef enum graft_transfer_backend {
+    /** UCX one-sided gets, multi-donor; CUDA regions are staged through
+     *  pinned host buffers (builds with CUDA only). */
+    GRAFT_TRANSFER_BACKEND_UCX = 0,
+    /** NCCL send/recv of the CUDA regions over a 2-rank communicator with
+     *  one donor (builds with CUDA and NCCL only). */
+    GRAFT_TRANSFER_BACKEND_NCCL = 1
+} graft_transfer_backend_t;
+
+struct graft_transfer_nccl_options;
+
 /** What to pull and how. Zero values select the defaults given. */
 typedef struct graft_transfer_pull_options {
     const char *const *donors;   /**< donor addresses, "ip:port" */
@@ -235,6 +247,8 @@ typedef struct graft_transfer_pull_options {
     uint32_t timeout_ms;         /**< whole pull; 0 = no limit */
     graft_transfer_progress_fn progress; /**< optional */
     void *progress_arg;
+    graft_transfer_backend_t backend;    /**< UCX (default) or NCCL */
+    const struct graft_transfer_nccl_options *nccl; /**< required with the NCCL backend */
 } graft_transfer_pull_options_t;
 
 #define GRAFT_TRANSFER_MAX_DONORS 16
@@ -273,8 +287,13 @@ typedef struct graft_transfer_report {
  *                        donors (its layout hash is sent).
  * @param [in]  options   donors, step, window, timeouts, progress.
  * @param [out] report_p  filled in always (also on failure); may be NULL.
+ * With options->backend == GRAFT_TRANSFER_BACKEND_NCCL the pull moves the
+ * CUDA regions only, from exactly one donor that runs
+ * graft_transfer_serve_nccl(); each chunk is verified on the host after a
+ * copy back, and nothing is reported installed unless all match.
  * @return GRAFT_OK (installed), GRAFT_EINVAL, GRAFT_ESTATE (serving, or
- *         another pull running), GRAFT_EDRIFT, GRAFT_ENODONOR (all donors
+ *         another pull running), GRAFT_ENOTSUP (CUDA regions or NCCL in a
+ *         build without CUDA), GRAFT_EDRIFT, GRAFT_ENODONOR (all donors
  *         refused or failed; the report says why each),
  *         GRAFT_ECANCELED, GRAFT_ETIMEOUT, GRAFT_ENOMEM, GRAFT_ETRANSPORT.
  */
@@ -288,6 +307,56 @@ GRAFT_WUR graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
  * @param [in] ep  the endpoint.
  */
 void graft_transfer_pull_cancel(graft_transfer_endpoint_t *ep);
+
+/* ------------------------------------------------------------------------ */
+/* GPU pairs over NCCL                                                      */
+/* ------------------------------------------------------------------------ */
+
+/** Size of an NCCL unique id. */
+#define GRAFT_TRANSFER_NCCL_UID_BYTES 128
+
+/**
+ * Exchange of the NCCL unique id of one donor/recipient pair; the runtime
+ * wires it to etcd. With @p publish true (donor) store @p uid for @p step;
+ * with @p publish false (recipient) fill @p uid in, waiting as needed.
+ * Return GRAFT_OK or an error, which aborts the transfer.
+ */
+typedef graft_status_t (*graft_transfer_uid_exchange_fn)(bool publish, uint8_t *uid,
+                                                         size_t uid_bytes, uint64_t step,
+                                                         void *arg);
+
+/** Options of an NCCL pair transfer. Zero values select the defaults given. */
+typedef struct graft_transfer_nccl_options {
+    graft_transfer_uid_exchange_fn exchange; /**< required */
+    void *exchange_arg;
+    int cuda_device;     /**< device of the regions; default 0 */
+    uint32_t timeout_ms; /**< whole transfer; past it the communicator is aborted; default 30000 */
+} graft_transfer_nccl_options_t;
+
+/**
+ * @brief Donor side of an NCCL pair transfer: publish a unique id, form a
+ *        2-rank non-blocking communicator with the recipient, send every
+ *        CUDA region (ncclSend inside one group call) and then the chunk
+ *        hashes, computed on the host from a copy of the regions. Blocks
+ *        until the recipient received everything, the timeout, or an error.
+ *        Call between graft_transfer_serve_begin() and serve_end(), from a
+ *        thread of the caller's choice. Counts toward the fence.
+ * @param [in] ep       the endpoint; serving @p step.
+ * @param [in] step     the step served.
+ * @param [in] options  id exchange, device, timeout.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ESTATE (not serving that step),
+ *         GRAFT_ENOTSUP (no CUDA/NCCL in this build, or no device),
+ *         GRAFT_ETIMEOUT (communicator aborted), GRAFT_ETRANSPORT (NCCL or
+ *         CUDA error), or the exchange callback's error.
+ */
+GRAFT_WUR graft_status_t graft_transfer_serve_nccl(graft_transfer_endpoint_t *ep, uint64_t step,
+                                                   const graft_transfer_nccl_options_t *options);
+
+/**
+ * @brief Number of CUDA devices usable by this build.
+ * @return 0 in builds without CUDA or on machines without a GPU.
+ */
+int graft_transfer_cuda_device_count(void);
 
 #ifdef __cplusplus
 }

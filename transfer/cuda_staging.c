@@ -1,0 +1,95 @@
+/*
+ * CUDA helpers of the transfer engine: pinned host shadows for device
+ * regions and pipelined copies between a region and its shadow. Debian's
+ * UCX has no CUDA support, so device memory reaches the network through
+ * these shadows. Built only when CUDA and NCCL are found.
+ */
+#include "transfer_int.h"
+
+#include <cuda_runtime.h>
+
+/* Piece size of a staged copy: large enough to run at copy-engine speed,
+ * small enough that two streams overlap consecutive pieces. */
+#define STAGE_PIECE (8ull << 20)
+
+int graft__cuda_devices(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess)
+        return 0;
+    return n;
+}
+
+int graft_transfer_cuda_device_count(void)
+{
+    return graft__cuda_devices();
+}
+
+graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p)
+{
+    void *p = NULL;
+    cudaError_t e;
+
+    if (graft__cuda_devices() == 0) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA memory needs a GPU; none found");
+        return GRAFT_ENOTSUP;
+    }
+    e = cudaHostAlloc(&p, bytes != 0 ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "cudaHostAlloc(%llu): %s", (unsigned long long)bytes,
+                    cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? GRAFT_ENOMEM : GRAFT_ETRANSPORT;
+    }
+    *host_p = p;
+    return GRAFT_OK;
+}
+
+void graft__cuda_host_free(void *host)
+{
+    if (host != NULL)
+        (void)cudaFreeHost(host);
+}
+
+graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, bool to_device,
+                                 int device)
+{
+    cudaStream_t streams[2] = {NULL, NULL};
+    enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    graft_status_t status = GRAFT_OK;
+    cudaError_t e;
+
+    e = cudaSetDevice(device);
+    if (e != cudaSuccess)
+        goto cuda_err;
+    for (int i = 0; i < 2; i++) {
+        e = cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
+        if (e != cudaSuccess)
+            goto cuda_err;
+    }
+    /* Alternate pieces between two streams: one piece's copy overlaps the
+     * next one's launch and the copy engines stay busy (double buffering
+     * of the pinned shadow). */
+    for (uint64_t off = 0, i = 0; off < bytes; off += STAGE_PIECE, i++) {
+        uint64_t n = GRAFT_MIN(STAGE_PIECE, bytes - off);
+        e = cudaMemcpyAsync((char *)dst + off, (const char *)src + off, n, kind, streams[i & 1]);
+        if (e != cudaSuccess)
+            goto cuda_err;
+    }
+    for (int i = 0; i < 2; i++) {
+        e = cudaStreamSynchronize(streams[i]);
+        if (e != cudaSuccess)
+            goto cuda_err;
+    }
+    goto out;
+
+cuda_err:
+    GRAFT_ERROR(GRAFT__XFER_MOD, "staging %llu bytes %s the device: %s",
+                (unsigned long long)bytes, to_device ? "to" : "from", cudaGetErrorString(e));
+    status = GRAFT_ETRANSPORT;
+out:
+    for (int i = 0; i < 2; i++) {
+        if (streams[i] != NULL)
+            (void)cudaStreamDestroy(streams[i]);
+    }
+    return status;
+}
