@@ -335,8 +335,9 @@ static json_t *manifest_json(const Graft__CheckpointManifest *m)
             }
         }
         if (json_array_append_new(
-                shards, json_pack("{s:i,s:s,s:I,s:o,s:o,s:I,s:I,s:I,s:I,s:o}", "rank",
-                                  (json_int_t)sh->rank, "file", sh->file, "file_bytes",
+                shards, json_pack("{s:i,s:i,s:s,s:I,s:o,s:o,s:I,s:I,s:I,s:I,s:o}", "rank",
+                                  (json_int_t)sh->rank, "written_by_group",
+                                  (json_int_t)sh->written_by_group, "file", sh->file, "file_bytes",
                                   (json_int_t)sh->file_bytes, "footer_hash", hex64(sh->file_hash),
                                   "layout_hash", hex64(sh->layout_hash), "raw_bytes",
                                   (json_int_t)sh->raw_bytes, "stored_bytes",

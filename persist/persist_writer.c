@@ -86,6 +86,7 @@ struct graft_persist_writer {
     uint32_t threads;
     uint64_t chunk_bytes;
     uint32_t max_pending;
+    uint32_t group;
     graft_persist_retention_t retention;
 
     pthread_t thread;
@@ -338,7 +339,7 @@ static void batch_join(graft_persist_writer_t *w, uint32_t set, uint32_t n)
 static graft_status_t shard_info_pack(const gp_job_t *j, const char *file, uint64_t file_bytes,
                                       uint64_t footer_hash, uint64_t stored_bytes,
                                       uint64_t chunks, uint64_t chunk_bytes, int level,
-                                      uint8_t **info_p,
+                                      uint32_t group, uint8_t **info_p,
                                       size_t *len_p)
 {
     graft_status_t st = GRAFT_ENOMEM;
@@ -385,6 +386,7 @@ static graft_status_t shard_info_pack(const gp_job_t *j, const char *file, uint6
     si.chunk_count = chunks;
     si.chunk_bytes = chunk_bytes;
     si.compression_level = level;
+    si.written_by_group = group;
     si.n_global_regions = j->nregions;
     si.global_regions = grp;
     size_t len = graft__shard_info__get_packed_size(&si);
@@ -517,7 +519,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         goto out;
     uint64_t file_bytes = cursor + index_len + GP_FOOTER_BYTES;
     st = shard_info_pack(j, name, file_bytes, f.footer_hash, stored_total, nchunks, cb, w->level,
-                         info_p,
+                         w->group, info_p,
                          len_p);
     goto out;
 
@@ -893,6 +895,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     w->chunk_bytes = config->chunk_bytes ? config->chunk_bytes : GP_DEFAULT_CHUNK_BYTES;
     w->max_pending = config->max_pending ? config->max_pending : 1;
     w->retention = config->retention;
+    w->group = config->group;
     w->root = graft__strdup(config->root);
     w->second_root = config->second_root ? graft__strdup(config->second_root) : NULL;
     w->code_revision = graft__strdup(config->code_revision ? config->code_revision : "");

@@ -387,7 +387,8 @@ static void test_distributed_commit(void **state)
     char *root = pt_tmpdir();
     pt_global_t *g = pt_global_new(5);
     pt_layout_t *lay = pt_global_split(g, 3);
-    graft_persist_config_t cfg = {.root = root, .chunk_bytes = 4096, .max_pending = 3};
+    graft_persist_config_t cfg = {.root = root, .chunk_bytes = 4096, .max_pending = 3,
+                                  .group = 5};
     graft_persist_writer_t *w;
     assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
     uint8_t *info[3] = {0};
@@ -424,6 +425,10 @@ static void test_distributed_commit(void **state)
     assert_int_equal(graft_persist_commit(root, 4, 3, in, ln, "rev", &o), GRAFT_EEXIST);
     assert_int_equal(graft_persist_verify(root, 4, GRAFT_PERSIST_VERIFY_FULL, &e), GRAFT_OK);
     assert_true(e.before_config_change);
+    char *json = pt_read_file_str(root, 4, "manifest.json");
+    assert_non_null(strstr(json, "\"written_by_group\": 5"));
+    assert_non_null(strstr(json, "\"code_revision\": \"rev\""));
+    free(json);
     restore_global(root, 2, 4, g);
     for (int r = 0; r < 3; r++)
         graft_free(info[r]);

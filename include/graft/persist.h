@@ -138,6 +138,7 @@ typedef struct graft_persist_config {
     uint64_t chunk_bytes;      /**< raw bytes per chunk; 0 = 4 MiB; 4 KiB..256 MiB */
     uint32_t max_pending;      /**< checkpoints in flight before a save blocks; 0 = 1 */
     const char *code_revision; /**< the training code's revision, recorded in the manifest */
+    uint32_t group;            /**< replica group writing the shards (recorded per shard) */
     graft_persist_retention_t retention; /**< applied after every commit (both roots) */
 } graft_persist_config_t;
 
