@@ -29,8 +29,6 @@
 
 #define STEP 7
 #define CHUNK (1u << 20)
-static const uint64_t sizes[2] = {(8u << 20) + 13, 3u << 20};
-static const char *const names[2] = {"weights", "optim"};
 
 /* Number of GPUs, asked in a child so the parent never initialises CUDA. */
 static int gpu_count(void)
@@ -53,6 +51,9 @@ static int gpu_count(void)
     } while (0)
 
 #ifdef GRAFT_HAVE_CUDA
+static const uint64_t sizes[2] = {(8u << 20) + 13, 3u << 20};
+static const char *const names[2] = {"weights", "optim"};
+
 static void fill_pattern(uint8_t *p, uint64_t n, uint64_t seed)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
