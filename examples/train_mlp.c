@@ -235,7 +235,7 @@ static graft_status_t fingerprint(void *arg, uint64_t *fp_p)
 typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
     const char *hash_out, *hash_log;
-    bool no_graft;
+    bool no_graft, die_when_serving;
 } opts_t;
 
 static int parse_u64(const char *flag, const char *v, uint64_t *out)
@@ -282,6 +282,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
             num = &o->blob_mib;
         } else if (strcmp(a, "--die-when-serving") == 0) {
             num = &o->die_when_serving_ms;
+            o->die_when_serving = true;
         } else if (strcmp(a, "--die-at-step") == 0) {
             num = &o->die_at_step;
         } else if (strcmp(a, "--checkpoint-at") == 0) {
@@ -433,7 +434,7 @@ int main(int argc, char **argv)
             (void)st;
             break;
         }
-        if (info.donor && o.die_when_serving_ms > 0) {
+        if (info.donor && o.die_when_serving) {
             sleep_ms(o.die_when_serving_ms);
             raise(SIGKILL);
         }

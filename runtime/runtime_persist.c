@@ -72,6 +72,10 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
         .ranks = rt->ranks,
         .regions = pr,
         .nregions = rt->n_regions,
+        /* Every rank of the group must pick the same checkpoint: a quick
+         * check reads only this rank's shard, so one rank could take a
+         * checkpoint whose other shard is corrupt while its peer skips it. */
+        .verify_full = true,
         /* The manifest's fingerprint is rank 0's. */
         .fingerprint_fn = rt->rank == 0 ? rt->fp_fn : NULL,
         .fingerprint_arg = rt->fp_arg,
@@ -332,6 +336,11 @@ graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quor
     bool write = my_writer == rt->group;
     bool commit = committer == rt->group && rt->rank == 0;
     if (!write && !commit)
+        return GRAFT_OK;
+    /* A group restored from this very checkpoint, or another group wrote
+     * it already: nothing to do. */
+    if (graft_persist_verify(rt->cfg->persist_root, q->step, GRAFT_PERSIST_VERIFY_QUICK, NULL) ==
+        GRAFT_OK)
         return GRAFT_OK;
     return ckpt_start(rt, q->step, write, commit, false);
 }

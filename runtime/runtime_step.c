@@ -17,18 +17,25 @@ static uint32_t lease_ttl_s(const graft_runtime_t *rt)
     return (uint32_t)GRAFT_MAX(1u, s);
 }
 
-/* Is there a group other than ours whose ranks are healthy and hold
- * committed state? Then this group starts by pulling from it. */
+/* Is there a group other than ours whose ranks are all healthy (they
+ * committed a step together) and hold committed state? Then this group
+ * starts by pulling from it. A rank that merely restored is not counted:
+ * its group may still be deciding, and the quorum sorts that out. */
 static bool donors_exist(graft_runtime_t *rt)
 {
     graft_membership_view_t *v = NULL;
     bool found = false;
     if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
         return false;
-    for (size_t i = 0; i < v->n_members && !found; i++) {
-        const graft_member_t *mb = &v->members[i];
-        found = mb->group != rt->group && mb->state == GRAFT_MEMBER_HEALTHY &&
-                mb->committed_step > 0;
+    for (size_t i = 0; i < v->n_members && !found;) {
+        size_t j = i, healthy = 0;
+        while (j < v->n_members && v->members[j].group == v->members[i].group) {
+            const graft_member_t *mb = &v->members[j];
+            healthy += mb->state == GRAFT_MEMBER_HEALTHY && mb->committed_step > 0;
+            j++;
+        }
+        found = v->members[i].group != rt->group && healthy == rt->ranks;
+        i = j;
     }
     graft_membership_view_free(v);
     return found;
@@ -84,13 +91,9 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
     } else if (rt->cfg->persist_root != NULL) {
         st = graft__rt_restore(rt, &step);
         if (st == GRAFT_OK) {
+            /* HEALTHY is published after the first commit, once the whole
+             * group has agreed on this state. */
             kind = GRAFT_START_RESTORE;
-            st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, step);
-            if (st != GRAFT_OK)
-                GRAFT_WARN(GRAFT_RT_MOD, "could not publish the restored step: %s",
-                           graft_status_string(st));
-            rt->healthy_published = st == GRAFT_OK;
-            st = GRAFT_OK;
         } else if (st == GRAFT_ENOCHECKPOINT) {
             st = GRAFT_OK;
         } else {

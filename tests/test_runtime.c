@@ -1,0 +1,573 @@
+/*
+ * The runtime end to end: real etcd, real UCX on loopback, real processes.
+ * The test plays the orchestrator: it starts examples/train_mlp (3 groups x
+ * 2 ranks), kills ranks with SIGKILL, starts replacements, and checks that
+ * every group holds bit-identical state at every commit and that strict
+ * mode ends bit-identical to a fault-free run (train_mlp --no-graft).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <graft/graft.h>
+#include <graft/persist.h>
+
+#include "etcd_fixture.h"
+
+#define G 3
+#define R 2
+#define MAX_PROCS 16
+
+static char trainer[1100];
+static graft_test_etcd_t etcd;
+
+typedef struct proc {
+    pid_t pid;
+    int group, rank;
+    char out[400];  /* stdout */
+    char log[400];  /* --hash-log */
+    int status;
+    bool done;
+} proc_t;
+
+typedef struct job {
+    char dir[256];
+    char name[64];
+    const char *extra_env[8]; /* "NAME=value" */
+    proc_t p[MAX_PROCS];
+    int n;
+} job_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void job_init(job_t *j, const char *name)
+{
+    memset(j, 0, sizeof(*j));
+    snprintf(j->dir, sizeof(j->dir), "%s/graft-rt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    assert_non_null(mkdtemp(j->dir));
+    snprintf(j->name, sizeof(j->name), "%s-%d", name, (int)getpid());
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", path);
+}
+
+/* Start rank (group, rank) of the trainer with the given flags. */
+static proc_t *spawn(job_t *j, int group, int rank, const char *const *flags)
+{
+    assert_true(j->n < MAX_PROCS);
+    proc_t *p = &j->p[j->n];
+    memset(p, 0, sizeof(*p));
+    p->group = group;
+    p->rank = rank;
+    char dir[sizeof(j->dir)];
+    int idx = j->n;
+    memcpy(dir, j->dir, sizeof(dir));
+    snprintf(p->out, sizeof(p->out), "%s/out.%d.%d.%d", dir, group, rank, idx);
+    snprintf(p->log, sizeof(p->log), "%s/log.%d.%d.%d", dir, group, rank, idx);
+    const char *args[32];
+    size_t n = 0;
+    args[n++] = trainer;
+    args[n++] = "--hash-log";
+    args[n++] = p->log;
+    for (size_t i = 0; flags != NULL && flags[i] != NULL && n < 30; i++)
+        args[n++] = flags[i];
+    args[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char v[32];
+        setenv("GRAFT_JOB", j->name, 1);
+        setenv("GRAFT_ETCD_ENDPOINTS", graft_etcd_server_endpoint(etcd.server), 1);
+        snprintf(v, sizeof(v), "%d", group);
+        setenv("GRAFT_GROUP", v, 1);
+        snprintf(v, sizeof(v), "%d", rank);
+        setenv("GRAFT_RANK", v, 1);
+        snprintf(v, sizeof(v), "%d", R);
+        setenv("GRAFT_RANKS_PER_GROUP", v, 1);
+        snprintf(v, sizeof(v), "%d", G);
+        setenv("GRAFT_GROUPS", v, 1);
+        setenv("GRAFT_LEASE_TTL_MS", "2000", 1);
+        setenv("GRAFT_JOIN_TIMEOUT_MS", "1000", 1);
+        setenv("GRAFT_FENCE_TIMEOUT_MS", "3000", 1);
+        setenv("GRAFT_STALL_TIMEOUT_MS", "1000", 1);
+        setenv("GRAFT_QUORUM_TIMEOUT_MS", "60000", 1);
+        if (getenv("GRAFT_LOG") == NULL)
+            setenv("GRAFT_LOG", "warn", 1);
+        for (size_t i = 0; i < 8 && j->extra_env[i] != NULL; i++)
+            putenv((char *)j->extra_env[i]);
+        int fd = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            close(fd);
+        }
+        execv(trainer, (char *const *)args);
+        _exit(127);
+    }
+    p->pid = pid;
+    j->n++;
+    return p;
+}
+
+static void spawn_all(job_t *j, const char *const *flags)
+{
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            spawn(j, g, r, flags);
+}
+
+/* Wait for every process; those still alive after timeout_s are killed
+ * (and fail the test). */
+static void wait_all(job_t *j, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < j->n; i++) {
+            proc_t *p = &j->p[i];
+            if (p->done)
+                continue;
+            pid_t r = waitpid(p->pid, &p->status, WNOHANG);
+            if (r == p->pid)
+                p->done = true;
+            else
+                all = false;
+        }
+        if (all)
+            return;
+        if (now_s() > end) {
+            for (int i = 0; i < j->n; i++)
+                if (!j->p[i].done) {
+                    kill(j->p[i].pid, SIGKILL);
+                    waitpid(j->p[i].pid, &j->p[i].status, 0);
+                    j->p[i].done = true;
+                }
+            fail_msg("trainers did not finish within %.0f s", timeout_s);
+        }
+        usleep(20000);
+    }
+}
+
+static void kill_proc(proc_t *p)
+{
+    assert_int_equal(kill(p->pid, SIGKILL), 0);
+    assert_int_equal(waitpid(p->pid, &p->status, 0), p->pid);
+    p->done = true;
+}
+
+/* Lines in a hash log: the last step it reached. */
+static int log_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    if (f == NULL)
+        return 0;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static void wait_log(const proc_t *p, int lines, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (log_lines(p->log) < lines) {
+        if (now_s() > end)
+            fail_msg("%s did not reach %d commits", p->log, lines);
+        usleep(10000);
+    }
+}
+
+/* Parse "final step N hash H start K recoveries R" from a trainer's output. */
+static void read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
+                       uint64_t *recoveries)
+{
+    FILE *f = fopen(p->out, "r");
+    char line[256] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    if (sscanf(line, "final step %" SCNu64 " hash %16s start %15s recoveries %" SCNu64, step,
+               hash, start, recoveries) != 4)
+        fail_msg("unexpected trainer output '%s' in %s", line, p->out);
+}
+
+/* The fault-free reference: the same training without the runtime. */
+static void reference_hash(int rank, int steps, char hash[17])
+{
+    char cmd[1300];
+    snprintf(cmd, sizeof(cmd), "GRAFT_RANK=%d '%s' --no-graft --steps %d", rank, trainer, steps);
+    FILE *f = popen(cmd, "r");
+    char line[256] = "";
+    uint64_t step, rec;
+    char start[16];
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_int_equal(pclose(f), 0);
+    assert_int_equal(sscanf(line, "final step %" SCNu64 " hash %16s start %15s recoveries %" SCNu64,
+                            &step, hash, start, &rec), 4);
+    assert_int_equal(step, (uint64_t)steps);
+}
+
+/* Every process that exited normally ended at `steps` with the reference
+ * hash of its rank; returns how many recovered (pulled state). */
+static int check_final(job_t *j, int steps)
+{
+    char ref[R][17];
+    int recovered = 0;
+    for (int r = 0; r < R; r++)
+        reference_hash(r, steps, ref[r]);
+    for (int i = 0; i < j->n; i++) {
+        proc_t *p = &j->p[i];
+        if (WIFSIGNALED(p->status))
+            continue; /* killed on purpose */
+        if (!WIFEXITED(p->status) || WEXITSTATUS(p->status) != 0)
+            fail_msg("group %d rank %d (%s) exited with status 0x%x", p->group, p->rank, p->out,
+                     p->status);
+        uint64_t step, rec;
+        char hash[17], start[16];
+        read_final(p, &step, hash, start, &rec);
+        assert_int_equal(step, (uint64_t)steps);
+        if (strcmp(hash, ref[p->rank]) != 0)
+            fail_msg("group %d rank %d ended with %s, the fault-free run with %s", p->group,
+                     p->rank, hash, ref[p->rank]);
+        recovered += strcmp(start, "peer") == 0;
+    }
+    return recovered;
+}
+
+/* Every commit any process logged agrees with every other process of the
+ * same rank at the same step. */
+static void check_logs(job_t *j, int steps)
+{
+    for (int r = 0; r < R; r++) {
+        char seen[512][17];
+        bool have[512] = {false};
+        assert_true(steps < 512);
+        for (int i = 0; i < j->n; i++) {
+            if (j->p[i].rank != r)
+                continue;
+            FILE *f = fopen(j->p[i].log, "r");
+            if (f == NULL)
+                continue;
+            unsigned s;
+            char h[17];
+            while (fscanf(f, "%u %16s", &s, h) == 2) {
+                assert_true(s <= (unsigned)steps);
+                if (!have[s]) {
+                    memcpy(seen[s], h, 17);
+                    have[s] = true;
+                } else if (strcmp(seen[s], h) != 0) {
+                    fail_msg("rank %d step %u: %s holds %s, another group %s", r, s,
+                             j->p[i].log, h, seen[s]);
+                }
+            }
+            fclose(f);
+        }
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *slash = '\0';
+    snprintf(trainer, sizeof(trainer), "%s/../bin/train_mlp", self);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "no trainer at %s (build with `make tests`)\n", trainer);
+        return -1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return graft_test_etcd_start(&etcd, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    graft_test_etcd_stop(&etcd);
+    return 0;
+}
+
+/* ----------------------------------------------------------------------- */
+
+static void test_bad_config_names_field(void **state)
+{
+    (void)state;
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", "x", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "2", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", "5", NULL), GRAFT_OK);
+    assert_int_equal(graft_init(c, &rt), GRAFT_EINVAL);
+    assert_null(rt);
+    graft_config_destroy(c);
+
+    /* The trainer reads GRAFT_* and names the bad variable. */
+    char cmd[1400];
+    snprintf(cmd, sizeof(cmd),
+             "GRAFT_JOB=x GRAFT_GROUPS=3 GRAFT_GROUP=0 GRAFT_LEASE_TTL_MS=soon '%s' 2>&1",
+             trainer);
+    FILE *f = popen(cmd, "r");
+    char out[512] = "";
+    size_t got = fread(out, 1, sizeof(out) - 1, f);
+    out[got] = '\0';
+    int rc = pclose(f);
+    assert_true(WIFEXITED(rc));
+    assert_int_equal(WEXITSTATUS(rc), 2);
+    if (strstr(out, "GRAFT_LEASE_TTL_MS") == NULL || strstr(out, "lease_ttl_ms") == NULL)
+        fail_msg("error does not name the field: %s", out);
+
+    snprintf(cmd, sizeof(cmd),
+             "GRAFT_JOB=x GRAFT_GROUPS=3 GRAFT_GROUP=0 GRAFT_MIN_GROUPS=2 '%s' 2>&1", trainer);
+    f = popen(cmd, "r");
+    got = fread(out, 1, sizeof(out) - 1, f);
+    out[got] = '\0';
+    rc = pclose(f);
+    assert_int_equal(WEXITSTATUS(rc), 2);
+    if (strstr(out, "min_groups") == NULL)
+        fail_msg("error does not name min_groups: %s", out);
+
+    /* Unknown flag. */
+    snprintf(cmd, sizeof(cmd), "'%s' --stepz 3 2>/dev/null", trainer);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 2);
+}
+
+static void test_api_misuse(void **state)
+{
+    (void)state;
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    bool apply = true;
+    uint64_t buf[4] = {0};
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", "misuse", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+                                      NULL), GRAFT_OK);
+    assert_int_equal(graft_init(c, &rt), GRAFT_OK);
+    graft_config_destroy(c);
+    assert_int_equal(graft_commit(rt, &apply), GRAFT_ESTATE);
+    assert_false(apply);
+    assert_int_equal(graft_quorum(rt, NULL), GRAFT_EINVAL); /* no regions */
+    graft_region_t bad = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, NULL, 8, 0, 0};
+    assert_int_equal(graft_region_register(rt, &bad), GRAFT_EINVAL);
+    bad.ptr = buf;
+    bad.kind = (graft_region_kind_t)42;
+    assert_int_equal(graft_region_register(rt, &bad), GRAFT_EINVAL);
+    bad.kind = GRAFT_REGION_PARAM;
+    bad.global_bytes = 4;
+    assert_int_equal(graft_region_register(rt, &bad), GRAFT_EINVAL);
+    bad.global_bytes = 0;
+    assert_int_equal(graft_region_register(rt, &bad), GRAFT_OK);
+    assert_int_equal(graft_region_register(rt, &bad), GRAFT_EEXIST);
+    assert_int_equal(graft_checkpoint_now(rt), GRAFT_ENOTSUP);
+    assert_int_equal(graft_start_kind(rt), GRAFT_START_UNDECIDED);
+
+    /* One group alone: a quorum of one, cold start, commits apply. */
+    graft_step_info_t info;
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+    assert_int_equal(graft_start_kind(rt), GRAFT_START_COLD);
+    assert_int_equal(info.step, 0);
+    assert_int_equal(info.replica_world, 1);
+    assert_true(info.quorum_changed);
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_ESTATE);
+    assert_int_equal(graft_region_register(rt, &bad), GRAFT_ESTATE);
+    assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+    assert_true(apply);
+    assert_int_equal(graft_step(rt), 1);
+    graft_metrics_t m;
+    graft_metrics_get(rt, &m);
+    assert_int_equal(m.commits, 1);
+    assert_int_equal(m.quorums, 1);
+    assert_int_equal(m.step, 1);
+    assert_string_equal(graft_version(), graft_version_string());
+    graft_destroy(rt);
+    graft_destroy(NULL);
+}
+
+/* Kill a rank, then another: replacements heal from the donors; strict
+ * mode ends bit-identical to the fault-free run. */
+static void test_kill_ranks_strict(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 30;
+    job_init(&j, "kill");
+    const char *flags[] = {"--steps", "30", "--step-delay-ms", "20", NULL};
+    spawn_all(&j, flags);
+    proc_t *victim = &j.p[1 * R + 0]; /* group 1 rank 0 */
+    wait_log(victim, 5, 60);
+    kill_proc(victim);
+    proc_t *repl = spawn(&j, 1, 0, flags);
+    wait_log(repl, 2, 60);
+    proc_t *victim2 = &j.p[2 * R + 1]; /* group 2 rank 1 */
+    kill_proc(victim2);
+    spawn(&j, 2, 1, flags);
+    wait_all(&j, 120);
+    int recovered = check_final(&j, steps);
+    assert_int_equal(recovered, 2);
+    check_logs(&j, steps);
+    rm_rf(j.dir);
+}
+
+/* A donor dies while it serves a recipient: the pull completes from the
+ * other donor. The state carries a blob so the pull takes a while. */
+static void test_kill_donor_during_heal(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 16;
+    job_init(&j, "donor");
+    j.extra_env[0] = "GRAFT_TRANSFER_CHUNK_BYTES=65536";
+    const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "24", NULL};
+    const char *dying[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "24",
+                           "--die-when-serving", "15", NULL};
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            spawn(&j, g, r, g == 2 && r == 0 ? dying : flags);
+    proc_t *victim = &j.p[1 * R + 0];
+    proc_t *donor = &j.p[2 * R + 0];
+    wait_log(victim, 4, 60);
+    kill_proc(victim);
+    proc_t *repl = spawn(&j, 1, 0, flags);
+    /* The dying donor kills itself when it starts serving; replace it as
+     * an orchestrator would. */
+    double end = now_s() + 60;
+    while (waitpid(donor->pid, &donor->status, WNOHANG) != donor->pid) {
+        if (now_s() > end)
+            fail_msg("the donor never served");
+        usleep(10000);
+    }
+    donor->done = true;
+    assert_true(WIFSIGNALED(donor->status));
+    spawn(&j, 2, 0, flags);
+    wait_all(&j, 120);
+    (void)repl;
+    /* The blob changes the hash: compare groups with each other only. */
+    check_logs(&j, steps);
+    for (int i = 0; i < j.n; i++) {
+        if (WIFSIGNALED(j.p[i].status))
+            continue;
+        assert_true(WIFEXITED(j.p[i].status) && WEXITSTATUS(j.p[i].status) == 0);
+        assert_int_equal(log_lines(j.p[i].log) > 0 || i >= G * R, true);
+    }
+    uint64_t step, rec;
+    char hash[17], start[16];
+    read_final(repl, &step, hash, start, &rec);
+    assert_int_equal(step, (uint64_t)steps);
+    assert_string_equal(start, "peer");
+    assert_true(rec >= 1);
+    rm_rf(j.dir);
+}
+
+/* Every group dies at step 12; restarted, they restore the newest valid
+ * checkpoint (step 10 is corrupted first, so step 5) and end identical to
+ * the fault-free run. */
+static void test_kill_all_restore(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 18;
+    char root[300], env_root[340];
+    job_init(&j, "restore");
+    snprintf(root, sizeof(root), "%s/ckpt", j.dir);
+    snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
+    j.extra_env[0] = env_root;
+    j.extra_env[1] = "GRAFT_PERSIST_EVERY=5";
+    j.extra_env[2] = "GRAFT_PERSIST_KEEP_LAST=5";
+    const char *dying[] = {"--steps", "18", "--die-at-step", "13", "--step-delay-ms", "40", NULL};
+    spawn_all(&j, dying);
+    wait_all(&j, 120);
+    for (int i = 0; i < j.n; i++)
+        assert_true(WIFSIGNALED(j.p[i].status));
+    /* As an orchestrator would, restart once the dead members' leases are
+     * gone: their records would otherwise look like live donors. */
+    usleep(2600 * 1000);
+
+    /* Both checkpoints are complete. */
+    graft_persist_entry_t e;
+    assert_int_equal(graft_persist_verify(root, 10, GRAFT_PERSIST_VERIFY_FULL, &e), GRAFT_OK);
+    assert_int_equal(graft_persist_verify(root, 5, GRAFT_PERSIST_VERIFY_FULL, &e), GRAFT_OK);
+    /* Corrupt step 10's shard of rank 1: restore must skip it. */
+    char shard[400];
+    snprintf(shard, sizeof(shard), "%s/step-%020d/shard-1-of-2", root, 10);
+    FILE *f = fopen(shard, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 200, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, 200, SEEK_SET), 0);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+
+    /* The restarted processes are appended to the same job (the killed
+     * ones are skipped by the checks; their logs must agree too). */
+    job_t *k = &j;
+    int first_new = k->n;
+    const char *flags[] = {"--steps", "18", NULL};
+    spawn_all(k, flags);
+    wait_all(k, 120);
+    check_final(k, steps);
+    check_logs(k, steps);
+    /* The restarted processes started from step 5. */
+    for (int i = first_new; i < k->n; i++) {
+        FILE *lf = fopen(k->p[i].log, "r");
+        unsigned first = 0;
+        char h[17];
+        assert_non_null(lf);
+        assert_int_equal(fscanf(lf, "%u %16s", &first, h), 2);
+        fclose(lf);
+        assert_int_equal(first, 6);
+        uint64_t step, rec;
+        char hash[17], start[16];
+        read_final(&k->p[i], &step, hash, start, &rec);
+        if (strcmp(start, "restore") != 0 && strcmp(start, "peer") != 0)
+            fail_msg("group %d rank %d started %s", k->p[i].group, k->p[i].rank, start);
+    }
+    rm_rf(j.dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_config_names_field),
+        cmocka_unit_test(test_api_misuse),
+        cmocka_unit_test(test_kill_ranks_strict),
+        cmocka_unit_test(test_kill_donor_during_heal),
+        cmocka_unit_test(test_kill_all_restore),
+    };
+    if (getenv("TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
