@@ -1,7 +1,7 @@
 /*
  * Membership handle: join and leave, the keep-alive thread that renews the
- * rank's lease and re-joins after losing it, and the watch-driven view of
- * every record under /graft/<job>/ (members, ready, votes, quorum, blobs).
+ * rank's lease and re-joins after losing it, and the watch-driven view
+ * (members, the quorum, the votes of the rank's own group).
  *
  * Two etcd clients per handle: the keep-alive thread has its own, with short
  * timeouts, so a slow request of the training thread never delays a renewal
@@ -217,6 +217,7 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
     switch (k.kind) {
     case GRAFT__MKEY_MEMBER: {
         graft_member_t mem;
+        v->members_gen++;
         if (!is_put) {
             member_entry_remove(v, k.group, k.rank);
             break;
@@ -339,45 +340,54 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
     return st;
 }
 
-/* Read everything under the job prefix into a fresh view and swap it in.
- * Used at creation and after the watch reports a compacted revision. */
-static graft_status_t view_resync(graft_membership_t *m, int64_t *revision_p)
+/* Drop the records a watch keeps, before re-reading them. */
+static void view_clear_owned(graft__mview_t *v, graft__mkey_kind_t owns)
+{
+    switch (owns) {
+    case GRAFT__MKEY_MEMBER:
+        for (size_t i = 0; i < v->n_members; i++)
+            graft__mship_member_clear(&v->members[i]);
+        v->n_members = 0;
+        v->members_gen++;
+        break;
+    case GRAFT__MKEY_VOTE:
+        v->n_votes = 0;
+        break;
+    case GRAFT__MKEY_QUORUM:
+        /* Keep the last good quorum even if the key now holds garbage or
+         * was deleted: ids and rounds must never go backwards. */
+        v->quorum_mod = 0;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Read a watch's prefix and replace its part of the view. Used at creation
+ * and after the watch reports a compacted revision. */
+static graft_status_t view_resync(graft_membership_t *m, graft__mwatch_t *w, int64_t *revision_p)
 {
     graft_etcd_range_result_t res = {0};
     graft_etcd_range_opts_t opts = {0};
-    graft__mview_t fresh = {0};
     graft_status_t st;
     opts.prefix = true;
     GRAFT__MSHIP_REQ(m);
-    st = graft_etcd_range(m->ops, m->prefix, &opts, &res);
+    st = graft_etcd_range(m->ops, w->prefix, &opts, &res);
     if (st != GRAFT_OK) {
         atomic_fetch_add(&m->n_etcd_errors, 1);
         return st;
     }
-    for (size_t i = 0; i < res.n_kvs; i++) {
-        st = view_apply(m, &fresh, true, &res.kvs[i]);
-        if (st != GRAFT_OK)
-            goto out;
-    }
-    fresh.revision = res.revision;
     pthread_mutex_lock(&m->mu);
-    fresh.version = m->view.version + 1;
-    fresh.malformed += m->view.malformed;
-    fresh.resyncs = m->view.resyncs;
-    /* Keep the last good quorum if the key now holds garbage or was deleted:
-     * ids and rounds must never go backwards. */
-    if (fresh.quorum == NULL && m->view.quorum != NULL) {
-        fresh.quorum = m->view.quorum;
-        m->view.quorum = NULL;
-    }
-    graft__mship_view_clear(&m->view);
-    m->view = fresh;
-    fresh = (graft__mview_t){0};
+    view_clear_owned(&m->view, w->owns);
+    for (size_t i = 0; i < res.n_kvs && st == GRAFT_OK; i++)
+        st = view_apply(m, &m->view, true, &res.kvs[i]);
+    if (res.revision > m->view.revision)
+        m->view.revision = res.revision;
+    m->view.version++;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
-    *revision_p = res.revision;
-out:
-    graft__mship_view_clear(&fresh);
+    if (st == GRAFT_OK)
+        *revision_p = res.revision;
     graft_etcd_range_result_clear(&res);
     return st;
 }
@@ -408,25 +418,26 @@ static void sleep_unless_stopped(graft_membership_t *m, uint64_t ns)
     }
 }
 
-static void *view_main(void *arg)
+static void *watch_main(void *arg)
 {
-    graft_membership_t *m = arg;
+    graft__mwatch_t *w = arg;
+    graft_membership_t *m = w->m;
     bool outage = false;
     bool need_resync = false;
     while (!atomic_load(&m->stop)) {
         graft_status_t st;
         if (need_resync) {
             int64_t rev = 0;
-            st = view_resync(m, &rev);
+            st = view_resync(m, w, &rev);
             if (st == GRAFT_OK)
-                st = graft_etcd_watch_restart(m->watch, rev + 1);
+                st = graft_etcd_watch_restart(w->w, rev + 1);
             if (st == GRAFT_OK) {
                 need_resync = false;
                 pthread_mutex_lock(&m->mu);
                 m->view.resyncs++;
                 pthread_mutex_unlock(&m->mu);
-                GRAFT_INFO(GRAFT_MSHIP_MOD, "view of job %s resynced at revision %" PRId64,
-                           m->job, rev);
+                GRAFT_INFO(GRAFT_MSHIP_MOD, "view %s resynced at revision %" PRId64, w->prefix,
+                           rev);
             } else {
                 sleep_unless_stopped(m, 100000000ull);
             }
@@ -434,10 +445,10 @@ static void *view_main(void *arg)
         }
         graft_etcd_event_t *evs = NULL;
         size_t n = 0;
-        st = graft_etcd_watch_next(m->watch, VIEW_POLL_MS, &evs, &n);
+        st = graft_etcd_watch_next(w->w, VIEW_POLL_MS, &evs, &n);
         if (st == GRAFT_OK) {
             if (outage)
-                GRAFT_INFO(GRAFT_MSHIP_MOD, "view of job %s: etcd reachable again", m->job);
+                GRAFT_INFO(GRAFT_MSHIP_MOD, "view %s: etcd reachable again", w->prefix);
             outage = false;
             if (n > 0)
                 view_apply_events(m, evs, n);
@@ -446,20 +457,42 @@ static void *view_main(void *arg)
         }
         graft_etcd_events_free(evs, n);
         if (st == GRAFT_ECOMPACTED) {
-            GRAFT_INFO(GRAFT_MSHIP_MOD,
-                       "view of job %s: watch revision compacted (at %" PRId64 "); resyncing",
-                       m->job, graft_etcd_watch_compact_revision(m->watch));
+            GRAFT_INFO(GRAFT_MSHIP_MOD, "view %s: watch revision compacted (at %" PRId64
+                       "); resyncing", w->prefix, graft_etcd_watch_compact_revision(w->w));
             need_resync = true;
             continue;
         }
         if (!outage)
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "view of job %s: watch failed: %s; retrying", m->job,
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "view %s: watch failed: %s; retrying", w->prefix,
                        graft_status_string(st));
         outage = true;
         atomic_fetch_add(&m->n_etcd_errors, 1);
         sleep_unless_stopped(m, 100000000ull);
     }
     return NULL;
+}
+
+/* Read a watch's prefix, then follow it from the next revision. */
+static graft_status_t watch_open(graft_membership_t *m, char *prefix, graft__mkey_kind_t owns)
+{
+    graft__mwatch_t *w = &m->watches[m->n_watches];
+    int64_t rev = 0;
+    graft_status_t st;
+    if (prefix == NULL)
+        return GRAFT_ENOMEM;
+    w->m = m;
+    w->prefix = prefix;
+    w->owns = owns;
+    m->n_watches++;
+    st = view_resync(m, w, &rev);
+    if (st == GRAFT_OK) {
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_watch_create(m->ops, prefix, rev + 1, &w->w);
+    }
+    if (st != GRAFT_OK)
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot read or watch %s: %s", m->job, prefix,
+                    graft_status_string(st));
+    return st;
 }
 
 /* ----------------------------------------------------------- join/lease --- */
@@ -733,7 +766,6 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     m->cfg.etcd = NULL; /* not kept: the caller's config may go away */
     m->state = m->cfg.state;
     m->committed_step = m->cfg.committed_step;
-    m->form_grace_ns = 50000000ull; /* see graft__qdecision_t */
     atomic_init(&m->stop, false);
 
     pthread_condattr_t ca;
@@ -765,23 +797,22 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
             goto out_free;
         }
     }
-    int64_t rev = 0;
-    st = view_resync(m, &rev);
-    if (st == GRAFT_OK) {
-        GRAFT__MSHIP_REQ(m);
-        st = graft_etcd_watch_create(m->ops, m->prefix, rev + 1, &m->watch);
-    }
-    if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot read or watch %s: %s", m->job, m->prefix,
-                    graft_status_string(st));
+    st = watch_open(m, graft__mship_key(m, "members/"), GRAFT__MKEY_MEMBER);
+    if (st == GRAFT_OK)
+        st = watch_open(m, graft__mship_key(m, "quorum"), GRAFT__MKEY_QUORUM);
+    if (st == GRAFT_OK && !m->cfg.observer)
+        st = watch_open(m, graft__mship_key(m, "votes/%" PRIu32 "/", m->cfg.group),
+                        GRAFT__MKEY_VOTE);
+    if (st != GRAFT_OK)
         goto out_free;
+    for (size_t i = 0; i < m->n_watches; i++) {
+        if (pthread_create(&m->watches[i].thread, NULL, watch_main, &m->watches[i]) != 0) {
+            GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
+            st = GRAFT_ESYS;
+            goto out_free;
+        }
+        m->watches[i].started = true;
     }
-    if (pthread_create(&m->view_thread, NULL, view_main, m) != 0) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
-        st = GRAFT_ESYS;
-        goto out_free;
-    }
-    m->view_started = true;
     if (!m->cfg.observer) {
         if (pthread_create(&m->ka_thread, NULL, keepalive_main, m) != 0) {
             GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
@@ -834,8 +865,9 @@ void graft_membership_destroy(graft_membership_t *m)
     atomic_store(&m->stop, true);
     if (m->ka_started)
         pthread_join(m->ka_thread, NULL);
-    if (m->view_started)
-        pthread_join(m->view_thread, NULL);
+    for (size_t i = 0; i < m->n_watches; i++)
+        if (m->watches[i].started)
+            pthread_join(m->watches[i].thread, NULL);
     if (m->mu_init && !m->cfg.observer) {
         pthread_mutex_lock(&m->mu);
         bool joined = m->joined && !m->left;
@@ -843,7 +875,10 @@ void graft_membership_destroy(graft_membership_t *m)
         if (joined && graft_membership_leave(m) != GRAFT_OK)
             GRAFT_DEBUG(GRAFT_MSHIP_MOD, "leave on destroy failed");
     }
-    graft_etcd_watch_destroy(m->watch);
+    for (size_t i = 0; i < m->n_watches; i++) {
+        graft_etcd_watch_destroy(m->watches[i].w);
+        graft_free(m->watches[i].prefix);
+    }
     graft_etcd_destroy(m->ka);
     graft_etcd_destroy(m->ops);
     graft__mship_view_clear(&m->view);

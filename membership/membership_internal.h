@@ -173,7 +173,25 @@ typedef struct graft__mview {
     int64_t eventseq_mod;
     uint64_t malformed;
     uint64_t resyncs;
+    uint64_t members_gen; /* increases when a member record changes */
 } graft__mview_t;
+
+/*
+ * One watch of the view and the thread that follows it. The view is split
+ * over a few narrow prefixes instead of one watch on the whole job, so the
+ * records every rank writes at every step (ready, votes) do not fan out to
+ * every other rank: that fan-out is quadratic in the number of ranks.
+ */
+typedef struct graft__mwatch {
+    struct graft_membership *m;
+    char *prefix;
+    graft__mkey_kind_t owns; /* the records this watch keeps in the view */
+    graft_etcd_watch_t *w;
+    pthread_t thread;
+    bool started;
+} graft__mwatch_t;
+
+#define GRAFT__MSHIP_WATCHES 3 /* members/, quorum, votes/<own group>/ */
 
 struct graft_membership {
     graft_membership_config_t cfg; /* strings below are owned copies */
@@ -200,16 +218,15 @@ struct graft_membership {
     bool lease_lost_pending; /* report GRAFT_ELEASE once from the next call */
     uint64_t last_round;
     uint64_t last_id;
-    /* How long a rank that did not complete the ready set waits before it
-     * competes to form the round; tests set 0 to make every rank race. */
-    uint64_t form_grace_ns;
+    /* Tests only: re-read the ready records this often while waiting, so
+     * that many ranks see the set complete at once and race to form. */
+    uint64_t race_poll_ns;
 
     pthread_t ka_thread;
-    pthread_t view_thread;
     bool ka_started;
-    bool view_started;
     atomic_bool stop;
-    graft_etcd_watch_t *watch;
+    graft__mwatch_t watches[GRAFT__MSHIP_WATCHES];
+    size_t n_watches;
 
     atomic_uint_fast64_t n_requests;
     atomic_uint_fast64_t n_keepalives;

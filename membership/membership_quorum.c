@@ -36,18 +36,20 @@ static graft_status_t check_joined(graft_membership_t *m, int64_t *lease_p, uint
 }
 
 /*
- * Put a record on the rank's lease, retrying with backoff until the
- * deadline while etcd cannot be reached. An unknown lease means it expired
- * or was revoked: that is reported, never papered over.
+ * Run a transaction without compares (puts on the rank's lease, maybe a
+ * read), retrying with backoff until the deadline while etcd cannot be
+ * reached. An unknown lease means it expired or was revoked: that is
+ * reported, never papered over.
  */
-static graft_status_t put_retry(graft_membership_t *m, const char *key, const uint8_t *buf,
-                                size_t len, int64_t lease, uint64_t deadline_ns, const char *what)
+static graft_status_t txn_retry(graft_membership_t *m, const graft_etcd_op_t *ops, size_t n_ops,
+                                int64_t lease, uint64_t deadline_ns, const char *what,
+                                graft_etcd_txn_result_t *res_p)
 {
     uint64_t backoff = RETRY_FIRST_NS;
     bool warned = false;
     for (;;) {
         GRAFT__MSHIP_REQ(m);
-        graft_status_t st = graft_etcd_put(m->ops, key, buf, len, lease, NULL, NULL);
+        graft_status_t st = graft_etcd_txn(m->ops, NULL, 0, ops, n_ops, NULL, 0, res_p);
         if (st == GRAFT_OK) {
             if (warned)
                 GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: %s written after retrying", m->job, what);
@@ -80,14 +82,55 @@ static graft_status_t put_retry(graft_membership_t *m, const char *key, const ui
     }
 }
 
+/* The ready records of a read; garbage is reported, counted and skipped. */
+static graft_status_t decode_ready(graft_membership_t *m, const graft_etcd_range_result_t *r,
+                                   graft__ready_t **ready_p, size_t *n_p)
+{
+    graft__ready_t *out = graft__malloc((r->n_kvs + 1) * sizeof(*out));
+    size_t n = 0;
+    if (out == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < r->n_kvs; i++) {
+        const graft_etcd_kv_t *kv = &r->kvs[i];
+        graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
+        graft_status_t st = k.kind == GRAFT__MKEY_READY
+                                ? graft__mship_ready_decode(kv->value, kv->value_len, &out[n])
+                                : GRAFT_EMALFORMED;
+        if (st == GRAFT_ENOMEM) {
+            graft_free(out);
+            return st;
+        }
+        if (st == GRAFT_OK && (out[n].group != k.group || out[n].rank != k.rank))
+            st = GRAFT_EMALFORMED;
+        if (st != GRAFT_OK) {
+            GRAFT_WARN(GRAFT_MSHIP_MOD, "skipping ready record %s (mod_revision %" PRId64
+                       ", %zu bytes): %s", kv->key, kv->mod_revision, kv->value_len,
+                       graft_status_string(st));
+            pthread_mutex_lock(&m->mu);
+            m->view.malformed++;
+            pthread_mutex_unlock(&m->mu);
+            continue;
+        }
+        out[n].mod_revision = kv->mod_revision;
+        n++;
+    }
+    *ready_p = out;
+    *n_p = n;
+    return GRAFT_OK;
+}
+
+/* Write this rank's ready record for a round and read every ready record,
+ * in one transaction: the read sees the write, so of the ranks announcing
+ * concurrently the last one always sees the complete set. */
 static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t committed,
-                               uint64_t deadline_ns)
+                               uint64_t deadline_ns, graft__ready_t **ready_p, size_t *n_p)
 {
     int64_t lease = 0;
     uint64_t inc = 0;
     uint8_t *buf = NULL;
     size_t len = 0;
-    char *key = NULL;
+    char *key = NULL, *prefix = NULL;
+    graft_etcd_txn_result_t res = {0};
     graft_status_t st = check_joined(m, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
@@ -97,14 +140,47 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
     if (st != GRAFT_OK)
         goto out;
     key = graft__mship_key(m, "ready/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
-    if (key == NULL) {
+    prefix = graft__mship_key(m, "ready/");
+    if (key == NULL || prefix == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
-    st = put_retry(m, key, buf, len, lease, deadline_ns, "ready record");
+    graft_etcd_op_t ops[2] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
+                              {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true}};
+    st = txn_retry(m, ops, 2, lease, deadline_ns, "ready record", &res);
+    if (st != GRAFT_OK)
+        goto out;
+    if (res.n_ranges != 1) {
+        st = GRAFT_EMALFORMED;
+        goto out;
+    }
+    st = decode_ready(m, &res.ranges[0], ready_p, n_p);
 out:
+    graft_etcd_txn_result_clear(&res);
+    graft_free(prefix);
     graft_free(key);
     graft_free(buf);
+    return st;
+}
+
+/* Read every ready record (after the join timeout, or when members change). */
+static graft_status_t read_ready(graft_membership_t *m, graft__ready_t **ready_p, size_t *n_p)
+{
+    graft_etcd_range_result_t res = {0};
+    graft_etcd_range_opts_t opts = {0};
+    char *prefix = graft__mship_key(m, "ready/");
+    graft_status_t st;
+    if (prefix == NULL)
+        return GRAFT_ENOMEM;
+    opts.prefix = true;
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_range(m->ops, prefix, &opts, &res);
+    if (st == GRAFT_OK)
+        st = decode_ready(m, &res, ready_p, n_p);
+    else
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+    graft_etcd_range_result_clear(&res);
+    graft_free(prefix);
     return st;
 }
 
@@ -138,26 +214,18 @@ static graft_status_t result_for_me(graft_membership_t *m, const graft_quorum_t 
     return GRAFT_OK;
 }
 
-/* Copy the view's member and ready records into the decision's input.
- * Called with m->mu held. */
-static graft_status_t snapshot_input(graft_membership_t *m, graft__qmember_t **mem_p,
-                                     graft__ready_t **ready_p)
+/* Copy the view's member records into the decision's input. Called with
+ * m->mu held. */
+static graft_status_t snapshot_members(graft_membership_t *m, graft__qmember_t **mem_p)
 {
     const graft__mview_t *v = &m->view;
     graft__qmember_t *mem = graft__malloc((v->n_members + 1) * sizeof(*mem));
-    graft__ready_t *ready = graft__malloc((v->n_ready + 1) * sizeof(*ready));
-    if (mem == NULL || ready == NULL) {
-        graft_free(mem);
-        graft_free(ready);
+    if (mem == NULL)
         return GRAFT_ENOMEM;
-    }
     for (size_t i = 0; i < v->n_members; i++)
         mem[i] = (graft__qmember_t){v->members[i].group, v->members[i].rank,
                                     v->members[i].incarnation};
-    if (v->n_ready > 0)
-        memcpy(ready, v->ready, v->n_ready * sizeof(*ready));
     *mem_p = mem;
-    *ready_p = ready;
     return GRAFT_OK;
 }
 
@@ -252,42 +320,74 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
     graft_status_t st;
     int64_t lease;
     uint64_t inc;
+    graft__ready_t *ready = NULL;
+    size_t n_ready = 0;
     if (m == NULL || quorum_p == NULL)
         return GRAFT_EINVAL;
     st = check_joined(m, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
-    uint64_t t0 = graft__now_ns();
-    uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
     uint64_t join_ns = (uint64_t)m->cfg.join_timeout_ms * 1000000ull;
 
     pthread_mutex_lock(&m->mu);
     uint64_t round = GRAFT_MAX(m->last_round, m->view.quorum != NULL ? m->view.quorum->round : 0) + 1;
+    uint64_t gen = m->view.members_gen;
     pthread_mutex_unlock(&m->mu);
-    st = announce(m, round, committed_step, deadline);
+    st = announce(m, round, committed_step, deadline, &ready, &n_ready);
     if (st != GRAFT_OK)
         return st;
     uint64_t announced = graft__now_ns();
-    uint64_t complete_since = 0;
+    uint64_t last_read = announced;
+    bool read_after_deadline = false;
+    int64_t lost_at_mod = -1; /* quorum_mod of a lost race: wait for the winner */
 
     for (;;) {
         graft__qmember_t *mem = NULL;
-        graft__ready_t *ready = NULL;
         graft_quorum_t *formed = NULL;
         graft__qdecision_t d;
         uint64_t now = graft__now_ns();
+        bool deadline_passed = now >= announced + join_ns;
+
+        /* Re-read the ready records only when the decision may change
+         * because of them: once at the join timeout, and when members
+         * change (a group died or joined). Otherwise the rank whose write
+         * completes the set sees it in its own announcement. */
+        pthread_mutex_lock(&m->mu);
+        bool members_changed = m->view.members_gen != gen;
+        pthread_mutex_unlock(&m->mu);
+        bool reread = (deadline_passed && !read_after_deadline) || members_changed ||
+                      (m->race_poll_ns > 0 && now >= last_read + m->race_poll_ns);
+        if (reread) {
+            graft__ready_t *fresh = NULL;
+            size_t n_fresh = 0;
+            pthread_mutex_lock(&m->mu);
+            gen = m->view.members_gen;
+            pthread_mutex_unlock(&m->mu);
+            st = read_ready(m, &fresh, &n_fresh);
+            if (st == GRAFT_ENOMEM)
+                goto out;
+            if (st == GRAFT_OK) {
+                graft_free(ready);
+                ready = fresh;
+                n_ready = n_fresh;
+                read_after_deadline = deadline_passed;
+            }
+            last_read = graft__now_ns();
+        }
 
         pthread_mutex_lock(&m->mu);
         if (m->lease_lost_pending || !m->joined || m->left) {
             pthread_mutex_unlock(&m->mu);
-            return check_joined(m, &lease, &inc);
+            st = check_joined(m, &lease, &inc);
+            goto out;
         }
         const graft_quorum_t *cur = m->view.quorum;
         if (cur != NULL && cur->round >= round) {
             if (cur->round == round && has_group(cur, m->cfg.group)) {
                 st = result_for_me(m, cur, quorum_p);
                 pthread_mutex_unlock(&m->mu);
-                return st;
+                goto out;
             }
             /* The round formed without this group (it was late, or hung):
              * announce for the next one and come back as a recipient. */
@@ -297,17 +397,19 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
                        " formed without this group; announcing for round %" PRIu64, m->job,
                        m->cfg.group, round, next);
             round = next;
-            st = announce(m, round, committed_step, deadline);
+            graft_free(ready);
+            ready = NULL;
+            st = announce(m, round, committed_step, deadline, &ready, &n_ready);
             if (st != GRAFT_OK)
-                return st;
-            announced = graft__now_ns();
-            complete_since = 0;
+                goto out;
+            announced = last_read = graft__now_ns();
+            read_after_deadline = false;
+            lost_at_mod = -1;
             continue;
         }
-        st = snapshot_input(m, &mem, &ready);
-        graft__qinput_t in = {mem, m->view.n_members, ready, m->view.n_ready,
-                              m->cfg.ranks_per_group, m->cfg.min_groups, round,
-                              now >= announced + join_ns, m->view.quorum,
+        st = snapshot_members(m, &mem);
+        graft__qinput_t in = {mem, m->view.n_members, ready, n_ready, m->cfg.ranks_per_group,
+                              m->cfg.min_groups, round, read_after_deadline, m->view.quorum,
                               graft__wall_ns() / 1000000u};
         if (st == GRAFT_OK)
             st = graft__quorum_decide(&in, &d, &formed);
@@ -317,84 +419,81 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
         uint64_t prev_id = prev_known ? m->view.quorum->id : 0;
         pthread_mutex_unlock(&m->mu);
         graft_free(mem);
-        graft_free(ready);
         if (st != GRAFT_OK)
-            return st;
+            goto out;
 
         uint64_t wake = GRAFT_MIN(deadline, announced + join_ns);
+        if (m->race_poll_ns > 0)
+            wake = GRAFT_MIN(wake, last_read + m->race_poll_ns);
         if (d.action == GRAFT__QUORUM_SHORT) {
             GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s round %" PRIu64 ": only %zu of %zu live groups "
                        "ready after the join timeout, %" PRIu32 " needed: no quorum",
                        m->job, round, d.n_ready_groups, d.n_live_groups, m->cfg.min_groups);
-            return GRAFT_ENOQUORUM;
+            st = GRAFT_ENOQUORUM;
+            goto out;
         }
-        if (d.action == GRAFT__QUORUM_FORM) {
-            if (complete_since == 0)
-                complete_since = now;
-            bool first = (d.last_group == m->cfg.group && d.last_rank == m->cfg.rank) ||
-                         in.deadline_passed;
-            if (first || now >= complete_since + m->form_grace_ns) {
-                bool won = false;
-                graft_quorum_t *current = NULL;
-                formed->duration_us = (graft__now_ns() - announced) / 1000u;
-                st = form_cas(m, formed, quorum_mod, &won, &current);
-                if (st == GRAFT_OK && won) {
-                    GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
-                                " with %zu groups", m->job, formed->round, formed->id,
-                                formed->n_members);
-                    formation_events(m, formed, !prev_known || prev_id != formed->id);
-                    if (has_group(formed, m->cfg.group)) {
-                        pthread_mutex_lock(&m->mu);
-                        st = result_for_me(m, formed, quorum_p);
-                        pthread_mutex_unlock(&m->mu);
-                        graft_membership_quorum_free(formed);
-                        return st;
-                    }
-                    /* Formed after the join timeout without this rank's own
-                     * group (another rank of it is late): the others go on,
-                     * this group tries the next round. */
+        if (d.action == GRAFT__QUORUM_FORM && quorum_mod != lost_at_mod) {
+            bool won = false;
+            graft_quorum_t *current = NULL;
+            formed->duration_us = (graft__now_ns() - announced) / 1000u;
+            st = form_cas(m, formed, quorum_mod, &won, &current);
+            if (st == GRAFT_OK && won) {
+                GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
+                            " with %zu groups", m->job, formed->round, formed->id,
+                            formed->n_members);
+                formation_events(m, formed, !prev_known || prev_id != formed->id);
+                if (has_group(formed, m->cfg.group)) {
                     pthread_mutex_lock(&m->mu);
-                    m->last_round = GRAFT_MAX(m->last_round, formed->round);
+                    st = result_for_me(m, formed, quorum_p);
                     pthread_mutex_unlock(&m->mu);
-                    round = formed->round + 1;
                     graft_membership_quorum_free(formed);
-                    st = announce(m, round, committed_step, deadline);
-                    if (st != GRAFT_OK)
-                        return st;
-                    announced = graft__now_ns();
-                    complete_since = 0;
-                    continue;
+                    goto out;
                 }
+                /* Formed after the join timeout without this rank's own
+                 * group (another rank of it is late): the others go on,
+                 * this group tries the next round. */
+                pthread_mutex_lock(&m->mu);
+                m->last_round = GRAFT_MAX(m->last_round, formed->round);
+                pthread_mutex_unlock(&m->mu);
+                round = formed->round + 1;
                 graft_membership_quorum_free(formed);
-                if (st == GRAFT_OK && current != NULL && current->round == round &&
-                    has_group(current, m->cfg.group)) {
-                    pthread_mutex_lock(&m->mu);
-                    st = result_for_me(m, current, quorum_p);
-                    pthread_mutex_unlock(&m->mu);
-                    graft_membership_quorum_free(current);
-                    return st;
-                }
-                graft_membership_quorum_free(current);
-                if (st != GRAFT_OK && st != GRAFT_ENOMEM)
-                    GRAFT_DEBUG(GRAFT_MSHIP_MOD, "formation attempt failed: %s",
-                                graft_status_string(st));
-                if (st == GRAFT_ENOMEM)
-                    return st;
-                /* Lost the race (or etcd failed): wait for the view to show
-                 * the winner's record rather than retrying blindly. */
-                wake = GRAFT_MIN(deadline, graft__now_ns() + 200000000ull);
-            } else {
-                graft_membership_quorum_free(formed);
-                wake = GRAFT_MIN(wake, complete_since + m->form_grace_ns);
+                graft_free(ready);
+                ready = NULL;
+                st = announce(m, round, committed_step, deadline, &ready, &n_ready);
+                if (st != GRAFT_OK)
+                    goto out;
+                announced = last_read = graft__now_ns();
+                read_after_deadline = false;
+                lost_at_mod = -1;
+                continue;
             }
-        } else {
-            complete_since = 0;
+            graft_membership_quorum_free(formed);
+            formed = NULL;
+            if (st == GRAFT_OK && current != NULL && current->round == round &&
+                has_group(current, m->cfg.group)) {
+                pthread_mutex_lock(&m->mu);
+                st = result_for_me(m, current, quorum_p);
+                pthread_mutex_unlock(&m->mu);
+                graft_membership_quorum_free(current);
+                goto out;
+            }
+            graft_membership_quorum_free(current);
+            if (st == GRAFT_ENOMEM)
+                goto out;
+            if (st != GRAFT_OK)
+                GRAFT_DEBUG(GRAFT_MSHIP_MOD, "formation attempt failed: %s",
+                            graft_status_string(st));
+            else
+                lost_at_mod = quorum_mod; /* the watch will bring the winner's record */
+            wake = GRAFT_MIN(wake, graft__now_ns() + 200000000ull);
         }
+        graft_membership_quorum_free(formed);
         if (graft__now_ns() >= deadline) {
             GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
                        ": no quorum for round %" PRIu64 " within %" PRIu32 " ms", m->job,
                        m->cfg.group, m->cfg.rank, round, timeout_ms);
-            return GRAFT_ETIMEOUT;
+            st = GRAFT_ETIMEOUT;
+            goto out;
         }
         struct timespec ts;
         uint64_t nowns = graft__now_ns();
@@ -406,6 +505,9 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
         }
         pthread_mutex_unlock(&m->mu);
     }
+out:
+    graft_free(ready);
+    return st;
 }
 
 graft_status_t graft_membership_quorum_latest(graft_membership_t *m, graft_quorum_t **quorum_p)
@@ -462,7 +564,10 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
         st = GRAFT_ENOMEM;
         goto out;
     }
-    st = put_retry(m, key, buf, len, lease, deadline, "commit vote");
+    graft_etcd_op_t put = {GRAFT_ETCD_OP_PUT, key, buf, len, lease, false};
+    graft_etcd_txn_result_t res = {0};
+    st = txn_retry(m, &put, 1, lease, deadline, "commit vote", &res);
+    graft_etcd_txn_result_clear(&res);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " cannot commit step %" PRIu64
                     ": vote not recorded (%s)", m->job, m->cfg.group, q->step,
@@ -579,35 +684,41 @@ graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64_t quorum_
 {
     if (m == NULL || data_p == NULL || len_p == NULL || quorum_id == 0)
         return GRAFT_EINVAL;
-    struct timespec ts;
-    graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
-    graft_status_t st = GRAFT_ETIMEOUT;
-    bool timed_out = false;
-    pthread_mutex_lock(&m->mu);
+    char *key = graft__mship_key(m, "blob/%020" PRIu64, quorum_id);
+    if (key == NULL)
+        return GRAFT_ENOMEM;
+    /* Blobs change once per quorum id, so they are read on demand, polling
+     * while the publisher has not written yet, rather than watched by all. */
+    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    graft_status_t st;
     for (;;) {
-        const graft__mblob_t *b = NULL;
-        for (size_t i = 0; i < m->view.n_blobs; i++)
-            if (m->view.blobs[i].id == quorum_id)
-                b = &m->view.blobs[i];
-        if (b != NULL) {
-            void *copy = graft__malloc(b->len);
+        graft_etcd_kv_t kv;
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_get(m->ops, key, &kv, NULL);
+        if (st == GRAFT_OK) {
+            void *copy = graft__malloc(kv.value_len);
             if (copy == NULL) {
                 st = GRAFT_ENOMEM;
-                break;
+            } else {
+                if (kv.value_len > 0)
+                    memcpy(copy, kv.value, kv.value_len);
+                *data_p = copy;
+                *len_p = kv.value_len;
             }
-            if (b->len > 0)
-                memcpy(copy, b->data, b->len);
-            *data_p = copy;
-            *len_p = b->len;
-            st = GRAFT_OK;
+            graft_etcd_kv_clear(&kv);
             break;
         }
-        if (timed_out)
+        if (st != GRAFT_ENOTFOUND)
+            atomic_fetch_add(&m->n_etcd_errors, 1);
+        if (st != GRAFT_ENOTFOUND && graft_status_class(st) != GRAFT_CLASS_JOB)
             break;
-        /* Look once more after a timeout: the blob may have arrived with it. */
-        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
-            timed_out = true;
+        uint64_t now = graft__now_ns();
+        if (now >= deadline) {
+            st = st == GRAFT_ENOTFOUND ? GRAFT_ETIMEOUT : st;
+            break;
+        }
+        graft__sleep_ns(GRAFT_MIN(20000000ull, deadline - now));
     }
-    pthread_mutex_unlock(&m->mu);
+    graft_free(key);
     return st;
 }
