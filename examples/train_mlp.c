@@ -22,8 +22,11 @@
  *   --die-when-serving MS SIGKILL this process MS ms after it starts serving
  *   --die-at-step N       SIGKILL this process when step N starts
  *   --checkpoint-at N     call graft_checkpoint_now() after step N commits
+ *   --corrupt-at-step N   flip a parameter bit after step N (drift injection)
  *   --no-graft            train alone without the runtime (the reference)
- * It prints "final step N hash H start K recoveries R" on standard output.
+ * It prints "final step N hash H start K recoveries R" on standard output,
+ * then "metrics commits C commits_failed F drift_checks D drift_mismatches M
+ * restores S".
  * Exit status: 0 done, 1 a graft call failed, 2 bad configuration or flags.
  */
 #include <graft/graft.h>
@@ -234,6 +237,7 @@ static graft_status_t fingerprint(void *arg, uint64_t *fp_p)
 
 typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
+    uint64_t corrupt_at;
     const char *hash_out, *hash_log;
     bool no_graft, die_when_serving;
 } opts_t;
@@ -285,6 +289,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->die_when_serving = true;
         } else if (strcmp(a, "--die-at-step") == 0) {
             num = &o->die_at_step;
+        } else if (strcmp(a, "--corrupt-at-step") == 0) {
+            num = &o->corrupt_at;
         } else if (strcmp(a, "--checkpoint-at") == 0) {
             num = &o->ckpt_at;
         } else {
@@ -450,6 +456,12 @@ int main(int argc, char **argv)
         if (apply) {
             adam_step(&s, grad, rng);
             log_hash(&o, &s);
+            if (o.corrupt_at > 0 && s.step == o.corrupt_at) {
+                uint32_t bits;
+                memcpy(&bits, &s.param[0], sizeof(bits));
+                bits ^= 1u << 3;
+                memcpy(&s.param[0], &bits, sizeof(bits));
+            }
             if (o.ckpt_at > 0 && s.step == o.ckpt_at) {
                 st = graft_checkpoint_now(rt);
                 if (st != GRAFT_OK)
@@ -464,6 +476,9 @@ int main(int argc, char **argv)
     rc = finish(&o, &s,
                 k == GRAFT_START_PEER ? "peer" : k == GRAFT_START_RESTORE ? "restore" : "cold",
                 m.recoveries);
+    printf("metrics commits %" PRIu64 " commits_failed %" PRIu64 " drift_checks %" PRIu64
+           " drift_mismatches %" PRIu64 " restores %" PRIu64 "\n", m.commits, m.commits_failed,
+           m.drift_checks, m.drift_mismatches, m.restores);
 out:
     graft_destroy(rt);
     graft_config_destroy(cfg);

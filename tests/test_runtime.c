@@ -363,9 +363,25 @@ static void test_bad_config_names_field(void **state)
     assert_int_equal(WEXITSTATUS(system(cmd)), 2);
 }
 
+typedef struct seen_events {
+    int n[8];
+    uint64_t last_quorum_id;
+} seen_events_t;
+
+static void on_event(const graft_runtime_event_t *ev, void *arg)
+{
+    seen_events_t *se = arg;
+    assert_non_null(ev->detail);
+    if ((int)ev->kind >= 0 && (int)ev->kind < 8)
+        se->n[ev->kind]++;
+    if (ev->kind == GRAFT_RUNTIME_EVENT_QUORUM_CHANGED)
+        se->last_quorum_id = ev->quorum_id;
+}
+
 static void test_api_misuse(void **state)
 {
-    (void)state;
+    seen_events_t se;
+    memset(&se, 0, sizeof(se));
     graft_config_t *c = NULL;
     graft_runtime_t *rt = NULL;
     bool apply = true;
@@ -396,6 +412,7 @@ static void test_api_misuse(void **state)
     assert_int_equal(graft_start_kind(rt), GRAFT_START_UNDECIDED);
 
     /* One group alone: a quorum of one, cold start, commits apply. */
+    graft_event_callback_set(rt, on_event, &se);
     graft_step_info_t info;
     assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
     assert_int_equal(graft_start_kind(rt), GRAFT_START_COLD);
@@ -412,9 +429,24 @@ static void test_api_misuse(void **state)
     assert_int_equal(m.commits, 1);
     assert_int_equal(m.quorums, 1);
     assert_int_equal(m.step, 1);
+    assert_int_equal(m.quorum_changes, 1);
+    assert_int_equal(se.n[GRAFT_RUNTIME_EVENT_QUORUM_CHANGED], 1);
+    assert_int_equal(se.last_quorum_id, graft_quorum_id(rt));
+    assert_int_equal(se.n[GRAFT_RUNTIME_EVENT_COMMIT_FAILED], 0);
+    assert_int_equal(graft_replica_world(rt), 1);
+    assert_int_equal(graft_replica_rank(rt), 0);
+    /* A second step: same quorum id, no new event. */
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+    assert_false(info.quorum_changed);
+    assert_int_equal(info.step, 1);
+    assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+    assert_true(apply);
+    assert_int_equal(se.n[GRAFT_RUNTIME_EVENT_QUORUM_CHANGED], 1);
+    assert_string_equal(graft_runtime_event_kind_string(GRAFT_RUNTIME_EVENT_DRIFT), "drift");
     assert_string_equal(graft_version(), graft_version_string());
     graft_destroy(rt);
     graft_destroy(NULL);
+    (void)state;
 }
 
 /* Kill a rank, then another: replacements heal from the donors; strict
@@ -558,6 +590,48 @@ static void test_kill_all_restore(void **state)
     rm_rf(j.dir);
 }
 
+/* One rank's state is corrupted after step 7: the drift check at step 10
+ * names the region, that group votes no, heals from the others at the
+ * next quorum, and every group ends identical to the fault-free run. */
+static void test_drift_detected_and_healed(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 14;
+    job_init(&j, "drift");
+    j.extra_env[0] = "GRAFT_DRIFT_CHECK_EVERY=5";
+    const char *flags[] = {"--steps", "14", NULL};
+    const char *bad[] = {"--steps", "14", "--corrupt-at-step", "7", NULL};
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            spawn(&j, g, r, g == 1 && r == 0 ? bad : flags);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    /* The metrics line: every rank ran the checks; the corrupted rank saw
+     * the mismatch, and so did rank 0 of the other groups. */
+    for (int i = 0; i < j.n; i++) {
+        FILE *f = fopen(j.p[i].out, "r");
+        char line[256];
+        uint64_t commits, failed, checks, mism, restores;
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof(line), f));
+        assert_non_null(fgets(line, sizeof(line), f));
+        fclose(f);
+        assert_int_equal(sscanf(line, "metrics commits %" SCNu64 " commits_failed %" SCNu64
+                                " drift_checks %" SCNu64 " drift_mismatches %" SCNu64
+                                " restores %" SCNu64, &commits, &failed, &checks, &mism,
+                                &restores), 5);
+        assert_true(checks >= 2);
+        if (j.p[i].rank == 0)
+            assert_int_equal(mism, 1);
+        else
+            assert_int_equal(mism, 0);
+        if (j.p[i].group == 1)
+            assert_true(failed >= 1);
+    }
+    rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -566,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_kill_ranks_strict),
         cmocka_unit_test(test_kill_donor_during_heal),
         cmocka_unit_test(test_kill_all_restore),
+        cmocka_unit_test(test_drift_detected_and_healed),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
