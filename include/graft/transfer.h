@@ -249,6 +249,9 @@ typedef struct graft_transfer_pull_options {
     void *progress_arg;
     graft_transfer_backend_t backend;    /**< UCX (default) or NCCL */
     const struct graft_transfer_nccl_options *nccl; /**< required with the NCCL backend */
+    /** Benchmarks only: install chunks without checking their hashes (and
+     *  without drift detection), to measure what verification costs. */
+    bool skip_verify;
 } graft_transfer_pull_options_t;
 
 #define GRAFT_TRANSFER_MAX_DONORS 16

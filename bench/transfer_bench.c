@@ -1,0 +1,422 @@
+/*
+ * transfer_bench: verified pull throughput of the transfer engine on
+ * loopback, beside ucx_perftest (ucp_get and tag_bw, same UCX_TLS, same
+ * run), and time-to-recover when a donor dies mid-pull beside a restart
+ * from zero.
+ *
+ *   transfer_bench [--bytes N] [--chunk N] [--reps R] [--window W]
+ *                  [--tls tcp,shm] [--json]
+ *
+ * For each transport: fork 3 donors holding N bytes (two regions), then
+ * pull from 1, 2 and 3 of them (median of R runs, hashing on), once from 1
+ * with verification off, then run ucx_perftest server+client with the same
+ * UCX_TLS for ucp_get and tag_bw (message = chunk size, total = N). Last,
+ * pull from 3 donors and SIGKILL one at half way: the time to a verified
+ * state is compared with "time until the failure + a full pull from the 2
+ * survivors" (what a restart from zero would cost).
+ * With --json the last line is one JSON object with every figure.
+ */
+#include <graft/transfer.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DONORS 3
+#define STEP 1
+
+typedef struct cfg {
+    uint64_t bytes;
+    uint64_t chunk;
+    int reps;
+    uint32_t window;
+    bool json;
+    char tls[64];
+} cfg_t;
+
+typedef struct donor {
+    pid_t pid;
+    int cmd_fd;
+    char addr[64];
+} donor_t;
+
+typedef struct result {
+    const char *tls;
+    double pull_gbps[MAX_DONORS];
+    double pull_noverify_gbps;
+    double perf_get_gbps;
+    double perf_tag_gbps;
+    double recover_s;
+    double restart_s;
+    double fail_at_s;
+} result_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void fill(uint64_t *p, uint64_t words, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i < words; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = x;
+    }
+}
+
+/* Two regions: three quarters and one quarter of the state. */
+static uint64_t region_bytes(const cfg_t *c, int i)
+{
+    uint64_t a = (c->bytes / 4 * 3) & ~7ull;
+    return i == 0 ? a : c->bytes - a;
+}
+
+static graft_transfer_endpoint_t *make_endpoint(const cfg_t *c, void *mem[2], bool donor)
+{
+    graft_transfer_config_t ec = {.chunk_bytes = c->chunk, .job_token = "bench", .hash_threads = 2};
+    graft_transfer_endpoint_t *ep = NULL;
+    static const char *names[2] = {"params", "optim"};
+    if (graft_transfer_endpoint_create(&ec, &ep) != GRAFT_OK)
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        uint64_t n = region_bytes(c, i);
+        mem[i] = malloc(n + 8);
+        if (mem[i] == NULL)
+            return NULL;
+        if (donor)
+            fill(mem[i], n / 8, (uint64_t)i + 1);
+        else
+            memset(mem[i], 0, n);
+        graft_transfer_region_t r = {.name = names[i],
+                                     .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
+                                                    : GRAFT_TRANSFER_REGION_OPTIM,
+                                     .ptr = mem[i],
+                                     .bytes = n};
+        if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
+            return NULL;
+    }
+    return ep;
+}
+
+static int donor_main(const cfg_t *c, int cmd_fd, int addr_fd)
+{
+    void *mem[2] = {0};
+    char addr[64] = {0};
+    graft_transfer_endpoint_t *ep = make_endpoint(c, mem, true);
+    if (ep == NULL || graft_transfer_serve_begin(ep, STEP) != GRAFT_OK)
+        return 1;
+    snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
+    if (write(addr_fd, addr, sizeof(addr)) != (ssize_t)sizeof(addr))
+        return 1;
+    char q;
+    (void)!read(cmd_fd, &q, 1);
+    if (graft_transfer_serve_end(ep) != GRAFT_OK)
+        return 1;
+    graft_transfer_endpoint_destroy(ep);
+    free(mem[0]);
+    free(mem[1]);
+    return 0;
+}
+
+static int donors_start(const cfg_t *c, donor_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int cmd[2], ad[2];
+        if (pipe(cmd) != 0 || pipe(ad) != 0)
+            return -1;
+        d[i].pid = fork();
+        if (d[i].pid < 0)
+            return -1;
+        if (d[i].pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            for (int k = 0; k < i; k++)
+                close(d[k].cmd_fd);
+            close(cmd[1]);
+            close(ad[0]);
+            _exit(donor_main(c, cmd[0], ad[1]));
+        }
+        close(cmd[0]);
+        close(ad[1]);
+        d[i].cmd_fd = cmd[1];
+        size_t got = 0;
+        while (got < sizeof(d[i].addr)) {
+            ssize_t r = read(ad[0], d[i].addr + got, sizeof(d[i].addr) - got);
+            if (r <= 0)
+                return -1;
+            got += (size_t)r;
+        }
+        close(ad[0]);
+    }
+    return 0;
+}
+
+static void donors_stop(donor_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (d[i].pid <= 0)
+            continue;
+        (void)!write(d[i].cmd_fd, "q", 1);
+        close(d[i].cmd_fd);
+        waitpid(d[i].pid, NULL, 0);
+        d[i].pid = 0;
+    }
+}
+
+typedef struct killer {
+    pid_t victim;
+    uint64_t at;
+    double t0, fired_at;
+} killer_t;
+
+static void kill_at(uint64_t done, uint64_t total, void *arg)
+{
+    killer_t *k = arg;
+    (void)total;
+    if (k->victim > 0 && done >= k->at) {
+        kill(k->victim, SIGKILL);
+        k->victim = 0;
+        k->fired_at = now_s() - k->t0;
+    }
+}
+
+static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *d, int k,
+                        bool verify, killer_t *killer)
+{
+    const char *addrs[MAX_DONORS];
+    graft_transfer_report_t rep;
+    for (int i = 0; i < k; i++)
+        addrs[i] = d[i].addr;
+    graft_transfer_pull_options_t po = {.donors = addrs,
+                                        .n_donors = (size_t)k,
+                                        .step = STEP,
+                                        .window = c->window,
+                                        .stall_timeout_ms = 2000,
+                                        .skip_verify = !verify};
+    if (killer != NULL) {
+        po.progress = kill_at;
+        po.progress_arg = killer;
+        killer->t0 = now_s();
+    }
+    double t0 = now_s();
+    graft_status_t st = graft_transfer_pull(ep, &po, &rep);
+    double t = now_s() - t0;
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "pull from %d donors failed: %s\n", k, graft_status_string(st));
+        return -1;
+    }
+    return t;
+}
+
+/* Run ucx_perftest server and client; returns the client's overall MB/s
+ * converted to GB/s (perftest's MB is 2^20 bytes), or -1. */
+static double perftest(const cfg_t *c, const char *test)
+{
+    static int port = 23000;
+    char cmd[512], line[512];
+    double gbps = -1;
+    uint64_t iters = c->bytes / c->chunk;
+    int p = port++ + (int)(getpid() % 1000);
+    if (iters < 8)
+        iters = 8;
+    pid_t srv = fork();
+    if (srv == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        snprintf(cmd, sizeof(cmd), "exec ucx_perftest -p %d >/dev/null 2>&1", p);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    usleep(300000);
+    snprintf(cmd, sizeof(cmd),
+             "ucx_perftest 127.0.0.1 -p %d -t %s -s %llu -n %llu -w 2 2>/dev/null", p, test,
+             (unsigned long long)c->chunk, (unsigned long long)iters);
+    FILE *f = popen(cmd, "r");
+    if (f != NULL) {
+        while (fgets(line, sizeof(line), f) != NULL) {
+            double v[7];
+            if (sscanf(line, "Final: %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6]) == 7)
+                gbps = v[5] * 1048576.0 / 1e9;
+        }
+        pclose(f);
+    }
+    kill(srv, SIGTERM);
+    waitpid(srv, NULL, 0);
+    return gbps;
+}
+
+static int run_tls(const cfg_t *c, const char *name, result_t *res)
+{
+    donor_t d[MAX_DONORS] = {0};
+    void *mem[2] = {0};
+    graft_transfer_endpoint_t *ep = NULL;
+    double t[32];
+    int rc = -1;
+
+    setenv("UCX_TLS", strcmp(name, "shm") == 0 ? "sm,self,tcp" : name, 1);
+    res->tls = name;
+    if (donors_start(c, d, MAX_DONORS) != 0)
+        goto out;
+    ep = make_endpoint(c, mem, false);
+    if (ep == NULL)
+        goto out;
+    /* Warm-up: connections, registration caches, page faults. */
+    if (pull_once(c, ep, d, 1, true, NULL) < 0)
+        goto out;
+    for (int k = 1; k <= MAX_DONORS; k++) {
+        for (int r = 0; r < c->reps; r++) {
+            t[r] = pull_once(c, ep, d, k, true, NULL);
+            if (t[r] < 0)
+                goto out;
+        }
+        res->pull_gbps[k - 1] = (double)c->bytes / median(t, c->reps) / 1e9;
+    }
+    for (int r = 0; r < c->reps; r++) {
+        t[r] = pull_once(c, ep, d, 1, false, NULL);
+        if (t[r] < 0)
+            goto out;
+    }
+    res->pull_noverify_gbps = (double)c->bytes / median(t, c->reps) / 1e9;
+
+    res->perf_get_gbps = perftest(c, "ucp_get");
+    res->perf_tag_gbps = perftest(c, "tag_bw");
+
+    /* Recovery: restart-from-zero baseline = full pull from 2 donors. */
+    double full2 = res->pull_gbps[1] > 0 ? (double)c->bytes / (res->pull_gbps[1] * 1e9) : 0;
+    killer_t k = {.victim = d[2].pid, .at = c->bytes / 2};
+    double tr = pull_once(c, ep, d, 3, true, &k);
+    if (tr < 0)
+        goto out;
+    waitpid(d[2].pid, NULL, 0);
+    d[2].pid = 0;
+    close(d[2].cmd_fd);
+    res->recover_s = tr;
+    res->fail_at_s = k.fired_at;
+    res->restart_s = k.fired_at + full2;
+    rc = 0;
+out:
+    graft_transfer_endpoint_destroy(ep);
+    free(mem[0]);
+    free(mem[1]);
+    donors_stop(d, MAX_DONORS);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cfg_t c = {.bytes = 1ull << 30, .chunk = 4u << 20, .reps = 3, .window = 4};
+    result_t res[2];
+    int n_res = 0;
+    static const struct option longopts[] = {
+        {"bytes", required_argument, NULL, 'b'}, {"chunk", required_argument, NULL, 'c'},
+        {"reps", required_argument, NULL, 'r'},  {"window", required_argument, NULL, 'w'},
+        {"tls", required_argument, NULL, 't'},   {"json", no_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0}};
+    int opt;
+
+    snprintf(c.tls, sizeof(c.tls), "tcp,shm");
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'b':
+            c.bytes = strtoull(optarg, NULL, 0);
+            break;
+        case 'c':
+            c.chunk = strtoull(optarg, NULL, 0);
+            break;
+        case 'r':
+            c.reps = atoi(optarg);
+            break;
+        case 'w':
+            c.window = (uint32_t)atoi(optarg);
+            break;
+        case 't':
+            snprintf(c.tls, sizeof(c.tls), "%s", optarg);
+            break;
+        case 'j':
+            c.json = true;
+            break;
+        default:
+            fprintf(stderr, "usage: %s [--bytes N] [--chunk N] [--reps R] [--window W] "
+                            "[--tls tcp,shm] [--json]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    char tls_list[64];
+    snprintf(tls_list, sizeof(tls_list), "%s", c.tls);
+    for (char *save = NULL, *tok = strtok_r(tls_list, ",", &save); tok != NULL && n_res < 2;
+         tok = strtok_r(NULL, ",", &save)) {
+        memset(&res[n_res], 0, sizeof(res[n_res]));
+        static char names[2][16];
+        snprintf(names[n_res], sizeof(names[n_res]), "%s", tok);
+        if (run_tls(&c, names[n_res], &res[n_res]) != 0) {
+            fprintf(stderr, "transport %s failed\n", tok);
+            return 1;
+        }
+        n_res++;
+    }
+
+    printf("transfer_bench: %.0f MiB state, %llu KiB chunks, window %u, median of %d\n",
+           (double)c.bytes / 1048576, (unsigned long long)(c.chunk >> 10), c.window, c.reps);
+    printf("%-5s %9s %9s %9s %11s %12s %12s %10s %9s %9s\n", "tls", "1 donor", "2 donors",
+           "3 donors", "1 no-hash", "perf ucp_get", "perf tag_bw", "1d/best", "recover",
+           "restart");
+    for (int i = 0; i < n_res; i++) {
+        result_t *r = &res[i];
+        double best = r->perf_get_gbps > r->perf_tag_gbps ? r->perf_get_gbps : r->perf_tag_gbps;
+        printf("%-5s %7.2f GB/s %5.2f GB/s %5.2f GB/s %7.2f GB/s %8.2f GB/s %8.2f GB/s %9.2fx "
+               "%7.3f s %7.3f s\n",
+               r->tls, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2], r->pull_noverify_gbps,
+               r->perf_get_gbps, r->perf_tag_gbps, best > 0 ? r->pull_gbps[0] / best : 0,
+               r->recover_s, r->restart_s);
+    }
+    if (c.json) {
+        printf("{\"bench\":\"transfer\",\"bytes\":%llu,\"chunk\":%llu,\"window\":%u,\"reps\":%d,"
+               "\"results\":[",
+               (unsigned long long)c.bytes, (unsigned long long)c.chunk, c.window, c.reps);
+        for (int i = 0; i < n_res; i++) {
+            result_t *r = &res[i];
+            double best =
+                r->perf_get_gbps > r->perf_tag_gbps ? r->perf_get_gbps : r->perf_tag_gbps;
+            printf("%s{\"tls\":\"%s\",\"pull_gbps\":[%.3f,%.3f,%.3f],\"pull_noverify_gbps\":%.3f,"
+                   "\"perftest_ucp_get_gbps\":%.3f,\"perftest_tag_bw_gbps\":%.3f,"
+                   "\"ratio_vs_best_perftest\":%.3f,\"recover_s\":%.3f,\"fail_at_s\":%.3f,"
+                   "\"restart_from_zero_s\":%.3f}",
+                   i ? "," : "", r->tls, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
+                   r->pull_noverify_gbps, r->perf_get_gbps, r->perf_tag_gbps,
+                   best > 0 ? r->pull_gbps[0] / best : 0, r->recover_s, r->fail_at_s,
+                   r->restart_s);
+        }
+        printf("]}\n");
+    }
+    return 0;
+}
