@@ -1,9 +1,9 @@
 /*
  * Live mode of graft-sim (`graft-sim run`): the options its command line
  * has validated, and the entry point that runs them. The command line lives
- * in sim_run_cli.c; the live engine lives in its own file and implements
- * graft_sim_live_run(). Until the runtime exists, sim_live_stub.c provides
- * a graft_sim_live_run() that says so; the live engine replaces that file.
+ * in sim_run_cli.c; the live engine (sim_live.c, with sim_schedule.c,
+ * sim_supervisor.c, sim_verdict.c and sim_timeline.c) implements
+ * graft_sim_live_run().
  */
 #ifndef GRAFT_SIM_LIVE_H
 #define GRAFT_SIM_LIVE_H
@@ -33,6 +33,7 @@ typedef struct graft_sim_live_opts {
     long long persist_every;    /**< --persist-every K, >= 1 when persist_root is set, else 0 */
     int netns;                  /**< --netns given */
     const char *json_path;      /**< --json FILE or NULL */
+    const char *plot_path;      /**< --plot FILE.svg or NULL (default: the --json path, .svg) */
 } graft_sim_live_opts_t;
 
 /**

@@ -31,6 +31,7 @@ static void sim_run_usage(FILE *out)
             "  --persist-every K     persistent checkpoint every K steps (with --persist-root)\n"
             "  --netns               groups in network namespaces with shaped links\n"
             "  --json FILE           write the report as JSON\n"
+            "  --plot FILE.svg       timeline plot [the --json path with .svg]\n"
             "Exit status: 0 only when the verdict holds; 2 bad usage; %d live mode not in "
             "this build.\n",
             GRAFT_SIM_EXIT_UNAVAILABLE);
@@ -67,7 +68,7 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o)
         static const char *const with_value[] = {
             "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
             "--random-failures", "--schedule", "--etcd", "--persist-root", "--persist-every",
-            "--json"};
+            "--json", "--plot"};
         int known = 0;
         for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
             known |= strcmp(flag, with_value[k]) == 0;
@@ -150,6 +151,8 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o)
             if (sim_run_int(flag, val, 1, LLONG_MAX, &o->persist_every) != 0) {
                 return 2;
             }
+        } else if (strcmp(flag, "--plot") == 0) {
+            o->plot_path = val;
         } else {
             o->json_path = val;
         }

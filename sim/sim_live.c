@@ -1,0 +1,1313 @@
+/*
+ * The live engine of `graft-sim run`: an embedded etcd (unless --etcd), the
+ * supervisor with G x R trainers, the injector walking the planned schedule,
+ * and an observer that follows the job through etcd.
+ *
+ * How the step of the job is known: from etcd. The engine holds an observer
+ * membership handle (no lease, no record) whose watch-driven view carries
+ * every member record, and each record carries the rank's committed_step
+ * and incarnation (docs/KEYS.md). The job's step is the highest committed
+ * step among live members; "at step s" fires once it reaches s. Recoveries
+ * are timed from the same view: a failed rank is detected when its
+ * incarnation's record is gone, has rejoined when a new incarnation's
+ * record appears, and is healed when that record's committed step reaches
+ * the step it must catch up to. The trainers' stdout is not parsed for
+ * progress, so any trainer that uses the runtime is observed the same way.
+ */
+#include "sim_live.h"
+#include "sim_live_int.h"
+#include "sim_supervisor.h"
+
+#include <graft/etcd.h>
+#include <graft/membership.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define SIM_TICK_US 20000
+#define SIM_LEASE_TTL_MS 1000
+#define SIM_GAP_NS 50000000ull /* between two injections */
+#define SIM_DONOR_WAIT_NS 8000000000ull
+
+typedef struct sim_slot {
+    int present;          /* a member record is in the view */
+    uint64_t incarnation; /* of that record */
+    long long step;       /* last step in the rank's --hash-log, -1: none yet */
+    uint64_t commits;     /* lines read from it */
+    long off;             /* bytes of it consumed */
+} sim_slot_t;
+
+/* An open recovery's per-slot bookkeeping. */
+typedef struct sim_open {
+    size_t rec;            /* index into res->recoveries */
+    int *slots;            /* slot indices it covers */
+    uint64_t *inc0;        /* their incarnation when they failed (0: none) */
+    int *starts0;          /* supervisor starts when they failed */
+    size_t n;
+    uint64_t *commits0;    /* their commit counts when every slot was back */
+    uint64_t total0;       /* etcd: all commits when etcd was back */
+} sim_open_t;
+
+typedef struct sim_run {
+    const graft_sim_live_opts_t *o;
+    const graft_sim_schedule_t *sched;
+    graft_etcd_server_t *server; /* NULL with --etcd */
+    const char *endpoint;
+    char job[64];
+    char dir[PATH_MAX];
+    const char *persist_root;
+    graft_sim_sup_t *sup;
+    graft_membership_t *obs;
+    graft_etcd_config_t ecfg;
+    graft_sim_result_t *res;
+    uint64_t t0;
+    int nslots;
+    sim_slot_t *slots;
+    long long job_step;
+    long long max_step;
+    int healthy;
+    uint64_t quorum_id;
+    graft_quorum_t *quorum;
+    sim_open_t *open;
+    size_t n_open, cap_open;
+    size_t next_step_ev, next_time_ev, n_step_ev;
+    uint64_t last_inject_ns;
+    /* pending parts of events that take time */
+    int donor_pending;           /* kill_donor waiting for its recipient's heal to start */
+    graft_sim_event_t donor_ev;
+    uint64_t donor_since;
+    size_t donor_inj;
+    int hang_n;
+    struct { int g, r; uint64_t until; } hangs[16];
+    uint64_t etcd_up_at;         /* etcd stopped; restart due */
+    size_t etcd_rec;
+    uint64_t event_seq;
+    uint64_t last_events_ns;
+    int tty;
+    uint64_t last_progress_ns;
+    int progress_len;
+} sim_run_t;
+
+static double sim_t(const sim_run_t *r)
+{
+    return (double)(graft_sim_now_ns() - r->t0) / 1e9;
+}
+
+/* ------------------------------------------------------------ result --- */
+
+void graft_sim_result_clear(graft_sim_result_t *res)
+{
+    if (res == NULL) {
+        return;
+    }
+    for (int i = 0; res->rank_hashes != NULL && i < res->groups * res->ranks; i++) {
+        free(res->rank_hashes[i]);
+    }
+    free(res->rank_hashes);
+    free(res->final_hash);
+    free(res->error);
+    free(res->injected);
+    free(res->recoveries);
+    free(res->samples);
+    memset(res, 0, sizeof(*res));
+}
+
+static int sim_grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap) {
+        return 0;
+    }
+    size_t nc = *cap ? *cap * 2 : 64;
+    void *na = realloc(*arr, nc * elem);
+    if (na == NULL) {
+        return -1;
+    }
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+static void sim_fail(sim_run_t *r, const char *fmt, ...) GRAFT_PRINTF(2, 3);
+static void sim_fail(sim_run_t *r, const char *fmt, ...)
+{
+    if (r->res->error != NULL) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&r->res->error, fmt, ap) < 0) {
+        r->res->error = NULL;
+    }
+    va_end(ap);
+}
+
+/* --------------------------------------------------------- observing --- */
+
+static void sim_observe(sim_run_t *r)
+{
+    graft_membership_view_t *v = NULL;
+    if (graft_membership_view_get(r->obs, &v) != GRAFT_OK) {
+        return;
+    }
+    for (int i = 0; i < r->nslots; i++) {
+        r->slots[i].present = 0;
+    }
+    long long top = -1;
+    for (size_t i = 0; i < v->n_members; i++) {
+        const graft_member_t *m = &v->members[i];
+        if ((int)m->group >= r->o->groups || (int)m->rank >= r->o->ranks) {
+            continue;
+        }
+        sim_slot_t *s = &r->slots[(int)m->group * r->o->ranks + (int)m->rank];
+        s->present = 1;
+        s->incarnation = m->incarnation;
+        if ((long long)m->committed_step > top) {
+            top = (long long)m->committed_step;
+        }
+    }
+    (void)top;
+    r->healthy = (int)v->n_healthy_groups;
+    graft_membership_view_free(v);
+    graft_quorum_t *q = NULL;
+    if (graft_membership_quorum_latest(r->obs, &q) == GRAFT_OK) {
+        graft_membership_quorum_free(r->quorum);
+        r->quorum = q;
+        r->quorum_id = q->id;
+    }
+    /* Steps come from the trainers' --hash-log files (one "step hash" line
+     * per applied commit): the runtime publishes a member's committed step
+     * in etcd only when it turns healthy, so etcd alone cannot say "the
+     * job is at step s". The job's step is the highest step any rank has
+     * committed since the last restore. */
+    long long job = -1;
+    for (int i = 0; i < r->nslots; i++) {
+        sim_slot_t *s = &r->slots[i];
+        FILE *f = fopen(graft_sim_sup_commits_path(r->sup, i / r->o->ranks, i % r->o->ranks),
+                        "r");
+        if (f != NULL && fseek(f, s->off, SEEK_SET) == 0) {
+            char line[256];
+            while (fgets(line, sizeof(line), f) != NULL) {
+                long long st = -1;
+                if (strchr(line, '\n') == NULL) {
+                    break; /* being written: read it whole next time */
+                }
+                s->off += (long)strlen(line);
+                if (sscanf(line, "%lld", &st) == 1 && st >= 0) {
+                    s->step = st;
+                    s->commits++;
+                }
+            }
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        if (s->step > job) {
+            job = s->step;
+        }
+    }
+    if (job >= 0) {
+        r->job_step = job;
+    }
+    if (r->job_step > r->max_step) {
+        r->max_step = r->job_step;
+    }
+    graft_sim_result_t *res = r->res;
+    if (sim_grow((void **)&res->samples, &res->cap_samples, res->n_samples,
+                 sizeof(*res->samples)) == 0) {
+        graft_sim_sample_t *smp = &res->samples[res->n_samples++];
+        smp->t = sim_t(r);
+        smp->step = r->job_step;
+        smp->healthy = r->healthy;
+        smp->quorum_id = r->quorum_id;
+    }
+}
+
+/* The runtime records every heal in the job's event history with its
+ * bytes ("N donors, B bytes: success"); read it incrementally, because
+ * the history keeps only the newest events. */
+static void sim_read_events(sim_run_t *r, int force)
+{
+    uint64_t now = graft_sim_now_ns();
+    if (!force && now - r->last_events_ns < 500000000ull) {
+        return;
+    }
+    r->last_events_ns = now;
+    graft_event_t *evs = NULL;
+    size_t n = 0;
+    if (graft_membership_events_read(r->obs, r->event_seq, &evs, &n) != GRAFT_OK) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (evs[i].seq > r->event_seq) {
+            r->event_seq = evs[i].seq;
+        }
+        unsigned long long donors = 0, bytes = 0;
+        if (evs[i].kind == GRAFT_EVENT_RECOVERY_DONE && evs[i].ok && evs[i].detail != NULL &&
+            sscanf(evs[i].detail, "%llu donors, %llu bytes", &donors, &bytes) == 2) {
+            r->res->bytes_transferred += bytes;
+            r->res->heals_reported++;
+        }
+    }
+    graft_membership_events_free(evs, n);
+}
+
+/* -------------------------------------------------------- recoveries --- */
+
+static void sim_open_recovery(sim_run_t *r, graft_sim_kind_t kind, const char *role, int group,
+                              int rank)
+{
+    graft_sim_result_t *res = r->res;
+    if (sim_grow((void **)&res->recoveries, &res->cap_recoveries, res->n_recoveries,
+                 sizeof(*res->recoveries)) != 0 ||
+        sim_grow((void **)&r->open, &r->cap_open, r->n_open, sizeof(*r->open)) != 0) {
+        return;
+    }
+    graft_sim_recovery_t *rec = &res->recoveries[res->n_recoveries];
+    memset(rec, 0, sizeof(*rec));
+    rec->kind = kind;
+    rec->role = role;
+    rec->group = group;
+    rec->rank = rank;
+    rec->t_fail = sim_t(r);
+    rec->t_detect = rec->t_restart = rec->t_rejoin = rec->t_healed = -1.0;
+    rec->step_at_fail = r->job_step;
+    rec->restored_step = -1;
+    sim_open_t *op = &r->open[r->n_open];
+    memset(op, 0, sizeof(*op));
+    op->rec = res->n_recoveries;
+    size_t cap = (size_t)r->nslots;
+    op->slots = calloc(cap, sizeof(int));
+    op->inc0 = calloc(cap, sizeof(uint64_t));
+    op->starts0 = calloc(cap, sizeof(int));
+    op->commits0 = calloc(cap, sizeof(uint64_t));
+    if (op->slots == NULL || op->inc0 == NULL || op->starts0 == NULL || op->commits0 == NULL) {
+        free(op->slots);
+        free(op->inc0);
+        free(op->starts0);
+        free(op->commits0);
+        return;
+    }
+    for (int i = 0; i < r->nslots; i++) {
+        int g = i / r->o->ranks, k = i % r->o->ranks;
+        if ((group >= 0 && g != group) || (rank >= 0 && k != rank)) {
+            continue;
+        }
+        op->slots[op->n] = i;
+        op->inc0[op->n] = r->slots[i].present ? r->slots[i].incarnation : 0;
+        op->starts0[op->n] = graft_sim_sup_starts(r->sup, g, k);
+        op->n++;
+    }
+    if (role != NULL && strcmp(role, "etcd") == 0) {
+        /* Nothing restarts: healed once a quorum forms again after etcd
+         * is back (the rejoin is set when it restarts). */
+        op->n = 0;
+        rec->t_detect = rec->t_fail;
+    }
+    res->n_recoveries++;
+    r->n_open++;
+}
+
+static void sim_close_open(sim_run_t *r, size_t i)
+{
+    free(r->open[i].slots);
+    free(r->open[i].inc0);
+    free(r->open[i].starts0);
+    free(r->open[i].commits0);
+    r->open[i] = r->open[--r->n_open];
+}
+
+/*
+ * A recovery is detected when no failed slot's old incarnation is in the
+ * view, restarted when the supervisor started every replacement, rejoined
+ * when every slot has a record of a new incarnation, and healed when each
+ * of them has applied a commit since (see below).
+ */
+static void sim_track_recoveries(sim_run_t *r)
+{
+    double now = sim_t(r);
+    uint64_t total = 0;
+    for (int i = 0; i < r->nslots; i++) {
+        total += r->slots[i].commits;
+    }
+    for (size_t i = 0; i < r->n_open;) {
+        sim_open_t *op = &r->open[i];
+        graft_sim_recovery_t *rec = &r->res->recoveries[op->rec];
+        int gone = 1, restarted = 1, back = 1, committed = 1;
+        long long low = LLONG_MAX;
+        for (size_t k = 0; k < op->n; k++) {
+            const sim_slot_t *s = &r->slots[op->slots[k]];
+            int g = op->slots[k] / r->o->ranks, rk = op->slots[k] % r->o->ranks;
+            int same = s->present && s->incarnation == op->inc0[k];
+            gone &= !same;
+            restarted &= graft_sim_sup_starts(r->sup, g, rk) > op->starts0[k];
+            back &= s->present && !same;
+            committed &= s->commits > op->commits0[k];
+            low = s->step < low ? s->step : low;
+        }
+        if (rec->t_detect < 0 && gone) {
+            rec->t_detect = now;
+        }
+        if (rec->t_restart < 0 && restarted && op->n > 0 && rec->kind != GRAFT_SIM_HANG) {
+            rec->t_restart = now;
+        }
+        if (rec->t_rejoin < 0 && op->n > 0 && back && rec->t_detect >= 0 &&
+            rec->t_restart >= 0) {
+            rec->t_rejoin = now;
+            for (size_t k = 0; k < op->n; k++) {
+                op->commits0[k] = r->slots[op->slots[k]].commits;
+            }
+        }
+        /* Healed: every failed rank applied a commit after it was back,
+         * which needs its state installed (or, for etcd, any commit after
+         * etcd came back). */
+        int healed = rec->t_rejoin >= 0 && (op->n > 0 ? committed : total > op->total0);
+        if (healed) {
+            rec->t_healed = now;
+            rec->done = 1;
+            if (rec->kind == GRAFT_SIM_DISASTER) {
+                rec->restored_step = low > 0 && low != LLONG_MAX ? low - 1 : 0;
+                if (rec->step_at_fail > rec->restored_step) {
+                    r->res->steps_lost += rec->step_at_fail - rec->restored_step;
+                }
+            }
+            sim_close_open(r, i);
+            continue;
+        }
+        i++;
+    }
+}
+
+/* --------------------------------------------------------- injecting --- */
+
+static int sim_alive(sim_run_t *r, int g, int k)
+{
+    return graft_sim_sup_state(r->sup, g, k) == GRAFT_SIM_PROC_RUNNING;
+}
+
+static int sim_group_alive(sim_run_t *r, int g)
+{
+    for (int k = 0; k < r->o->ranks; k++) {
+        if (!sim_alive(r, g, k)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void sim_kill(sim_run_t *r, int g, int k)
+{
+    if (graft_sim_sup_signal(r->sup, g, k, SIGKILL) != GRAFT_OK) {
+        /* it died on its own meanwhile: the supervisor restarts it anyway */
+    }
+}
+
+/* Flip one byte in the middle of a shard of the newest complete checkpoint
+ * so that its restore must fail verification and fall back. */
+static void sim_corrupt_newest(sim_run_t *r)
+{
+    DIR *d = opendir(r->persist_root);
+    char best[256] = "";
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "step-", 5) == 0 && strlen(e->d_name) < sizeof(best) &&
+            strcmp(e->d_name, best) > 0) {
+            best[0] = '\0';
+            strncat(best, e->d_name, sizeof(best) - 1);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    if (best[0] == '\0') {
+        return;
+    }
+    char path[PATH_MAX + 512];
+    snprintf(path, sizeof(path), "%s/%s", r->persist_root, best);
+    d = opendir(path);
+    int corrupted = 0;
+    /* Every shard: the whole checkpoint is bad, so every rank falls back
+     * to the same older one. */
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strstr(e->d_name, "manifest") != NULL ||
+            strstr(e->d_name, ".json") != NULL) {
+            continue;
+        }
+        char f[2 * PATH_MAX + 1024];
+        snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+        int fd = open(f, O_RDWR);
+        struct stat sb;
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+            off_t at = sb.st_size / 2;
+            unsigned char b = 0;
+            if (pread(fd, &b, 1, at) == 1) {
+                b ^= 0xff;
+                corrupted += pwrite(fd, &b, 1, at) == 1;
+            }
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    if (!r->tty) {
+        printf("graft-sim: corrupted the newest checkpoint %s (%d shards)\n", best, corrupted);
+    }
+}
+
+static void sim_record_injected(sim_run_t *r, size_t plan_index, const graft_sim_event_t *ev)
+{
+    graft_sim_result_t *res = r->res;
+    if (sim_grow((void **)&res->injected, &res->cap_injected, res->n_injected,
+                 sizeof(*res->injected)) != 0) {
+        return;
+    }
+    graft_sim_injected_t *in = &res->injected[res->n_injected++];
+    in->t = sim_t(r);
+    in->plan_index = plan_index;
+    in->ev = *ev;
+    in->donor_group = -1;
+    r->last_inject_ns = graft_sim_now_ns();
+    if (!r->tty) {
+        printf("graft-sim: t=%.2fs step %lld: inject %s", in->t, r->job_step,
+               graft_sim_kind_name(ev->kind));
+        if (ev->group >= 0) {
+            printf(" group %d", ev->group);
+        }
+        if (ev->rank >= 0 && ev->kind != GRAFT_SIM_KILL_DONOR) {
+            printf(" rank %d", ev->rank);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+}
+
+/* Tries to inject one event; 0 when its preconditions do not hold yet. */
+static int sim_inject(sim_run_t *r, size_t idx)
+{
+    const graft_sim_event_t *ev = &r->sched->events[idx];
+    int G = r->o->groups, R = r->o->ranks;
+    switch (ev->kind) {
+    case GRAFT_SIM_KILL_RANK:
+        if (!sim_alive(r, ev->group, ev->rank)) {
+            return 0;
+        }
+        sim_record_injected(r, idx, ev);
+        sim_open_recovery(r, ev->kind, "rank", ev->group, ev->rank);
+        sim_kill(r, ev->group, ev->rank);
+        return 1;
+    case GRAFT_SIM_KILL_GROUP:
+    case GRAFT_SIM_KILL_DONOR:
+        if (!sim_group_alive(r, ev->group) || r->donor_pending) {
+            return 0;
+        }
+        sim_record_injected(r, idx, ev);
+        sim_open_recovery(r, ev->kind, "group", ev->group, -1);
+        for (int k = 0; k < R; k++) {
+            sim_kill(r, ev->group, k);
+        }
+        if (ev->kind == GRAFT_SIM_KILL_DONOR) {
+            r->donor_pending = 1;
+            r->donor_ev = *ev;
+            r->donor_since = graft_sim_now_ns();
+            r->donor_inj = r->res->n_injected - 1;
+        }
+        return 1;
+    case GRAFT_SIM_HANG:
+        if (!sim_alive(r, ev->group, ev->rank) ||
+            r->hang_n == (int)(sizeof(r->hangs) / sizeof(r->hangs[0]))) {
+            return 0;
+        }
+        if (graft_sim_sup_signal(r->sup, ev->group, ev->rank, SIGSTOP) != GRAFT_OK) {
+            return 0;
+        }
+        sim_record_injected(r, idx, ev);
+        sim_open_recovery(r, ev->kind, "rank", ev->group, ev->rank);
+        r->hangs[r->hang_n].g = ev->group;
+        r->hangs[r->hang_n].r = ev->rank;
+        r->hangs[r->hang_n].until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
+        r->hang_n++;
+        return 1;
+    case GRAFT_SIM_DISASTER:
+        for (int g = 0; g < G; g++) {
+            if (!sim_group_alive(r, g)) {
+                return 0;
+            }
+        }
+        if (r->donor_pending || r->hang_n > 0) {
+            return 0;
+        }
+        sim_record_injected(r, idx, ev);
+        sim_open_recovery(r, ev->kind, "job", -1, -1);
+        for (int g = 0; g < G; g++) {
+            for (int k = 0; k < R; k++) {
+                sim_kill(r, g, k);
+            }
+        }
+        if (ev->corrupt) {
+            /* The kills are asynchronous; a writer still finishing a
+             * checkpoint would race the corruption, so wait for the reaps. */
+            for (int tries = 0; tries < 200; tries++) {
+                if (graft_sim_sup_poll(r->sup) != GRAFT_OK) {
+                    break;
+                }
+                int any = 0;
+                for (int g = 0; g < G; g++) {
+                    for (int k = 0; k < R; k++) {
+                        any |= graft_sim_sup_state(r->sup, g, k) == GRAFT_SIM_PROC_RUNNING &&
+                               graft_sim_sup_starts(r->sup, g, k) ==
+                                   r->open[r->n_open - 1].starts0[g * R + k];
+                    }
+                }
+                if (!any) {
+                    break;
+                }
+                usleep(5000);
+            }
+            sim_corrupt_newest(r);
+        }
+        return 1;
+    case GRAFT_SIM_ETCD_RESTART:
+        if (r->server == NULL || r->etcd_up_at != 0) {
+            return 0;
+        }
+        sim_record_injected(r, idx, ev);
+        sim_open_recovery(r, ev->kind, "etcd", -1, -1);
+        r->etcd_rec = r->res->n_recoveries - 1;
+        if (graft_etcd_server_stop(r->server) != GRAFT_OK) {
+            sim_fail(r, "could not stop etcd");
+        }
+        r->etcd_up_at = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
+        return 1;
+    case GRAFT_SIM_PARTITION:
+    default:
+        sim_fail(r, "cannot inject %s in this build", graft_sim_kind_name(ev->kind));
+        return 1;
+    }
+}
+
+/* Work of events that spans time: hangs to resume, etcd to restart, the
+ * donor of a kill_donor to kill once its recipient's heal is under way. */
+static void sim_pending(sim_run_t *r)
+{
+    uint64_t now = graft_sim_now_ns();
+    for (int i = 0; i < r->hang_n;) {
+        if (now >= r->hangs[i].until) {
+            if (graft_sim_sup_signal(r->sup, r->hangs[i].g, r->hangs[i].r, SIGCONT) != GRAFT_OK) {
+                /* it was killed meanwhile; nothing to resume */
+            }
+            for (size_t k = 0; k < r->n_open; k++) {
+                graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
+                if (rec->kind == GRAFT_SIM_HANG && rec->group == r->hangs[i].g &&
+                    rec->rank == r->hangs[i].r && rec->t_restart < 0) {
+                    rec->t_restart = sim_t(r);
+                }
+            }
+            r->hangs[i] = r->hangs[--r->hang_n];
+            continue;
+        }
+        i++;
+    }
+    if (r->etcd_up_at != 0 && now >= r->etcd_up_at) {
+        if (graft_etcd_server_restart(r->server) != GRAFT_OK) {
+            sim_fail(r, "could not restart etcd");
+        }
+        r->etcd_up_at = 0;
+        if (r->etcd_rec < r->res->n_recoveries) {
+            graft_sim_recovery_t *rec = &r->res->recoveries[r->etcd_rec];
+            rec->t_restart = rec->t_rejoin = sim_t(r);
+            uint64_t total = 0;
+            for (int i = 0; i < r->nslots; i++) {
+                total += r->slots[i].commits;
+            }
+            for (size_t k = 0; k < r->n_open; k++) {
+                if (r->open[k].rec == r->etcd_rec) {
+                    r->open[k].total0 = total;
+                }
+            }
+        }
+    }
+    if (r->donor_pending) {
+        int serving = -1;
+        if (r->quorum != NULL) {
+            for (size_t i = 0; i < r->quorum->n_recoveries; i++) {
+                const graft_recovery_t *rc = &r->quorum->recoveries[i];
+                if ((int)rc->recipient == r->donor_ev.group && rc->n_donors > 0 &&
+                    sim_group_alive(r, (int)rc->donors[0])) {
+                    serving = (int)rc->donors[0];
+                }
+            }
+        }
+        /* The quorum record may not be seen between two polls: once every
+         * rank of the recipient is back in the view its pull is under way,
+         * from the next group (donor order starts there) if none was seen. */
+        int back = 1;
+        for (int k = 0; k < r->o->ranks; k++) {
+            const sim_slot_t *sl = &r->slots[r->donor_ev.group * r->o->ranks + k];
+            back &= sl->present && graft_sim_sup_started_ns(r->sup, r->donor_ev.group, k) >
+                                       r->donor_since;
+        }
+        if (serving < 0 && back) {
+            serving = (r->donor_ev.group + 1) % r->o->groups;
+            if (!sim_group_alive(r, serving)) {
+                return;
+            }
+        }
+        /* No heal seen in time: kill the next group as the donor it most
+         * likely was. */
+        if (serving < 0 && now - r->donor_since > SIM_DONOR_WAIT_NS) {
+            serving = (r->donor_ev.group + 1) % r->o->groups;
+            if (!sim_group_alive(r, serving)) {
+                return;
+            }
+        }
+        if (serving >= 0) {
+            int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
+            sim_open_recovery(r, GRAFT_SIM_KILL_DONOR, "donor", serving, k);
+            sim_kill(r, serving, k);
+            r->res->injected[r->donor_inj].donor_group = serving;
+            r->donor_pending = 0;
+            if (!r->tty) {
+                printf("graft-sim: t=%.2fs: killed donor group %d rank %d while it serves "
+                       "group %d\n",
+                       sim_t(r), serving, k, r->donor_ev.group);
+            }
+        }
+    }
+}
+
+static void sim_injector(sim_run_t *r)
+{
+    uint64_t now = graft_sim_now_ns();
+    if (now - r->last_inject_ns < SIM_GAP_NS || graft_sim_sup_done(r->sup) > 0) {
+        return;
+    }
+    if (r->next_step_ev < r->n_step_ev &&
+        r->job_step >= r->sched->events[r->next_step_ev].at_step) {
+        if (sim_inject(r, r->next_step_ev)) {
+            r->next_step_ev++;
+            return;
+        }
+    }
+    if (r->next_time_ev < r->sched->n_events &&
+        (double)(now - r->t0) / 1e6 >= (double)r->sched->events[r->next_time_ev].at_ms) {
+        if (sim_inject(r, r->next_time_ev)) {
+            r->next_time_ev++;
+        }
+    }
+}
+
+/* ---------------------------------------------------------- progress --- */
+
+static void sim_progress(sim_run_t *r, int final)
+{
+    uint64_t now = graft_sim_now_ns();
+    uint64_t every = r->tty ? 200000000ull : 2000000000ull;
+    if (!final && now - r->last_progress_ns < every) {
+        return;
+    }
+    r->last_progress_ns = now;
+    size_t open = r->n_open;
+    char line[200];
+    int n = snprintf(line, sizeof(line),
+                     "t=%5.1fs step %lld/%lld  healthy %d/%d  quorum %" PRIu64
+                     "  recoveries %zu (%zu open)  failures %zu/%zu",
+                     sim_t(r), r->job_step, r->o->steps, r->healthy, r->o->groups, r->quorum_id,
+                     r->res->n_recoveries - open, open, r->res->n_injected,
+                     r->sched->n_events);
+    if (r->tty) {
+        int pad = r->progress_len > n ? r->progress_len - n : 0;
+        printf("\r%s%*s%s", line, pad, "", final ? "\n" : "");
+        r->progress_len = n;
+    } else {
+        printf("%s\n", line);
+    }
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------- a run --- */
+
+static char *sim_env(const char *k, const char *fmt, ...) GRAFT_PRINTF(2, 3);
+static char *sim_env(const char *k, const char *fmt, ...)
+{
+    char v[PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v, sizeof(v), fmt, ap);
+    va_end(ap);
+    char *s = NULL;
+    const char *user = getenv(k);
+    /* A value the user exported wins (e.g. a longer lease on a slow box). */
+    if (asprintf(&s, "%s=%s", k, user != NULL && strcmp(k, "GRAFT_JOB") != 0 &&
+                                         strcmp(k, "GRAFT_ETCD_ENDPOINTS") != 0 &&
+                                         strcmp(k, "GRAFT_PERSIST_ROOT") != 0
+                                     ? user
+                                     : v) < 0) {
+        s = NULL;
+    }
+    return s;
+}
+
+static const char *sim_trainer_path(char *buf, size_t len)
+{
+    const char *t = getenv("GRAFT_SIM_TRAINER");
+    if (t != NULL && t[0] != '\0') {
+        return t;
+    }
+    /* build/bin/graft-sim runs build/bin/train_mlp. */
+    ssize_t n = readlink("/proc/self/exe", buf, len - 32);
+    if (n <= 0) {
+        return "train_mlp";
+    }
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL) {
+        return "train_mlp";
+    }
+    strcpy(slash + 1, "train_mlp");
+    return buf;
+}
+
+/*
+ * One run: the given schedule (empty for the reference) against a fresh
+ * set of trainers under a job name of its own.
+ */
+static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
+                                   const graft_sim_schedule_t *sched, graft_etcd_server_t *server,
+                                   const char *endpoint, const char *tag, const char *persist_root,
+                                   graft_sim_result_t *res)
+{
+    graft_status_t st = GRAFT_OK;
+    sim_run_t r;
+    memset(&r, 0, sizeof(r));
+    memset(res, 0, sizeof(*res));
+    r.o = o;
+    r.sched = sched;
+    r.server = server;
+    r.endpoint = endpoint;
+    r.res = res;
+    r.persist_root = persist_root;
+    r.tty = isatty(STDOUT_FILENO) && strcmp(tag, "ref") != 0;
+    r.nslots = o->groups * o->ranks;
+    res->groups = o->groups;
+    res->ranks = o->ranks;
+    snprintf(r.job, sizeof(r.job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
+             (uint64_t)time(NULL));
+    char *env[16] = {0};
+    char trainer_buf[PATH_MAX];
+    const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
+    const char *dir_base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(r.dir, sizeof(r.dir), "%s/graft-sim-%s-XXXXXX", dir_base, tag);
+    if (mkdtemp(r.dir) == NULL) {
+        fprintf(stderr, "graft-sim run: error: mkdtemp %s: %s\n", r.dir, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    r.slots = calloc((size_t)r.nslots, sizeof(*r.slots));
+    if (r.slots == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    for (int i = 0; i < r.nslots; i++) {
+        r.slots[i].step = -1;
+    }
+    /* Checkpoints of this job only: a root shared with earlier runs would
+     * hand the first start a stranger's state. */
+    char proot[PATH_MAX + 80];
+    snprintf(proot, sizeof(proot), "%s/%s", persist_root, r.job);
+    mkdir(proot, 0755);
+    r.persist_root = proot;
+    int e = 0;
+    env[e++] = sim_env("GRAFT_JOB", "%s", r.job);
+    env[e++] = sim_env("GRAFT_ETCD_ENDPOINTS", "%s", endpoint);
+    env[e++] = sim_env("GRAFT_GROUPS", "%d", o->groups);
+    env[e++] = sim_env("GRAFT_RANKS_PER_GROUP", "%d", o->ranks);
+    env[e++] = sim_env("GRAFT_MODE", "%s", o->mode == GRAFT_SIM_LIVE_STRICT ? "strict" : "elastic");
+    env[e++] = sim_env("GRAFT_MIN_GROUPS", "%d",
+                       o->mode == GRAFT_SIM_LIVE_STRICT ? o->groups
+                                                        : (o->groups > 1 ? o->groups - 1 : 1));
+    env[e++] = sim_env("GRAFT_LEASE_TTL_MS", "%d", SIM_LEASE_TTL_MS);
+    env[e++] = sim_env("GRAFT_JOIN_TIMEOUT_MS", "%d", 1000);
+    env[e++] = sim_env("GRAFT_PERSIST_ROOT", "%s", proot);
+    env[e++] = sim_env("GRAFT_PERSIST_EVERY", "%lld", o->persist_every);
+    for (int i = 0; i < e; i++) {
+        if (env[i] == NULL) {
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+    }
+    r.ecfg.endpoints = &r.endpoint;
+    r.ecfg.n_endpoints = 1;
+    r.ecfg.request_timeout_ms = 2000;
+    graft_membership_config_t mc;
+    memset(&mc, 0, sizeof(mc));
+    mc.job = r.job;
+    mc.etcd = &r.ecfg;
+    mc.observer = true;
+    mc.ranks_per_group = (uint32_t)o->ranks;
+    mc.min_groups = 1;
+    st = graft_membership_create(&mc, &r.obs);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim run: error: cannot observe job %s at %s: %s\n", r.job,
+                endpoint, graft_status_string(st));
+        goto out;
+    }
+    graft_sim_sup_config_t sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.trainer = trainer;
+    sc.env = (const char *const *)env;
+    sc.dir = r.dir;
+    sc.groups = o->groups;
+    sc.ranks = o->ranks;
+    sc.steps = o->steps;
+    sc.seed = o->seed;
+    sc.restart_delay_ms = 100;
+    sc.max_restarts = 10 + (int)(sched->n_events * 2);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "graft-sim run: error: trainer %s: %s (set GRAFT_SIM_TRAINER or build "
+                        "examples/train_mlp)\n",
+                trainer, strerror(errno));
+        st = GRAFT_ENOTFOUND;
+        goto out;
+    }
+    r.t0 = graft_sim_now_ns();
+    st = graft_sim_sup_create(&sc, &r.sup);
+    if (st != GRAFT_OK) {
+        goto out;
+    }
+    while (r.n_step_ev < sched->n_events && sched->events[r.n_step_ev].at_step >= 0) {
+        r.n_step_ev++;
+    }
+    r.next_time_ev = r.n_step_ev;
+    const char *tmo = getenv("GRAFT_SIM_TIMEOUT_S");
+    uint64_t timeout_ns = (uint64_t)(tmo != NULL ? atoi(tmo) : 600) * 1000000000ull;
+    for (;;) {
+        st = graft_sim_sup_poll(r.sup);
+        if (st != GRAFT_OK) {
+            sim_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
+            st = GRAFT_OK;
+            break;
+        }
+        sim_observe(&r);
+        sim_read_events(&r, 0);
+        sim_track_recoveries(&r);
+        sim_pending(&r);
+        sim_injector(&r);
+        if (r.res->error != NULL) {
+            break;
+        }
+        sim_progress(&r, 0);
+        if (graft_sim_sup_done(r.sup) == r.nslots) {
+            res->completed = 1;
+            break;
+        }
+        if (graft_sim_now_ns() - r.t0 > timeout_ns) {
+            sim_fail(&r, "timed out after %.0f s at step %lld", (double)timeout_ns / 1e9,
+                     r.job_step);
+            break;
+        }
+        usleep(SIM_TICK_US);
+    }
+    if (r.etcd_up_at != 0 && graft_etcd_server_restart(server) != GRAFT_OK) {
+        sim_fail(&r, "could not restart etcd");
+    }
+    sim_observe(&r);
+    sim_read_events(&r, 1);
+    sim_track_recoveries(&r);
+    sim_progress(&r, 1);
+    res->wall_s = sim_t(&r);
+    res->n_skipped = (r.n_step_ev - r.next_step_ev) + (sched->n_events - r.next_time_ev);
+    if (r.donor_pending) {
+        res->n_skipped++;
+    }
+    res->rank_hashes = calloc((size_t)r.nslots, sizeof(char *));
+    for (int i = 0; res->rank_hashes != NULL && i < r.nslots; i++) {
+        FILE *f = fopen(graft_sim_sup_hash_path(r.sup, i / o->ranks, i % o->ranks), "r");
+        char buf[256] = "";
+        if (f != NULL) {
+            if (fgets(buf, sizeof(buf), f) == NULL) {
+                buf[0] = '\0';
+            }
+            fclose(f);
+        }
+        buf[strcspn(buf, " \t\r\n")] = '\0';
+        res->rank_hashes[i] = strdup(buf);
+    }
+    graft_sim_sup_destroy(r.sup);
+    r.sup = NULL;
+    /* The logs are read by the verdict before the directory goes. */
+    graft_sim_verdict_scan_logs(res, r.dir, o->groups, o->ranks, o->mode == GRAFT_SIM_LIVE_ELASTIC);
+    res->steps_committed = res->completed ? o->steps : r.max_step;
+out:
+    graft_sim_sup_destroy(r.sup);
+    graft_membership_destroy(r.obs);
+    graft_membership_quorum_free(r.quorum);
+    while (r.n_open > 0) {
+        sim_close_open(&r, 0);
+    }
+    free(r.open);
+    free(r.slots);
+    for (int i = 0; i < 16; i++) {
+        free(env[i]);
+    }
+    if (getenv("GRAFT_SIM_KEEP") == NULL) {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r.dir);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "graft-sim run: warning: could not remove %s\n", r.dir);
+        }
+    } else {
+        printf("graft-sim: kept the run directory %s\n", r.dir);
+    }
+    return st;
+}
+
+/* -------------------------------------------------------- reference --- */
+
+static void sim_ref_key(const graft_sim_live_opts_t *o, char *key, size_t len)
+{
+    char trainer_buf[PATH_MAX];
+    const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
+    struct stat sb;
+    memset(&sb, 0, sizeof(sb));
+    if (stat(trainer, &sb) != 0) {
+        memset(&sb, 0, sizeof(sb));
+    }
+    char desc[PATH_MAX + 256];
+    /* Everything that decides the final state: the shape, the steps, the
+     * seed, the mode, and which trainer binary (path, size, mtime). */
+    int n = snprintf(desc, sizeof(desc), "v1 g=%d r=%d steps=%lld seed=%" PRIu64
+                     " mode=%d trainer=%s size=%lld mtime=%lld.%09ld",
+                     o->groups, o->ranks, o->steps, o->seed, (int)o->mode, trainer,
+                     (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec);
+    snprintf(key, len, "%016" PRIx64, (uint64_t)XXH3_64bits(desc, (size_t)n));
+}
+
+static char *sim_cache_path(const graft_sim_live_opts_t *o)
+{
+    char key[32];
+    sim_ref_key(o, key, sizeof(key));
+    const char *dir = getenv("GRAFT_SIM_CACHE_DIR");
+    char *p = NULL;
+    if (dir != NULL && dir[0] != '\0') {
+        if (asprintf(&p, "%s/ref-%s.txt", dir, key) < 0) {
+            p = NULL;
+        }
+        return p;
+    }
+    const char *home = getenv("XDG_CACHE_HOME");
+    if (home != NULL && home[0] != '\0') {
+        if (asprintf(&p, "%s/graft-sim/ref-%s.txt", home, key) < 0) {
+            p = NULL;
+        }
+    } else if (asprintf(&p, "%s/.cache/graft-sim/ref-%s.txt",
+                        getenv("HOME") ? getenv("HOME") : "/tmp", key) < 0) {
+        p = NULL;
+    }
+    return p;
+}
+
+static void sim_mkdirs(const char *path)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *s = buf + 1; *s; s++) {
+        if (*s == '/') {
+            *s = '\0';
+            mkdir(buf, 0755);
+            *s = '/';
+        }
+    }
+}
+
+/*
+ * The fault-free reference: every rank r of the trainer run alone with the
+ * same seed (--no-graft, GRAFT_RANK=r). The trainer's data parallelism has
+ * every group compute the same global batch, so one group alone ends where
+ * G fault-free groups end; the runtime is not involved at all, which is
+ * what makes it a reference.
+ */
+static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const char *dir,
+                                        char **hash_p)
+{
+    graft_status_t st = GRAFT_OK;
+    char trainer_buf[PATH_MAX];
+    const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
+    graft_sim_result_t ref;
+    memset(&ref, 0, sizeof(ref));
+    ref.groups = 1;
+    ref.ranks = o->ranks;
+    ref.completed = 1;
+    ref.rank_hashes = calloc((size_t)o->ranks, sizeof(char *));
+    if (ref.rank_hashes == NULL) {
+        return GRAFT_ENOMEM;
+    }
+    for (int k = 0; k < o->ranks && st == GRAFT_OK; k++) {
+        char hp[PATH_MAX + 64], steps[32], seed[32], rank[32];
+        snprintf(hp, sizeof(hp), "%s/ref-hash-r%d.txt", dir, k);
+        snprintf(steps, sizeof(steps), "%lld", o->steps);
+        snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
+        snprintf(rank, sizeof(rank), "%d", k);
+        pid_t pid = fork();
+        if (pid < 0) {
+            st = GRAFT_ESYS;
+            break;
+        }
+        if (pid == 0) {
+            setenv("GRAFT_RANK", rank, 1);
+            int devnull = open("/dev/null", O_WRONLY);
+            if (devnull >= 0) {
+                dup2(devnull, 1);
+            }
+            execl(trainer, trainer, "--no-graft", "--steps", steps, "--seed", seed,
+                  "--state-hash-out", hp, (char *)NULL);
+            _exit(127);
+        }
+        int ws = 0;
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+        }
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n", k);
+            st = GRAFT_EIO;
+            break;
+        }
+        FILE *f = fopen(hp, "r");
+        char buf[256] = "";
+        if (f != NULL) {
+            if (fgets(buf, sizeof(buf), f) == NULL) {
+                buf[0] = '\0';
+            }
+            fclose(f);
+        }
+        buf[strcspn(buf, " \t\r\n")] = '\0';
+        ref.rank_hashes[k] = strdup(buf);
+    }
+    const char *why = NULL;
+    if (st == GRAFT_OK) {
+        (void)graft_sim_verdict_judge(o, &ref, NULL, &why);
+        if (ref.final_hash == NULL) {
+            st = GRAFT_EIO;
+        } else {
+            *hash_p = ref.final_hash;
+            ref.final_hash = NULL;
+        }
+    }
+    graft_sim_result_clear(&ref);
+    return st;
+}
+
+/* The reference hash: from the cache, or from a fault-free run stored there. */
+static char *sim_reference(const graft_sim_live_opts_t *o, const char *tmp_dir, int *cached_p)
+{
+    char *path = sim_cache_path(o);
+    char *hash = NULL;
+    *cached_p = 0;
+    FILE *f = path != NULL ? fopen(path, "r") : NULL;
+    if (f != NULL) {
+        char buf[256];
+        if (fgets(buf, sizeof(buf), f) != NULL) {
+            buf[strcspn(buf, " \t\r\n")] = '\0';
+            if (buf[0] != '\0') {
+                hash = strdup(buf);
+                *cached_p = 1;
+            }
+        }
+        fclose(f);
+    }
+    if (hash != NULL) {
+        goto out;
+    }
+    if (sim_reference_run(o, tmp_dir, &hash) != GRAFT_OK || hash == NULL) {
+        fprintf(stderr, "graft-sim run: error: the fault-free reference did not complete\n");
+        goto out;
+    }
+    if (path != NULL) {
+        sim_mkdirs(path);
+        char tmp[PATH_MAX + 32];
+        snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
+        FILE *w = fopen(tmp, "w");
+        if (w != NULL) {
+            fprintf(w, "%s\n", hash);
+            if (fclose(w) != 0 || rename(tmp, path) != 0) {
+                unlink(tmp);
+            }
+        }
+    }
+out:
+    free(path);
+    return hash;
+}
+
+/* ------------------------------------------------------------- entry --- */
+
+static char *sim_read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    char chunk[4096];
+    size_t n;
+    while (m != NULL && (n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        fwrite(chunk, 1, n, m);
+    }
+    fclose(f);
+    if (m != NULL) {
+        fclose(m);
+    }
+    return buf;
+}
+
+int graft_sim_live_run(const graft_sim_live_opts_t *opts)
+{
+    int rc = 1;
+    graft_sim_live_opts_t o = *opts;
+    graft_sim_schedule_t *sched = NULL;
+    graft_etcd_server_t *server = NULL;
+    char *text = NULL, *err = NULL, *ref = NULL, *plot = NULL;
+    char tmp_persist[PATH_MAX] = "";
+    graft_sim_result_t res;
+    memset(&res, 0, sizeof(res));
+    signal(SIGPIPE, SIG_IGN);
+
+    if (o.netns) {
+        fprintf(stderr, "graft-sim run: error: --netns: network namespaces are not implemented "
+                        "in this build of the live engine; run without --netns\n");
+        return 2;
+    }
+    if (o.schedule_path != NULL) {
+        text = sim_read_file(o.schedule_path);
+        if (text == NULL) {
+            fprintf(stderr, "graft-sim run: error: --schedule: cannot read '%s': %s\n",
+                    o.schedule_path, strerror(errno));
+            return 2;
+        }
+    }
+    graft_status_t st = graft_sim_schedule_plan(&o, text, &sched, &err);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim run: error: schedule%s%s: %s (%s)\n",
+                o.schedule_path ? " " : "", o.schedule_path ? o.schedule_path : "",
+                err ? err : "invalid", graft_status_name(st));
+        rc = 2;
+        goto out;
+    }
+    const char *dump = getenv("GRAFT_SIM_PLAN_ONLY");
+    if (dump != NULL && dump[0] == '1') {
+        /* Print the plan and stop: scripts and tests compare plans this way. */
+        json_t *j = graft_sim_schedule_json(sched);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        printf("%s\n", s ? s : "null");
+        free(s);
+        json_decref(j);
+        rc = 0;
+        goto out;
+    }
+    /* Persistent checkpoints: the user's root, or one in a temp dir, so a
+     * disaster always has something to restore from. */
+    snprintf(tmp_persist, sizeof(tmp_persist), "%s/graft-sim-persist-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(tmp_persist) == NULL) {
+        fprintf(stderr, "graft-sim run: error: mkdtemp: %s\n", strerror(errno));
+        goto out;
+    }
+    char run_root[PATH_MAX];
+    if (o.persist_root != NULL) {
+        snprintf(run_root, sizeof(run_root), "%s", o.persist_root);
+        sim_mkdirs(run_root);
+        mkdir(run_root, 0755);
+    } else {
+        snprintf(run_root, sizeof(run_root), "%s/run", tmp_persist);
+        mkdir(run_root, 0755);
+        o.persist_every = o.steps >= 10 ? o.steps / 10 : 1;
+    }
+    const char *endpoint = o.etcd_url;
+    if (endpoint == NULL) {
+        st = graft_etcd_server_start(NULL, &server);
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "graft-sim run: error: cannot start the embedded etcd: %s\n",
+                    graft_status_string(st));
+            goto out;
+        }
+        endpoint = graft_etcd_server_endpoint(server);
+    }
+    printf("graft-sim run: %d groups x %d ranks, %lld steps, seed %" PRIu64 ", %s, %zu failures "
+           "planned, etcd %s%s\n",
+           o.groups, o.ranks, o.steps, o.seed,
+           o.mode == GRAFT_SIM_LIVE_STRICT ? "strict" : "elastic", sched->n_events, endpoint,
+           server ? " (embedded)" : "");
+    fflush(stdout);
+    int cached = 0;
+    if (o.mode == GRAFT_SIM_LIVE_STRICT) {
+        ref = sim_reference(&o, tmp_persist, &cached);
+        if (ref == NULL) {
+            goto out;
+        }
+        printf("graft-sim: reference state hash %s%s\n", ref, cached ? " (cached)" : "");
+    }
+    st = sim_run_once(&o, sched, server, endpoint, "run", run_root, &res);
+    if (st != GRAFT_OK) {
+        goto out;
+    }
+    const char *why = NULL;
+    const char *verdict = graft_sim_verdict_judge(&o, &res, ref, &why);
+    if (o.plot_path != NULL) {
+        plot = strdup(o.plot_path);
+    } else if (o.json_path != NULL) {
+        size_t n = strlen(o.json_path);
+        if (n > 5 && strcmp(o.json_path + n - 5, ".json") == 0) {
+            n -= 5;
+        }
+        if (asprintf(&plot, "%.*s.svg", (int)n, o.json_path) < 0) {
+            plot = NULL;
+        }
+    }
+    if (plot != NULL && graft_sim_timeline_svg(plot, &o, &res, verdict) != 0) {
+        fprintf(stderr, "graft-sim run: warning: cannot write %s: %s\n", plot, strerror(errno));
+        free(plot);
+        plot = NULL;
+    }
+    graft_sim_report_text(stdout, &o, sched, &res, verdict, why, ref, plot);
+    if (o.json_path != NULL) {
+        json_t *j = graft_sim_report_json(&o, sched, &res, verdict, why, ref);
+        if (j == NULL || json_dump_file(j, o.json_path, JSON_INDENT(2)) != 0) {
+            fprintf(stderr, "graft-sim run: error: cannot write %s\n", o.json_path);
+            json_decref(j);
+            goto out;
+        }
+        json_decref(j);
+    }
+    rc = strcmp(verdict, "FAILED") == 0 ? 1 : 0;
+out:
+    fflush(stdout);
+    graft_sim_result_clear(&res);
+    graft_etcd_server_destroy(server);
+    if (tmp_persist[0] != '\0' && strstr(tmp_persist, "XXXXXX") == NULL) {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_persist);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "graft-sim run: warning: could not remove %s\n", tmp_persist);
+        }
+    }
+    graft_sim_schedule_destroy(sched);
+    free(text);
+    free(err);
+    free(ref);
+    free(plot);
+    return rc;
+}

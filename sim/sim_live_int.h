@@ -1,0 +1,96 @@
+/*
+ * What one live run records, shared by the engine (sim_live.c), the verdict
+ * and report (sim_verdict.c) and the timeline plot (sim_timeline.c).
+ */
+#ifndef GRAFT_SIM_LIVE_INT_H
+#define GRAFT_SIM_LIVE_INT_H
+
+#include "sim_schedule.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/** One observed recovery: from the failure to the group computing again. */
+typedef struct graft_sim_recovery {
+    graft_sim_kind_t kind;
+    const char *role; /**< "group", "rank", "donor", "job" (disaster), "etcd" */
+    int group;        /**< -1: every group */
+    int rank;         /**< -1: every rank of the group */
+    double t_fail, t_detect, t_restart, t_rejoin, t_healed; /**< s since start; <0: not seen */
+    long long step_at_fail;
+    long long restored_step; /**< disaster: the step the job restarted from */
+    int done;
+} graft_sim_recovery_t;
+
+/** One progress sample. */
+typedef struct graft_sim_sample {
+    double t;
+    long long step;
+    int healthy;
+    uint64_t quorum_id;
+} graft_sim_sample_t;
+
+/** One injected failure, in injection order. */
+typedef struct graft_sim_injected {
+    double t;
+    size_t plan_index;
+    graft_sim_event_t ev; /**< kill_donor: ev.rank/.group as planned */
+    int donor_group;      /**< kill_donor: the donor actually killed, else -1 */
+} graft_sim_injected_t;
+
+/** Everything one run produced. */
+typedef struct graft_sim_result {
+    int completed;         /**< every process finished its steps */
+    char *error;           /**< why not, when not */
+    double wall_s;
+    char **rank_hashes;    /**< groups * ranks final hashes ("" when missing) */
+    int groups, ranks;
+    char *final_hash;      /**< combined over group 0's ranks, or NULL */
+    int groups_agree;      /**< every group's ranks hold the same hashes */
+    long long commit_checks;     /**< elastic: (step, rank) pairs compared across groups */
+    long long commit_mismatches; /**< of which groups disagreed */
+    long long steps_committed;
+    long long steps_lost;
+    unsigned long long bytes_transferred; /**< from the runtime's recovery_done events */
+    unsigned long long heals_reported;    /**< recovery_done events with ok */
+    graft_sim_injected_t *injected;
+    size_t n_injected, cap_injected;
+    size_t n_skipped; /**< planned but not injected (the run ended first) */
+    graft_sim_recovery_t *recoveries;
+    size_t n_recoveries, cap_recoveries;
+    graft_sim_sample_t *samples;
+    size_t n_samples, cap_samples;
+} graft_sim_result_t;
+
+/** Free a result's contents. */
+void graft_sim_result_clear(graft_sim_result_t *res);
+
+/**
+ * Read the hash files and the trainers' logs into @p res and judge it.
+ * Returns the verdict string ("bit-exact", "consistent" or "FAILED") and
+ * sets *why_p (static or NULL) on failure.
+ */
+const char *graft_sim_verdict_judge(const graft_sim_live_opts_t *opts, graft_sim_result_t *res,
+                                    const char *reference_hash, const char **why_p);
+
+/** Compare the trainers' per-commit hash logs in @p dir across groups. */
+void graft_sim_verdict_scan_logs(graft_sim_result_t *res, const char *dir, int groups, int ranks,
+                                 int elastic);
+
+/** Text summary of a run. */
+void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *opts,
+                           const graft_sim_schedule_t *sched, const graft_sim_result_t *res,
+                           const char *verdict, const char *why, const char *reference_hash,
+                           const char *plot_path);
+
+/** The --json report; NULL when out of memory. */
+json_t *graft_sim_report_json(const graft_sim_live_opts_t *opts, const graft_sim_schedule_t *sched,
+                              const graft_sim_result_t *res, const char *verdict, const char *why,
+                              const char *reference_hash);
+
+/** Write the SVG timeline and recovery-time distribution; 0 or -1 (errno). */
+int graft_sim_timeline_svg(const char *path, const graft_sim_live_opts_t *opts,
+                           const graft_sim_result_t *res, const char *verdict);
+
+#endif /* GRAFT_SIM_LIVE_INT_H */

@@ -1,0 +1,359 @@
+/*
+ * The supervisor (see sim_supervisor.h). Everything a child needs (argv,
+ * envp, log descriptor) is prepared before fork(), because the simulator
+ * has threads (the etcd watch) and a child of a threaded process may only
+ * call async-signal-safe functions before exec.
+ */
+#include "sim_supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct sim_proc {
+    pid_t pid;
+    graft_sim_proc_state_t state;
+    int starts;
+    uint64_t started_ns;
+    uint64_t restart_at_ns;
+    char *log_path;
+    char *hash_path;
+    char *commits_path;
+    char **envp; /* the common environment plus this process's group/rank */
+} sim_proc_t;
+
+struct graft_sim_sup {
+    graft_sim_sup_config_t cfg;
+    /* trainer --steps N --seed S --state-hash-out <slot> --hash-log <slot> extra... */
+    char **argv_tmpl;
+    size_t hash_slot, commits_slot;
+    sim_proc_t *procs; /* groups * ranks */
+    int n;
+    int done;
+};
+
+uint64_t graft_sim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static char *sim_sup_fmt(const char *fmt, ...) GRAFT_PRINTF(1, 2);
+static char *sim_sup_fmt(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) {
+        s = NULL;
+    }
+    va_end(ap);
+    return s;
+}
+
+static void sim_sup_strv_free(char **v)
+{
+    for (size_t i = 0; v != NULL && v[i] != NULL; i++) {
+        free(v[i]);
+    }
+    free(v);
+}
+
+/* The inherited environment, minus what we set, plus config->env and the
+ * per-process GRAFT_GROUP/GRAFT_RANK. */
+static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
+{
+    size_t n_env = 0, n_add = 0;
+    while (environ[n_env] != NULL) {
+        n_env++;
+    }
+    while (c->env != NULL && c->env[n_add] != NULL) {
+        n_add++;
+    }
+    char **v = calloc(n_env + n_add + 3, sizeof(*v));
+    if (v == NULL) {
+        return NULL;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        int overridden = (klen == 11 && strncmp(environ[i], "GRAFT_GROUP", 11) == 0) ||
+                         (klen == 10 && strncmp(environ[i], "GRAFT_RANK", 10) == 0);
+        for (size_t j = 0; j < n_add && !overridden; j++) {
+            overridden = strncmp(c->env[j], environ[i], klen) == 0 && c->env[j][klen] == '=';
+        }
+        if (!overridden && (v[k++] = strdup(environ[i])) == NULL) {
+            goto fail;
+        }
+    }
+    for (size_t j = 0; j < n_add; j++) {
+        if ((v[k++] = strdup(c->env[j])) == NULL) {
+            goto fail;
+        }
+    }
+    if ((v[k++] = sim_sup_fmt("GRAFT_GROUP=%d", g)) == NULL ||
+        (v[k++] = sim_sup_fmt("GRAFT_RANK=%d", r)) == NULL) {
+        goto fail;
+    }
+    return v;
+fail:
+    sim_sup_strv_free(v);
+    return NULL;
+}
+
+static graft_status_t sim_sup_spawn(graft_sim_sup_t *s, int idx)
+{
+    sim_proc_t *p = &s->procs[idx];
+    int fd = open(p->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "graft-sim run: error: open %s: %s\n", p->log_path, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    char banner[96];
+    int bl = snprintf(banner, sizeof(banner), "=== graft-sim: start %d of group %d rank %d\n",
+                      p->starts + 1, idx / s->cfg.ranks, idx % s->cfg.ranks);
+    if (write(fd, banner, (size_t)bl) < 0) {
+        /* the banner is only a reading aid; the log itself still works */
+    }
+    s->argv_tmpl[s->hash_slot] = p->hash_path;
+    s->argv_tmpl[s->commits_slot] = p->commits_path;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "graft-sim run: error: fork: %s\n", strerror(errno));
+        close(fd);
+        return GRAFT_ESYS;
+    }
+    if (pid == 0) {
+        /* Children must not outlive the simulator, whatever kills it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) {
+            _exit(127);
+        }
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) {
+            dup2(devnull, 0);
+        }
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execve(s->argv_tmpl[0], s->argv_tmpl, p->envp);
+        static const char msg[] = "graft-sim: exec of the trainer failed\n";
+        if (write(2, msg, sizeof(msg) - 1) < 0) {
+            _exit(127);
+        }
+        _exit(127);
+    }
+    close(fd);
+    p->pid = pid;
+    p->state = GRAFT_SIM_PROC_RUNNING;
+    p->starts++;
+    p->started_ns = graft_sim_now_ns();
+    return GRAFT_OK;
+}
+
+graft_status_t graft_sim_sup_create(const graft_sim_sup_config_t *config, graft_sim_sup_t **sup_p)
+{
+    graft_status_t st = GRAFT_ENOMEM;
+    graft_sim_sup_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return GRAFT_ENOMEM;
+    }
+    s->cfg = *config;
+    s->n = config->groups * config->ranks;
+    size_t n_extra = 0;
+    while (config->extra_args != NULL && config->extra_args[n_extra] != NULL) {
+        n_extra++;
+    }
+    s->argv_tmpl = calloc(10 + n_extra, sizeof(char *));
+    s->procs = calloc((size_t)s->n, sizeof(*s->procs));
+    if (s->argv_tmpl == NULL || s->procs == NULL) {
+        goto fail;
+    }
+    /* argv points into strings owned here; the hash slot is swapped per child. */
+    size_t a = 0;
+    s->argv_tmpl[a++] = (char *)config->trainer;
+    s->argv_tmpl[a++] = "--steps";
+    s->argv_tmpl[a++] = sim_sup_fmt("%lld", config->steps);
+    s->argv_tmpl[a++] = "--seed";
+    s->argv_tmpl[a++] = sim_sup_fmt("%" PRIu64, config->seed);
+    s->argv_tmpl[a++] = "--state-hash-out";
+    s->hash_slot = a++;
+    s->argv_tmpl[a++] = "--hash-log";
+    s->commits_slot = a++;
+    for (size_t i = 0; i < n_extra; i++) {
+        s->argv_tmpl[a++] = (char *)config->extra_args[i];
+    }
+    if (s->argv_tmpl[2] == NULL || s->argv_tmpl[4] == NULL) {
+        goto fail;
+    }
+    for (int i = 0; i < s->n; i++) {
+        int g = i / config->ranks, r = i % config->ranks;
+        sim_proc_t *p = &s->procs[i];
+        p->pid = -1;
+        p->state = GRAFT_SIM_PROC_DEAD;
+        p->log_path = sim_sup_fmt("%s/trainer-g%d-r%d.log", config->dir, g, r);
+        p->hash_path = sim_sup_fmt("%s/hash-g%d-r%d.txt", config->dir, g, r);
+        p->commits_path = sim_sup_fmt("%s/commits-g%d-r%d.txt", config->dir, g, r);
+        p->envp = sim_sup_envp(config, g, r);
+        if (p->log_path == NULL || p->hash_path == NULL || p->commits_path == NULL ||
+            p->envp == NULL) {
+            goto fail;
+        }
+    }
+    for (int i = 0; i < s->n; i++) {
+        st = sim_sup_spawn(s, i);
+        if (st != GRAFT_OK) {
+            goto fail;
+        }
+    }
+    *sup_p = s;
+    return GRAFT_OK;
+fail:
+    graft_sim_sup_destroy(s);
+    return st;
+}
+
+void graft_sim_sup_destroy(graft_sim_sup_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (int i = 0; s->procs != NULL && i < s->n; i++) {
+        sim_proc_t *p = &s->procs[i];
+        if (p->pid > 0 && (p->state == GRAFT_SIM_PROC_RUNNING || p->state == GRAFT_SIM_PROC_STOPPED)) {
+            kill(p->pid, SIGKILL);
+            while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
+            }
+        }
+        free(p->log_path);
+        free(p->hash_path);
+        free(p->commits_path);
+        sim_sup_strv_free(p->envp);
+    }
+    if (s->argv_tmpl != NULL) {
+        free(s->argv_tmpl[2]);
+        free(s->argv_tmpl[4]);
+    }
+    free(s->argv_tmpl);
+    free(s->procs);
+    free(s);
+}
+
+graft_status_t graft_sim_sup_poll(graft_sim_sup_t *s)
+{
+    uint64_t now = graft_sim_now_ns();
+    for (int i = 0; i < s->n; i++) {
+        sim_proc_t *p = &s->procs[i];
+        if (p->state == GRAFT_SIM_PROC_RUNNING || p->state == GRAFT_SIM_PROC_STOPPED) {
+            int ws = 0;
+            pid_t w = waitpid(p->pid, &ws, WNOHANG);
+            if (w == p->pid) {
+                if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
+                    p->state = GRAFT_SIM_PROC_DONE;
+                    s->done++;
+                } else {
+                    p->state = GRAFT_SIM_PROC_DEAD;
+                    p->restart_at_ns = now + (uint64_t)s->cfg.restart_delay_ms * 1000000ull;
+                }
+                p->pid = -1;
+            }
+        }
+        if (p->state == GRAFT_SIM_PROC_DEAD && now >= p->restart_at_ns) {
+            if (p->starts > s->cfg.max_restarts) {
+                fprintf(stderr, "graft-sim run: error: group %d rank %d died %d times; giving up "
+                                "(see %s)\n",
+                        i / s->cfg.ranks, i % s->cfg.ranks, p->starts, p->log_path);
+                return GRAFT_ERANGE;
+            }
+            graft_status_t st = sim_sup_spawn(s, i);
+            if (st != GRAFT_OK) {
+                return st;
+            }
+        }
+    }
+    return GRAFT_OK;
+}
+
+static sim_proc_t *sim_sup_proc(const graft_sim_sup_t *s, int group, int rank)
+{
+    if (group < 0 || rank < 0 || group >= s->cfg.groups || rank >= s->cfg.ranks) {
+        return NULL;
+    }
+    return &s->procs[group * s->cfg.ranks + rank];
+}
+
+graft_status_t graft_sim_sup_signal(graft_sim_sup_t *s, int group, int rank, int sig)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    if (p == NULL) {
+        return GRAFT_EINVAL;
+    }
+    if (p->pid <= 0 || (p->state != GRAFT_SIM_PROC_RUNNING && p->state != GRAFT_SIM_PROC_STOPPED)) {
+        return GRAFT_ESTATE;
+    }
+    if (kill(p->pid, sig) != 0) {
+        return GRAFT_ESTATE;
+    }
+    if (sig == SIGSTOP) {
+        p->state = GRAFT_SIM_PROC_STOPPED;
+    } else if (sig == SIGCONT) {
+        p->state = GRAFT_SIM_PROC_RUNNING;
+    } else if (sig == SIGKILL && p->state == GRAFT_SIM_PROC_STOPPED) {
+        p->state = GRAFT_SIM_PROC_RUNNING; /* reaped as dead by the next poll */
+    }
+    return GRAFT_OK;
+}
+
+graft_sim_proc_state_t graft_sim_sup_state(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->state : GRAFT_SIM_PROC_DEAD;
+}
+
+int graft_sim_sup_starts(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->starts : 0;
+}
+
+uint64_t graft_sim_sup_started_ns(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->started_ns : 0;
+}
+
+int graft_sim_sup_done(const graft_sim_sup_t *s)
+{
+    return s->done;
+}
+
+const char *graft_sim_sup_hash_path(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->hash_path : "";
+}
+
+const char *graft_sim_sup_log_path(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->log_path : "";
+}
+
+const char *graft_sim_sup_commits_path(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->commits_path : "";
+}

@@ -1,0 +1,137 @@
+/*
+ * The supervisor of `graft-sim run`: it starts G x R trainer processes and,
+ * like an orchestrator, starts a replacement whenever one dies (after a
+ * short delay), until a process exits 0, which means it finished its steps.
+ * It also carries out the signals the injector asks for.
+ */
+#ifndef GRAFT_SIM_SUPERVISOR_H
+#define GRAFT_SIM_SUPERVISOR_H
+
+#include <graft/common.h>
+
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct graft_sim_sup graft_sim_sup_t;
+
+/** What a supervisor starts. */
+typedef struct graft_sim_sup_config {
+    const char *trainer;            /**< path of the trainer program */
+    const char *const *extra_args;  /**< NULL-terminated arguments after the common ones */
+    const char *const *env;         /**< NULL-terminated "K=V" added to the environment */
+    const char *dir;                /**< per-process logs and hash files go here */
+    int groups, ranks;
+    long long steps;
+    uint64_t seed;
+    uint32_t restart_delay_ms;      /**< orchestrator's delay before a replacement */
+    int max_restarts;               /**< per process; past it the run fails */
+} graft_sim_sup_config_t;
+
+/** State of one supervised process. */
+typedef enum graft_sim_proc_state {
+    GRAFT_SIM_PROC_RUNNING = 0,
+    GRAFT_SIM_PROC_STOPPED, /**< SIGSTOPped by the injector */
+    GRAFT_SIM_PROC_DEAD,    /**< waiting for its replacement */
+    GRAFT_SIM_PROC_DONE     /**< exited 0 */
+} graft_sim_proc_state_t;
+
+/**
+ * @brief Create a supervisor and start every process.
+ * @param [in]  config  what to start; copied where needed.
+ * @param [out] sup_p   the supervisor.
+ * @return GRAFT_OK, GRAFT_ENOMEM, GRAFT_ESYS (fork or open failed).
+ */
+GRAFT_WUR graft_status_t graft_sim_sup_create(const graft_sim_sup_config_t *config,
+                                              graft_sim_sup_t **sup_p);
+
+/**
+ * @brief Kill and reap every process, free. Accepts NULL.
+ * @param [in] sup  the supervisor.
+ */
+void graft_sim_sup_destroy(graft_sim_sup_t *sup);
+
+/**
+ * @brief Reap exited processes and start due replacements.
+ * @param [in] sup  the supervisor.
+ * @return GRAFT_OK; GRAFT_ESYS (a replacement could not be started);
+ *         GRAFT_ERANGE (a process died more than max_restarts times).
+ */
+GRAFT_WUR graft_status_t graft_sim_sup_poll(graft_sim_sup_t *sup);
+
+/**
+ * @brief Send a signal to one process (SIGKILL, SIGSTOP, SIGCONT). A
+ *        stopped process that gets SIGKILL is reaped as dead.
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @param [in] sig    the signal.
+ * @return GRAFT_OK, GRAFT_ESTATE (not running), GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_sim_sup_signal(graft_sim_sup_t *sup, int group, int rank, int sig);
+
+/**
+ * @brief State of one process.
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return the state.
+ */
+graft_sim_proc_state_t graft_sim_sup_state(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Number of times a process was started (1 + replacements).
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return the count.
+ */
+int graft_sim_sup_starts(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Monotonic time (ns) the current process of (group, rank) started.
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return the time, 0 before it was started.
+ */
+uint64_t graft_sim_sup_started_ns(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Number of processes that have exited 0.
+ * @param [in] sup  the supervisor.
+ * @return the count.
+ */
+int graft_sim_sup_done(const graft_sim_sup_t *sup);
+
+/**
+ * @brief Path of the state-hash file of (group, rank).
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return a string owned by the supervisor.
+ */
+const char *graft_sim_sup_hash_path(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Path of the output log of (group, rank) (all incarnations).
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return a string owned by the supervisor.
+ */
+const char *graft_sim_sup_log_path(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Path of the --hash-log file of (group, rank) ("step hash" per
+ *        applied commit, appended by every incarnation).
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return a string owned by the supervisor.
+ */
+const char *graft_sim_sup_commits_path(const graft_sim_sup_t *sup, int group, int rank);
+
+/** Monotonic clock in nanoseconds. */
+uint64_t graft_sim_now_ns(void);
+
+#endif /* GRAFT_SIM_SUPERVISOR_H */

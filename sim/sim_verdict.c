@@ -1,0 +1,364 @@
+/*
+ * The verdict of a live run and its report (text and JSON).
+ *
+ * strict:  every rank of every group ends with the same state hash as the
+ *          same rank of the fault-free reference ("bit-exact").
+ * elastic: every group ends identical, and every step that two groups both
+ *          logged as committed has the same hash in both ("consistent").
+ *
+ * Per-commit hashes come from the trainers' --hash-log files ("step hash"
+ * per applied commit, appended by every incarnation). After a disaster in
+ * elastic mode a step may legitimately be recomputed by another set of
+ * groups, so such a run is judged on its final hashes alone.
+ */
+#include "sim_live_int.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+void graft_sim_verdict_scan_logs(graft_sim_result_t *res, const char *dir, int groups, int ranks,
+                                 int elastic)
+{
+    /* First hash seen per (step, rank); every other group's must match. */
+    long long steps = 0;
+    char **first = NULL;
+    int disaster = 0;
+    for (size_t i = 0; i < res->n_injected; i++) {
+        disaster |= elastic && res->injected[i].ev.kind == GRAFT_SIM_DISASTER;
+    }
+    for (int g = 0; g < groups && !disaster; g++) {
+        for (int r = 0; r < ranks; r++) {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/commits-g%d-r%d.txt", dir, g, r);
+            FILE *f = fopen(path, "r");
+            char line[256];
+            while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+                long long s = -1;
+                char h[128];
+                /* A line cut short by a kill is not a commit record. */
+                if (strchr(line, '\n') == NULL || sscanf(line, "%lld %127s", &s, h) != 2 ||
+                    s < 0 || s > 10000000) {
+                    continue;
+                }
+                if (s >= steps) {
+                    long long ns = s + 1 > steps * 2 ? s + 1 : steps * 2;
+                    char **nf = realloc(first, (size_t)(ns * ranks) * sizeof(*nf));
+                    if (nf == NULL) {
+                        continue;
+                    }
+                    memset(nf + steps * ranks, 0, (size_t)((ns - steps) * ranks) * sizeof(*nf));
+                    first = nf;
+                    steps = ns;
+                }
+                char **slot = &first[s * ranks + r];
+                if (*slot == NULL) {
+                    *slot = strdup(h);
+                } else {
+                    res->commit_checks++;
+                    if (strcmp(*slot, h) != 0) {
+                        res->commit_mismatches++;
+                    }
+                }
+            }
+            if (f != NULL) {
+                fclose(f);
+            }
+        }
+    }
+    for (long long i = 0; i < steps * ranks; i++) {
+        free(first[i]);
+    }
+    free(first);
+}
+
+const char *graft_sim_verdict_judge(const graft_sim_live_opts_t *o, graft_sim_result_t *res,
+                                    const char *reference_hash, const char **why_p)
+{
+    *why_p = NULL;
+    int R = res->ranks, G = res->groups;
+    res->groups_agree = res->rank_hashes != NULL;
+    for (int g = 0; res->rank_hashes != NULL && g < G; g++) {
+        for (int r = 0; r < R; r++) {
+            const char *h = res->rank_hashes[g * R + r];
+            if (h == NULL || h[0] == '\0' || strcmp(h, res->rank_hashes[r]) != 0) {
+                res->groups_agree = 0;
+            }
+        }
+    }
+    free(res->final_hash);
+    res->final_hash = NULL;
+    if (res->rank_hashes != NULL && res->rank_hashes[0] != NULL && res->rank_hashes[0][0]) {
+        if (R == 1) {
+            res->final_hash = strdup(res->rank_hashes[0]);
+        } else {
+            XXH3_state_t *st = XXH3_createState();
+            if (st != NULL) {
+                XXH3_64bits_reset(st);
+                for (int r = 0; r < R; r++) {
+                    const char *h = res->rank_hashes[r] ? res->rank_hashes[r] : "";
+                    XXH3_64bits_update(st, h, strlen(h) + 1);
+                }
+                char buf[32];
+                snprintf(buf, sizeof(buf), "%016" PRIx64, (uint64_t)XXH3_64bits_digest(st));
+                res->final_hash = strdup(buf);
+                XXH3_freeState(st);
+            }
+        }
+    }
+    if (!res->completed) {
+        *why_p = res->error ? res->error : "the run did not complete";
+        return "FAILED";
+    }
+    if (res->final_hash == NULL) {
+        *why_p = "no final state hash (the trainer wrote no --state-hash-out file)";
+        return "FAILED";
+    }
+    if (!res->groups_agree) {
+        *why_p = "the groups ended with different state";
+        return "FAILED";
+    }
+    if (o->mode == GRAFT_SIM_LIVE_STRICT) {
+        if (reference_hash != NULL && strcmp(reference_hash, res->final_hash) != 0) {
+            *why_p = "the final state differs from the fault-free reference";
+            return "FAILED";
+        }
+        return "bit-exact";
+    }
+    if (res->commit_mismatches > 0) {
+        *why_p = "groups disagreed on a committed step";
+        return "FAILED";
+    }
+    return "consistent";
+}
+
+/* ------------------------------------------------------------ report --- */
+
+static const char *const sim_phases[] = {"detect", "restart", "rejoin", "heal", "total"};
+#define SIM_NPHASES 5
+
+/* Seconds of one phase of a recovery; NAN when not observed. */
+static double sim_phase(const graft_sim_recovery_t *rc, int ph)
+{
+    double start, end;
+    switch (ph) {
+    case 0:
+        start = rc->t_fail, end = rc->t_detect;
+        break;
+    case 1:
+        start = rc->t_fail, end = rc->t_restart;
+        break;
+    case 2:
+        start = rc->t_detect > rc->t_restart ? rc->t_detect : rc->t_restart, end = rc->t_rejoin;
+        break;
+    case 3:
+        start = rc->t_rejoin, end = rc->t_healed;
+        break;
+    default:
+        start = rc->t_fail, end = rc->t_healed;
+        break;
+    }
+    return start >= 0 && end >= 0 && end >= start ? end - start : NAN;
+}
+
+static int sim_dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median and max of one phase over finished recoveries; n = count. */
+static void sim_phase_stats(const graft_sim_result_t *res, int ph, double *med, double *max,
+                            size_t *n)
+{
+    double *v = calloc(res->n_recoveries + 1, sizeof(double));
+    size_t k = 0;
+    for (size_t i = 0; v != NULL && i < res->n_recoveries; i++) {
+        double x = sim_phase(&res->recoveries[i], ph);
+        if (!isnan(x)) {
+            v[k++] = x;
+        }
+    }
+    *n = k;
+    *med = *max = NAN;
+    if (k > 0) {
+        qsort(v, k, sizeof(double), sim_dbl_cmp);
+        *med = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+        *max = v[k - 1];
+    }
+    free(v);
+}
+
+void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
+                           const graft_sim_schedule_t *sched, const graft_sim_result_t *res,
+                           const char *verdict, const char *why, const char *reference_hash,
+                           const char *plot_path)
+{
+    size_t by_kind[GRAFT_SIM_KIND_COUNT] = {0};
+    for (size_t i = 0; i < res->n_injected; i++) {
+        by_kind[res->injected[i].ev.kind]++;
+    }
+    fprintf(out, "\n== graft-sim run report ==\n");
+    fprintf(out, "groups x ranks     %d x %d, %lld steps, seed %" PRIu64 ", %s mode\n", o->groups,
+            o->ranks, o->steps, o->seed, o->mode == GRAFT_SIM_LIVE_STRICT ? "strict" : "elastic");
+    fprintf(out, "wall time          %.1f s\n", res->wall_s);
+    fprintf(out, "failures injected  %zu of %zu planned (%zu not reached)\n", res->n_injected,
+            sched->n_events, res->n_skipped);
+    for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
+        if (by_kind[k] > 0) {
+            fprintf(out, "  %-16s %zu\n", graft_sim_kind_name((graft_sim_kind_t)k), by_kind[k]);
+        }
+    }
+    size_t done = 0;
+    for (size_t i = 0; i < res->n_recoveries; i++) {
+        done += res->recoveries[i].done != 0;
+    }
+    fprintf(out, "recoveries         %zu observed, %zu healed\n", res->n_recoveries, done);
+    fprintf(out, "  phase     median s    max s   n\n");
+    for (int ph = 0; ph < SIM_NPHASES; ph++) {
+        double med, max;
+        size_t n;
+        sim_phase_stats(res, ph, &med, &max, &n);
+        if (n > 0) {
+            fprintf(out, "  %-8s %8.3f %8.3f %4zu\n", sim_phases[ph], med, max, n);
+        }
+    }
+    fprintf(out, "bytes transferred  %llu\n", res->bytes_transferred);
+    fprintf(out, "steps committed    %lld (lost to disasters: %lld)\n", res->steps_committed,
+            res->steps_lost);
+    fprintf(out, "final state hash   %s\n", res->final_hash ? res->final_hash : "(none)");
+    if (o->mode == GRAFT_SIM_LIVE_STRICT) {
+        fprintf(out, "reference hash     %s\n", reference_hash ? reference_hash : "(none)");
+    } else {
+        fprintf(out, "commit checks      %lld (step, rank) pairs, %lld mismatches\n",
+                res->commit_checks, res->commit_mismatches);
+    }
+    if (plot_path != NULL) {
+        fprintf(out, "plot               %s\n", plot_path);
+    }
+    fprintf(out, "verdict            %s%s%s\n", verdict, why ? ": " : "", why ? why : "");
+}
+
+static json_t *sim_num_or_null(double x)
+{
+    return isnan(x) ? json_null() : json_real(round(x * 1e6) / 1e6);
+}
+
+json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_schedule_t *sched,
+                              const graft_sim_result_t *res, const char *verdict, const char *why,
+                              const char *reference_hash)
+{
+    json_t *j = json_object();
+    json_t *kinds = json_object();
+    json_t *recs = json_array();
+    json_t *inj = json_array();
+    json_t *plan = graft_sim_schedule_json(sched);
+    json_t *phases = json_object();
+    json_t *hashes = json_array();
+    char seed[32];
+    if (j == NULL || kinds == NULL || recs == NULL || inj == NULL || plan == NULL ||
+        phases == NULL || hashes == NULL) {
+        goto fail;
+    }
+    for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
+        json_object_set_new(kinds, graft_sim_kind_name((graft_sim_kind_t)k), json_integer(0));
+    }
+    for (size_t i = 0; i < res->n_injected; i++) {
+        const graft_sim_injected_t *in = &res->injected[i];
+        const char *name = graft_sim_kind_name(in->ev.kind);
+        json_object_set_new(kinds, name,
+                            json_integer(json_integer_value(json_object_get(kinds, name)) + 1));
+        json_t *e = graft_sim_event_json(&in->ev);
+        if (e == NULL) {
+            goto fail;
+        }
+        json_object_set_new(e, "t", sim_num_or_null(in->t));
+        json_object_set_new(e, "plan_index", json_integer((json_int_t)in->plan_index));
+        if (in->donor_group >= 0) {
+            json_object_set_new(e, "donor_group", json_integer(in->donor_group));
+        }
+        json_array_append_new(inj, e);
+    }
+    for (size_t i = 0; i < res->n_recoveries; i++) {
+        const graft_sim_recovery_t *rc = &res->recoveries[i];
+        json_t *e = json_object();
+        json_t *ps = json_object();
+        if (e == NULL || ps == NULL) {
+            json_decref(e);
+            json_decref(ps);
+            goto fail;
+        }
+        json_object_set_new(e, "kind", json_string(graft_sim_kind_name(rc->kind)));
+        json_object_set_new(e, "role", json_string(rc->role));
+        json_object_set_new(e, "group", rc->group >= 0 ? json_integer(rc->group) : json_null());
+        json_object_set_new(e, "rank", rc->rank >= 0 ? json_integer(rc->rank) : json_null());
+        json_object_set_new(e, "t_fail", sim_num_or_null(rc->t_fail));
+        json_object_set_new(e, "step_at_fail", json_integer(rc->step_at_fail));
+        if (rc->restored_step >= 0) {
+            json_object_set_new(e, "restored_step", json_integer(rc->restored_step));
+        }
+        json_object_set_new(e, "healed", json_boolean(rc->done));
+        for (int ph = 0; ph < SIM_NPHASES; ph++) {
+            json_object_set_new(ps, sim_phases[ph], sim_num_or_null(sim_phase(rc, ph)));
+        }
+        json_object_set_new(e, "seconds", ps);
+        json_array_append_new(recs, e);
+    }
+    for (int ph = 0; ph < SIM_NPHASES; ph++) {
+        double med, max;
+        size_t n;
+        sim_phase_stats(res, ph, &med, &max, &n);
+        json_t *p = json_object();
+        if (p == NULL) {
+            goto fail;
+        }
+        json_object_set_new(p, "median", sim_num_or_null(med));
+        json_object_set_new(p, "max", sim_num_or_null(max));
+        json_object_set_new(p, "n", json_integer((json_int_t)n));
+        json_object_set_new(phases, sim_phases[ph], p);
+    }
+    for (int i = 0; res->rank_hashes != NULL && i < res->groups * res->ranks; i++) {
+        json_array_append_new(hashes, json_string(res->rank_hashes[i] ? res->rank_hashes[i] : ""));
+    }
+    snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
+    json_object_set_new(j, "verdict", json_string(verdict));
+    json_object_set_new(j, "why", why ? json_string(why) : json_null());
+    json_object_set_new(j, "mode", json_string(o->mode == GRAFT_SIM_LIVE_STRICT ? "strict"
+                                                                                : "elastic"));
+    json_object_set_new(j, "groups", json_integer(o->groups));
+    json_object_set_new(j, "ranks", json_integer(o->ranks));
+    json_object_set_new(j, "steps", json_integer(o->steps));
+    json_object_set_new(j, "seed", json_string(seed));
+    json_object_set_new(j, "wall_seconds", sim_num_or_null(res->wall_s));
+    json_object_set_new(j, "failures_planned", json_integer((json_int_t)sched->n_events));
+    json_object_set_new(j, "failures_not_reached", json_integer((json_int_t)res->n_skipped));
+    json_object_set_new(j, "failures_injected", kinds);
+    json_object_set_new(j, "failures_injected_total", json_integer((json_int_t)res->n_injected));
+    json_object_set_new(j, "recoveries", recs);
+    json_object_set_new(j, "recovery_seconds", phases);
+    json_object_set_new(j, "bytes_transferred", json_integer((json_int_t)res->bytes_transferred));
+    json_object_set_new(j, "final_state_hash",
+                        res->final_hash ? json_string(res->final_hash) : json_null());
+    json_object_set_new(j, "reference_state_hash",
+                        reference_hash ? json_string(reference_hash) : json_null());
+    json_object_set_new(j, "rank_state_hashes", hashes);
+    json_object_set_new(j, "steps_committed", json_integer(res->steps_committed));
+    json_object_set_new(j, "steps_lost", json_integer(res->steps_lost));
+    json_object_set_new(j, "commit_checks", json_integer(res->commit_checks));
+    json_object_set_new(j, "commit_mismatches", json_integer(res->commit_mismatches));
+    json_object_set_new(j, "plan", plan);
+    json_object_set_new(j, "injected", inj);
+    return j;
+fail:
+    json_decref(j);
+    json_decref(kinds);
+    json_decref(recs);
+    json_decref(inj);
+    json_decref(plan);
+    json_decref(phases);
+    json_decref(hashes);
+    return NULL;
+}
