@@ -30,7 +30,6 @@
 
 #define STEP 42
 #define TOKEN "job-token-1"
-#define MAX_REGIONS 8
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 typedef struct region_spec {
@@ -107,7 +106,7 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
 {
     graft_transfer_config_t cfg = {.job_token = o->token, .chunk_bytes = o->chunk, .group = 1};
     graft_transfer_endpoint_t *ep = NULL;
-    uint8_t *mem[MAX_REGIONS] = {0};
+    uint8_t **mem = calloc(o->n_regions + 1, sizeof(*mem));
     char addr[64] = {0};
     int rc = 1;
 
@@ -134,6 +133,13 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
         uint32_t cmd[3];
         if (!read_full(cmd_fd, cmd, sizeof(cmd), -1) || cmd[0] == 'Q')
             break;
+        if (cmd[0] == 'M') {
+            /* Change a byte behind the engine's back (after hashing). */
+            mem[cmd[1]][cmd[2]] ^= 0x01;
+            int32_t out[2] = {0, 0};
+            if (!write_full(resp_fd, out, sizeof(out)))
+                break;
+        }
         if (cmd[0] == 'F') {
             int32_t st = graft_transfer_fence_wait(ep, o->step, cmd[1], cmd[2]);
             uint32_t count = graft_transfer_fence_count(ep, o->step);
@@ -147,6 +153,7 @@ out:
     graft_transfer_endpoint_destroy(ep);
     for (size_t i = 0; i < o->n_regions; i++)
         free(mem[i]);
+    free(mem);
     return rc;
 }
 
@@ -230,7 +237,7 @@ reaped:
 /* The recipient: an endpoint with zeroed regions of a layout. */
 typedef struct recipient {
     graft_transfer_endpoint_t *ep;
-    uint8_t *mem[MAX_REGIONS];
+    uint8_t **mem;
     const region_spec_t *layout;
     size_t n_regions;
 } recipient_t;
@@ -242,6 +249,7 @@ static void recipient_create(recipient_t *r, const region_spec_t *layout, size_t
     memset(r, 0, sizeof(*r));
     r->layout = layout;
     r->n_regions = n;
+    r->mem = calloc(n + 1, sizeof(*r->mem));
     assert_int_equal(graft_transfer_endpoint_create(&cfg, &r->ep), GRAFT_OK);
     for (size_t i = 0; i < n; i++) {
         r->mem[i] = calloc(1, layout[i].bytes + 1);
@@ -270,6 +278,7 @@ static void recipient_destroy(recipient_t *r)
     graft_transfer_endpoint_destroy(r->ep);
     for (size_t i = 0; i < r->n_regions; i++)
         free(r->mem[i]);
+    free(r->mem);
 }
 
 static donor_opts_t opts_for(const region_spec_t *layout, size_t n, uint64_t chunk)
@@ -576,6 +585,88 @@ static void test_drift(void **state)
     recipient_destroy(&r);
     for (int i = 0; i < 2; i++)
         assert_int_equal(donor_stop(&d[i]), 0);
+}
+
+/* A donor whose memory changes after hashing is caught by the recipient
+ * (its bytes no longer match its own hash) and its chunks refetched. */
+static void test_donor_bytes_changed(void **state)
+{
+    (void)state;
+    donor_proc_t d[2];
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[2];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    int32_t out[2];
+
+    for (int i = 0; i < 2; i++)
+        donor_spawn(&o, &d[i]);
+    usleep(300000); /* hashing of the 7 MiB is long done */
+    uint32_t cmd[3] = {'M', 1, (3u << 18) + 5};
+    assert_true(write_full(d[1].cmd_fd, cmd, sizeof(cmd)));
+    assert_true(read_full(d[1].resp_fd, out, sizeof(out), 10000));
+
+    addrs[0] = d[1].addr;
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_EHASH);
+    assert_false(rep.installed);
+
+    addrs[1] = d[0].addr;
+    po.n_donors = 2;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(rep.donors[0].status == GRAFT_OK || rep.donors[0].status == GRAFT_EHASH);
+    assert_int_equal(rep.donors[1].status, GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(donor_stop(&d[i]), 0);
+}
+
+/* 10,000 small regions of odd sizes (a manifest of about a megabyte, sent
+ * by rendezvous) and a 1 KiB state. */
+static void test_many_small_regions(void **state)
+{
+    (void)state;
+    enum { N = 10000 };
+    static region_spec_t many[N];
+    static char names[N][16];
+    static const region_spec_t tiny[] = {{"kib", 1024}};
+    donor_proc_t d[2];
+    const char *addrs[2];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "r%05d", i);
+        many[i].name = names[i];
+        many[i].bytes = (uint64_t)((i * 7919) % 3001);
+    }
+    donor_opts_t o = opts_for(many, N, 4096);
+    for (int i = 0; i < 2; i++) {
+        donor_spawn(&o, &d[i]);
+        addrs[i] = d[i].addr;
+    }
+    recipient_create(&r, many, N, 4096, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 2, .step = STEP,
+                                        .window = 16};
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(donor_stop(&d[i]), 0);
+
+    o = opts_for(tiny, 1, 256u << 10);
+    donor_spawn(&o, &d[0]);
+    addrs[0] = d[0].addr;
+    recipient_create(&r, tiny, 1, 256u << 10, TOKEN);
+    po.n_donors = 1;
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(rep.bytes, 1024);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d[0]), 0);
 }
 
 static void test_cancel(void **state)
@@ -938,7 +1029,8 @@ int main(void)
         cmocka_unit_test(test_pull_3_donors),   cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_donor_killed),    cmocka_unit_test(test_donor_stopped),
         cmocka_unit_test(test_all_donors_dead), cmocka_unit_test(test_drift),
-        cmocka_unit_test(test_recipient_killed),
+        cmocka_unit_test(test_recipient_killed), cmocka_unit_test(test_donor_bytes_changed),
+        cmocka_unit_test(test_many_small_regions),
         cmocka_unit_test(test_cancel),          cmocka_unit_test(test_fence),
         cmocka_unit_test(test_garbage_clients),
     };

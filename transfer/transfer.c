@@ -6,8 +6,6 @@
 #include "transfer_int.h"
 
 #include <protobuf-c/protobuf-c.h>
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -31,23 +29,20 @@ struct ProtobufCAllocator graft__transfer_pb_alloc = {pb_alloc_fn, pb_free_fn, N
 /* Life cycle                                                               */
 /* ------------------------------------------------------------------------ */
 
-static uint64_t layout_hash_compute(const graft_transfer_endpoint_t *ep)
+/* Add one region to the layout hash. */
+static void layout_hash_add(graft_transfer_endpoint_t *ep, const graft__region_t *r)
 {
-    XXH3_state_t st;
-    XXH3_64bits_reset(&st);
-    for (size_t i = 0; i < ep->n_regions; i++) {
-        const graft__region_t *r = &ep->regions[i];
-        uint32_t name_len = (uint32_t)strlen(r->name);
-        uint32_t kind = (uint32_t)r->kind, device = (uint32_t)r->device;
-        /* Length-prefix the name so ("ab","c") and ("a","bc") differ. */
-        XXH3_64bits_update(&st, &name_len, sizeof(name_len));
-        XXH3_64bits_update(&st, r->name, name_len);
-        XXH3_64bits_update(&st, &kind, sizeof(kind));
-        XXH3_64bits_update(&st, &r->dtype, sizeof(r->dtype));
-        XXH3_64bits_update(&st, &device, sizeof(device));
-        XXH3_64bits_update(&st, &r->bytes, sizeof(r->bytes));
-    }
-    return XXH3_64bits_digest(&st);
+    XXH3_state_t *st = &ep->layout_state;
+    uint32_t name_len = (uint32_t)strlen(r->name);
+    uint32_t kind = (uint32_t)r->kind, device = (uint32_t)r->device;
+    /* Length-prefix the name so ("ab","c") and ("a","bc") differ. */
+    XXH3_64bits_update(st, &name_len, sizeof(name_len));
+    XXH3_64bits_update(st, r->name, name_len);
+    XXH3_64bits_update(st, &kind, sizeof(kind));
+    XXH3_64bits_update(st, &r->dtype, sizeof(r->dtype));
+    XXH3_64bits_update(st, &device, sizeof(device));
+    XXH3_64bits_update(st, &r->bytes, sizeof(r->bytes));
+    ep->layout_hash = XXH3_64bits_digest(st);
 }
 
 graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *config,
@@ -83,7 +78,8 @@ graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *con
         status = GRAFT_EINVAL;
         goto err_free;
     }
-    ep->layout_hash = layout_hash_compute(ep);
+    XXH3_64bits_reset(&ep->layout_state);
+    ep->layout_hash = XXH3_64bits_digest(&ep->layout_state);
     atomic_init(&ep->hash_next, 0);
     atomic_init(&ep->hash_stop, false);
     atomic_init(&ep->pulling, false);
@@ -199,7 +195,7 @@ graft_status_t graft_transfer_region_register(graft_transfer_endpoint_t *ep,
     ep->n_regions++;
     ep->total_chunks += r->n_chunks;
     ep->total_bytes += r->bytes;
-    ep->layout_hash = layout_hash_compute(ep);
+    layout_hash_add(ep, r);
     return GRAFT_OK;
 }
 

@@ -9,6 +9,9 @@
 
 #include "graft_internal.h"
 
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -105,6 +108,7 @@ struct graft_transfer_endpoint {
     uint64_t total_chunks;
     uint64_t total_bytes;
     uint64_t layout_hash;
+    XXH3_state_t layout_state; /* regions only append: the hash is streamed */
 
     /* Guards serving state, hashes and fence slots. */
     pthread_mutex_t lock;
