@@ -1,0 +1,637 @@
+/*
+ * Tests of `graft-sim run`, the live failure-injection simulator.
+ *
+ *  - Schedules: the same seed plans the same events, another seed others;
+ *    --random-failures covers every kind; malformed schedule files get a
+ *    precise status and message.
+ *  - The built binary: bad flags and schedules exit 2 with a message.
+ *  - A live run of the real example trainer (build/bin/train_mlp) through
+ *    the real runtime, etcd and UCX with >= 50 injected failures of every
+ *    kind ends bit-exact, and injects exactly the planned sequence.
+ *  - The verdict can fail: a stand-in trainer (this program re-executed
+ *    with GRAFT_SIM_FAKE_TRAINER=1) whose heal skips one region when
+ *    GRAFT_TEST_SKIP_REGION is set makes the verdict FAILED, and the same
+ *    stand-in without the switch ends bit-exact.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <graft/etcd.h>
+#include <graft/membership.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "sim/sim_schedule.c"
+
+static char self_path[PATH_MAX];
+static char sim_bin[PATH_MAX + 32];
+static char trainer_bin[PATH_MAX + 32];
+static char tmpdir[PATH_MAX];
+
+/* ------------------------------------------------ the stand-in trainer --- */
+
+static uint64_t fake_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+typedef struct fake_state {
+    uint64_t a, b; /* two "regions" */
+} fake_state_t;
+
+static void fake_init(fake_state_t *s, uint64_t seed, uint64_t rank)
+{
+    s->a = fake_mix(seed * 2 + rank + 1);
+    s->b = fake_mix(seed * 2 + rank + 1001);
+}
+
+static void fake_apply(fake_state_t *s, uint64_t step)
+{
+    s->a = fake_mix(s->a ^ step);
+    s->b = fake_mix(s->b + s->a);
+}
+
+static uint64_t fake_hash(const fake_state_t *s)
+{
+    return XXH3_64bits(s, sizeof(*s));
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? strtoull(v, NULL, 10) : dflt;
+}
+
+static int fake_write_hash(const char *path, const fake_state_t *s)
+{
+    FILE *f = path != NULL ? fopen(path, "w") : NULL;
+    if (f == NULL) {
+        return path == NULL ? 0 : 1;
+    }
+    fprintf(f, "%016" PRIx64 "\n", fake_hash(s));
+    return fclose(f) == 0 ? 0 : 1;
+}
+
+/*
+ * A trainer on the membership API alone: quorum at the start of each step,
+ * a commit vote before applying it, and a "heal" that installs the state
+ * of the quorum's step (recomputed: every group's state at a step is the
+ * same, which is what a pull from a donor would deliver). With
+ * GRAFT_TEST_SKIP_REGION set, the heal leaves region b as it was.
+ */
+static int fake_main(int argc, char **argv)
+{
+    uint64_t steps = 20, seed = 1;
+    const char *hash_out = NULL, *hash_log = NULL;
+    int alone = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : "";
+        if (strcmp(argv[i], "--no-graft") == 0) {
+            alone = 1;
+        } else if (strcmp(argv[i], "--steps") == 0) {
+            steps = strtoull(v, NULL, 10), i++;
+        } else if (strcmp(argv[i], "--seed") == 0) {
+            seed = strtoull(v, NULL, 10), i++;
+        } else if (strcmp(argv[i], "--state-hash-out") == 0) {
+            hash_out = v, i++;
+        } else if (strcmp(argv[i], "--hash-log") == 0) {
+            hash_log = v, i++;
+        } else {
+            i++;
+        }
+    }
+    uint64_t rank = env_u64("GRAFT_RANK", 0);
+    fake_state_t s;
+    fake_init(&s, seed, rank);
+    if (alone) {
+        for (uint64_t k = 0; k < steps; k++) {
+            fake_apply(&s, k);
+        }
+        return fake_write_hash(hash_out, &s);
+    }
+    const char *endpoint = getenv("GRAFT_ETCD_ENDPOINTS");
+    graft_etcd_config_t e = {0};
+    e.endpoints = &endpoint;
+    e.n_endpoints = 1;
+    graft_membership_config_t c = {0};
+    c.job = getenv("GRAFT_JOB");
+    c.etcd = &e;
+    c.group = (uint32_t)env_u64("GRAFT_GROUP", 0);
+    c.rank = (uint32_t)rank;
+    c.ranks_per_group = (uint32_t)env_u64("GRAFT_RANKS_PER_GROUP", 1);
+    c.min_groups = (uint32_t)env_u64("GRAFT_MIN_GROUPS", 1);
+    c.lease_ttl_s = (uint32_t)(env_u64("GRAFT_LEASE_TTL_MS", 1000) + 999) / 1000;
+    c.join_timeout_ms = (uint32_t)env_u64("GRAFT_JOIN_TIMEOUT_MS", 1000);
+    c.transfer_address = "tcp://127.0.0.1:9";
+    graft_membership_t *m = NULL;
+    graft_status_t st = GRAFT_EEXIST;
+    /* The killed incarnation's record lives until its lease expires. */
+    for (int tries = 0; tries < 100 && st != GRAFT_OK; tries++) {
+        st = graft_membership_create(&c, &m);
+        if (st != GRAFT_OK) {
+            usleep(200000);
+        }
+    }
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "fake trainer: join: %s\n", graft_status_name(st));
+        return 1;
+    }
+    int skip = getenv("GRAFT_TEST_SKIP_REGION") != NULL;
+    uint64_t committed = 0;
+    int errors = 0, rc = 0;
+    for (;;) {
+        graft_quorum_t *q = NULL;
+        st = graft_membership_quorum_wait(m, committed, 5000, &q);
+        if (st != GRAFT_OK) {
+            if (++errors > 200) {
+                fprintf(stderr, "fake trainer: quorum: %s\n", graft_status_name(st));
+                rc = 1;
+                break;
+            }
+            usleep(50000);
+            continue;
+        }
+        errors = 0;
+        if (q->step > committed) {
+            fake_state_t healed;
+            fake_init(&healed, seed, rank);
+            for (uint64_t k = 0; k < q->step; k++) {
+                fake_apply(&healed, k);
+            }
+            if (skip) {
+                healed.b = s.b; /* the broken heal: region b not installed */
+            }
+            s = healed;
+            committed = q->step;
+            printf("fake trainer: healed to step %" PRIu64 "%s\n", committed,
+                   skip ? " (skipping region b)" : "");
+        }
+        bool decision = false;
+        if (q->step >= steps) {
+            st = graft_membership_commit_vote(m, q, true, NULL, 3000, &decision);
+            graft_membership_quorum_free(q);
+            break;
+        }
+        usleep(5000);
+        st = graft_membership_commit_vote(m, q, true, NULL, 3000, &decision);
+        if (st == GRAFT_OK && decision && committed == q->step) {
+            fake_apply(&s, committed);
+            committed++;
+            FILE *f = hash_log != NULL ? fopen(hash_log, "a") : NULL;
+            if (f != NULL) {
+                fprintf(f, "%" PRIu64 " %016" PRIx64 "\n", committed, fake_hash(&s));
+                fclose(f);
+            }
+        }
+        graft_membership_quorum_free(q);
+    }
+    if (rc == 0) {
+        rc = fake_write_hash(hash_out, &s);
+    }
+    graft_membership_destroy(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ helpers --- */
+
+/* Runs graft-sim with argv (NULL-terminated, without the program) and the
+ * extra environment (NULL-terminated "K=V"), output into *out_p. */
+static int run_sim(const char *const *args, const char *const *env, char **out_p)
+{
+    char outpath[PATH_MAX + 32];
+    snprintf(outpath, sizeof(outpath), "%s/out.txt", tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) {
+            _exit(126);
+        }
+        dup2(fd, 1);
+        dup2(fd, 2);
+        for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+            putenv((char *)env[i]);
+        }
+        const char *argv[64];
+        size_t n = 0;
+        argv[n++] = sim_bin;
+        argv[n++] = "run";
+        for (size_t i = 0; args[i] != NULL && n < 63; i++) {
+            argv[n++] = args[i];
+        }
+        argv[n] = NULL;
+        execv(sim_bin, (char **)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    if (out_p != NULL) {
+        FILE *f = fopen(outpath, "r");
+        char *buf = calloc(1, 1 << 20);
+        assert_non_null(buf);
+        if (f != NULL) {
+            size_t n = fread(buf, 1, (1 << 20) - 1, f);
+            buf[n] = '\0';
+            fclose(f);
+        }
+        *out_p = buf;
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static graft_sim_live_opts_t base_opts(void)
+{
+    graft_sim_live_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.groups = 4;
+    o.ranks = 2;
+    o.steps = 500;
+    o.seed = 1;
+    return o;
+}
+
+static char *plan_string(const graft_sim_live_opts_t *o, const char *json)
+{
+    graft_sim_schedule_t *s = NULL;
+    char *err = NULL;
+    assert_int_equal(graft_sim_schedule_plan(o, json, &s, &err), GRAFT_OK);
+    json_t *j = graft_sim_schedule_json(s);
+    assert_non_null(j);
+    char *txt = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    graft_sim_schedule_destroy(s);
+    free(err);
+    return txt;
+}
+
+/* ---------------------------------------------------------- schedules --- */
+
+static void test_schedule_same_seed_same_plan(void **state)
+{
+    (void)state;
+    graft_sim_live_opts_t o = base_opts();
+    o.random_failures = 60;
+    o.seed = 42;
+    const char *file = "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":10},"
+                       "{\"kind\":\"hang\",\"at_ms\":500}],\"random_kill_rate_per_step\":0.02}";
+    char *a = plan_string(&o, file), *b = plan_string(&o, file);
+    assert_string_equal(a, b);
+    o.seed = 43;
+    char *c = plan_string(&o, file);
+    assert_string_not_equal(a, c);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_schedule_random_covers_every_kind(void **state)
+{
+    (void)state;
+    graft_sim_live_opts_t o = base_opts();
+    o.random_failures = 50;
+    graft_sim_schedule_t *s = NULL;
+    char *err = NULL;
+    assert_int_equal(graft_sim_schedule_plan(&o, NULL, &s, &err), GRAFT_OK);
+    assert_int_equal(s->n_events, 50);
+    size_t by_kind[GRAFT_SIM_KIND_COUNT] = {0};
+    long long prev = -1;
+    for (size_t i = 0; i < s->n_events; i++) {
+        const graft_sim_event_t *e = &s->events[i];
+        by_kind[e->kind]++;
+        assert_true(e->at_step >= prev); /* sorted by step */
+        assert_true(e->at_step >= 0 && e->at_step < o.steps);
+        prev = e->at_step;
+        if (e->kind == GRAFT_SIM_HANG) {
+            assert_true(e->duration_ms >= 1500); /* longer than the 1 s lease */
+        }
+    }
+    for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
+        if (k == GRAFT_SIM_PARTITION) {
+            assert_int_equal(by_kind[k], 0); /* no --netns */
+        } else {
+            assert_true(by_kind[k] > 0);
+        }
+    }
+    /* With an external etcd it cannot restart etcd; with one group there
+     * is no donor to kill. */
+    graft_sim_schedule_destroy(s);
+    o.etcd_url = "http://127.0.0.1:1";
+    o.groups = 1;
+    assert_int_equal(graft_sim_schedule_plan(&o, NULL, &s, &err), GRAFT_OK);
+    for (size_t i = 0; i < s->n_events; i++) {
+        assert_int_not_equal(s->events[i].kind, GRAFT_SIM_ETCD_RESTART);
+        assert_int_not_equal(s->events[i].kind, GRAFT_SIM_KILL_DONOR);
+    }
+    graft_sim_schedule_destroy(s);
+    free(err);
+}
+
+static void test_schedule_file_round_trip(void **state)
+{
+    (void)state;
+    graft_sim_live_opts_t o = base_opts();
+    o.random_failures = 12;
+    char *a = plan_string(&o, NULL);
+    /* The plan, reloaded as a schedule file, is the same plan. */
+    char *file = NULL;
+    assert_true(asprintf(&file, "{\"events\":%s}", a) > 0);
+    o.random_failures = 0;
+    char *b = plan_string(&o, file);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    free(file);
+}
+
+static void expect_bad(const graft_sim_live_opts_t *o, const char *json, graft_status_t want,
+                       const char *needle)
+{
+    graft_sim_schedule_t *s = NULL;
+    char *err = NULL;
+    assert_int_equal(graft_sim_schedule_plan(o, json, &s, &err), want);
+    assert_null(s);
+    assert_non_null(err);
+    if (strstr(err, needle) == NULL) {
+        fail_msg("error '%s' does not mention '%s' (schedule %s)", err, needle, json);
+    }
+    free(err);
+}
+
+static void test_schedule_malformed(void **state)
+{
+    (void)state;
+    graft_sim_live_opts_t o = base_opts();
+    expect_bad(&o, "{\"events\":[", GRAFT_EINVAL, "line 1");
+    expect_bad(&o, "[]", GRAFT_EINVAL, "not a JSON object");
+    expect_bad(&o, "{\"evnts\":[]}", GRAFT_EINVAL, "unknown key 'evnts'");
+    expect_bad(&o, "{\"events\":{}}", GRAFT_EINVAL, "events: not an array");
+    expect_bad(&o, "{\"events\":[3]}", GRAFT_EINVAL, "events[0]: not an object");
+    expect_bad(&o, "{\"events\":[{\"at_step\":1}]}", GRAFT_EINVAL, "events[0].kind");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"nuke\",\"at_step\":1}]}", GRAFT_EINVAL,
+               "unknown kind 'nuke'");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\"}]}", GRAFT_EINVAL, "exactly one");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":1,\"at_ms\":1}]}",
+               GRAFT_EINVAL, "exactly one");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":500}]}", GRAFT_EINVAL,
+               "at_step");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":-1}]}", GRAFT_EINVAL,
+               "non-negative");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":\"1\"}]}", GRAFT_EINVAL,
+               "non-negative");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"group\":4,\"at_step\":1}]}",
+               GRAFT_EINVAL, "events[0].group");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"rank\":2,\"at_step\":1}]}",
+               GRAFT_EINVAL, "events[0].rank");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":1,\"color\":1}]}",
+               GRAFT_EINVAL, "unknown key 'color'");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_rank\",\"at_step\":1,\"corrupt\":true}]}",
+               GRAFT_EINVAL, "only a disaster");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"disaster\",\"at_step\":1,\"corrupt\":1}]}",
+               GRAFT_EINVAL, "not a boolean");
+    expect_bad(&o, "{\"random_failures\":-3}", GRAFT_EINVAL, "random_failures");
+    expect_bad(&o, "{\"random_kill_rate_per_step\":2}", GRAFT_EINVAL,
+               "random_kill_rate_per_step");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"partition\",\"group\":1,\"at_step\":1}]}",
+               GRAFT_ENOTSUP, "needs --netns");
+    o.etcd_url = "http://127.0.0.1:1";
+    expect_bad(&o, "{\"events\":[{\"kind\":\"etcd_restart\",\"at_step\":1}]}", GRAFT_ENOTSUP,
+               "embedded etcd");
+    o.groups = 1;
+    expect_bad(&o, "{\"events\":[{\"kind\":\"kill_donor\",\"at_step\":1}]}", GRAFT_ENOTSUP,
+               "2 groups");
+}
+
+/* -------------------------------------------------------- the binary --- */
+
+static void test_binary_rejects_bad_input(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    const char *netns[] = {"--netns", NULL};
+    assert_int_equal(run_sim(netns, NULL, &out), 2);
+    assert_non_null(strstr(out, "--netns"));
+    free(out);
+
+    char bad[PATH_MAX + 32];
+    snprintf(bad, sizeof(bad), "%s/bad.json", tmpdir);
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    fputs("{\"events\":[{\"kind\":\"kill_rank\",\"group\":9,\"at_step\":1}]}", f);
+    fclose(f);
+    const char *sched[] = {"--schedule", bad, NULL};
+    assert_int_equal(run_sim(sched, NULL, &out), 2);
+    assert_non_null(strstr(out, "events[0].group"));
+    free(out);
+
+    /* A trainer that does not exist is an error, not a verdict. */
+    const char *args[] = {"--groups", "1", "--ranks", "1", "--steps", "5", NULL};
+    const char *env[] = {"GRAFT_SIM_TRAINER=/nonexistent/trainer", NULL};
+    assert_int_not_equal(run_sim(args, env, &out), 0);
+    free(out);
+}
+
+static void test_plan_only_is_deterministic(void **state)
+{
+    (void)state;
+    const char *args[] = {"--random-failures", "50", "--seed", "9", NULL};
+    const char *env[] = {"GRAFT_SIM_PLAN_ONLY=1", NULL};
+    char *a = NULL, *b = NULL;
+    assert_int_equal(run_sim(args, env, &a), 0);
+    assert_int_equal(run_sim(args, env, &b), 0);
+    assert_string_equal(a, b);
+    json_error_t jerr;
+    json_t *j = json_loads(a, 0, &jerr);
+    assert_non_null(j);
+    assert_int_equal(json_array_size(j), 50);
+    json_decref(j);
+    free(a);
+    free(b);
+}
+
+/* ------------------------------------------------------------ live runs --- */
+
+static json_t *load_json(const char *path)
+{
+    json_error_t jerr;
+    json_t *j = json_load_file(path, 0, &jerr);
+    if (j == NULL) {
+        fail_msg("%s: %s", path, jerr.text);
+    }
+    return j;
+}
+
+/* >= 50 failures of every kind against the real trainer: bit-exact. */
+static void test_live_fifty_failures_bit_exact(void **state)
+{
+    (void)state;
+    if (access(trainer_bin, X_OK) != 0) {
+        fail_msg("the example trainer %s is not built", trainer_bin);
+    }
+    char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96];
+    snprintf(json_path, sizeof(json_path), "%s/live.json", tmpdir);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    const char *args[] = {"--groups", "3", "--ranks", "2", "--steps", "400", "--seed", "7",
+                          "--random-failures", "50", "--json", json_path, NULL};
+    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=170", NULL};
+    char *out = NULL;
+    int rc = run_sim(args, env, &out);
+    if (rc != 0) {
+        fail_msg("graft-sim run exited %d:\n%s", rc, out);
+    }
+    assert_non_null(strstr(out, "verdict            bit-exact"));
+    free(out);
+    json_t *j = load_json(json_path);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_string_equal(json_string_value(json_object_get(j, "final_state_hash")),
+                        json_string_value(json_object_get(j, "reference_state_hash")));
+    assert_int_equal(json_integer_value(json_object_get(j, "steps_committed")), 400);
+    assert_true(json_integer_value(json_object_get(j, "failures_injected_total")) >= 50);
+    json_t *kinds = json_object_get(j, "failures_injected");
+    const char *every[] = {"kill_rank", "kill_group", "kill_donor", "hang", "disaster",
+                           "etcd_restart"};
+    for (size_t i = 0; i < sizeof(every) / sizeof(every[0]); i++) {
+        if (json_integer_value(json_object_get(kinds, every[i])) < 1) {
+            fail_msg("no %s injected", every[i]);
+        }
+    }
+    assert_true(json_array_size(json_object_get(j, "recoveries")) >= 50);
+    assert_true(json_integer_value(json_object_get(j, "bytes_transferred")) > 0);
+    assert_non_null(json_object_get(json_object_get(j, "recovery_seconds"), "total"));
+    /* The injected sequence is the planned one, in order. */
+    json_t *plan = json_object_get(j, "plan"), *inj = json_object_get(j, "injected");
+    assert_int_equal(json_array_size(plan), json_array_size(inj));
+    for (size_t i = 0; i < json_array_size(inj); i++) {
+        json_t *p = json_array_get(plan, i), *e = json_array_get(inj, i);
+        assert_int_equal(json_integer_value(json_object_get(e, "plan_index")), i);
+        assert_string_equal(json_string_value(json_object_get(p, "kind")),
+                            json_string_value(json_object_get(e, "kind")));
+        assert_int_equal(json_integer_value(json_object_get(p, "at_step")),
+                         json_integer_value(json_object_get(e, "at_step")));
+        assert_int_equal(json_integer_value(json_object_get(p, "group")),
+                         json_integer_value(json_object_get(e, "group")));
+    }
+    json_decref(j);
+    /* And the plot exists next to the JSON. */
+    char svg[PATH_MAX + 32];
+    snprintf(svg, sizeof(svg), "%s/live.svg", tmpdir);
+    struct stat sb;
+    assert_int_equal(stat(svg, &sb), 0);
+    assert_true(sb.st_size > 1000);
+}
+
+/* The stand-in trainer with and without the broken heal. */
+static int run_fake(int broken, char **out_p, json_t **json_p)
+{
+    char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96],
+        sched[PATH_MAX + 32];
+    snprintf(json_path, sizeof(json_path), "%s/fake%d.json", tmpdir, broken);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", self_path);
+    snprintf(sched, sizeof(sched), "%s/fake-sched.json", tmpdir);
+    FILE *f = fopen(sched, "w");
+    assert_non_null(f);
+    fputs("{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":15},"
+          "{\"kind\":\"kill_rank\",\"group\":0,\"rank\":0,\"at_step\":30}]}",
+          f);
+    fclose(f);
+    const char *args[] = {"--groups", "2", "--ranks", "1", "--steps", "50", "--schedule", sched,
+                          "--json", json_path, NULL};
+    const char *env_ok[] = {cache, trainer_env, "GRAFT_SIM_FAKE_TRAINER=1",
+                            "GRAFT_SIM_TIMEOUT_S=60", NULL};
+    const char *env_broken[] = {cache, trainer_env, "GRAFT_SIM_FAKE_TRAINER=1",
+                                "GRAFT_SIM_TIMEOUT_S=60", "GRAFT_TEST_SKIP_REGION=b", NULL};
+    int rc = run_sim(args, broken ? env_broken : env_ok, out_p);
+    *json_p = load_json(json_path);
+    return rc;
+}
+
+static void test_live_broken_heal_fails(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    json_t *j = NULL;
+    int rc = run_fake(0, &out, &j);
+    if (rc != 0) {
+        fail_msg("the stand-in without the switch exited %d:\n%s", rc, out);
+    }
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 2);
+    free(out);
+    json_decref(j);
+
+    rc = run_fake(1, &out, &j);
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(out, "verdict            FAILED"));
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "FAILED");
+    assert_string_not_equal(json_string_value(json_object_get(j, "final_state_hash")),
+                            json_string_value(json_object_get(j, "reference_state_hash")));
+    free(out);
+    json_decref(j);
+}
+
+/* ---------------------------------------------------------------- main --- */
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "%s/graft-test-sim-live-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    return mkdtemp(tmpdir) != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (getenv("GRAFT_SIM_FAKE_TRAINER") != NULL) {
+        return fake_main(argc, argv);
+    }
+    ssize_t n = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+    if (n <= 0) {
+        return 1;
+    }
+    self_path[n] = '\0';
+    /* BUILD/tests/test_sim_live -> BUILD/bin/graft-sim, BUILD/bin/train_mlp */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", self_path);
+    *strrchr(dir, '/') = '\0';
+    snprintf(sim_bin, sizeof(sim_bin), "%s/../bin/graft-sim", dir);
+    snprintf(trainer_bin, sizeof(trainer_bin), "%s/../bin/train_mlp", dir);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schedule_same_seed_same_plan),
+        cmocka_unit_test(test_schedule_random_covers_every_kind),
+        cmocka_unit_test(test_schedule_file_round_trip),
+        cmocka_unit_test(test_schedule_malformed),
+        cmocka_unit_test(test_binary_rejects_bad_input),
+        cmocka_unit_test(test_plan_only_is_deterministic),
+        cmocka_unit_test(test_live_broken_heal_fails),
+        cmocka_unit_test(test_live_fifty_failures_bit_exact),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
