@@ -201,6 +201,8 @@ static void kill_at(uint64_t done, uint64_t total, void *arg)
         kill(k->victim, SIGKILL);
         k->victim = 0;
         k->fired_at = now_s() - k->t0;
+        if (getenv("BENCH_TRACE") != NULL)
+            fprintf(stderr, "killed donor at %.3f s\n", k->fired_at);
     }
 }
 
