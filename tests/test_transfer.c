@@ -1006,6 +1006,63 @@ static void test_alloc_failures(void **state)
     assert_true(completed);
 }
 
+static int counted;
+static void *counting_malloc(size_t n, void *arg)
+{
+    (void)arg;
+    counted++;
+    return malloc(n);
+}
+static void *counting_realloc(void *p, size_t n, void *arg)
+{
+    (void)arg;
+    counted++;
+    return realloc(p, n);
+}
+
+/* Fail each allocation of a pull in turn: the pull returns GRAFT_ENOMEM (or
+ * succeeds once enough are allowed), never crashes, hangs or leaks, and the
+ * donor keeps serving. */
+static void test_pull_alloc_failures(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 1u << 20);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    graft_alloc_hooks_t count = {counting_malloc, counting_realloc, plain_free, NULL};
+    graft_alloc_hooks_t fail = {failing_malloc, failing_realloc, plain_free, NULL};
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 1u << 20, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
+                                        .connect_timeout_ms = 3000};
+    counted = 0;
+    graft_alloc_hooks_set(&count);
+    graft_status_t st = graft_transfer_pull(r.ep, &po, &rep);
+    graft_alloc_hooks_set(NULL);
+    assert_int_equal(st, GRAFT_OK);
+    int needed = counted;
+    assert_true(needed > 5);
+
+    for (int n = 0; n < needed; n++) {
+        graft_alloc_hooks_set(&fail);
+        allocs_left = n;
+        st = graft_transfer_pull(r.ep, &po, &rep);
+        graft_alloc_hooks_set(NULL);
+        /* The recipient's allocations failed: its own error, not the donor's. */
+        if (st != GRAFT_OK)
+            assert_int_equal(st, GRAFT_ENOMEM);
+        assert_int_equal(rep.installed, st == GRAFT_OK);
+    }
+    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
 static int use_tcp(void **state)
 {
     (void)state;
@@ -1030,7 +1087,7 @@ int main(void)
         cmocka_unit_test(test_donor_killed),    cmocka_unit_test(test_donor_stopped),
         cmocka_unit_test(test_all_donors_dead), cmocka_unit_test(test_drift),
         cmocka_unit_test(test_recipient_killed), cmocka_unit_test(test_donor_bytes_changed),
-        cmocka_unit_test(test_many_small_regions),
+        cmocka_unit_test(test_many_small_regions), cmocka_unit_test(test_pull_alloc_failures),
         cmocka_unit_test(test_cancel),          cmocka_unit_test(test_fence),
         cmocka_unit_test(test_garbage_clients),
     };

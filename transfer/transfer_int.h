@@ -143,7 +143,9 @@ static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *
 void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step);
 
 /* protobuf-c allocator that goes through graft's allocation hooks. */
-struct ProtobufCAllocator;
+#include <protobuf-c/protobuf-c.h>
 extern struct ProtobufCAllocator graft__transfer_pb_alloc;
+/* The same allocator, setting *oom when an allocation fails. */
+struct ProtobufCAllocator graft__transfer_pb_alloc_tracked(bool *oom);
 
 #endif /* GRAFT_TRANSFER_INT_H */

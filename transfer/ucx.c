@@ -455,9 +455,14 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         reply_error(c->ep, c->echo, GRAFT_EPROTO, "request too large");
         return;
     }
-    req = graft__transfer_request__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    bool oom = false;
+    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    req = graft__transfer_request__unpack(&pa, msg->len, msg->data);
     if (req == NULL) {
-        reply_error(c->ep, c->echo, GRAFT_EPROTO, "malformed TransferRequest");
+        if (oom)
+            reply_error(c->ep, c->echo, GRAFT_ENOMEM, "donor out of memory");
+        else
+            reply_error(c->ep, c->echo, GRAFT_EPROTO, "malformed TransferRequest");
         return;
     }
     if (req->version != GRAFT__XFER_WIRE_VERSION) {
@@ -1055,7 +1060,8 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
     graft_transfer_endpoint_t *ep = p->ep;
     if (m->status != 0) {
         graft_status_t st = (graft_status_t)m->status;
-        if (graft_status_class(st) != GRAFT_CLASS_PEER && st != GRAFT_EFORMAT)
+        if (graft_status_class(st) != GRAFT_CLASS_PEER && st != GRAFT_EFORMAT &&
+            st != GRAFT_ENOMEM)
             st = GRAFT_EPROTO;
         GRAFT_WARN(GRAFT__XFER_MOD, "donor %u refused: %s (%s)", d->index,
                    m->error != NULL ? m->error : "", graft_status_name(st));
@@ -1150,7 +1156,15 @@ static void handle_manifest(pull_t *p, ucx_msg_t *msg)
     pdonor_t *d = &p->donors[idx];
     if (d->state == D_FAILED)
         return;
-    m = graft__transfer_manifest__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    bool oom = false;
+    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    m = graft__transfer_manifest__unpack(&pa, msg->len, msg->data);
+    if (m == NULL && oom) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory decoding a manifest");
+        if (p->status == GRAFT_OK)
+            p->status = GRAFT_ENOMEM;
+        goto out;
+    }
     if (m == NULL || m->version != GRAFT__XFER_WIRE_VERSION) {
         GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a malformed manifest", d->index);
         donor_fail(p, d, GRAFT_EPROTO);
@@ -1159,6 +1173,12 @@ static void handle_manifest(pull_t *p, ucx_msg_t *msg)
     d->last_ns = graft__now_ns();
     if (d->state == D_CONNECTING) {
         st = manifest_accept(p, d, m);
+        if (st == GRAFT_ENOMEM) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory accepting a manifest");
+            if (p->status == GRAFT_OK)
+                p->status = GRAFT_ENOMEM;
+            goto out;
+        }
         if (st != GRAFT_OK) {
             donor_fail(p, d, st);
             goto out;
@@ -1204,6 +1224,8 @@ static ucs_status_t recip_am_cb(void *arg, const void *header, size_t header_len
     m = graft__malloc(sizeof(*m) + length);
     if (m == NULL) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a manifest");
+        if (p->status == GRAFT_OK)
+            p->status = GRAFT_ENOMEM;
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
     }
     memset(m, 0, sizeof(*m));
@@ -1580,6 +1602,8 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
         d->connect_deadline = start + (uint64_t)p.connect_ms * 1000000ull;
         rep->donors[i].status = GRAFT_OK;
         graft_status_t st = donor_connect(&p, d);
+        if (st == GRAFT_ENOMEM && p.status == GRAFT_OK)
+            p.status = GRAFT_ENOMEM;
         if (st != GRAFT_OK)
             donor_fail(&p, d, st);
     }

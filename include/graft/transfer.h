@@ -172,9 +172,11 @@ GRAFT_WUR graft_status_t graft_transfer_layout_hash(const graft_transfer_endpoin
 
 /**
  * @brief Expose the registered regions at @p step. Starts hashing in the
- *        background (results are cached per step: serving the same step
- *        again does not rehash) and returns at once. The caller must not
- *        modify the regions until graft_transfer_serve_end().
+ *        background and returns at once; every recipient of the step shares
+ *        the one set of hashes (a second call for the step being served is a
+ *        no-op). The caller must not modify the regions until
+ *        graft_transfer_serve_end(). CUDA regions are copied to their pinned
+ *        host shadows first (builds with CUDA).
  * @param [in] ep    the endpoint.
  * @param [in] step  the step whose state the regions hold.
  * @return GRAFT_OK, GRAFT_ESTATE (already serving another step),
