@@ -374,6 +374,12 @@ static void sim_track_recoveries(sim_run_t *r)
          * which needs its state installed (or, for etcd, any commit after
          * etcd came back). */
         int healed = rec->t_rejoin >= 0 && (op->n > 0 ? committed : total > op->total0);
+        if (rec->kind == GRAFT_SIM_HANG && rec->t_detect < 0 && rec->t_restart >= 0 &&
+            committed) {
+            /* Resumed before anyone noticed (shorter than the lease): the
+             * hang cost time but no recovery; no detect or rejoin phase. */
+            healed = 1;
+        }
         if (healed) {
             rec->t_healed = now;
             rec->done = 1;
@@ -615,6 +621,8 @@ static void sim_pending(sim_run_t *r)
                 if (rec->kind == GRAFT_SIM_HANG && rec->group == r->hangs[i].g &&
                     rec->rank == r->hangs[i].r && rec->t_restart < 0) {
                     rec->t_restart = sim_t(r);
+                    /* Commits from here on show the rank computing again. */
+                    r->open[k].commits0[0] = r->slots[r->open[k].slots[0]].commits;
                 }
             }
             r->hangs[i] = r->hangs[--r->hang_n];
@@ -826,7 +834,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     }
     /* Checkpoints of this job only: a root shared with earlier runs would
      * hand the first start a stranger's state. */
-    char proot[PATH_MAX + 80];
+    char proot[PATH_MAX + 160];
     snprintf(proot, sizeof(proot), "%s/%s", persist_root, r.job);
     mkdir(proot, 0755);
     r.persist_root = proot;
@@ -1226,7 +1234,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         fprintf(stderr, "graft-sim run: error: mkdtemp: %s\n", strerror(errno));
         goto out;
     }
-    char run_root[PATH_MAX];
+    char run_root[PATH_MAX + 16];
     if (o.persist_root != NULL) {
         snprintf(run_root, sizeof(run_root), "%s", o.persist_root);
         sim_mkdirs(run_root);

@@ -90,13 +90,15 @@ static int sim_kind_possible(const graft_sim_live_opts_t *o, graft_sim_kind_t k)
     }
 }
 
-/* A hang must outlast the lease so that it is detected (the lease TTL the
- * engine gives trainers is 1 s); an etcd outage is kept short of it. */
+/* A hang must outlast the lease so that it is detected: the engine asks
+ * for a 1 s TTL, but etcd rounds a lease up to its minimum (1.5 x the
+ * election timeout, 2 s by default) and checks expiry every 500 ms. An
+ * etcd outage is kept short of it. */
 static long long sim_default_duration(graft_sim_kind_t k, uint64_t *rng)
 {
     switch (k) {
     case GRAFT_SIM_HANG:
-        return 1500 + sim_rng_below(rng, 1000);
+        return 3000 + sim_rng_below(rng, 1500);
     case GRAFT_SIM_ETCD_RESTART:
         return 200 + sim_rng_below(rng, 400);
     case GRAFT_SIM_PARTITION:
