@@ -1028,17 +1028,18 @@ static char *sim_cache_path(const graft_sim_live_opts_t *o)
     return p;
 }
 
+/* Creates the directories above path (not path itself). */
 static void sim_mkdirs(const char *path)
 {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *s = buf + 1; *s; s++) {
+    char *buf = strdup(path);
+    for (char *s = buf != NULL ? buf + 1 : NULL; s != NULL && *s; s++) {
         if (*s == '/') {
             *s = '\0';
             mkdir(buf, 0755);
             *s = '/';
         }
     }
+    free(buf);
 }
 
 /*
