@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #define VIEW_POLL_MS 200u
-#define VIEW_BLOBS_KEPT 8u
 
 /* ------------------------------------------------------------- helpers --- */
 
@@ -132,12 +131,6 @@ static void small_remove(void *arr, size_t *n, size_t elem, uint32_t group, uint
     }
 }
 
-#define READY_PUT(v, item)                                                                   \
-    small_put((void **)&(v)->ready, &(v)->n_ready, sizeof(graft__ready_t), (item), (item)->group, \
-              (item)->rank, offsetof(graft__ready_t, group), offsetof(graft__ready_t, rank))
-#define READY_DEL(v, g, r)                                                                   \
-    small_remove((v)->ready, &(v)->n_ready, sizeof(graft__ready_t), (g), (r),                \
-                 offsetof(graft__ready_t, group), offsetof(graft__ready_t, rank))
 #define VOTE_PUT(v, item)                                                                    \
     small_put((void **)&(v)->votes, &(v)->n_votes, sizeof(graft__vote_t), (item), (item)->group, \
               (item)->rank, offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank))
@@ -145,54 +138,12 @@ static void small_remove(void *arr, size_t *n, size_t elem, uint32_t group, uint
     small_remove((v)->votes, &(v)->n_votes, sizeof(graft__vote_t), (g), (r),                 \
                  offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank))
 
-static void blob_remove(graft__mview_t *v, uint64_t id)
-{
-    for (size_t i = 0; i < v->n_blobs; i++) {
-        if (v->blobs[i].id == id) {
-            graft_free(v->blobs[i].data);
-            memmove(&v->blobs[i], &v->blobs[i + 1], (v->n_blobs - i - 1) * sizeof(*v->blobs));
-            v->n_blobs--;
-            return;
-        }
-    }
-}
-
-static graft_status_t blob_put(graft__mview_t *v, uint64_t id, const uint8_t *data, size_t len)
-{
-    uint8_t *copy = graft__malloc(len);
-    if (copy == NULL)
-        return GRAFT_ENOMEM;
-    if (len > 0)
-        memcpy(copy, data, len);
-    blob_remove(v, id);
-    /* Only recent quorum ids matter; drop the oldest beyond a few. */
-    if (v->n_blobs == VIEW_BLOBS_KEPT) {
-        size_t oldest = 0;
-        for (size_t i = 1; i < v->n_blobs; i++)
-            if (v->blobs[i].id < v->blobs[oldest].id)
-                oldest = i;
-        blob_remove(v, v->blobs[oldest].id);
-    }
-    graft__mblob_t *grown = graft__realloc(v->blobs, (v->n_blobs + 1) * sizeof(*grown));
-    if (grown == NULL) {
-        graft_free(copy);
-        return GRAFT_ENOMEM;
-    }
-    v->blobs = grown;
-    v->blobs[v->n_blobs++] = (graft__mblob_t){id, copy, len};
-    return GRAFT_OK;
-}
-
 void graft__mship_view_clear(graft__mview_t *v)
 {
     for (size_t i = 0; i < v->n_members; i++)
         graft__mship_member_clear(&v->members[i]);
     graft_free(v->members);
-    graft_free(v->ready);
     graft_free(v->votes);
-    for (size_t i = 0; i < v->n_blobs; i++)
-        graft_free(v->blobs[i].data);
-    graft_free(v->blobs);
     graft_membership_quorum_free(v->quorum);
     *v = (graft__mview_t){0};
 }
@@ -240,27 +191,6 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
         st = GRAFT_OK;
         break;
     }
-    case GRAFT__MKEY_READY: {
-        graft__ready_t r;
-        if (!is_put) {
-            READY_DEL(v, k.group, k.rank);
-            break;
-        }
-        st = graft__mship_ready_decode(kv->value, kv->value_len, &r);
-        if (st == GRAFT_OK && (r.group != k.group || r.rank != k.rank))
-            st = GRAFT_EMALFORMED;
-        if (st == GRAFT_OK) {
-            r.mod_revision = kv->mod_revision;
-            st = READY_PUT(v, &r);
-            break;
-        }
-        if (st == GRAFT_ENOMEM)
-            break;
-        report_malformed(m, v, kv, st);
-        READY_DEL(v, k.group, k.rank);
-        st = GRAFT_OK;
-        break;
-    }
     case GRAFT__MKEY_VOTE: {
         graft__vote_t vote;
         if (!is_put) {
@@ -301,12 +231,6 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
         st = GRAFT_OK;
         break;
     }
-    case GRAFT__MKEY_BLOB:
-        if (is_put)
-            st = blob_put(v, k.number, kv->value, kv->value_len);
-        else
-            blob_remove(v, k.number);
-        break;
     case GRAFT__MKEY_EVENTSEQ: {
         if (!is_put) {
             v->event_seq = 0;
@@ -331,6 +255,8 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
         if (is_put)
             report_malformed(m, v, kv, GRAFT_EMALFORMED);
         break;
+    case GRAFT__MKEY_READY: /* read on demand, never watched */
+    case GRAFT__MKEY_BLOB:
     case GRAFT__MKEY_EVENT:
     case GRAFT__MKEY_OTHER:
         break;

@@ -132,8 +132,7 @@ typedef struct graft__qdecision {
     size_t n_live_groups;
     size_t n_ready_groups;
     /* The rank whose ready record completed the set (highest mod_revision
-     * among the included groups): it forms the quorum first, the others
-     * only after a grace period, so the common case costs one transaction. */
+     * among the included groups), for logs and tests. */
     uint32_t last_group;
     uint32_t last_rank;
 } graft__qdecision_t;
@@ -149,27 +148,17 @@ uint64_t graft__quorum_members_hash(const graft__qmember_t *members, size_t n_me
 
 /* --------------------------------------------------------------- handle --- */
 
-typedef struct graft__mblob {
-    uint64_t id;
-    uint8_t *data;
-    size_t len;
-} graft__mblob_t;
-
 /* The watch-driven view. Protected by graft_membership.mu. */
 typedef struct graft__mview {
     uint64_t version;
     int64_t revision;
     graft_member_t *members; /* sorted by (group, rank) */
     size_t n_members;
-    graft__ready_t *ready;
-    size_t n_ready;
-    graft__vote_t *votes;
+    graft__vote_t *votes;    /* of the handle's own group */
     size_t n_votes;
     graft_quorum_t *quorum; /* latest quorum record, or NULL */
     int64_t quorum_mod;     /* its mod_revision; 0 when absent */
-    graft__mblob_t *blobs;
-    size_t n_blobs;
-    uint64_t event_seq; /* last sequence in eventseq */
+    uint64_t event_seq; /* last sequence in eventseq, as last learned */
     int64_t eventseq_mod;
     uint64_t malformed;
     uint64_t resyncs;
