@@ -330,7 +330,9 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         if (st != GRAFT_OK)
             return st;
     }
-    uint64_t deadline = graft__now_ns() + rt->cfg->quorum_timeout_ms * 1000000ull;
+    /* The quorum phase of a recovery starts once joined. */
+    uint64_t tq = graft__now_ns();
+    uint64_t deadline = tq + rt->cfg->quorum_timeout_ms * 1000000ull;
     uint64_t committed = graft_step(rt);
     for (;;) {
         uint64_t now = graft__now_ns();
@@ -354,7 +356,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     assert(is_member(q, rt->group));
     uint64_t formed_ns = graft__now_ns();
     rt->q = q;
-    rt->heal_quorum_ns = formed_ns - t0;
+    rt->heal_quorum_ns = formed_ns - tq;
     bool changed = q->id != rt->prev_quorum_id;
     rt->prev_quorum_id = q->id;
     pthread_mutex_lock(&rt->mu);

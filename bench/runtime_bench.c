@@ -1,0 +1,428 @@
+/*
+ * runtime_bench: what the step protocol costs and how fast a group comes
+ * back, each figure beside the comparison it is judged by, measured in the
+ * same run (real etcd, real UCX on loopback, one process per group):
+ *
+ *  1. steady state: graft_quorum() + graft_commit() per step, median and
+ *     p99 over every group's steps, at 2, 8 and 32 groups (goal: median
+ *     <= 2 ms at 8), beside a bare etcd put round trip measured in the same
+ *     run (the floor for one write);
+ *  2. recovery: 3 groups in strict mode, one killed (SIGKILL) and replaced
+ *     at once, as an orchestrator would; kill -> first committed step of
+ *     the replacement, split into detect (kill -> joined), quorum, transfer
+ *     (the verified pull) and verify (a fingerprint of the healed state),
+ *     for 64 MiB of state (and 1 GiB with --big);
+ *  3. the same state restored from its own persistent checkpoint in the
+ *     same run (graft_persist_restore, page cache dropped with
+ *     posix_fadvise first) vs the P2P transfer (goal: P2P >= 4x faster).
+ *
+ * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--json]
+ * Medians over the measured steps / 3 recoveries per size.
+ */
+#include <graft/etcd.h>
+#include <graft/graft.h>
+#include <graft/persist.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "etcd_fixture.h"
+
+static const char *endpoint;
+static int job_seq;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof(*v), cmp_d);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+static graft_runtime_t *make_runtime(const char *job, int groups, int group, const char *mode)
+{
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    char v[32];
+    if (graft_config_create(&c) != GRAFT_OK)
+        return NULL;
+    int ok = graft_config_set(c, "job", job, NULL) == GRAFT_OK &&
+             graft_config_set(c, "etcd_endpoints", endpoint, NULL) == GRAFT_OK &&
+             (snprintf(v, sizeof(v), "%d", groups), graft_config_set(c, "groups", v, NULL)) ==
+                 GRAFT_OK &&
+             (snprintf(v, sizeof(v), "%d", group), graft_config_set(c, "group", v, NULL)) ==
+                 GRAFT_OK &&
+             graft_config_set(c, "mode", mode, NULL) == GRAFT_OK &&
+             graft_config_set(c, "lease_ttl_ms", "3000", NULL) == GRAFT_OK &&
+             graft_config_set(c, "join_timeout_ms", "3000", NULL) == GRAFT_OK &&
+             graft_config_set(c, "fence_timeout_ms", "10000", NULL) == GRAFT_OK &&
+             graft_config_set(c, "quorum_timeout_ms", "20000", NULL) == GRAFT_OK;
+    if (ok && graft_init(c, &rt) != GRAFT_OK)
+        rt = NULL;
+    graft_config_destroy(c);
+    return rt;
+}
+
+/* ------------------------------------------------------- steady state --- */
+
+static void steady_child(const char *job, int groups, int group, int steps, int fd)
+{
+    static uint64_t state[512];
+    graft_runtime_t *rt = make_runtime(job, groups, group, "strict");
+    graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, state, sizeof(state), 0, 0};
+    if (rt == NULL || graft_region_register(rt, &r) != GRAFT_OK)
+        _exit(1);
+    int warm = 5;
+    for (int s = 0; s < steps + warm; s++) {
+        bool apply = false;
+        double t0 = now_s();
+        graft_status_t st = graft_quorum(rt, NULL);
+        if (st == GRAFT_OK)
+            st = graft_heal_wait(rt);
+        if (st == GRAFT_OK)
+            st = graft_commit(rt, &apply);
+        if (st != GRAFT_OK || !apply) {
+            fprintf(stderr, "group %d step %d: %s%s\n", group, s, graft_status_string(st),
+                    st == GRAFT_OK ? " (not applied)" : "");
+            _exit(2);
+        }
+        double dt = now_s() - t0;
+        state[s % 512]++;
+        if (s >= warm && write(fd, &dt, sizeof(dt)) != sizeof(dt))
+            _exit(3);
+    }
+    graft_destroy(rt);
+    _exit(0);
+}
+
+static int steady(int groups, int steps, double *med_p, double *p99_p)
+{
+    char job[64];
+    int fds[2];
+    snprintf(job, sizeof(job), "bench-steady-%d-%d", (int)getpid(), job_seq++);
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pids[64];
+    for (int g = 0; g < groups; g++) {
+        pids[g] = fork();
+        if (pids[g] == 0) {
+            close(fds[0]);
+            steady_child(job, groups, g, steps, fds[1]);
+        }
+    }
+    close(fds[1]);
+    size_t n = (size_t)groups * (size_t)steps, got = 0;
+    if (groups < 1 || groups > 64 || steps < 1)
+        return -1;
+    double *v = calloc(n, sizeof(*v));
+    while (got < n && read(fds[0], &v[got], sizeof(double)) == sizeof(double))
+        got++;
+    close(fds[0]);
+    int bad = 0;
+    for (int g = 0; g < groups; g++) {
+        int st;
+        waitpid(pids[g], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    *med_p = pct(v, got, 0.5) * 1e3;
+    *p99_p = pct(v, got, 0.99) * 1e3;
+    free(v);
+    return bad == 0 && got == n ? 0 : -1;
+}
+
+static double etcd_put_ms(void)
+{
+    graft_etcd_t *e = graft_test_etcd_client(&endpoint, 1, NULL, NULL);
+    double v[200];
+    for (int i = 0; i < 200; i++) {
+        double t0 = now_s();
+        if (graft_etcd_put(e, "/bench/put", "x", 1, 0, NULL, NULL) != GRAFT_OK)
+            v[i] = 0;
+        v[i] = (now_s() - t0) * 1e3;
+    }
+    graft_etcd_destroy(e);
+    return pct(v, 200, 0.5);
+}
+
+/* ------------------------------------------------------------ recovery --- */
+
+typedef struct rec_result {
+    double t_init, t_first_commit;
+    graft_metrics_t m;
+    int ok;
+} rec_result_t;
+
+static uint8_t *blob;
+static size_t blob_bytes;
+
+static graft_status_t fp_blob(void *arg, uint64_t *fp_p)
+{
+    (void)arg;
+    *fp_p = XXH3_64bits(blob, blob_bytes);
+    return GRAFT_OK;
+}
+
+/* A group: trains forever (until killed or `steps` commits after a heal). */
+static void rec_child(const char *job, int group, int fd, bool replacement)
+{
+    rec_result_t res;
+    memset(&res, 0, sizeof(res));
+    res.t_init = now_s();
+    graft_runtime_t *rt = make_runtime(job, 3, group, "strict");
+    graft_region_t r = {"state", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, blob, blob_bytes, 0,
+                        0};
+    if (rt == NULL || graft_region_register(rt, &r) != GRAFT_OK)
+        _exit(1);
+    graft_fingerprint_set(rt, fp_blob, NULL);
+    for (int s = 0;; s++) {
+        bool apply = false;
+        if (graft_quorum(rt, NULL) != GRAFT_OK)
+            _exit(2);
+        graft_status_t hst = graft_heal_wait(rt);
+        (void)hst; /* a failed heal votes no; the run goes on */
+        usleep(2000); /* a step's compute */
+        if (graft_commit(rt, &apply) != GRAFT_OK)
+            _exit(3);
+        if (apply)
+            blob[(size_t)s * 4099u % blob_bytes]++;
+        if (replacement && apply) {
+            res.t_first_commit = now_s();
+            graft_metrics_get(rt, &res.m);
+            res.ok = 1;
+            if (write(fd, &res, sizeof(res)) != sizeof(res))
+                _exit(4);
+            /* Keep serving the others until the parent ends the run. */
+            replacement = false;
+        }
+    }
+}
+
+static void drop_cache(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        char p[1400];
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        int fd = open(p, O_RDONLY);
+        if (fd < 0)
+            continue;
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    closedir(d);
+}
+
+/* Save the state with the persistent tier, then time a restore of it. */
+static double restore_s(const char *root)
+{
+    graft_persist_writer_t *w = NULL;
+    graft_persist_config_t pc = {.root = root, .compression_level = 0};
+    graft_persist_region_t r = {"state", GRAFT_PERSIST_KIND_PARAM, 0, GRAFT_PERSIST_DEVICE_HOST,
+                                blob, blob_bytes, 0, 0};
+    const graft_persist_region_t *rs[1] = {&r};
+    size_t nr[1] = {1};
+    if (graft_persist_writer_create(&pc, &w) != GRAFT_OK ||
+        graft_persist_save(w, 1, 1, rs, nr, NULL) != GRAFT_OK ||
+        graft_persist_wait(w, 1, NULL) != GRAFT_OK)
+        return -1;
+    graft_persist_writer_destroy(w);
+    char step_dir[1024];
+    snprintf(step_dir, sizeof(step_dir), "%s/step-%020d", root, 1);
+    drop_cache(step_dir);
+    graft_persist_restore_params_t p = {.rank = 0, .ranks = 1, .regions = &r, .nregions = 1};
+    graft_persist_restore_result_t res;
+    double t0 = now_s();
+    graft_status_t st = graft_persist_restore(root, &p, &res);
+    double dt = now_s() - t0;
+    char cmd[1100];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", root);
+    return st == GRAFT_OK ? dt : -1;
+}
+
+typedef struct rec_row {
+    size_t mib;
+    double total, detect, quorum, transfer, verify, restore;
+} rec_row_t;
+
+static int recovery(size_t mib, rec_row_t *row)
+{
+    char job[64];
+    int fds[2];
+    snprintf(job, sizeof(job), "bench-rec-%d-%d", (int)getpid(), job_seq++);
+    blob_bytes = mib << 20;
+    blob = malloc(blob_bytes);
+    if (blob == NULL || pipe(fds) != 0)
+        return -1;
+    for (size_t i = 0; i < blob_bytes; i++)
+        blob[i] = (uint8_t)(i * 131u);
+    pid_t pids[4];
+    for (int g = 0; g < 3; g++) {
+        pids[g] = fork();
+        if (pids[g] == 0)
+            rec_child(job, g, fds[1], false);
+    }
+    usleep(1500 * 1000 + (useconds_t)(mib * 2000)); /* join, cold sync, a few steps */
+    double t_kill = now_s();
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
+    pids[3] = fork();
+    if (pids[3] == 0)
+        rec_child(job, 1, fds[1], true);
+    rec_result_t res;
+    memset(&res, 0, sizeof(res));
+    ssize_t n = read(fds[0], &res, sizeof(res));
+    for (int g = 0; g < 4; g++) {
+        if (g == 1)
+            continue;
+        kill(pids[g], SIGKILL);
+        waitpid(pids[g], NULL, 0);
+    }
+    close(fds[0]);
+    close(fds[1]);
+    if (n != sizeof(res) || !res.ok) {
+        free(blob);
+        return -1;
+    }
+    row->mib = mib;
+    row->total = res.t_first_commit - t_kill;
+    row->detect = (res.t_init - t_kill) + (double)res.m.last_detect_ns * 1e-9;
+    row->quorum = (double)res.m.last_quorum_phase_ns * 1e-9;
+    row->transfer = (double)res.m.last_transfer_ns * 1e-9;
+    row->verify = (double)res.m.last_verify_ns * 1e-9;
+    char root[256];
+    snprintf(root, sizeof(root), "%s/graft-rtbench-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    row->restore = restore_s(root);
+    free(blob);
+    blob = NULL;
+    return row->restore < 0 ? -1 : 0;
+}
+
+static int cmp_row_total(const void *a, const void *b)
+{
+    const rec_row_t *x = a, *y = b;
+    return x->total < y->total ? -1 : x->total > y->total;
+}
+
+int main(int argc, char **argv)
+{
+    int groups_list[8] = {2, 8, 32}, n_groups = 3, steps = 50;
+    size_t sizes[2] = {64, 1024}, n_sizes = 1;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--big") == 0) {
+            n_sizes = 2;
+        } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+            steps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
+            sizes[0] = (size_t)atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--groups") == 0 && i + 1 < argc) {
+            n_groups = 0;
+            for (char *t = strtok(argv[++i], ","); t != NULL && n_groups < 8; t = strtok(NULL, ","))
+                groups_list[n_groups++] = atoi(t);
+        } else {
+            fprintf(stderr, "usage: runtime_bench [--groups 2,8,32] [--steps N] [--mib N] "
+                            "[--big] [--json]\n");
+            return 2;
+        }
+    }
+    if (steps < 1 || sizes[0] < 1)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    graft_test_etcd_t etcd;
+    if (graft_test_etcd_start(&etcd, NULL) != 0)
+        return 1;
+    endpoint = graft_etcd_server_endpoint(etcd.server);
+    int rc = 0;
+
+    double put = etcd_put_ms();
+    double med[8], p99[8];
+    printf("steady state: graft_quorum()+graft_commit() per step (%d steps per group)\n", steps);
+    printf("  %-8s %12s %12s %22s\n", "groups", "median ms", "p99 ms", "etcd put median ms");
+    for (int i = 0; i < n_groups; i++) {
+        if (steady(groups_list[i], steps, &med[i], &p99[i]) != 0) {
+            fprintf(stderr, "steady state with %d groups failed\n", groups_list[i]);
+            rc = 1;
+            med[i] = p99[i] = -1;
+        }
+        printf("  %-8d %12.2f %12.2f %22.2f\n", groups_list[i], med[i], p99[i], put);
+    }
+
+    rec_row_t rows[2];
+    printf("recovery: kill -> first committed step of the replacement (3 groups, strict; "
+           "median of 3)\n");
+    printf("  %-8s %9s %9s %9s %9s %9s %12s %9s\n", "MiB", "total s", "detect", "quorum",
+           "transfer", "verify", "restore s", "ratio");
+    for (size_t k = 0; k < n_sizes; k++) {
+        rec_row_t tries[3];
+        int ok = 0;
+        for (int t = 0; t < 3; t++)
+            if (recovery(sizes[k], &tries[ok]) == 0)
+                ok++;
+        if (ok == 0) {
+            fprintf(stderr, "recovery of %zu MiB failed\n", sizes[k]);
+            rc = 1;
+            memset(&rows[k], 0, sizeof(rows[k]));
+            rows[k].mib = sizes[k];
+            continue;
+        }
+        qsort(tries, (size_t)ok, sizeof(tries[0]), cmp_row_total);
+        rows[k] = tries[ok / 2];
+        rec_row_t *r = &rows[k];
+        printf("  %-8zu %9.3f %9.3f %9.3f %9.3f %9.3f %12.3f %8.1fx\n", r->mib, r->total,
+               r->detect, r->quorum, r->transfer, r->verify, r->restore,
+               r->transfer > 0 ? r->restore / r->transfer : 0);
+    }
+    printf("  ratio = restore from own checkpoint (cold page cache) / P2P transfer; goal >= 4x\n");
+    if (json) {
+        printf("{\"bench\":\"runtime\",\"etcd_put_median_ms\":%.3f,\"steady\":[", put);
+        for (int i = 0; i < n_groups; i++)
+            printf("%s{\"groups\":%d,\"median_ms\":%.3f,\"p99_ms\":%.3f}", i ? "," : "",
+                   groups_list[i], med[i], p99[i]);
+        printf("],\"recovery\":[");
+        for (size_t k = 0; k < n_sizes; k++) {
+            rec_row_t *r = &rows[k];
+            printf("%s{\"mib\":%zu,\"total_s\":%.4f,\"detect_s\":%.4f,\"quorum_s\":%.4f,"
+                   "\"transfer_s\":%.4f,\"verify_s\":%.4f,\"restore_s\":%.4f,"
+                   "\"restore_over_p2p\":%.2f}",
+                   k ? "," : "", r->mib, r->total, r->detect, r->quorum, r->transfer, r->verify,
+                   r->restore, r->transfer > 0 ? r->restore / r->transfer : 0);
+        }
+        printf("]}\n");
+    }
+    graft_test_etcd_stop(&etcd);
+    return rc;
+}
