@@ -74,6 +74,21 @@ static void test_bad_values_name_the_field(void **state)
     assert_int_equal(graft_config_set(c, "mode", "sloppy", &err), GRAFT_EINVAL);
     assert_non_null(strstr(err, "mode"));
     graft_free(err);
+    /* The runtime's timeouts and the persist compression level. */
+    assert_int_equal(graft_config_set(c, "persist_compression", "20", &err), GRAFT_EINVAL);
+    assert_non_null(strstr(err, "persist_compression"));
+    graft_free(err);
+    assert_int_equal(graft_config_set(c, "fence_timeout_ms", "0", &err), GRAFT_EINVAL);
+    assert_non_null(strstr(err, "fence_timeout_ms"));
+    graft_free(err);
+    char *v = NULL;
+    assert_int_equal(graft_config_get(c, "quorum_timeout_ms", &v), GRAFT_OK);
+    assert_string_equal(v, "300000");
+    graft_free(v);
+    assert_int_equal(graft_config_set(c, "stall_timeout_ms", "250", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_get(c, "stall_timeout_ms", &v), GRAFT_OK);
+    assert_string_equal(v, "250");
+    graft_free(v);
     assert_int_equal(graft_config_set(c, "colour", "blue", &err), GRAFT_ENOTFOUND);
     assert_non_null(strstr(err, "colour"));
     graft_free(err);
