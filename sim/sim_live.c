@@ -902,6 +902,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     r.next_time_ev = r.n_step_ev;
     const char *tmo = getenv("GRAFT_SIM_TIMEOUT_S");
     uint64_t timeout_ns = (uint64_t)(tmo != NULL ? atoi(tmo) : 600) * 1000000000ull;
+    uint64_t first_done_ns = 0;
     for (;;) {
         st = graft_sim_sup_poll(r.sup);
         if (st != GRAFT_OK) {
@@ -920,6 +921,18 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         sim_progress(&r, 0);
         if (graft_sim_sup_done(r.sup) == r.nslots) {
             res->completed = 1;
+            break;
+        }
+        /* Elastic: once the groups still training have finished, a group
+         * left behind may never see a quorum again (its peers are gone);
+         * an orchestrator ends the job then. Give stragglers a grace. */
+        if (graft_sim_sup_done(r.sup) > 0 && first_done_ns == 0) {
+            first_done_ns = graft_sim_now_ns();
+        }
+        if (o->mode == GRAFT_SIM_LIVE_ELASTIC && first_done_ns != 0 &&
+            graft_sim_now_ns() - first_done_ns > 5000000000ull) {
+            res->completed = 1;
+            res->stragglers = r.nslots - graft_sim_sup_done(r.sup);
             break;
         }
         if (graft_sim_now_ns() - r.t0 > timeout_ns) {

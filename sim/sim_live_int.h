@@ -41,7 +41,8 @@ typedef struct graft_sim_injected {
 
 /** Everything one run produced. */
 typedef struct graft_sim_result {
-    int completed;         /**< every process finished its steps */
+    int completed;         /**< every process finished its steps (elastic: or stragglers were ended) */
+    int stragglers;        /**< elastic: ranks ended without finishing */
     char *error;           /**< why not, when not */
     double wall_s;
     char **rank_hashes;    /**< groups * ranks final hashes ("" when missing) */

@@ -80,26 +80,47 @@ const char *graft_sim_verdict_judge(const graft_sim_live_opts_t *o, graft_sim_re
 {
     *why_p = NULL;
     int R = res->ranks, G = res->groups;
+    /* The groups compared: all of them, except in elastic mode the groups
+     * ended as stragglers (no hash at all). The first compared group is
+     * the one whose hashes are reported. */
+    int first = -1, compared = 0;
     res->groups_agree = res->rank_hashes != NULL;
     for (int g = 0; res->rank_hashes != NULL && g < G; g++) {
+        int have = 0;
         for (int r = 0; r < R; r++) {
             const char *h = res->rank_hashes[g * R + r];
-            if (h == NULL || h[0] == '\0' || strcmp(h, res->rank_hashes[r]) != 0) {
+            have += h != NULL && h[0] != '\0';
+        }
+        if (have == 0 && o->mode == GRAFT_SIM_LIVE_ELASTIC && res->stragglers > 0) {
+            continue;
+        }
+        if (first < 0) {
+            first = g;
+        }
+        compared++;
+        for (int r = 0; r < R; r++) {
+            const char *h = res->rank_hashes[g * R + r];
+            if (h == NULL || h[0] == '\0' || strcmp(h, res->rank_hashes[first * R + r]) != 0) {
                 res->groups_agree = 0;
             }
         }
     }
+    if (compared == 0) {
+        res->groups_agree = 0;
+        first = 0;
+    }
+    const char *const *base = res->rank_hashes != NULL ? (const char *const *)res->rank_hashes + first * R : NULL;
     free(res->final_hash);
     res->final_hash = NULL;
-    if (res->rank_hashes != NULL && res->rank_hashes[0] != NULL && res->rank_hashes[0][0]) {
+    if (base != NULL && base[0] != NULL && base[0][0]) {
         if (R == 1) {
-            res->final_hash = strdup(res->rank_hashes[0]);
+            res->final_hash = strdup(base[0]);
         } else {
             XXH3_state_t *st = XXH3_createState();
             if (st != NULL) {
                 XXH3_64bits_reset(st);
                 for (int r = 0; r < R; r++) {
-                    const char *h = res->rank_hashes[r] ? res->rank_hashes[r] : "";
+                    const char *h = base[r] ? base[r] : "";
                     XXH3_64bits_update(st, h, strlen(h) + 1);
                 }
                 char buf[32];
@@ -235,6 +256,10 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
     } else {
         fprintf(out, "commit checks      %lld (step, rank) pairs, %lld mismatches\n",
                 res->commit_checks, res->commit_mismatches);
+        if (res->stragglers > 0) {
+            fprintf(out, "stragglers         %d ranks ended behind, after the others finished\n",
+                    res->stragglers);
+        }
     }
     if (plot_path != NULL) {
         fprintf(out, "plot               %s\n", plot_path);
@@ -348,6 +373,7 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
     json_object_set_new(j, "steps_committed", json_integer(res->steps_committed));
     json_object_set_new(j, "steps_lost", json_integer(res->steps_lost));
     json_object_set_new(j, "commit_checks", json_integer(res->commit_checks));
+    json_object_set_new(j, "stragglers", json_integer(res->stragglers));
     json_object_set_new(j, "commit_mismatches", json_integer(res->commit_mismatches));
     json_object_set_new(j, "plan", plan);
     json_object_set_new(j, "injected", inj);
