@@ -24,6 +24,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,28 @@ static int child_main(char **argv)
         pause(); /* until SIGKILL */
 }
 
+#define MAX_KILLS 1024
+static atomic_bool k_done[MAX_KILLS];
+
+typedef struct killer {
+    pid_t *pids;
+    double *killed_at;
+    int n;
+} killer_t;
+
+static void *killer_main(void *arg)
+{
+    killer_t *k = arg;
+    unsigned seed = 12345;
+    for (int i = 0; i < k->n; i++) {
+        usleep((useconds_t)(rand_r(&seed) % (KILL_TTL_S * 1000 / 3)) * 1000u);
+        k->killed_at[i] = now_ms();
+        kill(k->pids[i], SIGKILL);
+        atomic_store(&k_done[i], true);
+    }
+    return NULL;
+}
+
 static size_t bench_kills(const char *self, int n_kills, double *lat)
 {
     graft_etcd_config_t e = etcd_config();
@@ -130,19 +153,18 @@ static size_t bench_kills(const char *self, int n_kills, double *lat)
         usleep(20000);
     }
     /* Kill them one after another at random phases of their keep-alive
-     * period, so the samples cover the whole range of lease time left. */
-    srand(12345);
-    for (int i = 0; i < n_kills; i++) {
-        usleep((useconds_t)(rand() % (KILL_TTL_S * 1000 / 3)) * 1000u);
-        killed_at[i] = now_ms();
-        kill(pids[i], SIGKILL);
-    }
+     * period, so the samples cover the whole range of lease time left; a
+     * thread kills while this one watches. */
+    killer_t k = {pids, killed_at, n_kills};
+    pthread_t kt;
+    pthread_create(&kt, NULL, killer_main, &k);
     double *seen = calloc((size_t)n_kills, sizeof(*seen));
-    end = now_ms() + KILL_TTL_S * 1000.0 * 3 + 5000;
+    end = now_ms() + KILL_TTL_S * 1000.0 * 3 + 5000 + n_kills * 400.0;
     size_t left = (size_t)n_kills;
     while (left > 0 && now_ms() < end) {
         for (int i = 0; i < n_kills; i++) {
-            if (seen[i] == 0 && !graft_membership_group_healthy(obs, (uint32_t)i)) {
+            if (seen[i] == 0 && atomic_load(&k_done[i]) &&
+                !graft_membership_group_healthy(obs, (uint32_t)i)) {
                 seen[i] = now_ms();
                 left--;
             }
@@ -153,6 +175,7 @@ static size_t bench_kills(const char *self, int n_kills, double *lat)
         if (graft_membership_view_wait(obs, ver, 20, NULL) != GRAFT_OK)
             continue;
     }
+    pthread_join(kt, NULL);
     for (int i = 0; i < n_kills; i++) {
         int status;
         waitpid(pids[i], &status, 0);
@@ -237,8 +260,14 @@ static int bench_formation(uint32_t groups, int steps, form_result_t *out)
         gr[g].bar = &bar;
         gr[g].t_call = calloc((size_t)steps, sizeof(double));
         gr[g].t_ret = calloc((size_t)steps, sizeof(double));
-        if (graft_membership_create(&c, &gr[g].m) != GRAFT_OK) {
-            fprintf(stderr, "membership_bench: cannot create group %u\n", g);
+        /* Joining is not what is measured here; on a loaded machine a join
+         * may time out, so give each a few tries. */
+        graft_status_t st = GRAFT_EINTERNAL;
+        for (int attempt = 0; attempt < 3 && st != GRAFT_OK; attempt++)
+            st = graft_membership_create(&c, &gr[g].m);
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "membership_bench: cannot create group %u: %s\n", g,
+                    graft_status_string(st));
             rc = -1;
             goto out;
         }
@@ -311,8 +340,8 @@ int main(int argc, char **argv)
         kills = 6;
         steps = 4;
     }
-    if (kills < 1 || steps < 2) {
-        fprintf(stderr, "membership_bench: --kills >= 1 and --steps >= 2\n");
+    if (kills < 1 || kills > MAX_KILLS || steps < 2) {
+        fprintf(stderr, "membership_bench: --kills 1..%d and --steps >= 2\n", MAX_KILLS);
         return 2;
     }
     char self[4096];

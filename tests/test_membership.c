@@ -685,6 +685,69 @@ static void test_event_history_bounded(void **state)
     graft_membership_destroy(m);
 }
 
+/* ------------------------------------------------------ allocation torture --- */
+
+static long allocs_left = -1;
+static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool alloc_take(void)
+{
+    pthread_mutex_lock(&alloc_mu);
+    bool ok = allocs_left != 0;
+    if (allocs_left > 0)
+        allocs_left--;
+    pthread_mutex_unlock(&alloc_mu);
+    return ok;
+}
+static void *t_malloc(size_t n, void *arg)
+{
+    (void)arg;
+    return alloc_take() ? malloc(n) : NULL;
+}
+static void *t_realloc(void *p, size_t n, void *arg)
+{
+    (void)arg;
+    return alloc_take() ? realloc(p, n) : NULL;
+}
+static void t_free(void *p, void *arg)
+{
+    (void)arg;
+    free(p);
+}
+
+/* Fail the n-th allocation of a join for each n in turn: every failure is a
+ * clean error (never a crash, a hang or a leak under ASan), and with enough
+ * allocations the join works. Background threads started before the
+ * failing allocation must also wind down cleanly. */
+static void test_create_alloc_torture(void **state)
+{
+    (void)state;
+    const graft_alloc_hooks_t hooks = {t_malloc, t_realloc, t_free, NULL};
+    bool done = false;
+    long n;
+    for (n = 0; n < 2000 && !done; n += (n < 100 ? 1 : 7)) {
+        graft_membership_config_t c = cfg_for("torture", 0, 0, 1);
+        graft_membership_t *m = NULL;
+        pthread_mutex_lock(&alloc_mu);
+        allocs_left = n;
+        pthread_mutex_unlock(&alloc_mu);
+        graft_alloc_hooks_set(&hooks);
+        graft_status_t st = graft_membership_create(&c, &m);
+        pthread_mutex_lock(&alloc_mu);
+        allocs_left = -1; /* let the threads and the teardown run freely */
+        pthread_mutex_unlock(&alloc_mu);
+        if (st == GRAFT_OK) {
+            done = true;
+            graft_membership_destroy(m);
+        } else {
+            assert_null(m);
+            assert_true(st == GRAFT_ENOMEM || graft_status_class(st) == GRAFT_CLASS_JOB);
+        }
+        graft_alloc_hooks_set(NULL);
+    }
+    assert_true(done);
+    print_message("# create succeeded with %ld allocations allowed\n", n);
+}
+
 /* ----------------------------------------------------- etcd unreachable --- */
 
 static void test_etcd_down_cannot_commit(void **state)
@@ -802,6 +865,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),
         cmocka_unit_test(test_event_history_bounded),
+        cmocka_unit_test(test_create_alloc_torture),
         cmocka_unit_test(test_etcd_down_cannot_commit),
         cmocka_unit_test(test_view_resyncs_after_compaction),
     };

@@ -28,8 +28,10 @@
 
 #define G 8
 #define R 2
-#define TTL_S 2
-#define JOIN_MS 500
+/* Short enough for a quick test, long enough that a shared, loaded machine
+ * does not make healthy ranks miss renewals or the join timeout. */
+#define TTL_S 3
+#define JOIN_MS 1000
 #define VOTE_MS 1500
 #define JOB "fail"
 
@@ -334,9 +336,9 @@ static int group_teardown(void **state)
 static void test_processes_agree(void **state)
 {
     (void)state;
-    uint64_t r1 = wait_full_round(0, 20000);
+    uint64_t r1 = wait_full_round(0, 30000);
     assert_true(r1 > 0);
-    uint64_t r2 = wait_full_round(r1 + 2, 10000);
+    uint64_t r2 = wait_full_round(r1 + 1, 30000);
     assert_true(r2 > r1);
     check_agreement();
     graft_membership_view_t *v = NULL;
@@ -350,8 +352,10 @@ static void test_sigkill_detected_within_ttl(void **state)
 {
     (void)state;
     graft_quorum_t *before = NULL;
-    assert_int_equal(graft_membership_quorum_latest(obs, &before), GRAFT_OK);
     assert_true(graft_membership_group_healthy(obs, 3));
+    assert_int_equal(graft_membership_quorum_latest(obs, &before), GRAFT_OK);
+    uint64_t before_round = before->round, before_id = before->id;
+    graft_membership_quorum_free(before);
     uint64_t t0 = now_ms();
     assert_int_equal(kill(pids[3][1], SIGKILL), 0);
     int status;
@@ -375,12 +379,12 @@ static void test_sigkill_detected_within_ttl(void **state)
     assert_true(detected > 0);
     assert_true(detected <= limit);
     /* Rounds go on without group 3 ... */
-    uint64_t end = now_ms() + 5000;
+    uint64_t end = now_ms() + 10000;
     bool without = false;
     while (!without && now_ms() < end) {
         graft_quorum_t *q = NULL;
         if (graft_membership_quorum_latest(obs, &q) == GRAFT_OK) {
-            without = q->round > before->round && q->n_members == G - 1;
+            without = q->round > before_round && q->n_members == G - 1;
             for (size_t i = 0; i < q->n_members; i++)
                 assert_int_not_equal(q->members[i], 3);
             graft_membership_quorum_free(q);
@@ -391,7 +395,7 @@ static void test_sigkill_detected_within_ttl(void **state)
     /* ... and a replacement process re-enters as a recipient with a new id. */
     uint64_t t1 = now_ms();
     pids[3][1] = spawn(3, 1, 0);
-    uint64_t full = wait_full_round(check_agreement(), 15000);
+    uint64_t full = wait_full_round(check_agreement(), 30000);
     line_t *l = NULL;
     size_t n = read_lines(&l);
     bool recovered = false;
@@ -405,15 +409,14 @@ static void test_sigkill_detected_within_ttl(void **state)
     free(l);
     assert_true(full > 0);
     assert_true(recovered);
-    assert_int_not_equal(new_id, before->id);
-    graft_membership_quorum_free(before);
+    assert_int_not_equal(new_id, before_id);
     check_agreement();
 }
 
 static void test_sigstop_left_out_then_recovers(void **state)
 {
     (void)state;
-    uint64_t start_round = wait_full_round(check_agreement(), 10000);
+    uint64_t start_round = wait_full_round(check_agreement(), 30000);
     assert_true(start_round > 0);
     uint64_t t0 = now_ms();
     assert_int_equal(kill(pids[5][1], SIGSTOP), 0);
@@ -421,7 +424,7 @@ static void test_sigstop_left_out_then_recovers(void **state)
      * by the join timeout, well before its lease runs out. */
     bool left_out_while_live = false;
     uint64_t left_out_ms = 0;
-    while (now_ms() - t0 < 5000 && !left_out_while_live) {
+    while (now_ms() - t0 < 8000 && !left_out_while_live) {
         graft_quorum_t *q = NULL;
         if (graft_membership_quorum_latest(obs, &q) == GRAFT_OK) {
             bool has5 = false;
@@ -449,7 +452,7 @@ static void test_sigstop_left_out_then_recovers(void **state)
     assert_false(graft_membership_group_healthy(obs, 5));
     uint64_t t1 = now_ms();
     assert_int_equal(kill(pids[5][1], SIGCONT), 0);
-    uint64_t full = wait_full_round(check_agreement(), 15000);
+    uint64_t full = wait_full_round(check_agreement(), 30000);
     assert_true(full > 0);
     line_t *l = NULL;
     size_t n = read_lines(&l);
@@ -465,14 +468,14 @@ static void test_sigstop_left_out_then_recovers(void **state)
 static void test_etcd_restart_mid_run(void **state)
 {
     (void)state;
-    uint64_t before = wait_full_round(check_agreement(), 10000);
+    uint64_t before = wait_full_round(check_agreement(), 30000);
     assert_true(before > 0);
     assert_int_equal(graft_etcd_server_stop(T.server), GRAFT_OK);
     usleep(500000);
     assert_int_equal(graft_etcd_server_restart(T.server), GRAFT_OK);
-    uint64_t after = wait_full_round(before, 20000);
+    uint64_t after = wait_full_round(before, 30000);
     assert_true(after > before);
-    uint64_t later = wait_full_round(after + 1, 10000);
+    uint64_t later = wait_full_round(after, 30000);
     assert_true(later > after);
     check_agreement();
     graft_membership_view_t *v = NULL;
