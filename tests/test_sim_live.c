@@ -539,6 +539,32 @@ static void test_live_fifty_failures_bit_exact(void **state)
     assert_true(sb.st_size > 1000);
 }
 
+/* Elastic mode: every group identical at every commit it logged. */
+static void test_live_elastic_consistent(void **state)
+{
+    (void)state;
+    char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96];
+    snprintf(json_path, sizeof(json_path), "%s/elastic.json", tmpdir);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    const char *args[] = {"--groups", "3", "--ranks", "1", "--steps", "200", "--seed", "4",
+                          "--mode", "elastic", "--random-failures", "5", "--json", json_path,
+                          NULL};
+    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=120", NULL};
+    char *out = NULL;
+    int rc = run_sim(args, env, &out);
+    if (rc != 0) {
+        fail_msg("graft-sim run --mode elastic exited %d:\n%s", rc, out);
+    }
+    free(out);
+    json_t *j = load_json(json_path);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "consistent");
+    assert_true(json_integer_value(json_object_get(j, "commit_checks")) > 100);
+    assert_int_equal(json_integer_value(json_object_get(j, "commit_mismatches")), 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 5);
+    json_decref(j);
+}
+
 /* The stand-in trainer with and without the broken heal. */
 static int run_fake(int broken, char **out_p, json_t **json_p)
 {
@@ -631,6 +657,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_binary_rejects_bad_input),
         cmocka_unit_test(test_plan_only_is_deterministic),
         cmocka_unit_test(test_live_broken_heal_fails),
+        cmocka_unit_test(test_live_elastic_consistent),
         cmocka_unit_test(test_live_fifty_failures_bit_exact),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
