@@ -292,6 +292,18 @@ static donor_opts_t opts_for(const region_spec_t *layout, size_t n, uint64_t chu
     return o;
 }
 
+/* The read protocol of the group being run. */
+static graft_transfer_read_t g_read = GRAFT_TRANSFER_READ_GET;
+
+static graft_status_t do_pull(graft_transfer_endpoint_t *ep,
+                              const graft_transfer_pull_options_t *po,
+                              graft_transfer_report_t *rep)
+{
+    graft_transfer_pull_options_t o = *po;
+    o.read = g_read;
+    return graft_transfer_pull(ep, &o, rep);
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void pull_from_k(int k)
@@ -308,7 +320,7 @@ static void pull_from_k(int k)
     }
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = (size_t)k, .step = STEP};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(rep.installed);
     assert_true(recipient_matches(&r));
     uint64_t sum = 0;
@@ -356,26 +368,26 @@ static void test_refusals(void **state)
 
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, "wrong-token");
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_ETOKEN);
     assert_false(rep.installed);
     recipient_destroy(&r);
 
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
     po.step = STEP + 1;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_ESTEP);
     po.step = STEP;
     recipient_destroy(&r);
 
     recipient_create(&r, other_layout, 1, 256u << 10, TOKEN);
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_ELAYOUT);
     recipient_destroy(&r);
 
     /* A different chunk size is caught by the recipient. */
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 128u << 10, TOKEN);
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_EPROTO);
     recipient_destroy(&r);
 
@@ -384,15 +396,15 @@ static void test_refusals(void **state)
     const char *nobody[1] = {"127.0.0.1:1"};
     po.donors = nobody;
     po.connect_timeout_ms = 2000;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(graft_status_class(rep.donors[0].status), GRAFT_CLASS_PEER);
     const char *bad[1] = {"not-an-address"};
     po.donors = bad;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_EINVAL);
 
     po.donors = addrs;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
     assert_int_equal(donor_stop(&d), 0);
@@ -451,7 +463,7 @@ static void failover(int sig)
                                         .stall_timeout_ms = 700,
                                         .progress = inject,
                                         .progress_arg = &in};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(in.fired);
     assert_true(rep.installed);
     assert_true(recipient_matches(&r));
@@ -509,7 +521,7 @@ static void test_all_donors_dead(void **state)
                                         .stall_timeout_ms = 700,
                                         .progress = inject,
                                         .progress_arg = &in};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_false(rep.installed);
     assert_int_equal(rep.status, GRAFT_ENODONOR);
     assert_true(rep.donors[0].bytes + rep.donors[1].bytes < rep.bytes);
@@ -544,7 +556,7 @@ static void test_recipient_killed(void **state)
         recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
         graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
                                             .window = 2, .progress = suicide};
-        graft_status_t st = graft_transfer_pull(r.ep, &po, &rep);
+        graft_status_t st = do_pull(r.ep, &po, &rep);
         _exit(st == GRAFT_OK ? 3 : 4);
     }
     assert_int_equal(waitpid(child, &ws, 0), child);
@@ -552,7 +564,7 @@ static void test_recipient_killed(void **state)
 
     recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
     assert_int_equal(donor_stop(&d), 0);
@@ -575,7 +587,7 @@ static void test_drift(void **state)
     addrs[1] = d[1].addr;
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 2, .step = STEP};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_EDRIFT);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_EDRIFT);
     assert_false(rep.installed);
     assert_string_equal(rep.drift.region, "optim");
     assert_int_equal(rep.drift.chunk, 5);
@@ -609,13 +621,13 @@ static void test_donor_bytes_changed(void **state)
     addrs[0] = d[1].addr;
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_EHASH);
     assert_false(rep.installed);
 
     addrs[1] = d[0].addr;
     po.n_donors = 2;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(rep.donors[0].status == GRAFT_OK || rep.donors[0].status == GRAFT_EHASH);
     assert_int_equal(rep.donors[1].status, GRAFT_OK);
     assert_true(recipient_matches(&r));
@@ -651,7 +663,7 @@ static void test_many_small_regions(void **state)
     recipient_create(&r, many, N, 4096, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 2, .step = STEP,
                                         .window = 16};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
     for (int i = 0; i < 2; i++)
@@ -662,7 +674,7 @@ static void test_many_small_regions(void **state)
     addrs[0] = d[0].addr;
     recipient_create(&r, tiny, 1, 256u << 10, TOKEN);
     po.n_donors = 1;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_int_equal(rep.bytes, 1024);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
@@ -689,12 +701,12 @@ static void test_cancel(void **state)
                                         .window = 2,
                                         .progress = inject,
                                         .progress_arg = &in};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_ECANCELED);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ECANCELED);
     assert_false(rep.installed);
     /* A cancel outside a pull is a no-op; the next pull works. */
     graft_transfer_pull_cancel(r.ep);
     po.progress = NULL;
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
     assert_int_equal(donor_stop(&d), 0);
@@ -718,7 +730,7 @@ static void test_fence(void **state)
 
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     recipient_destroy(&r);
     /* One recipient of two: the fence holds. */
     donor_fence(&d, 2, 300, &st, &count);
@@ -726,7 +738,7 @@ static void test_fence(void **state)
     assert_int_equal(count, 1);
 
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     recipient_destroy(&r);
     donor_fence(&d, 2, 5000, &st, &count);
     assert_int_equal(st, GRAFT_OK);
@@ -894,7 +906,7 @@ static void test_garbage_clients(void **state)
     /* The donor is unaffected. */
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
     assert_int_equal(donor_stop(&d), 0);
@@ -1041,7 +1053,7 @@ static void test_pull_alloc_failures(void **state)
                                         .connect_timeout_ms = 3000};
     counted = 0;
     graft_alloc_hooks_set(&count);
-    graft_status_t st = graft_transfer_pull(r.ep, &po, &rep);
+    graft_status_t st = do_pull(r.ep, &po, &rep);
     graft_alloc_hooks_set(NULL);
     assert_int_equal(st, GRAFT_OK);
     int needed = counted;
@@ -1050,14 +1062,14 @@ static void test_pull_alloc_failures(void **state)
     for (int n = 0; n < needed; n++) {
         graft_alloc_hooks_set(&fail);
         allocs_left = n;
-        st = graft_transfer_pull(r.ep, &po, &rep);
+        st = do_pull(r.ep, &po, &rep);
         graft_alloc_hooks_set(NULL);
         /* The recipient's allocations failed: its own error, not the donor's. */
         if (st != GRAFT_OK)
             assert_int_equal(st, GRAFT_ENOMEM);
         assert_int_equal(rep.installed, st == GRAFT_OK);
     }
-    assert_int_equal(graft_transfer_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
     assert_int_equal(donor_stop(&d), 0);
@@ -1066,12 +1078,28 @@ static void test_pull_alloc_failures(void **state)
 static int use_tcp(void **state)
 {
     (void)state;
+    g_read = GRAFT_TRANSFER_READ_GET;
     return setenv("UCX_TLS", "tcp", 1);
 }
 
 static int use_shm(void **state)
 {
     (void)state;
+    g_read = GRAFT_TRANSFER_READ_GET;
+    return setenv("UCX_TLS", "sm,self,tcp", 1);
+}
+
+static int use_tcp_push(void **state)
+{
+    (void)state;
+    g_read = GRAFT_TRANSFER_READ_PUSH;
+    return setenv("UCX_TLS", "tcp", 1);
+}
+
+static int use_shm_push(void **state)
+{
+    (void)state;
+    g_read = GRAFT_TRANSFER_READ_PUSH;
     return setenv("UCX_TLS", "sm,self,tcp", 1);
 }
 
@@ -1098,9 +1126,15 @@ int main(void)
     /* TRANSFER_FILTER=<glob> runs some tests only (while debugging). */
     if (getenv("TRANSFER_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TRANSFER_FILTER"));
+    const char *only = getenv("TRANSFER_GROUP"); /* e.g. "shm_push" */
+#define RUN_GROUP(name, setup)                                                           \
+    if (only == NULL || strcmp(only, name) == 0)                                         \
+        failed += cmocka_run_group_tests_name("transfer_" name, wire, setup, NULL);
     setenv("UCX_TLS", "tcp", 1);
     failed += cmocka_run_group_tests_name("transfer_local", local, NULL, NULL);
-    failed += cmocka_run_group_tests_name("transfer_tcp", wire, use_tcp, NULL);
-    failed += cmocka_run_group_tests_name("transfer_shm", wire, use_shm, NULL);
+    RUN_GROUP("tcp", use_tcp);
+    RUN_GROUP("shm", use_shm);
+    RUN_GROUP("tcp_push", use_tcp_push);
+    RUN_GROUP("shm_push", use_shm_push);
     return failed;
 }

@@ -24,6 +24,8 @@
 #define GRAFT__XFER_AM_REQUEST 11u  /* recipient -> donor: TransferRequest */
 #define GRAFT__XFER_AM_MANIFEST 12u /* donor -> recipient: TransferManifest */
 #define GRAFT__XFER_AM_DONE 13u     /* recipient -> donor: TransferDone */
+#define GRAFT__XFER_AM_CHUNK_REQ 14u  /* recipient -> donor: ChunkRequest (push reads) */
+#define GRAFT__XFER_AM_CHUNK_DATA 15u /* donor -> recipient: a chunk's bytes (push reads) */
 
 /* One registered region. */
 typedef struct graft__region {

@@ -301,6 +301,14 @@ static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_l
                             param);
 }
 
+static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
+                                       void *data, size_t length,
+                                       const ucp_am_recv_param_t *param)
+{
+    return donor_am_enqueue(arg, GRAFT__XFER_AM_CHUNK_REQ, header, header_length, data, length,
+                            param);
+}
+
 static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
 {
     for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
@@ -521,6 +529,84 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
     graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
 }
 
+/* Header of a CHUNK_DATA message: the request's echo, its tag, a status. */
+typedef struct chunk_hdr {
+    uint64_t echo;
+    uint32_t tag;
+    int32_t status;
+} chunk_hdr_t;
+
+static void chunk_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    graft_free(user_data);
+    ucp_request_free(request);
+}
+
+/* Push one chunk: a rendezvous active message straight from the region. */
+static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    Graft__ChunkRequest *req = NULL;
+    ucx_conn_t *c = msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
+    chunk_hdr_t *h;
+    const void *src = NULL;
+    size_t len = 0;
+    ucp_request_param_t prm;
+    ucs_status_ptr_t sreq;
+
+    if (c == NULL || c->failed) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "chunk request on an unknown connection: dropped");
+        return;
+    }
+    h = graft__calloc(1, sizeof(*h));
+    if (h == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory answering a chunk request");
+        return;
+    }
+    h->echo = msg->has_header ? msg->header : 0;
+    h->status = GRAFT_OK;
+    if (!msg->too_large)
+        req = graft__chunk_request__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    if (req == NULL || req->version != GRAFT__XFER_WIRE_VERSION) {
+        h->status = GRAFT_EPROTO;
+    } else {
+        h->tag = req->tag;
+        pthread_mutex_lock(&ep->lock);
+        if (!c->active || !ep->serving || c->gen != ep->serve_gen) {
+            h->status = GRAFT_ESTEP;
+        } else if (req->region >= ep->n_regions ||
+                   req->chunk >= ep->regions[req->region].n_chunks) {
+            h->status = GRAFT_EPROTO;
+        } else {
+            const graft__region_t *r = &ep->regions[req->region];
+            src = (const char *)r->host + req->chunk * ep->chunk_bytes;
+            len = (size_t)graft__region_chunk_len(ep, r, req->chunk);
+        }
+        pthread_mutex_unlock(&ep->lock);
+    }
+    graft__chunk_request__free_unpacked(req, &graft__transfer_pb_alloc);
+    if (h->status != GRAFT_OK)
+        GRAFT_INFO(GRAFT__XFER_MOD, "refusing a chunk request (%s)", graft_status_name(h->status));
+
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = chunk_send_cb;
+    prm.user_data = h;
+    /* Rendezvous: the recipient's UCX pulls the bytes zero-copy where the
+     * transport can. The region stays valid until serve_end (contract). */
+    prm.flags = len > 0 ? UCP_AM_SEND_FLAG_RNDV : 0;
+    sreq = ucp_am_send_nbx(c->ep, GRAFT__XFER_AM_CHUNK_DATA, h, sizeof(*h), src, len, &prm);
+    if (sreq == NULL) {
+        graft_free(h);
+    } else if (UCS_PTR_IS_ERR(sreq)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "sending a chunk: %s",
+                   ucs_status_string(UCS_PTR_STATUS(sreq)));
+        graft_free(h);
+    }
+}
+
 /* Send each active connection the hashes finished since its last part. */
 static void stream_hashes(graft__transport_state_t *t)
 {
@@ -601,6 +687,8 @@ static void *progress_thread(void *arg)
         while ((m = msgq_pop(&t->msgs)) != NULL) {
             if (m->id == GRAFT__XFER_AM_REQUEST)
                 handle_request(t, m);
+            else if (m->id == GRAFT__XFER_AM_CHUNK_REQ)
+                handle_chunk_req(t, m);
             else
                 handle_done(t, m);
             graft_free(m);
@@ -720,6 +808,8 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     status = set_am_handler(t->worker, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
     if (status == GRAFT_OK)
         status = set_am_handler(t->worker, GRAFT__XFER_AM_DONE, donor_done_cb, t);
+    if (status == GRAFT_OK)
+        status = set_am_handler(t->worker, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
     if (status != GRAFT_OK)
         goto err;
 
@@ -897,6 +987,8 @@ typedef struct pslot {
     pull_t *pull;
     bool busy;
     bool done;
+    bool proto_err;    /* the donor answered a push read wrongly */
+    bool recv_started; /* push read: UCX is receiving the bytes */
     uint32_t donor;
     uint64_t chunk;
     ucs_status_t st;
@@ -974,6 +1066,24 @@ static void ep_close_start(pull_t *p, pdonor_t *d, bool force)
     (void)p;
 }
 
+/* Close a donor's connection by force. A push read whose bytes have not
+ * started to arrive has no UCX request that the close could complete: give
+ * it up here. Ones being received complete (with an error) through the
+ * close, like gets. */
+static void donor_force_close(pull_t *p, pdonor_t *d)
+{
+    for (size_t i = 0; i < p->n_slots; i++) {
+        pslot_t *s = &p->slots[i];
+        if (p->o->read == GRAFT_TRANSFER_READ_PUSH && s->busy && !s->done &&
+            s->donor == d->index && !s->recv_started) {
+            s->st = UCS_ERR_CANCELED;
+            s->done = true;
+        }
+    }
+    d->close_when_drained = false;
+    ep_close_start(p, d, true);
+}
+
 /*
  * Drop a donor: its unverified chunks go back to the queue; chunks it has
  * in flight follow when UCX completes them, so no late write can land on a
@@ -999,7 +1109,7 @@ static void donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
         }
     }
     if (d->err_flag || why == GRAFT_EPEER_TIMEOUT)
-        ep_close_start(p, d, true);
+        donor_force_close(p, d);
     else
         d->close_when_drained = true;
 }
@@ -1256,6 +1366,75 @@ static ucs_status_t recip_am_cb(void *arg, const void *header, size_t header_len
     return UCS_OK;
 }
 
+static void push_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    pslot_t *s = user_data;
+    s->st = status;
+    if (status == UCS_OK && length != chunk_len(s->pull, s->chunk)) {
+        s->st = UCS_ERR_MESSAGE_TRUNCATED;
+        s->proto_err = true;
+    }
+    s->done = true;
+    ucp_request_free(request);
+}
+
+/* A pushed chunk: checked against the slot that asked for it, then received
+ * (zero-copy for rendezvous) straight into the region. */
+static ucs_status_t recip_chunk_cb(void *arg, const void *header, size_t header_length,
+                                   void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    pull_t *p = arg;
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    chunk_hdr_t h;
+    pslot_t *s;
+
+    if (header_length != sizeof(h))
+        goto drop;
+    memcpy(&h, header, sizeof(h));
+    if ((h.echo >> 8) != p->nonce || (h.echo & 0xff) >= p->n_donors || h.tag >= p->n_slots)
+        goto drop;
+    s = &p->slots[h.tag];
+    /* A dropped donor that is draining still delivers into its own slots:
+     * their chunks are not reassigned before the slot completes. */
+    if (!s->busy || s->done || s->recv_started || s->donor != (h.echo & 0xff))
+        goto drop;
+    if (h.status != GRAFT_OK || length != chunk_len(p, s->chunk)) {
+        s->st = UCS_ERR_INVALID_PARAM;
+        s->proto_err = h.status != GRAFT_ESTEP;
+        s->done = true;
+        goto drop;
+    }
+    const graft__region_t *r = chunk_region(p, s->chunk);
+    char *dst = (char *)r->host + (s->chunk - r->first_chunk) * p->ep->chunk_bytes;
+    if (!rndv) {
+        memcpy(dst, data, length);
+        s->st = UCS_OK;
+        s->done = true;
+        return UCS_OK;
+    }
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_MEMH;
+    prm.cb.recv_am = push_recv_cb;
+    prm.user_data = s;
+    prm.memh = r->memh;
+    s->recv_started = true;
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(p->worker, data, dst, length, &prm);
+    if (req == NULL) {
+        s->st = UCS_OK;
+        s->done = true;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        s->st = UCS_PTR_STATUS(req);
+        s->done = true;
+    }
+    return UCS_OK;
+
+drop:
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "unexpected chunk data dropped");
+    return UCS_OK;
+}
+
 static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
 {
     graft_transfer_endpoint_t *ep = p->ep;
@@ -1327,6 +1506,23 @@ static void issue_get(pull_t *p, pdonor_t *d, uint64_t c)
     p->chunks[c].state = CH_INFLIGHT;
     p->chunks[c].donor = (int8_t)d->index;
     d->inflight++;
+    s->proto_err = false;
+    s->recv_started = false;
+    if (p->o->read == GRAFT_TRANSFER_READ_PUSH) {
+        Graft__ChunkRequest cr;
+        graft__chunk_request__init(&cr);
+        cr.version = GRAFT__XFER_WIRE_VERSION;
+        cr.region = ri;
+        cr.chunk = idx;
+        cr.tag = (uint32_t)(s - p->slots);
+        graft_status_t st = am_send_msg(d->uep, GRAFT__XFER_AM_CHUNK_REQ,
+                                        (p->nonce << 8) | d->index, &cr.base, true);
+        if (st != GRAFT_OK) {
+            s->st = st == GRAFT_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
+            s->done = true;
+        }
+        return;
+    }
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FIELD_MEMH;
@@ -1372,11 +1568,15 @@ static void slots_reap(pull_t *p)
             chunk_verify(p, s->chunk);
             continue;
         }
+        if (s->st == UCS_ERR_NO_MEMORY && p->status == GRAFT_OK) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory reading a chunk");
+            p->status = GRAFT_ENOMEM;
+        }
         ch->state = CH_PENDING;
         q_push(p, s->chunk);
         p->rep->donors[s->donor].reassigned++;
         if (d->state == D_READY)
-            donor_fail(p, d, status_from_ucs(s->st));
+            donor_fail(p, d, s->proto_err ? GRAFT_EPROTO : status_from_ucs(s->st));
     }
 }
 
@@ -1426,6 +1626,10 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
                        p->stall_ms);
             donor_fail(p, d, GRAFT_EPEER_TIMEOUT);
         }
+        /* A dropped donor that stops answering while draining is cut off. */
+        if (d->state == D_FAILED && d->close_when_drained && d->inflight > 0 &&
+            now - d->last_ns > (uint64_t)p->stall_ms * 1000000ull)
+            donor_force_close(p, d);
         if (d->state != D_FAILED)
             live = true;
         if (d->state == D_READY && !d->final && !p->o->skip_verify)
@@ -1591,6 +1795,8 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
     if (status != GRAFT_OK)
         goto out_free;
     status = set_am_handler(p.worker, GRAFT__XFER_AM_MANIFEST, recip_am_cb, &p);
+    if (status == GRAFT_OK)
+        status = set_am_handler(p.worker, GRAFT__XFER_AM_CHUNK_DATA, recip_chunk_cb, &p);
     if (status != GRAFT_OK)
         goto out_worker;
 

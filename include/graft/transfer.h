@@ -238,6 +238,19 @@ typedef enum graft_transfer_backend {
 
 struct graft_transfer_nccl_options;
 
+/** How a recipient reads a chunk over UCX. */
+typedef enum graft_transfer_read {
+    /** One-sided ucp_get_nbx on the donor's mapped region (default). Over
+     *  transports without a zero-copy get for the caller's memory (tcp;
+     *  shared memory on malloc'ed memory in UCX 1.13) UCX emulates it with
+     *  active messages served by the donor's progress thread. */
+    GRAFT_TRANSFER_READ_GET = 0,
+    /** The recipient asks for each chunk (ChunkRequest) and the donor's
+     *  progress thread sends its bytes as a rendezvous active message that
+     *  UCX receives zero-copy into the region (cma on shared memory). */
+    GRAFT_TRANSFER_READ_PUSH = 1
+} graft_transfer_read_t;
+
 /** What to pull and how. Zero values select the defaults given. */
 typedef struct graft_transfer_pull_options {
     const char *const *donors;   /**< donor addresses, "ip:port" */
@@ -251,6 +264,7 @@ typedef struct graft_transfer_pull_options {
     void *progress_arg;
     graft_transfer_backend_t backend;    /**< UCX (default) or NCCL */
     const struct graft_transfer_nccl_options *nccl; /**< required with the NCCL backend */
+    graft_transfer_read_t read;          /**< UCX read protocol; default GET */
     /** Benchmarks only: install chunks without checking their hashes (and
      *  without drift detection), to measure what verification costs. */
     bool skip_verify;
