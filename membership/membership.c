@@ -333,15 +333,18 @@ static void view_apply_events(graft_membership_t *m, const graft_etcd_event_t *e
     atomic_fetch_add(&m->n_watch_events, n);
 }
 
+/* Sleep on a condition variable rather than in short slices: hundreds of
+ * idle handles in one process must not wake up every few milliseconds. */
 static void sleep_unless_stopped(graft_membership_t *m, uint64_t ns)
 {
-    uint64_t end = graft__now_ns() + ns;
+    struct timespec ts;
+    graft__mship_deadline(&ts, ns);
+    pthread_mutex_lock(&m->mu);
     while (!atomic_load(&m->stop)) {
-        uint64_t now = graft__now_ns();
-        if (now >= end)
+        if (pthread_cond_timedwait(&m->stop_cv, &m->mu, &ts) == ETIMEDOUT)
             break;
-        graft__sleep_ns(GRAFT_MIN(end - now, 20000000ull));
     }
+    pthread_mutex_unlock(&m->mu);
 }
 
 static void *watch_main(void *arg)
@@ -698,8 +701,14 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int rc = pthread_cond_init(&m->cv, &ca);
+    if (rc == 0) {
+        rc = pthread_cond_init(&m->stop_cv, &ca);
+        if (rc != 0)
+            pthread_cond_destroy(&m->cv);
+    }
     pthread_condattr_destroy(&ca);
     if (rc != 0) {
+        GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_cond_init: %s", strerror(rc));
         st = GRAFT_ESYS;
         goto out_free;
     }
@@ -789,6 +798,11 @@ void graft_membership_destroy(graft_membership_t *m)
     if (m == NULL)
         return;
     atomic_store(&m->stop, true);
+    if (m->mu_init) {
+        pthread_mutex_lock(&m->mu);
+        pthread_cond_broadcast(&m->stop_cv);
+        pthread_mutex_unlock(&m->mu);
+    }
     if (m->ka_started)
         pthread_join(m->ka_thread, NULL);
     for (size_t i = 0; i < m->n_watches; i++)
@@ -809,6 +823,7 @@ void graft_membership_destroy(graft_membership_t *m)
     graft_etcd_destroy(m->ops);
     graft__mship_view_clear(&m->view);
     if (m->mu_init) {
+        pthread_cond_destroy(&m->stop_cv);
         pthread_cond_destroy(&m->cv);
         pthread_mutex_destroy(&m->mu);
     }

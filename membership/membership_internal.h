@@ -192,7 +192,8 @@ struct graft_membership {
     graft_etcd_t *ka;  /* keep-alive and re-join, so a slow request never delays renewal */
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;      /* the view or the identity changed */
+    pthread_cond_t stop_cv; /* stop was set: wakes sleeping threads */
     bool mu_init;
     graft__mview_t view;
 
