@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,12 +188,20 @@ static graft_status_t fp_blob(void *arg, uint64_t *fp_p)
     return GRAFT_OK;
 }
 
-/* A group: trains forever (until killed or `steps` commits after a heal). */
-static void rec_child(const char *job, int group, int fd, bool replacement)
+/* A group: trains until killed. Its state is allocated here, after the
+ * fork, so no copy-on-write fault lands in a measured pull. It reports on
+ * ready_fd after its third commit, and the replacement reports its first
+ * commit on fd. */
+static void rec_child(const char *job, int group, int fd, int ready_fd, bool replacement)
 {
     rec_result_t res;
     memset(&res, 0, sizeof(res));
     res.t_init = now_s();
+    blob = malloc(blob_bytes);
+    if (blob == NULL)
+        _exit(1);
+    for (size_t i = 0; i < blob_bytes; i++)
+        blob[i] = (uint8_t)(i * 131u + (size_t)group);
     graft_runtime_t *rt = make_runtime(job, 3, group, "strict");
     graft_region_t r = {"state", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, blob, blob_bytes, 0,
                         0};
@@ -201,15 +210,26 @@ static void rec_child(const char *job, int group, int fd, bool replacement)
     graft_fingerprint_set(rt, fp_blob, NULL);
     for (int s = 0;; s++) {
         bool apply = false;
-        if (graft_quorum(rt, NULL) != GRAFT_OK)
+        graft_status_t qst = graft_quorum(rt, NULL);
+        if (qst != GRAFT_OK) {
+            fprintf(stderr, "group %d: graft_quorum: %s\n", group, graft_status_string(qst));
             _exit(2);
+        }
         graft_status_t hst = graft_heal_wait(rt);
         (void)hst; /* a failed heal votes no; the run goes on */
         usleep(2000); /* a step's compute */
-        if (graft_commit(rt, &apply) != GRAFT_OK)
+        qst = graft_commit(rt, &apply);
+        if (qst != GRAFT_OK) {
+            fprintf(stderr, "group %d: graft_commit: %s\n", group, graft_status_string(qst));
             _exit(3);
+        }
         if (apply)
             blob[(size_t)s * 4099u % blob_bytes]++;
+        if (apply && s == 3 && !replacement) {
+            char c = 1;
+            if (write(ready_fd, &c, 1) != 1)
+                _exit(5);
+        }
         if (replacement && apply) {
             res.t_first_commit = now_s();
             graft_metrics_get(rt, &res.m);
@@ -279,29 +299,51 @@ static int recovery(size_t mib, rec_row_t *row)
 {
     char job[64];
     int fds[2];
+    int rfds[2];
     snprintf(job, sizeof(job), "bench-rec-%d-%d", (int)getpid(), job_seq++);
     blob_bytes = mib << 20;
-    blob = malloc(blob_bytes);
-    if (blob == NULL || pipe(fds) != 0)
+    if (pipe(fds) != 0 || pipe(rfds) != 0)
         return -1;
-    for (size_t i = 0; i < blob_bytes; i++)
-        blob[i] = (uint8_t)(i * 131u);
     pid_t pids[4];
     for (int g = 0; g < 3; g++) {
         pids[g] = fork();
         if (pids[g] == 0)
-            rec_child(job, g, fds[1], false);
+            rec_child(job, g, fds[1], rfds[1], false);
     }
-    usleep(1500 * 1000 + (useconds_t)(mib * 2000)); /* join, cold sync, a few steps */
+    /* Kill once every group has joined, cold-synced and committed 3 steps. */
+    int ready = 0;
+    double give_up = now_s() + 300;
+    while (ready < 3 && now_s() < give_up) {
+        struct pollfd pf = {.fd = rfds[0], .events = POLLIN};
+        char c;
+        if (poll(&pf, 1, 200) == 1 && read(rfds[0], &c, 1) == 1)
+            ready++;
+        for (int g = 0; g < 3; g++)
+            if (waitpid(pids[g], NULL, WNOHANG) == pids[g])
+                give_up = 0; /* a group died before the kill: give up */
+    }
+    if (ready < 3) {
+        fprintf(stderr, "recovery of %zu MiB: the groups never got going\n", mib);
+        for (int g = 0; g < 3; g++) {
+            kill(pids[g], SIGKILL);
+            waitpid(pids[g], NULL, 0);
+        }
+        close(fds[0]);
+        close(fds[1]);
+        close(rfds[0]);
+        close(rfds[1]);
+        return -1;
+    }
     double t_kill = now_s();
     kill(pids[1], SIGKILL);
     waitpid(pids[1], NULL, 0);
     pids[3] = fork();
     if (pids[3] == 0)
-        rec_child(job, 1, fds[1], true);
+        rec_child(job, 1, fds[1], rfds[1], true);
     rec_result_t res;
     memset(&res, 0, sizeof(res));
-    ssize_t n = read(fds[0], &res, sizeof(res));
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    ssize_t n = poll(&pf, 1, 300 * 1000) == 1 ? read(fds[0], &res, sizeof(res)) : -1;
     for (int g = 0; g < 4; g++) {
         if (g == 1)
             continue;
@@ -310,10 +352,10 @@ static int recovery(size_t mib, rec_row_t *row)
     }
     close(fds[0]);
     close(fds[1]);
-    if (n != sizeof(res) || !res.ok) {
-        free(blob);
+    close(rfds[0]);
+    close(rfds[1]);
+    if (n != sizeof(res) || !res.ok)
         return -1;
-    }
     row->mib = mib;
     row->total = res.t_first_commit - t_kill;
     row->detect = (res.t_init - t_kill) + (double)res.m.last_detect_ns * 1e-9;
@@ -323,6 +365,11 @@ static int recovery(size_t mib, rec_row_t *row)
     char root[256];
     snprintf(root, sizeof(root), "%s/graft-rtbench-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              (int)getpid());
+    blob = malloc(blob_bytes);
+    if (blob == NULL)
+        return -1;
+    for (size_t i = 0; i < blob_bytes; i++)
+        blob[i] = (uint8_t)(i * 131u);
     row->restore = restore_s(root);
     free(blob);
     blob = NULL;
