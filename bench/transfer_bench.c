@@ -5,9 +5,10 @@
  * from zero.
  *
  *   transfer_bench [--bytes N] [--chunk N] [--reps R] [--window W]
- *                  [--tls tcp,shm] [--json]
+ *                  [--tls tcp,shm] [--read get|push|both] [--json]
  *
- * For each transport: fork 3 donors holding N bytes (two regions), then
+ * For each transport and read protocol (one-sided get, or donor push):
+ * fork 3 donors holding N bytes (two regions), then
  * pull from 1, 2 and 3 of them (median of R runs, hashing on), once from 1
  * with verification off, then run ucx_perftest server+client with the same
  * UCX_TLS for ucp_get and tag_bw (message = chunk size, total = N). Last,
@@ -32,6 +33,7 @@
 
 #define MAX_DONORS 3
 #define STEP 1
+#define MAX_RESULTS 8
 
 typedef struct cfg {
     uint64_t bytes;
@@ -40,6 +42,7 @@ typedef struct cfg {
     uint32_t window;
     bool json;
     char tls[64];
+    char read[16];
 } cfg_t;
 
 typedef struct donor {
@@ -50,6 +53,7 @@ typedef struct donor {
 
 typedef struct result {
     const char *tls;
+    const char *read;
     double pull_gbps[MAX_DONORS];
     double pull_noverify_gbps;
     double perf_get_gbps;
@@ -206,6 +210,8 @@ static void kill_at(uint64_t done, uint64_t total, void *arg)
     }
 }
 
+static graft_transfer_read_t g_read;
+
 static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *d, int k,
                         bool verify, killer_t *killer)
 {
@@ -218,6 +224,7 @@ static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *
                                         .step = STEP,
                                         .window = c->window,
                                         .stall_timeout_ms = 2000,
+                                        .read = g_read,
                                         .skip_verify = !verify};
     if (killer != NULL) {
         po.progress = kill_at;
@@ -271,7 +278,7 @@ static double perftest(const cfg_t *c, const char *test)
     return gbps;
 }
 
-static int run_tls(const cfg_t *c, const char *name, result_t *res)
+static int run_tls(const cfg_t *c, const char *name, const char *read, result_t *res)
 {
     donor_t d[MAX_DONORS] = {0};
     void *mem[2] = {0};
@@ -279,8 +286,12 @@ static int run_tls(const cfg_t *c, const char *name, result_t *res)
     double t[32];
     int rc = -1;
 
-    setenv("UCX_TLS", strcmp(name, "shm") == 0 ? "sm,self,tcp" : name, 1);
+    /* BENCH_SHM_TLS overrides what "shm" means, for experiments. */
+    const char *shm = getenv("BENCH_SHM_TLS") != NULL ? getenv("BENCH_SHM_TLS") : "sm,self,tcp";
+    setenv("UCX_TLS", strcmp(name, "shm") == 0 ? shm : name, 1);
     res->tls = name;
+    res->read = read;
+    g_read = strcmp(read, "push") == 0 ? GRAFT_TRANSFER_READ_PUSH : GRAFT_TRANSFER_READ_GET;
     if (donors_start(c, d, MAX_DONORS) != 0)
         goto out;
     ep = make_endpoint(c, mem, false);
@@ -331,16 +342,18 @@ out:
 int main(int argc, char **argv)
 {
     cfg_t c = {.bytes = 1ull << 30, .chunk = 4u << 20, .reps = 3, .window = 4};
-    result_t res[2];
+    result_t res[MAX_RESULTS];
     int n_res = 0;
     static const struct option longopts[] = {
         {"bytes", required_argument, NULL, 'b'}, {"chunk", required_argument, NULL, 'c'},
         {"reps", required_argument, NULL, 'r'},  {"window", required_argument, NULL, 'w'},
         {"tls", required_argument, NULL, 't'},   {"json", no_argument, NULL, 'j'},
+        {"read", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     int opt;
 
     snprintf(c.tls, sizeof(c.tls), "tcp,shm");
+    snprintf(c.read, sizeof(c.read), "both");
     while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (opt) {
         case 'b':
@@ -361,9 +374,12 @@ int main(int argc, char **argv)
         case 'j':
             c.json = true;
             break;
+        case 'R':
+            snprintf(c.read, sizeof(c.read), "%s", optarg);
+            break;
         default:
             fprintf(stderr, "usage: %s [--bytes N] [--chunk N] [--reps R] [--window W] "
-                            "[--tls tcp,shm] [--json]\n", argv[0]);
+                            "[--tls tcp,shm] [--read get|push|both] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -375,29 +391,34 @@ int main(int argc, char **argv)
 
     char tls_list[64];
     snprintf(tls_list, sizeof(tls_list), "%s", c.tls);
-    for (char *save = NULL, *tok = strtok_r(tls_list, ",", &save); tok != NULL && n_res < 2;
+    static char names[MAX_RESULTS][16];
+    for (char *save = NULL, *tok = strtok_r(tls_list, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
-        memset(&res[n_res], 0, sizeof(res[n_res]));
-        static char names[2][16];
-        snprintf(names[n_res], sizeof(names[n_res]), "%s", tok);
-        if (run_tls(&c, names[n_res], &res[n_res]) != 0) {
-            fprintf(stderr, "transport %s failed\n", tok);
-            return 1;
+        static const char *reads[2] = {"get", "push"};
+        for (int r = 0; r < 2 && n_res < MAX_RESULTS; r++) {
+            if (strcmp(c.read, "both") != 0 && strcmp(c.read, reads[r]) != 0)
+                continue;
+            memset(&res[n_res], 0, sizeof(res[n_res]));
+            snprintf(names[n_res], sizeof(names[n_res]), "%s", tok);
+            if (run_tls(&c, names[n_res], reads[r], &res[n_res]) != 0) {
+                fprintf(stderr, "transport %s (%s) failed\n", tok, reads[r]);
+                return 1;
+            }
+            n_res++;
         }
-        n_res++;
     }
 
     printf("transfer_bench: %.0f MiB state, %llu KiB chunks, window %u, median of %d\n",
            (double)c.bytes / 1048576, (unsigned long long)(c.chunk >> 10), c.window, c.reps);
-    printf("%-5s %9s %9s %9s %11s %12s %12s %10s %9s %9s\n", "tls", "1 donor", "2 donors",
+    printf("%-5s %-4s %9s %9s %9s %11s %12s %12s %10s %9s %9s\n", "tls", "read", "1 donor", "2 donors",
            "3 donors", "1 no-hash", "perf ucp_get", "perf tag_bw", "1d/best", "recover",
            "restart");
     for (int i = 0; i < n_res; i++) {
         result_t *r = &res[i];
         double best = r->perf_get_gbps > r->perf_tag_gbps ? r->perf_get_gbps : r->perf_tag_gbps;
-        printf("%-5s %7.2f GB/s %5.2f GB/s %5.2f GB/s %7.2f GB/s %8.2f GB/s %8.2f GB/s %9.2fx "
+        printf("%-5s %-4s %7.2f GB/s %5.2f GB/s %5.2f GB/s %7.2f GB/s %8.2f GB/s %8.2f GB/s %9.2fx "
                "%7.3f s %7.3f s\n",
-               r->tls, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2], r->pull_noverify_gbps,
+               r->tls, r->read, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2], r->pull_noverify_gbps,
                r->perf_get_gbps, r->perf_tag_gbps, best > 0 ? r->pull_gbps[0] / best : 0,
                r->recover_s, r->restart_s);
     }
@@ -409,11 +430,11 @@ int main(int argc, char **argv)
             result_t *r = &res[i];
             double best =
                 r->perf_get_gbps > r->perf_tag_gbps ? r->perf_get_gbps : r->perf_tag_gbps;
-            printf("%s{\"tls\":\"%s\",\"pull_gbps\":[%.3f,%.3f,%.3f],\"pull_noverify_gbps\":%.3f,"
+            printf("%s{\"tls\":\"%s\",\"read\":\"%s\",\"pull_gbps\":[%.3f,%.3f,%.3f],\"pull_noverify_gbps\":%.3f,"
                    "\"perftest_ucp_get_gbps\":%.3f,\"perftest_tag_bw_gbps\":%.3f,"
                    "\"ratio_vs_best_perftest\":%.3f,\"recover_s\":%.3f,\"fail_at_s\":%.3f,"
                    "\"restart_from_zero_s\":%.3f}",
-                   i ? "," : "", r->tls, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
+                   i ? "," : "", r->tls, r->read, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
                    r->pull_noverify_gbps, r->perf_get_gbps, r->perf_tag_gbps,
                    best > 0 ? r->pull_gbps[0] / best : 0, r->recover_s, r->fail_at_s,
                    r->restart_s);
