@@ -770,6 +770,22 @@ static ucs_status_t raw_reply_cb(void *arg, const void *header, size_t header_le
     return UCS_OK;
 }
 
+/* Push-read answers: a 16-byte header (echo, tag, status) and no bytes
+ * when refused. */
+static ucs_status_t raw_chunk_cb(void *arg, const void *header, size_t header_length, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_client_t *c = arg;
+    (void)data;
+    (void)param;
+    int32_t st = 1;
+    if (header_length == 16 && length == 0)
+        memcpy(&st, (const char *)header + 12, sizeof(st));
+    c->last_status = st;
+    c->replies++;
+    return UCS_OK;
+}
+
 static void raw_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)arg;
@@ -799,6 +815,9 @@ static void raw_connect(raw_client_t *c, const char *addr)
                                  .cb = raw_reply_cb,
                                  .arg = c};
     assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
+    hp.id = 15;
+    hp.cb = raw_chunk_cb;
+    assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -809,14 +828,14 @@ static void raw_connect(raw_client_t *c, const char *addr)
     assert_int_equal(ucp_ep_create(c->worker, &ep, &c->ep), UCS_OK);
 }
 
-/* Send @p len bytes as a transfer request and wait for the refusal. */
-static int32_t raw_send(raw_client_t *c, const void *data, size_t len)
+/* Send @p len bytes as active message @p id and wait for the refusal. */
+static int32_t raw_send_id(raw_client_t *c, unsigned id, const void *data, size_t len)
 {
     static uint64_t header = 0;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                .flags = UCP_AM_SEND_FLAG_REPLY};
     int before = c->replies;
-    ucs_status_ptr_t req = ucp_am_send_nbx(c->ep, 11, &header, sizeof(header), data, len, &prm);
+    ucs_status_ptr_t req = ucp_am_send_nbx(c->ep, id, &header, sizeof(header), data, len, &prm);
     assert_false(UCS_PTR_IS_ERR(req));
     for (int i = 0; i < 2000000 && c->replies == before; i++) {
         ucp_worker_progress(c->worker);
@@ -827,6 +846,11 @@ static int32_t raw_send(raw_client_t *c, const void *data, size_t len)
         ucp_request_free(req);
     assert_int_equal(c->replies, before + 1);
     return c->last_status;
+}
+
+static int32_t raw_send(raw_client_t *c, const void *data, size_t len)
+{
+    return raw_send_id(c, 11, data, len);
 }
 
 static void raw_close(raw_client_t *c)
@@ -901,6 +925,15 @@ static void test_garbage_clients(void **state)
     req.step = STEP + 1;
     n = graft__transfer_request__pack(&req, packed);
     assert_int_equal(raw_send(&c, packed, n), GRAFT_ESTEP);
+
+    /* Push reads: junk, and a well-formed request without a manifest. */
+    assert_int_equal(raw_send_id(&c, 14, junk, sizeof(junk)), GRAFT_EPROTO);
+    Graft__ChunkRequest cr = GRAFT__CHUNK_REQUEST__INIT;
+    cr.version = 1;
+    cr.region = 0;
+    cr.chunk = 0;
+    n = graft__chunk_request__pack(&cr, packed);
+    assert_int_equal(raw_send_id(&c, 14, packed, n), GRAFT_ESTEP);
     raw_close(&c);
 
     /* The donor is unaffected. */
