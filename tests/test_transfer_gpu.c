@@ -244,6 +244,11 @@ static void test_nccl_misuse(void **state)
     po.nccl = &no;
     po.n_donors = 2;
     assert_int_equal(graft_transfer_pull(ep, &po, &rep), GRAFT_EINVAL);
+    /* Well-formed, but this machine may have no GPU. */
+    po.n_donors = 1;
+    no.exchange = NULL;
+    assert_int_equal(graft_transfer_pull(ep, &po, &rep),
+                     gpu_count() == 0 ? GRAFT_ENOTSUP : GRAFT_EINVAL);
 #else
     assert_int_equal(graft_transfer_pull(ep, &po, &rep), GRAFT_ENOTSUP);
 #endif
@@ -255,9 +260,11 @@ static void test_nccl_misuse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nccl_misuse),
         cmocka_unit_test(test_ucx_staged_cuda),
         cmocka_unit_test(test_nccl_pair),
+        /* Last: it may initialise CUDA in this process, after which forked
+         * children could not use it. */
+        cmocka_unit_test(test_nccl_misuse),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("transfer_gpu", tests, NULL, NULL);

@@ -460,7 +460,14 @@ graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
     atomic_store(&ep->cancel, false);
     if (options->backend == GRAFT_TRANSFER_BACKEND_NCCL) {
 #ifdef GRAFT_HAVE_CUDA
-        status = graft__nccl_ops.pull(ep, options, rep);
+        if (options->nccl == NULL || options->n_donors != 1) {
+            status = GRAFT_EINVAL;
+        } else if (graft__cuda_devices() == 0) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend needs a GPU; none found");
+            status = GRAFT_ENOTSUP;
+        } else {
+            status = graft__nccl_ops.pull(ep, options, rep);
+        }
 #else
         GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend is not in this build");
         status = GRAFT_ENOTSUP;
