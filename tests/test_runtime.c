@@ -61,11 +61,21 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Every job directory, removed by the group teardown even when a test
+ * failed half way. */
+static char made_dirs[16][256];
+static int n_made_dirs;
+/* Every trainer started, killed by the teardown if a failed test left it. */
+static pid_t spawned[128];
+static int n_spawned;
+
 static void job_init(job_t *j, const char *name)
 {
     memset(j, 0, sizeof(*j));
     snprintf(j->dir, sizeof(j->dir), "%s/graft-rt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     assert_non_null(mkdtemp(j->dir));
+    if (n_made_dirs < 16)
+        memcpy(made_dirs[n_made_dirs++], j->dir, sizeof(j->dir));
     snprintf(j->name, sizeof(j->name), "%s-%d", name, (int)getpid());
 }
 
@@ -131,6 +141,8 @@ static proc_t *spawn(job_t *j, int group, int rank, const char *const *flags)
     }
     p->pid = pid;
     j->n++;
+    if (n_spawned < 128)
+        spawned[n_spawned++] = pid;
     return p;
 }
 
@@ -314,6 +326,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    for (int i = 0; i < n_spawned; i++)
+        if (waitpid(spawned[i], NULL, WNOHANG) == 0) {
+            kill(spawned[i], SIGKILL);
+            waitpid(spawned[i], NULL, 0);
+        }
+    for (int i = 0; i < n_made_dirs; i++)
+        if (access(made_dirs[i], F_OK) == 0)
+            rm_rf(made_dirs[i]);
     graft_test_etcd_stop(&etcd);
     return 0;
 }
