@@ -103,6 +103,16 @@ static bool parse_group_rank(const char *s, graft__mkey_t *k)
     return true;
 }
 
+static bool parse_round_group_rank(const char *s, graft__mkey_t *k)
+{
+    const char *end;
+    uint64_t round;
+    if (!parse_u64(s, &end, &round) || *end != '/' || round == 0)
+        return false;
+    k->number = round;
+    return parse_group_rank(end + 1, k);
+}
+
 static bool parse_number(const char *s, graft__mkey_t *k)
 {
     const char *end;
@@ -123,9 +133,9 @@ graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
     static const struct {
         const char *name;
         graft__mkey_kind_t kind;
-        int shape; /* 0: exact, 1: group/rank, 2: number */
+        int shape; /* 0: exact, 1: group/rank, 2: number, 3: round/group/rank */
     } table[] = {
-        {"members/", GRAFT__MKEY_MEMBER, 1}, {"ready/", GRAFT__MKEY_READY, 1},
+        {"members/", GRAFT__MKEY_MEMBER, 1}, {"ready/", GRAFT__MKEY_READY, 3},
         {"votes/", GRAFT__MKEY_VOTE, 1},     {"blob/", GRAFT__MKEY_BLOB, 2},
         {"events/", GRAFT__MKEY_EVENT, 2},   {"quorum", GRAFT__MKEY_QUORUM, 0},
         {"eventseq", GRAFT__MKEY_EVENTSEQ, 0},
@@ -139,7 +149,9 @@ graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
         }
         if (strncmp(rest, table[i].name, n) != 0)
             continue;
-        bool ok = table[i].shape == 1 ? parse_group_rank(rest + n, &k) : parse_number(rest + n, &k);
+        bool ok = table[i].shape == 1   ? parse_group_rank(rest + n, &k)
+                  : table[i].shape == 3 ? parse_round_group_rank(rest + n, &k)
+                                        : parse_number(rest + n, &k);
         k.kind = ok ? table[i].kind : GRAFT__MKEY_BAD;
         return k;
     }

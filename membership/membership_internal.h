@@ -36,7 +36,7 @@ typedef struct graft__mkey {
     graft__mkey_kind_t kind;
     uint32_t group; /* MEMBER, READY, VOTE */
     uint32_t rank;
-    uint64_t number; /* BLOB: quorum id; EVENT: sequence */
+    uint64_t number; /* READY: round; BLOB: quorum id; EVENT: sequence */
 } graft__mkey_t;
 
 /* Classify a key given the job prefix "/graft/<job>/". */
@@ -208,6 +208,7 @@ struct graft_membership {
     bool lease_lost_pending; /* report GRAFT_ELEASE once from the next call */
     uint64_t last_round;
     uint64_t last_id;
+    uint64_t ready_round; /* round of this rank's last ready record, 0: none */
     /* Tests only: re-read the ready records this often while waiting, so
      * that many ranks see the set complete at once and race to form. */
     uint64_t race_poll_ns;

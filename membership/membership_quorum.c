@@ -100,7 +100,8 @@ static graft_status_t decode_ready(graft_membership_t *m, const graft_etcd_range
             graft_free(out);
             return st;
         }
-        if (st == GRAFT_OK && (out[n].group != k.group || out[n].rank != k.rank))
+        if (st == GRAFT_OK &&
+            (out[n].group != k.group || out[n].rank != k.rank || out[n].round != k.number))
             st = GRAFT_EMALFORMED;
         if (st != GRAFT_OK) {
             GRAFT_WARN(GRAFT_MSHIP_MOD, "skipping ready record %s (mod_revision %" PRId64
@@ -119,9 +120,11 @@ static graft_status_t decode_ready(graft_membership_t *m, const graft_etcd_range
     return GRAFT_OK;
 }
 
-/* Write this rank's ready record for a round and read every ready record,
- * in one transaction: the read sees the write, so of the ranks announcing
- * concurrently the last one always sees the complete set. */
+/* Write this rank's ready record for a round, drop its record of the round
+ * before, and read every ready record of the round, in one transaction: the
+ * read sees the write, so of the ranks announcing concurrently the last one
+ * always sees the complete set. One folder per round keeps each read to the
+ * ranks that announced before (about G²/2 records per round in all, not G²). */
 static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t committed,
                                uint64_t deadline_ns, graft__ready_t **ready_p, size_t *n_p)
 {
@@ -129,27 +132,38 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
     uint64_t inc = 0;
     uint8_t *buf = NULL;
     size_t len = 0;
-    char *key = NULL, *prefix = NULL;
+    char *key = NULL, *prefix = NULL, *old = NULL;
     graft_etcd_txn_result_t res = {0};
     graft_status_t st = check_joined(m, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
+    pthread_mutex_lock(&m->mu);
+    uint64_t old_round = m->ready_round;
+    pthread_mutex_unlock(&m->mu);
     graft__ready_t r = {m->cfg.group, m->cfg.rank, inc, round, committed,
                         graft__wall_ns() / 1000000u, 0};
     st = graft__mship_ready_encode(&r, &buf, &len);
     if (st != GRAFT_OK)
         goto out;
-    key = graft__mship_key(m, "ready/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
-    prefix = graft__mship_key(m, "ready/");
-    if (key == NULL || prefix == NULL) {
+    key = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round, m->cfg.group,
+                           m->cfg.rank);
+    prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
+    old = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, old_round, m->cfg.group,
+                           m->cfg.rank);
+    if (key == NULL || prefix == NULL || old == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
-    graft_etcd_op_t ops[2] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
-                              {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true}};
-    st = txn_retry(m, ops, 2, lease, deadline_ns, "ready record", &res);
+    graft_etcd_op_t ops[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
+                              {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true},
+                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
+    bool drop_old = old_round != 0 && old_round != round;
+    st = txn_retry(m, ops, drop_old ? 3 : 2, lease, deadline_ns, "ready record", &res);
     if (st != GRAFT_OK)
         goto out;
+    pthread_mutex_lock(&m->mu);
+    m->ready_round = round;
+    pthread_mutex_unlock(&m->mu);
     if (res.n_ranges != 1) {
         st = GRAFT_EMALFORMED;
         goto out;
@@ -157,18 +171,21 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
     st = decode_ready(m, &res.ranges[0], ready_p, n_p);
 out:
     graft_etcd_txn_result_clear(&res);
+    graft_free(old);
     graft_free(prefix);
     graft_free(key);
     graft_free(buf);
     return st;
 }
 
-/* Read every ready record (after the join timeout, or when members change). */
-static graft_status_t read_ready(graft_membership_t *m, graft__ready_t **ready_p, size_t *n_p)
+/* Read the round's ready records (after the join timeout, or when members
+ * change). */
+static graft_status_t read_ready(graft_membership_t *m, uint64_t round, graft__ready_t **ready_p,
+                                 size_t *n_p)
 {
     graft_etcd_range_result_t res = {0};
     graft_etcd_range_opts_t opts = {0};
-    char *prefix = graft__mship_key(m, "ready/");
+    char *prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
     graft_status_t st;
     if (prefix == NULL)
         return GRAFT_ENOMEM;
@@ -364,7 +381,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             pthread_mutex_lock(&m->mu);
             gen = m->view.members_gen;
             pthread_mutex_unlock(&m->mu);
-            st = read_ready(m, &fresh, &n_fresh);
+            st = read_ready(m, round, &fresh, &n_fresh);
             if (st == GRAFT_ENOMEM)
                 goto out;
             if (st == GRAFT_OK) {

@@ -515,7 +515,7 @@ static void test_garbage_records_skipped(void **state)
     graft_free(buf);
     assert_int_equal(graft_etcd_put(T.client, "/graft/junk/members/x/y", "1", 1, 0, NULL, NULL),
                      GRAFT_OK);
-    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/ready/3/0", junk, 3, 0, NULL, NULL),
+    assert_int_equal(graft_etcd_put(T.client, "/graft/junk/ready/1/3/0", junk, 3, 0, NULL, NULL),
                      GRAFT_OK);
     assert_int_equal(graft_etcd_put(T.client, "/graft/junk/events/00000000000000000099", junk,
                                     strlen(junk), 0, NULL, NULL), GRAFT_OK);

@@ -230,9 +230,12 @@ static void test_key_parse(void **state)
     assert_int_equal(k.kind, GRAFT__MKEY_MEMBER);
     assert_int_equal(k.group, 3);
     assert_int_equal(k.rank, 1);
-    k = graft__mship_key_parse(p, "/graft/job1/ready/12/0");
+    k = graft__mship_key_parse(p, "/graft/job1/ready/4/12/0");
     assert_int_equal(k.kind, GRAFT__MKEY_READY);
+    assert_int_equal(k.number, 4);
     assert_int_equal(k.group, 12);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/ready/12/0").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/ready/0/1/0").kind, GRAFT__MKEY_BAD);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/quorum").kind, GRAFT__MKEY_QUORUM);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/quorumx").kind, GRAFT__MKEY_OTHER);
     k = graft__mship_key_parse(p, "/graft/job1/blob/00000000000000000007");
