@@ -64,7 +64,14 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
 {
     graft_persist_region_t *pr = NULL;
     graft_persist_restore_result_t res;
-    graft_status_t st = persist_regions(rt, &pr);
+    graft_persist_entry_t *entries = NULL;
+    size_t n_entries = 0;
+    /* An empty root is the normal first start, not an error to log. */
+    graft_status_t st = graft_persist_list(rt->cfg->persist_root, &entries, &n_entries);
+    graft_free(entries);
+    if (st == GRAFT_OK && n_entries == 0)
+        return GRAFT_ENOCHECKPOINT;
+    st = persist_regions(rt, &pr);
     if (st != GRAFT_OK)
         return st;
     graft_persist_restore_params_t p = {

@@ -709,6 +709,47 @@ static void test_drift_detected_and_healed(void **state)
     rm_rf(j.dir);
 }
 
+/* Elastic mode: a group loses a rank and the others go on without it;
+ * the replacement heals from them. Every commit any group logged agrees,
+ * and group 0 takes a checkpoint on demand (graft_checkpoint_now). */
+static void test_elastic_and_checkpoint_now(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 40;
+    char root[300], env_root[340];
+    job_init(&j, "elastic");
+    snprintf(root, sizeof(root), "%s/ckpt", j.dir);
+    snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
+    j.extra_env[0] = "GRAFT_MODE=elastic";
+    j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
+    j.extra_env[2] = env_root;
+    j.extra_env[3] = "GRAFT_PERSIST_EVERY=1000";
+    const char *flags[] = {"--steps", "40", "--step-delay-ms", "20", NULL};
+    const char *ckpt[] = {"--steps", "40", "--step-delay-ms", "20", "--checkpoint-at", "4",
+                          NULL};
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            spawn(&j, g, r, g == 0 ? ckpt : flags);
+    proc_t *victim = &j.p[2 * R + 1];
+    wait_log(victim, 6, 60);
+    kill_proc(victim);
+    /* The others keep committing without group 2 before it is replaced. */
+    int before = log_lines(j.p[0].log);
+    wait_log(&j.p[0], before + 3, 60);
+    spawn(&j, 2, 1, flags);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    assert_int_equal(graft_persist_verify(root, 4, GRAFT_PERSIST_VERIFY_FULL, NULL), GRAFT_OK);
+    /* The checkpoint record for tools. */
+    char key[160];
+    graft_etcd_kv_t kv;
+    snprintf(key, sizeof(key), "/graft/%s/checkpoints/%020d", j.name, 4);
+    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    graft_etcd_kv_clear(&kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -719,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_kill_donor_during_heal),
         cmocka_unit_test(test_kill_all_restore),
         cmocka_unit_test(test_drift_detected_and_healed),
+        cmocka_unit_test(test_elastic_and_checkpoint_now),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
