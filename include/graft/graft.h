@@ -42,8 +42,9 @@
  * be called from one thread at a time. graft_metrics_get, graft_step,
  * graft_quorum_id, graft_replica_rank, graft_replica_world and
  * graft_start_kind may be called from any thread. Event callbacks run on the
- * training thread or on the runtime's background threads (heal, checkpoint),
- * one at a time; they must not call back into the runtime.
+ * training thread or on the runtime's checkpoint thread, one at a time; they
+ * must not call back into the runtime. The fingerprint callback runs on the
+ * training thread.
  */
 #ifndef GRAFT_GRAFT_H
 #define GRAFT_GRAFT_H
