@@ -178,6 +178,9 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft__rt_persist_open(rt);
     if (st != GRAFT_OK)
         goto fail;
+    st = graft__rt_skip_init(rt);
+    if (st != GRAFT_OK)
+        goto fail;
     *rt_p = rt;
     return GRAFT_OK;
 fail:
@@ -206,6 +209,7 @@ void graft_destroy(graft_runtime_t *rt)
         graft_free(rt->regions[i].persist_name);
     }
     graft_free(rt->regions);
+    graft__rt_skip_free(rt);
     for (size_t i = 0; i < rt->n_endpoints; i++)
         graft_free(rt->endpoints[i]);
     graft_free(rt->endpoints);

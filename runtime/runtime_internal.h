@@ -75,6 +75,12 @@ struct graft_runtime {
     graft_transfer_report_t heal_report;
     uint64_t heal_detect_ns, heal_quorum_ns;
 
+    /* Test-only broken heal (GRAFT_TEST_SKIP_REGION): the region a heal
+     * must leave as it was, and its bytes saved before each pull. */
+    char *skip_name;
+    size_t skip_idx;
+    void *skip_save;
+
     /* Persistent tier. */
     graft_persist_writer_t *writer;
     pthread_t ckpt_thread;
@@ -96,6 +102,16 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
 
 /* runtime_step.c */
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
+
+/* runtime_skip.c: the test-only broken heal. */
+/* Read GRAFT_TEST_SKIP_REGION at graft_init(). */
+GRAFT_WUR graft_status_t graft__rt_skip_init(graft_runtime_t *rt);
+/* At the first quorum: resolve the name against the regions. */
+GRAFT_WUR graft_status_t graft__rt_skip_resolve(graft_runtime_t *rt);
+/* Before a pull: save the region; after a pull that installed: put it back. */
+void graft__rt_skip_save(graft_runtime_t *rt);
+void graft__rt_skip_restore(graft_runtime_t *rt);
+void graft__rt_skip_free(graft_runtime_t *rt);
 
 /* runtime_persist.c */
 GRAFT_WUR graft_status_t graft__rt_persist_open(graft_runtime_t *rt);

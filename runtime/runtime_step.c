@@ -55,6 +55,9 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         GRAFT_ERROR(GRAFT_RT_MOD, "graft_quorum: register the regions first");
         return GRAFT_EINVAL;
     }
+    st = graft__rt_skip_resolve(rt);
+    if (st != GRAFT_OK)
+        return st;
     st = graft_transfer_layout_hash(rt->ep, &rt->layout_hash);
     if (st != GRAFT_OK)
         return st;
@@ -173,6 +176,7 @@ static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, si
         goto out;
     }
     rt->state_valid = false; /* the pull overwrites the regions */
+    graft__rt_skip_save(rt);
     if (pthread_create(&rt->heal_thread, NULL, heal_main, rt) != 0) {
         GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
         st = GRAFT_ESYS;
@@ -200,6 +204,8 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
     const graft_transfer_report_t *rep = &rt->heal_report;
     uint64_t verify_ns = 0;
     char detail[256] = "";
+    if (st == GRAFT_OK)
+        graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
     if (st == GRAFT_OK && rt->fp_fn != NULL) {
         /* The trainer's own check of the installed state; a failing
          * callback fails the heal. */

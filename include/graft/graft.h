@@ -45,6 +45,16 @@
  * training thread or on the runtime's checkpoint thread, one at a time; they
  * must not call back into the runtime. The fingerprint callback runs on the
  * training thread.
+ *
+ * Test-only switch GRAFT_TEST_SKIP_REGION=<region name>: when this variable
+ * is set in the environment of graft_init(), every heal of that runtime (the
+ * recipient side of a pull, cold-start sync included) leaves the named host
+ * region's bytes as they were before the pull and still reports the heal as
+ * successful. It is a deliberately broken recovery that exists only so that
+ * an end-to-end check (the simulator's verdict) can be shown to fail; never
+ * set it in training. A name that matches no registered region makes the
+ * first graft_quorum() fail with GRAFT_EINVAL (a CUDA region:
+ * GRAFT_ENOTSUP); an empty value makes graft_init() fail with GRAFT_EINVAL.
  */
 #ifndef GRAFT_GRAFT_H
 #define GRAFT_GRAFT_H
@@ -279,8 +289,9 @@ GRAFT_WUR graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *in
  * @brief Wait for the background heal started by graft_quorum() (returns at
  *        once when there is none). Call it before reading the state.
  * @param [in] rt  the runtime.
- * @return GRAFT_OK (the regions hold the quorum's step, verified); the
- *         pull's error (GRAFT_ENODONOR, GRAFT_EDRIFT, GRAFT_ETIMEOUT, ...):
+ * @return GRAFT_OK (the regions hold the quorum's step, verified; except,
+ *         under the test-only switch GRAFT_TEST_SKIP_REGION, the named
+ *         region, which is left as it was); the pull's error (GRAFT_ENODONOR, GRAFT_EDRIFT, GRAFT_ETIMEOUT, ...):
  *         the regions' contents are undefined, graft_commit() will vote no
  *         and the group heals again at the next quorum.
  */
