@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -750,12 +751,249 @@ static void test_elastic_and_checkpoint_now(void **state)
     graft_etcd_kv_clear(&kv);
 }
 
+/* ------------------------------------------- two runtimes, one process --- */
+
+/* A runtime of group `group` of a 2-group strict job, against the test's
+ * etcd, with timeouts short enough for a test. */
+static graft_runtime_t *make_rt(const char *job, int group)
+{
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    char g[16];
+    snprintf(g, sizeof(g), "%d", group);
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "2", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", g, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+                                      NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "lease_ttl_ms", "2000", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "join_timeout_ms", "1000", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "fence_timeout_ms", "5000", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "stall_timeout_ms", "2000", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "quorum_timeout_ms", "30000", NULL), GRAFT_OK);
+    assert_int_equal(graft_init(c, &rt), GRAFT_OK);
+    graft_config_destroy(c);
+    return rt;
+}
+
+/* Two host regions "a" and "b", filled with va and vb. */
+static void register_ab(graft_runtime_t *rt, uint64_t *a, uint64_t *b, size_t n, uint64_t va,
+                        uint64_t vb)
+{
+    for (size_t i = 0; i < n; i++) {
+        a[i] = va;
+        b[i] = vb;
+    }
+    graft_region_t ra = {"a", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, a, n * 8, 0, 0};
+    graft_region_t rb = {"b", GRAFT_REGION_OPTIM, 0, GRAFT_DEVICE_HOST, b, n * 8, 0, 0};
+    assert_int_equal(graft_region_register(rt, &ra), GRAFT_OK);
+    assert_int_equal(graft_region_register(rt, &rb), GRAFT_OK);
+}
+
+/* One step of one runtime, run on its own thread: cmocka's assertions
+ * belong to the main thread, so it records what happened instead. */
+typedef struct peer {
+    graft_runtime_t *rt;
+    const char *publish;  /* publish this blob after the heal (NULL: do not) */
+    bool read_blob;       /* wait for the quorum's blob, then try to publish */
+    graft_status_t q_st, heal_st, pub_st, get_st, late_pub_st, commit_st;
+    graft_step_info_t info;
+    char blob[64];
+    size_t blob_len;
+    bool apply;
+} peer_t;
+
+static void *peer_step(void *arg)
+{
+    peer_t *p = arg;
+    p->q_st = graft_quorum(p->rt, &p->info);
+    if (p->q_st != GRAFT_OK)
+        return NULL;
+    p->heal_st = graft_heal_wait(p->rt);
+    if (p->publish != NULL)
+        p->pub_st = graft_quorum_blob_publish(p->rt, p->publish, strlen(p->publish));
+    if (p->read_blob) {
+        p->get_st = graft_quorum_blob_get(p->rt, p->info.quorum_id, 20000, p->blob,
+                                          sizeof(p->blob) - 1, &p->blob_len);
+        p->late_pub_st = graft_quorum_blob_publish(p->rt, "late", 4);
+    }
+    p->commit_st = graft_commit(p->rt, &p->apply);
+    return NULL;
+}
+
+static void expect_blob(graft_runtime_t *rt, uint64_t quorum_id, const char *want)
+{
+    char buf[64] = "";
+    size_t len = 0;
+    assert_int_equal(graft_quorum_blob_get(rt, quorum_id, 5000, buf, sizeof(buf), &len),
+                     GRAFT_OK);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(buf, want, len);
+}
+
+/* The blob published for a quorum id by one group is read by the other
+ * group for that id; another quorum id does not see it, and has its own. */
+static void test_quorum_blob(void **state)
+{
+    (void)state;
+    static uint64_t a0[512], b0[512], a1[512], b1[512];
+    char job[64], buf[64];
+    size_t len = 7777;
+    snprintf(job, sizeof(job), "blob-%d", (int)getpid());
+    graft_runtime_t *rt0 = make_rt(job, 0), *rt1 = make_rt(job, 1);
+
+    /* Misuse: nothing reaches etcd. */
+    assert_int_equal(graft_quorum_blob_publish(rt0, "x", 1), GRAFT_ESTATE);
+    assert_int_equal(graft_quorum_blob_get(rt0, 1, 10, buf, sizeof(buf), &len), GRAFT_ESTATE);
+    assert_int_equal(graft_quorum_blob_publish(NULL, "x", 1), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_publish(rt0, NULL, 1), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_publish(rt0, "x", 0), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_publish(rt0, a0, GRAFT_QUORUM_BLOB_MAX + 1), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_get(NULL, 1, 10, buf, sizeof(buf), &len), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_get(rt0, 0, 10, buf, sizeof(buf), &len), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_get(rt0, 1, 10, NULL, sizeof(buf), &len), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum_blob_get(rt0, 1, 10, buf, sizeof(buf), NULL), GRAFT_EINVAL);
+    assert_int_equal(len, 7777); /* untouched on failure */
+
+    register_ab(rt0, a0, b0, 512, 1, 2);
+    register_ab(rt1, a1, b1, 512, 1, 2);
+
+    /* Quorum 1: group 0 (replica rank 0) publishes, group 1 reads it and
+     * cannot overwrite it. */
+    peer_t p0 = {.rt = rt0, .publish = "blob-A"}, p1 = {.rt = rt1, .read_blob = true};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, peer_step, &p1), 0);
+    peer_step(&p0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(p0.q_st, GRAFT_OK);
+    assert_int_equal(p1.q_st, GRAFT_OK);
+    uint64_t q1 = p0.info.quorum_id;
+    assert_true(q1 > 0);
+    assert_int_equal(p1.info.quorum_id, q1);
+    assert_int_equal(p0.info.replica_rank, 0);
+    assert_int_equal(p0.pub_st, GRAFT_OK);
+    assert_int_equal(p1.get_st, GRAFT_OK);
+    assert_int_equal(p1.blob_len, 6);
+    assert_memory_equal(p1.blob, "blob-A", 6);
+    assert_int_equal(p1.late_pub_st, GRAFT_EEXIST);
+    assert_true(p0.apply && p1.apply);
+    expect_blob(rt0, q1, "blob-A");
+    /* A buffer too small: ERANGE, nothing written. */
+    len = 7777;
+    assert_int_equal(graft_quorum_blob_get(rt0, q1, 1000, buf, 3, &len), GRAFT_ERANGE);
+    assert_int_equal(len, 7777);
+    /* A quorum id that never formed has no blob. */
+    assert_int_equal(graft_quorum_blob_get(rt0, q1 + 100, 200, buf, sizeof(buf), &len),
+                     GRAFT_ETIMEOUT);
+
+    /* Group 1 is replaced: a new member set, a new quorum id, whose blob
+     * is not quorum 1's. */
+    graft_destroy(rt1);
+    rt1 = make_rt(job, 1);
+    register_ab(rt1, a1, b1, 512, 5, 6);
+    peer_t r1 = {.rt = rt1, .read_blob = true};
+    assert_int_equal(pthread_create(&t, NULL, peer_step, &r1), 0);
+    graft_step_info_t info;
+    bool apply = false;
+    assert_int_equal(graft_quorum(rt0, &info), GRAFT_OK);
+    uint64_t q2 = info.quorum_id;
+    assert_true(q2 != q1);
+    assert_true(info.quorum_changed);
+    assert_int_equal(graft_quorum_id(rt0), q2);
+    assert_int_equal(graft_quorum_blob_get(rt0, q2, 300, buf, sizeof(buf), &len),
+                     GRAFT_ETIMEOUT);
+    assert_int_equal(graft_quorum_blob_publish(rt0, "blob-B", 6), GRAFT_OK);
+    assert_int_equal(graft_quorum_blob_publish(rt0, "blob-C", 6), GRAFT_EEXIST);
+    expect_blob(rt0, q2, "blob-B");
+    expect_blob(rt0, q1, "blob-A");
+    assert_int_equal(graft_heal_wait(rt0), GRAFT_OK);
+    assert_int_equal(graft_commit(rt0, &apply), GRAFT_OK);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(apply);
+    assert_int_equal(r1.q_st, GRAFT_OK);
+    assert_int_equal(r1.info.quorum_id, q2);
+    assert_true(r1.info.healing); /* the replacement pulled group 0's state */
+    assert_int_equal(r1.get_st, GRAFT_OK);
+    assert_int_equal(r1.blob_len, 6);
+    assert_memory_equal(r1.blob, "blob-B", 6);
+    assert_int_equal(r1.late_pub_st, GRAFT_EEXIST);
+    assert_true(r1.apply);
+    assert_memory_equal(a1, a0, sizeof(a0));
+    graft_destroy(rt1);
+    graft_destroy(rt0);
+}
+
+/* The test-only broken heal: with GRAFT_TEST_SKIP_REGION=b at graft_init(),
+ * a heal installs "a" but leaves "b" as it was, and reports success. */
+static void test_skip_region_switch(void **state)
+{
+    (void)state;
+    static uint64_t a0[512], b0[512], a1[512], b1[512], w[4];
+    char job[64];
+    graft_runtime_t *bad = NULL;
+    graft_config_t *c = NULL;
+
+    /* Misuse first: an empty value, and a name no region has. */
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", "skipbad", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+                                      NULL), GRAFT_OK);
+    setenv("GRAFT_TEST_SKIP_REGION", "", 1);
+    assert_int_equal(graft_init(c, &bad), GRAFT_EINVAL);
+    assert_null(bad);
+    setenv("GRAFT_TEST_SKIP_REGION", "nope", 1);
+    assert_int_equal(graft_init(c, &bad), GRAFT_OK);
+    unsetenv("GRAFT_TEST_SKIP_REGION");
+    graft_config_destroy(c);
+    graft_region_t rw = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, w, sizeof(w), 0, 0};
+    assert_int_equal(graft_region_register(bad, &rw), GRAFT_OK);
+    assert_int_equal(graft_quorum(bad, NULL), GRAFT_EINVAL);
+    graft_destroy(bad);
+
+    /* Group 1 alone carries the switch (the environment is read at init). */
+    snprintf(job, sizeof(job), "skip-%d", (int)getpid());
+    graft_runtime_t *rt0 = make_rt(job, 0);
+    setenv("GRAFT_TEST_SKIP_REGION", "b", 1);
+    graft_runtime_t *rt1 = make_rt(job, 1);
+    unsetenv("GRAFT_TEST_SKIP_REGION");
+    register_ab(rt0, a0, b0, 512, 1, 2);
+    register_ab(rt1, a1, b1, 512, 9, 8);
+
+    /* The cold start makes group 1 pull group 0's state. */
+    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, peer_step, &p1), 0);
+    peer_step(&p0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(p0.q_st, GRAFT_OK);
+    assert_int_equal(p1.q_st, GRAFT_OK);
+    assert_true(p1.info.healing);
+    assert_int_equal(p1.heal_st, GRAFT_OK);
+    assert_true(p0.apply && p1.apply);
+    graft_metrics_t m;
+    graft_metrics_get(rt1, &m);
+    assert_int_equal(m.recoveries, 1);
+    assert_int_equal(m.recovery_failures, 0);
+    assert_memory_equal(a1, a0, sizeof(a0)); /* installed */
+    for (size_t i = 0; i < 512; i++)
+        assert_int_equal(b1[i], 8);          /* left as it was */
+    for (size_t i = 0; i < 512; i++)
+        assert_int_equal(b0[i], 2);          /* the donor is untouched */
+    graft_destroy(rt1);
+    graft_destroy(rt0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_config_names_field),
         cmocka_unit_test(test_api_misuse),
         cmocka_unit_test(test_init_allocation_failures),
+        cmocka_unit_test(test_quorum_blob),
+        cmocka_unit_test(test_skip_region_switch),
         cmocka_unit_test(test_kill_ranks_strict),
         cmocka_unit_test(test_kill_donor_during_heal),
         cmocka_unit_test(test_kill_all_restore),

@@ -15,6 +15,8 @@
  *    graft_destroy().
  *  - The step protocol: graft_quorum(), graft_heal_wait(), graft_commit(),
  *    and the accessors of the current step and quorum.
+ *  - A blob per quorum id (a communicator's unique id):
+ *    graft_quorum_blob_publish(), graft_quorum_blob_get().
  *  - Persistent tier: automatic every persist_every steps, or
  *    graft_checkpoint_now().
  *  - Observability: metrics (a struct), events (a callback), the log
@@ -349,6 +351,55 @@ uint32_t graft_replica_world(graft_runtime_t *rt);
  * @return the start kind.
  */
 graft_start_kind_t graft_start_kind(graft_runtime_t *rt);
+
+/* ------------------------------------------------------------------------ */
+/* Per-quorum blob (e.g. an NCCL unique id)                                 */
+/* ------------------------------------------------------------------------ */
+
+/** Largest blob graft_quorum_blob_publish() accepts, in bytes. */
+#define GRAFT_QUORUM_BLOB_MAX 65536u
+
+/**
+ * @brief Publish a small opaque blob for the latest quorum id, typically
+ *        the unique id of the trainer's cross-group communicator, which
+ *        must be rebuilt whenever the quorum id changes. There is one blob
+ *        per quorum id for the whole job and the first publisher wins, so
+ *        one agreed rank publishes (e.g. rank 0 of replica rank 0; with
+ *        several ranks per group it packs one id per rank) and the others
+ *        call graft_quorum_blob_get() with graft_quorum_id(). Call it after
+ *        graft_quorum(), from the training thread. Blobs of ids four or more
+ *        epochs older are removed as new ones are published.
+ * @param [in] rt    the runtime.
+ * @param [in] data  the bytes.
+ * @param [in] len   1..GRAFT_QUORUM_BLOB_MAX.
+ * @return GRAFT_OK; GRAFT_EEXIST (a blob for this quorum id was already
+ *         published, by this or another rank: read it instead);
+ *         GRAFT_EINVAL (NULL runtime or data, len 0 or too large);
+ *         GRAFT_ESTATE (before the first graft_quorum()); an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_quorum_blob_publish(graft_runtime_t *rt, const void *data,
+                                                   size_t len);
+
+/**
+ * @brief Wait for the blob published for a quorum id and copy it out.
+ *        A blob of another quorum id is never returned. Call it after the
+ *        first graft_quorum(), from the training thread.
+ * @param [in]  rt          the runtime.
+ * @param [in]  quorum_id   the quorum id (e.g. graft_quorum_id(rt)); > 0.
+ * @param [in]  timeout_ms  how long to wait for the publisher.
+ * @param [out] buf         receives the bytes.
+ * @param [in]  cap         size of @p buf (GRAFT_QUORUM_BLOB_MAX always
+ *                          suffices).
+ * @param [out] len_p       the blob's length.
+ * @return GRAFT_OK; GRAFT_ETIMEOUT (nothing published for that id within
+ *         @p timeout_ms); GRAFT_ERANGE (the blob is larger than @p cap;
+ *         nothing is written); GRAFT_EINVAL (NULL runtime, buffer or
+ *         len_p, quorum id 0); GRAFT_ESTATE (before the first
+ *         graft_quorum()); GRAFT_ENOMEM; an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_quorum_blob_get(graft_runtime_t *rt, uint64_t quorum_id,
+                                               uint32_t timeout_ms, void *buf, size_t cap,
+                                               size_t *len_p);
 
 /* ------------------------------------------------------------------------ */
 /* Persistent tier                                                          */
