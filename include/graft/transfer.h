@@ -17,8 +17,10 @@
  * streams the chunk hashes as they are computed.
  *
  * A recipient calls graft_transfer_pull() with 1..k donor addresses. Chunks
- * are read with one-sided gets (ucp_get_nbx) striped across all donors, at
- * most `window` per donor in flight, straight into the registered regions.
+ * are striped across all donors, at most `window` per donor in flight, and
+ * land straight in the registered regions: either pushed by the donor's
+ * progress thread on request (rendezvous active messages, the default) or
+ * read with one-sided gets (ucp_get_nbx); see ::graft_transfer_read_t.
  * A chunk counts as installed only once its bytes hash to the value its
  * donor published and no other donor published a different value:
  *
@@ -240,15 +242,20 @@ struct graft_transfer_nccl_options;
 
 /** How a recipient reads a chunk over UCX. */
 typedef enum graft_transfer_read {
-    /** One-sided ucp_get_nbx on the donor's mapped region (default). Over
-     *  transports without a zero-copy get for the caller's memory (tcp;
-     *  shared memory on malloc'ed memory in UCX 1.13) UCX emulates it with
-     *  active messages served by the donor's progress thread. */
-    GRAFT_TRANSFER_READ_GET = 0,
     /** The recipient asks for each chunk (ChunkRequest) and the donor's
      *  progress thread sends its bytes as a rendezvous active message that
-     *  UCX receives zero-copy into the region (cma on shared memory). */
-    GRAFT_TRANSFER_READ_PUSH = 1
+     *  UCX receives zero-copy into the region (cma on shared memory,
+     *  put_zcopy on tcp). The default: a recipient that dies mid-pull only
+     *  fails the donor's sends. */
+    GRAFT_TRANSFER_READ_PUSH = 0,
+    /** One-sided ucp_get_nbx on the donor's mapped region. UCX 1.13 has no
+     *  zero-copy get for the caller's memory on tcp or shared memory and
+     *  emulates it with active messages served by the donor's progress
+     *  thread; when a recipient vanishes with reads queued, that emulation
+     *  can abort the donor process ("ucp_get_req_handler: Fatal:
+     *  unexpected error", seen under heavy load). Use with transports that
+     *  have a real RDMA get. */
+    GRAFT_TRANSFER_READ_GET = 1
 } graft_transfer_read_t;
 
 /** What to pull and how. Zero values select the defaults given. */
@@ -264,7 +271,7 @@ typedef struct graft_transfer_pull_options {
     void *progress_arg;
     graft_transfer_backend_t backend;    /**< UCX (default) or NCCL */
     const struct graft_transfer_nccl_options *nccl; /**< required with the NCCL backend */
-    graft_transfer_read_t read;          /**< UCX read protocol; default GET */
+    graft_transfer_read_t read;          /**< UCX read protocol; default PUSH */
     /** Benchmarks only: install chunks without checking their hashes (and
      *  without drift detection), to measure what verification costs. */
     bool skip_verify;
