@@ -1,0 +1,453 @@
+/*
+ * transfer_scaling: multi-donor scaling of a verified pull over shaped links.
+ *
+ *   transfer_scaling [--bytes N] [--chunk N] [--reps R] [--window W]
+ *                    [--rate 1gbit] [--donors 1,2,4] [--read push|get]
+ *                    [--script scripts/netns.sh] [--json]
+ *
+ * scripts/netns.sh builds a star of network namespaces: the recipient in the
+ * hub (NAME-0, on the bridge, unshaped) and each donor in its own namespace
+ * behind a veth link shaped with tc to RATE in both directions. Donors are
+ * forked, enter their namespace with setns() and serve N bytes (two
+ * regions) over UCX_TLS=tcp on their namespace's address; the recipient (this
+ * process, moved into the hub) pulls the state striped over 1, 2 and 4
+ * donors, median of R runs each, hashing on. The figure is the speed-up over
+ * one donor beside the goal 0.85 x k, both from this run. Without root (or
+ * without "ip netns") it prints "skipped" and exits 0.
+ * With --json the last line is one JSON object with every figure.
+ */
+#include <graft/transfer.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DONORS 8
+#define MAX_ROWS 8
+#define STEP 1
+
+typedef struct cfg {
+    uint64_t bytes;
+    uint64_t chunk;
+    int reps;
+    uint32_t window;
+    bool json;
+    char rate[32];
+    char read[8];
+    const char *script;
+    int rows[MAX_ROWS];
+    int n_rows;
+    int max_donors;
+} cfg_t;
+
+typedef struct donor {
+    pid_t pid;
+    int cmd_fd;
+    char addr[64];
+} donor_t;
+
+/* The namespaces' name, for the exit and signal handlers' teardown. */
+static char g_name[32];
+static const char *g_script;
+static pid_t g_owner; /* the process that made them; only it tears down */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Run the namespace script; returns its exit status (-1: could not run). */
+static int script(const char *verb, const char *a1, const char *a2)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        execl("/bin/sh", "sh", g_script, verb, g_name, a1, a2, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void teardown(void)
+{
+    if (g_owner != 0 && getpid() == g_owner)
+        (void)script("down", NULL, NULL);
+}
+
+static void on_signal(int sig)
+{
+    teardown();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int enter_ns(int index)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/var/run/netns/%s-%d", g_name, index);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int rc = setns(fd, CLONE_NEWNET);
+    if (rc != 0)
+        fprintf(stderr, "setns %s: %s\n", path, strerror(errno));
+    close(fd);
+    /* UCX finds network devices in /sys/class/net, which shows the
+     * namespace of whoever mounted /sys: mount a sysfs of this namespace in
+     * a private mount namespace, as "ip netns exec" does. */
+    if (rc == 0 && (unshare(CLONE_NEWNS) != 0 ||
+                    mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0 ||
+                    umount2("/sys", MNT_DETACH) != 0 ||
+                    mount(path + 15, "/sys", "sysfs", 0, NULL) != 0)) {
+        fprintf(stderr, "private /sys for %s: %s\n", path, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+static void fill(uint64_t *p, uint64_t words, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i < words; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = x;
+    }
+}
+
+/* Two regions: three quarters and one quarter of the state. */
+static uint64_t region_bytes(const cfg_t *c, int i)
+{
+    uint64_t a = (c->bytes / 4 * 3) & ~7ull;
+    return i == 0 ? a : c->bytes - a;
+}
+
+static graft_transfer_endpoint_t *make_endpoint(const cfg_t *c, const char *listen, void *mem[2],
+                                                bool donor)
+{
+    graft_transfer_config_t ec = {.listen_address = listen,
+                                  .chunk_bytes = c->chunk,
+                                  .job_token = "bench",
+                                  .hash_threads = 2};
+    graft_transfer_endpoint_t *ep = NULL;
+    static const char *names[2] = {"params", "optim"};
+    if (graft_transfer_endpoint_create(&ec, &ep) != GRAFT_OK)
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        uint64_t n = region_bytes(c, i);
+        mem[i] = malloc(n + 8);
+        if (mem[i] == NULL)
+            return NULL;
+        if (donor)
+            fill(mem[i], n / 8, (uint64_t)i + 1);
+        else
+            memset(mem[i], 0, n);
+        graft_transfer_region_t r = {.name = names[i],
+                                     .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
+                                                    : GRAFT_TRANSFER_REGION_OPTIM,
+                                     .ptr = mem[i],
+                                     .bytes = n};
+        if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
+            return NULL;
+    }
+    return ep;
+}
+
+static int donor_main(const cfg_t *c, int index, int cmd_fd, int addr_fd)
+{
+    void *mem[2] = {0};
+    char addr[64] = {0}, listen[32];
+    if (enter_ns(index) != 0)
+        return 1;
+    snprintf(listen, sizeof(listen), "10.77.0.%d", index + 1);
+    graft_transfer_endpoint_t *ep = make_endpoint(c, listen, mem, true);
+    if (ep == NULL || graft_transfer_serve_begin(ep, STEP) != GRAFT_OK)
+        return 1;
+    snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
+    if (write(addr_fd, addr, sizeof(addr)) != (ssize_t)sizeof(addr))
+        return 1;
+    char q;
+    (void)!read(cmd_fd, &q, 1);
+    if (graft_transfer_serve_end(ep) != GRAFT_OK)
+        return 1;
+    graft_transfer_endpoint_destroy(ep);
+    free(mem[0]);
+    free(mem[1]);
+    return 0;
+}
+
+static int donors_start(const cfg_t *c, donor_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int cmd[2], ad[2];
+        if (pipe(cmd) != 0 || pipe(ad) != 0)
+            return -1;
+        d[i].pid = fork();
+        if (d[i].pid < 0)
+            return -1;
+        if (d[i].pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            for (int k = 0; k < i; k++)
+                close(d[k].cmd_fd);
+            close(cmd[1]);
+            close(ad[0]);
+            _exit(donor_main(c, i + 1, cmd[0], ad[1]));
+        }
+        close(cmd[0]);
+        close(ad[1]);
+        d[i].cmd_fd = cmd[1];
+        size_t got = 0;
+        while (got < sizeof(d[i].addr)) {
+            ssize_t r = read(ad[0], d[i].addr + got, sizeof(d[i].addr) - got);
+            if (r <= 0) {
+                close(ad[0]);
+                return -1;
+            }
+            got += (size_t)r;
+        }
+        close(ad[0]);
+    }
+    return 0;
+}
+
+static void donors_stop(donor_t *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (d[i].pid <= 0)
+            continue;
+        (void)!write(d[i].cmd_fd, "q", 1);
+        close(d[i].cmd_fd);
+        waitpid(d[i].pid, NULL, 0);
+        d[i].pid = 0;
+    }
+}
+
+static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *d, int k)
+{
+    const char *addrs[MAX_DONORS];
+    graft_transfer_report_t rep;
+    for (int i = 0; i < k; i++)
+        addrs[i] = d[i].addr;
+    graft_transfer_pull_options_t po = {
+        .donors = addrs,
+        .n_donors = (size_t)k,
+        .step = STEP,
+        .window = c->window,
+        .stall_timeout_ms = 10000,
+        .connect_timeout_ms = 10000,
+        .read = strcmp(c->read, "get") == 0 ? GRAFT_TRANSFER_READ_GET : GRAFT_TRANSFER_READ_PUSH};
+    double t0 = now_s();
+    graft_status_t st = graft_transfer_pull(ep, &po, &rep);
+    double t = now_s() - t0;
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "pull from %d donors failed: %s\n", k, graft_status_string(st));
+        return -1;
+    }
+    return t;
+}
+
+static int parse_rows(cfg_t *c, const char *s)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", s);
+    c->n_rows = 0;
+    c->max_donors = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long k = strtol(tok, &end, 10);
+        if (*end != '\0' || k < 1 || k > MAX_DONORS || c->n_rows == MAX_ROWS)
+            return -1;
+        c->rows[c->n_rows++] = (int)k;
+        if (k > c->max_donors)
+            c->max_donors = (int)k;
+    }
+    return c->n_rows > 0 && c->rows[0] == 1 ? 0 : -1;
+}
+
+static void print_skipped(const cfg_t *c, const char *why)
+{
+    printf("transfer_scaling: skipped: %s\n", why);
+    if (c->json)
+        printf("{\"bench\":\"transfer_scaling\",\"skipped\":\"%s\"}\n", why);
+}
+
+int main(int argc, char **argv)
+{
+    cfg_t c = {.bytes = 512ull << 20, .chunk = 4u << 20, .reps = 3, .window = 4,
+               .script = "scripts/netns.sh"};
+    donor_t d[MAX_DONORS] = {0};
+    void *mem[2] = {0};
+    graft_transfer_endpoint_t *ep = NULL;
+    double gbps[MAX_ROWS] = {0}, secs[MAX_ROWS] = {0};
+    int rc = 1;
+    static const struct option longopts[] = {
+        {"bytes", required_argument, NULL, 'b'},  {"chunk", required_argument, NULL, 'c'},
+        {"reps", required_argument, NULL, 'r'},   {"window", required_argument, NULL, 'w'},
+        {"rate", required_argument, NULL, 'R'},   {"donors", required_argument, NULL, 'd'},
+        {"read", required_argument, NULL, 'p'},   {"script", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},         {NULL, 0, NULL, 0}};
+    int opt;
+
+    snprintf(c.rate, sizeof(c.rate), "1gbit");
+    snprintf(c.read, sizeof(c.read), "push");
+    (void)parse_rows(&c, "1,2,4");
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'b':
+            c.bytes = strtoull(optarg, NULL, 0);
+            break;
+        case 'c':
+            c.chunk = strtoull(optarg, NULL, 0);
+            break;
+        case 'r':
+            c.reps = atoi(optarg);
+            break;
+        case 'w':
+            c.window = (uint32_t)atoi(optarg);
+            break;
+        case 'R':
+            snprintf(c.rate, sizeof(c.rate), "%s", optarg);
+            break;
+        case 'd':
+            if (parse_rows(&c, optarg) != 0) {
+                fprintf(stderr, "--donors: a list like 1,2,4 starting at 1 (at most %d)\n",
+                        MAX_DONORS);
+                return 2;
+            }
+            break;
+        case 'p':
+            snprintf(c.read, sizeof(c.read), "%s", optarg);
+            break;
+        case 's':
+            c.script = optarg;
+            break;
+        case 'j':
+            c.json = true;
+            break;
+        default:
+            fprintf(stderr,
+                    "usage: %s [--bytes N] [--chunk N] [--reps R] [--window W] [--rate 1gbit] "
+                    "[--donors 1,2,4] [--read push|get] [--script scripts/netns.sh] [--json]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0 ||
+        (strcmp(c.read, "push") != 0 && strcmp(c.read, "get") != 0)) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    if (geteuid() != 0) {
+        print_skipped(&c, "needs root for network namespaces");
+        return 0;
+    }
+    g_script = c.script;
+    snprintf(g_name, sizeof(g_name), "gscale%ld", (long)getpid());
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    atexit(teardown);
+
+    char kbuf[16];
+    snprintf(kbuf, sizeof(kbuf), "%d", c.max_donors);
+    g_owner = getpid();
+    int up = script("up", kbuf, c.rate);
+    if (up != 0) {
+        print_skipped(&c, up == 2 ? "needs root for network namespaces (ip netns)"
+                                  : "network namespaces could not be made");
+        return 0;
+    }
+    setenv("UCX_TLS", "tcp", 1);
+    if (donors_start(&c, d, c.max_donors) != 0) {
+        fprintf(stderr, "donors failed to start\n");
+        goto out;
+    }
+    /* The recipient is this process, in the hub; the donors were forked
+     * before any UCX state existed here. */
+    if (enter_ns(0) != 0)
+        goto out;
+    ep = make_endpoint(&c, "10.77.0.1", mem, false);
+    if (ep == NULL)
+        goto out;
+    /* Warm-up over every link: connections, page faults of the regions. */
+    if (pull_once(&c, ep, d, c.max_donors) < 0)
+        goto out;
+    for (int row = 0; row < c.n_rows; row++) {
+        double t[32];
+        for (int r = 0; r < c.reps; r++)
+            if ((t[r] = pull_once(&c, ep, d, c.rows[row])) < 0)
+                goto out;
+        secs[row] = median(t, c.reps);
+        gbps[row] = (double)c.bytes * 8 / secs[row] / 1e9;
+    }
+    rc = 0;
+
+    printf("transfer_scaling: %.0f MiB state, %llu KiB chunks, window %u, read %s, UCX_TLS=tcp, "
+           "each donor link %s, median of %d\n",
+           (double)c.bytes / 1048576, (unsigned long long)(c.chunk >> 10), c.window, c.read,
+           c.rate, c.reps);
+    printf("%-7s %9s %14s %9s %10s %5s\n", "donors", "seconds", "throughput", "speed-up",
+           "goal", "met");
+    for (int row = 0; row < c.n_rows; row++) {
+        double sp = gbps[row] / gbps[0], goal = 0.85 * c.rows[row];
+        printf("%-7d %9.2f %8.3f Gbit/s %8.2fx %9.2fx %5s\n", c.rows[row], secs[row], gbps[row],
+               sp, goal, sp >= goal ? "yes" : "no");
+    }
+    if (c.json) {
+        printf("{\"bench\":\"transfer_scaling\",\"bytes\":%llu,\"chunk\":%llu,\"window\":%u,"
+               "\"read\":\"%s\",\"tls\":\"tcp\",\"rate\":\"%s\",\"reps\":%d,\"rows\":[",
+               (unsigned long long)c.bytes, (unsigned long long)c.chunk, c.window, c.read, c.rate,
+               c.reps);
+        for (int row = 0; row < c.n_rows; row++) {
+            double sp = gbps[row] / gbps[0], goal = 0.85 * c.rows[row];
+            printf("%s{\"donors\":%d,\"seconds\":%.3f,\"gbit_s\":%.3f,\"speedup\":%.3f,"
+                   "\"goal\":%.3f,\"met\":%s}",
+                   row ? "," : "", c.rows[row], secs[row], gbps[row], sp, goal,
+                   sp >= goal ? "true" : "false");
+        }
+        printf("]}\n");
+    }
+out:
+    graft_transfer_endpoint_destroy(ep);
+    free(mem[0]);
+    free(mem[1]);
+    donors_stop(d, c.max_donors);
+    teardown();
+    g_owner = 0;
+    return rc;
+}
