@@ -16,6 +16,7 @@
  */
 #include "sim_live.h"
 #include "sim_live_int.h"
+#include "sim_netns.h"
 #include "sim_supervisor.h"
 
 #include <graft/etcd.h>
@@ -41,6 +42,9 @@
 #define SIM_LEASE_TTL_MS 1000
 #define SIM_GAP_NS 50000000ull /* between two injections */
 #define SIM_DONOR_WAIT_NS 8000000000ull
+
+/* --netns: the namespaces of this run (NULL without --netns). */
+static graft_sim_netns_t *sim_net;
 
 typedef struct sim_slot {
     int present;          /* a member record is in the view */
@@ -93,6 +97,8 @@ typedef struct sim_run {
     int hang_n;
     struct { int g, r; uint64_t until; } hangs[16];
     uint64_t etcd_up_at;         /* etcd stopped; restart due */
+    int part_g;                  /* --netns: the group cut off, -1: none */
+    uint64_t part_until;         /* when its link comes back */
     size_t etcd_rec;
     uint64_t event_seq;
     uint64_t last_events_ns;
@@ -360,7 +366,9 @@ static void sim_track_recoveries(sim_run_t *r)
         if (rec->t_detect < 0 && gone) {
             rec->t_detect = now;
         }
-        if (rec->t_restart < 0 && restarted && op->n > 0 && rec->kind != GRAFT_SIM_HANG) {
+        /* A hang ends at SIGCONT, a partition when its link is back. */
+        int timed = rec->kind == GRAFT_SIM_HANG || rec->kind == GRAFT_SIM_PARTITION;
+        if (rec->t_restart < 0 && restarted && op->n > 0 && !timed) {
             rec->t_restart = now;
         }
         if (rec->t_rejoin < 0 && op->n > 0 && back && rec->t_detect >= 0 &&
@@ -374,8 +382,7 @@ static void sim_track_recoveries(sim_run_t *r)
          * which needs its state installed (or, for etcd, any commit after
          * etcd came back). */
         int healed = rec->t_rejoin >= 0 && (op->n > 0 ? committed : total > op->total0);
-        if (rec->kind == GRAFT_SIM_HANG && rec->t_detect < 0 && rec->t_restart >= 0 &&
-            committed) {
+        if (timed && rec->t_detect < 0 && rec->t_restart >= 0 && committed) {
             /* Resumed before anyone noticed (shorter than the lease): the
              * hang cost time but no recovery; no detect or rejoin phase. */
             healed = 1;
@@ -554,7 +561,7 @@ static int sim_inject(sim_run_t *r, size_t idx)
                 return 0;
             }
         }
-        if (r->donor_pending || r->hang_n > 0) {
+        if (r->donor_pending || r->hang_n > 0 || r->part_g >= 0) {
             return 0;
         }
         sim_record_injected(r, idx, ev);
@@ -600,10 +607,46 @@ static int sim_inject(sim_run_t *r, size_t idx)
         r->etcd_up_at = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
         return 1;
     case GRAFT_SIM_PARTITION:
+        if (sim_net == NULL) {
+            sim_fail(r, "partition needs --netns");
+            return 1;
+        }
+        if (!sim_group_alive(r, ev->group) || r->part_g >= 0 || r->donor_pending) {
+            return 0;
+        }
+        if (graft_sim_netns_partition(sim_net, ev->group, 1) != GRAFT_OK) {
+            sim_fail(r, "could not cut group %d off the network", ev->group);
+            return 1;
+        }
+        sim_record_injected(r, idx, ev);
+        sim_open_recovery(r, ev->kind, "group", ev->group, -1);
+        r->part_g = ev->group;
+        r->part_until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
+        return 1;
     default:
         sim_fail(r, "cannot inject %s in this build", graft_sim_kind_name(ev->kind));
         return 1;
     }
+}
+
+/* --netns: the partitioned group's link comes back. Like a resumed hang,
+ * the recovery's restart phase ends here, and commits from here on show
+ * the group computing again. */
+static void sim_heal_partition(sim_run_t *r)
+{
+    if (graft_sim_netns_partition(sim_net, r->part_g, 0) != GRAFT_OK) {
+        sim_fail(r, "could not restore the link of group %d", r->part_g);
+    }
+    for (size_t k = 0; k < r->n_open; k++) {
+        graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
+        if (rec->kind == GRAFT_SIM_PARTITION && rec->group == r->part_g && rec->t_restart < 0) {
+            rec->t_restart = sim_t(r);
+            for (size_t i = 0; i < r->open[k].n; i++) {
+                r->open[k].commits0[i] = r->slots[r->open[k].slots[i]].commits;
+            }
+        }
+    }
+    r->part_g = -1;
 }
 
 /* Work of events that spans time: hangs to resume, etcd to restart, the
@@ -629,6 +672,9 @@ static void sim_pending(sim_run_t *r)
             continue;
         }
         i++;
+    }
+    if (r->part_g >= 0 && now >= r->part_until) {
+        sim_heal_partition(r);
     }
     if (r->etcd_up_at != 0 && now >= r->etcd_up_at) {
         if (graft_etcd_server_restart(r->server) != GRAFT_OK) {
@@ -811,6 +857,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     r.persist_root = persist_root;
     r.tty = isatty(STDOUT_FILENO) && strcmp(tag, "ref") != 0;
     r.nslots = o->groups * o->ranks;
+    r.part_g = -1;
     res->groups = o->groups;
     res->ranks = o->ranks;
     snprintf(r.job, sizeof(r.job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
@@ -818,6 +865,16 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     char *env[16] = {0};
     char trainer_buf[PATH_MAX];
     const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
+    /* --netns: trainers start through the wrapper that enters their
+     * group's namespace, and reach etcd on the hub address. */
+    char net_endpoint[128];
+    const char *trainer_endpoint = endpoint;
+    if (sim_net != NULL) {
+        const char *port = strrchr(endpoint, ':');
+        snprintf(net_endpoint, sizeof(net_endpoint), "http://%s%s", graft_sim_netns_hub(sim_net),
+                 port != NULL ? port : "");
+        trainer_endpoint = net_endpoint;
+    }
     const char *dir_base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(r.dir, sizeof(r.dir), "%s/graft-sim-%s-XXXXXX", dir_base, tag);
     if (mkdtemp(r.dir) == NULL) {
@@ -840,7 +897,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     r.persist_root = proot;
     int e = 0;
     env[e++] = sim_env("GRAFT_JOB", "%s", r.job);
-    env[e++] = sim_env("GRAFT_ETCD_ENDPOINTS", "%s", endpoint);
+    env[e++] = sim_env("GRAFT_ETCD_ENDPOINTS", "%s", trainer_endpoint);
     env[e++] = sim_env("GRAFT_GROUPS", "%d", o->groups);
     env[e++] = sim_env("GRAFT_RANKS_PER_GROUP", "%d", o->ranks);
     env[e++] = sim_env("GRAFT_MODE", "%s", o->mode == GRAFT_SIM_LIVE_STRICT ? "strict" : "elastic");
@@ -890,6 +947,9 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
                 trainer, strerror(errno));
         st = GRAFT_ENOTFOUND;
         goto out;
+    }
+    if (sim_net != NULL) {
+        sc.trainer = graft_sim_netns_trainer(sim_net);
     }
     r.t0 = graft_sim_now_ns();
     st = graft_sim_sup_create(&sc, &r.sup);
@@ -944,6 +1004,9 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     }
     if (r.etcd_up_at != 0 && graft_etcd_server_restart(server) != GRAFT_OK) {
         sim_fail(&r, "could not restart etcd");
+    }
+    if (r.part_g >= 0) {
+        sim_heal_partition(&r);
     }
     sim_observe(&r);
     sim_read_events(&r, 1);
@@ -1208,9 +1271,11 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     memset(&res, 0, sizeof(res));
     signal(SIGPIPE, SIG_IGN);
 
-    if (o.netns) {
-        fprintf(stderr, "graft-sim run: error: --netns: network namespaces are not implemented "
-                        "in this build of the live engine; run without --netns\n");
+    if (o.netns && o.etcd_url != NULL) {
+        /* The trainers in their namespaces must reach etcd: the embedded
+         * one listens on the hub address; a given URL may be unreachable. */
+        fprintf(stderr, "graft-sim run: error: --netns runs its own etcd; it cannot be combined "
+                        "with --etcd\n");
         return 2;
     }
     if (o.schedule_path != NULL) {
@@ -1258,9 +1323,27 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         mkdir(run_root, 0755);
         o.persist_every = o.steps >= 10 ? o.steps / 10 : 1;
     }
+    graft_etcd_server_opts_t eopts;
+    memset(&eopts, 0, sizeof(eopts));
+    if (o.netns) {
+        char tbuf[PATH_MAX];
+        const char *rate = getenv("GRAFT_SIM_NETNS_RATE");
+        st = graft_sim_netns_create(o.groups, rate != NULL && rate[0] ? rate : "1gbit",
+                                    sim_trainer_path(tbuf, sizeof(tbuf)), &sim_net);
+        if (st != GRAFT_OK) {
+            if (st == GRAFT_ENOTSUP || st == GRAFT_EINVAL) {
+                rc = 2;
+            }
+            goto out;
+        }
+        eopts.binary = graft_sim_netns_etcd(sim_net);
+        printf("graft-sim run: --netns: %d groups in namespaces gsim%d-1..%d, links %s, hub %s\n",
+               o.groups, (int)getpid(), o.groups, rate != NULL && rate[0] ? rate : "1gbit",
+               graft_sim_netns_hub(sim_net));
+    }
     const char *endpoint = o.etcd_url;
     if (endpoint == NULL) {
-        st = graft_etcd_server_start(NULL, &server);
+        st = graft_etcd_server_start(&eopts, &server);
         if (st != GRAFT_OK) {
             fprintf(stderr, "graft-sim run: error: cannot start the embedded etcd: %s\n",
                     graft_status_string(st));
@@ -1319,6 +1402,8 @@ out:
     fflush(stdout);
     graft_sim_result_clear(&res);
     graft_etcd_server_destroy(server);
+    graft_sim_netns_destroy(sim_net);
+    sim_net = NULL;
     if (tmp_persist[0] != '\0' && strstr(tmp_persist, "XXXXXX") == NULL) {
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_persist);
