@@ -634,7 +634,8 @@ static void test_binary_exit_status(void **state)
 
     /* The live engine is built (tests/test_sim_live.c runs it); a flag it
      * cannot honour here is refused before anything starts. */
-    char *live[] = {"run", "--groups", "2", "--ranks", "1", "--netns", NULL};
+    char *live[] = {"run", "--groups", "2", "--ranks", "1", "--netns", "--etcd",
+                    "http://127.0.0.1:1", NULL};
     assert_int_equal(run_binary(live, err, sizeof(err)), 2);
     assert_non_null(strstr(err, "--netns"));
 
