@@ -16,7 +16,8 @@
  *     same run (graft_persist_restore, page cache dropped with
  *     posix_fadvise first) vs the P2P transfer (goal: P2P >= 4x faster).
  *
- * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--json]
+ * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--steady-only]
+ *                      [--json]
  * Medians over the measured steps / 3 recoveries per size.
  */
 #include <graft/etcd.h>
@@ -112,16 +113,50 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
                     st == GRAFT_OK ? " (not applied)" : "");
             _exit(2);
         }
-        double dt = now_s() - t0;
+        double dt[3] = {now_s() - t0, 0, 0};
+        graft_metrics_t mt;
+        graft_metrics_get(rt, &mt);
+        dt[1] = (double)mt.last_quorum_ns * 1e-9;
+        dt[2] = (double)mt.last_commit_ns * 1e-9;
         state[s % 512]++;
-        if (s >= warm && write(fd, &dt, sizeof(dt)) != sizeof(dt))
+        if (s >= warm && write(fd, dt, sizeof(dt)) != sizeof(dt))
             _exit(3);
     }
     graft_destroy(rt);
     _exit(0);
 }
 
-static int steady(int groups, int steps, double *med_p, double *p99_p)
+/* CPU seconds (user + system) a process has used so far, from
+ * /proc/<pid>/stat; -1 when unreadable. */
+static double cpu_s(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields after the command name, which ends at the last ')'. */
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static int etcd_pid;
+
+/* Medians and p99 of one step (quorum + commit), and medians of the two
+ * calls apart, so a change can be traced to the call it affects. */
+typedef struct steady_row {
+    double med, p99, quorum_med, commit_med;
+    double etcd_cpu_ms; /* etcd's CPU time per step, all groups together */
+} steady_row_t;
+
+static int steady(int groups, int steps, steady_row_t *row_p)
 {
     char job[64];
     int fds[2];
@@ -129,6 +164,7 @@ static int steady(int groups, int steps, double *med_p, double *p99_p)
     if (pipe(fds) != 0)
         return -1;
     pid_t pids[64];
+    double cpu0 = cpu_s(etcd_pid);
     for (int g = 0; g < groups; g++) {
         pids[g] = fork();
         if (pids[g] == 0) {
@@ -140,9 +176,17 @@ static int steady(int groups, int steps, double *med_p, double *p99_p)
     size_t n = (size_t)groups * (size_t)steps, got = 0;
     if (groups < 1 || groups > 64 || steps < 1)
         return -1;
-    double *v = calloc(n, sizeof(*v));
-    while (got < n && read(fds[0], &v[got], sizeof(double)) == sizeof(double))
+    double *v = calloc(n, sizeof(*v)), *vq = calloc(n, sizeof(*vq)),
+           *vc = calloc(n, sizeof(*vc));
+    double rec[3];
+    if (v == NULL || vq == NULL || vc == NULL)
+        n = 0; /* nothing is read; the run is reported as failed */
+    while (got < n && read(fds[0], rec, sizeof(rec)) == sizeof(rec)) {
+        v[got] = rec[0];
+        vq[got] = rec[1];
+        vc[got] = rec[2];
         got++;
+    }
     close(fds[0]);
     int bad = 0;
     for (int g = 0; g < groups; g++) {
@@ -150,10 +194,17 @@ static int steady(int groups, int steps, double *med_p, double *p99_p)
         waitpid(pids[g], &st, 0);
         bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
-    *med_p = pct(v, got, 0.5) * 1e3;
-    *p99_p = pct(v, got, 0.99) * 1e3;
+    double cpu1 = cpu_s(etcd_pid);
+    /* Per step of the whole job, warm-up steps and start-up included. */
+    row_p->etcd_cpu_ms = cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) * 1e3 / (steps + 5) : -1;
+    row_p->med = pct(v, got, 0.5) * 1e3;
+    row_p->p99 = pct(v, got, 0.99) * 1e3;
+    row_p->quorum_med = pct(vq, got, 0.5) * 1e3;
+    row_p->commit_med = pct(vc, got, 0.5) * 1e3;
     free(v);
-    return bad == 0 && got == n ? 0 : -1;
+    free(vq);
+    free(vc);
+    return bad == 0 && n > 0 && got == n ? 0 : -1;
 }
 
 static double etcd_put_ms(void)
@@ -386,10 +437,12 @@ int main(int argc, char **argv)
 {
     int groups_list[8] = {2, 8, 32}, n_groups = 3, steps = 50;
     size_t sizes[2] = {64, 1024}, n_sizes = 1;
-    bool json = false;
+    bool json = false, recover = true;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
+        } else if (strcmp(argv[i], "--steady-only") == 0) {
+            recover = false;
         } else if (strcmp(argv[i], "--big") == 0) {
             n_sizes = 2;
         } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
@@ -402,7 +455,7 @@ int main(int argc, char **argv)
                 groups_list[n_groups++] = atoi(t);
         } else {
             fprintf(stderr, "usage: runtime_bench [--groups 2,8,32] [--steps N] [--mib N] "
-                            "[--big] [--json]\n");
+                            "[--big] [--steady-only] [--json]\n");
             return 2;
         }
     }
@@ -413,19 +466,22 @@ int main(int argc, char **argv)
     if (graft_test_etcd_start(&etcd, NULL) != 0)
         return 1;
     endpoint = graft_etcd_server_endpoint(etcd.server);
+    etcd_pid = graft_etcd_server_pid(etcd.server);
     int rc = 0;
 
     double put = etcd_put_ms();
-    double med[8], p99[8];
+    steady_row_t sr[8];
     printf("steady state: graft_quorum()+graft_commit() per step (%d steps per group)\n", steps);
-    printf("  %-8s %12s %12s %22s\n", "groups", "median ms", "p99 ms", "etcd put median ms");
+    printf("  %-8s %12s %12s %14s %14s %16s %22s\n", "groups", "median ms", "p99 ms",
+           "quorum med ms", "commit med ms", "etcd cpu ms/step", "etcd put median ms");
     for (int i = 0; i < n_groups; i++) {
-        if (steady(groups_list[i], steps, &med[i], &p99[i]) != 0) {
+        if (steady(groups_list[i], steps, &sr[i]) != 0) {
             fprintf(stderr, "steady state with %d groups failed\n", groups_list[i]);
             rc = 1;
-            med[i] = p99[i] = -1;
+            sr[i] = (steady_row_t){-1, -1, -1, -1, -1};
         }
-        printf("  %-8d %12.2f %12.2f %22.2f\n", groups_list[i], med[i], p99[i], put);
+        printf("  %-8d %12.2f %12.2f %14.2f %14.2f %16.2f %22.2f\n", groups_list[i], sr[i].med,
+               sr[i].p99, sr[i].quorum_med, sr[i].commit_med, sr[i].etcd_cpu_ms, put);
     }
 
     rec_row_t rows[2];
@@ -433,6 +489,8 @@ int main(int argc, char **argv)
            "median of 3)\n");
     printf("  %-8s %9s %9s %9s %9s %9s %12s %9s\n", "MiB", "total s", "detect", "quorum",
            "transfer", "verify", "restore s", "ratio");
+    if (!recover)
+        n_sizes = 0;
     for (size_t k = 0; k < n_sizes; k++) {
         rec_row_t tries[3];
         int ok = 0;
@@ -457,8 +515,11 @@ int main(int argc, char **argv)
     if (json) {
         printf("{\"bench\":\"runtime\",\"etcd_put_median_ms\":%.3f,\"steady\":[", put);
         for (int i = 0; i < n_groups; i++)
-            printf("%s{\"groups\":%d,\"median_ms\":%.3f,\"p99_ms\":%.3f}", i ? "," : "",
-                   groups_list[i], med[i], p99[i]);
+            printf("%s{\"groups\":%d,\"median_ms\":%.3f,\"p99_ms\":%.3f,"
+                   "\"quorum_median_ms\":%.3f,\"commit_median_ms\":%.3f,"
+                   "\"etcd_cpu_ms_per_step\":%.3f}", i ? "," : "",
+                   groups_list[i], sr[i].med, sr[i].p99, sr[i].quorum_med, sr[i].commit_med,
+                   sr[i].etcd_cpu_ms);
         printf("],\"recovery\":[");
         for (size_t k = 0; k < n_sizes; k++) {
             rec_row_t *r = &rows[k];

@@ -735,7 +735,10 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     st = watch_open(m, graft__mship_key(m, "members/"), GRAFT__MKEY_MEMBER);
     if (st == GRAFT_OK)
         st = watch_open(m, graft__mship_key(m, "quorum"), GRAFT__MKEY_QUORUM);
-    if (st == GRAFT_OK && !m->cfg.observer)
+    /* With one rank per group the voting transaction reads back the only
+     * vote there is, so nobody needs the watch's echo of it: one watch
+     * stream and one event per group and step less for etcd to serve. */
+    if (st == GRAFT_OK && !m->cfg.observer && m->cfg.ranks_per_group > 1)
         st = watch_open(m, graft__mship_key(m, "votes/%" PRIu32 "/", m->cfg.group),
                         GRAFT__MKEY_VOTE);
     if (st != GRAFT_OK)
@@ -975,6 +978,7 @@ void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t 
     s.lease_losses = atomic_load(&m->n_lease_losses);
     s.quorum_txns = atomic_load(&m->n_quorum_txns);
     s.quorum_conflicts = atomic_load(&m->n_quorum_conflicts);
+    s.quorum_fast = atomic_load(&m->n_quorum_fast);
     s.etcd_errors = atomic_load(&m->n_etcd_errors);
     pthread_mutex_lock(&m->mu);
     s.malformed = m->view.malformed;

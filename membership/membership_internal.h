@@ -212,6 +212,9 @@ struct graft_membership {
     /* Tests only: re-read the ready records this often while waiting, so
      * that many ranks see the set complete at once and race to form. */
     uint64_t race_poll_ns;
+    /* Tests only: never take the steady-state fast path, so every round
+     * is formed by the compare-and-swap. */
+    bool fast_path_off;
 
     pthread_t ka_thread;
     bool ka_started;
@@ -225,6 +228,7 @@ struct graft_membership {
     atomic_uint_fast64_t n_lease_losses;
     atomic_uint_fast64_t n_quorum_txns;
     atomic_uint_fast64_t n_quorum_conflicts;
+    atomic_uint_fast64_t n_quorum_fast;
     atomic_uint_fast64_t n_etcd_errors;
 };
 

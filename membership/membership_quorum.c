@@ -41,15 +41,17 @@ static graft_status_t check_joined(graft_membership_t *m, int64_t *lease_p, uint
  * reached. An unknown lease means it expired or was revoked: that is
  * reported, never papered over.
  */
-static graft_status_t txn_retry(graft_membership_t *m, const graft_etcd_op_t *ops, size_t n_ops,
-                                int64_t lease, uint64_t deadline_ns, const char *what,
+static graft_status_t txn_retry(graft_membership_t *m, const graft_etcd_compare_t *cmps,
+                                size_t n_cmps, const graft_etcd_op_t *ops, size_t n_ops,
+                                const graft_etcd_op_t *fail, size_t n_fail, int64_t lease,
+                                uint64_t deadline_ns, const char *what,
                                 graft_etcd_txn_result_t *res_p)
 {
     uint64_t backoff = RETRY_FIRST_NS;
     bool warned = false;
     for (;;) {
         GRAFT__MSHIP_REQ(m);
-        graft_status_t st = graft_etcd_txn(m->ops, NULL, 0, ops, n_ops, NULL, 0, res_p);
+        graft_status_t st = graft_etcd_txn(m->ops, cmps, n_cmps, ops, n_ops, fail, n_fail, res_p);
         if (st == GRAFT_OK) {
             if (warned)
                 GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: %s written after retrying", m->job, what);
@@ -120,13 +122,228 @@ static graft_status_t decode_ready(graft_membership_t *m, const graft_etcd_range
     return GRAFT_OK;
 }
 
+static bool has_group(const graft_quorum_t *q, uint32_t g)
+{
+    for (size_t i = 0; i < q->n_members; i++)
+        if (q->members[i] == g)
+            return true;
+    return false;
+}
+
+/* Copy the view's member records into the decision's input. Called with
+ * m->mu held. */
+static graft_status_t snapshot_members(graft_membership_t *m, graft__qmember_t **mem_p)
+{
+    const graft__mview_t *v = &m->view;
+    graft__qmember_t *mem = graft__malloc((v->n_members + 1) * sizeof(*mem));
+    if (mem == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < v->n_members; i++)
+        mem[i] = (graft__qmember_t){v->members[i].group, v->members[i].rank,
+                                    v->members[i].incarnation};
+    *mem_p = mem;
+    return GRAFT_OK;
+}
+
+/*
+ * The steady-state fast path (docs/KEYS.md): when the live groups are
+ * exactly the previous round's members, with the same processes, and this
+ * rank is one step on, the round it announces for will be the previous one
+ * one step on, provided every other rank announces the same. The announcing
+ * transaction then carries that round as its success branch, guarded by one
+ * compare per other rank (its ready record for this round is byte for byte
+ * the expected one: same incarnation, one step on) and one on the quorum
+ * key (still the previous round). Only the transaction that completes the
+ * set can pass, so the round is formed without a second write; any
+ * difference (a rank late, dead, re-joined, a vote that failed, a group
+ * that joined) fails a compare and the round takes the compare-and-swap
+ * path as before.
+ */
+typedef struct fast_path {
+    graft_quorum_t *q; /* the round to form, or NULL: not eligible */
+    uint8_t *qbuf;
+    size_t qlen;
+    char *qkey;
+    graft_etcd_compare_t *cmps;
+    size_t n_cmps;
+    char **keys; /* the compares' keys and values, owned */
+    uint8_t **values;
+} fast_path_t;
+
+/* etcd refuses a transaction with more compares than --max-txn-ops
+ * (default 128); past that the round takes the compare-and-swap path. */
+#define FAST_MAX_CMPS 128u
+
+static void fast_path_clear(fast_path_t *f)
+{
+    for (size_t i = 0; f->keys != NULL && i < f->n_cmps; i++) {
+        graft_free(f->keys[i]);
+        graft_free(f->values[i]);
+    }
+    graft_free(f->keys);
+    graft_free(f->values);
+    graft_free(f->cmps);
+    graft_free(f->qkey);
+    graft_free(f->qbuf);
+    graft_membership_quorum_free(f->q);
+    memset(f, 0, sizeof(*f));
+}
+
+/* Are the live groups of (sorted) mem exactly the members of prev? */
+static bool same_live_groups(const graft__qmember_t *mem, size_t n, uint32_t R,
+                             const graft_quorum_t *prev)
+{
+    size_t gi = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && mem[j].group == mem[i].group)
+            j++;
+        if (j - i == R) {
+            if (gi >= prev->n_members || prev->members[gi] != mem[i].group)
+                return false;
+            gi++;
+        }
+        i = j;
+    }
+    return gi == prev->n_members;
+}
+
+/* Fill *f when the fast path applies to this announcement; f->q stays NULL
+ * when it does not. Only allocation failures are errors. */
+static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, uint64_t committed,
+                                        uint64_t inc, fast_path_t *f)
+{
+    graft_status_t st = GRAFT_OK;
+    graft_quorum_t *prev = NULL, *q = NULL;
+    graft__qmember_t *mem = NULL;
+    size_t n = 0, k = 0;
+    int64_t prev_mod = 0;
+    uint32_t R = m->cfg.ranks_per_group;
+    bool self_seen = false;
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_lock(&m->mu);
+    const graft_quorum_t *cur = m->view.quorum;
+    bool maybe = !m->fast_path_off && cur != NULL && m->view.quorum_mod > 0 && cur->round + 1 == round &&
+                 cur->step + 1 == committed && has_group(cur, m->cfg.group) &&
+                 cur->n_members * (size_t)R <= FAST_MAX_CMPS;
+    if (maybe) {
+        prev_mod = m->view.quorum_mod;
+        n = m->view.n_members;
+        st = graft__mship_quorum_copy(cur, &prev);
+        if (st == GRAFT_OK)
+            st = snapshot_members(m, &mem);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!maybe || st != GRAFT_OK)
+        goto out;
+    /* As in the decision: ranks outside 0..R-1 make no group live. */
+    for (size_t i = 0; i < n; i++)
+        if (mem[i].rank < R)
+            mem[k++] = mem[i];
+    n = k;
+    if (!same_live_groups(mem, n, R, prev) ||
+        graft__quorum_members_hash(mem, n, prev->members, prev->n_members) != prev->members_hash)
+        goto out;
+    f->cmps = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->cmps));
+    f->keys = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->keys));
+    f->values = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->values));
+    f->qkey = graft__mship_key(m, "quorum");
+    if (f->cmps == NULL || f->keys == NULL || f->values == NULL || f->qkey == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    f->cmps[f->n_cmps++] = (graft_etcd_compare_t){f->qkey, GRAFT_ETCD_CMP_MOD,
+                                                  GRAFT_ETCD_CMP_EQUAL, prev_mod, NULL, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (!has_group(prev, mem[i].group))
+            continue;
+        if (mem[i].group == m->cfg.group && mem[i].rank == m->cfg.rank) {
+            /* The view must know this very process, or the hash was of
+             * another incarnation's record. */
+            self_seen = mem[i].incarnation == inc;
+            continue;
+        }
+        graft__ready_t r = {mem[i].group, mem[i].rank, mem[i].incarnation, round, committed, 0, 0};
+        size_t len = 0;
+        size_t c = f->n_cmps;
+        f->keys[c] = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round,
+                                      mem[i].group, mem[i].rank);
+        if (f->keys[c] == NULL) {
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+        f->n_cmps++; /* counted now so that fast_path_clear frees the key */
+        st = graft__mship_ready_encode(&r, &f->values[c], &len);
+        if (st != GRAFT_OK)
+            goto out;
+        f->cmps[c] = (graft_etcd_compare_t){f->keys[c], GRAFT_ETCD_CMP_VALUE,
+                                            GRAFT_ETCD_CMP_EQUAL, 0, f->values[c], len};
+    }
+    if (!self_seen)
+        goto out;
+    q = graft__calloc(1, sizeof(*q));
+    if (q == NULL || (q->members = graft__malloc(prev->n_members * sizeof(uint32_t))) == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    /* What graft__quorum_decide() gives for this set: same members and
+     * processes, so the same id; everyone at the max, so no recoveries. */
+    memcpy(q->members, prev->members, prev->n_members * sizeof(uint32_t));
+    q->n_members = prev->n_members;
+    q->id = prev->id;
+    q->round = round;
+    q->step = committed;
+    q->max_committed_step = committed;
+    q->min_groups = m->cfg.min_groups;
+    q->members_hash = prev->members_hash;
+    q->formed_unix_ms = graft__wall_ns() / 1000000u;
+    st = graft__mship_quorum_encode(q, &f->qbuf, &f->qlen);
+    if (st != GRAFT_OK)
+        goto out;
+    f->q = q;
+    q = NULL;
+out:
+    graft_membership_quorum_free(q);
+    graft_membership_quorum_free(prev);
+    graft_free(mem);
+    if (f->q == NULL) {
+        /* Not eligible (or out of memory): nothing of it is kept. */
+        fast_path_clear(f);
+    }
+    return st;
+}
+
+/* Put a round this rank formed into its view at once: its next
+ * announcement can come before the watch delivers the record, and must
+ * count from this round (and may take the fast path again). */
+static void view_adopt(graft_membership_t *m, const graft_quorum_t *q, int64_t revision)
+{
+    graft_quorum_t *copy = NULL;
+    if (graft__mship_quorum_copy(q, &copy) != GRAFT_OK)
+        return; /* the watch brings it a little later */
+    pthread_mutex_lock(&m->mu);
+    if (revision > m->view.quorum_mod) {
+        graft_membership_quorum_free(m->view.quorum);
+        m->view.quorum = copy;
+        copy = NULL;
+        m->view.quorum_mod = revision;
+        m->view.version++;
+        pthread_cond_broadcast(&m->cv);
+    }
+    pthread_mutex_unlock(&m->mu);
+    graft_membership_quorum_free(copy);
+}
+
 /* Write this rank's ready record for a round, drop its record of the round
  * before, and read every ready record of the round, in one transaction: the
  * read sees the write, so of the ranks announcing concurrently the last one
  * always sees the complete set. One folder per round keeps each read to the
- * ranks that announced before (about G²/2 records per round in all, not G²). */
+ * ranks that announced before (about G²/2 records per round in all, not G²).
+ * With formed_p, the transaction also tries the fast path; *formed_p is the
+ * round it formed, or NULL (then the ready records are read as usual). */
 static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t committed,
-                               uint64_t deadline_ns, graft__ready_t **ready_p, size_t *n_p)
+                               uint64_t deadline_ns, graft__ready_t **ready_p, size_t *n_p,
+                               graft_quorum_t **formed_p)
 {
     int64_t lease = 0;
     uint64_t inc = 0;
@@ -134,17 +351,27 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
     size_t len = 0;
     char *key = NULL, *prefix = NULL, *old = NULL;
     graft_etcd_txn_result_t res = {0};
+    fast_path_t f = {0};
+    *ready_p = NULL;
+    *n_p = 0;
     graft_status_t st = check_joined(m, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
     pthread_mutex_lock(&m->mu);
     uint64_t old_round = m->ready_round;
     pthread_mutex_unlock(&m->mu);
-    graft__ready_t r = {m->cfg.group, m->cfg.rank, inc, round, committed,
-                        graft__wall_ns() / 1000000u, 0};
+    /* No wall-clock time in the record: the fast path compares records
+     * byte for byte with what the other ranks expect. */
+    graft__ready_t r = {m->cfg.group, m->cfg.rank, inc, round, committed, 0, 0};
     st = graft__mship_ready_encode(&r, &buf, &len);
     if (st != GRAFT_OK)
         goto out;
+    if (formed_p != NULL) {
+        *formed_p = NULL;
+        st = fast_path_prepare(m, round, committed, inc, &f);
+        if (st != GRAFT_OK)
+            goto out;
+    }
     key = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round, m->cfg.group,
                            m->cfg.rank);
     prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
@@ -154,22 +381,45 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
         st = GRAFT_ENOMEM;
         goto out;
     }
+    bool drop_old = old_round != 0 && old_round != round;
     graft_etcd_op_t ops[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
                               {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true},
                               {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
-    bool drop_old = old_round != 0 && old_round != round;
-    st = txn_retry(m, ops, drop_old ? 3 : 2, lease, deadline_ns, "ready record", &res);
+    if (f.q != NULL) {
+        graft_etcd_op_t form[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
+                                   {GRAFT_ETCD_OP_PUT, f.qkey, f.qbuf, f.qlen, 0, false},
+                                   {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
+        st = txn_retry(m, f.cmps, f.n_cmps, form, drop_old ? 3 : 2, ops, drop_old ? 3 : 2, lease,
+                       deadline_ns, "ready record", &res);
+    } else {
+        st = txn_retry(m, NULL, 0, ops, drop_old ? 3 : 2, NULL, 0, lease, deadline_ns,
+                       "ready record", &res);
+    }
     if (st != GRAFT_OK)
         goto out;
     pthread_mutex_lock(&m->mu);
     m->ready_round = round;
     pthread_mutex_unlock(&m->mu);
+    if (f.q != NULL && res.succeeded) {
+        atomic_fetch_add(&m->n_quorum_fast, 1);
+        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
+                    " on the fast path", m->job, f.q->round, f.q->id);
+        view_adopt(m, f.q, res.revision);
+        *formed_p = f.q;
+        f.q = NULL;
+        goto out;
+    }
+    if (f.q != NULL)
+        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32 ": round %" PRIu64
+                    " not complete at announcement: compare-and-swap path", m->job, m->cfg.group,
+                    m->cfg.rank, round);
     if (res.n_ranges != 1) {
         st = GRAFT_EMALFORMED;
         goto out;
     }
     st = decode_ready(m, &res.ranges[0], ready_p, n_p);
 out:
+    fast_path_clear(&f);
     graft_etcd_txn_result_clear(&res);
     graft_free(old);
     graft_free(prefix);
@@ -201,14 +451,6 @@ static graft_status_t read_ready(graft_membership_t *m, uint64_t round, graft__r
     return st;
 }
 
-static bool has_group(const graft_quorum_t *q, uint32_t g)
-{
-    for (size_t i = 0; i < q->n_members; i++)
-        if (q->members[i] == g)
-            return true;
-    return false;
-}
-
 /* Build the caller's copy of a quorum that includes its group. */
 static graft_status_t result_for_me(graft_membership_t *m, const graft_quorum_t *q,
                                     graft_quorum_t **out_p)
@@ -228,21 +470,6 @@ static graft_status_t result_for_me(graft_membership_t *m, const graft_quorum_t 
     m->last_id = out->id;
     m->last_round = GRAFT_MAX(m->last_round, out->round);
     *out_p = out;
-    return GRAFT_OK;
-}
-
-/* Copy the view's member records into the decision's input. Called with
- * m->mu held. */
-static graft_status_t snapshot_members(graft_membership_t *m, graft__qmember_t **mem_p)
-{
-    const graft__mview_t *v = &m->view;
-    graft__qmember_t *mem = graft__malloc((v->n_members + 1) * sizeof(*mem));
-    if (mem == NULL)
-        return GRAFT_ENOMEM;
-    for (size_t i = 0; i < v->n_members; i++)
-        mem[i] = (graft__qmember_t){v->members[i].group, v->members[i].rank,
-                                    v->members[i].incarnation};
-    *mem_p = mem;
     return GRAFT_OK;
 }
 
@@ -289,7 +516,7 @@ static void formation_events(graft_membership_t *m, const graft_quorum_t *q, boo
  * so a loser learns the winner's record in the same request.
  */
 static graft_status_t form_cas(graft_membership_t *m, graft_quorum_t *q, int64_t expect_mod,
-                               bool *won_p, graft_quorum_t **current_p)
+                               bool *won_p, int64_t *revision_p, graft_quorum_t **current_p)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -313,6 +540,7 @@ static graft_status_t form_cas(graft_membership_t *m, graft_quorum_t *q, int64_t
         goto out;
     }
     *won_p = res.succeeded;
+    *revision_p = res.revision;
     if (!res.succeeded) {
         atomic_fetch_add(&m->n_quorum_conflicts, 1);
         if (res.n_ranges == 1 && res.ranges[0].n_kvs == 1) {
@@ -351,9 +579,17 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
     uint64_t round = GRAFT_MAX(m->last_round, m->view.quorum != NULL ? m->view.quorum->round : 0) + 1;
     uint64_t gen = m->view.members_gen;
     pthread_mutex_unlock(&m->mu);
-    st = announce(m, round, committed_step, deadline, &ready, &n_ready);
+    graft_quorum_t *fast = NULL;
+    st = announce(m, round, committed_step, deadline, &ready, &n_ready, &fast);
     if (st != GRAFT_OK)
         return st;
+    if (fast != NULL) {
+        pthread_mutex_lock(&m->mu);
+        st = result_for_me(m, fast, quorum_p);
+        pthread_mutex_unlock(&m->mu);
+        graft_membership_quorum_free(fast);
+        goto out;
+    }
     uint64_t announced = graft__now_ns();
     uint64_t last_read = announced;
     bool read_after_deadline = false;
@@ -416,7 +652,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             round = next;
             graft_free(ready);
             ready = NULL;
-            st = announce(m, round, committed_step, deadline, &ready, &n_ready);
+            st = announce(m, round, committed_step, deadline, &ready, &n_ready, NULL);
             if (st != GRAFT_OK)
                 goto out;
             announced = last_read = graft__now_ns();
@@ -452,9 +688,11 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
         if (d.action == GRAFT__QUORUM_FORM && quorum_mod != lost_at_mod) {
             bool won = false;
             graft_quorum_t *current = NULL;
+            int64_t revision = 0;
             formed->duration_us = (graft__now_ns() - announced) / 1000u;
-            st = form_cas(m, formed, quorum_mod, &won, &current);
+            st = form_cas(m, formed, quorum_mod, &won, &revision, &current);
             if (st == GRAFT_OK && won) {
+                view_adopt(m, formed, revision);
                 GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
                             " with %zu groups", m->job, formed->round, formed->id,
                             formed->n_members);
@@ -476,7 +714,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
                 graft_membership_quorum_free(formed);
                 graft_free(ready);
                 ready = NULL;
-                st = announce(m, round, committed_step, deadline, &ready, &n_ready);
+                st = announce(m, round, committed_step, deadline, &ready, &n_ready, NULL);
                 if (st != GRAFT_OK)
                     goto out;
                 announced = last_read = graft__now_ns();
@@ -547,15 +785,46 @@ graft_status_t graft_membership_quorum_latest(graft_membership_t *m, graft_quoru
 
 /* ------------------------------------------------------------- voting --- */
 
+enum { VOTE_UNSEEN = 0, VOTE_YES = 1, VOTE_NO = 2 };
+
+/* Note one rank's vote if it is for this round of the group's quorum. */
+static void vote_note(const graft__vote_t *x, uint32_t group, const graft_quorum_t *q, uint32_t R,
+                      uint8_t *seen, char *why, size_t why_len)
+{
+    if (x->group != group || x->round != q->round || x->quorum_id != q->id || x->rank >= R)
+        return;
+    seen[x->rank] = x->ok ? VOTE_YES : VOTE_NO;
+    if (!x->ok)
+        snprintf(why, why_len, "rank %" PRIu32 " voted no: %s", x->rank, x->reason);
+}
+
+/* The group's votes as read in the voting transaction. A record that does
+ * not decode is skipped here; the view's watch reports it. */
+static void votes_from_read(graft_membership_t *m, const graft_etcd_range_result_t *r,
+                            const graft_quorum_t *q, uint8_t *seen, char *why, size_t why_len)
+{
+    for (size_t i = 0; i < r->n_kvs; i++) {
+        const graft_etcd_kv_t *kv = &r->kvs[i];
+        graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
+        graft__vote_t v;
+        if (k.kind != GRAFT__MKEY_VOTE ||
+            graft__mship_vote_decode(kv->value, kv->value_len, &v) != GRAFT_OK ||
+            v.group != k.group || v.rank != k.rank)
+            continue;
+        vote_note(&v, m->cfg.group, q, m->cfg.ranks_per_group, seen, why, why_len);
+    }
+}
+
 graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_quorum_t *q,
                                             bool ok, const char *reason, uint32_t timeout_ms,
                                             bool *decision_p)
 {
     int64_t lease;
     uint64_t inc;
-    uint8_t *buf = NULL;
+    uint8_t *buf = NULL, *seen = NULL;
     size_t len = 0;
-    char *key = NULL;
+    char *key = NULL, *folder = NULL;
+    char why[160] = "";
     graft_status_t st;
     if (m == NULL || q == NULL || decision_p == NULL || q->id == 0 || q->round == 0)
         return GRAFT_EINVAL;
@@ -576,14 +845,23 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
     st = graft__mship_vote_encode(&v, &buf, &len);
     if (st != GRAFT_OK)
         goto out;
+    uint32_t R = m->cfg.ranks_per_group;
     key = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
-    if (key == NULL) {
+    folder = graft__mship_key(m, "votes/%" PRIu32 "/", m->cfg.group);
+    seen = graft__calloc(R, sizeof(*seen));
+    if (key == NULL || folder == NULL || seen == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
-    graft_etcd_op_t put = {GRAFT_ETCD_OP_PUT, key, buf, len, lease, false};
+    /* The group's votes are read in the same transaction: the last rank
+     * to vote (with one rank per group, every rank) decides from its own
+     * request instead of waiting for the watch to echo the votes. */
+    graft_etcd_op_t ops[2] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
+                              {GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true}};
     graft_etcd_txn_result_t res = {0};
-    st = txn_retry(m, &put, 1, lease, deadline, "commit vote", &res);
+    st = txn_retry(m, NULL, 0, ops, 2, NULL, 0, lease, deadline, "commit vote", &res);
+    if (st == GRAFT_OK && res.n_ranges == 1)
+        votes_from_read(m, &res.ranges[0], q, seen, why, sizeof(why));
     graft_etcd_txn_result_clear(&res);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " cannot commit step %" PRIu64
@@ -594,25 +872,18 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
 
     /* The decision is the AND of the group's votes for this round; it can
      * be no early (someone voted no) but yes only once all R have voted. */
-    uint32_t R = m->cfg.ranks_per_group;
     bool decided = false, decision = false;
-    char why[160] = "";
     struct timespec ts;
     graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
     pthread_mutex_lock(&m->mu);
     for (;;) {
         uint32_t have = 0;
         bool any_no = false;
-        for (size_t i = 0; i < m->view.n_votes; i++) {
-            const graft__vote_t *x = &m->view.votes[i];
-            if (x->group != m->cfg.group || x->round != q->round || x->quorum_id != q->id ||
-                x->rank >= R)
-                continue;
-            have++;
-            if (!x->ok) {
-                any_no = true;
-                snprintf(why, sizeof(why), "rank %" PRIu32 " voted no: %s", x->rank, x->reason);
-            }
+        for (size_t i = 0; i < m->view.n_votes; i++)
+            vote_note(&m->view.votes[i], m->cfg.group, q, R, seen, why, sizeof(why));
+        for (uint32_t k = 0; k < R; k++) {
+            have += seen[k] != VOTE_UNSEEN;
+            any_no |= seen[k] == VOTE_NO;
         }
         if (any_no || have == R) {
             decided = true;
@@ -653,6 +924,8 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
         }
     }
 out:
+    graft_free(seen);
+    graft_free(folder);
     graft_free(key);
     graft_free(buf);
     return st;

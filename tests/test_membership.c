@@ -266,6 +266,8 @@ static void test_race_one_quorum_per_round(void **state)
         /* Every rank re-reads the ready set every millisecond, so many see
          * it complete at once and race to form the round. */
         runs[i].m->race_poll_ns = 1000000;
+        /* Every round by compare-and-swap: the fast path has its own test. */
+        runs[i].m->fast_path_off = true;
     }
     assert_true(wait_view(obs, RACE_G * RACE_R, RACE_G, 5000));
     for (int i = 0; i < RACE_G * RACE_R; i++)
@@ -461,6 +463,189 @@ static void test_commit_vote(void **state)
     graft_membership_events_free(evs, n);
     graft_membership_destroy(a);
     graft_membership_destroy(b);
+}
+
+/* ------------------------------------------------------------ fast path --- */
+
+#define FAST_G 3
+#define FAST_R 2
+
+/* One rank's step in the fast-path test. */
+typedef struct fstep {
+    graft_membership_t *m;
+    uint64_t committed;
+    bool vote;
+    graft_status_t qst, vst;
+    bool decision, must_recover;
+    uint64_t round, id, step;
+    size_t n_members;
+} fstep_t;
+
+static void *fstep_main(void *p)
+{
+    fstep_t *a = p;
+    graft_quorum_t *q = NULL;
+    a->qst = graft_membership_quorum_wait(a->m, a->committed, 8000, &q);
+    if (a->qst != GRAFT_OK)
+        return NULL;
+    a->round = q->round;
+    a->id = q->id;
+    a->step = q->step;
+    a->n_members = q->n_members;
+    a->must_recover = q->must_recover;
+    a->vst = graft_membership_commit_vote(a->m, q, a->vote, a->vote ? NULL : "injected no", 3000,
+                                          &a->decision);
+    if (a->vst == GRAFT_OK && a->decision)
+        a->committed = q->step + 1;
+    else if (a->must_recover)
+        a->committed = q->step; /* healed, even though the vote failed */
+    graft_membership_quorum_free(q);
+    return NULL;
+}
+
+/* Run one step on every non-NULL handle; every rank must get the same round. */
+static void fast_step(fstep_t *ranks, size_t n)
+{
+    pthread_t th[FAST_G * FAST_R];
+    for (size_t i = 0; i < n; i++)
+        if (ranks[i].m != NULL)
+            assert_int_equal(pthread_create(&th[i], NULL, fstep_main, &ranks[i]), 0);
+    for (size_t i = 0; i < n; i++)
+        if (ranks[i].m != NULL)
+            pthread_join(th[i], NULL);
+    uint64_t round = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ranks[i].m == NULL)
+            continue;
+        assert_int_equal(ranks[i].qst, GRAFT_OK);
+        assert_int_equal(ranks[i].vst, GRAFT_OK);
+        if (round == 0)
+            round = ranks[i].round;
+        assert_int_equal(ranks[i].round, round);
+    }
+}
+
+static uint64_t fast_count(const fstep_t *ranks, size_t n)
+{
+    uint64_t fast = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ranks[i].m == NULL)
+            continue;
+        graft_membership_stats_t st;
+        graft_membership_stats_get(ranks[i].m, &st);
+        fast += st.quorum_fast;
+    }
+    return fast;
+}
+
+/* Wait until every handle's view says group g is (not) healthy. */
+static void wait_group(const fstep_t *ranks, size_t n, uint32_t g, bool healthy)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t end = graft__now_ns() + 5000000000ull;
+        while (ranks[i].m != NULL && graft_membership_group_healthy(ranks[i].m, g) != healthy) {
+            assert_true(graft__now_ns() < end);
+            graft__sleep_ns(5000000);
+        }
+    }
+}
+
+/*
+ * The steady-state fast path: a round whose live groups are the previous
+ * round's members, everyone one step on, is formed by the announcing
+ * transaction of the rank that completes the set (one per round, no
+ * compare-and-swap). It is not taken when a vote failed (a group is
+ * behind), a group left or a group joined: those rounds are formed by the
+ * compare-and-swap with a recovery or a new id, as before.
+ */
+static void test_fast_path(void **state)
+{
+    (void)state;
+    const size_t n = FAST_G * FAST_R;
+    fstep_t ranks[FAST_G * FAST_R];
+    memset(ranks, 0, sizeof(ranks));
+    for (size_t i = 0; i < n; i++) {
+        ranks[i].m = join("fast", (uint32_t)(i / FAST_R), (uint32_t)(i % FAST_R), FAST_R);
+        ranks[i].vote = true;
+    }
+    wait_group(ranks, n, FAST_G - 1, true);
+
+    /* Round 1 is a new member set (compare-and-swap); 2..4 are steady. */
+    fast_step(ranks, n);
+    uint64_t id = ranks[0].id, round = ranks[0].round;
+    assert_int_equal(fast_count(ranks, n), 0);
+    for (int s = 1; s < 4; s++) {
+        fast_step(ranks, n);
+        assert_int_equal(ranks[0].round, round + (uint64_t)s);
+        assert_int_equal(ranks[0].id, id);
+        assert_int_equal(ranks[0].step, (uint64_t)s);
+        assert_int_equal(fast_count(ranks, n), (uint64_t)s); /* exactly one former per round */
+        for (size_t i = 0; i < n; i++) {
+            assert_true(ranks[i].decision);
+            assert_int_equal(ranks[i].n_members, FAST_G);
+        }
+    }
+
+    /* Group 1's rank 0 votes no: the round itself is steady (fast), but
+     * group 1 stays at its step, so the next round is not: group 1 must
+     * recover, which only the decision assigns. */
+    ranks[1 * FAST_R].vote = false;
+    fast_step(ranks, n);
+    ranks[1 * FAST_R].vote = true;
+    assert_int_equal(fast_count(ranks, n), 4);
+    assert_false(ranks[1 * FAST_R].decision);
+    assert_false(ranks[1 * FAST_R + 1].decision);
+    assert_true(ranks[0].decision);
+    assert_int_equal(ranks[1 * FAST_R + 1].committed, 4);
+    assert_int_equal(ranks[0].committed, 5);
+    fast_step(ranks, n);
+    assert_int_equal(fast_count(ranks, n), 4);
+    assert_true(ranks[1 * FAST_R].must_recover && ranks[1 * FAST_R + 1].must_recover);
+    assert_false(ranks[0].must_recover);
+    assert_int_equal(ranks[0].id, id);
+    assert_int_equal(ranks[0].step, 5);
+    /* Healed and committed: steady again. */
+    fast_step(ranks, n);
+    assert_int_equal(fast_count(ranks, n), 5);
+    assert_false(ranks[1 * FAST_R].must_recover);
+
+    /* Group 2 leaves: a new member set, not the fast path. */
+    for (size_t i = 2 * FAST_R; i < n; i++) {
+        graft_membership_destroy(ranks[i].m);
+        ranks[i].m = NULL;
+    }
+    uint64_t before = fast_count(ranks, n); /* of the handles left */
+    wait_group(ranks, n, 2, false);
+    fast_step(ranks, n);
+    assert_int_equal(fast_count(ranks, n), before);
+    assert_int_equal(ranks[0].n_members, FAST_G - 1);
+    assert_int_equal(ranks[0].id, id + 1);
+
+    /* Group 2 joins again (new processes, behind): not the fast path
+     * either; the new id and its recovery come from the decision. */
+    before = fast_count(ranks, n);
+    for (size_t i = 2 * FAST_R; i < n; i++) {
+        ranks[i].m = join("fast", 2, (uint32_t)(i % FAST_R), FAST_R);
+        ranks[i].committed = 0;
+    }
+    wait_group(ranks, n, 2, true);
+    fast_step(ranks, n);
+    assert_int_equal(ranks[0].n_members, FAST_G);
+    assert_int_equal(ranks[0].id, id + 2);
+    assert_true(ranks[2 * FAST_R].must_recover);
+    uint64_t after_join = 0;
+    for (size_t i = 0; i < 2 * FAST_R; i++) { /* the stats of the old handles */
+        graft_membership_stats_t st;
+        graft_membership_stats_get(ranks[i].m, &st);
+        after_join += st.quorum_fast;
+    }
+    assert_int_equal(after_join, before);
+    /* Everyone at one step again: the fast path is back. */
+    fast_step(ranks, n);
+    assert_int_equal(fast_count(ranks, n), before + 1);
+    assert_int_equal(ranks[0].id, id + 2);
+    for (size_t i = 0; i < n; i++)
+        graft_membership_destroy(ranks[i].m);
 }
 
 /* ---------------------------------------------------------------- blobs --- */
@@ -861,6 +1046,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_race_one_quorum_per_round),
         cmocka_unit_test(test_min_groups_not_met),
         cmocka_unit_test(test_commit_vote),
+        cmocka_unit_test(test_fast_path),
         cmocka_unit_test(test_blob),
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),

@@ -12,7 +12,11 @@
  * ready when all of its ranks are. The round forms when every live group is
  * ready, or after the join timeout with at least `min_groups` ready groups.
  * Formation is a compare-and-swap transaction on the quorum key: exactly one
- * record per round, read by everyone, no leader process. The quorum id is an
+ * record per round, read by everyone, no leader process. In steady state
+ * (same groups and processes, everyone one step on) the rank whose
+ * announcement completes the round forms it in that same transaction,
+ * guarded by compares on every other rank's ready record (docs/KEYS.md,
+ * "fast path"). The quorum id is an
  * epoch that changes only when the member set (groups and the incarnations
  * of their ranks) changes, so a trainer rebuilds its cross-group
  * communicator only then.
@@ -410,6 +414,8 @@ typedef struct graft_membership_stats {
     uint64_t quorum_txns;       /**< formation transactions attempted */
     uint64_t quorum_conflicts;  /**< of which another rank won */
     uint64_t etcd_errors;       /**< failed requests (retried or reported) */
+    uint64_t quorum_fast;       /**< rounds this rank formed in its announcing transaction
+                                     (same member set, everyone one step on; docs/KEYS.md) */
 } graft_membership_stats_t;
 
 /**
