@@ -16,6 +16,10 @@ skipped=0
 failures=""
 
 export CMOCKA_MESSAGE_OUTPUT=TAP
+# Test traffic stays on loopback: UCX's tcp transport would otherwise also
+# use every other interface of the machine (and fail when one comes or goes
+# while a test runs). Tests that build their own namespaces set their own.
+export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
 # UCX's malloc/mmap hooks fight the sanitizers' interceptors.
 if [ "${SAN:-0}" = 1 ]; then
     export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none

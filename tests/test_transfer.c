@@ -161,6 +161,10 @@ out:
  * so that a donor sees EOF when the test is done with it. */
 static int open_fds[64];
 static int n_open_fds;
+/* Donors spawned and not yet stopped: a failed assertion leaves them to the
+ * teardown. */
+static pid_t live_donors[32];
+static int n_live_donors;
 
 static void track_fd(int fd, bool add)
 {
@@ -197,6 +201,8 @@ static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
     d->resp_fd = resp[0];
     track_fd(d->cmd_fd, true);
     track_fd(d->resp_fd, true);
+    assert_true(n_live_donors < (int)ARRAY_SIZE(live_donors));
+    live_donors[n_live_donors++] = d->pid;
     assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 20000));
 }
 
@@ -227,6 +233,14 @@ static int donor_stop(donor_proc_t *d)
     kill(d->pid, SIGKILL);
     waitpid(d->pid, &ws, 0);
 reaped:
+    for (int i = 0; i < n_live_donors; i++) {
+        if (live_donors[i] == d->pid) {
+            live_donors[i] = live_donors[--n_live_donors];
+            break;
+        }
+    }
+    if (WIFSIGNALED(ws))
+        print_message("# donor %d ended by signal %d\n", (int)d->pid, WTERMSIG(ws));
     track_fd(d->cmd_fd, false);
     track_fd(d->resp_fd, false);
     close(d->cmd_fd);
@@ -242,6 +256,11 @@ typedef struct recipient {
     size_t n_regions;
 } recipient_t;
 
+/* A copy of the recipient a test has not destroyed yet: a failed assertion
+ * leaves it behind, and the teardown frees it so that its UCX context is not
+ * inherited by the next test's forked donors. */
+static recipient_t g_live_recipient;
+
 static void recipient_create(recipient_t *r, const region_spec_t *layout, size_t n, uint64_t chunk,
                              const char *token)
 {
@@ -250,7 +269,9 @@ static void recipient_create(recipient_t *r, const region_spec_t *layout, size_t
     r->layout = layout;
     r->n_regions = n;
     r->mem = calloc(n + 1, sizeof(*r->mem));
-    assert_int_equal(graft_transfer_endpoint_create(&cfg, &r->ep), GRAFT_OK);
+    graft_status_t st = graft_transfer_endpoint_create(&cfg, &r->ep);
+    g_live_recipient = *r; /* shares r->mem, filled in below */
+    assert_int_equal(st, GRAFT_OK);
     for (size_t i = 0; i < n; i++) {
         r->mem[i] = calloc(1, layout[i].bytes + 1);
         graft_transfer_region_t reg = {.name = layout[i].name,
@@ -275,6 +296,8 @@ static bool recipient_matches(const recipient_t *r)
 
 static void recipient_destroy(recipient_t *r)
 {
+    if (g_live_recipient.mem == r->mem)
+        memset(&g_live_recipient, 0, sizeof(g_live_recipient));
     graft_transfer_endpoint_destroy(r->ep);
     for (size_t i = 0; i < r->n_regions; i++)
         free(r->mem[i]);
@@ -301,7 +324,36 @@ static graft_status_t do_pull(graft_transfer_endpoint_t *ep,
 {
     graft_transfer_pull_options_t o = *po;
     o.read = g_read;
-    return graft_transfer_pull(ep, &o, rep);
+    graft_status_t st = graft_transfer_pull(ep, &o, rep);
+    /* What each donor did, so that a failure in CI explains itself. */
+    if (st != GRAFT_OK) {
+        print_message("# pull: %s\n", graft_status_name(st));
+        for (size_t i = 0; i < rep->n_donors; i++)
+            print_message("#   donor %zu: %s, %llu bytes, %llu chunks\n", i,
+                          graft_status_name(rep->donors[i].status),
+                          (unsigned long long)rep->donors[i].bytes,
+                          (unsigned long long)rep->donors[i].chunks);
+    }
+    return st;
+}
+
+/* After every wire test: free what a failed assertion left behind. */
+static int wire_teardown(void **state)
+{
+    (void)state;
+    if (g_live_recipient.mem != NULL) {
+        recipient_t r = g_live_recipient;
+        recipient_destroy(&r);
+    }
+    for (int i = 0; i < n_live_donors; i++) {
+        kill(live_donors[i], SIGKILL);
+        waitpid(live_donors[i], NULL, 0);
+    }
+    n_live_donors = 0;
+    for (int i = 0; i < n_open_fds; i++)
+        close(open_fds[i]);
+    n_open_fds = 0;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -460,15 +512,19 @@ static void failover(int sig)
                                         .n_donors = 3,
                                         .step = STEP,
                                         .window = 2,
-                                        .stall_timeout_ms = 700,
+                                        .stall_timeout_ms = 1500,
                                         .progress = inject,
                                         .progress_arg = &in};
     assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(in.fired);
     assert_true(rep.installed);
     assert_true(recipient_matches(&r));
-    assert_int_equal(rep.donors[0].status, GRAFT_OK);
-    assert_int_equal(rep.donors[2].status, GRAFT_OK);
+    /* The healthy donors finish; on a machine loaded enough that one of
+     * them also goes quiet past the stall timeout it is dropped the same way,
+     * and at least one of them must have carried the pull to the end. */
+    assert_true(rep.donors[0].status == GRAFT_OK || rep.donors[0].status == GRAFT_EPEER_TIMEOUT);
+    assert_true(rep.donors[2].status == GRAFT_OK || rep.donors[2].status == GRAFT_EPEER_TIMEOUT);
+    assert_true(rep.donors[0].status == GRAFT_OK || rep.donors[2].status == GRAFT_OK);
     /* Over TCP the victim is dropped; over shared memory a stopped donor's
      * memory stays readable, so it may legitimately finish its share. */
     if (sig == SIGKILL || strcmp(getenv("UCX_TLS"), "tcp") == 0)
@@ -518,7 +574,7 @@ static void test_all_donors_dead(void **state)
                                         .n_donors = 2,
                                         .step = STEP,
                                         .window = 2,
-                                        .stall_timeout_ms = 700,
+                                        .stall_timeout_ms = 1500,
                                         .progress = inject,
                                         .progress_arg = &in};
     assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
@@ -1142,15 +1198,16 @@ int main(void)
         cmocka_unit_test(test_api_misuse),
         cmocka_unit_test(test_alloc_failures),
     };
+#define WIRE(t) cmocka_unit_test_teardown(t, wire_teardown)
     const struct CMUnitTest wire[] = {
-        cmocka_unit_test(test_pull_1_donor),    cmocka_unit_test(test_pull_2_donors),
-        cmocka_unit_test(test_pull_3_donors),   cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_donor_killed),    cmocka_unit_test(test_donor_stopped),
-        cmocka_unit_test(test_all_donors_dead), cmocka_unit_test(test_drift),
-        cmocka_unit_test(test_recipient_killed), cmocka_unit_test(test_donor_bytes_changed),
-        cmocka_unit_test(test_many_small_regions), cmocka_unit_test(test_pull_alloc_failures),
-        cmocka_unit_test(test_cancel),          cmocka_unit_test(test_fence),
-        cmocka_unit_test(test_garbage_clients),
+        WIRE(test_pull_1_donor),    WIRE(test_pull_2_donors),
+        WIRE(test_pull_3_donors),   WIRE(test_refusals),
+        WIRE(test_donor_killed),    WIRE(test_donor_stopped),
+        WIRE(test_all_donors_dead), WIRE(test_drift),
+        WIRE(test_recipient_killed), WIRE(test_donor_bytes_changed),
+        WIRE(test_many_small_regions), WIRE(test_pull_alloc_failures),
+        WIRE(test_cancel),          WIRE(test_fence),
+        WIRE(test_garbage_clients),
     };
     int failed = 0;
     signal(SIGPIPE, SIG_IGN);
