@@ -192,6 +192,8 @@ static int donor_main(const cfg_t *c, int index, int cmd_fd, int addr_fd)
     char addr[64] = {0}, listen[32];
     if (enter_ns(index) != 0)
         return 1;
+    /* A UCX_NET_DEVICES from outside (e.g. "lo") names nothing useful here. */
+    setenv("UCX_NET_DEVICES", "eth0", 1);
     snprintf(listen, sizeof(listen), "10.77.0.%d", index + 1);
     graft_transfer_endpoint_t *ep = make_endpoint(c, listen, mem, true);
     if (ep == NULL || graft_transfer_serve_begin(ep, STEP) != GRAFT_OK)
@@ -401,6 +403,7 @@ int main(int argc, char **argv)
      * before any UCX state existed here. */
     if (enter_ns(0) != 0)
         goto out;
+    setenv("UCX_NET_DEVICES", "br0", 1);
     ep = make_endpoint(&c, "10.77.0.1", mem, false);
     if (ep == NULL)
         goto out;

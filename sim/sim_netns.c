@@ -170,14 +170,17 @@ static int sim_netns_scripts(graft_sim_netns_t *n, const char *trainer)
     snprintf(n->etcd, sizeof(n->etcd), "%s/etcd.sh", n->dir);
     /* The trainer's transfer endpoint listens on its namespace's address
      * (it is published to the peers); tcp by default so that transfers
-     * cross the shaped link instead of shared memory between namespaces. */
+     * cross the shaped link instead of shared memory between namespaces,
+     * and over eth0 whatever UCX_NET_DEVICES named outside (the only
+     * other device in the namespace is its own loopback). */
     snprintf(text, sizeof(text),
              "#!/bin/sh\n"
              "# graft-sim --netns: the trainer of group $GRAFT_GROUP in its namespace\n"
              "g=${GRAFT_GROUP:?}\n"
              "GRAFT_TRANSFER_ADDRESS=10.78.%d.$((g + 2)):0\n"
              "UCX_TLS=${UCX_TLS:-tcp}\n"
-             "export GRAFT_TRANSFER_ADDRESS UCX_TLS\n"
+             "UCX_NET_DEVICES=eth0\n"
+             "export GRAFT_TRANSFER_ADDRESS UCX_TLS UCX_NET_DEVICES\n"
              "exec ip netns exec %s-$((g + 1)) '%s' \"$@\"\n",
              n->subnet, n->prefix, trainer);
     if (sim_netns_write_script(n->trainer, text) != 0) {
