@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1152,6 +1153,8 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
             break;
         }
         if (pid == 0) {
+            /* Dies with graft-sim, like the supervised trainers. */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
             setenv("GRAFT_RANK", rank, 1);
             int devnull = open("/dev/null", O_WRONLY);
             if (devnull >= 0) {
