@@ -170,9 +170,13 @@ typedef struct fast_path {
     uint8_t **values;
 } fast_path_t;
 
-/* etcd refuses a transaction with more compares than --max-txn-ops
- * (default 128); past that the round takes the compare-and-swap path. */
-#define FAST_MAX_CMPS 128u
+/* Every announcer of a steady round sends one compare per other member
+ * rank, so a round carries (G·R)² compares in all, and etcd's JSON gateway
+ * decodes each of them: at 32 ranks that cost etcd more CPU than the
+ * formation transaction it saves (docs/PERFORMANCE.md, runtime section).
+ * Past this many member ranks rounds take the compare-and-swap path. (etcd
+ * itself refuses more than --max-txn-ops = 128 compares.) */
+#define FAST_MAX_CMPS 16u
 
 static void fast_path_clear(fast_path_t *f)
 {
