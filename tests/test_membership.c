@@ -465,6 +465,26 @@ static void test_commit_vote(void **state)
     graft_membership_destroy(b);
 }
 
+/* One rank per group: no votes watch; the voting transaction's own read
+ * decides, yes or no, without waiting for the timeout. */
+static void test_commit_vote_one_rank(void **state)
+{
+    (void)state;
+    graft_membership_t *a = join("vote1", 0, 0, 1);
+    step_arg_t sa = mk(a, 0, 1, 5000);
+    one_step(&sa);
+    assert_int_equal(sa.qst, GRAFT_OK);
+    assert_int_equal(sa.vst, GRAFT_OK);
+    assert_true(sa.decision);
+    assert_true(sa.vote_ms < 2500);
+    sa = mk(a, 1, 0, 5000);
+    one_step(&sa);
+    assert_int_equal(sa.vst, GRAFT_OK);
+    assert_false(sa.decision);
+    assert_true(sa.vote_ms < 2500);
+    graft_membership_destroy(a);
+}
+
 /* ------------------------------------------------------------ fast path --- */
 
 #define FAST_G 3
@@ -933,6 +953,52 @@ static void test_create_alloc_torture(void **state)
     print_message("# create succeeded with %ld allocations allowed\n", n);
 }
 
+/* Fail the n-th allocation of a steady-state round for each n in turn:
+ * the fast path's preparation, its transaction, the adoption of the round
+ * into the view and the caller's copy all fail cleanly (ENOMEM, nothing
+ * leaked under ASan), a later call still forms the next round, and with
+ * enough allocations the round is formed on the fast path. */
+static void test_fast_path_alloc_torture(void **state)
+{
+    (void)state;
+    const graft_alloc_hooks_t hooks = {t_malloc, t_realloc, t_free, NULL};
+    graft_membership_t *m = join("torture-fast", 0, 0, 1);
+    uint64_t committed = 0;
+    bool fast_done = false;
+    long n;
+    for (n = 0; n < 400 && !fast_done; n++) {
+        graft_membership_stats_t before, after;
+        graft_quorum_t *q = NULL;
+        graft_membership_stats_get(m, &before);
+        pthread_mutex_lock(&alloc_mu);
+        allocs_left = n;
+        pthread_mutex_unlock(&alloc_mu);
+        graft_alloc_hooks_set(&hooks);
+        graft_status_t st = graft_membership_quorum_wait(m, committed, 5000, &q);
+        pthread_mutex_lock(&alloc_mu);
+        allocs_left = -1;
+        pthread_mutex_unlock(&alloc_mu);
+        graft_alloc_hooks_set(NULL);
+        if (st != GRAFT_OK) {
+            assert_null(q);
+            assert_true(st == GRAFT_ENOMEM || st == GRAFT_ELEASE ||
+                        graft_status_class(st) == GRAFT_CLASS_JOB);
+            continue;
+        }
+        assert_int_equal(q->step, committed);
+        graft_membership_stats_get(m, &after);
+        fast_done = after.quorum_fast > before.quorum_fast;
+        bool decision = false;
+        assert_int_equal(graft_membership_commit_vote(m, q, true, NULL, 3000, &decision), GRAFT_OK);
+        assert_true(decision);
+        committed = q->step + 1;
+        graft_membership_quorum_free(q);
+    }
+    assert_true(fast_done);
+    print_message("# fast round formed with %ld allocations allowed\n", n - 1);
+    graft_membership_destroy(m);
+}
+
 /* ----------------------------------------------------- etcd unreachable --- */
 
 static void test_etcd_down_cannot_commit(void **state)
@@ -1046,12 +1112,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_race_one_quorum_per_round),
         cmocka_unit_test(test_min_groups_not_met),
         cmocka_unit_test(test_commit_vote),
+        cmocka_unit_test(test_commit_vote_one_rank),
         cmocka_unit_test(test_fast_path),
         cmocka_unit_test(test_blob),
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),
         cmocka_unit_test(test_event_history_bounded),
         cmocka_unit_test(test_create_alloc_torture),
+        cmocka_unit_test(test_fast_path_alloc_torture),
         cmocka_unit_test(test_etcd_down_cannot_commit),
         cmocka_unit_test(test_view_resyncs_after_compaction),
     };
