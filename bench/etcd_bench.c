@@ -9,6 +9,8 @@
  * Rates are the median over R rounds of N sequential operations; latencies
  * are the median and 99th percentile over all samples.
  */
+#include "bench_stats.h"
+
 #include <graft/etcd.h>
 
 #include <stdio.h>
@@ -18,25 +20,8 @@
 
 #include "etcd_fixture.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
-static double pct(double *v, size_t n, double p)
-{
-    qsort(v, n, sizeof(*v), cmp_double);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i < n ? i : n - 1];
-}
 
 typedef enum { OP_PUT, OP_RANGE, OP_TXN } op_t;
 
@@ -82,18 +67,18 @@ static int measure_rate(graft_etcd_t *c, op_t op, int ops, int rounds, double *r
         goto out;
     size_t nl = 0;
     for (int r = 0; r < rounds; r++) {
-        double t0 = now_s();
+        double t0 = graft_test_now_s();
         for (int i = 0; i < ops; i++) {
-            double a = now_s();
+            double a = graft_test_now_s();
             if (run_op(c, op, r * ops + i) != 0)
                 goto out;
-            lat[nl++] = now_s() - a;
+            lat[nl++] = graft_test_now_s() - a;
         }
-        rates[r] = ops / (now_s() - t0);
+        rates[r] = ops / (graft_test_now_s() - t0);
     }
-    *rate_p = pct(rates, (size_t)rounds, 0.5);
-    *lat_med_p = pct(lat, nl, 0.5);
-    *lat_p99_p = pct(lat, nl, 0.99);
+    *rate_p = graft_test_percentile(rates, (size_t)rounds, 0.5);
+    *lat_med_p = graft_test_percentile(lat, nl, 0.5);
+    *lat_p99_p = graft_test_percentile(lat, nl, 0.99);
     rc = 0;
 out:
     free(rates);
@@ -109,7 +94,7 @@ static int measure_watch(graft_etcd_t *c, int samples, double *med_p, double *p9
     if (lat == NULL || graft_etcd_watch_create(c, "/bench/watch/", 0, &w) != GRAFT_OK)
         goto out;
     for (int i = 0; i < samples; i++) {
-        double t0 = now_s();
+        double t0 = graft_test_now_s();
         if (graft_etcd_put(c, "/bench/watch/k", "v", 1, 0, NULL, NULL) != GRAFT_OK)
             goto out;
         size_t got = 0;
@@ -121,10 +106,10 @@ static int measure_watch(graft_etcd_t *c, int samples, double *med_p, double *p9
             }
             graft_etcd_events_free(ev, got);
         }
-        lat[i] = now_s() - t0;
+        lat[i] = graft_test_now_s() - t0;
     }
-    *med_p = pct(lat, (size_t)samples, 0.5);
-    *p99_p = pct(lat, (size_t)samples, 0.99);
+    *med_p = graft_test_percentile(lat, (size_t)samples, 0.5);
+    *p99_p = graft_test_percentile(lat, (size_t)samples, 0.99);
     rc = 0;
 out:
     graft_etcd_watch_destroy(w);

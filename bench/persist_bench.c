@@ -14,6 +14,8 @@
  * Usage: persist_bench [--mib N] [--reps N] [--dir PATH] [--json]
  * Medians over --reps runs. --json prints one JSON object on the last line.
  */
+#include "bench_stats.h"
+
 #include <graft/persist.h>
 
 #include <dirent.h>
@@ -28,24 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd(void)
@@ -120,15 +106,15 @@ static void drop_cache(const char *dir)
 
 static double run_cmd(const char *cmd)
 {
-    double t0 = now_s();
+    double t0 = graft_test_now_s();
     int rc = system(cmd);
-    double t = now_s() - t0;
+    double t = graft_test_now_s() - t0;
     return rc == 0 ? t : -1.0;
 }
 
 static double plain_write_fsync(const char *path, const void *buf, size_t n)
 {
-    double t0 = now_s();
+    double t0 = graft_test_now_s();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
         return -1;
@@ -143,7 +129,7 @@ static double plain_write_fsync(const char *path, const void *buf, size_t n)
     }
     fsync(fd);
     close(fd);
-    double t = now_s() - t0;
+    double t = graft_test_now_s() - t0;
     unlink(path);
     return t;
 }
@@ -179,9 +165,9 @@ static int checkpoint(const char *root, int level, uint32_t threads, uint64_t st
     char wdir[4400];
     snprintf(wdir, sizeof(wdir), "%s/step-%020llu", root, (unsigned long long)step);
     rm_tree(wdir);
-    double t0 = now_s();
+    double t0 = graft_test_now_s();
     st = graft_persist_save(w, step + 1, 1, per_rank, n, NULL);
-    out->block_s = now_s() - t0;
+    out->block_s = graft_test_now_s() - t0;
     graft_persist_write_result_t res;
     if (st == GRAFT_OK)
         st = graft_persist_wait(w, step + 1, &res);
@@ -258,10 +244,10 @@ int main(int argc, char **argv)
     for (int r = -1; r < reps; r++) {
         int k = r < 0 ? 0 : r;
         /* memcpy of the same bytes into a warm buffer */
-        double t0 = now_s();
+        double t0 = graft_test_now_s();
         memcpy(dst, wts, regs[0].bytes);
         memcpy(dst + regs[0].bytes, mom, regs[1].bytes);
-        memcpy_s[k] = now_s() - t0;
+        memcpy_s[k] = graft_test_now_s() - t0;
         /* graft: level 0 (hashing on, compression off) */
         snprintf(root, sizeof(root), "%s/ckpt", dir);
         run_t run;
@@ -278,9 +264,9 @@ int main(int argc, char **argv)
         back[1].ptr = dst + regs[0].bytes;
         graft_persist_restore_params_t p = {.rank = 0, .ranks = 1, .regions = back, .nregions = 2,
                                             .step = step + 1};
-        t0 = now_s();
+        t0 = graft_test_now_s();
         graft_status_t st = graft_persist_restore(root, &p, NULL);
-        rest_s[k] = now_s() - t0;
+        rest_s[k] = graft_test_now_s() - t0;
         if (st != GRAFT_OK || memcmp(dst, wts, regs[0].bytes) != 0) {
             fprintf(stderr, "persist_bench: restore failed: %s\n", graft_status_string(st));
             return 1;
@@ -304,9 +290,11 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof(cmd), "%s/dd.bin", dir);
         unlink(cmd);
     }
-    double mc = median(memcpy_s, reps), bl = median(block_s, reps), wr = median(write_s, reps);
-    double pl = median(plain_s, reps), dd = dd_ok ? median(dd_s, reps) : -1;
-    double rs = median(rest_s, reps), ct = median(cat_s, reps);
+    size_t n = (size_t)reps;
+    double mc = graft_test_median(memcpy_s, n), bl = graft_test_median(block_s, n);
+    double wr = graft_test_median(write_s, n), pl = graft_test_median(plain_s, n);
+    double dd = dd_ok ? graft_test_median(dd_s, n) : -1;
+    double rs = graft_test_median(rest_s, n), ct = graft_test_median(cat_s, n);
     double mb = (double)bytes / 1e6;
     double dd_bytes = (double)((mib / 4) * (4u << 20)) / 1e6;
 
@@ -325,7 +313,7 @@ int main(int argc, char **argv)
             sp[r] = (double)run.raw / 1e6 / run.write_s;
             rm_tree(root);
         }
-        speed[l] = median(sp, creps);
+        speed[l] = graft_test_median(sp, (size_t)creps);
     }
 
     printf("persist_bench: %zu MiB of training-like state (float32 weights + sparse moments), "

@@ -17,6 +17,8 @@
  * survivors" (what a restart from zero would cost).
  * With --json the last line is one JSON object with every figure.
  */
+#include "bench_stats.h"
+
 #include <graft/transfer.h>
 
 #include <errno.h>
@@ -65,24 +67,8 @@ typedef struct result {
     double fail_at_s;
 } result_t;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void fill(uint64_t *p, uint64_t words, uint64_t seed)
 {
@@ -206,7 +192,7 @@ static void kill_at(uint64_t done, uint64_t total, void *arg)
     if (k->victim > 0 && done >= k->at) {
         kill(k->victim, SIGKILL);
         k->victim = 0;
-        k->fired_at = now_s() - k->t0;
+        k->fired_at = graft_test_now_s() - k->t0;
         if (getenv("BENCH_TRACE") != NULL)
             fprintf(stderr, "killed donor at %.3f s\n", k->fired_at);
     }
@@ -231,11 +217,11 @@ static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *
     if (killer != NULL) {
         po.progress = kill_at;
         po.progress_arg = killer;
-        killer->t0 = now_s();
+        killer->t0 = graft_test_now_s();
     }
-    double t0 = now_s();
+    double t0 = graft_test_now_s();
     graft_status_t st = graft_transfer_pull(ep, &po, &rep);
-    double t = now_s() - t0;
+    double t = graft_test_now_s() - t0;
     if (st != GRAFT_OK) {
         fprintf(stderr, "pull from %d donors failed: %s\n", k, graft_status_string(st));
         return -1;
@@ -317,14 +303,14 @@ static int run_tls(const cfg_t *c, const char *name, const char *read, result_t 
             if (t[r] < 0)
                 goto out;
         }
-        res->pull_gbps[k - 1] = (double)c->bytes / median(t, c->reps) / 1e9;
+        res->pull_gbps[k - 1] = (double)c->bytes / graft_test_median(t, (size_t)c->reps) / 1e9;
     }
     for (int r = 0; r < c->reps; r++) {
         t[r] = pull_once(c, ep, d, 1, false, NULL);
         if (t[r] < 0)
             goto out;
     }
-    res->pull_noverify_gbps = (double)c->bytes / median(t, c->reps) / 1e9;
+    res->pull_noverify_gbps = (double)c->bytes / graft_test_median(t, (size_t)c->reps) / 1e9;
 
     res->perf_get_gbps = perftest(c, "ucp_get", true);
     res->perf_tag_gbps = perftest(c, "tag_bw", true);

@@ -16,6 +16,8 @@
  * without "ip netns") it prints "skipped" and exits 0.
  * With --json the last line is one JSON object with every figure.
  */
+#include "bench_stats.h"
+
 #include <graft/transfer.h>
 
 #include <errno.h>
@@ -62,24 +64,8 @@ static char g_name[32];
 static const char *g_script;
 static pid_t g_owner; /* the process that made them; only it tears down */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Run the namespace script; returns its exit status (-1: could not run). */
 static int script(const char *verb, const char *a1, const char *a2)
@@ -271,9 +257,9 @@ static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *
         .stall_timeout_ms = 10000,
         .connect_timeout_ms = 10000,
         .read = strcmp(c->read, "get") == 0 ? GRAFT_TRANSFER_READ_GET : GRAFT_TRANSFER_READ_PUSH};
-    double t0 = now_s();
+    double t0 = graft_test_now_s();
     graft_status_t st = graft_transfer_pull(ep, &po, &rep);
-    double t = now_s() - t0;
+    double t = graft_test_now_s() - t0;
     if (st != GRAFT_OK) {
         fprintf(stderr, "pull from %d donors failed: %s\n", k, graft_status_string(st));
         return -1;
@@ -415,7 +401,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < c.reps; r++)
             if ((t[r] = pull_once(&c, ep, d, c.rows[row])) < 0)
                 goto out;
-        secs[row] = median(t, c.reps);
+        secs[row] = graft_test_median(t, (size_t)c.reps);
         gbps[row] = (double)c.bytes * 8 / secs[row] / 1e9;
     }
     rc = 0;

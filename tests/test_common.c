@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,22 +84,6 @@ static void test_log_sink_and_threshold(void **state)
     graft_log_level_set(saved);
 }
 
-static int allocs_left;
-static void *failing_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    return allocs_left-- > 0 ? malloc(n) : NULL;
-}
-static void *failing_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    return allocs_left-- > 0 ? realloc(p, n) : NULL;
-}
-static void plain_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 static void test_buf_and_alloc_failure(void **state)
 {
@@ -112,19 +98,17 @@ static void test_buf_and_alloc_failure(void **state)
     assert_int_equal(b.len, 8);
     graft__buf_free(&b);
 
-    graft_alloc_hooks_t h = {failing_malloc, failing_realloc, plain_free, NULL};
-    graft_alloc_hooks_set(&h);
-    allocs_left = 0;
+    graft_test_alloc_fail_after(0);
     assert_null(graft__strdup("x"));
     graft__buf_init(&b);
     assert_int_equal(graft__buf_append(&b, "abc", 3), GRAFT_ENOMEM);
     assert_null(b.data);
-    allocs_left = 1;
+    graft_test_alloc_fail_after(1);
     char *s = graft__asprintf("%d-%s", 7, "x");
     assert_non_null(s);
     assert_string_equal(s, "7-x");
     graft_free(s);
-    graft_alloc_hooks_set(NULL);
+    graft_test_alloc_restore();
     assert_null(graft__calloc(SIZE_MAX / 2, 4));
 }
 

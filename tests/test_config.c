@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,31 +170,13 @@ static void test_from_env(void **state)
 
 /* Fail every allocation in turn: each call either succeeds or reports
  * GRAFT_ENOMEM, and nothing leaks (checked under SAN=1). */
-static int budget;
-static void *limited_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    return budget-- > 0 ? malloc(n) : NULL;
-}
-static void *limited_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    return budget-- > 0 ? realloc(p, n) : NULL;
-}
-static void plain_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 static void test_allocation_failures(void **state)
 {
     (void)state;
-    graft_alloc_hooks_t hooks = {limited_malloc, limited_realloc, plain_free, NULL};
     bool completed = false;
     for (int n = 0; n < 64 && !completed; n++) {
-        graft_alloc_hooks_set(&hooks);
-        budget = n;
+        graft_test_alloc_fail_after(n);
         graft_config_t *c = NULL;
         graft_status_t st = graft_config_create(&c);
         if (st == GRAFT_OK) {
@@ -205,7 +189,7 @@ static void test_allocation_failures(void **state)
             assert_int_equal(st, GRAFT_ENOMEM);
         }
         graft_config_destroy(c);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
     }
     assert_true(completed);
 }

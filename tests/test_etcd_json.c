@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,35 +276,17 @@ static void test_watch_messages(void **state)
 
 /* Allocation failure torture: fail the n-th allocation for every n until
  * the decoder succeeds; each failure must be clean (ASan checks leaks). */
-static int allocs_left;
-static void *failing_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    return allocs_left-- > 0 ? malloc(n) : NULL;
-}
-static void *failing_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    return allocs_left-- > 0 ? realloc(p, n) : NULL;
-}
-static void plain_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 static void test_alloc_failures(void **state)
 {
     (void)state;
-    graft_alloc_hooks_t h = {failing_malloc, failing_realloc, plain_free, NULL};
     json_t *j = parse(RANGE_OK);
     int n;
     for (n = 0; n < 100; n++) {
-        graft_alloc_hooks_set(&h);
-        allocs_left = n;
+        graft_test_alloc_fail_after(n);
         graft_etcd_range_result_t r;
         graft_status_t st = graft__etcd_range_decode(j, &r);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
         if (st == GRAFT_OK) {
             assert_int_equal(r.n_kvs, 2);
             graft_etcd_range_result_clear(&r);
@@ -317,11 +301,10 @@ static void test_alloc_failures(void **state)
                        "{\"kv\":{\"key\":\"YQ==\",\"value\":\"MQ==\",\"mod_revision\":\"13\"}},"
                        "{\"type\":\"DELETE\",\"kv\":{\"key\":\"Yg==\",\"mod_revision\":\"14\"}}]}}";
     for (n = 0; n < 100; n++) {
-        graft_alloc_hooks_set(&h);
-        allocs_left = n;
+        graft_test_alloc_fail_after(n);
         graft_etcd_watch_msg_t m;
         graft_status_t st = graft__etcd_watch_msg_decode(line, strlen(line), &m);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
         if (st == GRAFT_OK) {
             assert_int_equal(m.n_events, 2);
             graft__etcd_watch_msg_clear(&m);
@@ -336,11 +319,10 @@ static void test_alloc_failures(void **state)
     graft_etcd_config_t c = {.endpoints = eps, .n_endpoints = 2, .username = "u",
                              .password = "p", .ca_file = "/ca"};
     for (n = 0; n < 100; n++) {
-        graft_alloc_hooks_set(&h);
-        allocs_left = n;
+        graft_test_alloc_fail_after(n);
         graft_etcd_t *e = NULL;
         graft_status_t st = graft_etcd_create(&c, &e);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
         if (st == GRAFT_OK) {
             graft_etcd_destroy(e);
             break;

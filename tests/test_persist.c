@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -698,46 +700,18 @@ static void test_golden(void **state)
 
 /* --------------------------------------------------- allocation failure --- */
 
-static atomic_int allocs_left;
-static atomic_int allocs_failed;
-static void *fail_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    if (atomic_fetch_sub(&allocs_left, 1) <= 0) {
-        atomic_fetch_add(&allocs_failed, 1);
-        return NULL;
-    }
-    return malloc(n);
-}
-static void *fail_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    if (atomic_fetch_sub(&allocs_left, 1) <= 0) {
-        atomic_fetch_add(&allocs_failed, 1);
-        return NULL;
-    }
-    return realloc(p, n);
-}
-static void plain_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 static void test_alloc_failures(void **state)
 {
     (void)state;
     pt_global_t *g = pt_global_small(3);
     pt_layout_t *lay = pt_global_split(g, 2);
-    graft_alloc_hooks_t h = {fail_malloc, fail_realloc, plain_free, NULL};
     char *root = pt_tmpdir();
     bool saved = false;
     /* Fail the n-th allocation of a whole save + wait, for every n, until
      * one run sees no failure. Every run must end in a clean error. */
     for (int n = 0; n < 400 && !saved; n++) {
-        atomic_store(&allocs_left, n);
-        atomic_store(&allocs_failed, 0);
-        graft_alloc_hooks_set(&h);
+        graft_test_alloc_fail_after(n);
         graft_persist_config_t cfg = {.root = root, .compression_level = 1, .chunk_bytes = 4096};
         graft_persist_writer_t *w = NULL;
         graft_status_t st = graft_persist_writer_create(&cfg, &w);
@@ -748,8 +722,8 @@ static void test_alloc_failures(void **state)
                 st = graft_persist_wait(w, 1, NULL);
         }
         graft_persist_writer_destroy(w);
-        graft_alloc_hooks_set(NULL);
-        if (atomic_load(&allocs_failed) == 0) {
+        graft_test_alloc_restore();
+        if (graft_test_alloc_refused() == 0) {
             assert_int_equal(st, GRAFT_OK);
             saved = true;
         } else if (st == GRAFT_OK) {
@@ -771,17 +745,15 @@ static void test_alloc_failures(void **state)
     pt_layout_t *back = pt_global_split(got, 3);
     bool restored = false;
     for (int n = 0; n < 400 && !restored; n++) {
-        atomic_store(&allocs_left, n);
-        atomic_store(&allocs_failed, 0);
-        graft_alloc_hooks_set(&h);
+        graft_test_alloc_fail_after(n);
         graft_status_t st = GRAFT_OK;
         for (uint32_t r = 0; r < 3 && st == GRAFT_OK; r++) {
             graft_persist_restore_params_t p = {.rank = r, .ranks = 3, .regions = back->regions[r],
                                                 .nregions = back->nregions[r]};
             st = graft_persist_restore(root, &p, NULL);
         }
-        graft_alloc_hooks_set(NULL);
-        if (atomic_load(&allocs_failed) == 0) {
+        graft_test_alloc_restore();
+        if (graft_test_alloc_refused() == 0) {
             assert_int_equal(st, GRAFT_OK);
             restored = true;
         } else {

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -1054,29 +1056,12 @@ static void test_api_misuse(void **state)
     graft_transfer_endpoint_destroy(ep);
 }
 
-static int allocs_left;
-static void *failing_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    return allocs_left-- > 0 ? malloc(n) : NULL;
-}
-static void *failing_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    return allocs_left-- > 0 ? realloc(p, n) : NULL;
-}
-static void plain_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 /* Fail each allocation in turn: every path returns ENOMEM cleanly. */
 static void test_alloc_failures(void **state)
 {
     (void)state;
     static uint8_t a[100000], b[5000];
-    graft_alloc_hooks_t h = {failing_malloc, failing_realloc, plain_free, NULL};
     bool completed = false;
 
     for (int n = 0; n < 64 && !completed; n++) {
@@ -1086,8 +1071,7 @@ static void test_alloc_failures(void **state)
         graft_transfer_region_t rb = {.name = "b", .kind = 2, .ptr = b, .bytes = sizeof(b)};
         graft_status_t st;
 
-        graft_alloc_hooks_set(&h);
-        allocs_left = n;
+        graft_test_alloc_fail_after(n);
         st = graft_transfer_endpoint_create(&cfg, &ep);
         if (st == GRAFT_OK)
             st = graft_transfer_region_register(ep, &ra);
@@ -1102,24 +1086,11 @@ static void test_alloc_failures(void **state)
         if (!completed)
             assert_int_equal(st, GRAFT_ENOMEM);
         graft_transfer_endpoint_destroy(ep);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
     }
     assert_true(completed);
 }
 
-static int counted;
-static void *counting_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    counted++;
-    return malloc(n);
-}
-static void *counting_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    counted++;
-    return realloc(p, n);
-}
 
 /* Fail each allocation of a pull in turn: the pull returns GRAFT_ENOMEM (or
  * succeeds once enough are allowed), never crashes, hangs or leaks, and the
@@ -1132,27 +1103,23 @@ static void test_pull_alloc_failures(void **state)
     const char *addrs[1];
     recipient_t r;
     graft_transfer_report_t rep;
-    graft_alloc_hooks_t count = {counting_malloc, counting_realloc, plain_free, NULL};
-    graft_alloc_hooks_t fail = {failing_malloc, failing_realloc, plain_free, NULL};
 
     donor_spawn(&o, &d);
     addrs[0] = d.addr;
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 1u << 20, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
                                         .connect_timeout_ms = 3000};
-    counted = 0;
-    graft_alloc_hooks_set(&count);
+    graft_test_alloc_fail_after(-1); /* count only */
     graft_status_t st = do_pull(r.ep, &po, &rep);
-    graft_alloc_hooks_set(NULL);
+    graft_test_alloc_restore();
     assert_int_equal(st, GRAFT_OK);
-    int needed = counted;
+    int needed = graft_test_alloc_calls();
     assert_true(needed > 5);
 
     for (int n = 0; n < needed; n++) {
-        graft_alloc_hooks_set(&fail);
-        allocs_left = n;
+        graft_test_alloc_fail_after(n);
         st = do_pull(r.ep, &po, &rep);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
         /* The recipient's allocations failed: its own error, not the donor's. */
         if (st != GRAFT_OK)
             assert_int_equal(st, GRAFT_ENOMEM);

@@ -1,0 +1,65 @@
+/* Allocation-failure hooks for tests: see alloc_fail.h. */
+#include "alloc_fail.h"
+
+#include <graft/common.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+static atomic_int budget_left;
+static atomic_bool counting_only;
+static atomic_int calls;
+static atomic_int refused;
+
+static bool allow(void)
+{
+    atomic_fetch_add(&calls, 1);
+    if (atomic_load(&counting_only) || atomic_fetch_sub(&budget_left, 1) > 0)
+        return true;
+    atomic_fetch_add(&refused, 1);
+    return false;
+}
+
+static void *hook_malloc(size_t n, void *arg)
+{
+    (void)arg;
+    return allow() ? malloc(n) : NULL;
+}
+
+static void *hook_realloc(void *p, size_t n, void *arg)
+{
+    (void)arg;
+    return allow() ? realloc(p, n) : NULL;
+}
+
+static void hook_free(void *p, void *arg)
+{
+    (void)arg;
+    free(p);
+}
+
+void graft_test_alloc_fail_after(int budget)
+{
+    static const graft_alloc_hooks_t hooks = {hook_malloc, hook_realloc, hook_free, NULL};
+    atomic_store(&budget_left, budget);
+    atomic_store(&counting_only, budget < 0);
+    atomic_store(&calls, 0);
+    atomic_store(&refused, 0);
+    graft_alloc_hooks_set(&hooks);
+}
+
+void graft_test_alloc_restore(void)
+{
+    graft_alloc_hooks_set(NULL);
+}
+
+int graft_test_alloc_calls(void)
+{
+    return atomic_load(&calls);
+}
+
+int graft_test_alloc_refused(void)
+{
+    return atomic_load(&refused);
+}

@@ -1,0 +1,24 @@
+/*
+ * Allocation-failure torture for tests: graft's allocation hooks set to
+ * allow a budget of allocations and refuse every one after it, so that a
+ * test can fail the n-th allocation of an operation for every n. Safe to
+ * use while the library allocates from several threads.
+ */
+#ifndef GRAFT_TEST_ALLOC_FAIL_H
+#define GRAFT_TEST_ALLOC_FAIL_H
+
+/* Install the hooks: the next @budget allocations succeed, later ones
+ * return NULL. A negative budget never refuses (it only counts). Resets
+ * the counters. */
+void graft_test_alloc_fail_after(int budget);
+
+/* Put the library's default allocator back. */
+void graft_test_alloc_restore(void);
+
+/* Allocation calls since the last graft_test_alloc_fail_after(). */
+int graft_test_alloc_calls(void);
+
+/* Of those, how many were refused. */
+int graft_test_alloc_refused(void);
+
+#endif
