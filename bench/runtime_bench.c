@@ -6,7 +6,8 @@
  *  1. steady state: graft_quorum() + graft_commit() per step, median and
  *     p99 over every group's steps, at 2, 8 and 32 groups (goal: median
  *     <= 2 ms at 8), beside a bare etcd put round trip measured in the same
- *     run (the floor for one write);
+ *     run (the floor for one write), the two calls' medians apart, and
+ *     etcd's CPU time per step (from /proc/<pid>/stat of the embedded etcd);
  *  2. recovery: 3 groups in strict mode, one killed (SIGKILL) and replaced
  *     at once, as an orchestrator would; kill -> first committed step of
  *     the replacement, split into detect (kill -> joined), quorum, transfer
