@@ -234,7 +234,8 @@ typedef struct graft_quorum {
     size_t n_recoveries;
     uint32_t min_groups;
     uint64_t formed_unix_ms;
-    uint64_t duration_us;        /**< first ready -> formation, as the former measured */
+    uint64_t duration_us;        /**< first ready -> formation, as the former measured;
+                                      0 for a round formed on the fast path */
     uint64_t members_hash;
     /* Filled for the calling rank by graft_membership_quorum_wait(): */
     uint32_t replica_rank;       /**< index of this group in members */
