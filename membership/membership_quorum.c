@@ -154,10 +154,10 @@ static graft_status_t snapshot_members(graft_membership_t *m, graft__qmember_t *
  * compare per other rank (its ready record for this round is byte for byte
  * the expected one: same incarnation, one step on) and one on the quorum
  * key (still the previous round). Only the transaction that completes the
- * set can pass, so the round is formed without a second write; any
- * difference (a rank late, dead, re-joined, a vote that failed, a group
- * that joined) fails a compare and the round takes the compare-and-swap
- * path as before.
+ * set can pass, so the round is formed without a second write. Any
+ * difference takes the compare-and-swap path as before: a rank late, dead
+ * or re-joined, or a group whose vote failed, fails a compare; a group that
+ * left or joined makes the view differ, so no fast path is tried.
  */
 typedef struct fast_path {
     graft_quorum_t *q; /* the round to form, or NULL: not eligible */
