@@ -17,6 +17,7 @@
  * survivors" (what a restart from zero would cost).
  * With --json the last line is one JSON object with every figure.
  */
+#include "bench_donors.h"
 #include "bench_stats.h"
 
 #include <graft/transfer.h>
@@ -47,12 +48,6 @@ typedef struct cfg {
     char read[16];
 } cfg_t;
 
-typedef struct donor {
-    pid_t pid;
-    int cmd_fd;
-    char addr[64];
-} donor_t;
-
 typedef struct result {
     const char *tls;
     const char *read;
@@ -66,118 +61,6 @@ typedef struct result {
     double restart_s;
     double fail_at_s;
 } result_t;
-
-
-
-
-static void fill(uint64_t *p, uint64_t words, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (uint64_t i = 0; i < words; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = x;
-    }
-}
-
-/* Two regions: three quarters and one quarter of the state. */
-static uint64_t region_bytes(const cfg_t *c, int i)
-{
-    uint64_t a = (c->bytes / 4 * 3) & ~7ull;
-    return i == 0 ? a : c->bytes - a;
-}
-
-static graft_transfer_endpoint_t *make_endpoint(const cfg_t *c, void *mem[2], bool donor)
-{
-    graft_transfer_config_t ec = {.chunk_bytes = c->chunk, .job_token = "bench", .hash_threads = 2};
-    graft_transfer_endpoint_t *ep = NULL;
-    static const char *names[2] = {"params", "optim"};
-    if (graft_transfer_endpoint_create(&ec, &ep) != GRAFT_OK)
-        return NULL;
-    for (int i = 0; i < 2; i++) {
-        uint64_t n = region_bytes(c, i);
-        mem[i] = malloc(n + 8);
-        if (mem[i] == NULL)
-            return NULL;
-        if (donor)
-            fill(mem[i], n / 8, (uint64_t)i + 1);
-        else
-            memset(mem[i], 0, n);
-        graft_transfer_region_t r = {.name = names[i],
-                                     .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
-                                                    : GRAFT_TRANSFER_REGION_OPTIM,
-                                     .ptr = mem[i],
-                                     .bytes = n};
-        if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
-            return NULL;
-    }
-    return ep;
-}
-
-static int donor_main(const cfg_t *c, int cmd_fd, int addr_fd)
-{
-    void *mem[2] = {0};
-    char addr[64] = {0};
-    graft_transfer_endpoint_t *ep = make_endpoint(c, mem, true);
-    if (ep == NULL || graft_transfer_serve_begin(ep, STEP) != GRAFT_OK)
-        return 1;
-    snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
-    if (write(addr_fd, addr, sizeof(addr)) != (ssize_t)sizeof(addr))
-        return 1;
-    char q;
-    (void)!read(cmd_fd, &q, 1);
-    if (graft_transfer_serve_end(ep) != GRAFT_OK)
-        return 1;
-    graft_transfer_endpoint_destroy(ep);
-    free(mem[0]);
-    free(mem[1]);
-    return 0;
-}
-
-static int donors_start(const cfg_t *c, donor_t *d, int n)
-{
-    for (int i = 0; i < n; i++) {
-        int cmd[2], ad[2];
-        if (pipe(cmd) != 0 || pipe(ad) != 0)
-            return -1;
-        d[i].pid = fork();
-        if (d[i].pid < 0)
-            return -1;
-        if (d[i].pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            for (int k = 0; k < i; k++)
-                close(d[k].cmd_fd);
-            close(cmd[1]);
-            close(ad[0]);
-            _exit(donor_main(c, cmd[0], ad[1]));
-        }
-        close(cmd[0]);
-        close(ad[1]);
-        d[i].cmd_fd = cmd[1];
-        size_t got = 0;
-        while (got < sizeof(d[i].addr)) {
-            ssize_t r = read(ad[0], d[i].addr + got, sizeof(d[i].addr) - got);
-            if (r <= 0)
-                return -1;
-            got += (size_t)r;
-        }
-        close(ad[0]);
-    }
-    return 0;
-}
-
-static void donors_stop(donor_t *d, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (d[i].pid <= 0)
-            continue;
-        (void)!write(d[i].cmd_fd, "q", 1);
-        close(d[i].cmd_fd);
-        waitpid(d[i].pid, NULL, 0);
-        d[i].pid = 0;
-    }
-}
 
 typedef struct killer {
     pid_t victim;
@@ -200,8 +83,8 @@ static void kill_at(uint64_t done, uint64_t total, void *arg)
 
 static graft_transfer_read_t g_read;
 
-static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *d, int k,
-                        bool verify, killer_t *killer)
+static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, graft_bench_donor_t *d,
+                        int k, bool verify, killer_t *killer)
 {
     const char *addrs[MAX_DONORS];
     graft_transfer_report_t rep;
@@ -277,7 +160,7 @@ static double best_of(double a, double b)
 
 static int run_tls(const cfg_t *c, const char *name, const char *read, result_t *res)
 {
-    donor_t d[MAX_DONORS] = {0};
+    graft_bench_donor_t d[MAX_DONORS] = {0};
     void *mem[2] = {0};
     graft_transfer_endpoint_t *ep = NULL;
     double t[32];
@@ -289,9 +172,10 @@ static int run_tls(const cfg_t *c, const char *name, const char *read, result_t 
     res->tls = name;
     res->read = read;
     g_read = strcmp(read, "push") == 0 ? GRAFT_TRANSFER_READ_PUSH : GRAFT_TRANSFER_READ_GET;
-    if (donors_start(c, d, MAX_DONORS) != 0)
+    graft_bench_state_t bs = {.bytes = c->bytes, .chunk = c->chunk, .step = STEP};
+    if (graft_bench_donors_start(&bs, d, MAX_DONORS, NULL, NULL) != 0)
         goto out;
-    ep = make_endpoint(c, mem, false);
+    ep = graft_bench_endpoint(&bs, NULL, false, mem);
     if (ep == NULL)
         goto out;
     /* Warm-up: connections, registration caches, page faults. */
@@ -334,7 +218,7 @@ out:
     graft_transfer_endpoint_destroy(ep);
     free(mem[0]);
     free(mem[1]);
-    donors_stop(d, MAX_DONORS);
+    graft_bench_donors_stop(d, MAX_DONORS);
     return rc;
 }
 

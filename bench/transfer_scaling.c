@@ -16,6 +16,7 @@
  * without "ip netns") it prints "skipped" and exits 0.
  * With --json the last line is one JSON object with every figure.
  */
+#include "bench_donors.h"
 #include "bench_stats.h"
 
 #include <graft/transfer.h>
@@ -53,19 +54,10 @@ typedef struct cfg {
     int max_donors;
 } cfg_t;
 
-typedef struct donor {
-    pid_t pid;
-    int cmd_fd;
-    char addr[64];
-} donor_t;
-
 /* The namespaces' name, for the exit and signal handlers' teardown. */
 static char g_name[32];
 static const char *g_script;
 static pid_t g_owner; /* the process that made them; only it tears down */
-
-
-
 
 /* Run the namespace script; returns its exit status (-1: could not run). */
 static int script(const char *verb, const char *a1, const char *a2)
@@ -123,127 +115,24 @@ static int enter_ns(int index)
     return rc;
 }
 
-static void fill(uint64_t *p, uint64_t words, uint64_t seed)
+/* In each donor, before it serves: its own namespace, device and address
+ * (donor i is namespace i + 1, 10.77.0.<i + 2>). */
+static const char *donor_setup(int index, void *arg, bool *failed_p)
 {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (uint64_t i = 0; i < words; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = x;
-    }
-}
-
-/* Two regions: three quarters and one quarter of the state. */
-static uint64_t region_bytes(const cfg_t *c, int i)
-{
-    uint64_t a = (c->bytes / 4 * 3) & ~7ull;
-    return i == 0 ? a : c->bytes - a;
-}
-
-static graft_transfer_endpoint_t *make_endpoint(const cfg_t *c, const char *listen, void *mem[2],
-                                                bool donor)
-{
-    graft_transfer_config_t ec = {.listen_address = listen,
-                                  .chunk_bytes = c->chunk,
-                                  .job_token = "bench",
-                                  .hash_threads = 2};
-    graft_transfer_endpoint_t *ep = NULL;
-    static const char *names[2] = {"params", "optim"};
-    if (graft_transfer_endpoint_create(&ec, &ep) != GRAFT_OK)
+    static char listen[32];
+    (void)arg;
+    if (enter_ns(index + 1) != 0) {
+        *failed_p = true;
         return NULL;
-    for (int i = 0; i < 2; i++) {
-        uint64_t n = region_bytes(c, i);
-        mem[i] = malloc(n + 8);
-        if (mem[i] == NULL)
-            return NULL;
-        if (donor)
-            fill(mem[i], n / 8, (uint64_t)i + 1);
-        else
-            memset(mem[i], 0, n);
-        graft_transfer_region_t r = {.name = names[i],
-                                     .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
-                                                    : GRAFT_TRANSFER_REGION_OPTIM,
-                                     .ptr = mem[i],
-                                     .bytes = n};
-        if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
-            return NULL;
     }
-    return ep;
-}
-
-static int donor_main(const cfg_t *c, int index, int cmd_fd, int addr_fd)
-{
-    void *mem[2] = {0};
-    char addr[64] = {0}, listen[32];
-    if (enter_ns(index) != 0)
-        return 1;
     /* A UCX_NET_DEVICES from outside (e.g. "lo") names nothing useful here. */
     setenv("UCX_NET_DEVICES", "eth0", 1);
-    snprintf(listen, sizeof(listen), "10.77.0.%d", index + 1);
-    graft_transfer_endpoint_t *ep = make_endpoint(c, listen, mem, true);
-    if (ep == NULL || graft_transfer_serve_begin(ep, STEP) != GRAFT_OK)
-        return 1;
-    snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
-    if (write(addr_fd, addr, sizeof(addr)) != (ssize_t)sizeof(addr))
-        return 1;
-    char q;
-    (void)!read(cmd_fd, &q, 1);
-    if (graft_transfer_serve_end(ep) != GRAFT_OK)
-        return 1;
-    graft_transfer_endpoint_destroy(ep);
-    free(mem[0]);
-    free(mem[1]);
-    return 0;
+    snprintf(listen, sizeof(listen), "10.77.0.%d", index + 2);
+    return listen;
 }
 
-static int donors_start(const cfg_t *c, donor_t *d, int n)
-{
-    for (int i = 0; i < n; i++) {
-        int cmd[2], ad[2];
-        if (pipe(cmd) != 0 || pipe(ad) != 0)
-            return -1;
-        d[i].pid = fork();
-        if (d[i].pid < 0)
-            return -1;
-        if (d[i].pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            for (int k = 0; k < i; k++)
-                close(d[k].cmd_fd);
-            close(cmd[1]);
-            close(ad[0]);
-            _exit(donor_main(c, i + 1, cmd[0], ad[1]));
-        }
-        close(cmd[0]);
-        close(ad[1]);
-        d[i].cmd_fd = cmd[1];
-        size_t got = 0;
-        while (got < sizeof(d[i].addr)) {
-            ssize_t r = read(ad[0], d[i].addr + got, sizeof(d[i].addr) - got);
-            if (r <= 0) {
-                close(ad[0]);
-                return -1;
-            }
-            got += (size_t)r;
-        }
-        close(ad[0]);
-    }
-    return 0;
-}
-
-static void donors_stop(donor_t *d, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (d[i].pid <= 0)
-            continue;
-        (void)!write(d[i].cmd_fd, "q", 1);
-        close(d[i].cmd_fd);
-        waitpid(d[i].pid, NULL, 0);
-        d[i].pid = 0;
-    }
-}
-
-static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, donor_t *d, int k)
+static double pull_once(const cfg_t *c, graft_transfer_endpoint_t *ep, graft_bench_donor_t *d,
+                        int k)
 {
     const char *addrs[MAX_DONORS];
     graft_transfer_report_t rep;
@@ -297,7 +186,7 @@ int main(int argc, char **argv)
 {
     cfg_t c = {.bytes = 512ull << 20, .chunk = 4u << 20, .reps = 3, .window = 4,
                .script = "scripts/netns.sh"};
-    donor_t d[MAX_DONORS] = {0};
+    graft_bench_donor_t d[MAX_DONORS] = {0};
     void *mem[2] = {0};
     graft_transfer_endpoint_t *ep = NULL;
     double gbps[MAX_ROWS] = {0}, secs[MAX_ROWS] = {0};
@@ -381,7 +270,8 @@ int main(int argc, char **argv)
         return 0;
     }
     setenv("UCX_TLS", "tcp", 1);
-    if (donors_start(&c, d, c.max_donors) != 0) {
+    graft_bench_state_t bs = {.bytes = c.bytes, .chunk = c.chunk, .step = STEP};
+    if (graft_bench_donors_start(&bs, d, c.max_donors, donor_setup, NULL) != 0) {
         fprintf(stderr, "donors failed to start\n");
         goto out;
     }
@@ -390,7 +280,7 @@ int main(int argc, char **argv)
     if (enter_ns(0) != 0)
         goto out;
     setenv("UCX_NET_DEVICES", "br0", 1);
-    ep = make_endpoint(&c, "10.77.0.1", mem, false);
+    ep = graft_bench_endpoint(&bs, "10.77.0.1", false, mem);
     if (ep == NULL)
         goto out;
     /* Warm-up over every link: connections, page faults of the regions. */
@@ -435,7 +325,7 @@ out:
     graft_transfer_endpoint_destroy(ep);
     free(mem[0]);
     free(mem[1]);
-    donors_stop(d, c.max_donors);
+    graft_bench_donors_stop(d, c.max_donors);
     teardown();
     g_owner = 0;
     return rc;

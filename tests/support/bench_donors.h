@@ -1,0 +1,46 @@
+/*
+ * Donor processes for the transfer benchmarks: a state of two regions
+ * ("params", three quarters of the bytes, and "optim") that donors fill
+ * with a fixed pattern and recipients zero, and forked donors that serve
+ * it until stopped. Public headers only.
+ */
+#ifndef GRAFT_TEST_BENCH_DONORS_H
+#define GRAFT_TEST_BENCH_DONORS_H
+
+#include <graft/transfer.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct graft_bench_donor {
+    pid_t pid;
+    int cmd_fd;     /* closing it (or a byte) stops the donor */
+    char addr[64];  /* its transfer address */
+} graft_bench_donor_t;
+
+/* The state every donor serves and every recipient pulls. */
+typedef struct graft_bench_state {
+    uint64_t bytes;
+    uint64_t chunk;
+    uint64_t step;
+} graft_bench_state_t;
+
+/* Runs first in donor @index (0-based) after the fork: returns the address
+ * to listen on (NULL: the default), or sets *failed_p. */
+typedef const char *(*graft_bench_donor_setup_fn)(int index, void *arg, bool *failed_p);
+
+/* An endpoint (listening on @listen, or the default when NULL) with the
+ * two regions registered; their memory is returned in mem[0..1] for the
+ * caller to free. NULL on any failure. */
+graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, const char *listen,
+                                                bool donor, void *mem[2]);
+
+/* Fork @n donors serving @s; each dies with the caller. 0 or -1. */
+int graft_bench_donors_start(const graft_bench_state_t *s, graft_bench_donor_t *d, int n,
+                             graft_bench_donor_setup_fn setup, void *arg);
+
+/* Stop and reap every donor still running (pid > 0). */
+void graft_bench_donors_stop(graft_bench_donor_t *d, int n);
+
+#endif
