@@ -40,32 +40,14 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "bench_stats.h"
 #include "etcd_fixture.h"
 
 static const char *endpoint;
 static int job_seq;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
-static double pct(double *v, size_t n, double p)
-{
-    if (n == 0)
-        return 0;
-    qsort(v, n, sizeof(*v), cmp_d);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i];
-}
 
 static graft_runtime_t *make_runtime(const char *job, int groups, int group, const char *mode)
 {
@@ -103,7 +85,7 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
     int warm = 5;
     for (int s = 0; s < steps + warm; s++) {
         bool apply = false;
-        double t0 = now_s();
+        double t0 = graft_test_now_s();
         graft_status_t st = graft_quorum(rt, NULL);
         if (st == GRAFT_OK)
             st = graft_heal_wait(rt);
@@ -114,7 +96,7 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
                     st == GRAFT_OK ? " (not applied)" : "");
             _exit(2);
         }
-        double dt[3] = {now_s() - t0, 0, 0};
+        double dt[3] = {graft_test_now_s() - t0, 0, 0};
         graft_metrics_t mt;
         graft_metrics_get(rt, &mt);
         dt[1] = (double)mt.last_quorum_ns * 1e-9;
@@ -198,10 +180,10 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     double cpu1 = cpu_s(etcd_pid);
     /* Per step of the whole job, warm-up steps and start-up included. */
     row_p->etcd_cpu_ms = cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) * 1e3 / (steps + 5) : -1;
-    row_p->med = pct(v, got, 0.5) * 1e3;
-    row_p->p99 = pct(v, got, 0.99) * 1e3;
-    row_p->quorum_med = pct(vq, got, 0.5) * 1e3;
-    row_p->commit_med = pct(vc, got, 0.5) * 1e3;
+    row_p->med = graft_test_percentile(v, got, 0.5) * 1e3;
+    row_p->p99 = graft_test_percentile(v, got, 0.99) * 1e3;
+    row_p->quorum_med = graft_test_percentile(vq, got, 0.5) * 1e3;
+    row_p->commit_med = graft_test_percentile(vc, got, 0.5) * 1e3;
     free(v);
     free(vq);
     free(vc);
@@ -213,13 +195,13 @@ static double etcd_put_ms(void)
     graft_etcd_t *e = graft_test_etcd_client(&endpoint, 1, NULL, NULL);
     double v[200];
     for (int i = 0; i < 200; i++) {
-        double t0 = now_s();
+        double t0 = graft_test_now_s();
         if (graft_etcd_put(e, "/bench/put", "x", 1, 0, NULL, NULL) != GRAFT_OK)
             v[i] = 0;
-        v[i] = (now_s() - t0) * 1e3;
+        v[i] = (graft_test_now_s() - t0) * 1e3;
     }
     graft_etcd_destroy(e);
-    return pct(v, 200, 0.5);
+    return graft_test_percentile(v, 200, 0.5);
 }
 
 /* ------------------------------------------------------------ recovery --- */
@@ -248,7 +230,7 @@ static void rec_child(const char *job, int group, int fd, int ready_fd, bool rep
 {
     rec_result_t res;
     memset(&res, 0, sizeof(res));
-    res.t_init = now_s();
+    res.t_init = graft_test_now_s();
     blob = malloc(blob_bytes);
     if (blob == NULL)
         _exit(1);
@@ -283,7 +265,7 @@ static void rec_child(const char *job, int group, int fd, int ready_fd, bool rep
                 _exit(5);
         }
         if (replacement && apply) {
-            res.t_first_commit = now_s();
+            res.t_first_commit = graft_test_now_s();
             graft_metrics_get(rt, &res.m);
             res.ok = 1;
             if (write(fd, &res, sizeof(res)) != sizeof(res))
@@ -332,9 +314,9 @@ static double restore_s(const char *root)
     drop_cache(step_dir);
     graft_persist_restore_params_t p = {.rank = 0, .ranks = 1, .regions = &r, .nregions = 1};
     graft_persist_restore_result_t res;
-    double t0 = now_s();
+    double t0 = graft_test_now_s();
     graft_status_t st = graft_persist_restore(root, &p, &res);
-    double dt = now_s() - t0;
+    double dt = graft_test_now_s() - t0;
     char cmd[1100];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
@@ -364,8 +346,8 @@ static int recovery(size_t mib, rec_row_t *row)
     }
     /* Kill once every group has joined, cold-synced and committed 3 steps. */
     int ready = 0;
-    double give_up = now_s() + 300;
-    while (ready < 3 && now_s() < give_up) {
+    double give_up = graft_test_now_s() + 300;
+    while (ready < 3 && graft_test_now_s() < give_up) {
         struct pollfd pf = {.fd = rfds[0], .events = POLLIN};
         char c;
         if (poll(&pf, 1, 200) == 1 && read(rfds[0], &c, 1) == 1)
@@ -386,7 +368,7 @@ static int recovery(size_t mib, rec_row_t *row)
         close(rfds[1]);
         return -1;
     }
-    double t_kill = now_s();
+    double t_kill = graft_test_now_s();
     kill(pids[1], SIGKILL);
     waitpid(pids[1], NULL, 0);
     pids[3] = fork();

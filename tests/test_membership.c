@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -892,32 +894,6 @@ static void test_event_history_bounded(void **state)
 
 /* ------------------------------------------------------ allocation torture --- */
 
-static long allocs_left = -1;
-static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
-static bool alloc_take(void)
-{
-    pthread_mutex_lock(&alloc_mu);
-    bool ok = allocs_left != 0;
-    if (allocs_left > 0)
-        allocs_left--;
-    pthread_mutex_unlock(&alloc_mu);
-    return ok;
-}
-static void *t_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    return alloc_take() ? malloc(n) : NULL;
-}
-static void *t_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    return alloc_take() ? realloc(p, n) : NULL;
-}
-static void t_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 /* Fail the n-th allocation of a join for each n in turn: every failure is a
  * clean error (never a crash, a hang or a leak under ASan), and with enough
@@ -926,20 +902,14 @@ static void t_free(void *p, void *arg)
 static void test_create_alloc_torture(void **state)
 {
     (void)state;
-    const graft_alloc_hooks_t hooks = {t_malloc, t_realloc, t_free, NULL};
     bool done = false;
     long n;
     for (n = 0; n < 2000 && !done; n += (n < 100 ? 1 : 7)) {
         graft_membership_config_t c = cfg_for("torture", 0, 0, 1);
         graft_membership_t *m = NULL;
-        pthread_mutex_lock(&alloc_mu);
-        allocs_left = n;
-        pthread_mutex_unlock(&alloc_mu);
-        graft_alloc_hooks_set(&hooks);
+        graft_test_alloc_fail_after((int)n);
         graft_status_t st = graft_membership_create(&c, &m);
-        pthread_mutex_lock(&alloc_mu);
-        allocs_left = -1; /* let the threads and the teardown run freely */
-        pthread_mutex_unlock(&alloc_mu);
+        graft_test_alloc_fail_after(-1); /* let the threads and the teardown run freely */
         if (st == GRAFT_OK) {
             done = true;
             graft_membership_destroy(m);
@@ -947,7 +917,7 @@ static void test_create_alloc_torture(void **state)
             assert_null(m);
             assert_true(st == GRAFT_ENOMEM || graft_status_class(st) == GRAFT_CLASS_JOB);
         }
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
     }
     assert_true(done);
     print_message("# create succeeded with %ld allocations allowed\n", n);
@@ -961,7 +931,6 @@ static void test_create_alloc_torture(void **state)
 static void test_fast_path_alloc_torture(void **state)
 {
     (void)state;
-    const graft_alloc_hooks_t hooks = {t_malloc, t_realloc, t_free, NULL};
     graft_membership_t *m = join("torture-fast", 0, 0, 1);
     uint64_t committed = 0;
     bool fast_done = false;
@@ -970,15 +939,10 @@ static void test_fast_path_alloc_torture(void **state)
         graft_membership_stats_t before, after;
         graft_quorum_t *q = NULL;
         graft_membership_stats_get(m, &before);
-        pthread_mutex_lock(&alloc_mu);
-        allocs_left = n;
-        pthread_mutex_unlock(&alloc_mu);
-        graft_alloc_hooks_set(&hooks);
+        graft_test_alloc_fail_after((int)n);
         graft_status_t st = graft_membership_quorum_wait(m, committed, 5000, &q);
-        pthread_mutex_lock(&alloc_mu);
-        allocs_left = -1;
-        pthread_mutex_unlock(&alloc_mu);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_fail_after(-1);
+        graft_test_alloc_restore();
         if (st != GRAFT_OK) {
             assert_null(q);
             assert_true(st == GRAFT_ENOMEM || st == GRAFT_ELEASE ||

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "alloc_fail.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -472,22 +474,6 @@ static void test_api_misuse(void **state)
 
 /* Fail each allocation of graft_init() + graft_region_register() in turn:
  * a clean error every time, no crash, no leak (under SAN=1). */
-static int budget;
-static void *limited_malloc(size_t n, void *arg)
-{
-    (void)arg;
-    return budget-- > 0 ? malloc(n) : NULL;
-}
-static void *limited_realloc(void *p, size_t n, void *arg)
-{
-    (void)arg;
-    return budget-- > 0 ? realloc(p, n) : NULL;
-}
-static void plain_free(void *p, void *arg)
-{
-    (void)arg;
-    free(p);
-}
 
 static void test_init_allocation_failures(void **state)
 {
@@ -500,13 +486,11 @@ static void test_init_allocation_failures(void **state)
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
                                       NULL), GRAFT_OK);
-    graft_alloc_hooks_t hooks = {limited_malloc, limited_realloc, plain_free, NULL};
     bool completed = false;
     int failures = 0;
     for (int n = 0; n < 400 && !completed; n++) {
         graft_runtime_t *rt = NULL;
-        graft_alloc_hooks_set(&hooks);
-        budget = n;
+        graft_test_alloc_fail_after(n);
         graft_status_t st = graft_init(c, &rt);
         if (st == GRAFT_OK) {
             graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, buf, sizeof(buf),
@@ -520,7 +504,7 @@ static void test_init_allocation_failures(void **state)
             failures++;
         }
         graft_destroy(rt);
-        graft_alloc_hooks_set(NULL);
+        graft_test_alloc_restore();
     }
     graft_config_destroy(c);
     assert_true(completed);
