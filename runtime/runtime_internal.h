@@ -58,7 +58,13 @@ struct graft_runtime {
     /* Step state (training thread). */
     bool joined;
     bool state_valid;      /* regions hold committed_step's state */
+    /* The regions must come from the job (an up-to-date group or a
+     * checkpoint): a start that expects donors, a start of a job that has
+     * committed steps, a failed recovery. Never satisfied by a cold start. */
+    bool need_state;
+    bool round_restored;   /* this quorum fell back to a checkpoint of another step */
     bool healthy_published;
+    bool progress_published; /* the job's progress key, once per process */
     graft_quorum_t *q;     /* the open step's quorum; NULL between steps */
     uint64_t prev_quorum_id;
     bool serving;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t lease_ttl_s(const graft_runtime_t *rt)
@@ -46,6 +47,69 @@ static void set_step(graft_runtime_t *rt, uint64_t step)
     pthread_mutex_lock(&rt->mu);
     rt->metrics.step = step;
     pthread_mutex_unlock(&rt->mu);
+}
+
+/* Has this job committed steps before? The `progress` key (written by
+ * every process at its first committed step) and the checkpoint records
+ * outlive every member. The latest quorum record cannot tell: a failed
+ * start of new processes replaces it with a round at their step 0. The
+ * number returned is the step in the progress key (0 if absent). */
+static graft_status_t job_progress(graft_runtime_t *rt, uint64_t *progress_step_p,
+                                   int64_t *n_checkpoints_p)
+{
+    graft_etcd_range_result_t res;
+    graft_etcd_range_opts_t ro = {.prefix = true, .count_only = true};
+    graft_etcd_kv_t kv;
+    uint64_t pstep = 0;
+    char *ckey = NULL, *pkey = NULL;
+    graft_status_t st = GRAFT_ENOMEM;
+    memset(&res, 0, sizeof(res));
+    memset(&kv, 0, sizeof(kv));
+    pkey = graft__asprintf("%sprogress", rt->prefix);
+    ckey = graft__asprintf("%scheckpoints/", rt->prefix);
+    if (pkey == NULL || ckey == NULL)
+        goto out;
+    st = graft_etcd_get(rt->etcd, pkey, &kv, NULL);
+    if (st == GRAFT_OK) {
+        char text[24] = "";
+        memcpy(text, kv.value, GRAFT_MIN(kv.value_len, sizeof(text) - 1));
+        /* Unparsable text still says the job progressed. */
+        pstep = GRAFT_MAX(strtoull(text, NULL, 10), 1u);
+    } else if (st != GRAFT_ENOTFOUND) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "cannot read %s: %s", pkey, graft_status_string(st));
+        goto out;
+    }
+    st = graft_etcd_range(rt->etcd, ckey, &ro, &res);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "cannot read %s: %s", ckey, graft_status_string(st));
+        goto out;
+    }
+    *progress_step_p = pstep;
+    *n_checkpoints_p = res.count;
+out:
+    graft_etcd_range_result_clear(&res);
+    graft_etcd_kv_clear(&kv);
+    graft_free(ckey);
+    graft_free(pkey);
+    return st;
+}
+
+/* Mark the job as having committed steps (see job_progress). Once per
+ * process, so the steady state pays nothing; a failure is retried at the
+ * next commit. */
+static void publish_progress(graft_runtime_t *rt, uint64_t step)
+{
+    char text[24];
+    char *key = graft__asprintf("%sprogress", rt->prefix);
+    if (key == NULL)
+        return;
+    int n = snprintf(text, sizeof(text), "%" PRIu64, step);
+    graft_status_t st = graft_etcd_put(rt->etcd, key, text, (size_t)n, 0, NULL, NULL);
+    if (st == GRAFT_OK)
+        rt->progress_published = true;
+    else
+        GRAFT_WARN(GRAFT_RT_MOD, "cannot write %s: %s", key, graft_status_string(st));
+    graft_free(key);
 }
 
 graft_status_t graft__rt_join(graft_runtime_t *rt)
@@ -91,6 +155,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
     if (donors_exist(rt)) {
         kind = GRAFT_START_PEER;
         rt->state_valid = false;
+        rt->need_state = true;
     } else if (rt->cfg->persist_root != NULL) {
         st = graft__rt_restore(rt, &step);
         if (st == GRAFT_OK) {
@@ -101,6 +166,27 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
             st = GRAFT_OK;
         } else {
             return st;
+        }
+    }
+    if (kind == GRAFT_START_COLD) {
+        /* A cold start is only for a new job. One that has committed steps
+         * must get its state from a group that holds it (which may come up
+         * after us, e.g. restoring) or fail at the first quorum: starting
+         * over from the trainer's initial state would silently lose them. */
+        uint64_t pstep = 0;
+        int64_t n_ckpt = 0;
+        st = job_progress(rt, &pstep, &n_ckpt);
+        if (st != GRAFT_OK)
+            return st;
+        if (pstep > 0 || n_ckpt > 0) {
+            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": job %s has committed "
+                       "steps (progress at step %" PRIu64 ", %" PRId64 " checkpoint records) "
+                       "but no donor and no valid checkpoint: not a cold start; the state must "
+                       "come from a group at the first quorum", rt->group, rt->rank, rt->cfg->job,
+                       pstep, n_ckpt);
+            kind = GRAFT_START_PEER;
+            rt->state_valid = false;
+            rt->need_state = true;
         }
     }
     set_step(rt, step);
@@ -224,6 +310,8 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
                  rep->bytes, graft_status_string(st));
     rt->heal_status = st;
     rt->state_valid = st == GRAFT_OK;
+    if (st == GRAFT_OK)
+        rt->need_state = false;
     pthread_mutex_lock(&rt->mu);
     if (st == GRAFT_OK) {
         rt->metrics.recoveries++;
@@ -271,13 +359,69 @@ static bool is_member(const graft_quorum_t *q, uint32_t group)
     return false;
 }
 
-/* Decide this group's role in quorum q and start the heal or the serve. */
-static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q)
+/* No group of quorum q can give this rank the state it lacks: restore the
+ * newest checkpoint that verifies, or fail. Every rank of the group comes
+ * here in the same quorum (the one lacking state, and the others because
+ * the group's step is below theirs) and, verifying every shard, all pick
+ * the same checkpoint. When it is not of q's step the group votes no and
+ * announces the restored step at the next quorum, where the quorum
+ * reconciles it with the others; a deterministic trainer recomputes the
+ * lost steps. */
+static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    graft_status_t st = GRAFT_ENOCHECKPOINT;
+    uint64_t step = 0;
+    if (rt->cfg->persist_root != NULL) {
+        st = graft__rt_restore(rt, &step);
+        if (st != GRAFT_OK && st != GRAFT_ENOCHECKPOINT)
+            return st; /* logged by the restore; the regions may be half written */
+    }
+    if (st == GRAFT_ENOCHECKPOINT) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": no valid state for "
+                    "step %" PRIu64 " of quorum %" PRIu64 ": no up-to-date group can serve it "
+                    "and %s%s; the job's committed state is lost (refusing to train on "
+                    "unverified state or to start the job over)", rt->group, rt->rank, q->step,
+                    q->id, rt->cfg->persist_root != NULL ? "no checkpoint verifies under "
+                                                         : "no persistent tier is configured",
+                    rt->cfg->persist_root != NULL ? rt->cfg->persist_root : "");
+        return GRAFT_ESTATELOST;
+    }
+    rt->need_state = false;
+    rt->state_valid = true;
+    rt->round_restored = step != q->step;
+    set_step(rt, step);
+    pthread_mutex_lock(&rt->mu);
+    if (rt->metrics.commits == 0)
+        rt->start_kind = GRAFT_START_RESTORE; /* nothing committed from another start */
+    pthread_mutex_unlock(&rt->mu);
+    GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": no up-to-date group for step %"
+               PRIu64 " of quorum %" PRIu64 "; restored checkpoint step %" PRIu64 " from %s%s",
+               rt->group, rt->rank, q->step, q->id, step, rt->cfg->persist_root,
+               rt->round_restored ? "; rejoining at that step" : "");
+    return GRAFT_OK;
+}
+
+/* Decide this group's role in quorum q and start the heal or the serve.
+ * *fatal_p: the rank has no valid state and none can be had. */
+static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *fatal_p)
 {
     graft_status_t st = GRAFT_OK;
     rt->n_recipients = 0;
     rt->cold_sync = false;
     rt->heal_status = GRAFT_OK;
+    rt->round_restored = false;
+    /* The quorum assigns recoveries by the group's step, the lowest of its
+     * ranks'. This rank can neither compute nor serve q's step when it
+     * lacks the job's state, or when it is ahead of its own group's step
+     * (another rank of the group failed to heal): then nobody in q holds
+     * that state for it. Checked before serving, so undefined state is
+     * never served, and before the step-0 sync, so a job that had
+     * progressed is never started over. */
+    if (!q->must_recover && (rt->need_state || graft_step(rt) > q->step)) {
+        st = fallback(rt, q);
+        *fatal_p = st != GRAFT_OK;
+        goto out;
+    }
     if (q->step == 0)
         rt->state_valid = true; /* cold start: the trainer's initial state */
     if (q->step == 0 && q->n_members > 1) {
@@ -294,6 +438,9 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q)
         for (size_t i = 0; i < q->n_recoveries; i++) {
             if (q->recoveries[i].recipient != rt->group)
                 continue;
+            /* From here until a heal succeeds only a group or a checkpoint
+             * can make the regions valid again. */
+            rt->need_state = true;
             st = heal_start(rt, q->recoveries[i].donors, q->recoveries[i].n_donors);
             goto out;
         }
@@ -379,7 +526,15 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
                                     .step = q->step, .quorum_id = q->id, .detail = detail};
         graft__rt_emit(rt, &ev);
     }
-    st = start_role(rt, q);
+    bool fatal = false;
+    st = start_role(rt, q, &fatal);
+    if (fatal) {
+        /* Logged by the fallback. The group's vote stays missing (a no);
+         * the runtime can be asked again, e.g. once a group is back. */
+        rt->q = NULL;
+        graft_membership_quorum_free(q);
+        return st;
+    }
     GRAFT_DEBUG(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": quorum round %" PRIu64
                 " id %" PRIu64 " step %" PRIu64 " (mine %" PRIu64 ") %zu groups: %s",
                 rt->group, rt->rank, q->round, q->id, q->step, committed, q->n_members,
@@ -454,6 +609,10 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
         }
     }
     serve_stop(rt, q);
+    if (ok && rt->round_restored) {
+        ok = false;
+        reason = "restored a checkpoint of another step";
+    }
     if (ok && q->n_members < rt->min_groups) {
         ok = false;
         reason = "too few groups";
@@ -491,9 +650,11 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
             st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, q->step + 1);
             rt->healthy_published = st == GRAFT_OK;
         }
+        if (!rt->progress_published)
+            publish_progress(rt, q->step + 1);
     } else {
         /* A healed group holds the quorum's step even when the vote fails. */
-        if (rt->state_valid)
+        if (rt->state_valid && !rt->round_restored)
             set_step(rt, q->step);
         graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_COMMIT_FAILED,
                                     .status = ret != GRAFT_OK ? ret : GRAFT_EVOTE,
@@ -510,6 +671,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     pthread_mutex_unlock(&rt->mu);
     graft_membership_quorum_free(q);
     rt->q = NULL;
+    rt->round_restored = false;
     *apply_p = decision;
     return ret;
 }

@@ -45,6 +45,7 @@ typedef struct proc {
     int group, rank;
     char out[400];  /* stdout */
     char log[400];  /* --hash-log */
+    char err[400];  /* stderr, when the job captures it */
     int status;
     bool done;
 } proc_t;
@@ -53,6 +54,7 @@ typedef struct job {
     char dir[256];
     char name[64];
     const char *extra_env[8]; /* "NAME=value" */
+    bool capture_err;         /* stderr to a file per process */
     proc_t p[MAX_PROCS];
     int n;
 } job_t;
@@ -103,6 +105,8 @@ static proc_t *spawn(job_t *j, int group, int rank, const char *const *flags)
     memcpy(dir, j->dir, sizeof(dir));
     snprintf(p->out, sizeof(p->out), "%s/out.%d.%d.%d", dir, group, rank, idx);
     snprintf(p->log, sizeof(p->log), "%s/log.%d.%d.%d", dir, group, rank, idx);
+    snprintf(p->err, sizeof(p->err), "%s/err.%d.%d.%d", dir, group, rank, idx);
+    bool capture_err = j->capture_err;
     const char *args[32];
     size_t n = 0;
     args[n++] = trainer;
@@ -138,6 +142,13 @@ static proc_t *spawn(job_t *j, int group, int rank, const char *const *flags)
         if (fd >= 0) {
             dup2(fd, 1);
             close(fd);
+        }
+        if (capture_err) {
+            fd = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, 2);
+                close(fd);
+            }
         }
         execv(trainer, (char *const *)args);
         _exit(127);
@@ -233,10 +244,11 @@ static void read_final(const proc_t *p, uint64_t *step, char hash[17], char star
 }
 
 /* The fault-free reference: the same training without the runtime. */
-static void reference_hash(int rank, int steps, char hash[17])
+static void reference_hash_blob(int rank, int steps, int blob_mib, char hash[17])
 {
     char cmd[1300];
-    snprintf(cmd, sizeof(cmd), "GRAFT_RANK=%d '%s' --no-graft --steps %d", rank, trainer, steps);
+    snprintf(cmd, sizeof(cmd), "GRAFT_RANK=%d '%s' --no-graft --steps %d --blob-mib %d", rank,
+             trainer, steps, blob_mib);
     FILE *f = popen(cmd, "r");
     char line[256] = "";
     uint64_t step, rec;
@@ -250,13 +262,14 @@ static void reference_hash(int rank, int steps, char hash[17])
 }
 
 /* Every process that exited normally ended at `steps` with the reference
- * hash of its rank; returns how many recovered (pulled state). */
-static int check_final(job_t *j, int steps)
+ * hash of its rank (trained with a blob of blob_mib MiB); returns how many
+ * recovered (pulled state). */
+static int check_final_blob(job_t *j, int steps, int blob_mib)
 {
     char ref[R][17];
     int recovered = 0;
     for (int r = 0; r < R; r++)
-        reference_hash(r, steps, ref[r]);
+        reference_hash_blob(r, steps, blob_mib, ref[r]);
     for (int i = 0; i < j->n; i++) {
         proc_t *p = &j->p[i];
         if (WIFSIGNALED(p->status))
@@ -274,6 +287,11 @@ static int check_final(job_t *j, int steps)
         recovered += strcmp(start, "peer") == 0;
     }
     return recovered;
+}
+
+static int check_final(job_t *j, int steps)
+{
+    return check_final_blob(j, steps, 0);
 }
 
 /* Every commit any process logged agrees with every other process of the
@@ -735,6 +753,196 @@ static void test_elastic_and_checkpoint_now(void **state)
     graft_etcd_kv_clear(&kv);
 }
 
+/* ------------------------------------------ no up-to-date group left --- */
+
+static bool file_contains(const char *path, const char *needle)
+{
+    char buf[16384];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* The restores counter of a trainer's metrics line. */
+static uint64_t read_restores(const proc_t *p)
+{
+    FILE *f = fopen(p->out, "r");
+    char line[256];
+    uint64_t commits, failed, checks, mism, restores = 0;
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_int_equal(sscanf(line, "metrics commits %" SCNu64 " commits_failed %" SCNu64
+                            " drift_checks %" SCNu64 " drift_mismatches %" SCNu64
+                            " restores %" SCNu64, &commits, &failed, &checks, &mism, &restores),
+                     5);
+    return restores;
+}
+
+/* Waits for a process that must end by itself. */
+static void wait_proc(proc_t *p, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (waitpid(p->pid, &p->status, WNOHANG) != p->pid) {
+        if (now_s() > end)
+            fail_msg("group %d rank %d did not end within %.0f s", p->group, p->rank, timeout_s);
+        usleep(10000);
+    }
+    p->done = true;
+}
+
+#define LOST_STEPS 16
+#define LOST_BLOB_MIB 8
+
+/* Elastic job of groups 0 and 1 (2 ranks each); group 1 kills itself as
+ * soon as it serves. Rank 0 of group 0 is killed and replaced: group 0
+ * becomes a recipient, its only donor dies during the heal, and no
+ * up-to-date group is left. Returns with group 1 dead and group 0's two
+ * processes (old rank 1, the replacement rank 0) finished. */
+static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
+{
+    const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8", NULL};
+    const char *dying[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8",
+                           "--die-when-serving", "0", NULL};
+    j->extra_env[0] = "GRAFT_MODE=elastic";
+    j->extra_env[1] = "GRAFT_MIN_GROUPS=1";
+    j->extra_env[2] = "GRAFT_TRANSFER_CHUNK_BYTES=65536";
+    j->capture_err = true;
+    /* Group 1 is not the lowest group, so the step-0 sync never makes it
+     * serve: the first time it serves is the heal below. */
+    proc_t *victim = spawn(j, 0, 0, flags);
+    proc_t *rank1 = spawn(j, 0, 1, flags);
+    proc_t *d0 = spawn(j, 1, 0, dying);
+    proc_t *d1 = spawn(j, 1, 1, dying);
+    wait_log(victim, 5, 60);
+    kill_proc(victim);
+    /* Group 1 goes on alone (elastic), past group 0's step. */
+    int before = log_lines(d0->log);
+    wait_log(d0, before + 2, 60);
+    proc_t *repl = spawn(j, 0, 0, flags);
+    wait_proc(d0, 60);
+    wait_proc(d1, 60);
+    assert_true(WIFSIGNALED(d0->status) && WTERMSIG(d0->status) == SIGKILL);
+    assert_true(WIFSIGNALED(d1->status) && WTERMSIG(d1->status) == SIGKILL);
+    wait_proc(rank1, 60);
+    wait_proc(repl, 60);
+    *rank1_p = rank1;
+    *repl_p = repl;
+}
+
+/* Every donor dies during the heal, with the persistent tier on: both
+ * ranks of the recipient group restore the newest valid checkpoint, go on
+ * from its step and end identical to the fault-free run (the trainer is
+ * deterministic, so the lost steps are recomputed exactly). */
+static void test_donors_lost_restore(void **state)
+{
+    (void)state;
+    job_t j;
+    char root[300], env_root[340];
+    job_init(&j, "lost");
+    snprintf(root, sizeof(root), "%s/ckpt", j.dir);
+    snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
+    j.extra_env[3] = env_root;
+    j.extra_env[4] = "GRAFT_PERSIST_EVERY=3";
+    proc_t *rank1 = NULL, *repl = NULL;
+    run_donors_lost(&j, &rank1, &repl);
+    if (!WIFEXITED(repl->status) || WEXITSTATUS(repl->status) != 0)
+        fail_msg("the replacement exited with status 0x%x (stderr %s)", repl->status, repl->err);
+    check_final_blob(&j, LOST_STEPS, LOST_BLOB_MIB);
+    check_logs(&j, LOST_STEPS);
+    /* Both took the state from disk, not from a cold start. */
+    assert_true(read_restores(rank1) >= 1);
+    assert_true(read_restores(repl) >= 1);
+    uint64_t step, rec;
+    char hash[17], start[16];
+    read_final(repl, &step, hash, start, &rec);
+    assert_string_equal(start, "restore");
+    assert_true(file_contains(repl->err, "restored checkpoint step"));
+    rm_rf(j.dir);
+}
+
+/* The same without a persistent tier: a clear error, and the recipient
+ * group never commits a step on the state it could not get. */
+static void test_donors_lost_no_checkpoint(void **state)
+{
+    (void)state;
+    job_t j;
+    job_init(&j, "lostnp");
+    proc_t *rank1 = NULL, *repl = NULL;
+    run_donors_lost(&j, &rank1, &repl);
+    const char *want = graft_status_string(GRAFT_ESTATELOST);
+    proc_t *ps[2] = {rank1, repl};
+    for (int i = 0; i < 2; i++) {
+        if (!WIFEXITED(ps[i]->status) || WEXITSTATUS(ps[i]->status) != 1)
+            fail_msg("group 0 rank %d exited with status 0x%x, not the error", ps[i]->rank,
+                     ps[i]->status);
+        if (!file_contains(ps[i]->err, want) ||
+            !file_contains(ps[i]->err, "no persistent tier is configured"))
+            fail_msg("%s does not say '%s'", ps[i]->err, want);
+    }
+    /* The replacement never committed; everything logged agrees. */
+    assert_int_equal(log_lines(repl->log), 0);
+    check_logs(&j, LOST_STEPS);
+    rm_rf(j.dir);
+}
+
+/* A new job cold-starts; once it has committed steps, a new process with
+ * no group to pull from and no checkpoint is an error, not a cold start —
+ * without a persistent tier and with an empty one. */
+static void test_progressed_job_no_cold_start(void **state)
+{
+    (void)state;
+    job_t j;
+    char empty[300], env_root[340];
+    job_init(&j, "progressed");
+    j.extra_env[0] = "GRAFT_MODE=elastic";
+    j.extra_env[1] = "GRAFT_MIN_GROUPS=1";
+    j.capture_err = true;
+    const char *first[] = {"--steps", "4", NULL};
+    proc_t *a = spawn(&j, 0, 0, first);
+    proc_t *b = spawn(&j, 0, 1, first);
+    wait_proc(a, 60);
+    wait_proc(b, 60);
+    check_final(&j, 4);
+    uint64_t step, rec;
+    char hash[17], start[16];
+    read_final(a, &step, hash, start, &rec);
+    assert_string_equal(start, "cold");
+
+    const char *again[] = {"--steps", "8", NULL};
+    const char *const want = graft_status_string(GRAFT_ESTATELOST);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            /* A persistent tier that holds nothing. */
+            snprintf(empty, sizeof(empty), "%s/empty", j.dir);
+            assert_int_equal(mkdir(empty, 0755), 0);
+            snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", empty);
+            j.extra_env[2] = env_root;
+        }
+        proc_t *p0 = spawn(&j, 0, 0, again);
+        proc_t *p1 = spawn(&j, 0, 1, again);
+        wait_proc(p0, 60);
+        wait_proc(p1, 60);
+        proc_t *ps[2] = {p0, p1};
+        for (int i = 0; i < 2; i++) {
+            if (!WIFEXITED(ps[i]->status) || WEXITSTATUS(ps[i]->status) != 1)
+                fail_msg("restart %d rank %d exited with status 0x%x, not the error", round,
+                         ps[i]->rank, ps[i]->status);
+            if (!file_contains(ps[i]->err, want))
+                fail_msg("%s does not say '%s'", ps[i]->err, want);
+            if (round == 1 && !file_contains(ps[i]->err, "no checkpoint verifies under"))
+                fail_msg("%s does not name the empty persistent tier", ps[i]->err);
+            assert_int_equal(log_lines(ps[i]->log), 0);
+        }
+    }
+    rm_rf(j.dir);
+}
+
 /* ------------------------------------------- two runtimes, one process --- */
 
 /* A runtime of group `group` of a 2-group strict job, against the test's
@@ -983,6 +1191,9 @@ int main(void)
         cmocka_unit_test(test_kill_all_restore),
         cmocka_unit_test(test_drift_detected_and_healed),
         cmocka_unit_test(test_elastic_and_checkpoint_now),
+        cmocka_unit_test(test_donors_lost_restore),
+        cmocka_unit_test(test_donors_lost_no_checkpoint),
+        cmocka_unit_test(test_progressed_job_no_cold_start),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -96,7 +96,8 @@ typedef enum graft_status_class {
     X(EMALFORMED, -505, JOB, "malformed etcd response")                                  \
     X(EETCD, -506, JOB, "etcd returned an error")                                        \
     X(ENOQUORUM, -507, JOB, "not enough groups for a quorum")                            \
-    X(ENOCHECKPOINT, -508, JOB, "no valid checkpoint")
+    X(ENOCHECKPOINT, -508, JOB, "no valid checkpoint")                                   \
+    X(ESTATELOST, -509, JOB, "job state lost: no up-to-date group and no valid checkpoint")
 
 /** Status code returned by every fallible graft function. */
 typedef enum graft_status {
