@@ -5,10 +5,13 @@
  * from zero.
  *
  *   transfer_bench [--bytes N] [--chunk N] [--reps R] [--window W]
- *                  [--tls tcp,shm] [--read get|push|both] [--json]
+ *                  [--tls tcp,shm] [--read get|push|both]
+ *                  [--alloc graft|malloc|both] [--json]
  *
- * For each transport and read protocol (one-sided get, or donor push):
- * fork 3 donors holding N bytes (two regions), then
+ * For each transport, read protocol (one-sided get, or donor push) and
+ * kind of region memory (one block from graft_transfer_host_alloc(), or
+ * malloc as a trainer's own memory): fork 3 donors holding N bytes (two
+ * regions), then
  * pull from 1, 2 and 3 of them (median of R runs, hashing on), once from 1
  * with verification off, then run ucx_perftest server+client with the same
  * UCX_TLS for ucp_get and tag_bw (message = chunk size, total = N). Last,
@@ -46,11 +49,13 @@ typedef struct cfg {
     bool json;
     char tls[64];
     char read[16];
+    char alloc[16];
 } cfg_t;
 
 typedef struct result {
     const char *tls;
     const char *read;
+    const char *alloc;
     double pull_gbps[MAX_DONORS];
     double pull_noverify_gbps;
     double perf_get_gbps; /* perftest with peer error handling (-e), as graft runs */
@@ -158,7 +163,8 @@ static double best_of(double a, double b)
     return a > b ? a : b;
 }
 
-static int run_tls(const cfg_t *c, const char *name, const char *read, result_t *res)
+static int run_tls(const cfg_t *c, const char *name, const char *read, const char *alloc,
+                   result_t *res)
 {
     graft_bench_donor_t d[MAX_DONORS] = {0};
     void *mem[2] = {0};
@@ -171,8 +177,12 @@ static int run_tls(const cfg_t *c, const char *name, const char *read, result_t 
     setenv("UCX_TLS", strcmp(name, "shm") == 0 ? shm : name, 1);
     res->tls = name;
     res->read = read;
+    res->alloc = alloc;
     g_read = strcmp(read, "push") == 0 ? GRAFT_TRANSFER_READ_PUSH : GRAFT_TRANSFER_READ_GET;
-    graft_bench_state_t bs = {.bytes = c->bytes, .chunk = c->chunk, .step = STEP};
+    graft_bench_state_t bs = {.bytes = c->bytes,
+                              .chunk = c->chunk,
+                              .step = STEP,
+                              .use_malloc = strcmp(alloc, "malloc") == 0};
     if (graft_bench_donors_start(&bs, d, MAX_DONORS, NULL, NULL) != 0)
         goto out;
     ep = graft_bench_endpoint(&bs, NULL, false, mem);
@@ -231,12 +241,13 @@ int main(int argc, char **argv)
         {"bytes", required_argument, NULL, 'b'}, {"chunk", required_argument, NULL, 'c'},
         {"reps", required_argument, NULL, 'r'},  {"window", required_argument, NULL, 'w'},
         {"tls", required_argument, NULL, 't'},   {"json", no_argument, NULL, 'j'},
-        {"read", required_argument, NULL, 'R'},
+        {"read", required_argument, NULL, 'R'},  {"alloc", required_argument, NULL, 'a'},
         {NULL, 0, NULL, 0}};
     int opt;
 
     snprintf(c.tls, sizeof(c.tls), "tcp,shm");
     snprintf(c.read, sizeof(c.read), "both");
+    snprintf(c.alloc, sizeof(c.alloc), "graft");
     while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (opt) {
         case 'b':
@@ -260,13 +271,20 @@ int main(int argc, char **argv)
         case 'R':
             snprintf(c.read, sizeof(c.read), "%s", optarg);
             break;
+        case 'a':
+            snprintf(c.alloc, sizeof(c.alloc), "%s", optarg);
+            break;
         default:
             fprintf(stderr, "usage: %s [--bytes N] [--chunk N] [--reps R] [--window W] "
-                            "[--tls tcp,shm] [--read get|push|both] [--json]\n", argv[0]);
+                            "[--tls tcp,shm] [--read get|push|both] "
+                            "[--alloc graft|malloc|both] [--json]\n",
+                    argv[0]);
             return 2;
         }
     }
-    if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0) {
+    if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0 ||
+        (strcmp(c.alloc, "graft") != 0 && strcmp(c.alloc, "malloc") != 0 &&
+         strcmp(c.alloc, "both") != 0)) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -278,32 +296,38 @@ int main(int argc, char **argv)
     for (char *save = NULL, *tok = strtok_r(tls_list, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
         static const char *reads[2] = {"get", "push"};
-        for (int r = 0; r < 2 && n_res < MAX_RESULTS; r++) {
+        static const char *allocs[2] = {"graft", "malloc"};
+        for (int r = 0; r < 2; r++) {
             if (strcmp(c.read, "both") != 0 && strcmp(c.read, reads[r]) != 0)
                 continue;
-            memset(&res[n_res], 0, sizeof(res[n_res]));
-            snprintf(names[n_res], sizeof(names[n_res]), "%s", tok);
-            if (run_tls(&c, names[n_res], reads[r], &res[n_res]) != 0) {
-                fprintf(stderr, "transport %s (%s) failed\n", tok, reads[r]);
-                return 1;
+            for (int a = 0; a < 2 && n_res < MAX_RESULTS; a++) {
+                if (strcmp(c.alloc, "both") != 0 && strcmp(c.alloc, allocs[a]) != 0)
+                    continue;
+                memset(&res[n_res], 0, sizeof(res[n_res]));
+                snprintf(names[n_res], sizeof(names[n_res]), "%s", tok);
+                if (run_tls(&c, names[n_res], reads[r], allocs[a], &res[n_res]) != 0) {
+                    fprintf(stderr, "transport %s (%s, %s memory) failed\n", tok, reads[r],
+                            allocs[a]);
+                    return 1;
+                }
+                n_res++;
             }
-            n_res++;
         }
     }
 
     printf("transfer_bench: %.0f MiB state, %llu KiB chunks, window %u, median of %d\n",
            (double)c.bytes / 1048576, (unsigned long long)(c.chunk >> 10), c.window, c.reps);
     printf("perftest -e: endpoints with peer error handling, as graft's; plain: without\n");
-    printf("%-5s %-4s %9s %9s %9s %11s %12s %12s %10s %12s %12s %10s %9s %9s\n", "tls", "read",
-           "1 donor", "2 donors", "3 donors", "1 no-hash", "get -e", "tag_bw -e", "1d/best-e",
+    printf("%-5s %-4s %-6s %9s %9s %9s %11s %12s %12s %10s %12s %12s %10s %9s %9s\n", "tls",
+           "read", "memory", "1 donor", "2 donors", "3 donors", "1 no-hash", "get -e", "tag_bw -e", "1d/best-e",
            "get plain", "tag plain", "1d/best", "recover", "restart");
     for (int i = 0; i < n_res; i++) {
         result_t *r = &res[i];
         double best_eh = best_of(r->perf_get_gbps, r->perf_tag_gbps);
         double best = best_of(r->perf_get_plain_gbps, r->perf_tag_plain_gbps);
-        printf("%-5s %-4s %7.2f GB/s %5.2f GB/s %5.2f GB/s %7.2f GB/s %8.2f GB/s %8.2f GB/s %9.2fx "
+        printf("%-5s %-4s %-6s %7.2f GB/s %5.2f GB/s %5.2f GB/s %7.2f GB/s %8.2f GB/s %8.2f GB/s %9.2fx "
                "%8.2f GB/s %8.2f GB/s %9.2fx %7.3f s %7.3f s\n",
-               r->tls, r->read, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
+               r->tls, r->read, r->alloc, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
                r->pull_noverify_gbps, r->perf_get_gbps, r->perf_tag_gbps,
                best_eh > 0 ? r->pull_gbps[0] / best_eh : 0, r->perf_get_plain_gbps,
                r->perf_tag_plain_gbps, best > 0 ? r->pull_gbps[0] / best : 0, r->recover_s,
@@ -317,13 +341,13 @@ int main(int argc, char **argv)
             result_t *r = &res[i];
             double best_eh = best_of(r->perf_get_gbps, r->perf_tag_gbps);
             double best = best_of(r->perf_get_plain_gbps, r->perf_tag_plain_gbps);
-            printf("%s{\"tls\":\"%s\",\"read\":\"%s\",\"pull_gbps\":[%.3f,%.3f,%.3f],\"pull_noverify_gbps\":%.3f,"
+            printf("%s{\"tls\":\"%s\",\"read\":\"%s\",\"alloc\":\"%s\",\"pull_gbps\":[%.3f,%.3f,%.3f],\"pull_noverify_gbps\":%.3f,"
                    "\"perftest_ucp_get_gbps\":%.3f,\"perftest_tag_bw_gbps\":%.3f,"
                    "\"ratio_vs_best_perftest\":%.3f,"
                    "\"perftest_plain_ucp_get_gbps\":%.3f,\"perftest_plain_tag_bw_gbps\":%.3f,"
                    "\"ratio_vs_best_plain_perftest\":%.3f,\"recover_s\":%.3f,\"fail_at_s\":%.3f,"
                    "\"restart_from_zero_s\":%.3f}",
-                   i ? "," : "", r->tls, r->read, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
+                   i ? "," : "", r->tls, r->read, r->alloc, r->pull_gbps[0], r->pull_gbps[1], r->pull_gbps[2],
                    r->pull_noverify_gbps, r->perf_get_gbps, r->perf_tag_gbps,
                    best_eh > 0 ? r->pull_gbps[0] / best_eh : 0, r->perf_get_plain_gbps,
                    r->perf_tag_plain_gbps, best > 0 ? r->pull_gbps[0] / best : 0, r->recover_s,

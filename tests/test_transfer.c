@@ -55,6 +55,7 @@ typedef struct donor_opts {
     uint64_t step;
     int flip_region; /* -1: identical state */
     uint64_t flip_offset;
+    bool host_mem; /* regions inside one graft_transfer_host_alloc() block */
 } donor_opts_t;
 
 typedef struct donor_proc {
@@ -103,6 +104,22 @@ static bool write_full(int fd, const void *buf, size_t n)
     return true;
 }
 
+/* Where region @i of a layout lies in a host block: the first at an odd
+ * offset, the others each at the next 64-byte boundary, so that regions
+ * cover parts of the block, never all of it. */
+static uint64_t host_block_offset(const region_spec_t *layout, size_t i)
+{
+    uint64_t off = 13;
+    for (size_t k = 0; k < i; k++)
+        off = (off + layout[k].bytes + 63) / 64 * 64;
+    return off;
+}
+
+static uint64_t host_block_bytes(const region_spec_t *layout, size_t n)
+{
+    return host_block_offset(layout, n) + 4096;
+}
+
 /* The donor process: serve until told to quit; answer fence questions. */
 static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
 {
@@ -112,10 +129,16 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
     char addr[64] = {0};
     int rc = 1;
 
+    uint8_t *block = NULL;
+
     if (graft_transfer_endpoint_create(&cfg, &ep) != GRAFT_OK)
         goto out;
+    if (o->host_mem && graft_transfer_host_alloc(ep, host_block_bytes(o->layout, o->n_regions),
+                                                 (void **)&block) != GRAFT_OK)
+        goto out;
     for (size_t i = 0; i < o->n_regions; i++) {
-        mem[i] = malloc(o->layout[i].bytes + 1);
+        mem[i] = block != NULL ? block + host_block_offset(o->layout, i)
+                               : malloc(o->layout[i].bytes + 1);
         fill_pattern(mem[i], o->layout[i].bytes, i + 1);
         if ((int)i == o->flip_region)
             mem[i][o->flip_offset] ^= 0x40;
@@ -152,8 +175,9 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
     }
     rc = graft_transfer_serve_end(ep) == GRAFT_OK ? 0 : 1;
 out:
+    /* The endpoint frees the block (its regions keep it until then). */
     graft_transfer_endpoint_destroy(ep);
-    for (size_t i = 0; i < o->n_regions; i++)
+    for (size_t i = 0; i < o->n_regions && block == NULL; i++)
         free(mem[i]);
     free(mem);
     return rc;
@@ -253,6 +277,7 @@ reaped:
 /* The recipient: an endpoint with zeroed regions of a layout. */
 typedef struct recipient {
     graft_transfer_endpoint_t *ep;
+    bool host_mem; /* mem[] lie in a host block of ep, freed with it */
     uint8_t **mem;
     const region_spec_t *layout;
     size_t n_regions;
@@ -263,25 +288,39 @@ typedef struct recipient {
  * inherited by the next test's forked donors. */
 static recipient_t g_live_recipient;
 
-static void recipient_create(recipient_t *r, const region_spec_t *layout, size_t n, uint64_t chunk,
-                             const char *token)
+static void recipient_create_in(recipient_t *r, const region_spec_t *layout, size_t n,
+                                uint64_t chunk, const char *token, bool host_mem)
 {
     graft_transfer_config_t cfg = {.job_token = token, .chunk_bytes = chunk, .group = 2};
+    uint8_t *block = NULL;
     memset(r, 0, sizeof(*r));
     r->layout = layout;
     r->n_regions = n;
+    r->host_mem = host_mem;
     r->mem = calloc(n + 1, sizeof(*r->mem));
     graft_status_t st = graft_transfer_endpoint_create(&cfg, &r->ep);
     g_live_recipient = *r; /* shares r->mem, filled in below */
     assert_int_equal(st, GRAFT_OK);
+    if (host_mem) {
+        uint64_t bytes = host_block_bytes(layout, n);
+        assert_int_equal(graft_transfer_host_alloc(r->ep, bytes, (void **)&block), GRAFT_OK);
+        memset(block, 0, bytes);
+    }
     for (size_t i = 0; i < n; i++) {
-        r->mem[i] = calloc(1, layout[i].bytes + 1);
+        r->mem[i] = host_mem ? block + host_block_offset(layout, i)
+                             : calloc(1, layout[i].bytes + 1);
         graft_transfer_region_t reg = {.name = layout[i].name,
                                        .kind = GRAFT_TRANSFER_REGION_PARAM,
                                        .ptr = r->mem[i],
                                        .bytes = layout[i].bytes};
         assert_int_equal(graft_transfer_region_register(r->ep, &reg), GRAFT_OK);
     }
+}
+
+static void recipient_create(recipient_t *r, const region_spec_t *layout, size_t n, uint64_t chunk,
+                             const char *token)
+{
+    recipient_create_in(r, layout, n, chunk, token, false);
 }
 
 static bool recipient_matches(const recipient_t *r)
@@ -301,7 +340,7 @@ static void recipient_destroy(recipient_t *r)
     if (g_live_recipient.mem == r->mem)
         memset(&g_live_recipient, 0, sizeof(g_live_recipient));
     graft_transfer_endpoint_destroy(r->ep);
-    for (size_t i = 0; i < r->n_regions; i++)
+    for (size_t i = 0; i < r->n_regions && !r->host_mem; i++)
         free(r->mem[i]);
     free(r->mem);
 }
@@ -494,11 +533,15 @@ static uint64_t big_total(void)
     return t;
 }
 
-/* One of three donors is killed (or stopped) after a quarter of the bytes. */
-static void failover(int sig)
+/* One of three donors is killed (or stopped) after a quarter of the bytes.
+ * With @host_mem the donors' regions lie in host blocks: on shared memory
+ * the recipient then reads them by itself, so a victim's memory may stay
+ * readable after it died and it may legitimately finish its share. */
+static void failover_in(int sig, bool host_mem)
 {
     donor_proc_t d[3];
     donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    o.host_mem = host_mem;
     const char *addrs[3];
     recipient_t r;
     graft_transfer_report_t rep;
@@ -528,8 +571,12 @@ static void failover(int sig)
     assert_true(rep.donors[2].status == GRAFT_OK || rep.donors[2].status == GRAFT_EPEER_TIMEOUT);
     assert_true(rep.donors[0].status == GRAFT_OK || rep.donors[2].status == GRAFT_OK);
     /* Over TCP the victim is dropped; over shared memory a stopped donor's
-     * memory stays readable, so it may legitimately finish its share. */
-    if (sig == SIGKILL || strcmp(getenv("UCX_TLS"), "tcp") == 0)
+     * memory stays readable, so it may legitimately finish its share, and
+     * so may a killed one's host block, which the recipient has mapped. */
+    bool shared = strcmp(getenv("UCX_TLS"), "tcp") != 0;
+    if ((sig == SIGKILL && !(host_mem && shared)) || !shared)
+        assert_int_equal(graft_status_class(rep.donors[1].status), GRAFT_CLASS_PEER);
+    if (rep.donors[1].status != GRAFT_OK)
         assert_int_equal(graft_status_class(rep.donors[1].status), GRAFT_CLASS_PEER);
     if (sig == SIGSTOP && rep.donors[1].status != GRAFT_OK)
         assert_int_equal(rep.donors[1].status, GRAFT_EPEER_TIMEOUT);
@@ -540,8 +587,18 @@ static void failover(int sig)
         serving += rep.donors[i].chunks > 0;
     assert_true(serving >= 2);
     recipient_destroy(&r);
-    for (int i = 0; i < 3; i++)
-        (void)donor_stop(&d[i]);
+    /* With host blocks on shared memory no get reaches a donor's progress
+     * thread, so the stopped donor, resumed, must end cleanly. */
+    int victim_ws = donor_stop(&d[1]);
+    if (sig == SIGSTOP && host_mem && shared)
+        assert_int_equal(victim_ws, 0);
+    (void)donor_stop(&d[0]);
+    (void)donor_stop(&d[2]);
+}
+
+static void failover(int sig)
+{
+    failover_in(sig, false);
 }
 
 static void test_donor_killed(void **state)
@@ -1131,6 +1188,152 @@ static void test_pull_alloc_failures(void **state)
     assert_int_equal(donor_stop(&d), 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Host memory from graft_transfer_host_alloc()                            */
+/* ------------------------------------------------------------------------ */
+
+/* Allocate, use, register parts of, and free blocks; misuse is refused. */
+static void test_host_alloc(void **state)
+{
+    (void)state;
+    graft_transfer_endpoint_t *ep = NULL;
+    uint8_t *a = NULL, *b = NULL, *c = NULL;
+    uint8_t foreign[64];
+    void *untouched = (void *)0x1;
+
+    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    assert_int_equal(graft_transfer_host_alloc(NULL, 64, (void **)&a), GRAFT_EINVAL);
+    assert_int_equal(graft_transfer_host_alloc(ep, 64, NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_transfer_host_alloc(ep, 0, &untouched), GRAFT_EINVAL);
+    assert_ptr_equal(untouched, (void *)0x1);
+    /* More than any machine has: a clean error, no block. */
+    assert_int_equal(graft_transfer_host_alloc(ep, 1ull << 62, &untouched), GRAFT_ENOMEM);
+    assert_ptr_equal(untouched, (void *)0x1);
+
+    /* Round trip: aligned, writable, readable, freed. */
+    assert_int_equal(graft_transfer_host_alloc(ep, 1u << 20, (void **)&a), GRAFT_OK);
+    assert_non_null(a);
+    assert_int_equal((uintptr_t)a % 64, 0);
+    fill_pattern(a, 1u << 20, 7);
+    uint8_t *want = malloc(1u << 20);
+    fill_pattern(want, 1u << 20, 7);
+    assert_memory_equal(a, want, 1u << 20);
+    free(want);
+    assert_int_equal(graft_transfer_host_free(ep, a), GRAFT_OK);
+    assert_int_equal(graft_transfer_host_free(ep, a), GRAFT_EINVAL); /* twice */
+    assert_int_equal(graft_transfer_host_free(ep, NULL), GRAFT_OK);
+    assert_int_equal(graft_transfer_host_free(NULL, a), GRAFT_EINVAL);
+    assert_int_equal(graft_transfer_host_free(ep, foreign), GRAFT_EINVAL);
+
+    /* Regions over parts of one block; a region that runs past its end is
+     * refused and leaves the table as it was. */
+    assert_int_equal(graft_transfer_host_alloc(ep, 100000, (void **)&b), GRAFT_OK);
+    assert_int_equal(graft_transfer_host_free(ep, b + 1), GRAFT_EINVAL); /* inside, not it */
+    graft_transfer_region_t r1 = {.name = "r1", .kind = GRAFT_TRANSFER_REGION_PARAM,
+                                  .ptr = b + 13, .bytes = 50000};
+    graft_transfer_region_t r2 = {.name = "r2", .kind = GRAFT_TRANSFER_REGION_OPTIM,
+                                  .ptr = b + 50048, .bytes = 49952};
+    graft_transfer_region_t over = {.name = "over", .kind = GRAFT_TRANSFER_REGION_OPTIM,
+                                    .ptr = b + 99000, .bytes = 1u << 20};
+    uint64_t h0, h1;
+    assert_int_equal(graft_transfer_region_register(ep, &r1), GRAFT_OK);
+    assert_int_equal(graft_transfer_layout_hash(ep, &h0), GRAFT_OK);
+    assert_int_equal(graft_transfer_region_register(ep, &over), GRAFT_EINVAL);
+    assert_int_equal(graft_transfer_layout_hash(ep, &h1), GRAFT_OK);
+    assert_true(h0 == h1);
+    assert_int_equal(graft_transfer_region_register(ep, &r2), GRAFT_OK);
+    /* Its regions keep it: freeing it now is refused. */
+    assert_int_equal(graft_transfer_host_free(ep, b), GRAFT_ESTATE);
+    /* A block without regions, left for the endpoint to free. */
+    assert_int_equal(graft_transfer_host_alloc(ep, 4096, (void **)&c), GRAFT_OK);
+    assert_true(c != b);
+    c[4095] = 1;
+    assert_int_equal(graft_transfer_serve_begin(ep, 3), GRAFT_OK);
+    assert_int_equal(graft_transfer_serve_end(ep), GRAFT_OK);
+    graft_transfer_endpoint_destroy(ep);
+}
+
+/* Fail each allocation of graft_transfer_host_alloc() in turn: GRAFT_ENOMEM,
+ * nothing left behind (the sanitizer build checks), and the endpoint still
+ * allocates afterwards. */
+static void test_host_alloc_failures(void **state)
+{
+    (void)state;
+    graft_transfer_endpoint_t *ep = NULL;
+    bool completed = false;
+
+    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    for (int n = 0; n < 16 && !completed; n++) {
+        void *p = (void *)0x1;
+        graft_test_alloc_fail_after(n);
+        graft_status_t st = graft_transfer_host_alloc(ep, 8192, &p);
+        graft_test_alloc_restore();
+        if (st == GRAFT_OK) {
+            completed = true;
+            assert_int_equal(graft_transfer_host_free(ep, p), GRAFT_OK);
+        } else {
+            assert_int_equal(st, GRAFT_ENOMEM);
+            assert_ptr_equal(p, (void *)0x1);
+        }
+    }
+    assert_true(completed);
+    graft_transfer_endpoint_destroy(ep);
+}
+
+/* Donors and recipient with their regions in host blocks: pulls are
+ * verified and complete, twice in a row (keys are unpacked per pull). */
+static void test_pull_host_mem(void **state)
+{
+    (void)state;
+    donor_proc_t d[2];
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[2];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    o.host_mem = true;
+    for (int i = 0; i < 2; i++) {
+        donor_spawn(&o, &d[i]);
+        addrs[i] = d[i].addr;
+    }
+    recipient_create_in(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN, true);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 2, .step = STEP};
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < r.n_regions; i++)
+            memset(r.mem[i], 0, r.layout[i].bytes);
+        assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+        assert_true(rep.installed);
+        assert_true(recipient_matches(&r));
+        assert_int_equal(rep.donors[0].status, GRAFT_OK);
+        assert_int_equal(rep.donors[1].status, GRAFT_OK);
+        assert_int_equal(rep.donors[0].bytes + rep.donors[1].bytes, rep.bytes);
+    }
+    recipient_destroy(&r);
+    /* A recipient with malloc'ed memory reads host blocks as well. */
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    po.n_donors = 1;
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(donor_stop(&d[i]), 0);
+}
+
+static void test_donor_killed_host_mem(void **state)
+{
+    (void)state;
+    failover_in(SIGKILL, true);
+}
+
+/* A stopped donor resumed after it was dropped must survive (its exit
+ * status is checked): with host blocks the recipient's gets never reach
+ * its progress thread. */
+static void test_donor_stopped_host_mem(void **state)
+{
+    (void)state;
+    failover_in(SIGSTOP, true);
+}
+
 static int use_tcp(void **state)
 {
     (void)state;
@@ -1164,6 +1367,8 @@ int main(void)
     const struct CMUnitTest local[] = {
         cmocka_unit_test(test_api_misuse),
         cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_host_alloc),
+        cmocka_unit_test(test_host_alloc_failures),
     };
 #define WIRE(t) cmocka_unit_test_teardown(t, wire_teardown)
     const struct CMUnitTest wire[] = {
@@ -1175,6 +1380,8 @@ int main(void)
         WIRE(test_many_small_regions), WIRE(test_pull_alloc_failures),
         WIRE(test_cancel),          WIRE(test_fence),
         WIRE(test_garbage_clients),
+        WIRE(test_pull_host_mem),   WIRE(test_donor_killed_host_mem),
+        WIRE(test_donor_stopped_host_mem),
     };
     int failed = 0;
     signal(SIGPIPE, SIG_IGN);

@@ -137,8 +137,15 @@ void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep)
     if (ep == NULL)
         return;
     hashing_stop(ep);
-    /* The backend's progress thread reads the region table: stop it first. */
+    /* The backend's progress thread reads the region table: stop it first.
+     * It also unmaps the host blocks the caller left allocated. */
     ep->ops->fini(ep);
+    while (ep->host_allocs != NULL) {
+        graft__host_alloc_t *a = ep->host_allocs;
+        ep->host_allocs = a->next;
+        graft_free(a->raw);
+        graft_free(a);
+    }
     for (size_t i = 0; i < ep->n_regions; i++)
         graft_free(ep->regions[i].name);
     graft_free(ep->regions);
@@ -159,6 +166,128 @@ const char *graft_transfer_endpoint_address(const graft_transfer_endpoint_t *ep)
 /* ------------------------------------------------------------------------ */
 /* Regions                                                                  */
 /* ------------------------------------------------------------------------ */
+
+/* ------------------------------------------------------------------------ */
+/* Host memory that the transport can read one-sidedly                      */
+/* ------------------------------------------------------------------------ */
+
+/* Page alignment for the plain fallback, as the UCX allocators give. */
+#define HOST_PLAIN_ALIGN 4096u
+#define HOST_PLAIN_ALLOC_SLACK (HOST_PLAIN_ALIGN - 1)
+
+static graft_status_t host_alloc_plain(const graft_transfer_endpoint_t *ep, uint64_t bytes,
+                                       graft__host_alloc_t *a)
+{
+    static atomic_bool said;
+    if (bytes > SIZE_MAX - HOST_PLAIN_ALLOC_SLACK)
+        return GRAFT_ENOMEM;
+    a->raw = graft__malloc((size_t)bytes + HOST_PLAIN_ALLOC_SLACK);
+    if (a->raw == NULL)
+        return GRAFT_ENOMEM;
+    a->ptr = (void *)(((uintptr_t)a->raw + HOST_PLAIN_ALIGN - 1) & ~(uintptr_t)(HOST_PLAIN_ALIGN - 1));
+    a->bytes = bytes;
+    if (!atomic_exchange(&said, true))
+        GRAFT_INFO(GRAFT__XFER_MOD,
+                   "transport %s cannot allocate shareable memory: host blocks are plain "
+                   "aligned memory, mapped like any other region",
+                   ep->ops->name);
+    return GRAFT_OK;
+}
+
+graft_status_t graft_transfer_host_alloc(graft_transfer_endpoint_t *ep, uint64_t bytes,
+                                         void **ptr_p)
+{
+    graft__host_alloc_t *a;
+    graft_status_t status;
+
+    if (ep == NULL || bytes == 0 || ptr_p == NULL)
+        return GRAFT_EINVAL;
+    a = graft__calloc(1, sizeof(*a));
+    if (a == NULL)
+        return GRAFT_ENOMEM;
+    if (ep->ops->host_alloc != NULL)
+        status = ep->ops->host_alloc(ep, bytes, a);
+    else
+        status = host_alloc_plain(ep, bytes, a);
+    if (status != GRAFT_OK) {
+        graft_free(a);
+        return status;
+    }
+    pthread_mutex_lock(&ep->lock);
+    a->next = ep->host_allocs;
+    ep->host_allocs = a;
+    pthread_mutex_unlock(&ep->lock);
+    *ptr_p = a->ptr;
+    return GRAFT_OK;
+}
+
+graft_status_t graft_transfer_host_free(graft_transfer_endpoint_t *ep, void *ptr)
+{
+    graft__host_alloc_t **link, *a = NULL;
+    graft_status_t status = GRAFT_OK;
+
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    if (ptr == NULL)
+        return GRAFT_OK;
+    pthread_mutex_lock(&ep->lock);
+    for (link = &ep->host_allocs; *link != NULL; link = &(*link)->next) {
+        if ((*link)->ptr == ptr)
+            break;
+    }
+    if (*link == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "host_free(%p): not a block of this endpoint", ptr);
+        status = GRAFT_EINVAL;
+    } else if ((*link)->n_regions > 0) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "host_free(%p): %u registered regions still use it", ptr,
+                    (*link)->n_regions);
+        status = GRAFT_ESTATE;
+    } else {
+        a = *link;
+        *link = a->next;
+    }
+    pthread_mutex_unlock(&ep->lock);
+    if (a != NULL) {
+        if (ep->ops->host_free != NULL)
+            ep->ops->host_free(ep, a);
+        graft_free(a->raw);
+        graft_free(a);
+    }
+    return status;
+}
+
+/* The block that @p region lies in, or NULL; a region that starts in a
+ * block must end in it too, since only the block is mapped. */
+static graft_status_t host_alloc_find(graft_transfer_endpoint_t *ep,
+                                      const graft_transfer_region_t *region,
+                                      graft__host_alloc_t **alloc_p)
+{
+    uintptr_t lo = (uintptr_t)region->ptr;
+    graft_status_t status = GRAFT_OK;
+    graft__host_alloc_t *found = NULL;
+
+    pthread_mutex_lock(&ep->lock);
+    for (graft__host_alloc_t *a = ep->host_allocs; a != NULL; a = a->next) {
+        uintptr_t base = (uintptr_t)a->ptr;
+        if (lo < base || lo - base >= a->bytes)
+            continue;
+        if (region->bytes > a->bytes - (lo - base)) {
+            GRAFT_ERROR(GRAFT__XFER_MOD,
+                        "region '%s' (%llu bytes at %p) runs past the end of host block %p "
+                        "(%llu bytes)",
+                        region->name, (unsigned long long)region->bytes, region->ptr, a->ptr,
+                        (unsigned long long)a->bytes);
+            status = GRAFT_EINVAL;
+        } else {
+            found = a;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&ep->lock);
+    if (status == GRAFT_OK)
+        *alloc_p = found;
+    return status;
+}
 
 graft_status_t graft_transfer_region_register(graft_transfer_endpoint_t *ep,
                                               const graft_transfer_region_t *region)
@@ -196,11 +325,23 @@ graft_status_t graft_transfer_region_register(graft_transfer_endpoint_t *ep,
     r->bytes = region->bytes;
     r->n_chunks = (region->bytes + ep->chunk_bytes - 1) / ep->chunk_bytes;
     r->first_chunk = ep->total_chunks;
+    if (region->device == GRAFT_TRANSFER_HOST && region->bytes > 0) {
+        status = host_alloc_find(ep, region, &r->alloc);
+        if (status != GRAFT_OK) {
+            graft_free(r->name);
+            return status;
+        }
+    }
 
     status = ep->ops->region_map(ep, r);
     if (status != GRAFT_OK) {
         graft_free(r->name);
         return status;
+    }
+    if (r->alloc != NULL) {
+        pthread_mutex_lock(&ep->lock);
+        r->alloc->n_regions++;
+        pthread_mutex_unlock(&ep->lock);
     }
     ep->n_regions++;
     ep->total_chunks += r->n_chunks;

@@ -27,6 +27,17 @@
 #define GRAFT__XFER_AM_CHUNK_REQ 14u  /* recipient -> donor: ChunkRequest (push reads) */
 #define GRAFT__XFER_AM_CHUNK_DATA 15u /* donor -> recipient: a chunk's bytes (push reads) */
 
+/* One block from graft_transfer_host_alloc(). Regions that lie inside it
+ * reuse its mapping instead of mapping their memory a second time. */
+typedef struct graft__host_alloc {
+    struct graft__host_alloc *next;
+    void *ptr;         /* what the caller got */
+    uint64_t bytes;    /* usable bytes from ptr on (at least what was asked) */
+    void *memh;        /* backend's handle; NULL for plain memory */
+    void *raw;         /* plain-memory fallback: the block to free */
+    uint32_t n_regions; /* registered regions inside it: it cannot be freed */
+} graft__host_alloc_t;
+
 /* One registered region. */
 typedef struct graft__region {
     char *name;
@@ -42,6 +53,7 @@ typedef struct graft__region {
     void *memh;           /* backend's handle of the mapped memory */
     void *rkey;           /* packed remote key, owned by the backend */
     size_t rkey_len;
+    graft__host_alloc_t *alloc; /* the block it lies in, whose memh it borrows */
 } graft__region_t;
 
 typedef struct graft__transport_state graft__transport_state_t;
@@ -61,6 +73,11 @@ struct graft_transport_ops {
     /* Pull every region; fills the report. */
     graft_status_t (*pull)(graft_transfer_endpoint_t *ep, const graft_transfer_pull_options_t *o,
                            graft_transfer_report_t *report);
+    /* Allocate host memory that peers can read one-sidedly; fills ptr, bytes
+     * and memh of @a. NULL: the engine hands out plain aligned memory. */
+    graft_status_t (*host_alloc)(graft_transfer_endpoint_t *ep, uint64_t bytes,
+                                 graft__host_alloc_t *a);
+    void (*host_free)(graft_transfer_endpoint_t *ep, graft__host_alloc_t *a);
     /* Donor side of a pairwise transport (NCCL); NULL for one-sided ones. */
     graft_status_t (*serve_pair)(graft_transfer_endpoint_t *ep, uint64_t step,
                                  const graft_transfer_nccl_options_t *o);
@@ -107,6 +124,9 @@ struct graft_transfer_endpoint {
 
     graft__region_t *regions;
     size_t n_regions;
+    /* graft_transfer_host_alloc() blocks; guarded by lock. The backend frees
+     * what is left at fini, before its context goes. */
+    graft__host_alloc_t *host_allocs;
     uint64_t total_chunks;
     uint64_t total_bytes;
     uint64_t layout_hash;

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* A request bigger than this is refused unread. */
@@ -856,7 +857,9 @@ static void ucx_region_unmap(graft_transfer_endpoint_t *ep, graft__region_t *r)
     graft__transport_state_t *t = ep->transport;
     if (r->rkey != NULL)
         ucp_rkey_buffer_release(r->rkey);
-    if (r->memh != NULL)
+    /* A region inside a graft_transfer_host_alloc() block borrows its
+     * mapping; the block's owner unmaps it. */
+    if (r->memh != NULL && r->alloc == NULL)
         (void)ucp_mem_unmap(t->ctx, r->memh);
     r->rkey = NULL;
     r->memh = NULL;
@@ -889,6 +892,15 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
         ucp_listener_destroy(t->listener);
     for (size_t i = 0; i < ep->n_regions; i++)
         ucx_region_unmap(ep, &ep->regions[i]);
+    /* Blocks the caller did not free: their mappings die with the context. */
+    for (graft__host_alloc_t *a = ep->host_allocs; a != NULL; a = a->next) {
+        if (a->memh != NULL) {
+            GRAFT_DEBUG(GRAFT__XFER_MOD, "host block %p (%llu bytes) freed with the endpoint",
+                       a->ptr, (unsigned long long)a->bytes);
+            (void)ucp_mem_unmap(t->ctx, a->memh);
+            a->memh = NULL;
+        }
+    }
     if (t->worker != NULL)
         ucp_worker_destroy(t->worker);
     if (t->ctx != NULL)
@@ -918,6 +930,19 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
     }
     if (r->bytes == 0)
         return GRAFT_OK;
+    if (r->alloc != NULL) {
+        /* Already mapped by ucx_host_alloc(): the key of the whole block
+         * also covers this part of it. */
+        r->memh = r->alloc->memh;
+        st = ucp_rkey_pack(t->ctx, r->memh, &r->rkey, &r->rkey_len);
+        if (st != UCS_OK) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_rkey_pack of region '%s': %s", r->name,
+                        ucs_status_string(st));
+            r->memh = NULL;
+            return GRAFT_ETRANSPORT;
+        }
+        return GRAFT_OK;
+    }
     memset(&mp, 0, sizeof(mp));
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     mp.address = r->host;
@@ -948,6 +973,75 @@ err_shadow:
     return GRAFT_ETRANSPORT;
 }
 
+/*
+ * Memory that UCX allocates itself (UCP_MEM_MAP_ALLOCATE) comes from its
+ * shared-memory domains first (sysv, then posix; UCX_ALLOC_PRIO), which can
+ * hand a peer on the same host a key to map the block: its gets become a
+ * memcpy in the recipient (rkey_ptr), with no work for the donor. Memory
+ * the caller allocated can only be registered, and UCX 1.13 serves gets on
+ * it by active messages through the donor's progress thread.
+ */
+static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t bytes,
+                                     graft__host_alloc_t *a)
+{
+    graft__transport_state_t *t = ep->transport;
+    ucp_mem_map_params_t mp;
+    ucp_mem_attr_t attr;
+    ucp_mem_h memh = NULL;
+    ucs_status_t st;
+
+    if ((uint64_t)(size_t)bytes != bytes) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "host block of %llu bytes is too large",
+                    (unsigned long long)bytes);
+        return GRAFT_ENOMEM;
+    }
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = NULL;
+    mp.length = (size_t)bytes;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    mp.memory_type = UCS_MEMORY_TYPE_HOST;
+    st = ucp_mem_map(t->ctx, &mp, &memh);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map(ALLOCATE, %llu bytes): %s",
+                    (unsigned long long)bytes, ucs_status_string(st));
+        return st == UCS_ERR_NO_MEMORY || st == UCS_ERR_EXCEEDS_LIMIT ? GRAFT_ENOMEM
+                                                                       : GRAFT_ETRANSPORT;
+    }
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    st = ucp_mem_query(memh, &attr);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_query: %s", ucs_status_string(st));
+        (void)ucp_mem_unmap(t->ctx, memh);
+        return GRAFT_ETRANSPORT;
+    }
+    /* The documented alignment; UCX's allocators all return whole pages. */
+    if (((uintptr_t)attr.address & 63u) != 0 || attr.length < bytes) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map(ALLOCATE) gave %p, %zu bytes", attr.address,
+                    attr.length);
+        (void)ucp_mem_unmap(t->ctx, memh);
+        return GRAFT_ETRANSPORT;
+    }
+    a->ptr = attr.address;
+    a->bytes = attr.length;
+    a->memh = memh;
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "host block %p: %zu bytes", attr.address, attr.length);
+    return GRAFT_OK;
+}
+
+static void ucx_host_free(graft_transfer_endpoint_t *ep, graft__host_alloc_t *a)
+{
+    graft__transport_state_t *t = ep->transport;
+    if (a->memh != NULL) {
+        ucs_status_t st = ucp_mem_unmap(t->ctx, a->memh);
+        if (st != UCS_OK)
+            GRAFT_WARN(GRAFT__XFER_MOD, "ucp_mem_unmap of host block %p: %s", a->ptr,
+                       ucs_status_string(st));
+    }
+    a->memh = NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pull (recipient)                                                         */
 /* ------------------------------------------------------------------------ */
@@ -974,6 +1068,7 @@ typedef struct pdonor {
     ucs_status_t err_status;
     ucp_rkey_h *rkeys;
     uint64_t *raddr;
+    uint8_t **lptr; /* per region: where its memory is mapped here, or NULL */
     uint64_t *hash;
     uint8_t *known;
     uint32_t inflight;
@@ -1165,6 +1260,35 @@ static void drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint64_t
 }
 
 /* First manifest of a donor: check it against our table, unpack keys. */
+/*
+ * A donor's graft_transfer_host_alloc() block on this host is mapped into
+ * the recipient when its key is unpacked, afresh for every pull, and gets
+ * on it are copies out of that mapping. Faulting its pages in one by one
+ * during the copies cost about as much as the copies themselves (one
+ * shared-memory fault per 4 KiB), so the recipient populates the page
+ * tables of each chunk in one call just before reading it (only the chunks
+ * it reads from that donor). Keys that are not mapped (tcp, or memory the
+ * donor only registered) have no local pointer; a kernel without
+ * MADV_POPULATE_READ (before 5.14) falls back to faulting.
+ */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+static void chunk_prefault(const uint8_t *lp, uint64_t len)
+{
+    static atomic_bool unsupported;
+    static uintptr_t page;
+    if (atomic_load_explicit(&unsupported, memory_order_relaxed))
+        return;
+    if (page == 0)
+        page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)lp & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)lp + (uintptr_t)len + page - 1) & ~(page - 1);
+    if (madvise((void *)lo, hi - lo, MADV_POPULATE_READ) != 0 && errno == EINVAL &&
+        !atomic_exchange(&unsupported, true))
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "madvise(MADV_POPULATE_READ): %s", strerror(errno));
+}
+
 static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
 {
     graft_transfer_endpoint_t *ep = p->ep;
@@ -1186,9 +1310,11 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
     }
     d->rkeys = graft__calloc(ep->n_regions + 1, sizeof(*d->rkeys));
     d->raddr = graft__calloc(ep->n_regions + 1, sizeof(*d->raddr));
+    d->lptr = graft__calloc(ep->n_regions + 1, sizeof(*d->lptr));
     d->hash = graft__calloc(p->n_chunks + 1, sizeof(*d->hash));
     d->known = graft__calloc(p->n_chunks + 1, sizeof(*d->known));
-    if (d->rkeys == NULL || d->raddr == NULL || d->hash == NULL || d->known == NULL)
+    if (d->rkeys == NULL || d->raddr == NULL || d->lptr == NULL || d->hash == NULL ||
+        d->known == NULL)
         return GRAFT_ENOMEM;
     for (size_t i = 0; i < ep->n_regions; i++) {
         const Graft__RegionManifest *rm = m->regions[i];
@@ -1208,6 +1334,9 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
                        ucs_status_string(st));
             return GRAFT_EPROTO;
         }
+        void *lp = NULL;
+        if (ucp_rkey_ptr(d->rkeys[i], rm->remote_address, &lp) == UCS_OK)
+            d->lptr[i] = lp;
     }
     d->state = D_READY;
     return GRAFT_OK;
@@ -1529,6 +1658,8 @@ static void issue_get(pull_t *p, pdonor_t *d, uint64_t c)
     prm.cb.send = get_cb;
     prm.user_data = s;
     prm.memh = r->memh;
+    if (d->lptr[ri] != NULL)
+        chunk_prefault(d->lptr[ri] + off, len);
     ucs_status_ptr_t req = ucp_get_nbx(d->uep, (char *)r->host + off, len, d->raddr[ri] + off,
                                        d->rkeys[ri], &prm);
     if (req == NULL) {
@@ -1753,6 +1884,7 @@ static void pull_free(pull_t *p)
         pdonor_t *d = &p->donors[i];
         graft_free(d->rkeys);
         graft_free(d->raddr);
+        graft_free(d->lptr);
         graft_free(d->hash);
         graft_free(d->known);
     }
@@ -1862,5 +1994,7 @@ const struct graft_transport_ops graft__ucx_ops = {
     .fini = ucx_fini,
     .region_map = ucx_region_map,
     .region_unmap = ucx_region_unmap,
+    .host_alloc = ucx_host_alloc,
+    .host_free = ucx_host_free,
     .pull = ucx_pull,
 };

@@ -6,7 +6,9 @@
  * Every rank runs one ::graft_transfer_endpoint_t: a UCX context, a worker
  * driven by a progress thread, and a listener whose address ("ip:port") the
  * membership record publishes. The rank registers its regions once (host
- * memory is mapped with ucp_mem_map at registration, never per pull).
+ * memory is mapped with ucp_mem_map at registration, never per pull). Host
+ * memory from graft_transfer_host_alloc() is read by peers on the same host
+ * without the donor's involvement and is the fastest to pull from.
  *
  * A donor calls graft_transfer_serve_begin() for a step: chunk hashes
  * (XXH3-64, chunk size configurable) are computed by background threads
@@ -150,13 +152,58 @@ typedef struct graft_transfer_region {
  *        keep their registration order, which is part of the layout hash.
  * @param [in] ep      the endpoint; not serving and not pulling.
  * @param [in] region  the region; name copied, memory referenced.
- * @return GRAFT_OK, GRAFT_EINVAL (NULL name/ptr with bytes > 0, bad kind),
+ * Host memory inside a graft_transfer_host_alloc() block reuses the block's
+ * mapping; it must not run past the block's end.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL name/ptr with bytes > 0, bad kind,
+ *         starts inside a host block and runs past its end),
  *         GRAFT_EEXIST (name taken), GRAFT_ESTATE (serving or pulling),
  *         GRAFT_ENOTSUP (CUDA memory in a build without CUDA),
  *         GRAFT_ETRANSPORT (ucp_mem_map failed), GRAFT_ENOMEM.
  */
 GRAFT_WUR graft_status_t graft_transfer_region_register(graft_transfer_endpoint_t *ep,
                                                         const graft_transfer_region_t *region);
+
+/**
+ * @brief Allocate host memory for regions that peers on the same host can
+ *        read one-sidedly. UCX allocates it (ucp_mem_map with
+ *        UCP_MEM_MAP_ALLOCATE) from shared memory where it can, so a
+ *        recipient's get is a plain copy out of the donor's block, with no
+ *        work for the donor's progress thread; memory from malloc can only
+ *        be registered, and UCX 1.13 then serves gets through the donor's
+ *        progress thread (about a third of the speed; see TRANSFER.md).
+ *        Regions registered inside a block (the whole block or any part of
+ *        it, several per block) reuse its mapping. Over tcp it behaves as
+ *        ordinary memory. A transport that cannot allocate such memory
+ *        hands out plain memory with the same alignment and says so once
+ *        in the log.
+ *
+ *        The block is aligned to at least 64 bytes (whole pages with UCX's
+ *        allocators and the fallback), its contents are unspecified, and it
+ *        lives until graft_transfer_host_free() or until the endpoint is
+ *        destroyed, whichever comes first. It is shared memory: a forked
+ *        child sees the parent's writes.
+ * @param [in]  ep     the endpoint.
+ * @param [in]  bytes  size, > 0.
+ * @param [out] ptr_p  the block, on success.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL argument, bytes == 0), GRAFT_ENOMEM
+ *         (no memory, or UCX could not allocate that much),
+ *         GRAFT_ETRANSPORT (UCX failed otherwise).
+ */
+GRAFT_WUR graft_status_t graft_transfer_host_alloc(graft_transfer_endpoint_t *ep, uint64_t bytes,
+                                                   void **ptr_p);
+
+/**
+ * @brief Free a block from graft_transfer_host_alloc() on the same endpoint.
+ *        Regions cannot be unregistered, so a block with registered regions
+ *        inside it lives as long as the endpoint.
+ * @param [in] ep   the endpoint that allocated it.
+ * @param [in] ptr  the pointer graft_transfer_host_alloc() returned; NULL is
+ *                  a no-op.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL endpoint, or @p ptr is not a block of
+ *         this endpoint, e.g. from malloc or already freed), GRAFT_ESTATE
+ *         (registered regions lie in it).
+ */
+GRAFT_WUR graft_status_t graft_transfer_host_free(graft_transfer_endpoint_t *ep, void *ptr);
 
 /**
  * @brief Layout hash of the registered region table: XXH3-64 over every

@@ -35,22 +35,34 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
                                   .job_token = "bench",
                                   .hash_threads = 2};
     graft_transfer_endpoint_t *ep = NULL;
+    uint8_t *block = NULL;
     mem[0] = mem[1] = NULL;
     if (graft_transfer_endpoint_create(&ec, &ep) != GRAFT_OK)
         return NULL;
+    /* One block holds both regions, the second at a 64-byte boundary. */
+    if (!s->use_malloc &&
+        graft_transfer_host_alloc(ep, region_bytes(s, 0) + 64 + region_bytes(s, 1),
+                                  (void **)&block) != GRAFT_OK)
+        goto fail;
     for (int i = 0; i < 2; i++) {
         uint64_t n = region_bytes(s, i);
-        mem[i] = malloc(n + 8);
-        if (mem[i] == NULL)
+        uint8_t *p;
+        if (s->use_malloc) {
+            mem[i] = malloc(n + 8);
+            p = mem[i];
+        } else {
+            p = block + (i == 0 ? 0 : (region_bytes(s, 0) + 63) / 64 * 64);
+        }
+        if (p == NULL)
             goto fail;
         if (donor)
-            fill(mem[i], n / 8, (uint64_t)i + 1);
+            fill((uint64_t *)p, n / 8, (uint64_t)i + 1);
         else
-            memset(mem[i], 0, n); /* touched, as a trainer's memory is */
+            memset(p, 0, n); /* touched, as a trainer's memory is */
         graft_transfer_region_t r = {.name = names[i],
                                      .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
                                                     : GRAFT_TRANSFER_REGION_OPTIM,
-                                     .ptr = mem[i],
+                                     .ptr = p,
                                      .bytes = n};
         if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
             goto fail;
