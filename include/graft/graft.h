@@ -255,8 +255,10 @@ GRAFT_WUR graft_status_t graft_region_register(graft_runtime_t *rt, const graft_
 typedef enum graft_start_kind {
     GRAFT_START_UNDECIDED = 0, /**< before the first graft_quorum() */
     GRAFT_START_COLD = 1,      /**< fresh state, synced from the lowest group at step 0 */
-    GRAFT_START_PEER = 2,      /**< pulled from healthy donor groups */
-    GRAFT_START_RESTORE = 3    /**< restored from a persistent checkpoint */
+    GRAFT_START_PEER = 2,      /**< pulled from healthy donor groups (also: a job that has
+                                    committed steps expects its state from a group) */
+    GRAFT_START_RESTORE = 3    /**< restored from a persistent checkpoint (also when the
+                                    donors of its first heal were lost, see graft_quorum) */
 } graft_start_kind_t;
 
 /** What graft_quorum() tells the trainer. */
@@ -277,13 +279,23 @@ typedef struct graft_step_info {
  *        joins the job and makes the start-up decision. When the group is
  *        behind, a heal starts in the background; when other groups are
  *        behind, this rank starts serving its regions, which must then not
- *        be modified until graft_commit() returns.
+ *        be modified until graft_commit() returns. When this rank lacks
+ *        the job's state (its heal failed, or it expected donors) and no
+ *        group of the quorum can serve it, it restores the newest
+ *        checkpoint that verifies; if that is of another step, this step's
+ *        commit says no and the rank rejoins at the restored step at the
+ *        next quorum (a deterministic trainer recomputes the lost steps).
  * @param [in]  rt      the runtime.
  * @param [out] info_p  the quorum as this rank sees it; may be NULL.
  * @return GRAFT_OK; GRAFT_ENOQUORUM or GRAFT_ETIMEOUT (no quorum within
  *         quorum_timeout_ms); GRAFT_ESTATE (called twice without a commit);
- *         GRAFT_EINVAL (no regions registered); GRAFT_ENOCHECKPOINT is never
- *         returned (no checkpoint means a cold start); an etcd error.
+ *         GRAFT_EINVAL (no regions registered); GRAFT_ESTATELOST (this rank
+ *         has no valid state, no group of the quorum can serve it and no
+ *         checkpoint verifies: also what a new process of a job that has
+ *         committed steps gets instead of a cold start; the step is not
+ *         open, the call may be retried once a group holding the state is
+ *         back); a restore's error (GRAFT_EIO, ...); an etcd error. A new
+ *         job (nothing in etcd) without a checkpoint starts cold.
  */
 GRAFT_WUR graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p);
 
