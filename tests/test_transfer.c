@@ -1206,9 +1206,13 @@ static void test_host_alloc(void **state)
     assert_int_equal(graft_transfer_host_alloc(ep, 64, NULL), GRAFT_EINVAL);
     assert_int_equal(graft_transfer_host_alloc(ep, 0, &untouched), GRAFT_EINVAL);
     assert_ptr_equal(untouched, (void *)0x1);
-    /* More than any machine has: a clean error, no block. */
+#ifndef __SANITIZE_ADDRESS__
+    /* More than any machine has: a clean error, no block. (UCX's last
+     * resort is posix_memalign, which AddressSanitizer aborts on for such
+     * a size instead of failing; the hook torture covers that build.) */
     assert_int_equal(graft_transfer_host_alloc(ep, 1ull << 62, &untouched), GRAFT_ENOMEM);
     assert_ptr_equal(untouched, (void *)0x1);
+#endif
 
     /* Round trip: aligned, writable, readable, freed. */
     assert_int_equal(graft_transfer_host_alloc(ep, 1u << 20, (void **)&a), GRAFT_OK);
