@@ -9,10 +9,10 @@
  *                  [--alloc graft|malloc|both] [--json]
  *
  * For each transport, read protocol (one-sided get, or donor push) and
- * kind of region memory (one block from graft_transfer_host_alloc(), or
- * malloc as a trainer's own memory): fork 3 donors holding N bytes (two
- * regions), then
- * pull from 1, 2 and 3 of them (median of R runs, hashing on), once from 1
+ * kind of region memory (malloc, as a trainer's own memory and the
+ * default, or one block from graft_transfer_host_alloc() on every side):
+ * fork 3 donors holding N bytes (two regions), then pull from 1, 2 and 3
+ * of them (median of R runs, hashing on), once from 1
  * with verification off, then run ucx_perftest server+client with the same
  * UCX_TLS for ucp_get and tag_bw (message = chunk size, total = N). Last,
  * pull from 3 donors and SIGKILL one at half way: the time to a verified
@@ -182,7 +182,7 @@ static int run_tls(const cfg_t *c, const char *name, const char *read, const cha
     graft_bench_state_t bs = {.bytes = c->bytes,
                               .chunk = c->chunk,
                               .step = STEP,
-                              .use_malloc = strcmp(alloc, "malloc") == 0};
+                              .host_alloc = strcmp(alloc, "graft") == 0};
     if (graft_bench_donors_start(&bs, d, MAX_DONORS, NULL, NULL) != 0)
         goto out;
     ep = graft_bench_endpoint(&bs, NULL, false, mem);
@@ -247,7 +247,7 @@ int main(int argc, char **argv)
 
     snprintf(c.tls, sizeof(c.tls), "tcp,shm");
     snprintf(c.read, sizeof(c.read), "both");
-    snprintf(c.alloc, sizeof(c.alloc), "graft");
+    snprintf(c.alloc, sizeof(c.alloc), "malloc");
     while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (opt) {
         case 'b':

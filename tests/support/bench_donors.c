@@ -40,14 +40,14 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
     if (graft_transfer_endpoint_create(&ec, &ep) != GRAFT_OK)
         return NULL;
     /* One block holds both regions, the second at a 64-byte boundary. */
-    if (!s->use_malloc &&
+    if (s->host_alloc &&
         graft_transfer_host_alloc(ep, region_bytes(s, 0) + 64 + region_bytes(s, 1),
                                   (void **)&block) != GRAFT_OK)
         goto fail;
     for (int i = 0; i < 2; i++) {
         uint64_t n = region_bytes(s, i);
         uint8_t *p;
-        if (s->use_malloc) {
+        if (!s->host_alloc) {
             mem[i] = malloc(n + 8);
             p = mem[i];
         } else {

@@ -24,10 +24,10 @@ typedef struct graft_bench_state {
     uint64_t bytes;
     uint64_t chunk;
     uint64_t step;
-    /* false (the default): both regions lie in one block from
-     * graft_transfer_host_alloc(), which the endpoint frees; true: each is
-     * malloc'ed, as a trainer's own memory would be. */
-    bool use_malloc;
+    /* false (the default): each region is malloc'ed, as a trainer's own
+     * memory is; true: both lie in one block from graft_transfer_host_alloc(),
+     * which the endpoint frees. */
+    bool host_alloc;
 } graft_bench_state_t;
 
 /* Runs first in donor @index (0-based) after the fork: returns the address
@@ -35,8 +35,8 @@ typedef struct graft_bench_state {
 typedef const char *(*graft_bench_donor_setup_fn)(int index, void *arg, bool *failed_p);
 
 /* An endpoint (listening on @listen, or the default when NULL) with the
- * two regions registered; with s->use_malloc their memory is returned in
- * mem[0..1] for the caller to free(), otherwise mem[0..1] are NULL and the
+ * two regions registered; their malloc'ed memory is returned in mem[0..1]
+ * for the caller to free(); with s->host_alloc mem[0..1] are NULL and the
  * endpoint frees its block. NULL on any failure. */
 graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, const char *listen,
                                                 bool donor, void *mem[2]);
