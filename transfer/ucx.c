@@ -988,6 +988,7 @@ static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t byt
     ucp_mem_map_params_t mp;
     ucp_mem_attr_t attr;
     ucp_mem_h memh = NULL;
+    graft_status_t status;
     ucs_status_t st;
 
     if ((uint64_t)(size_t)bytes != bytes) {
@@ -1013,21 +1014,25 @@ static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t byt
     st = ucp_mem_query(memh, &attr);
     if (st != UCS_OK) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_query: %s", ucs_status_string(st));
-        (void)ucp_mem_unmap(t->ctx, memh);
-        return GRAFT_ETRANSPORT;
+        status = GRAFT_ETRANSPORT;
+        goto err_unmap;
     }
     /* The documented alignment; UCX's allocators all return whole pages. */
     if (((uintptr_t)attr.address & 63u) != 0 || attr.length < bytes) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map(ALLOCATE) gave %p, %zu bytes", attr.address,
                     attr.length);
-        (void)ucp_mem_unmap(t->ctx, memh);
-        return GRAFT_ETRANSPORT;
+        status = GRAFT_ETRANSPORT;
+        goto err_unmap;
     }
     a->ptr = attr.address;
     a->bytes = attr.length;
     a->memh = memh;
     GRAFT_DEBUG(GRAFT__XFER_MOD, "host block %p: %zu bytes", attr.address, attr.length);
     return GRAFT_OK;
+
+err_unmap:
+    (void)ucp_mem_unmap(t->ctx, memh);
+    return status;
 }
 
 static void ucx_host_free(graft_transfer_endpoint_t *ep, graft__host_alloc_t *a)
