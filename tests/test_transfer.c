@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "alloc_fail.h"
+#include "bench_stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -55,6 +56,7 @@ typedef struct donor_opts {
     uint64_t step;
     int flip_region; /* -1: identical state */
     uint64_t flip_offset;
+    uint32_t serve_delay_ms; /* listen at once, begin serving this much later */
     bool host_mem; /* regions inside one graft_transfer_host_alloc() block */
 } donor_opts_t;
 
@@ -149,11 +151,16 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
         if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
             goto out;
     }
-    if (graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
+    if (o->serve_delay_ms == 0 && graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
         goto out;
     snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
     if (!write_full(resp_fd, addr, sizeof(addr)))
         goto out;
+    if (o->serve_delay_ms > 0) {
+        usleep(o->serve_delay_ms * 1000u);
+        if (graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
+            goto out;
+    }
     for (;;) {
         uint32_t cmd[3];
         if (!read_full(cmd_fd, cmd, sizeof(cmd), -1) || cmd[0] == 'Q')
@@ -467,10 +474,16 @@ static void test_refusals(void **state)
     recipient_destroy(&r);
 
     recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    /* A donor at an older step may be about to move on: asked again until
+     * the connect deadline, then its refusal is the answer. */
     po.step = STEP + 1;
+    po.connect_timeout_ms = 400;
+    double t0 = graft_test_now_s();
     assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
     assert_int_equal(rep.donors[0].status, GRAFT_ESTEP);
+    assert_true(graft_test_now_s() - t0 >= 0.2);
     po.step = STEP;
+    po.connect_timeout_ms = 0;
     recipient_destroy(&r);
 
     recipient_create(&r, other_layout, 1, 256u << 10, TOKEN);
@@ -499,6 +512,29 @@ static void test_refusals(void **state)
     po.donors = addrs;
     assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+/* A recipient that asks before its donor has begun serving the step (the
+ * quorum reached the recipient first) waits for it instead of failing. */
+static void test_donor_serves_late(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    o.serve_delay_ms = 300;
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    assert_int_equal(rep.donors[0].status, GRAFT_OK);
     recipient_destroy(&r);
     assert_int_equal(donor_stop(&d), 0);
 }
@@ -1377,7 +1413,7 @@ int main(void)
 #define WIRE(t) cmocka_unit_test_teardown(t, wire_teardown)
     const struct CMUnitTest wire[] = {
         WIRE(test_pull_1_donor),    WIRE(test_pull_2_donors),
-        WIRE(test_pull_3_donors),   WIRE(test_refusals),
+        WIRE(test_pull_3_donors),   WIRE(test_refusals),   WIRE(test_donor_serves_late),
         WIRE(test_donor_killed),    WIRE(test_donor_stopped),
         WIRE(test_all_donors_dead), WIRE(test_drift),
         WIRE(test_recipient_killed), WIRE(test_donor_bytes_changed),

@@ -360,17 +360,26 @@ static uint64_t hashed_prefix(graft_transfer_endpoint_t *ep, uint64_t from)
     return end;
 }
 
-static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why)
+/* A refusal; for GRAFT_ESTEP it says which step the donor serves, if any. */
+static void reply_refusal(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why,
+                          bool serving, uint64_t serve_step)
 {
     Graft__TransferManifest m;
     graft__transfer_manifest__init(&m);
     m.version = GRAFT__XFER_WIRE_VERSION;
     m.status = code;
     m.error = (char *)why;
+    m.donor_serving = serving;
+    m.step = serve_step;
     GRAFT_INFO(GRAFT__XFER_MOD, "refusing a transfer request: %s (%s)", why,
                graft_status_name(code));
     if (am_send_msg(uep, GRAFT__XFER_AM_MANIFEST, header, &m.base, false) != GRAFT_OK)
         GRAFT_WARN(GRAFT__XFER_MOD, "could not send a refusal");
+}
+
+static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why)
+{
+    reply_refusal(uep, header, code, why, false, 0);
 }
 
 /* Build and send the first manifest of a connection: regions, keys and
@@ -485,14 +494,16 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     }
     pthread_mutex_lock(&ep->lock);
     if (!ep->serving || ep->serve_step != req->step) {
-        if (ep->serving)
+        bool serving = ep->serving;
+        uint64_t serve_step = ep->serve_step;
+        if (serving)
             snprintf(why, sizeof(why), "donor serves step %llu, not %llu",
-                     (unsigned long long)ep->serve_step, (unsigned long long)req->step);
+                     (unsigned long long)serve_step, (unsigned long long)req->step);
         else
             snprintf(why, sizeof(why), "donor is not serving (asked step %llu)",
                      (unsigned long long)req->step);
         pthread_mutex_unlock(&ep->lock);
-        reply_error(c->ep, c->echo, GRAFT_ESTEP, why);
+        reply_refusal(c->ep, c->echo, GRAFT_ESTEP, why, serving, serving ? serve_step : 0);
         goto out;
     }
     if (req->layout_hash != ep->layout_hash) {
@@ -1079,6 +1090,9 @@ typedef struct pdonor {
     uint32_t inflight;
     uint64_t last_ns;
     uint64_t connect_deadline;
+    uint64_t retry_at_ns; /* ask again then (a donor not serving our step yet) */
+    uint64_t retry_ns;    /* the current back-off */
+    graft_status_t refused; /* its last refusal, reported if it never serves */
     void *close_req;
     bool close_when_drained;
 } pdonor_t;
@@ -1387,6 +1401,42 @@ static graft_status_t hash_parts_apply(pull_t *p, pdonor_t *d, const Graft__Tran
     return GRAFT_OK;
 }
 
+static graft_status_t donor_send_request(pull_t *p, pdonor_t *d);
+
+/* A donor that refused our step because it does not serve it yet (not
+ * serving, or an older step) is likely about to begin: the quorum has
+ * reached it a moment later than us. Ask again, backing off from 10 ms to
+ * 200 ms, until the connect deadline; then its refusal is the answer. */
+static bool step_refusal_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    uint64_t now = graft__now_ns();
+    if (m->status != GRAFT_ESTEP || (m->donor_serving && m->step >= p->o->step))
+        return false;
+    d->retry_ns = d->retry_ns == 0 ? 10000000ull : GRAFT_MIN(2 * d->retry_ns, 200000000ull);
+    if (now + d->retry_ns >= d->connect_deadline)
+        return false;
+    d->retry_at_ns = now + d->retry_ns;
+    d->refused = GRAFT_ESTEP;
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u does not serve step %llu yet (%s): asking again",
+                d->index, (unsigned long long)p->o->step, m->error != NULL ? m->error : "");
+    return true;
+}
+
+/* Send the requests whose back-off is over. */
+static void donors_retry(pull_t *p)
+{
+    uint64_t now = graft__now_ns();
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->state != D_CONNECTING || d->retry_at_ns == 0 || now < d->retry_at_ns)
+            continue;
+        d->retry_at_ns = 0;
+        graft_status_t st = donor_send_request(p, d);
+        if (st != GRAFT_OK)
+            donor_fail(p, d, st);
+    }
+}
+
 static void handle_manifest(pull_t *p, ucx_msg_t *msg)
 {
     uint64_t idx = msg->header & 0xff;
@@ -1415,6 +1465,8 @@ static void handle_manifest(pull_t *p, ucx_msg_t *msg)
         goto out;
     }
     d->last_ns = graft__now_ns();
+    if (d->state == D_CONNECTING && step_refusal_retry(p, d, m))
+        goto out;
     if (d->state == D_CONNECTING) {
         st = manifest_accept(p, d, m);
         if (st == GRAFT_ENOMEM) {
@@ -1571,10 +1623,8 @@ drop:
 
 static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
 {
-    graft_transfer_endpoint_t *ep = p->ep;
     struct sockaddr_in sa;
     ucp_ep_params_t prm;
-    Graft__TransferRequest req;
     ucs_status_t st;
 
     if (parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
@@ -1597,6 +1647,14 @@ static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
         d->uep = NULL;
         return GRAFT_EPEER_UNREACHABLE;
     }
+    return donor_send_request(p, d);
+}
+
+/* Ask the donor for the pull's step (again, after a step refusal). */
+static graft_status_t donor_send_request(pull_t *p, pdonor_t *d)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    Graft__TransferRequest req;
     graft__transfer_request__init(&req);
     req.version = GRAFT__XFER_WIRE_VERSION;
     req.job_token = ep->job_token;
@@ -1755,7 +1813,7 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
                                  ? GRAFT_EPEER
                                  : status_from_ucs(d->err_status));
         if (d->state == D_CONNECTING && now > d->connect_deadline)
-            donor_fail(p, d, GRAFT_EPEER_TIMEOUT);
+            donor_fail(p, d, d->refused != GRAFT_OK ? d->refused : GRAFT_EPEER_TIMEOUT);
         if (d->state == D_READY && (d->inflight > 0 || (!d->final && !p->o->skip_verify)) &&
             now - d->last_ns > (uint64_t)p->stall_ms * 1000000ull) {
             GRAFT_WARN(GRAFT__XFER_MOD, "donor %u made no progress for %u ms", d->index,
@@ -1962,6 +2020,7 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
         }
         slots_reap(&p);
         donors_close_drained(&p);
+        donors_retry(&p);
         if (p.status == GRAFT_OK)
             issue_gets(&p);
         if (o->progress != NULL && p.done_bytes != last_progress_bytes) {
