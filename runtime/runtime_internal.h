@@ -91,6 +91,9 @@ struct graft_runtime {
     graft_persist_writer_t *writer;
     pthread_t ckpt_thread;
     bool ckpt_running;
+    /* Set when the next periodic checkpoint begins: the pending one stops
+     * waiting for shards that will not come (a writer died). */
+    atomic_bool ckpt_superseded;
     graft__rt_ckpt_t ckpt;
     graft_status_t ckpt_status;
 

@@ -162,6 +162,13 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
         st = graft_etcd_range(etcd, prefix, &ro, &res);
         if (st == GRAFT_OK && res.n_kvs >= rt->ranks)
             break;
+        if (atomic_load(&rt->ckpt_superseded)) {
+            GRAFT_WARN(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": %zu of %" PRIu32
+                       " shards durable when the next checkpoint began: given up", step,
+                       st == GRAFT_OK ? res.n_kvs : 0, rt->ranks);
+            st = GRAFT_ECANCELED;
+            goto out;
+        }
         if (graft__now_ns() >= deadline) {
             GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": %zu of %" PRIu32
                         " shards durable before the timeout", step,
@@ -289,7 +296,12 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
 {
     graft_status_t st = GRAFT_OK;
     graft_persist_region_t *pr = NULL;
+    /* A checkpoint still collecting shards when the next one begins is
+     * superseded: one of its writers is gone or late by a whole interval,
+     * and waiting for it would hold the training thread. */
+    atomic_store(&rt->ckpt_superseded, true);
     graft__rt_persist_join(rt);
+    atomic_store(&rt->ckpt_superseded, false);
     memset(&rt->ckpt, 0, sizeof(rt->ckpt));
     rt->ckpt.step = step;
     rt->ckpt.write_shard = write_shard;
