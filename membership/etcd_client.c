@@ -87,7 +87,10 @@ graft_status_t graft_etcd_create(const graft_etcd_config_t *config, graft_etcd_t
     }
     etcd->request_timeout_ms = config->request_timeout_ms ? config->request_timeout_ms : 5000;
     etcd->connect_timeout_ms = config->connect_timeout_ms ? config->connect_timeout_ms : 1000;
-    etcd->max_retries = config->max_retries ? config->max_retries : 3;
+    if (config->max_retries == GRAFT_ETCD_NO_RETRIES)
+        etcd->max_retries = 0;
+    else
+        etcd->max_retries = config->max_retries ? config->max_retries : 3;
     etcd->retry_backoff_ms = config->retry_backoff_ms ? config->retry_backoff_ms : 50;
     etcd->username = dup_opt(config->username, &failed);
     etcd->password = dup_opt(config->password, &failed);

@@ -719,8 +719,11 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     if (st != GRAFT_OK)
         goto out_free;
     /* Renewals must finish well inside TTL/3, and retrying one is pointless:
-     * the next renewal comes soon anyway. */
-    st = make_client(config->etcd, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u), 0, &m->ka);
+     * the next renewal comes soon anyway. Against a black-holed etcd each
+     * retry would cost another connect timeout and push the detection of a
+     * lost lease past the TTL. (0 would mean the default of 3 retries.) */
+    st = make_client(config->etcd, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u),
+                     GRAFT_ETCD_NO_RETRIES, &m->ka);
     if (st != GRAFT_OK)
         goto out_free;
     if (!m->cfg.observer) {

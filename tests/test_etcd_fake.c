@@ -226,17 +226,22 @@ static void fake_stop(fake_t *f)
     free(f);
 }
 
-static graft_etcd_t *client_for(fake_t *f, uint32_t timeout_ms)
+static graft_etcd_t *client_retrying(fake_t *f, uint32_t timeout_ms, uint32_t max_retries)
 {
     char ep[64];
     snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f->port);
     const char *eps[] = {ep};
     graft_etcd_config_t c = {.endpoints = eps, .n_endpoints = 1, .request_timeout_ms = timeout_ms,
-                             .connect_timeout_ms = 300, .max_retries = 2,
+                             .connect_timeout_ms = 300, .max_retries = max_retries,
                              .retry_backoff_ms = 10};
     graft_etcd_t *e = NULL;
     assert_int_equal(graft_etcd_create(&c, &e), GRAFT_OK);
     return e;
+}
+
+static graft_etcd_t *client_for(fake_t *f, uint32_t timeout_ms)
+{
+    return client_retrying(f, timeout_ms, 2);
 }
 
 static uint64_t now_ms(void)
@@ -297,6 +302,36 @@ static void test_503_is_retried_then_unreachable(void **state)
     int requests = 0;
     assert_int_equal(range_against(FAKE_503, 2000, &requests), GRAFT_EUNREACHABLE);
     assert_int_equal(requests, 3); /* first try + max_retries */
+}
+
+/* Count the requests a 503 server sees for one range with a retry setting. */
+static int requests_for_503(uint32_t max_retries, graft_status_t *st_p)
+{
+    fake_t *f = fake_start(FAKE_503);
+    graft_etcd_t *c = client_retrying(f, 2000, max_retries);
+    graft_etcd_range_result_t r;
+    *st_p = graft_etcd_range(c, "a", NULL, &r);
+    if (*st_p == GRAFT_OK)
+        graft_etcd_range_result_clear(&r);
+    graft_etcd_destroy(c);
+    int n = atomic_load(&f->requests);
+    fake_stop(f);
+    return n;
+}
+
+/* GRAFT_ETCD_NO_RETRIES means one attempt; 0 keeps meaning the default (3
+ * retries), so a zero-initialised configuration still retries. The lease
+ * keep-alive of membership relies on the first. */
+static void test_503_no_retries_is_one_request(void **state)
+{
+    (void)state;
+    graft_status_t st = GRAFT_OK;
+    assert_int_equal(requests_for_503(GRAFT_ETCD_NO_RETRIES, &st), 1);
+    assert_int_equal(st, GRAFT_EUNREACHABLE);
+    assert_int_equal(requests_for_503(0, &st), 4); /* first try + the default 3 */
+    assert_int_equal(st, GRAFT_EUNREACHABLE);
+    assert_int_equal(requests_for_503(1, &st), 2);
+    assert_int_equal(st, GRAFT_EUNREACHABLE);
 }
 
 static void test_silent_server_times_out(void **state)
@@ -387,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_garbage_answers),
         cmocka_unit_test(test_int64_encodings),
         cmocka_unit_test(test_503_is_retried_then_unreachable),
+        cmocka_unit_test(test_503_no_retries_is_one_request),
         cmocka_unit_test(test_silent_server_times_out),
         cmocka_unit_test(test_endless_stream_times_out),
         cmocka_unit_test(test_watch_endless_and_garbage),

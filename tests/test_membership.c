@@ -22,6 +22,7 @@
 #include <graft/membership.h>
 
 #include "etcd_fixture.h"
+#include "membership/etcd_internal.h"
 #include "membership/membership_internal.h"
 
 static graft_test_etcd_t T;
@@ -860,6 +861,30 @@ static void test_lease_revoked_rejoins(void **state)
     graft_membership_destroy(m);
 }
 
+/* A renewal is never retried: the next one comes TTL/3 later anyway, and
+ * against a black-holed etcd every retry costs a connect timeout, which
+ * would push the detection of a lost lease past the TTL. The requests of
+ * the training thread keep the retries the caller asked for. */
+static void test_keepalive_client_never_retries(void **state)
+{
+    (void)state;
+    graft_membership_t *m = join("ka-retries", 0, 0, 1);
+    assert_int_equal(m->ops->max_retries, etcd_cfg.max_retries);
+    assert_int_equal(m->ka->max_retries, 0);
+    assert_true(m->ka->request_timeout_ms <= 2000u / 3u + 1u);
+    graft_membership_destroy(m);
+
+    /* a zero max_retries still means the default for the caller's requests */
+    graft_etcd_config_t e = etcd_cfg;
+    e.max_retries = 0;
+    graft_membership_config_t c = cfg_for("ka-retries", 0, 0, 1);
+    c.etcd = &e;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
+    assert_int_equal(m->ops->max_retries, 3);
+    assert_int_equal(m->ka->max_retries, 0);
+    graft_membership_destroy(m);
+}
+
 /* --------------------------------------------------------- event history --- */
 
 static void test_event_history_bounded(void **state)
@@ -1081,6 +1106,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_blob),
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),
+        cmocka_unit_test(test_keepalive_client_never_retries),
         cmocka_unit_test(test_event_history_bounded),
         cmocka_unit_test(test_create_alloc_torture),
         cmocka_unit_test(test_fast_path_alloc_torture),

@@ -47,13 +47,24 @@ extern "C" {
 
 typedef struct graft_etcd graft_etcd_t;
 
+/**
+ * Value of graft_etcd_config_t::max_retries that asks for no retries at all:
+ * one attempt per endpoint, then the error. (0 selects the default of 3, so
+ * that a zero-initialised configuration retries.) For callers whose request
+ * is repeated soon anyway and must not outlast a deadline, such as a lease
+ * renewal: against a black-holed etcd every retry costs a connect timeout.
+ */
+#define GRAFT_ETCD_NO_RETRIES UINT32_MAX
+
 /** Client configuration. Zero values select the defaults given. */
 typedef struct graft_etcd_config {
     const char *const *endpoints; /**< e.g. "http://127.0.0.1:2379"; tried in order */
     size_t n_endpoints;
     uint32_t request_timeout_ms; /**< per attempt; default 5000 */
     uint32_t connect_timeout_ms; /**< default 1000 */
-    uint32_t max_retries;        /**< on connection errors and 503; default 3 */
+    uint32_t max_retries;        /**< rounds over the endpoints after the first, on
+                                      connection errors and 503; 0: default 3;
+                                      GRAFT_ETCD_NO_RETRIES: none */
     uint32_t retry_backoff_ms;   /**< first backoff, doubled each retry; default 50 */
     const char *username;        /**< NULL: no authentication */
     const char *password;
