@@ -454,6 +454,21 @@ bool graft__persist_parse_step_dir(const char *name, uint64_t *step_p)
     return true;
 }
 
+/* fsync the directory holding the entry of @p path (which ends in a name,
+ * not a slash). */
+static graft_status_t fsync_parent(char *path)
+{
+    char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return graft__persist_fsync_dir(".");
+    if (slash == path)
+        return graft__persist_fsync_dir("/");
+    *slash = '\0';
+    graft_status_t st = graft__persist_fsync_dir(path);
+    *slash = '/';
+    return st;
+}
+
 graft_status_t graft__persist_mkdirs(const char *path)
 {
     graft_status_t st = GRAFT_OK;
@@ -465,7 +480,16 @@ graft_status_t graft__persist_mkdirs(const char *path)
             continue;
         char c = *p;
         *p = '\0';
-        if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(copy, 0755) == 0) {
+            /* A new directory's name lives in its parent, and the renames
+             * that commit files inside it only fsync the new directory
+             * itself: without this a power loss could drop step-<n>/ with
+             * a committed checkpoint in it. Only a directory really
+             * created costs an fsync. */
+            st = fsync_parent(copy);
+            if (st != GRAFT_OK)
+                break;
+        } else if (errno != EEXIST) {
             GRAFT_ERROR(GP_MOD, "mkdir %s: %s", copy, strerror(errno));
             st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_ESYS;
             break;

@@ -1,0 +1,171 @@
+/*
+ * Directory durability. A file's name lives in its directory, so a new
+ * directory is only durable once its parent has been fsynced. This program
+ * interposes fsync() (every call of the program, the library's included,
+ * lands here and goes on to the real system call) and records which
+ * directories were fsynced, in order, to check that creating a checkpoint
+ * directory (local root and second tier) fsyncs the directory that holds it
+ * before the checkpoint is reported durable, and that directories that
+ * already exist cost no fsync.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "persist/persist_internal.h"
+#include "tests/test_persist_util.h"
+
+#define LOG_MAX 256
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char dir_log[LOG_MAX][PATH_MAX];
+static int dir_n;
+static int file_n;
+
+int fsync(int fd)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) == 0) {
+        char link[64], path[PATH_MAX];
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        ssize_t n = S_ISDIR(sb.st_mode) ? readlink(link, path, sizeof(path) - 1) : -1;
+        pthread_mutex_lock(&log_mu);
+        if (n > 0 && dir_n < LOG_MAX) {
+            path[n] = '\0';
+            strcpy(dir_log[dir_n++], path);
+        } else if (S_ISREG(sb.st_mode)) {
+            file_n++;
+        }
+        pthread_mutex_unlock(&log_mu);
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static void log_clear(void)
+{
+    pthread_mutex_lock(&log_mu);
+    dir_n = 0;
+    file_n = 0;
+    pthread_mutex_unlock(&log_mu);
+}
+
+/* Index of the first (last) fsync of @p dir, -1 if none. */
+static int log_find(const char *dir, bool last)
+{
+    char real[PATH_MAX];
+    if (realpath(dir, real) == NULL)
+        return -1;
+    int at = -1;
+    pthread_mutex_lock(&log_mu);
+    for (int i = 0; i < dir_n && (last || at < 0); i++)
+        if (strcmp(dir_log[i], real) == 0)
+            at = i;
+    pthread_mutex_unlock(&log_mu);
+    return at;
+}
+
+static char *join(const char *a, const char *b)
+{
+    char *p = malloc(strlen(a) + strlen(b) + 2);
+    sprintf(p, "%s/%s", a, b);
+    return p;
+}
+
+static void save_one(const char *root, const char *second_root, uint64_t step)
+{
+    pt_global_t *g = pt_global_small(step);
+    pt_layout_t *lay = pt_global_split(g, 2);
+    graft_persist_config_t cfg = {.root = root, .second_root = second_root, .chunk_bytes = 4096};
+    graft_persist_writer_t *w;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    graft_persist_write_result_t res;
+    assert_int_equal(graft_persist_save(w, step, 2,
+                                        (const graft_persist_region_t *const *)lay->regions,
+                                        lay->nregions, NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_persist_wait(w, step, &res), GRAFT_OK);
+    assert_int_equal(res.second_tier_status, GRAFT_OK);
+    graft_persist_writer_destroy(w);
+    pt_layout_free(lay);
+    pt_global_free(g);
+}
+
+static void test_new_dirs_reach_their_parent(void **state)
+{
+    (void)state;
+    char *tmp = pt_tmpdir();
+    char *a = join(tmp, "a");
+    char *root = join(a, "root");
+    char *second = join(tmp, "second");
+    char *step_dir = pt_path(root, 5, "");
+    char *second_step = pt_path(second, 5, "");
+    log_clear();
+    save_one(root, second, 5);
+    /* The interposer sees the library's fsyncs: the renames inside the
+     * step directory have always fsynced it. */
+    int step_last = log_find(step_dir, true);
+    assert_true(step_last >= 0);
+    assert_true(file_n > 0);
+    /* The chain of new directories: tmp holds a/ and second/, a/ holds
+     * root/, root/ holds step-5/, second/ holds its step-5/. */
+    assert_true(log_find(tmp, false) >= 0);
+    assert_true(log_find(a, false) >= 0);
+    int root_at = log_find(root, false);
+    assert_true(root_at >= 0);
+    /* before the manifest's commit (the last fsync of the step directory) */
+    assert_true(root_at < step_last);
+    int second_at = log_find(second, false);
+    int second_step_last = log_find(second_step, true);
+    assert_true(second_at >= 0);
+    assert_true(second_step_last >= 0);
+    assert_true(second_at < second_step_last);
+    free(second_step);
+    free(step_dir);
+    free(second);
+    free(root);
+    free(a);
+    pt_rmtree(tmp);
+}
+
+static void test_existing_dirs_cost_nothing(void **state)
+{
+    (void)state;
+    char *root = pt_tmpdir();
+    char *step_dir = pt_path(root, 9, "");
+    assert_int_equal(mkdir(step_dir, 0755), 0);
+    log_clear();
+    assert_int_equal(graft__persist_mkdirs(root), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(step_dir), GRAFT_OK);
+    assert_int_equal(dir_n, 0);
+    /* Two new levels: exactly their two parents, outermost first. */
+    char *x = join(root, "x");
+    char *xy = join(x, "y/");
+    assert_int_equal(graft__persist_mkdirs(xy), GRAFT_OK);
+    assert_int_equal(dir_n, 2);
+    assert_int_equal(log_find(root, false), 0);
+    assert_int_equal(log_find(x, false), 1);
+    free(xy);
+    free(x);
+    free(step_dir);
+    pt_rmtree(root);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_new_dirs_reach_their_parent),
+        cmocka_unit_test(test_existing_dirs_cost_nothing),
+    };
+    return cmocka_run_group_tests_name("persist_fsync", tests, NULL, NULL);
+}
