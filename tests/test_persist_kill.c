@@ -1,12 +1,16 @@
 /*
  * kill -9 during a checkpoint. A child process writes one checkpoint and is
- * SIGKILLed either at a seeded point of the durable-write sequence (the
+ * SIGKILLed either at a crash hook of the durable-write sequence (the
  * library's crash hook: after a header, a chunk batch, the index, the
- * fsync, the rename, each manifest file) or after a seeded delay. After
- * every kill: no checkpoint lists as complete yet fails to verify or
- * restore; the newest complete one restores with exactly its data; the
- * baseline checkpoint written before all of this always restores; a child
- * that was not killed left a complete checkpoint.
+ * fsync, the rename, each manifest file) or after a seeded delay. Hook ids
+ * are the hooks' ordinal numbers in one checkpoint's write (the sequence is
+ * deterministic for a given layout and configuration); the test counts them
+ * in the parent's baseline write, kills a child at EVERY hook once, then at
+ * seeded random hooks, and checks that each hook id was hit. After every
+ * kill: no checkpoint lists as complete yet fails to verify or restore; the
+ * newest complete one restores with exactly its data; the baseline
+ * checkpoint written before all of this always restores; a child that was
+ * not killed left a complete checkpoint.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,9 +29,15 @@
 #include "persist/persist_internal.h"
 #include "tests/test_persist_util.h"
 
-#define KILL_RUNS 90
-/* crash points of one checkpoint below (2 shards of ~8 chunks, 2 threads) */
-#define CRASH_POINTS 22
+#include <limits.h>
+
+/* Kills at seeded random hooks, on top of one at every hook. */
+#define RANDOM_POINT_RUNS 38
+/* Kills after a seeded delay (anywhere, including between hooks). */
+#define DELAY_RUNS 30
+/* The issue asks for >= 50 seeded kill points. */
+#define MIN_POINT_RUNS 50
+#define MAX_HOOKS 256
 
 static graft_status_t write_step(const char *root, uint64_t step)
 {
@@ -75,14 +85,36 @@ static void test_kill_during_checkpoint(void **state)
     (void)state;
     graft_log_level_set(GRAFT_LOG_OFF);
     char *root = pt_tmpdir();
+    /* The baseline write counts the hooks of one checkpoint: the countdown
+     * starts far above it and goes down once per hook. */
+    graft__persist_crash_countdown = INT_MAX;
     assert_int_equal(write_step(root, 1), GRAFT_OK);
+    int hooks = INT_MAX - graft__persist_crash_countdown;
+    graft__persist_crash_countdown = 0;
+    /* 2 shards of 8 chunks in batches of 2: per shard the header, 4
+     * batches, the index, the fsync and the rename; 3 per manifest file. */
+    fprintf(stderr, "# %d crash hooks per checkpoint\n", hooks);
+    assert_true(hooks >= 10 && hooks < MAX_HOOKS);
+    int point_runs = hooks + RANDOM_POINT_RUNS;
+    assert_true(point_runs >= MIN_POINT_RUNS);
+    int runs = point_runs + DELAY_RUNS;
+    bool hit[MAX_HOOKS] = {false};
     uint64_t rng = 20261122;
-    int killed = 0, finished = 0;
-    for (int i = 0; i < KILL_RUNS; i++) {
+    int killed = 0, finished = 0, points = 0, delays = 0;
+    for (int i = 0; i < runs; i++) {
         uint64_t step = (uint64_t)i + 2;
-        bool by_point = i % 3 != 0; /* 60 at crash points, 30 after a delay */
-        int countdown = 1 + (int)(pt_rand(&rng) % CRASH_POINTS);
-        long delay_us = (long)(pt_rand(&rng) % 15000);
+        /* Delays spread among the points: every third run while both last. */
+        bool by_point = delays >= DELAY_RUNS || (points < point_runs && i % 3 != 0);
+        int countdown = 0;
+        long delay_us = 0;
+        if (by_point) {
+            /* first every hook in order, then seeded random ones */
+            countdown = points < hooks ? points + 1 : 1 + (int)(pt_rand(&rng) % (uint64_t)hooks);
+            points++;
+        } else {
+            delay_us = (long)(pt_rand(&rng) % 15000);
+            delays++;
+        }
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
@@ -99,7 +131,9 @@ static void test_kill_during_checkpoint(void **state)
         assert_int_equal(waitpid(pid, &status, 0), pid);
         bool was_killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
         if (by_point && !was_killed)
-            fail_msg("run %d: crash point %d was never reached", i, countdown);
+            fail_msg("run %d: crash hook %d was never reached", i, countdown);
+        if (by_point)
+            hit[countdown] = true;
         if (was_killed)
             killed++;
         else {
@@ -133,8 +167,14 @@ static void test_kill_during_checkpoint(void **state)
         if (i % 10 == 9)
             restore_check(root, 1, 1);
     }
-    fprintf(stderr, "# %d runs killed mid-checkpoint, %d finished\n", killed, finished);
-    assert_true(killed >= 50);
+    fprintf(stderr, "# %d runs killed mid-checkpoint (%d at hooks), %d finished\n", killed,
+            points, finished);
+    assert_int_equal(points, point_runs);
+    assert_int_equal(delays, DELAY_RUNS);
+    for (int h = 1; h <= hooks; h++)
+        if (!hit[h])
+            fail_msg("crash hook %d was never hit", h);
+    assert_true(killed >= MIN_POINT_RUNS);
     restore_check(root, 1, 1);
     /* Retention cleans up what the kills left behind. */
     graft_persist_retention_t pol = {.keep_last = 1};
