@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,6 +37,7 @@ typedef enum {
     FAKE_ENDLESS_LINES,  /* watch created, then progress lines forever */
     FAKE_GARBAGE_LINES,  /* watch created, then a garbage line */
     FAKE_INT_STRINGS,    /* valid range answer with odd int64 encodings */
+    FAKE_WATCH_SCRIPT,   /* a watch stream from `script`, in chunks of `split` bytes */
 } fake_mode_t;
 
 typedef struct fake {
@@ -45,6 +47,8 @@ typedef struct fake {
     atomic_int stop;
     atomic_int requests;
     fake_mode_t mode;
+    const char *script; /* FAKE_WATCH_SCRIPT: the whole response body */
+    size_t split;       /* bytes per chunk (and per send); 0: all in one */
 } fake_t;
 
 static void send_all(int fd, const char *s, size_t n)
@@ -119,6 +123,37 @@ static void endless(fake_t *f, int fd, const char *first, const char *repeat)
     }
 }
 
+/* Serve `script` as one chunked response, `split` bytes per chunk, each
+ * chunk its own send, then keep the stream open as etcd does. curl hands
+ * the body of each chunk to the write callback on its own, so a split of 1
+ * gives the watch parser one byte per call. */
+static void watch_script(fake_t *f, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n");
+    size_t len = strlen(f->script), step = f->split ? f->split : len;
+    for (size_t off = 0; off < len; off += step) {
+        size_t n = len - off < step ? len - off : step;
+        char frame[64 + 4096];
+        if (n > 4096) {
+            char head[32];
+            snprintf(head, sizeof(head), "%zx\r\n", n);
+            send_str(fd, head);
+            send_all(fd, f->script + off, n);
+            send_str(fd, "\r\n");
+            continue;
+        }
+        int h = snprintf(frame, sizeof(frame), "%zx\r\n", n);
+        memcpy(frame + h, f->script + off, n);
+        memcpy(frame + h + n, "\r\n", 2);
+        send_all(fd, frame, (size_t)h + n + 2);
+    }
+    while (!atomic_load(&f->stop))
+        usleep(10000);
+}
+
 static void respond(fake_t *f, int fd)
 {
     char body[512];
@@ -171,6 +206,9 @@ static void respond(fake_t *f, int fd)
         endless(f, fd, "{\"result\":{\"header\":{\"revision\":\"10\"},\"created\":true}}\n",
                 "{\"result\":{\"events\":[{\"kv\":{\"key\":12}}]}}\n");
         break;
+    case FAKE_WATCH_SCRIPT:
+        watch_script(f, fd);
+        break;
     }
     return;
 send_body: {
@@ -200,11 +238,13 @@ static void *fake_main(void *arg)
     return NULL;
 }
 
-static fake_t *fake_start(fake_mode_t mode)
+static fake_t *fake_start_script(fake_mode_t mode, const char *script, size_t split)
 {
     fake_t *f = calloc(1, sizeof(*f));
     assert_non_null(f);
     f->mode = mode;
+    f->script = script;
+    f->split = split;
     f->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(f->listen_fd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -216,6 +256,11 @@ static fake_t *fake_start(fake_mode_t mode)
     f->port = ntohs(a.sin_port);
     assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
     return f;
+}
+
+static fake_t *fake_start(fake_mode_t mode)
+{
+    return fake_start_script(mode, NULL, 0);
 }
 
 static void fake_stop(fake_t *f)
@@ -403,6 +448,168 @@ static void test_watch_endless_and_garbage(void **state)
     fake_stop(f);
 }
 
+/* --------------------------------------------- watch stream splitting --- */
+
+/* One event the scripted stream carries and the watch must deliver. */
+typedef struct script_event {
+    int msg; /* events with the same msg travel in one watch message */
+    graft_etcd_event_type_t type;
+    char key[32];
+    uint8_t value[300];
+    size_t value_len;
+    int64_t mod_revision, create_revision, version;
+} script_event_t;
+
+#define SCRIPT_EVENTS 40
+
+static void b64(const uint8_t *in, size_t n, char *out)
+{
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < n)
+            v |= in[i + 2];
+        out[o++] = a[(v >> 18) & 63];
+        out[o++] = a[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? a[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? a[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+/* The events, and the stream etcd would send for them: the created
+ * confirmation at revision 10, then messages of one or several events
+ * (several revisions, two events of one transaction's revision), a
+ * progress notification, deletes, values with newlines, quotes and every
+ * byte value (base64 on the wire), int64s as strings. */
+static char *script_build(script_event_t *ev)
+{
+    int64_t rev = 11;
+    int msg = 0;
+    for (int i = 0; i < SCRIPT_EVENTS; i++) {
+        script_event_t *e = &ev[i];
+        memset(e, 0, sizeof(*e));
+        e->type = i % 7 == 5 ? GRAFT_ETCD_EVENT_DELETE : GRAFT_ETCD_EVENT_PUT;
+        snprintf(e->key, sizeof(e->key), "/x/k%d", i % 9);
+        if (e->type == GRAFT_ETCD_EVENT_PUT) {
+            if (i % 5 == 1) {
+                e->value_len = 256 + (size_t)i;
+                for (size_t b = 0; b < e->value_len; b++)
+                    e->value[b] = (uint8_t)(b + (size_t)i);
+            } else {
+                e->value_len = (size_t)snprintf((char *)e->value, sizeof(e->value),
+                                                "v%d\n{\"line\":%d}\r\n", i, i);
+            }
+            e->create_revision = 11;
+            e->version = i + 1;
+        }
+        /* Event 3 shares revision and message with event 2 (a txn);
+         * events 10-14 form one message of five revisions. */
+        if (i > 0 && i != 3)
+            rev++;
+        if (i > 0 && i != 3 && !(i > 10 && i <= 14))
+            msg++;
+        e->mod_revision = rev;
+        e->msg = msg;
+    }
+    size_t cap = 256 * 1024, len = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    len += (size_t)snprintf(s + len, cap - len,
+                            "{\"result\":{\"header\":{\"cluster_id\":\"1\",\"revision\":\"10\"},"
+                            "\"created\":true}}\n");
+    for (int first = 0; first < SCRIPT_EVENTS;) {
+        int m = ev[first].msg, past = first;
+        while (past < SCRIPT_EVENTS && ev[past].msg == m)
+            past++;
+        long long last = (long long)ev[past - 1].mod_revision;
+        len += (size_t)snprintf(s + len, cap - len,
+                                "{\"result\":{\"header\":{\"revision\":\"%lld\"},\"events\":[",
+                                last);
+        for (int j = first; j < past; j++) {
+            char k64[64], v64[512];
+            const char *sep = j > first ? "," : "";
+            b64((const uint8_t *)ev[j].key, strlen(ev[j].key), k64);
+            b64(ev[j].value, ev[j].value_len, v64);
+            if (ev[j].type == GRAFT_ETCD_EVENT_DELETE)
+                len += (size_t)snprintf(s + len, cap - len,
+                                        "%s{\"type\":\"DELETE\",\"kv\":{\"key\":\"%s\","
+                                        "\"mod_revision\":\"%lld\"}}",
+                                        sep, k64, (long long)ev[j].mod_revision);
+            else
+                len += (size_t)snprintf(s + len, cap - len,
+                                        "%s{\"kv\":{\"key\":\"%s\",\"create_revision\":\"%lld\","
+                                        "\"mod_revision\":\"%lld\",\"version\":\"%lld\","
+                                        "\"value\":\"%s\"}}",
+                                        sep, k64, (long long)ev[j].create_revision,
+                                        (long long)ev[j].mod_revision, (long long)ev[j].version,
+                                        v64);
+        }
+        len += (size_t)snprintf(s + len, cap - len, "]}}\n");
+        if (m == 6) /* a progress notification: a header and no events */
+            len += (size_t)snprintf(s + len, cap - len,
+                                    "{\"result\":{\"header\":{\"revision\":\"%lld\"}}}\n",
+                                    last);
+        assert_true(len < cap - 4096);
+        first = past;
+    }
+    return s;
+}
+
+/* However the stream is cut (one byte per write, a few bytes across line
+ * boundaries, whole lines, everything at once), every event arrives
+ * exactly once, in order, with its key, value and revisions, over the one
+ * stream (no reconnect that could hide a lost or doubled event). */
+static void test_watch_stream_any_split(void **state)
+{
+    (void)state;
+    static script_event_t ev[SCRIPT_EVENTS];
+    char *script = script_build(ev);
+    const size_t splits[] = {1, 2, 7, 61, 4096, 0};
+    for (size_t s = 0; s < sizeof(splits) / sizeof(splits[0]); s++) {
+        fake_t *f = fake_start_script(FAKE_WATCH_SCRIPT, script, splits[s]);
+        graft_etcd_t *c = client_for(f, 3000);
+        graft_etcd_watch_t *w = NULL;
+        assert_int_equal(graft_etcd_watch_create(c, "/x/", 0, &w), GRAFT_OK);
+        size_t got = 0;
+        uint64_t end = now_ms() + 10000;
+        while (got < SCRIPT_EVENTS && now_ms() < end) {
+            graft_etcd_event_t *evs = NULL;
+            size_t n = 0;
+            assert_int_equal(graft_etcd_watch_next(w, 200, &evs, &n), GRAFT_OK);
+            for (size_t i = 0; i < n; i++, got++) {
+                assert_true(got < SCRIPT_EVENTS);
+                const script_event_t *e = &ev[got];
+                assert_int_equal(evs[i].type, e->type);
+                assert_string_equal(evs[i].kv.key, e->key);
+                assert_int_equal(evs[i].kv.value_len, e->value_len);
+                if (e->value_len > 0)
+                    assert_memory_equal(evs[i].kv.value, e->value, e->value_len);
+                assert_int_equal(evs[i].kv.mod_revision, e->mod_revision);
+                assert_int_equal(evs[i].kv.create_revision, e->create_revision);
+                assert_int_equal(evs[i].kv.version, e->version);
+            }
+            graft_etcd_events_free(evs, n);
+        }
+        if (got != SCRIPT_EVENTS)
+            print_message("# split %zu: %zu of %d events\n", splits[s], got, SCRIPT_EVENTS);
+        assert_int_equal(got, SCRIPT_EVENTS);
+        /* nothing more: no event twice */
+        graft_etcd_event_t *evs = NULL;
+        size_t n = 9;
+        assert_int_equal(graft_etcd_watch_next(w, 150, &evs, &n), GRAFT_OK);
+        assert_int_equal(n, 0);
+        assert_int_equal(atomic_load(&f->requests), 1);
+        graft_etcd_watch_destroy(w);
+        graft_etcd_destroy(c);
+        fake_stop(f);
+    }
+    free(script);
+}
+
 static void test_silent_watch_destroy_is_prompt(void **state)
 {
     (void)state;
@@ -427,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_endless_stream_times_out),
         cmocka_unit_test(test_watch_endless_and_garbage),
         cmocka_unit_test(test_silent_watch_destroy_is_prompt),
+        cmocka_unit_test(test_watch_stream_any_split),
     };
     return cmocka_run_group_tests_name("etcd_fake", tests, NULL, NULL);
 }
