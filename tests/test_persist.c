@@ -25,6 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <xxhash.h>
+
 #include "persist/persist_internal.h"
 #include "tests/test_persist_util.h"
 
@@ -664,6 +667,161 @@ static void golden_write(const char *root, uint64_t step, int level)
     pt_global_free(g);
 }
 
+static uint8_t *read_all(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    uint8_t *b = malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len_p = (size_t)n;
+    return b;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* The 40-byte manifest wrapper, field by field as docs/FORMAT.md has it. */
+static void wrapper_check(const uint8_t *b, size_t len)
+{
+    assert_true(len > GP_MANIFEST_HEADER_BYTES);
+    assert_memory_equal(b, "GRAFTMF1", 8);
+    assert_int_equal(le64(b + 8), 1);
+    assert_int_equal(le64(b + 16), len - 40);
+    assert_int_equal(le64(b + 24), XXH3_64bits(b + 40, len - 40));
+    assert_int_equal(le64(b + 32), XXH3_64bits(b, 32));
+}
+
+/* What may differ between the golden manifest and today's: the wall-clock
+ * time and the library version always; with zstd, also what depends on the
+ * zstd library's output (sizes and footer hashes). Everything else must be
+ * the same bytes (manifest.pb) or the same values (manifest.json). */
+static const char *const golden_json_varying[] = {"unix_ms", "library_version"};
+static const char *const golden_json_zstd[] = {"stored_bytes", "compression_ratio"};
+static const char *const golden_json_zstd_shard[] = {"stored_bytes", "file_bytes",
+                                                     "footer_hash"};
+/* Keys of manifest.json added since the golden files were made (fields are
+ * only added; docs/FORMAT.md): allowed in today's sidecar only. */
+static const char *const golden_json_added_shard[] = {"written_by_group"};
+
+static void golden_json_strip(json_t *j, bool zstd, bool today)
+{
+    for (size_t i = 0; i < sizeof(golden_json_varying) / sizeof(golden_json_varying[0]); i++)
+        assert_int_equal(json_object_del(j, golden_json_varying[i]), 0);
+    for (size_t i = 0; zstd && i < sizeof(golden_json_zstd) / sizeof(golden_json_zstd[0]); i++)
+        assert_int_equal(json_object_del(j, golden_json_zstd[i]), 0);
+    size_t k;
+    json_t *sh;
+    json_array_foreach(json_object_get(j, "shards"), k, sh) {
+        for (size_t i = 0;
+             zstd && i < sizeof(golden_json_zstd_shard) / sizeof(golden_json_zstd_shard[0]); i++)
+            assert_int_equal(json_object_del(sh, golden_json_zstd_shard[i]), 0);
+        for (size_t i = 0;
+             today && i < sizeof(golden_json_added_shard) / sizeof(golden_json_added_shard[0]);
+             i++)
+            (void)json_object_del(sh, golden_json_added_shard[i]);
+    }
+}
+
+/* Today's manifest of @p step under @p root against the golden one. */
+static void golden_manifest_check(const char *root, uint64_t step, bool zstd)
+{
+    char *mine_path = pt_path(root, step, GP_MANIFEST_PB);
+    char *gold_path = pt_path(GRAFT_GOLDEN_DIR, step, GP_MANIFEST_PB);
+    size_t mine_len, gold_len;
+    uint8_t *mine = read_all(mine_path, &mine_len);
+    uint8_t *gold = read_all(gold_path, &gold_len);
+    wrapper_check(gold, gold_len);
+    wrapper_check(mine, mine_len);
+    Graft__CheckpointManifest *g =
+        graft__checkpoint_manifest__unpack(NULL, gold_len - 40, gold + 40);
+    Graft__CheckpointManifest *m =
+        graft__checkpoint_manifest__unpack(NULL, mine_len - 40, mine + 40);
+    assert_non_null(g);
+    assert_non_null(m);
+    /* protobuf-c packs deterministically (fields in number order), so
+     * packing what was read gives back the writer's bytes... */
+    size_t n = graft__checkpoint_manifest__get_packed_size(m);
+    assert_int_equal(n, mine_len - 40);
+    uint8_t *re = malloc(n + 1);
+    graft__checkpoint_manifest__pack(m, re);
+    assert_memory_equal(re, mine + 40, n);
+    free(re);
+    /* ...and with the fields that legitimately vary set to the golden
+     * values, today's manifest must be the golden payload byte for byte. */
+    uint64_t unix_ms = m->unix_ms;
+    char *library_version = m->library_version;
+    assert_int_not_equal(g->unix_ms, 0);
+    m->unix_ms = g->unix_ms;
+    m->library_version = g->library_version;
+    uint64_t *saved = calloc(3 * m->n_shards + 1, sizeof(*saved));
+    uint64_t stored = m->stored_bytes;
+    if (zstd) {
+        assert_int_equal(m->n_shards, g->n_shards);
+        m->stored_bytes = g->stored_bytes;
+        for (size_t i = 0; i < m->n_shards; i++) {
+            saved[3 * i] = m->shards[i]->stored_bytes;
+            saved[3 * i + 1] = m->shards[i]->file_bytes;
+            saved[3 * i + 2] = m->shards[i]->file_hash;
+            m->shards[i]->stored_bytes = g->shards[i]->stored_bytes;
+            m->shards[i]->file_bytes = g->shards[i]->file_bytes;
+            m->shards[i]->file_hash = g->shards[i]->file_hash;
+        }
+    }
+    n = graft__checkpoint_manifest__get_packed_size(m);
+    re = malloc(n + 1);
+    graft__checkpoint_manifest__pack(m, re);
+    if (n != gold_len - 40 || memcmp(re, gold + 40, n) != 0)
+        fail_msg("step %llu: manifest.pb differs from %s (%zu vs %zu payload bytes)",
+                 (unsigned long long)step, gold_path, n, gold_len - 40);
+    free(re);
+    /* restore what the unpacker owns before freeing */
+    m->unix_ms = unix_ms;
+    m->library_version = library_version;
+    m->stored_bytes = stored;
+    for (size_t i = 0; zstd && i < m->n_shards; i++) {
+        m->shards[i]->stored_bytes = saved[3 * i];
+        m->shards[i]->file_bytes = saved[3 * i + 1];
+        m->shards[i]->file_hash = saved[3 * i + 2];
+    }
+    free(saved);
+    graft__checkpoint_manifest__free_unpacked(m, NULL);
+    graft__checkpoint_manifest__free_unpacked(g, NULL);
+    free(mine);
+    free(gold);
+    free(mine_path);
+    free(gold_path);
+
+    /* The JSON sidecar: the same values, minus the same fields. */
+    mine_path = pt_path(root, step, GP_MANIFEST_JSON);
+    gold_path = pt_path(GRAFT_GOLDEN_DIR, step, GP_MANIFEST_JSON);
+    json_t *jm = json_load_file(mine_path, 0, NULL);
+    json_t *jg = json_load_file(gold_path, 0, NULL);
+    assert_non_null(jm);
+    assert_non_null(jg);
+    golden_json_strip(jm, zstd, true);
+    golden_json_strip(jg, zstd, false);
+    if (!json_equal(jm, jg)) {
+        char *a = json_dumps(jm, JSON_SORT_KEYS | JSON_COMPACT);
+        char *b = json_dumps(jg, JSON_SORT_KEYS | JSON_COMPACT);
+        fail_msg("step %llu: manifest.json differs from %s:\n today  %s\n golden %s",
+                 (unsigned long long)step, gold_path, a, b);
+    }
+    json_decref(jm);
+    json_decref(jg);
+    free(mine_path);
+    free(gold_path);
+}
+
 static void test_golden(void **state)
 {
     (void)state;
@@ -683,9 +841,11 @@ static void test_golden(void **state)
         restore_global(GRAFT_GOLDEN_DIR, 3, step, g);
         pt_global_free(g);
     }
-    /* Today's writer still produces the same bytes for stored shards. */
+    /* Today's writer still produces the same bytes for stored shards, and
+     * the same manifests (see golden_manifest_check for what may vary). */
     char *root = pt_tmpdir();
     golden_write(root, 7, 0);
+    golden_write(root, 8, 3);
     for (int r = 0; r < 2; r++) {
         char name[32];
         snprintf(name, sizeof(name), "shard-%d-of-2", r);
@@ -695,6 +855,8 @@ static void test_golden(void **state)
         free(mine);
         free(gold);
     }
+    golden_manifest_check(root, 7, false);
+    golden_manifest_check(root, 8, true);
     pt_rmtree(root);
 }
 
