@@ -214,6 +214,8 @@ typedef struct rank_run {
     /* per round seen: round, id, members hash, n members, step */
     uint64_t rounds[16], ids[16], hashes[16], steps_seen[16];
     size_t n_members[16];
+    uint32_t replica_ranks[16], replica_worlds[16];
+    uint32_t members[16][16]; /* the first 16 member groups of each round */
     bool decisions[16];
     graft_status_t last_st;
     int done;
@@ -233,6 +235,10 @@ static void *rank_main(void *arg)
         rr->hashes[s] = q->members_hash;
         rr->n_members[s] = q->n_members;
         rr->steps_seen[s] = q->step;
+        rr->replica_ranks[s] = q->replica_rank;
+        rr->replica_worlds[s] = q->replica_world;
+        for (size_t i = 0; i < q->n_members && i < 16; i++)
+            rr->members[s][i] = q->members[i];
         if (q->must_recover)
             rr->committed = q->step;
         bool decision = false;
@@ -288,6 +294,9 @@ static void test_race_one_quorum_per_round(void **state)
             assert_int_equal(runs[i].hashes[s], runs[0].hashes[s]);
             assert_int_equal(runs[i].steps_seen[s], runs[0].steps_seen[s]);
             assert_int_equal(runs[i].n_members[s], RACE_G);
+            /* groups 0..7 all in: a group's replica rank is its number */
+            assert_int_equal(runs[i].replica_ranks[s], runs[i].g);
+            assert_int_equal(runs[i].replica_worlds[s], RACE_G);
             assert_true(runs[i].decisions[s]);
             if (s > 0)
                 assert_true(runs[i].rounds[s] == runs[i].rounds[s - 1] + 1);
@@ -328,6 +337,77 @@ static void test_race_one_quorum_per_round(void **state)
     graft_membership_events_free(evs, n);
     for (int i = 0; i < RACE_G * RACE_R; i++)
         graft_membership_destroy(runs[i].m);
+    graft_membership_destroy(obs);
+}
+
+/* Run `steps` rounds with every handle of `runs` in its own thread. */
+static void run_all(rank_run_t *runs, size_t n, int steps)
+{
+    pthread_t th[16];
+    assert_true(n <= 16);
+    for (size_t i = 0; i < n; i++) {
+        runs[i].steps = steps;
+        runs[i].done = 0;
+        assert_int_equal(pthread_create(&th[i], NULL, rank_main, &runs[i]), 0);
+    }
+    for (size_t i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* Every rank of every member group is told its group's index in the
+ * sorted member list and the number of member groups, also when the group
+ * numbers are sparse, and the indices shift when a group leaves. */
+static void test_replica_rank_is_index_in_members(void **state)
+{
+    (void)state;
+    static const uint32_t groups[] = {2, 5, 6, 9};
+    enum { NG = 4, NR = 2 };
+    static rank_run_t runs[NG * NR];
+    graft_membership_t *obs = observe("rrank", NR);
+    for (uint32_t i = 0; i < NG * NR; i++) {
+        memset(&runs[i], 0, sizeof(runs[i]));
+        runs[i].g = groups[i / NR];
+        runs[i].r = i % NR;
+        runs[i].committed = 4;
+        /* a join timeout no loaded machine reaches: every group is in */
+        graft_membership_config_t c = cfg_for("rrank", runs[i].g, runs[i].r, NR);
+        c.join_timeout_ms = 8000;
+        assert_int_equal(graft_membership_create(&c, &runs[i].m), GRAFT_OK);
+    }
+    assert_true(wait_view(obs, NG * NR, NG, 5000));
+    run_all(runs, NG * NR, 2);
+    for (uint32_t i = 0; i < NG * NR; i++) {
+        assert_int_equal(runs[i].last_st, GRAFT_OK);
+        assert_int_equal(runs[i].done, 2);
+        for (int s = 0; s < 2; s++) {
+            assert_int_equal(runs[i].n_members[s], NG);
+            for (uint32_t k = 0; k < NG; k++)
+                assert_int_equal(runs[i].members[s][k], groups[k]);
+            assert_int_equal(runs[i].replica_ranks[s], i / NR);
+            assert_int_equal(runs[i].replica_worlds[s], NG);
+        }
+    }
+
+    /* Group 5 leaves: 6 and 9 move down one place. */
+    graft_membership_destroy(runs[2].m);
+    graft_membership_destroy(runs[3].m);
+    runs[2].m = runs[3].m = NULL;
+    assert_true(wait_view(obs, (NG - 1) * NR, NG - 1, 5000));
+    rank_run_t rest[(NG - 1) * NR];
+    memcpy(&rest[0], &runs[0], NR * sizeof(rest[0]));
+    memcpy(&rest[NR], &runs[2 * NR], 2 * NR * sizeof(rest[0]));
+    run_all(rest, (NG - 1) * NR, 1);
+    static const uint32_t expect_rank[] = {0, 0, 1, 1, 2, 2};
+    for (uint32_t i = 0; i < (NG - 1) * NR; i++) {
+        assert_int_equal(rest[i].last_st, GRAFT_OK);
+        assert_int_equal(rest[i].done, 1);
+        assert_int_equal(rest[i].n_members[0], NG - 1);
+        assert_int_equal(rest[i].members[0][1], 6);
+        assert_int_equal(rest[i].replica_ranks[0], expect_rank[i]);
+        assert_int_equal(rest[i].replica_worlds[0], NG - 1);
+        assert_true(rest[i].decisions[0]);
+        graft_membership_destroy(rest[i].m);
+    }
     graft_membership_destroy(obs);
 }
 
@@ -1099,6 +1179,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_rejected),
         cmocka_unit_test(test_join_view_leave),
         cmocka_unit_test(test_race_one_quorum_per_round),
+        cmocka_unit_test(test_replica_rank_is_index_in_members),
         cmocka_unit_test(test_min_groups_not_met),
         cmocka_unit_test(test_commit_vote),
         cmocka_unit_test(test_commit_vote_one_rank),
