@@ -405,12 +405,82 @@ static graft_status_t do_pull(graft_transfer_endpoint_t *ep,
     if (st != GRAFT_OK) {
         print_message("# pull: %s\n", graft_status_name(st));
         for (size_t i = 0; i < rep->n_donors; i++)
-            print_message("#   donor %zu: %s, %llu bytes, %llu chunks\n", i,
-                          graft_status_name(rep->donors[i].status),
+            print_message("#   donor %zu: %s, %llu bytes, %llu chunks, %llu reassigned, "
+                          "lanes '%s'\n", i, graft_status_name(rep->donors[i].status),
                           (unsigned long long)rep->donors[i].bytes,
-                          (unsigned long long)rep->donors[i].chunks);
+                          (unsigned long long)rep->donors[i].chunks,
+                          (unsigned long long)rep->donors[i].reassigned,
+                          rep->donors[i].transports);
     }
     return st;
+}
+
+/* Whether the group being run asked UCX for tcp only. */
+static bool group_is_tcp(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    return tls != NULL && strcmp(tls, "tcp") == 0;
+}
+
+static bool tl_is_shm(const char *tl)
+{
+    static const char *const shm[] = {"sysv", "posix", "cma", "xpmem", "knem"};
+    for (size_t i = 0; i < ARRAY_SIZE(shm); i++) {
+        if (strcmp(tl, shm[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* From a donor report's transports ("tl/dev:use,use tl/dev ..."): the
+ * transport of the lane that carries active messages (use "am"), and
+ * whether every lane is tcp. */
+static void lanes_parse(const char *transports, char *am_tl, size_t am_size, bool *all_tcp_p)
+{
+    char copy[sizeof(((graft_transfer_donor_report_t *)0)->transports)];
+    char *save = NULL;
+    bool all_tcp = true;
+    am_tl[0] = '\0';
+    snprintf(copy, sizeof(copy), "%s", transports);
+    for (char *lane = strtok_r(copy, " ", &save); lane != NULL;
+         lane = strtok_r(NULL, " ", &save)) {
+        char *uses = strchr(lane, ':');
+        char *slash = strchr(lane, '/');
+        if (uses != NULL)
+            *uses++ = '\0';
+        if (slash != NULL)
+            *slash = '\0';
+        all_tcp = all_tcp && strcmp(lane, "tcp") == 0;
+        char *usave = NULL;
+        for (char *u = uses != NULL ? strtok_r(uses, ",", &usave) : NULL; u != NULL;
+             u = strtok_r(NULL, ",", &usave)) {
+            if (strcmp(u, "am") == 0)
+                snprintf(am_tl, am_size, "%s", lane);
+        }
+    }
+    *all_tcp_p = all_tcp;
+}
+
+/* The connection to a donor used what the group asked for: over tcp every
+ * lane is tcp; over shared memory the lane of the protocol's messages is a
+ * shared-memory transport (bulk bytes of malloc'ed memory may still travel
+ * on a tcp lane: shared memory cannot map them). A silent fallback to tcp
+ * fails here. */
+static void assert_group_transports(const graft_transfer_donor_report_t *dr)
+{
+    char am_tl[32];
+    bool all_tcp;
+    lanes_parse(dr->transports, am_tl, sizeof(am_tl), &all_tcp);
+    if (group_is_tcp()) {
+        if (!all_tcp)
+            print_message("# lanes: %s\n", dr->transports);
+        assert_true(all_tcp);
+        assert_string_equal(am_tl, "tcp");
+    } else {
+        if (!tl_is_shm(am_tl))
+            print_message("# lanes: %s\n", dr->transports);
+        assert_true(tl_is_shm(am_tl));
+    }
 }
 
 /* After every wire test: free what a failed assertion left behind. */
@@ -454,6 +524,7 @@ static void pull_from_k(int k)
     uint64_t sum = 0;
     for (int i = 0; i < k; i++) {
         assert_int_equal(rep.donors[i].status, GRAFT_OK);
+        assert_group_transports(&rep.donors[i]);
         sum += rep.donors[i].bytes;
     }
     assert_int_equal(sum, rep.bytes);
@@ -893,6 +964,7 @@ static void test_pull_1gib(void **state)
     assert_int_equal(rep.bytes, BIG_PULL_BYTES);
     assert_int_equal(rep.donors[0].bytes, BIG_PULL_BYTES);
     assert_int_equal(rep.chunks, rep.donors[0].chunks);
+    assert_group_transports(&rep.donors[0]);
     assert_int_equal(rep.chunks, (gib[0].bytes + GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES - 1) /
                                          GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES +
                                      (gib[1].bytes + GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES - 1) /

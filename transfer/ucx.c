@@ -1164,12 +1164,69 @@ static void recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
     d->err_status = status;
 }
 
+/*
+ * UCX 1.13 has no query for an endpoint's transports (ucp_ep_query knows
+ * only names and socket addresses), so they are read from the text that
+ * ucp_ep_print_info() writes, whose lane lines look like
+ *   "#                 lane[1]:  2:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0"
+ * and become "sysv/memory:am,am_bw" (the connection manager's lane,
+ * "lane[0]: cm ...", is left out). Only a diagnostic: a line of another
+ * shape is skipped.
+ */
+static void lanes_describe(ucp_ep_h uep, char *out, size_t size)
+{
+    char text[4096], line[512];
+    size_t used = 0;
+    FILE *f;
+
+    out[0] = '\0';
+    memset(text, 0, sizeof(text));
+    f = fmemopen(text, sizeof(text) - 1, "w");
+    if (f == NULL)
+        return;
+    ucp_ep_print_info(uep, f);
+    fclose(f);
+    FILE *in = fmemopen(text, strlen(text), "r");
+    if (in == NULL)
+        return;
+    while (fgets(line, sizeof(line), in) != NULL) {
+        char tl[64], rest[256], desc[192], *tok, *save = NULL;
+        const char *lane = strstr(line, "lane[");
+        const char *arrow = strstr(line, "->");
+        if (lane == NULL || arrow == NULL ||
+            sscanf(strchr(lane, ':') + 1, " %*u:%63s", tl) != 1)
+            continue;
+        char *dot = strrchr(tl, '.');
+        if (dot != NULL && dot > strchr(tl, '/'))
+            *dot = '\0';
+        size_t n = (size_t)snprintf(desc, sizeof(desc), "%s", tl);
+        /* After the arrow: the remote md, then what the lane is used for. */
+        snprintf(rest, sizeof(rest), "%s", arrow + 2);
+        tok = strtok_r(rest, " \t\n", &save); /* the remote md */
+        for (int k = 0; tok != NULL && n < sizeof(desc); k++) {
+            tok = strtok_r(NULL, " \t\n", &save);
+            if (tok == NULL)
+                break;
+            char *hash = strchr(tok, '#');
+            if (hash != NULL)
+                *hash = '\0';
+            n += (size_t)snprintf(desc + n, sizeof(desc) - n, "%c%s", k == 0 ? ':' : ',', tok);
+        }
+        if (n >= sizeof(desc) || used + (used > 0) + n >= size)
+            break; /* cut at a lane boundary */
+        used += (size_t)snprintf(out + used, size - used, "%s%s", used > 0 ? " " : "", desc);
+    }
+    fclose(in);
+}
+
 static void ep_close_start(pull_t *p, pdonor_t *d, bool force)
 {
     ucp_request_param_t prm;
     ucs_status_ptr_t req;
     if (d->uep == NULL)
         return;
+    lanes_describe(d->uep, p->rep->donors[d->index].transports,
+                   sizeof(p->rep->donors[d->index].transports));
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -1177,7 +1234,6 @@ static void ep_close_start(pull_t *p, pdonor_t *d, bool force)
     d->uep = NULL;
     if (UCS_PTR_IS_PTR(req))
         d->close_req = req;
-    (void)p;
 }
 
 /* Close a donor's connection by force. A push read whose bytes have not

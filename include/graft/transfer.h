@@ -332,6 +332,17 @@ typedef struct graft_transfer_donor_report {
     uint64_t bytes;          /**< verified bytes read from it */
     uint64_t chunks;         /**< verified chunks read from it */
     uint64_t reassigned;     /**< chunks taken from it after it failed */
+    /** The transports UCX chose for the connection to it, one
+     *  "transport/device[:use,...]" per lane in UCX's lane order, separated
+     *  by spaces, as ucp_ep_print_info() names them when the connection is
+     *  closed; the connection manager's lane is left out. E.g. over shared
+     *  memory "sysv/memory:am,am_bw,keepalive posix/memory tcp/lo:rma_bw,wireup"
+     *  (the lane used "am" carries the protocol messages and eager data,
+     *  "rma_bw" rendezvous and get bytes of memory that shared memory cannot
+     *  map), over tcp "tcp/lo:rma_bw,am,am_bw,wireup". Empty when
+     *  the connection never came up, and with the NCCL backend; cut at a
+     *  lane boundary when longer. */
+    char transports[160];
 } graft_transfer_donor_report_t;
 
 /** Outcome of a pull. */
