@@ -1242,6 +1242,136 @@ static void test_garbage_clients(void **state)
     assert_int_equal(donor_stop(&d), 0);
 }
 
+/* ---- UCX_MM_ERROR_HANDLING ---------------------------------------------- */
+
+/* What a recipient in a child process saw. */
+typedef struct env_probe {
+    int32_t status;    /* the pull's */
+    int32_t matches;   /* every byte as the donor wrote it */
+    char mm[16];       /* UCX_MM_ERROR_HANDLING after its endpoint was created */
+    char transports[sizeof(((graft_transfer_donor_report_t *)0)->transports)];
+} env_probe_t;
+
+/* The child: no cmocka here (a failed assertion would unwind into the
+ * parent's copy of the test runner), only a result on @fd. */
+static void env_child(const char *addr, int fd)
+{
+    env_probe_t res = {.status = GRAFT_EINTERNAL};
+    graft_transfer_config_t cfg = {.job_token = TOKEN, .chunk_bytes = 256u << 10, .group = 2};
+    graft_transfer_endpoint_t *ep = NULL;
+    uint8_t *mem[ARRAY_SIZE(small_layout)] = {0};
+    graft_transfer_report_t rep;
+    const char *addrs[1] = {addr};
+
+    if (graft_transfer_endpoint_create(&cfg, &ep) == GRAFT_OK) {
+        const char *v = getenv("UCX_MM_ERROR_HANDLING");
+        snprintf(res.mm, sizeof(res.mm), "%s", v != NULL ? v : "(unset)");
+        res.status = GRAFT_OK;
+        for (size_t i = 0; i < ARRAY_SIZE(small_layout) && res.status == GRAFT_OK; i++) {
+            mem[i] = calloc(1, small_layout[i].bytes + 1);
+            graft_transfer_region_t r = {.name = small_layout[i].name,
+                                         .kind = GRAFT_TRANSFER_REGION_PARAM,
+                                         .ptr = mem[i],
+                                         .bytes = small_layout[i].bytes};
+            res.status = mem[i] != NULL ? graft_transfer_region_register(ep, &r) : GRAFT_ENOMEM;
+        }
+        graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+        if (res.status == GRAFT_OK)
+            res.status = graft_transfer_pull(ep, &po, &rep);
+        if (res.status == GRAFT_OK) {
+            res.matches = 1;
+            for (size_t i = 0; i < ARRAY_SIZE(small_layout); i++)
+                res.matches = res.matches && pattern_matches(mem[i], small_layout[i].bytes, i + 1);
+            snprintf(res.transports, sizeof(res.transports), "%s", rep.donors[0].transports);
+        }
+    }
+    graft_transfer_endpoint_destroy(ep);
+    for (size_t i = 0; i < ARRAY_SIZE(small_layout); i++)
+        free(mem[i]);
+    _exit(write_full(fd, &res, sizeof(res)) ? 0 : 1);
+}
+
+/* A donor and a recipient process started with UCX_MM_ERROR_HANDLING set to
+ * @value (NULL: unset) and UCX_TLS=sm,self,tcp; the test's own environment
+ * is put back before it returns. */
+static void env_case(const char *value, env_probe_t *res)
+{
+    const char *old = getenv("UCX_MM_ERROR_HANDLING");
+    const char *old_tls = getenv("UCX_TLS");
+    char saved[32] = "", saved_tls[64] = "";
+    bool had = old != NULL, had_tls = old_tls != NULL;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    donor_proc_t d;
+    int fds[2], ws = 0;
+
+    if (had)
+        snprintf(saved, sizeof(saved), "%s", old);
+    if (had_tls)
+        snprintf(saved_tls, sizeof(saved_tls), "%s", old_tls);
+    setenv("UCX_TLS", "sm,self,tcp", 1);
+    if (value != NULL)
+        setenv("UCX_MM_ERROR_HANDLING", value, 1);
+    else
+        unsetenv("UCX_MM_ERROR_HANDLING");
+    donor_spawn(&o, &d);
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(fds[0]);
+        env_child(d.addr, fds[1]);
+    }
+    close(fds[1]);
+    if (had)
+        setenv("UCX_MM_ERROR_HANDLING", saved, 1);
+    else
+        unsetenv("UCX_MM_ERROR_HANDLING");
+    if (had_tls)
+        setenv("UCX_TLS", saved_tls, 1);
+    else
+        unsetenv("UCX_TLS");
+    memset(res, 0, sizeof(*res));
+    bool got = read_full(fds[0], res, sizeof(*res), 30000);
+    close(fds[0]);
+    if (!got)
+        kill(child, SIGKILL);
+    assert_int_equal(waitpid(child, &ws, 0), child);
+    assert_true(got);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    res->transports[sizeof(res->transports) - 1] = '\0';
+    res->mm[sizeof(res->mm) - 1] = '\0';
+    print_message("# UCX_MM_ERROR_HANDLING %s: %s, lanes '%s'\n", value != NULL ? value : "unset",
+                  graft_status_name(res->status), res->transports);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+/* Unset, the endpoint sets it to y, so that shared memory carries a pull
+ * even with peer error handling; set by the user (n), it is left alone and
+ * the pull still works, over tcp, which is what UCX does with n. */
+static void test_mm_error_handling_env(void **state)
+{
+    (void)state;
+    env_probe_t res;
+    char am_tl[32];
+    bool all_tcp;
+
+    env_case(NULL, &res);
+    assert_int_equal(res.status, GRAFT_OK);
+    assert_true(res.matches);
+    assert_string_equal(res.mm, "y");
+    lanes_parse(res.transports, am_tl, sizeof(am_tl), &all_tcp);
+    assert_true(tl_is_shm(am_tl));
+
+    env_case("n", &res);
+    assert_int_equal(res.status, GRAFT_OK);
+    assert_true(res.matches);
+    assert_string_equal(res.mm, "n");
+    lanes_parse(res.transports, am_tl, sizeof(am_tl), &all_tcp);
+    assert_string_equal(am_tl, "tcp");
+    assert_true(all_tcp);
+}
+
 /* ---- local API checks ---------------------------------------------------- */
 
 static void test_api_misuse(void **state)
@@ -1555,6 +1685,7 @@ int main(void)
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_host_alloc),
         cmocka_unit_test(test_host_alloc_failures),
+        cmocka_unit_test_teardown(test_mm_error_handling_env, wire_teardown),
     };
 #define WIRE(t) cmocka_unit_test_teardown(t, wire_teardown)
     const struct CMUnitTest wire[] = {
