@@ -31,6 +31,12 @@
 /* Short enough for a quick test, long enough that a shared, loaded machine
  * does not make healthy ranks miss renewals or the join timeout. */
 #define TTL_S 3
+/* The rank of the short-hang test (group 6, rank 1) has a longer lease, so
+ * that a SIGSTOP well past the join timeout still ends well inside its TTL
+ * on a loaded machine (its keep-alive thread is stopped too). */
+#define SHORT_G 6
+#define SHORT_R 1
+#define SHORT_TTL_S 12
 #define JOIN_MS 1000
 #define VOTE_MS 1500
 #define JOB "fail"
@@ -83,6 +89,7 @@ static int child_main(char **argv)
     uint32_t g = (uint32_t)atoi(argv[3]), r = (uint32_t)atoi(argv[4]);
     const char *results = argv[5];
     uint64_t committed = strtoull(argv[6], NULL, 10);
+    uint32_t ttl_s = argv[7] != NULL ? (uint32_t)atoi(argv[7]) : TTL_S;
     signal(SIGTERM, on_term);
     int fd = open(results, O_WRONLY | O_APPEND | O_CREAT, 0644);
     if (fd < 0)
@@ -95,7 +102,7 @@ static int child_main(char **argv)
     c.rank = r;
     c.ranks_per_group = R;
     c.min_groups = 1;
-    c.lease_ttl_s = TTL_S;
+    c.lease_ttl_s = ttl_s;
     c.join_timeout_ms = JOIN_MS;
     c.transfer_address = "tcp://127.0.0.1:9";
     graft_membership_t *m = NULL;
@@ -149,13 +156,14 @@ static graft_membership_t *obs;
 
 static pid_t spawn(uint32_t g, uint32_t r, uint64_t committed)
 {
-    char gs[16], rs[16], cs[32];
+    char gs[16], rs[16], cs[32], ts[16];
     snprintf(gs, sizeof(gs), "%u", g);
     snprintf(rs, sizeof(rs), "%u", r);
     snprintf(cs, sizeof(cs), "%" PRIu64, committed);
+    snprintf(ts, sizeof(ts), "%d", g == SHORT_G && r == SHORT_R ? SHORT_TTL_S : TTL_S);
     pid_t pid = fork();
     if (pid == 0) {
-        char *args[] = {self, "--child", (char *)endpoint, gs, rs, results, cs, NULL};
+        char *args[] = {self, "--child", (char *)endpoint, gs, rs, results, cs, ts, NULL};
         execv(self, args);
         _exit(127);
     }
@@ -465,6 +473,97 @@ static void test_sigstop_left_out_then_recovers(void **state)
     check_agreement();
 }
 
+/* The incarnation of a rank in the observer's view, 0 if absent. */
+static uint64_t incarnation_of(uint32_t g, uint32_t r)
+{
+    graft_membership_view_t *v = NULL;
+    uint64_t inc = 0;
+    assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+    for (size_t i = 0; i < v->n_members; i++)
+        if (v->members[i].group == g && v->members[i].rank == r)
+            inc = v->members[i].incarnation;
+    graft_membership_view_free(v);
+    return inc;
+}
+
+/* A hang longer than the join timeout but well inside the lease: the
+ * group is left out of the next quorum while its members stay live, and
+ * after SIGCONT the same process, with the same lease and incarnation,
+ * comes back as a recipient. No lease is lost, nothing re-joins. */
+static void test_short_sigstop_left_out_same_incarnation(void **state)
+{
+    (void)state;
+    uint64_t start_round = wait_full_round(check_agreement(), 30000);
+    assert_true(start_round > 0);
+    uint64_t inc0 = incarnation_of(SHORT_G, SHORT_R);
+    assert_true(inc0 != 0);
+    uint64_t t0 = now_ms();
+    assert_int_equal(kill(pids[SHORT_G][SHORT_R], SIGSTOP), 0);
+    bool left_out_while_live = false;
+    uint64_t left_out_ms = 0;
+    while (now_ms() - t0 < 6000 && !left_out_while_live) {
+        graft_quorum_t *q = NULL;
+        if (graft_membership_quorum_latest(obs, &q) == GRAFT_OK) {
+            bool has = false;
+            for (size_t i = 0; i < q->n_members; i++)
+                has |= q->members[i] == SHORT_G;
+            if (!has && q->round > start_round) {
+                left_out_while_live = graft_membership_group_healthy(obs, SHORT_G);
+                left_out_ms = now_ms() - t0;
+            }
+            graft_membership_quorum_free(q);
+        }
+        if (!left_out_while_live)
+            usleep(20000);
+    }
+    /* Stopped for at least two join timeouts, whatever the machine's load. */
+    while (now_ms() - t0 < 2u * JOIN_MS)
+        usleep(20000);
+    uint64_t stopped_ms = now_ms() - t0;
+    uint64_t t1 = now_ms();
+    assert_int_equal(kill(pids[SHORT_G][SHORT_R], SIGCONT), 0);
+    print_message("# short SIGSTOP: left out after %" PRIu64 " ms, resumed after %" PRIu64
+                  " ms (join timeout %d ms, its TTL %d s)\n", left_out_ms, stopped_ms, JOIN_MS,
+                  SHORT_TTL_S);
+    assert_true(left_out_while_live);
+    assert_true(stopped_ms < SHORT_TTL_S * 1000u * 2u / 3u);
+    assert_true(graft_membership_group_healthy(obs, SHORT_G));
+
+    uint64_t full = wait_full_round(check_agreement(), 30000);
+    assert_true(full > 0);
+    line_t *l = NULL;
+    size_t n = read_lines(&l);
+    bool rank_recovered = false, group_recovered = false;
+    for (size_t i = 0; i < n; i++) {
+        if (l[i].t_ms < t1 || l[i].g != SHORT_G || !l[i].recover)
+            continue;
+        group_recovered = true;
+        rank_recovered |= l[i].r == SHORT_R;
+    }
+    free(l);
+    assert_true(group_recovered);
+    assert_true(rank_recovered);
+    /* Same process, same lease: the incarnation did not change and no lease
+     * was reported lost. */
+    assert_int_equal(incarnation_of(SHORT_G, SHORT_R), inc0);
+    graft_event_t *evs = NULL;
+    size_t n_ev = 0;
+    assert_int_equal(graft_membership_events_read(obs, 0, &evs, &n_ev), GRAFT_OK);
+    size_t joins = 0;
+    for (size_t i = 0; i < n_ev; i++) {
+        if (evs[i].group != SHORT_G || evs[i].rank != SHORT_R)
+            continue;
+        assert_int_not_equal(evs[i].kind, GRAFT_EVENT_LEASE_LOST);
+        if (evs[i].kind == GRAFT_EVENT_JOIN) {
+            assert_int_equal(evs[i].incarnation, inc0);
+            joins++;
+        }
+    }
+    assert_int_equal(joins, 1);
+    graft_membership_events_free(evs, n_ev);
+    check_agreement();
+}
+
 static void test_etcd_restart_mid_run(void **state)
 {
     (void)state;
@@ -487,11 +586,12 @@ static void test_etcd_restart_mid_run(void **state)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0)
-        return argc == 7 ? child_main(argv) : 2;
+        return argc == 7 || argc == 8 ? child_main(argv) : 2;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_processes_agree),
         cmocka_unit_test(test_sigkill_detected_within_ttl),
         cmocka_unit_test(test_sigstop_left_out_then_recovers),
+        cmocka_unit_test(test_short_sigstop_left_out_same_incarnation),
         cmocka_unit_test(test_etcd_restart_mid_run),
     };
     return cmocka_run_group_tests_name("membership_failures", tests, group_setup, group_teardown);
