@@ -17,6 +17,15 @@
  *   --seed S              initial-state seed (default 1)
  *   --state-hash-out FILE write the final state hash (hex) to FILE
  *   --hash-log FILE       append "step hash" after every applied commit
+ *   --role-log FILE       append "step serve N" when a quorum makes this rank a
+ *                         donor to N recipients, "step serving G R" when its
+ *                         transfer endpoint starts serving rank R of group G
+ *                         (sent it the manifest: the pull reads from here
+ *                         on), "step pulled G R ok|failed" when that
+ *                         recipient reported its pull done, "step served"
+ *                         once that step's commit returned (the serve is
+ *                         over), and "step heal STATUS MS DETAIL" when a
+ *                         heal of this rank ended
  *   --step-delay-ms MS    sleep MS per step (simulated compute)
  *   --blob-mib N          add an N MiB blob region to the state
  *   --die-when-serving MS SIGKILL this process MS ms after it starts serving
@@ -26,7 +35,8 @@
  *   --no-graft            train alone without the runtime (the reference)
  * It prints "final step N hash H start K recoveries R" on standard output,
  * then "metrics commits C commits_failed F drift_checks D drift_mismatches M
- * restores S".
+ * restores S recovery_failures X serves V checkpoints_written W
+ * checkpoints_committed K".
  * Exit status: 0 done, 1 a graft call failed, 2 bad configuration or flags.
  */
 #include <graft/graft.h>
@@ -34,6 +44,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,7 +249,7 @@ static graft_status_t fingerprint(void *arg, uint64_t *fp_p)
 typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
     uint64_t corrupt_at;
-    const char *hash_out, *hash_log;
+    const char *hash_out, *hash_log, *role_log;
     bool no_graft, die_when_serving;
 } opts_t;
 
@@ -268,12 +279,15 @@ static int parse_args(int argc, char **argv, opts_t *o)
         if (strcmp(a, "--no-graft") == 0) {
             o->no_graft = true;
             continue;
-        } else if (strcmp(a, "--state-hash-out") == 0 || strcmp(a, "--hash-log") == 0) {
+        } else if (strcmp(a, "--state-hash-out") == 0 || strcmp(a, "--hash-log") == 0 ||
+                   strcmp(a, "--role-log") == 0) {
             if (v == NULL) {
                 fprintf(stderr, "train_mlp: %s needs a file name\n", a);
                 return -1;
             }
-            *(strcmp(a, "--hash-log") == 0 ? &o->hash_log : &o->hash_out) = v;
+            *(strcmp(a, "--hash-log") == 0   ? &o->hash_log
+              : strcmp(a, "--role-log") == 0 ? &o->role_log
+                                             : &o->hash_out) = v;
             i++;
             continue;
         } else if (strcmp(a, "--steps") == 0) {
@@ -352,6 +366,79 @@ static void log_hash(const opts_t *o, const state_t *s)
     fclose(f);
 }
 
+/* One line of the --role-log, written whole (one write per line) so that a
+ * reader polling the file (the simulator) never sees half of one. */
+static void log_role(const opts_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_role(const opts_t *o, const char *fmt, ...)
+{
+    char line[640];
+    va_list ap;
+    if (o->role_log == NULL)
+        return;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n > sizeof(line) - 2)
+        n = (int)sizeof(line) - 2;
+    line[n++] = '\n';
+    FILE *f = fopen(o->role_log, "a");
+    if (f == NULL)
+        return;
+    setvbuf(f, NULL, _IONBF, 0);
+    if (fwrite(line, 1, (size_t)n, f) != (size_t)n) {
+        /* a reading aid; training goes on without it */
+    }
+    fclose(f);
+}
+
+/*
+ * The library's log, with the transfer endpoint's serve messages copied to
+ * the --role-log: "serving group G rank R at step S" (debug) is logged once
+ * the endpoint has sent a recipient its manifest, "group G rank R done with
+ * step S (ok)" when that recipient reports its pull over. They are the only
+ * signal of a donor really being read from (the runtime's own "serve" is the
+ * quorum's assignment, before any recipient has connected). Messages at or
+ * above the threshold the user asked for (GRAFT_LOG) go to standard error
+ * as the default sink prints them.
+ */
+static graft_log_level_t user_log_level = GRAFT_LOG_WARN;
+static const char *const log_level_names[] = {"off", "error", "warn", "info", "debug", "trace"};
+
+static void on_log(graft_log_level_t level, const char *module, const char *message, void *arg)
+{
+    const opts_t *o = arg;
+    unsigned g = 0, r = 0;
+    unsigned long long step = 0;
+    char ok[16] = "";
+    if (strcmp(module, "transfer") == 0 && level == GRAFT_LOG_DEBUG) {
+        if (sscanf(message, "serving group %u rank %u at step %llu", &g, &r, &step) == 3)
+            log_role(o, "%llu serving %u %u", step, g, r);
+        else if (sscanf(message, "group %u rank %u done with step %llu (%15[a-z])", &g, &r, &step,
+                        ok) == 4)
+            log_role(o, "%llu pulled %u %u %s", step, g, r, ok);
+    }
+    if (level == GRAFT_LOG_OFF || level > user_log_level)
+        return;
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    fprintf(stderr, "[%02d:%02d:%02d.%03ld] graft %-5s %s[%d]: %s\n", tm.tm_hour, tm.tm_min,
+            tm.tm_sec, ts.tv_nsec / 1000000, log_level_names[level], module, (int)getpid(),
+            message);
+}
+
+/* Heals as the runtime reports them (on the training thread). */
+static void on_event(const graft_runtime_event_t *ev, void *arg)
+{
+    const opts_t *o = arg;
+    if (ev->kind == GRAFT_RUNTIME_EVENT_RECOVERY)
+        log_role(o, "%" PRIu64 " heal %s %.1f %s", ev->step, graft_status_name(ev->status),
+                 (double)ev->transfer_ns / 1e6, ev->detail);
+}
+
 static int finish(const opts_t *o, const state_t *s, const char *start, uint64_t recoveries)
 {
     uint64_t h = state_hash(s);
@@ -420,6 +507,15 @@ int main(int argc, char **argv)
     if (register_all(rt, &s) != 0)
         goto out;
     graft_fingerprint_set(rt, fingerprint, &s);
+    if (o.role_log != NULL) {
+        graft_event_callback_set(rt, on_event, &o);
+        /* The serve messages are debug messages: let them through to the
+         * sink, which still prints only what GRAFT_LOG asked for. */
+        user_log_level = graft_log_level_get();
+        graft_log_callback_set(on_log, &o);
+        if (user_log_level < GRAFT_LOG_DEBUG)
+            graft_log_level_set(GRAFT_LOG_DEBUG);
+    }
 
     while (graft_step(rt) < o.steps || graft_start_kind(rt) == GRAFT_START_UNDECIDED) {
         graft_step_info_t info;
@@ -431,6 +527,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "train_mlp: graft_quorum: %s\n", graft_status_string(st));
             goto out;
         }
+        if (info.donor)
+            log_role(&o, "%" PRIu64 " serve %" PRIu32, info.step, info.n_recipients);
         if (info.step >= o.steps) {
             /* Done: the step is still closed (a healing group installs the
              * final state, a donor holds until its recipients are done), but
@@ -438,6 +536,8 @@ int main(int argc, char **argv)
             st = graft_heal_wait(rt);
             st = graft_commit(rt, &apply);
             (void)st;
+            if (info.donor)
+                log_role(&o, "%" PRIu64 " served", info.step);
             break;
         }
         if (info.donor && o.die_when_serving) {
@@ -451,6 +551,8 @@ int main(int argc, char **argv)
         if (o.step_delay_ms > 0)
             sleep_ms(o.step_delay_ms);
         st = graft_commit(rt, &apply);
+        if (info.donor)
+            log_role(&o, "%" PRIu64 " served", info.step);
         if (st != GRAFT_OK && st != GRAFT_EDRIFT)
             fprintf(stderr, "train_mlp: graft_commit: %s\n", graft_status_string(st));
         if (apply) {
@@ -477,10 +579,13 @@ int main(int argc, char **argv)
                 k == GRAFT_START_PEER ? "peer" : k == GRAFT_START_RESTORE ? "restore" : "cold",
                 m.recoveries);
     printf("metrics commits %" PRIu64 " commits_failed %" PRIu64 " drift_checks %" PRIu64
-           " drift_mismatches %" PRIu64 " restores %" PRIu64 "\n", m.commits, m.commits_failed,
-           m.drift_checks, m.drift_mismatches, m.restores);
+           " drift_mismatches %" PRIu64 " restores %" PRIu64 " recovery_failures %" PRIu64
+           " serves %" PRIu64 " checkpoints_written %" PRIu64 " checkpoints_committed %" PRIu64
+           "\n", m.commits, m.commits_failed, m.drift_checks, m.drift_mismatches, m.restores,
+           m.recovery_failures, m.serves, m.checkpoints_written, m.checkpoints_committed);
 out:
     graft_destroy(rt);
+    graft_log_callback_set(NULL, NULL);
     graft_config_destroy(cfg);
     graft_free(err);
     free(s.blob);

@@ -78,6 +78,7 @@ struct graft_runtime {
     graft_status_t heal_status;
     char **heal_donors;
     size_t n_heal_donors;
+    uint32_t heal_donor_groups[GRAFT_TRANSFER_MAX_DONORS]; /* group of heal_donors[i] */
     graft_transfer_report_t heal_report;
     uint64_t heal_detect_ns, heal_quorum_ns;
 

@@ -250,6 +250,7 @@ static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, si
                 st = GRAFT_ENOMEM;
                 goto out;
             }
+            rt->heal_donor_groups[rt->n_heal_donors] = donors[d];
             rt->n_heal_donors++;
             break;
         }
@@ -276,6 +277,29 @@ out:
     return st;
 }
 
+/* The donors a pull dropped, for the recovery's detail: "; donor group G
+ * lost (why) after C chunks, N reassigned" each. A pull that completes
+ * after losing a donor is a success that would otherwise look like any
+ * other; operators (and the simulator) need to see that a donor failed
+ * under it and that its chunks moved to the others. */
+static void lost_donors(const graft_runtime_t *rt, char *buf, size_t len)
+{
+    const graft_transfer_report_t *rep = &rt->heal_report;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < rep->n_donors && i < rt->n_heal_donors && used < len; i++) {
+        const graft_transfer_donor_report_t *d = &rep->donors[i];
+        if (d->status == GRAFT_OK)
+            continue;
+        int n = snprintf(buf + used, len - used, "; donor group %" PRIu32 " lost (%s) after %"
+                         PRIu64 " chunks, %" PRIu64 " reassigned", rt->heal_donor_groups[i],
+                         graft_status_string(d->status), d->chunks, d->reassigned);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+}
+
 graft_status_t graft_heal_wait(graft_runtime_t *rt)
 {
     if (rt == NULL)
@@ -284,12 +308,13 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
         return rt->q != NULL && !rt->state_valid ? rt->heal_status : GRAFT_OK;
     pthread_join(rt->heal_thread, NULL);
     rt->heal_running = false;
-    free_donors(rt);
 
     graft_status_t st = rt->heal_status;
     const graft_transfer_report_t *rep = &rt->heal_report;
     uint64_t verify_ns = 0;
-    char detail[256] = "";
+    char detail[512] = "", lost[320] = "";
+    lost_donors(rt, lost, sizeof(lost));
+    free_donors(rt);
     if (st == GRAFT_OK)
         graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
     if (st == GRAFT_OK && rt->fp_fn != NULL) {
@@ -306,8 +331,8 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
         snprintf(detail, sizeof(detail), "donors disagree on region %s chunk %" PRIu64,
                  rep->drift.region, rep->drift.chunk);
     else
-        snprintf(detail, sizeof(detail), "%zu donors, %" PRIu64 " bytes: %s", rep->n_donors,
-                 rep->bytes, graft_status_string(st));
+        snprintf(detail, sizeof(detail), "%zu donors, %" PRIu64 " bytes: %s%s", rep->n_donors,
+                 rep->bytes, graft_status_string(st), lost);
     rt->heal_status = st;
     rt->state_valid = st == GRAFT_OK;
     if (st == GRAFT_OK)
