@@ -26,6 +26,8 @@ graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
         .second_root = rt->cfg->persist_second_root,
         .compression_level = (int)rt->cfg->persist_compression,
         .chunk_bytes = 0,
+        /* Recorded per shard in the manifest: which group wrote it. */
+        .group = rt->group,
         .retention = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
                       .milestone_every = rt->cfg->persist_milestone_every},
     };

@@ -32,6 +32,10 @@
 #include <graft/persist.h>
 
 #include "etcd_fixture.h"
+#include "proto/graft.pb-c.h"
+
+#include <jansson.h>
+#include <sys/time.h>
 
 #define G 3
 #define R 2
@@ -834,6 +838,113 @@ static void test_elastic_and_checkpoint_now(void **state)
     graft_etcd_kv_clear(&kv);
 }
 
+/*
+ * The persistent tier's shard rotation and the checkpoint record: 3 groups
+ * x 2 ranks, a checkpoint every 5 steps (at quorum steps 5, 10, 15), no
+ * failures, so the members are always {0, 1, 2}. Shard r of step s must be
+ * written by group (s/5 + r) % 3 (docs/RUNTIME.md), as the manifest's
+ * sidecar records per shard; the manifest by rank 0 of the writer of shard
+ * 0; and etcd holds one record per checkpoint with its step, the root and
+ * status "complete".
+ */
+static void test_persist_rotation_and_record(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 16, every = 5, ckpts[] = {5, 10, 15};
+    char root[300], env_root[340];
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    uint64_t t_start_ms = (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
+    job_init(&j, "rotation");
+    snprintf(root, sizeof(root), "%s/ckpt", j.dir);
+    snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
+    j.extra_env[0] = env_root;
+    j.extra_env[1] = "GRAFT_PERSIST_EVERY=5";
+    j.extra_env[2] = "GRAFT_PERSIST_KEEP_LAST=10";
+    const char *flags[] = {"--steps", "16", NULL};
+    spawn_all(&j, flags);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    gettimeofday(&tv, NULL);
+    uint64_t t_end_ms = (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
+
+    for (size_t c = 0; c < sizeof(ckpts) / sizeof(ckpts[0]); c++) {
+        int s = ckpts[c];
+        assert_int_equal(graft_persist_verify(root, (uint64_t)s, GRAFT_PERSIST_VERIFY_FULL, NULL),
+                         GRAFT_OK);
+        /* Which group wrote which shard: the manifest's sidecar. */
+        char path[400];
+        snprintf(path, sizeof(path), "%s/step-%020d/manifest.json", root, s);
+        json_error_t jerr;
+        json_t *m = json_load_file(path, 0, &jerr);
+        if (m == NULL)
+            fail_msg("%s: %s", path, jerr.text);
+        assert_int_equal(json_integer_value(json_object_get(m, "step")), s);
+        json_t *shards = json_object_get(m, "shards");
+        assert_int_equal(json_array_size(shards), R);
+        for (size_t i = 0; i < json_array_size(shards); i++) {
+            json_t *sh = json_array_get(shards, i);
+            int r = (int)json_integer_value(json_object_get(sh, "rank"));
+            int by = (int)json_integer_value(json_object_get(sh, "written_by_group"));
+            assert_true(r >= 0 && r < R);
+            if (by != (s / every + r) % G)
+                fail_msg("step %d shard %d written by group %d, not group %d", s, r, by,
+                         (s / every + r) % G);
+        }
+        json_decref(m);
+
+        /* The record for tools: step, location, status. */
+        char key[200];
+        graft_etcd_kv_t kv;
+        snprintf(key, sizeof(key), "/graft/%s/checkpoints/%020d", j.name, s);
+        assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+        Graft__CheckpointRecord *rec =
+            graft__checkpoint_record__unpack(NULL, kv.value_len, (const uint8_t *)kv.value);
+        graft_etcd_kv_clear(&kv);
+        assert_non_null(rec);
+        assert_int_equal(rec->step, (uint64_t)s);
+        assert_string_equal(rec->location, root);
+        assert_string_equal(rec->status, "complete");
+        assert_true(rec->unix_ms >= t_start_ms && rec->unix_ms <= t_end_ms);
+        graft__checkpoint_record__free_unpacked(rec, NULL);
+    }
+    /* Those three and no other. */
+    char prefix[200];
+    graft_etcd_range_opts_t ro = {.prefix = true, .count_only = true};
+    graft_etcd_range_result_t res;
+    memset(&res, 0, sizeof(res));
+    snprintf(prefix, sizeof(prefix), "/graft/%s/checkpoints/", j.name);
+    assert_int_equal(graft_etcd_range(etcd.client, prefix, &ro, &res), GRAFT_OK);
+    assert_int_equal(res.count, 3);
+    graft_etcd_range_result_clear(&res);
+
+    /* Each process counted what it wrote: rank r of group g the shards
+     * whose rotation names it, rank 0 of the writer of shard 0 the
+     * manifest. The trainer prints its metrics before graft_destroy() joins
+     * the last checkpoint's background work, so step 15 may be counted or
+     * not; steps 5 and 10 were done before step 15's began. */
+    for (int i = 0; i < j.n; i++) {
+        const proc_t *p = &j.p[i];
+        trainer_metrics_t mt;
+        uint64_t w = 0, c = 0;
+        bool w15 = (15 / every + p->rank) % G == p->group;
+        bool c15 = p->rank == 0 && (15 / every) % G == p->group;
+        read_metrics(p, &mt);
+        for (int s = 5; s <= 10; s += every) {
+            w += (s / every + p->rank) % G == p->group;
+            c += p->rank == 0 && (s / every) % G == p->group;
+        }
+        if (!(mt.checkpoints_written == w || (w15 && mt.checkpoints_written == w + 1)) ||
+            !(mt.checkpoints_committed == c || (c15 && mt.checkpoints_committed == c + 1)))
+            fail_msg("group %d rank %d wrote %" PRIu64 " shards and %" PRIu64 " manifests, "
+                     "not %" PRIu64 "%s and %" PRIu64 "%s", p->group, p->rank,
+                     mt.checkpoints_written, mt.checkpoints_committed, w, w15 ? "(+1)" : "", c,
+                     c15 ? "(+1)" : "");
+    }
+    rm_rf(j.dir);
+}
+
 /* ------------------------------------------ no up-to-date group left --- */
 
 /* The restores counter of a trainer's metrics line. */
@@ -1260,6 +1371,7 @@ int main(void)
         cmocka_unit_test(test_kill_all_restore),
         cmocka_unit_test(test_drift_detected_and_healed),
         cmocka_unit_test(test_elastic_and_checkpoint_now),
+        cmocka_unit_test(test_persist_rotation_and_record),
         cmocka_unit_test(test_donors_lost_restore),
         cmocka_unit_test(test_donors_lost_no_checkpoint),
         cmocka_unit_test(test_progressed_job_no_cold_start),
