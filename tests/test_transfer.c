@@ -715,7 +715,20 @@ static void failover_in(int sig, bool host_mem)
         assert_int_equal(graft_status_class(rep.donors[1].status), GRAFT_CLASS_PEER);
     if (sig == SIGSTOP && rep.donors[1].status != GRAFT_OK)
         assert_int_equal(rep.donors[1].status, GRAFT_EPEER_TIMEOUT);
+    /* Resumed, not restarted: a dropped victim's reads in flight went back
+     * to the queue for the others (reassigned), what it delivered before it
+     * was stopped stays installed (its chunks count, and every byte is
+     * counted exactly once across the donors). */
+    if (rep.donors[1].status != GRAFT_OK)
+        assert_true(rep.donors[1].reassigned > 0);
+    assert_true(rep.donors[1].chunks > 0);
+    for (int i = 0; i < 3; i += 2) {
+        if (rep.donors[i].status == GRAFT_OK)
+            assert_int_equal(rep.donors[i].reassigned, 0);
+    }
     assert_int_equal(rep.donors[0].bytes + rep.donors[1].bytes + rep.donors[2].bytes, rep.bytes);
+    assert_int_equal(rep.donors[0].chunks + rep.donors[1].chunks + rep.donors[2].chunks,
+                     rep.chunks);
     /* Striped: more than one donor served a share. */
     int serving = 0;
     for (int i = 0; i < 3; i++)
@@ -775,6 +788,11 @@ static void test_all_donors_dead(void **state)
     assert_false(rep.installed);
     assert_int_equal(rep.status, GRAFT_ENODONOR);
     assert_true(rep.donors[0].bytes + rep.donors[1].bytes < rep.bytes);
+    /* Both are reported failed. (Their reassigned counts are not checked:
+     * once no donor is left the pull ends without reaping the reads that
+     * the last ones had in flight.) */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(graft_status_class(rep.donors[i].status), GRAFT_CLASS_PEER);
     recipient_destroy(&r);
     for (int i = 0; i < 2; i++)
         (void)donor_stop(&d[i]);
