@@ -192,6 +192,51 @@ static graft_status_t am_send_msg(ucp_ep_h uep, unsigned id, uint64_t header,
     return am_send_owned(uep, id, buf, len, want_reply);
 }
 
+/*
+ * ucp_ep_rkey_unpack() takes no length: it trusts the key to be what
+ * ucp_rkey_pack() made, so a key that a broken or hostile donor cut short or
+ * made up would be read past its end (an empty one is a NULL dereference).
+ * A key from the wire is therefore checked against the layout of UCX 1.x
+ * packed keys first: a 64-bit map of memory domains, a memory-type byte, then
+ * for each domain in the map a length byte and that many bytes (bytes after
+ * them, such as device distances, are allowed). It is unpacked from a copy
+ * followed by RKEY_PAD zero bytes, because a transport's unpack reads its
+ * own fixed-size key whatever the length byte says. The endpoint checks its
+ * own packed keys against the same layout; should one fail (a UCX with
+ * another layout), the check is skipped and only the padded copy remains.
+ */
+#define RKEY_MAX_BYTES 4096u
+#define RKEY_PAD 256u
+
+static bool rkey_layout_ok(const uint8_t *k, size_t len)
+{
+    uint64_t map;
+    size_t at = sizeof(map) + 1;
+    if (k == NULL || len < at)
+        return false;
+    memcpy(&map, k, sizeof(map));
+    for (unsigned bit = 0; bit < 64; bit++) {
+        if ((map & (1ull << bit)) == 0)
+            continue;
+        if (at >= len)
+            return false;
+        at += 1u + (size_t)k[at];
+        if (at > len)
+            return false;
+    }
+    return true;
+}
+
+/* Calibrate the check above on a key this endpoint packed itself. */
+static void rkey_layout_learn(bool *unknown, const graft__region_t *r)
+{
+    if (!*unknown && !rkey_layout_ok(r->rkey, r->rkey_len)) {
+        *unknown = true;
+        GRAFT_WARN(GRAFT__XFER_MOD, "UCX packs remote keys in an unknown layout (%zu bytes for "
+                   "region '%s'): donors' keys are unpacked unchecked", r->rkey_len, r->name);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Endpoint: context, worker, listener, progress thread                     */
 /* ------------------------------------------------------------------------ */
@@ -220,6 +265,7 @@ struct graft__transport_state {
     atomic_bool stop;
     ucx_conn_t *conns;
     msg_queue_t msgs;
+    bool rkey_layout_unknown; /* our own keys do not have the layout checked */
 };
 
 static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
@@ -952,6 +998,7 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
             r->memh = NULL;
             return GRAFT_ETRANSPORT;
         }
+        rkey_layout_learn(&t->rkey_layout_unknown, r);
         return GRAFT_OK;
     }
     memset(&mp, 0, sizeof(mp));
@@ -972,6 +1019,7 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
         r->memh = NULL;
         goto err_shadow;
     }
+    rkey_layout_learn(&t->rkey_layout_unknown, r);
     return GRAFT_OK;
 
 err_shadow:
@@ -1403,7 +1451,17 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
         d->raddr[i] = rm->remote_address;
         if (r->bytes == 0)
             continue;
-        ucs_status_t st = ucp_ep_rkey_unpack(d->uep, rm->rkey.data, &d->rkeys[i]);
+        if (rm->rkey.len == 0 || rm->rkey.len > RKEY_MAX_BYTES ||
+            (!p->ep->transport->rkey_layout_unknown &&
+             !rkey_layout_ok(rm->rkey.data, rm->rkey.len))) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s' is malformed (%zu bytes)",
+                       d->index, r->name, rm->rkey.len);
+            return GRAFT_EPROTO;
+        }
+        uint8_t key[RKEY_MAX_BYTES + RKEY_PAD];
+        memcpy(key, rm->rkey.data, rm->rkey.len);
+        memset(key + rm->rkey.len, 0, RKEY_PAD);
+        ucs_status_t st = ucp_ep_rkey_unpack(d->uep, key, &d->rkeys[i]);
         if (st != UCS_OK) {
             GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s': %s", d->index, r->name,
                        ucs_status_string(st));
