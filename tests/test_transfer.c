@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -58,6 +59,8 @@ typedef struct donor_opts {
     uint64_t flip_offset;
     uint32_t serve_delay_ms; /* listen at once, begin serving this much later */
     bool host_mem; /* regions inside one graft_transfer_host_alloc() block */
+    const char *listen;    /* listen_address; NULL = the default */
+    const char *advertise; /* advertise_address */
 } donor_opts_t;
 
 typedef struct donor_proc {
@@ -157,7 +160,9 @@ static uint64_t host_block_bytes(const region_spec_t *layout, size_t n)
 /* The donor process: serve until told to quit; answer fence questions. */
 static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
 {
-    graft_transfer_config_t cfg = {.job_token = o->token, .chunk_bytes = o->chunk, .group = 1};
+    graft_transfer_config_t cfg = {.job_token = o->token, .chunk_bytes = o->chunk, .group = 1,
+                                   .listen_address = o->listen,
+                                   .advertise_address = o->advertise};
     graft_transfer_endpoint_t *ep = NULL;
     uint8_t **mem = calloc(o->n_regions + 1, sizeof(*mem));
     char addr[64] = {0};
@@ -1905,6 +1910,105 @@ static void test_api_misuse(void **state)
 }
 
 
+/* An endpoint's published address for @cfg, or its status. */
+static graft_status_t address_for(const graft_transfer_config_t *cfg, char *addr, size_t size)
+{
+    graft_transfer_endpoint_t *ep = NULL;
+    graft_status_t st = graft_transfer_endpoint_create(cfg, &ep);
+    if (st == GRAFT_OK)
+        snprintf(addr, size, "%s", graft_transfer_endpoint_address(ep));
+    else
+        assert_null(ep);
+    graft_transfer_endpoint_destroy(ep);
+    return st;
+}
+
+static unsigned port_of(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    return colon != NULL ? (unsigned)atoi(colon + 1) : 0;
+}
+
+/* Listening on an interface by name, with a port in the address, and on the
+ * wildcard (only with an advertised address, which is what is published and
+ * what a recipient reaches the donor at). */
+static void test_listen_address(void **state)
+{
+    (void)state;
+    char addr[64], want[64], spec[64];
+    graft_transfer_config_t cfg = {.listen_address = "lo"};
+
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_OK);
+    assert_int_equal(strncmp(addr, "127.0.0.1:", 10), 0);
+    unsigned port = port_of(addr);
+    assert_true(port > 0);
+    /* "name:port", and the same port in both places. */
+    snprintf(spec, sizeof(spec), "lo:%u", port);
+    cfg.listen_address = spec;
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_OK);
+    snprintf(want, sizeof(want), "127.0.0.1:%u", port);
+    assert_string_equal(addr, want);
+    cfg.port = (uint16_t)port;
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_OK);
+    assert_string_equal(addr, want);
+    cfg.port = (uint16_t)(port == 65535 ? 1 : port + 1); /* disagrees */
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_EINVAL);
+    cfg.port = 0;
+
+    /* Refused: no such interface, junk ports, the wildcard without an
+     * advertised address, a wildcard advertised. */
+    static const char *const bad[] = {"no-such-if0", "lo:", "lo:65536", "lo:x", ":80", ""};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+        cfg.listen_address = bad[i];
+        assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_EINVAL);
+    }
+    cfg.listen_address = "0.0.0.0";
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_EINVAL);
+    cfg.listen_address = "lo";
+    cfg.advertise_address = "0.0.0.0";
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_EINVAL);
+    cfg.advertise_address = "no-such-if0";
+    assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_EINVAL);
+    cfg.advertise_address = NULL;
+
+    /* Another interface with an IPv4 address, if the machine has one. */
+    struct ifaddrs *ifs = NULL;
+    assert_int_equal(getifaddrs(&ifs), 0);
+    for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+            strcmp(i->ifa_name, "lo") == 0)
+            continue;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr, ip,
+                  sizeof(ip));
+        cfg.listen_address = i->ifa_name;
+        assert_int_equal(address_for(&cfg, addr, sizeof(addr)), GRAFT_OK);
+        snprintf(want, sizeof(want), "%s:", ip);
+        print_message("# interface %s: %s\n", i->ifa_name, addr);
+        assert_int_equal(strncmp(addr, want, strlen(want)), 0);
+        break;
+    }
+    freeifaddrs(ifs);
+
+    /* A donor on the wildcard that advertises "lo" is pulled from at the
+     * address it published. */
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    o.listen = "0.0.0.0";
+    o.advertise = "lo";
+    donor_proc_t d;
+    recipient_t r;
+    graft_transfer_report_t rep;
+    donor_spawn(&o, &d);
+    assert_int_equal(strncmp(d.addr, "127.0.0.1:", 10), 0);
+    const char *addrs[1] = {d.addr};
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
 /* Fail each allocation in turn: every path returns ENOMEM cleanly. */
 static void test_alloc_failures(void **state)
 {
@@ -2165,6 +2269,7 @@ int main(void)
         cmocka_unit_test(test_host_alloc),
         cmocka_unit_test(test_host_alloc_failures),
         cmocka_unit_test_teardown(test_mm_error_handling_env, wire_teardown),
+        cmocka_unit_test_teardown(test_listen_address, wire_teardown),
     };
 #define WIRE(t) cmocka_unit_test_teardown(t, wire_teardown)
     const struct CMUnitTest wire[] = {

@@ -73,7 +73,10 @@ graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *con
     ep->listen_address =
         graft__strdup(config->listen_address != NULL ? config->listen_address : "127.0.0.1");
     ep->job_token = graft__strdup(config->job_token != NULL ? config->job_token : "");
-    if (ep->listen_address == NULL || ep->job_token == NULL) {
+    if (config->advertise_address != NULL)
+        ep->advertise_address = graft__strdup(config->advertise_address);
+    if (ep->listen_address == NULL || ep->job_token == NULL ||
+        (config->advertise_address != NULL && ep->advertise_address == NULL)) {
         status = GRAFT_ENOMEM;
         goto err_free;
     }
@@ -117,6 +120,7 @@ err_mutex:
     pthread_mutex_destroy(&ep->lock);
 err_free:
     graft_free(ep->listen_address);
+    graft_free(ep->advertise_address);
     graft_free(ep->job_token);
     graft_free(ep);
     return status;
@@ -154,6 +158,7 @@ void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep)
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
     graft_free(ep->listen_address);
+    graft_free(ep->advertise_address);
     graft_free(ep->job_token);
     graft_free(ep);
 }

@@ -111,6 +111,7 @@ typedef struct graft__fence_slot {
 struct graft_transfer_endpoint {
     /* configuration (strings owned) */
     char *listen_address;
+    char *advertise_address; /* NULL: publish the listening address */
     uint16_t port;
     char *job_token;
     uint32_t group;

@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -139,6 +140,84 @@ static graft_status_t parse_address(const char *s, struct sockaddr_in *sa)
     sa->sin_port = htons((uint16_t)port);
     if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
         return GRAFT_EINVAL;
+    return GRAFT_OK;
+}
+
+/* @name: an IPv4 address, or the name of an interface whose first IPv4
+ * address is taken. GRAFT_EINVAL when it is neither, logged unless @quiet. */
+static graft_status_t resolve_host_q(const char *name, struct in_addr *in, bool quiet)
+{
+    struct ifaddrs *ifs = NULL;
+    bool found_if = false;
+    graft_status_t status = GRAFT_EINVAL;
+
+    if (inet_pton(AF_INET, name, in) == 1)
+        return GRAFT_OK;
+    if (getifaddrs(&ifs) != 0) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "getifaddrs: %s", strerror(errno));
+        return GRAFT_ESYS;
+    }
+    for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_name == NULL || strcmp(i->ifa_name, name) != 0)
+            continue;
+        found_if = true;
+        if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET) {
+            *in = ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr;
+            status = GRAFT_OK;
+            break;
+        }
+    }
+    freeifaddrs(ifs);
+    if (status != GRAFT_OK && !quiet)
+        GRAFT_ERROR(GRAFT__XFER_MOD, found_if ? "interface '%s' has no IPv4 address"
+                                              : "'%s' is neither an IPv4 address nor an interface",
+                    name);
+    return status;
+}
+
+static graft_status_t resolve_host(const char *name, struct in_addr *in)
+{
+    return resolve_host_q(name, in, false);
+}
+
+/* Where to listen: "host" or "host:port", host an IPv4 address or an
+ * interface name (a whole string that names an interface, e.g. the alias
+ * "eth0:1", is a name, not a name and a port); @p port is the configured
+ * one, which a port in the string must agree with when both are given. */
+static graft_status_t listen_sockaddr(const char *s, uint16_t port, struct sockaddr_in *sa)
+{
+    char host[64];
+    struct in_addr in;
+    const char *colon = strrchr(s, ':');
+    unsigned long p = port;
+    graft_status_t status;
+
+    memset(sa, 0, sizeof(*sa));
+    if (strlen(s) >= sizeof(host) || s[0] == '\0') {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "bad listen address '%s'", s);
+        return GRAFT_EINVAL;
+    }
+    snprintf(host, sizeof(host), "%s", s);
+    if (colon != NULL && resolve_host_q(s, &in, true) != GRAFT_OK) {
+        char *end = NULL;
+        errno = 0;
+        p = strtoul(colon + 1, &end, 10);
+        host[colon - s] = '\0';
+        if (errno != 0 || end == colon + 1 || *end != '\0' || p > 65535 || host[0] == '\0' ||
+            (port != 0 && p != 0 && p != port)) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "bad listen address '%s' (port %u configured)", s,
+                        (unsigned)port);
+            return GRAFT_EINVAL;
+        }
+        if (p == 0)
+            p = port;
+    }
+    status = resolve_host(host, &in);
+    if (status != GRAFT_OK)
+        return status;
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)p);
+    sa->sin_addr = in;
     return GRAFT_OK;
 }
 
@@ -811,17 +890,32 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     ucp_listener_params_t lp;
     ucp_listener_attr_t la;
     struct sockaddr_in sa;
-    char buf[96];
+    struct in_addr advertised;
+    char host[INET_ADDRSTRLEN];
     ucs_status_t st;
     graft_status_t status;
     int rc;
 
-    snprintf(buf, sizeof(buf), "%s:%u", ep->listen_address, ep->port == 0 ? 1u : ep->port);
-    if (parse_address(buf, &sa) != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "bad listen address '%s'", ep->listen_address);
+    status = listen_sockaddr(ep->listen_address, ep->port, &sa);
+    if (status != GRAFT_OK)
+        return status;
+    /* A wildcard in the membership record tells peers nothing: publish
+     * what the user advertises, and refuse the wildcard without it. */
+    advertised = sa.sin_addr;
+    if (ep->advertise_address != NULL) {
+        status = resolve_host(ep->advertise_address, &advertised);
+        if (status != GRAFT_OK)
+            return status;
+    }
+    if (advertised.s_addr == htonl(INADDR_ANY)) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, ep->advertise_address != NULL
+                    ? "advertised address '%s' is the wildcard: peers cannot reach it"
+                    : "listening on '%s' (the wildcard) needs an advertised address",
+                    ep->advertise_address != NULL ? ep->advertise_address : ep->listen_address);
         return GRAFT_EINVAL;
     }
-    sa.sin_port = htons(ep->port);
+    if (inet_ntop(AF_INET, &advertised, host, sizeof(host)) == NULL)
+        return GRAFT_EINVAL;
 
     t = graft__calloc(1, sizeof(*t));
     if (t == NULL)
@@ -879,8 +973,8 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     lp.conn_handler.arg = t;
     st = ucp_listener_create(t->worker, &lp, &t->listener);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "listening on %s:%u: %s", ep->listen_address, ep->port,
-                    ucs_status_string(st));
+        GRAFT_ERROR(GRAFT__XFER_MOD, "listening on %s (port %u): %s", ep->listen_address,
+                    (unsigned)ntohs(sa.sin_port), ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err;
     }
@@ -891,7 +985,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
         status = GRAFT_ETRANSPORT;
         goto err;
     }
-    snprintf(ep->address, sizeof(ep->address), "%s:%u", ep->listen_address,
+    snprintf(ep->address, sizeof(ep->address), "%s:%u", host,
              (unsigned)ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port));
 
     rc = pthread_create(&t->thread, NULL, progress_thread, t);

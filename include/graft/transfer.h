@@ -82,21 +82,34 @@ typedef struct graft_transfer_endpoint graft_transfer_endpoint_t;
 
 /** Endpoint configuration. Zero values select the defaults given. */
 typedef struct graft_transfer_config {
-    const char *listen_address; /**< IPv4 address to listen on; default "127.0.0.1" */
-    uint16_t port;              /**< 0 = let the system pick */
+    /** Where to listen: an IPv4 address or the name of a network interface
+     *  (its first IPv4 address is used), optionally followed by ":port"
+     *  ("10.0.0.5", "eth0", "eth0:7000"); default "127.0.0.1". The wildcard
+     *  0.0.0.0 is accepted only with @ref advertise_address: peers cannot
+     *  connect to a published wildcard. */
+    const char *listen_address;
+    uint16_t port;              /**< 0 = let the system pick (or the port in
+                                     listen_address; both given must agree) */
     const char *job_token;      /**< must match between donor and recipient; default "" */
     uint32_t group;             /**< this rank's replica group (sent in requests) */
     uint32_t rank;              /**< this rank's index in its group */
     uint64_t chunk_bytes;       /**< default GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES */
     uint32_t hash_threads;      /**< donor hashing threads; default 2 */
+    /** The address to publish instead of the listening one: an IPv4
+     *  address or an interface name, no port (the listener's is used).
+     *  Required when listening on 0.0.0.0; NULL = the listening address. */
+    const char *advertise_address;
 } graft_transfer_config_t;
 
 /**
  * @brief Create an endpoint: UCX context, worker, progress thread, listener.
  * @param [in]  config  configuration; strings are copied. NULL = defaults.
  * @param [out] ep_p    the endpoint, on success.
- * @return GRAFT_OK, GRAFT_EINVAL (bad address), GRAFT_ENOMEM, GRAFT_ETRANSPORT
- *         (UCX failed, e.g. the port is taken), GRAFT_ESYS (thread).
+ * @return GRAFT_OK, GRAFT_EINVAL (bad address or port, no such interface or
+ *         one without an IPv4 address, 0.0.0.0 without an advertised
+ *         address, a wildcard advertised address), GRAFT_ENOMEM,
+ *         GRAFT_ETRANSPORT (UCX failed, e.g. the port is taken), GRAFT_ESYS
+ *         (thread, getifaddrs).
  */
 GRAFT_WUR graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *config,
                                                         graft_transfer_endpoint_t **ep_p);
@@ -109,7 +122,8 @@ GRAFT_WUR graft_status_t graft_transfer_endpoint_create(const graft_transfer_con
 void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep);
 
 /**
- * @brief Address to publish, "ip:port".
+ * @brief Address to publish, "ip:port": the advertised address, or the
+ *        listening one (an interface name resolved), with the listener's port.
  * @param [in] ep  the endpoint.
  * @return a string owned by the endpoint, valid until it is destroyed.
  */
