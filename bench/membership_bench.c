@@ -5,17 +5,20 @@
  *  - kill -> detection: ranks in child processes are SIGKILLed; an observer
  *    measures until their group shows unhealthy. Median and p99 beside the
  *    TTL and the TTL + TTL/3 bound.
- *  - quorum formation after the last ready, for 8, 64 and 256 groups (one
- *    rank each, one handle and thread per group, separate leases and
- *    clients): ranks arrive with a few ms of jitter; the time from the last
- *    rank's call to the moment every rank has its quorum. Median over the
- *    steps, beside the 50 ms goal at 64.
- *  - etcd requests per group per steady-state step (quorum + commit vote),
- *    counted by the handles, keep-alives apart; beside the goal of 3.
+ *  - quorum formation after the last ready, for 8, 64 and 256 groups (R
+ *    ranks each, default 1; one handle and thread per rank, separate leases
+ *    and clients): ranks arrive with a few ms of jitter; the time from the
+ *    last rank's call to the moment every rank has its quorum. Median over
+ *    the steps, beside the 50 ms goal at 64.
+ *  - etcd requests per group and per rank per steady-state step (quorum +
+ *    commit vote), counted by the handles, keep-alives apart; beside the
+ *    goal of 3 per group.
  *
  *   membership_bench [--json] [--quick] [--kills N] [--steps N] [--groups N]
+ *                    [--ranks R]
  *
- * --groups N measures formation for N groups only (no kills).
+ * --groups N measures formation for N groups only (no kills); --ranks R
+ * gives every group R ranks in the formation measurements.
  *
  * Internally re-executes itself with --child to host the ranks it kills.
  */
@@ -198,9 +201,10 @@ static size_t bench_kills(const char *self, int n_kills, double *lat)
 
 /* ------------------------------------------------------------ formation --- */
 
+/* One rank of one group. */
 typedef struct grp {
     graft_membership_t *m;
-    uint32_t g;
+    uint32_t g, r;
     int steps;
     uint64_t committed;
     double *t_call, *t_ret; /* per step, CLOCK_MONOTONIC ms */
@@ -213,7 +217,7 @@ typedef struct grp {
 static void *grp_main(void *arg)
 {
     grp_t *gr = arg;
-    unsigned seed = gr->g * 7919u + 1;
+    unsigned seed = gr->g * 7919u + gr->r * 104729u + 1;
     for (int s = 0; s < gr->steps; s++) {
         pthread_barrier_wait(gr->bar);
         /* arrive with a little compute jitter */
@@ -244,51 +248,55 @@ typedef struct form_result {
     double median_ms, p99_ms;
     double to_form_ms; /* median: last call -> record written (ms resolution) */
     double requests_per_group_step;
+    double requests_per_rank_step;
     int fails;
 } form_result_t;
 
-static int bench_formation(uint32_t groups, int steps, form_result_t *out)
+static int bench_formation(uint32_t groups, uint32_t ranks, int steps, form_result_t *out)
 {
-    char job[32];
-    snprintf(job, sizeof(job), "bench-form-%u", groups);
+    char job[48];
+    snprintf(job, sizeof(job), "bench-form-%ux%u", groups, ranks);
     graft_etcd_config_t e = etcd_config();
-    grp_t *gr = calloc(groups, sizeof(*gr));
-    pthread_t *th = calloc(groups, sizeof(*th));
+    uint32_t n_ranks = groups * ranks;
+    grp_t *gr = calloc(n_ranks, sizeof(*gr));
+    pthread_t *th = calloc(n_ranks, sizeof(*th));
     pthread_barrier_t bar;
-    pthread_barrier_init(&bar, NULL, groups);
+    pthread_barrier_init(&bar, NULL, n_ranks);
     int rc = 0;
-    for (uint32_t g = 0; g < groups; g++) {
+    for (uint32_t i = 0; i < n_ranks; i++) {
         graft_membership_config_t c = {0};
         c.job = job;
         c.etcd = &e;
-        c.group = g;
-        c.ranks_per_group = 1;
+        c.group = i / ranks;
+        c.rank = i % ranks;
+        c.ranks_per_group = ranks;
         c.lease_ttl_s = 10;
         c.join_timeout_ms = 30000;
-        gr[g].g = g;
-        gr[g].steps = steps;
-        gr[g].committed = 1;
-        gr[g].bar = &bar;
-        gr[g].t_call = calloc((size_t)steps, sizeof(double));
-        gr[g].t_ret = calloc((size_t)steps, sizeof(double));
-        gr[g].w_call = calloc((size_t)steps, sizeof(double));
-        gr[g].w_formed = calloc((size_t)steps, sizeof(double));
+        gr[i].g = c.group;
+        gr[i].r = c.rank;
+        gr[i].steps = steps;
+        gr[i].committed = 1;
+        gr[i].bar = &bar;
+        gr[i].t_call = calloc((size_t)steps, sizeof(double));
+        gr[i].t_ret = calloc((size_t)steps, sizeof(double));
+        gr[i].w_call = calloc((size_t)steps, sizeof(double));
+        gr[i].w_formed = calloc((size_t)steps, sizeof(double));
         /* Joining is not what is measured here; on a loaded machine a join
          * may time out, so give each a few tries. */
         graft_status_t st = GRAFT_EINTERNAL;
         for (int attempt = 0; attempt < 3 && st != GRAFT_OK; attempt++)
-            st = graft_membership_create(&c, &gr[g].m);
+            st = graft_membership_create(&c, &gr[i].m);
         if (st != GRAFT_OK) {
-            fprintf(stderr, "membership_bench: cannot create group %u: %s\n", g,
-                    graft_status_string(st));
+            fprintf(stderr, "membership_bench: cannot create group %u rank %u: %s\n", c.group,
+                    c.rank, graft_status_string(st));
             rc = -1;
             goto out;
         }
     }
-    for (uint32_t g = 0; g < groups; g++)
-        pthread_create(&th[g], NULL, grp_main, &gr[g]);
-    for (uint32_t g = 0; g < groups; g++)
-        pthread_join(th[g], NULL);
+    for (uint32_t i = 0; i < n_ranks; i++)
+        pthread_create(&th[i], NULL, grp_main, &gr[i]);
+    for (uint32_t i = 0; i < n_ranks; i++)
+        pthread_join(th[i], NULL);
     /* step 0 includes the first formation after the joins: not steady state */
     double *samples = calloc((size_t)steps, sizeof(double));
     double *to_form = calloc((size_t)steps, sizeof(double));
@@ -297,36 +305,37 @@ static int bench_formation(uint32_t groups, int steps, form_result_t *out)
     out->fails = 0;
     for (int s = 1; s < steps; s++) {
         double last_call = 0, last_ret = 0, last_wcall = 0;
-        for (uint32_t g = 0; g < groups; g++) {
-            if (gr[g].t_call[s] > last_call)
-                last_call = gr[g].t_call[s];
-            if (gr[g].t_ret[s] > last_ret)
-                last_ret = gr[g].t_ret[s];
-            if (gr[g].w_call[s] > last_wcall)
-                last_wcall = gr[g].w_call[s];
+        for (uint32_t i = 0; i < n_ranks; i++) {
+            if (gr[i].t_call[s] > last_call)
+                last_call = gr[i].t_call[s];
+            if (gr[i].t_ret[s] > last_ret)
+                last_ret = gr[i].t_ret[s];
+            if (gr[i].w_call[s] > last_wcall)
+                last_wcall = gr[i].w_call[s];
         }
         to_form[n] = gr[0].w_formed[s] - last_wcall;
         samples[n++] = last_ret - last_call;
     }
-    for (uint32_t g = 0; g < groups; g++) {
+    for (uint32_t i = 0; i < n_ranks; i++) {
         graft_membership_stats_t st;
-        graft_membership_stats_get(gr[g].m, &st);
-        reqs += st.requests - gr[g].after_first.requests;
-        out->fails += gr[g].fails;
+        graft_membership_stats_get(gr[i].m, &st);
+        reqs += st.requests - gr[i].after_first.requests;
+        out->fails += gr[i].fails;
     }
     out->requests_per_group_step = (double)reqs / ((double)groups * (double)(steps - 1));
+    out->requests_per_rank_step = (double)reqs / ((double)n_ranks * (double)(steps - 1));
     out->median_ms = pct(samples, n, 0.5);
     out->p99_ms = pct(samples, n, 0.99);
     out->to_form_ms = pct(to_form, n, 0.5);
     free(to_form);
     free(samples);
 out:
-    for (uint32_t g = 0; g < groups; g++) {
-        graft_membership_destroy(gr[g].m);
-        free(gr[g].t_call);
-        free(gr[g].t_ret);
-        free(gr[g].w_call);
-        free(gr[g].w_formed);
+    for (uint32_t i = 0; i < n_ranks; i++) {
+        graft_membership_destroy(gr[i].m);
+        free(gr[i].t_call);
+        free(gr[i].t_ret);
+        free(gr[i].w_call);
+        free(gr[i].w_formed);
     }
     pthread_barrier_destroy(&bar);
     free(th);
@@ -339,7 +348,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--child") == 0)
         return argc == 4 ? child_main(argv) : 2;
     bool json = false, quick = false;
-    int kills = 20, steps = 8, only = 0;
+    int kills = 20, steps = 8, only = 0, ranks = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = true;
@@ -351,9 +360,11 @@ int main(int argc, char **argv)
             steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--groups") == 0 && i + 1 < argc)
             only = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc)
+            ranks = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--json] [--quick] [--kills N] [--steps N] [--groups N]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [--json] [--quick] [--kills N] [--steps N] [--groups N] "
+                            "[--ranks R]\n", argv[0]);
             return 2;
         }
     }
@@ -361,8 +372,9 @@ int main(int argc, char **argv)
         kills = 6;
         steps = 4;
     }
-    if (kills < 1 || kills > MAX_KILLS || steps < 2) {
-        fprintf(stderr, "membership_bench: --kills 1..%d and --steps >= 2\n", MAX_KILLS);
+    if (kills < 1 || kills > MAX_KILLS || steps < 2 || ranks < 1 || ranks > 64) {
+        fprintf(stderr, "membership_bench: --kills 1..%d, --steps >= 2, --ranks 1..64\n",
+                MAX_KILLS);
         return 2;
     }
     char self[4096];
@@ -376,11 +388,19 @@ int main(int argc, char **argv)
     endpoint = graft_etcd_server_endpoint(T.server);
     if (only > 0) {
         form_result_t f;
-        int frc = bench_formation((uint32_t)only, steps, &f);
+        int frc = bench_formation((uint32_t)only, (uint32_t)ranks, steps, &f);
         graft_test_etcd_stop(&T);
-        printf("%d groups: formation median %.1f ms (record written after %.0f ms), p99 %.1f ms, "
-               "%.2f requests/group/step, %d fails\n", only, f.median_ms, f.to_form_ms, f.p99_ms,
-               f.requests_per_group_step, f.fails);
+        printf("%d groups x %d ranks: formation median %.1f ms (record written after %.0f ms), "
+               "p99 %.1f ms, %.2f requests/group/step, %.2f requests/rank/step, %d fails\n",
+               only, ranks, f.median_ms, f.to_form_ms, f.p99_ms, f.requests_per_group_step,
+               f.requests_per_rank_step, f.fails);
+        if (json)
+            printf("{\"bench\":\"membership\",\"groups\":%d,\"ranks_per_group\":%d,"
+                   "\"steps\":%d,\"form_median_ms\":%.2f,\"form_p99_ms\":%.2f,"
+                   "\"requests_per_group_step\":%.2f,\"requests_per_rank_step\":%.2f,"
+                   "\"requests_goal_per_group\":3,\"fails\":%d}\n",
+                   only, ranks, steps, f.median_ms, f.p99_ms, f.requests_per_group_step,
+                   f.requests_per_rank_step, f.fails);
         return frc != 0;
     }
 
@@ -395,9 +415,9 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int i = 0; i < 3; i++) {
         int st = sizes[i] == 256 ? (steps < 4 ? steps : 4) : steps;
-        if (bench_formation(sizes[i], st, &fr[i]) != 0) {
+        if (bench_formation(sizes[i], (uint32_t)ranks, st, &fr[i]) != 0) {
             rc = 1;
-            fr[i] = (form_result_t){-1, -1, -1, -1, -1};
+            fr[i] = (form_result_t){-1, -1, -1, -1, -1, -1};
         }
     }
     graft_test_etcd_stop(&T);
@@ -407,26 +427,32 @@ int main(int argc, char **argv)
            n_lat, kills, KILL_TTL_S);
     printf("  median %.0f ms   p99 %.0f ms   max %.0f ms   | TTL %d ms, bound TTL+TTL/3 %.0f ms\n\n",
            det_med, det_p99, det_max, KILL_TTL_S * 1000, limit);
-    printf("quorum formation after the last ready (quorum + commit vote per step)\n");
-    printf("  %6s  %10s  %10s  %12s  %14s  %6s\n", "groups", "median ms", "p99 ms",
-           "written ms", "req/group/step", "fails");
+    printf("quorum formation after the last ready (quorum + commit vote per step, %d rank%s "
+           "per group)\n", ranks, ranks == 1 ? "" : "s");
+    printf("  %6s  %10s  %10s  %12s  %14s  %13s  %6s\n", "groups", "median ms", "p99 ms",
+           "written ms", "req/group/step", "req/rank/step", "fails");
     for (int i = 0; i < 3; i++)
-        printf("  %6u  %10.1f  %10.1f  %12.0f  %14.2f  %6d\n", sizes[i], fr[i].median_ms,
-               fr[i].p99_ms, fr[i].to_form_ms, fr[i].requests_per_group_step, fr[i].fails);
+        printf("  %6u  %10.1f  %10.1f  %12.0f  %14.2f  %13.2f  %6d\n", sizes[i], fr[i].median_ms,
+               fr[i].p99_ms, fr[i].to_form_ms, fr[i].requests_per_group_step,
+               fr[i].requests_per_rank_step, fr[i].fails);
     printf("  (written: median time from the last call until the record was written, 1 ms "
            "resolution; the rest is delivery to every rank)\n");
     printf("  goals: <= 50 ms at 64 groups; <= 3 requests per group per step\n");
     if (json)
-        printf("{\"bench\":\"membership\",\"ttl_ms\":%d,\"detect_samples\":%zu,"
+        printf("{\"bench\":\"membership\",\"ranks_per_group\":%d,\"ttl_ms\":%d,"
+               "\"detect_samples\":%zu,"
                "\"detect_median_ms\":%.1f,\"detect_p99_ms\":%.1f,\"detect_max_ms\":%.1f,"
                "\"detect_bound_ms\":%.1f,\"form_median_ms\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},"
                "\"form_p99_ms\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},\"form_goal_ms_64\":50,"
                "\"requests_per_group_step\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},"
+               "\"requests_per_rank_step\":{\"8\":%.2f,\"64\":%.2f,\"256\":%.2f},"
                "\"requests_goal\":3,\"fails\":%d}\n",
-               KILL_TTL_S * 1000, n_lat, det_med, det_p99, det_max, limit, fr[0].median_ms,
+               ranks, KILL_TTL_S * 1000, n_lat, det_med, det_p99, det_max, limit, fr[0].median_ms,
                fr[1].median_ms, fr[2].median_ms, fr[0].p99_ms, fr[1].p99_ms, fr[2].p99_ms,
                fr[0].requests_per_group_step, fr[1].requests_per_group_step,
-               fr[2].requests_per_group_step, fr[0].fails + fr[1].fails + fr[2].fails);
+               fr[2].requests_per_group_step, fr[0].requests_per_rank_step,
+               fr[1].requests_per_rank_step, fr[2].requests_per_rank_step,
+               fr[0].fails + fr[1].fails + fr[2].fails);
     free(lat);
     return rc;
 }
