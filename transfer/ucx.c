@@ -1235,6 +1235,7 @@ typedef struct pdonor {
     uint64_t retry_at_ns; /* ask again then (a donor not serving our step yet) */
     uint64_t retry_ns;    /* the current back-off */
     graft_status_t refused; /* its last refusal, reported if it never serves */
+    bool answered;          /* a message came back: the connection is wired up */
     void *close_req;
     bool close_when_drained;
 } pdonor_t;
@@ -1367,8 +1368,12 @@ static void ep_close_start(pull_t *p, pdonor_t *d, bool force)
     ucs_status_ptr_t req;
     if (d->uep == NULL)
         return;
-    lanes_describe(d->uep, p->rep->donors[d->index].transports,
-                   sizeof(p->rep->donors[d->index].transports));
+    /* Only a connection the donor answered on is wired up: UCX 1.13's
+     * ucp_ep_print_info() of one still on its connection-manager lane reads
+     * freed memory (an interface name from getifaddrs; AddressSanitizer). */
+    if (d->answered)
+        lanes_describe(d->uep, p->rep->donors[d->index].transports,
+                       sizeof(p->rep->donors[d->index].transports));
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -1656,6 +1661,7 @@ static void handle_manifest(pull_t *p, ucx_msg_t *msg)
         return;
     }
     pdonor_t *d = &p->donors[idx];
+    d->answered = true;
     if (d->state == D_FAILED)
         return;
     bool oom = false;

@@ -354,8 +354,8 @@ typedef struct graft_transfer_donor_report {
      *  (the lane used "am" carries the protocol messages and eager data,
      *  "rma_bw" rendezvous and get bytes of memory that shared memory cannot
      *  map), over tcp "tcp/lo:rma_bw,am,am_bw,wireup". Empty when
-     *  the connection never came up, and with the NCCL backend; cut at a
-     *  lane boundary when longer. */
+     *  the donor never answered (the connection may not be up), and with
+     *  the NCCL backend; cut at a lane boundary when longer. */
     char transports[160];
 } graft_transfer_donor_report_t;
 
