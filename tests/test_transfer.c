@@ -273,7 +273,9 @@ static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
     track_fd(d->resp_fd, true);
     assert_true(n_live_donors < (int)ARRAY_SIZE(live_donors));
     live_donors[n_live_donors++] = d->pid;
-    assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 20000));
+    /* 60 s: a donor of 10,000 regions maps each one, which took over 20 s
+     * in a sanitizer build on 2 loaded cores. */
+    assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 60000));
 }
 
 static void donor_fence(donor_proc_t *d, uint32_t expected, uint32_t timeout_ms, int32_t *st_p,
@@ -1585,7 +1587,7 @@ static void hostile_spawn(uint64_t layout_hash, donor_proc_t *d)
     track_fd(d->cmd_fd, true);
     track_fd(d->resp_fd, true);
     live_donors[n_live_donors++] = d->pid;
-    assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 20000));
+    assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 60000));
 }
 
 static void hostile_mode(donor_proc_t *d, int32_t mode)
