@@ -43,9 +43,17 @@
 #define SIM_LEASE_TTL_MS 1000
 #define SIM_GAP_NS 50000000ull /* between two injections */
 #define SIM_DONOR_WAIT_NS 8000000000ull
+#define SIM_DONOR_TICK_US 2000 /* role-log polling while a kill_donor waits */
+/* The trainers' ballast (--blob-mib) when the plan kills donors: big enough
+ * that a pull outlasts the time from the donor's "serving" line to its
+ * SIGKILL (a few ms), measured in docs/SIM.md. GRAFT_SIM_BALLAST_MIB
+ * overrides it (0: none). */
+#define SIM_BALLAST_MIB 16
 
 /* --netns: the namespaces of this run (NULL without --netns). */
 static graft_sim_netns_t *sim_net;
+/* The trainers' --blob-mib, the same for the reference (0: none). */
+static int sim_ballast_mib;
 
 typedef struct sim_slot {
     int present;          /* a member record is in the view */
@@ -53,6 +61,7 @@ typedef struct sim_slot {
     long long step;       /* last step in the rank's --hash-log, -1: none yet */
     uint64_t commits;     /* lines read from it */
     long off;             /* bytes of it consumed */
+    long role_off;        /* bytes of its --role-log consumed */
 } sim_slot_t;
 
 /* An open recovery's per-slot bookkeeping. */
@@ -242,6 +251,36 @@ static void sim_observe(sim_run_t *r)
     }
 }
 
+/*
+ * Did a kill_donor land during the pull? The recipient's heal says: the
+ * runtime's detail of a heal names each donor the pull dropped ("; donor
+ * group G lost (why) after C chunks, K reassigned"). The heal of the rank
+ * the killed donor served, at the step it served, that lost that donor with
+ * chunks read from it or in flight (C + K > 0) was hit mid-pull.
+ */
+static void sim_match_donor_loss(sim_run_t *r, const graft_event_t *e)
+{
+    for (size_t i = 0; i < r->res->n_injected; i++) {
+        graft_sim_injected_t *in = &r->res->injected[i];
+        if (in->ev.kind != GRAFT_SIM_KILL_DONOR || in->donor_step < 0 ||
+            in->donor_heal_ok >= 0 || (int)e->group != in->ev.group ||
+            (int)e->rank != in->donor_rank || (long long)e->step != in->donor_step) {
+            continue;
+        }
+        char needle[64];
+        snprintf(needle, sizeof(needle), "; donor group %d lost (", in->donor_group);
+        const char *lost = strstr(e->detail, needle);
+        const char *after = lost != NULL ? strstr(lost, ") after ") : NULL;
+        unsigned long long chunks = 0, reassigned = 0;
+        in->donor_heal_ok = e->ok ? 1 : 0;
+        in->donor_mid_serve =
+            after != NULL &&
+            sscanf(after, ") after %llu chunks, %llu reassigned", &chunks, &reassigned) == 2 &&
+            chunks + reassigned > 0;
+        return;
+    }
+}
+
 /* The runtime records every heal in the job's event history with its
  * bytes ("N donors, B bytes: success"); read it incrementally, because
  * the history keeps only the newest events. */
@@ -266,6 +305,9 @@ static void sim_read_events(sim_run_t *r, int force)
             sscanf(evs[i].detail, "%llu donors, %llu bytes", &donors, &bytes) == 2) {
             r->res->bytes_transferred += bytes;
             r->res->heals_reported++;
+        }
+        if (evs[i].kind == GRAFT_EVENT_RECOVERY_DONE && evs[i].detail != NULL) {
+            sim_match_donor_loss(r, &evs[i]);
         }
     }
     graft_membership_events_free(evs, n);
@@ -495,6 +537,12 @@ static void sim_record_injected(sim_run_t *r, size_t plan_index, const graft_sim
     in->plan_index = plan_index;
     in->ev = *ev;
     in->donor_group = -1;
+    in->donor_rank = -1;
+    in->donor_step = -1;
+    in->donor_t = -1.0;
+    in->donor_serving = 0;
+    in->donor_mid_serve = 0;
+    in->donor_heal_ok = -1;
     r->last_inject_ns = graft_sim_now_ns();
     if (!r->tty) {
         printf("graft-sim: t=%.2fs step %lld: inject %s", in->t, r->job_step,
@@ -539,6 +587,12 @@ static int sim_inject(sim_run_t *r, size_t idx)
             r->donor_ev = *ev;
             r->donor_since = graft_sim_now_ns();
             r->donor_inj = r->res->n_injected - 1;
+            /* Only serves that begin from now on count. */
+            for (int i = 0; i < r->nslots; i++) {
+                struct stat sb;
+                const char *rp = graft_sim_sup_role_path(r->sup, i / R, i % R);
+                r->slots[i].role_off = stat(rp, &sb) == 0 ? (long)sb.st_size : 0;
+            }
         }
         return 1;
     case GRAFT_SIM_HANG:
@@ -650,8 +704,34 @@ static void sim_heal_partition(sim_run_t *r)
     r->part_g = -1;
 }
 
+/* Kill (g, k) as the donor of the pending kill_donor; step: the step it
+ * was serving, -1 when killed on the fallback. */
+static void sim_kill_donor(sim_run_t *r, int g, int k, long long step)
+{
+    graft_sim_injected_t *in = &r->res->injected[r->donor_inj];
+    sim_kill(r, g, k);
+    sim_open_recovery(r, GRAFT_SIM_KILL_DONOR, "donor", g, k);
+    in->donor_group = g;
+    in->donor_rank = k;
+    in->donor_step = step;
+    in->donor_serving = step >= 0;
+    in->donor_t = sim_t(r);
+    r->donor_pending = 0;
+    if (!r->tty) {
+        if (step >= 0) {
+            printf("graft-sim: t=%.2fs: killed donor group %d rank %d while it serves step %lld "
+                   "to group %d\n", in->donor_t, g, k, step, r->donor_ev.group);
+        } else {
+            printf("graft-sim: t=%.2fs: no serve to group %d seen in %.0f s; killed group %d "
+                   "rank %d as its likely donor\n", in->donor_t, r->donor_ev.group,
+                   (double)SIM_DONOR_WAIT_NS / 1e9, g, k);
+        }
+        fflush(stdout);
+    }
+}
+
 /* Work of events that spans time: hangs to resume, etcd to restart, the
- * donor of a kill_donor to kill once its recipient's heal is under way. */
+ * donor of a kill_donor to kill if no serve was seen in time. */
 static void sim_pending(sim_run_t *r)
 {
     uint64_t now = graft_sim_now_ns();
@@ -696,51 +776,59 @@ static void sim_pending(sim_run_t *r)
             }
         }
     }
-    if (r->donor_pending) {
-        int serving = -1;
-        if (r->quorum != NULL) {
-            for (size_t i = 0; i < r->quorum->n_recoveries; i++) {
-                const graft_recovery_t *rc = &r->quorum->recoveries[i];
-                if ((int)rc->recipient == r->donor_ev.group && rc->n_donors > 0 &&
-                    sim_group_alive(r, (int)rc->donors[0])) {
-                    serving = (int)rc->donors[0];
+    if (r->donor_pending && now - r->donor_since > SIM_DONOR_WAIT_NS) {
+        /* No serve seen in time (the recipient may have healed from a
+         * checkpoint, or its pull never reached this rank): kill the next
+         * group's rank as the donor it most likely was, and say so. */
+        int g = (r->donor_ev.group + 1) % r->o->groups;
+        int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
+        if (sim_alive(r, g, k)) {
+            sim_kill_donor(r, g, k, -1);
+        }
+    }
+}
+
+/*
+ * kill_donor: the donor is killed once its transfer endpoint serves the
+ * recipient, i.e. when a "<step> serving <group> <rank>" line appears in a
+ * role log (train_mlp --role-log), <group> being the recipient group and
+ * <rank> the planned rank. The endpoint logs it after it sent that
+ * recipient rank its manifest, so the pull reads from it from then on; with
+ * the ballast the pull lasts long enough for the kill (a few ms later) to
+ * land during it. Whether it did is what the recipient's heal says (see
+ * sim_read_events). Called every SIM_DONOR_TICK_US while one is pending.
+ */
+static void sim_donor_poll(sim_run_t *r)
+{
+    int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
+    for (int g = 0; g < r->o->groups && r->donor_pending; g++) {
+        if (g == r->donor_ev.group) {
+            continue;
+        }
+        sim_slot_t *sl = &r->slots[g * r->o->ranks + k];
+        FILE *f = fopen(graft_sim_sup_role_path(r->sup, g, k), "r");
+        if (f == NULL) {
+            continue;
+        }
+        char line[768];
+        long long step = -1;
+        if (fseek(f, sl->role_off, SEEK_SET) == 0) {
+            while (step < 0 && fgets(line, sizeof(line), f) != NULL) {
+                long long st = -1;
+                int rg = -1, rk = -1;
+                if (strchr(line, '\n') == NULL) {
+                    break; /* being written: read it whole next time */
+                }
+                sl->role_off += (long)strlen(line);
+                if (sscanf(line, "%lld serving %d %d", &st, &rg, &rk) == 3 &&
+                    rg == r->donor_ev.group && rk == k) {
+                    step = st;
                 }
             }
         }
-        /* The quorum record may not be seen between two polls: once every
-         * rank of the recipient is back in the view its pull is under way,
-         * from the next group (donor order starts there) if none was seen. */
-        int back = 1;
-        for (int k = 0; k < r->o->ranks; k++) {
-            const sim_slot_t *sl = &r->slots[r->donor_ev.group * r->o->ranks + k];
-            back &= sl->present && graft_sim_sup_started_ns(r->sup, r->donor_ev.group, k) >
-                                       r->donor_since;
-        }
-        if (serving < 0 && back) {
-            serving = (r->donor_ev.group + 1) % r->o->groups;
-            if (!sim_group_alive(r, serving)) {
-                return;
-            }
-        }
-        /* No heal seen in time: kill the next group as the donor it most
-         * likely was. */
-        if (serving < 0 && now - r->donor_since > SIM_DONOR_WAIT_NS) {
-            serving = (r->donor_ev.group + 1) % r->o->groups;
-            if (!sim_group_alive(r, serving)) {
-                return;
-            }
-        }
-        if (serving >= 0) {
-            int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
-            sim_open_recovery(r, GRAFT_SIM_KILL_DONOR, "donor", serving, k);
-            sim_kill(r, serving, k);
-            r->res->injected[r->donor_inj].donor_group = serving;
-            r->donor_pending = 0;
-            if (!r->tty) {
-                printf("graft-sim: t=%.2fs: killed donor group %d rank %d while it serves "
-                       "group %d\n",
-                       sim_t(r), serving, k, r->donor_ev.group);
-            }
+        fclose(f);
+        if (step >= 0 && sim_alive(r, g, k)) {
+            sim_kill_donor(r, g, k, step);
         }
     }
 }
@@ -942,6 +1030,16 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     sc.seed = o->seed;
     sc.restart_delay_ms = 100;
     sc.max_restarts = 10 + (int)(sched->n_events * 2);
+    sc.role_log = 1;
+    char ballast[24];
+    const char *extra[3] = {NULL, NULL, NULL};
+    if (sim_ballast_mib > 0) {
+        snprintf(ballast, sizeof(ballast), "%d", sim_ballast_mib);
+        extra[0] = "--blob-mib";
+        extra[1] = ballast;
+    }
+    sc.extra_args = extra;
+    res->ballast_mib = sim_ballast_mib;
     if (access(trainer, X_OK) != 0) {
         fprintf(stderr, "graft-sim run: error: trainer %s: %s (set GRAFT_SIM_TRAINER or build "
                         "examples/train_mlp)\n",
@@ -1001,7 +1099,15 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
                      r.job_step);
             break;
         }
-        usleep(SIM_TICK_US);
+        if (r.donor_pending) {
+            /* A serve is short: watch for it closely. */
+            for (int i = 0; i < SIM_TICK_US / SIM_DONOR_TICK_US && r.donor_pending; i++) {
+                usleep(SIM_DONOR_TICK_US);
+                sim_donor_poll(&r);
+            }
+        } else {
+            usleep(SIM_TICK_US);
+        }
     }
     if (r.etcd_up_at != 0 && graft_etcd_server_restart(server) != GRAFT_OK) {
         sim_fail(&r, "could not restart etcd");
@@ -1073,11 +1179,13 @@ static void sim_ref_key(const graft_sim_live_opts_t *o, char *key, size_t len)
     }
     char desc[PATH_MAX + 256];
     /* Everything that decides the final state: the shape, the steps, the
-     * seed, the mode, and which trainer binary (path, size, mtime). */
+     * seed, the mode, which trainer binary (path, size, mtime) and its
+     * ballast (the blob is part of the state). */
     int n = snprintf(desc, sizeof(desc), "v1 g=%d r=%d steps=%lld seed=%" PRIu64
-                     " mode=%d trainer=%s size=%lld mtime=%lld.%09ld",
+                     " mode=%d trainer=%s size=%lld mtime=%lld.%09ld blob=%d",
                      o->groups, o->ranks, o->steps, o->seed, (int)o->mode, trainer,
-                     (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec);
+                     (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec,
+                     sim_ballast_mib);
     snprintf(key, len, "%016" PRIx64, (uint64_t)XXH3_64bits(desc, (size_t)n));
 }
 
@@ -1142,11 +1250,12 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
         return GRAFT_ENOMEM;
     }
     for (int k = 0; k < o->ranks && st == GRAFT_OK; k++) {
-        char hp[PATH_MAX + 64], steps[32], seed[32], rank[32];
+        char hp[PATH_MAX + 64], steps[32], seed[32], rank[32], blob[32];
         snprintf(hp, sizeof(hp), "%s/ref-hash-r%d.txt", dir, k);
         snprintf(steps, sizeof(steps), "%lld", o->steps);
         snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
         snprintf(rank, sizeof(rank), "%d", k);
+        snprintf(blob, sizeof(blob), "%d", sim_ballast_mib);
         pid_t pid = fork();
         if (pid < 0) {
             st = GRAFT_ESYS;
@@ -1161,7 +1270,7 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
                 dup2(devnull, 1);
             }
             execl(trainer, trainer, "--no-graft", "--steps", steps, "--seed", seed,
-                  "--state-hash-out", hp, (char *)NULL);
+                  "--state-hash-out", hp, "--blob-mib", blob, (char *)NULL);
             _exit(127);
         }
         int ws = 0;
@@ -1296,6 +1405,25 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
                 err ? err : "invalid", graft_status_name(st));
         rc = 2;
         goto out;
+    }
+    /* Ballast only where it is needed: a plan that kills donors. */
+    sim_ballast_mib = 0;
+    for (size_t i = 0; i < sched->n_events; i++) {
+        if (sched->events[i].kind == GRAFT_SIM_KILL_DONOR) {
+            sim_ballast_mib = SIM_BALLAST_MIB;
+        }
+    }
+    const char *bm = getenv("GRAFT_SIM_BALLAST_MIB");
+    if (bm != NULL && bm[0] != '\0') {
+        char *end = NULL;
+        long v = strtol(bm, &end, 10);
+        if (*end != '\0' || v < 0 || v > 4096) {
+            fprintf(stderr, "graft-sim run: error: GRAFT_SIM_BALLAST_MIB: '%s' is not 0..4096\n",
+                    bm);
+            rc = 2;
+            goto out;
+        }
+        sim_ballast_mib = (int)v;
     }
     const char *dump = getenv("GRAFT_SIM_PLAN_ONLY");
     if (dump != NULL && dump[0] == '1') {

@@ -37,6 +37,13 @@ typedef struct graft_sim_injected {
     size_t plan_index;
     graft_sim_event_t ev; /**< kill_donor: ev.rank/.group as planned */
     int donor_group;      /**< kill_donor: the donor actually killed, else -1 */
+    int donor_rank;       /**< kill_donor: its rank */
+    long long donor_step; /**< kill_donor: the step it was serving (-1: killed on the fallback) */
+    double donor_t;       /**< kill_donor: when it was killed, s since start */
+    int donor_serving;    /**< kill_donor: killed on its endpoint's "serving" signal */
+    int donor_mid_serve;  /**< kill_donor: the recipient's heal of donor_step reported
+                               that donor lost with chunks read or in flight */
+    int donor_heal_ok;    /**< kill_donor: that heal's outcome; -1: not seen */
 } graft_sim_injected_t;
 
 /** Everything one run produced. */
@@ -55,6 +62,7 @@ typedef struct graft_sim_result {
     long long steps_lost;
     unsigned long long bytes_transferred; /**< from the runtime's recovery_done events */
     unsigned long long heals_reported;    /**< recovery_done events with ok */
+    int ballast_mib;                      /**< the trainers' --blob-mib (0: none) */
     graft_sim_injected_t *injected;
     size_t n_injected, cap_injected;
     size_t n_skipped; /**< planned but not injected (the run ended first) */

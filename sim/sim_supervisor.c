@@ -30,14 +30,16 @@ typedef struct sim_proc {
     char *log_path;
     char *hash_path;
     char *commits_path;
+    char *role_path;
     char **envp; /* the common environment plus this process's group/rank */
 } sim_proc_t;
 
 struct graft_sim_sup {
     graft_sim_sup_config_t cfg;
-    /* trainer --steps N --seed S --state-hash-out <slot> --hash-log <slot> extra... */
+    /* trainer --steps N --seed S --state-hash-out <slot> --hash-log <slot>
+     * [--role-log <slot>] extra... */
     char **argv_tmpl;
-    size_t hash_slot, commits_slot;
+    size_t hash_slot, commits_slot, role_slot;
     sim_proc_t *procs; /* groups * ranks */
     int n;
     int done;
@@ -130,6 +132,9 @@ static graft_status_t sim_sup_spawn(graft_sim_sup_t *s, int idx)
     }
     s->argv_tmpl[s->hash_slot] = p->hash_path;
     s->argv_tmpl[s->commits_slot] = p->commits_path;
+    if (s->role_slot != 0) {
+        s->argv_tmpl[s->role_slot] = p->role_path;
+    }
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -177,7 +182,7 @@ graft_status_t graft_sim_sup_create(const graft_sim_sup_config_t *config, graft_
     while (config->extra_args != NULL && config->extra_args[n_extra] != NULL) {
         n_extra++;
     }
-    s->argv_tmpl = calloc(10 + n_extra, sizeof(char *));
+    s->argv_tmpl = calloc(12 + n_extra, sizeof(char *));
     s->procs = calloc((size_t)s->n, sizeof(*s->procs));
     if (s->argv_tmpl == NULL || s->procs == NULL) {
         goto fail;
@@ -193,6 +198,10 @@ graft_status_t graft_sim_sup_create(const graft_sim_sup_config_t *config, graft_
     s->hash_slot = a++;
     s->argv_tmpl[a++] = "--hash-log";
     s->commits_slot = a++;
+    if (config->role_log) {
+        s->argv_tmpl[a++] = "--role-log";
+        s->role_slot = a++;
+    }
     for (size_t i = 0; i < n_extra; i++) {
         s->argv_tmpl[a++] = (char *)config->extra_args[i];
     }
@@ -207,9 +216,10 @@ graft_status_t graft_sim_sup_create(const graft_sim_sup_config_t *config, graft_
         p->log_path = sim_sup_fmt("%s/trainer-g%d-r%d.log", config->dir, g, r);
         p->hash_path = sim_sup_fmt("%s/hash-g%d-r%d.txt", config->dir, g, r);
         p->commits_path = sim_sup_fmt("%s/commits-g%d-r%d.txt", config->dir, g, r);
+        p->role_path = sim_sup_fmt("%s/role-g%d-r%d.txt", config->dir, g, r);
         p->envp = sim_sup_envp(config, g, r);
         if (p->log_path == NULL || p->hash_path == NULL || p->commits_path == NULL ||
-            p->envp == NULL) {
+            p->role_path == NULL || p->envp == NULL) {
             goto fail;
         }
     }
@@ -241,6 +251,7 @@ void graft_sim_sup_destroy(graft_sim_sup_t *s)
         free(p->log_path);
         free(p->hash_path);
         free(p->commits_path);
+        free(p->role_path);
         sim_sup_strv_free(p->envp);
     }
     if (s->argv_tmpl != NULL) {
@@ -356,4 +367,10 @@ const char *graft_sim_sup_commits_path(const graft_sim_sup_t *s, int group, int 
 {
     sim_proc_t *p = sim_sup_proc(s, group, rank);
     return p != NULL ? p->commits_path : "";
+}
+
+const char *graft_sim_sup_role_path(const graft_sim_sup_t *s, int group, int rank)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    return p != NULL ? p->role_path : "";
 }

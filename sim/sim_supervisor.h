@@ -25,6 +25,7 @@ typedef struct graft_sim_sup_config {
     uint64_t seed;
     uint32_t restart_delay_ms;      /**< orchestrator's delay before a replacement */
     int max_restarts;               /**< per process; past it the run fails */
+    int role_log;                   /**< pass --role-log (train_mlp: serves and heals) */
 } graft_sim_sup_config_t;
 
 /** State of one supervised process. */
@@ -130,6 +131,17 @@ const char *graft_sim_sup_log_path(const graft_sim_sup_t *sup, int group, int ra
  * @return a string owned by the supervisor.
  */
 const char *graft_sim_sup_commits_path(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Path of the --role-log file of (group, rank) (train_mlp: "step
+ *        serving G R" when its endpoint starts serving a recipient, heals,
+ *        ...; appended by every incarnation). Written only with role_log.
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return a string owned by the supervisor.
+ */
+const char *graft_sim_sup_role_path(const graft_sim_sup_t *sup, int group, int rank);
 
 /** Monotonic clock in nanoseconds. */
 uint64_t graft_sim_now_ns(void);

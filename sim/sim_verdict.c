@@ -248,6 +248,17 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
         }
     }
     fprintf(out, "bytes transferred  %llu\n", res->bytes_transferred);
+    if (by_kind[GRAFT_SIM_KILL_DONOR] > 0) {
+        size_t serving = 0, mid = 0;
+        for (size_t i = 0; i < res->n_injected; i++) {
+            const graft_sim_injected_t *in = &res->injected[i];
+            serving += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_serving;
+            mid += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_mid_serve;
+        }
+        fprintf(out, "donors killed      %zu of %zu while serving, %zu of them mid-pull "
+                "(ballast %d MiB)\n", serving, by_kind[GRAFT_SIM_KILL_DONOR], mid,
+                res->ballast_mib);
+    }
     fprintf(out, "steps committed    %lld (lost to disasters: %lld)\n", res->steps_committed,
             res->steps_lost);
     fprintf(out, "final state hash   %s\n", res->final_hash ? res->final_hash : "(none)");
@@ -284,6 +295,7 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
     json_t *phases = json_object();
     json_t *hashes = json_array();
     char seed[32];
+    json_int_t mid_serve = 0;
     if (j == NULL || kinds == NULL || recs == NULL || inj == NULL || plan == NULL ||
         phases == NULL || hashes == NULL) {
         goto fail;
@@ -302,8 +314,20 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
         }
         json_object_set_new(e, "t", sim_num_or_null(in->t));
         json_object_set_new(e, "plan_index", json_integer((json_int_t)in->plan_index));
-        if (in->donor_group >= 0) {
-            json_object_set_new(e, "donor_group", json_integer(in->donor_group));
+        if (in->ev.kind == GRAFT_SIM_KILL_DONOR) {
+            json_object_set_new(e, "donor_group",
+                                in->donor_group >= 0 ? json_integer(in->donor_group) : json_null());
+            json_object_set_new(e, "donor_rank",
+                                in->donor_rank >= 0 ? json_integer(in->donor_rank) : json_null());
+            json_object_set_new(e, "donor_t", sim_num_or_null(in->donor_t < 0 ? NAN : in->donor_t));
+            json_object_set_new(e, "donor_serving_step",
+                                in->donor_step >= 0 ? json_integer(in->donor_step) : json_null());
+            json_object_set_new(e, "donor_killed_serving", json_boolean(in->donor_serving));
+            json_object_set_new(e, "donor_mid_serve", json_boolean(in->donor_mid_serve));
+            json_object_set_new(e, "donor_heal_ok", in->donor_heal_ok < 0
+                                                        ? json_null()
+                                                        : json_boolean(in->donor_heal_ok));
+            mid_serve += in->donor_mid_serve != 0;
         }
         json_array_append_new(inj, e);
     }
@@ -365,6 +389,8 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
     json_object_set_new(j, "recoveries", recs);
     json_object_set_new(j, "recovery_seconds", phases);
     json_object_set_new(j, "bytes_transferred", json_integer((json_int_t)res->bytes_transferred));
+    json_object_set_new(j, "kill_donor_mid_serve", json_integer(mid_serve));
+    json_object_set_new(j, "ballast_mib", json_integer(res->ballast_mib));
     json_object_set_new(j, "final_state_hash",
                         res->final_hash ? json_string(res->final_hash) : json_null());
     json_object_set_new(j, "reference_state_hash",

@@ -356,6 +356,32 @@ static void test_live_fifty_failures_bit_exact(void **state)
     }
     assert_true(json_array_size(json_object_get(j, "recoveries")) >= 50);
     assert_true(json_integer_value(json_object_get(j, "bytes_transferred")) > 0);
+    /* kill_donor hits donors while they serve: at least one donor was
+     * killed while its recipient's pull was reading from it (that heal
+     * reported the donor lost with chunks read or in flight), and the run
+     * above is still bit-exact. A kill counted mid-pull was triggered by
+     * the donor's serve, and its heal was seen. */
+    json_int_t mid = json_integer_value(json_object_get(j, "kill_donor_mid_serve"));
+    if (mid < 1) {
+        fail_msg("no kill_donor landed during a pull (of %" JSON_INTEGER_FORMAT ")",
+                 json_integer_value(json_object_get(kinds, "kill_donor")));
+    }
+    json_int_t counted = 0;
+    json_t *injected = json_object_get(j, "injected");
+    for (size_t i = 0; i < json_array_size(injected); i++) {
+        json_t *e = json_array_get(injected, i);
+        if (json_is_true(json_object_get(e, "donor_mid_serve"))) {
+            counted++;
+            assert_true(json_is_true(json_object_get(e, "donor_killed_serving")));
+            assert_true(json_is_boolean(json_object_get(e, "donor_heal_ok")));
+            assert_true(json_integer_value(json_object_get(e, "donor_serving_step")) >= 0);
+        }
+    }
+    assert_int_equal(counted, mid);
+    print_message("kill_donor: %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+                  " landed during a pull\n", mid,
+                  json_integer_value(json_object_get(kinds, "kill_donor")));
+    assert_int_equal(json_integer_value(json_object_get(j, "ballast_mib")), 16);
     assert_non_null(json_object_get(json_object_get(j, "recovery_seconds"), "total"));
     /* The injected sequence is the planned one, in order. */
     json_t *plan = json_object_get(j, "plan"), *inj = json_object_get(j, "injected");
