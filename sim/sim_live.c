@@ -414,17 +414,23 @@ static void sim_track_recoveries(sim_run_t *r)
         if (rec->t_restart < 0 && restarted && op->n > 0 && !timed) {
             rec->t_restart = now;
         }
+        int just_back = 0;
         if (rec->t_rejoin < 0 && op->n > 0 && back && rec->t_detect >= 0 &&
             rec->t_restart >= 0) {
             rec->t_rejoin = now;
             for (size_t k = 0; k < op->n; k++) {
                 op->commits0[k] = r->slots[op->slots[k]].commits;
             }
+            just_back = 1;
         }
         /* Healed: every failed rank applied a commit after it was back,
          * which needs its state installed (or, for etcd, any commit after
-         * etcd came back). */
-        int healed = rec->t_rejoin >= 0 && (op->n > 0 ? committed : total > op->total0);
+         * etcd came back). `committed` above compared with the counts
+         * before they were taken at the rejoin, so not in the same tick:
+         * it would count the killed incarnation's commits and make every
+         * heal phase 0. */
+        int healed = rec->t_rejoin >= 0 && !just_back &&
+                     (op->n > 0 ? committed : total > op->total0);
         if (timed && rec->t_detect < 0 && rec->t_restart >= 0 && committed) {
             /* Resumed before anyone noticed (shorter than the lease): the
              * hang cost time but no recovery; no detect or rejoin phase. */
