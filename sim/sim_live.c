@@ -1,18 +1,20 @@
 /*
  * The live engine of `graft-sim run`: an embedded etcd (unless --etcd), the
  * supervisor with G x R trainers, the injector walking the planned schedule,
- * and an observer that follows the job through etcd.
+ * and an observer that follows the job.
  *
- * How the step of the job is known: from etcd. The engine holds an observer
- * membership handle (no lease, no record) whose watch-driven view carries
- * every member record, and each record carries the rank's committed_step
- * and incarnation (docs/KEYS.md). The job's step is the highest committed
- * step among live members; "at step s" fires once it reaches s. Recoveries
- * are timed from the same view: a failed rank is detected when its
- * incarnation's record is gone, has rejoined when a new incarnation's
- * record appears, and is healed when that record's committed step reaches
- * the step it must catch up to. The trainers' stdout is not parsed for
- * progress, so any trainer that uses the runtime is observed the same way.
+ * How the step of the job is known: from the trainers' --hash-log files
+ * (one "step hash" line per applied commit): the runtime publishes a
+ * member's committed step in etcd only when it turns healthy, so etcd alone
+ * cannot say "the job is at step s". etcd gives what it holds reliably: the
+ * member records in an observer's watch-driven view (which incarnation of
+ * each rank is live), the latest quorum, and the job's event history (the
+ * runtime's recovery_done events: bytes pulled, donors lost). Recoveries
+ * are timed from both: a failed rank is detected when its incarnation's
+ * record is gone, has rejoined when a new incarnation's record appears, and
+ * is healed when it has logged a commit since. After the run the hash logs
+ * also give steps_committed, steps_lost and the disasters' steps
+ * (sim_verdict.c).
  */
 #include "sim_live.h"
 #include "sim_live_int.h"
@@ -91,7 +93,6 @@ typedef struct sim_run {
     int nslots;
     sim_slot_t *slots;
     long long job_step;
-    long long max_step;
     int healthy;
     uint64_t quorum_id;
     graft_quorum_t *quorum;
@@ -138,6 +139,7 @@ void graft_sim_result_clear(graft_sim_result_t *res)
     free(res->injected);
     free(res->recoveries);
     free(res->samples);
+    free(res->disaster_offs);
     memset(res, 0, sizeof(*res));
 }
 
@@ -236,9 +238,6 @@ static void sim_observe(sim_run_t *r)
     }
     if (job >= 0) {
         r->job_step = job;
-    }
-    if (r->job_step > r->max_step) {
-        r->max_step = r->job_step;
     }
     graft_sim_result_t *res = r->res;
     if (sim_grow((void **)&res->samples, &res->cap_samples, res->n_samples,
@@ -395,7 +394,6 @@ static void sim_track_recoveries(sim_run_t *r)
         sim_open_t *op = &r->open[i];
         graft_sim_recovery_t *rec = &r->res->recoveries[op->rec];
         int gone = 1, restarted = 1, back = 1, committed = 1;
-        long long low = LLONG_MAX;
         for (size_t k = 0; k < op->n; k++) {
             const sim_slot_t *s = &r->slots[op->slots[k]];
             int g = op->slots[k] / r->o->ranks, rk = op->slots[k] % r->o->ranks;
@@ -404,7 +402,6 @@ static void sim_track_recoveries(sim_run_t *r)
             restarted &= graft_sim_sup_starts(r->sup, g, rk) > op->starts0[k];
             back &= s->present && !same;
             committed &= s->commits > op->commits0[k];
-            low = s->step < low ? s->step : low;
         }
         if (rec->t_detect < 0 && gone) {
             rec->t_detect = now;
@@ -439,12 +436,6 @@ static void sim_track_recoveries(sim_run_t *r)
         if (healed) {
             rec->t_healed = now;
             rec->done = 1;
-            if (rec->kind == GRAFT_SIM_DISASTER) {
-                rec->restored_step = low > 0 && low != LLONG_MAX ? low - 1 : 0;
-                if (rec->step_at_fail > rec->restored_step) {
-                    r->res->steps_lost += rec->step_at_fail - rec->restored_step;
-                }
-            }
             sim_close_open(r, i);
             continue;
         }
@@ -529,6 +520,28 @@ static void sim_corrupt_newest(sim_run_t *r)
     if (!r->tty) {
         printf("graft-sim: corrupted the newest checkpoint %s (%d shards)\n", best, corrupted);
     }
+}
+
+/* Every rank is dead: where each hash log ends now separates the commits
+ * of before the disaster from those after it (its replacements append to
+ * the same file). */
+static void sim_note_disaster(sim_run_t *r)
+{
+    graft_sim_result_t *res = r->res;
+    long *offs = realloc(res->disaster_offs,
+                         (res->n_disasters + 1) * (size_t)r->nslots * sizeof(long));
+    if (offs == NULL) {
+        sim_fail(r, "out of memory");
+        return;
+    }
+    res->disaster_offs = offs;
+    for (int i = 0; i < r->nslots; i++) {
+        struct stat sb;
+        const char *cp = graft_sim_sup_commits_path(r->sup, i / r->o->ranks, i % r->o->ranks);
+        offs[res->n_disasters * (size_t)r->nslots + (size_t)i] =
+            stat(cp, &sb) == 0 ? (long)sb.st_size : 0;
+    }
+    res->n_disasters++;
 }
 
 static void sim_record_injected(sim_run_t *r, size_t plan_index, const graft_sim_event_t *ev)
@@ -632,9 +645,10 @@ static int sim_inject(sim_run_t *r, size_t idx)
                 sim_kill(r, g, k);
             }
         }
-        if (ev->corrupt) {
-            /* The kills are asynchronous; a writer still finishing a
-             * checkpoint would race the corruption, so wait for the reaps. */
+        {
+            /* The kills are asynchronous: wait for the reaps, so that no
+             * writer still finishing a checkpoint races the corruption and
+             * the hash logs hold every commit of before the disaster. */
             for (int tries = 0; tries < 200; tries++) {
                 if (graft_sim_sup_poll(r->sup) != GRAFT_OK) {
                     break;
@@ -652,7 +666,10 @@ static int sim_inject(sim_run_t *r, size_t idx)
                 }
                 usleep(5000);
             }
-            sim_corrupt_newest(r);
+            sim_note_disaster(r);
+            if (ev->corrupt) {
+                sim_corrupt_newest(r);
+            }
         }
         return 1;
     case GRAFT_SIM_ETCD_RESTART:
@@ -1147,7 +1164,6 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     r.sup = NULL;
     /* The logs are read by the verdict before the directory goes. */
     graft_sim_verdict_scan_logs(res, r.dir, o->groups, o->ranks, o->mode == GRAFT_SIM_LIVE_ELASTIC);
-    res->steps_committed = res->completed ? o->steps : r.max_step;
 out:
     graft_sim_sup_destroy(r.sup);
     graft_membership_destroy(r.obs);

@@ -18,8 +18,9 @@ typedef struct graft_sim_recovery {
     int group;        /**< -1: every group */
     int rank;         /**< -1: every rank of the group */
     double t_fail, t_detect, t_restart, t_rejoin, t_healed; /**< s since start; <0: not seen */
-    long long step_at_fail;
-    long long restored_step; /**< disaster: the step the job restarted from */
+    long long step_at_fail;  /**< disaster: the highest step logged before it */
+    long long restored_step; /**< disaster: the step the job restarted from (the step
+                                  before the first commit logged after it) */
     int done;
 } graft_sim_recovery_t;
 
@@ -58,8 +59,12 @@ typedef struct graft_sim_result {
     int groups_agree;      /**< every group's ranks hold the same hashes */
     long long commit_checks;     /**< elastic: (step, rank) pairs compared across groups */
     long long commit_mismatches; /**< of which groups disagreed */
-    long long steps_committed;
-    long long steps_lost;
+    long long steps_committed;   /**< the highest step some group's every rank logged */
+    long long steps_lost;        /**< commits logged again at a step already logged (a
+                                      rollback), the most of any (group, rank) */
+    long *disaster_offs;         /**< per disaster, per (group, rank): bytes of its hash log
+                                      when every rank was dead (the epochs' boundaries) */
+    size_t n_disasters;
     unsigned long long bytes_transferred; /**< from the runtime's recovery_done events */
     unsigned long long heals_reported;    /**< recovery_done events with ok */
     int ballast_mib;                      /**< the trainers' --blob-mib (0: none) */
@@ -83,7 +88,11 @@ void graft_sim_result_clear(graft_sim_result_t *res);
 const char *graft_sim_verdict_judge(const graft_sim_live_opts_t *opts, graft_sim_result_t *res,
                                     const char *reference_hash, const char **why_p);
 
-/** Compare the trainers' per-commit hash logs in @p dir across groups. */
+/**
+ * Read the trainers' per-commit hash logs in @p dir: compare them across
+ * groups (elastic), and measure steps_committed, steps_lost and each
+ * disaster's step_at_fail and restored_step.
+ */
 void graft_sim_verdict_scan_logs(graft_sim_result_t *res, const char *dir, int groups, int ranks,
                                  int elastic);
 

@@ -15,64 +15,199 @@
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
+/* One rank's hash log: its complete "step hash" lines, in order, with the
+ * byte offset just past each. */
+typedef struct sim_log {
+    long long *step;
+    char (*hash)[17];
+    long *end;
+    size_t n, cap;
+} sim_log_t;
+
+static int sim_log_hash_ok(const char *h)
+{
+    size_t n = strlen(h);
+    for (size_t i = 0; i < n; i++) {
+        if (!isxdigit((unsigned char)h[i])) {
+            return 0;
+        }
+    }
+    return n == 16;
+}
+
+static void sim_log_read(sim_log_t *lg, const char *path)
+{
+    memset(lg, 0, sizeof(*lg));
+    FILE *f = fopen(path, "r");
+    char line[256];
+    long off = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        long long s = -1;
+        char h[128];
+        off += (long)strlen(line);
+        /* A line cut short by a kill is not a commit record. */
+        if (strchr(line, '\n') == NULL || sscanf(line, "%lld %127s", &s, h) != 2 || s < 0 ||
+            s > 10000000 || !sim_log_hash_ok(h)) {
+            continue;
+        }
+        if (lg->n == lg->cap) {
+            size_t nc = lg->cap ? 2 * lg->cap : 256;
+            long long *ns = realloc(lg->step, nc * sizeof(*ns));
+            if (ns != NULL) {
+                lg->step = ns;
+            }
+            char(*nh)[17] = realloc(lg->hash, nc * sizeof(*nh));
+            if (nh != NULL) {
+                lg->hash = nh;
+            }
+            long *ne = realloc(lg->end, nc * sizeof(*ne));
+            if (ne != NULL) {
+                lg->end = ne;
+            }
+            if (ns == NULL || nh == NULL || ne == NULL) {
+                break;
+            }
+            lg->cap = nc;
+        }
+        lg->step[lg->n] = s;
+        memcpy(lg->hash[lg->n], h, 17);
+        lg->end[lg->n] = off;
+        lg->n++;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+}
+
+static void sim_log_free(sim_log_t *lg)
+{
+    free(lg->step);
+    free(lg->hash);
+    free(lg->end);
+}
+
+/*
+ * What the logs say the job committed:
+ *  - steps_committed: the highest step that every rank of some group
+ *    logged (a group holds a whole copy of the state only with all its
+ *    ranks), the most over groups;
+ *  - steps_lost: commits logged at a step the same (group, rank) had
+ *    already logged, i.e. recomputed after a rollback (a disaster, or a
+ *    job-wide fallback to a checkpoint), the most of any (group, rank);
+ *  - per disaster, from where each log ended when every rank was dead:
+ *    step_at_fail, the highest step logged before it, and restored_step,
+ *    the step before the first commit logged after it (and before the
+ *    next disaster).
+ */
+static void sim_logs_measure(graft_sim_result_t *res, const sim_log_t *logs, int groups,
+                             int ranks)
+{
+    int nslots = groups * ranks;
+    res->steps_committed = 0;
+    res->steps_lost = 0;
+    for (int g = 0; g < groups; g++) {
+        long long low = LLONG_MAX;
+        for (int r = 0; r < ranks; r++) {
+            const sim_log_t *lg = &logs[g * ranks + r];
+            long long last = lg->n > 0 ? lg->step[lg->n - 1] : 0;
+            low = last < low ? last : low;
+        }
+        if (low != LLONG_MAX && low > res->steps_committed) {
+            res->steps_committed = low;
+        }
+    }
+    for (int i = 0; i < nslots; i++) {
+        const sim_log_t *lg = &logs[i];
+        long long hi = -1, again = 0;
+        for (size_t k = 0; k < lg->n; k++) {
+            again += lg->step[k] <= hi;
+            hi = lg->step[k] > hi ? lg->step[k] : hi;
+        }
+        res->steps_lost = again > res->steps_lost ? again : res->steps_lost;
+    }
+    size_t d = 0;
+    for (size_t i = 0; i < res->n_recoveries && d < res->n_disasters; i++) {
+        graft_sim_recovery_t *rc = &res->recoveries[i];
+        if (rc->kind != GRAFT_SIM_DISASTER) {
+            continue;
+        }
+        const long *at = &res->disaster_offs[d * (size_t)nslots];
+        const long *next = d + 1 < res->n_disasters ? at + nslots : NULL;
+        long long before = -1, first = LLONG_MAX;
+        for (int s = 0; s < nslots; s++) {
+            const sim_log_t *lg = &logs[s];
+            for (size_t k = 0; k < lg->n; k++) {
+                if (lg->end[k] <= at[s]) {
+                    before = lg->step[k] > before ? lg->step[k] : before;
+                } else if (next == NULL || lg->end[k] <= next[s]) {
+                    first = lg->step[k] < first ? lg->step[k] : first;
+                    break;
+                }
+            }
+        }
+        rc->step_at_fail = before >= 0 ? before : 0;
+        rc->restored_step = first != LLONG_MAX ? first - 1 : -1;
+        d++;
+    }
+}
+
 void graft_sim_verdict_scan_logs(graft_sim_result_t *res, const char *dir, int groups, int ranks,
                                  int elastic)
 {
-    /* First hash seen per (step, rank); every other group's must match. */
+    int nslots = groups * ranks;
+    sim_log_t *logs = calloc((size_t)nslots, sizeof(*logs));
+    if (logs == NULL) {
+        return;
+    }
+    for (int i = 0; i < nslots; i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/commits-g%d-r%d.txt", dir, i / ranks, i % ranks);
+        sim_log_read(&logs[i], path);
+    }
+    sim_logs_measure(res, logs, groups, ranks);
+    /* First hash seen per (step, rank); every other group's must match.
+     * After a disaster in elastic mode a step may be recomputed by another
+     * set of groups: such a run is judged on its final hashes. */
     long long steps = 0;
     char **first = NULL;
-    int disaster = 0;
-    for (size_t i = 0; i < res->n_injected; i++) {
-        disaster |= elastic && res->injected[i].ev.kind == GRAFT_SIM_DISASTER;
-    }
-    for (int g = 0; g < groups && !disaster; g++) {
-        for (int r = 0; r < ranks; r++) {
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/commits-g%d-r%d.txt", dir, g, r);
-            FILE *f = fopen(path, "r");
-            char line[256];
-            while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-                long long s = -1;
-                char h[128];
-                /* A line cut short by a kill is not a commit record. */
-                if (strchr(line, '\n') == NULL || sscanf(line, "%lld %127s", &s, h) != 2 ||
-                    s < 0 || s > 10000000) {
+    int skip = elastic && res->n_disasters > 0;
+    for (int i = 0; i < nslots && !skip; i++) {
+        const sim_log_t *lg = &logs[i];
+        int r = i % ranks;
+        for (size_t k = 0; k < lg->n; k++) {
+            long long s = lg->step[k];
+            if (s >= steps) {
+                long long ns = s + 1 > steps * 2 ? s + 1 : steps * 2;
+                char **nf = realloc(first, (size_t)(ns * ranks) * sizeof(*nf));
+                if (nf == NULL) {
                     continue;
                 }
-                if (s >= steps) {
-                    long long ns = s + 1 > steps * 2 ? s + 1 : steps * 2;
-                    char **nf = realloc(first, (size_t)(ns * ranks) * sizeof(*nf));
-                    if (nf == NULL) {
-                        continue;
-                    }
-                    memset(nf + steps * ranks, 0, (size_t)((ns - steps) * ranks) * sizeof(*nf));
-                    first = nf;
-                    steps = ns;
-                }
-                char **slot = &first[s * ranks + r];
-                if (*slot == NULL) {
-                    *slot = strdup(h);
-                } else {
-                    res->commit_checks++;
-                    if (strcmp(*slot, h) != 0) {
-                        res->commit_mismatches++;
-                    }
-                }
+                memset(nf + steps * ranks, 0, (size_t)((ns - steps) * ranks) * sizeof(*nf));
+                first = nf;
+                steps = ns;
             }
-            if (f != NULL) {
-                fclose(f);
+            char **slot = &first[s * ranks + r];
+            if (*slot == NULL) {
+                *slot = lg->hash[k];
+            } else {
+                res->commit_checks++;
+                if (strcmp(*slot, lg->hash[k]) != 0) {
+                    res->commit_mismatches++;
+                }
             }
         }
     }
-    for (long long i = 0; i < steps * ranks; i++) {
-        free(first[i]);
-    }
     free(first);
+    for (int i = 0; i < nslots; i++) {
+        sim_log_free(&logs[i]);
+    }
+    free(logs);
 }
 
 const char *graft_sim_verdict_judge(const graft_sim_live_opts_t *o, graft_sim_result_t *res,
@@ -259,8 +394,8 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
                 "(ballast %d MiB)\n", serving, by_kind[GRAFT_SIM_KILL_DONOR], mid,
                 res->ballast_mib);
     }
-    fprintf(out, "steps committed    %lld (lost to disasters: %lld)\n", res->steps_committed,
-            res->steps_lost);
+    fprintf(out, "steps committed    %lld (lost and recomputed after rollbacks: %lld)\n",
+            res->steps_committed, res->steps_lost);
     fprintf(out, "final state hash   %s\n", res->final_hash ? res->final_hash : "(none)");
     if (o->mode == GRAFT_SIM_LIVE_STRICT) {
         fprintf(out, "reference hash     %s\n", reference_hash ? reference_hash : "(none)");

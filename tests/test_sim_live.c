@@ -344,8 +344,49 @@ static void test_live_fifty_failures_bit_exact(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
     assert_string_equal(json_string_value(json_object_get(j, "final_state_hash")),
                         json_string_value(json_object_get(j, "reference_state_hash")));
+    /* Measured from the trainers' hash logs: every rank of a group logged
+     * step 400. */
     assert_int_equal(json_integer_value(json_object_get(j, "steps_committed")), 400);
     assert_true(json_integer_value(json_object_get(j, "failures_injected_total")) >= 50);
+    /* Each disaster restarted from a checkpoint (every 40 steps) below the
+     * step it hit, the corrupting one from an older one than the newest;
+     * the steps recomputed after them are steps_lost. */
+    json_t *recs = json_object_get(j, "recoveries"), *inj_all = json_object_get(j, "injected");
+    json_int_t lost_most = 0;
+    size_t d = 0, n_disasters = 0;
+    for (size_t i = 0; i < json_array_size(recs); i++) {
+        json_t *drc = json_array_get(recs, i);
+        if (strcmp(json_string_value(json_object_get(drc, "kind")), "disaster") != 0) {
+            continue;
+        }
+        json_t *ev = NULL;
+        for (size_t k = 0, seen = 0; k < json_array_size(inj_all); k++) {
+            json_t *e = json_array_get(inj_all, k);
+            if (strcmp(json_string_value(json_object_get(e, "kind")), "disaster") == 0 &&
+                seen++ == d) {
+                ev = e;
+                break;
+            }
+        }
+        assert_non_null(ev);
+        d++;
+        json_int_t at = json_integer_value(json_object_get(drc, "step_at_fail"));
+        json_int_t restored = json_integer_value(json_object_get(drc, "restored_step"));
+        if (json_object_get(drc, "restored_step") == NULL || restored % 40 != 0 || restored > at ||
+            (json_is_true(json_object_get(ev, "corrupt")) && restored > at - 40)) {
+            fail_msg("disaster %zu at step %" JSON_INTEGER_FORMAT " restarted from step %"
+                     JSON_INTEGER_FORMAT "%s", d, at, restored,
+                     json_is_true(json_object_get(ev, "corrupt")) ? " (corrupting)" : "");
+        }
+        lost_most = at - restored > lost_most ? at - restored : lost_most;
+        n_disasters++;
+    }
+    assert_true(n_disasters >= 2);
+    json_int_t lost = json_integer_value(json_object_get(j, "steps_lost"));
+    if (lost < lost_most || lost <= 0) {
+        fail_msg("steps_lost %" JSON_INTEGER_FORMAT ", but a disaster lost %" JSON_INTEGER_FORMAT,
+                 lost, lost_most);
+    }
     json_t *kinds = json_object_get(j, "failures_injected");
     const char *every[] = {"kill_rank", "kill_group", "kill_donor", "hang", "disaster",
                            "etcd_restart"};
