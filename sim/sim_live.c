@@ -140,6 +140,7 @@ void graft_sim_result_clear(graft_sim_result_t *res)
     free(res->recoveries);
     free(res->samples);
     free(res->disaster_offs);
+    free(res->epoch_checks);
     memset(res, 0, sizeof(*res));
 }
 

@@ -57,8 +57,10 @@ typedef struct graft_sim_result {
     int groups, ranks;
     char *final_hash;      /**< combined over group 0's ranks, or NULL */
     int groups_agree;      /**< every group's ranks hold the same hashes */
-    long long commit_checks;     /**< elastic: (step, rank) pairs compared across groups */
+    long long commit_checks;     /**< (epoch, step, rank) commits compared with the first */
     long long commit_mismatches; /**< of which groups disagreed */
+    long long *epoch_checks;     /**< commit_checks per epoch (between disasters) */
+    size_t n_epochs;
     long long steps_committed;   /**< the highest step some group's every rank logged */
     long long steps_lost;        /**< commits logged again at a step already logged (a
                                       rollback), the most of any (group, rank) */

@@ -4,12 +4,13 @@
  * strict:  every rank of every group ends with the same state hash as the
  *          same rank of the fault-free reference ("bit-exact").
  * elastic: every group ends identical, and every step that two groups both
- *          logged as committed has the same hash in both ("consistent").
+ *          logged as committed in the same epoch (between disasters) has
+ *          the same hash in both ("consistent").
  *
  * Per-commit hashes come from the trainers' --hash-log files ("step hash"
  * per applied commit, appended by every incarnation). After a disaster in
  * elastic mode a step may legitimately be recomputed by another set of
- * groups, so such a run is judged on its final hashes alone.
+ * groups, so commits are compared within each epoch between disasters.
  */
 #include "sim_live_int.h"
 
@@ -171,32 +172,51 @@ void graft_sim_verdict_scan_logs(graft_sim_result_t *res, const char *dir, int g
         sim_log_read(&logs[i], path);
     }
     sim_logs_measure(res, logs, groups, ranks);
-    /* First hash seen per (step, rank); every other group's must match.
-     * After a disaster in elastic mode a step may be recomputed by another
-     * set of groups: such a run is judged on its final hashes. */
+    /* First hash seen per (epoch, step, rank); every other group's (and
+     * incarnation's) must match. The epochs are the stretches between
+     * disasters: after one, every group restarts from a checkpoint and a
+     * step may be recomputed by another set of groups (elastic), which
+     * need not give the same bytes as the first time; within an epoch
+     * every group that commits a step must hold the same state. A line
+     * belongs to the epoch of the disasters its log had passed. */
+    size_t epochs = res->n_disasters + 1;
     long long steps = 0;
     char **first = NULL;
-    int skip = elastic && res->n_disasters > 0;
-    for (int i = 0; i < nslots && !skip; i++) {
+    free(res->epoch_checks);
+    res->epoch_checks = calloc(epochs, sizeof(*res->epoch_checks));
+    res->n_epochs = res->epoch_checks != NULL ? epochs : 0;
+    for (int i = 0; i < nslots && res->epoch_checks != NULL; i++) {
         const sim_log_t *lg = &logs[i];
         int r = i % ranks;
+        size_t e = 0;
         for (size_t k = 0; k < lg->n; k++) {
             long long s = lg->step[k];
+            while (e < res->n_disasters &&
+                   lg->end[k] > res->disaster_offs[e * (size_t)nslots + (size_t)i]) {
+                e++;
+            }
             if (s >= steps) {
                 long long ns = s + 1 > steps * 2 ? s + 1 : steps * 2;
-                char **nf = realloc(first, (size_t)(ns * ranks) * sizeof(*nf));
+                char **nf = realloc(first, (size_t)ns * epochs * (size_t)ranks * sizeof(*nf));
                 if (nf == NULL) {
                     continue;
                 }
-                memset(nf + steps * ranks, 0, (size_t)((ns - steps) * ranks) * sizeof(*nf));
+                /* Re-lay the table out for the new step count. */
+                for (size_t ep = epochs; ep-- > 0;) {
+                    memmove(nf + ep * (size_t)(ns * ranks), nf + ep * (size_t)(steps * ranks),
+                            (size_t)(steps * ranks) * sizeof(*nf));
+                    memset(nf + ep * (size_t)(ns * ranks) + steps * ranks, 0,
+                           (size_t)((ns - steps) * ranks) * sizeof(*nf));
+                }
                 first = nf;
                 steps = ns;
             }
-            char **slot = &first[s * ranks + r];
+            char **slot = &first[e * (size_t)(steps * ranks) + (size_t)(s * ranks + r)];
             if (*slot == NULL) {
                 *slot = lg->hash[k];
             } else {
                 res->commit_checks++;
+                res->epoch_checks[e]++;
                 if (strcmp(*slot, lg->hash[k]) != 0) {
                     res->commit_mismatches++;
                 }
@@ -400,8 +420,9 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
     if (o->mode == GRAFT_SIM_LIVE_STRICT) {
         fprintf(out, "reference hash     %s\n", reference_hash ? reference_hash : "(none)");
     } else {
-        fprintf(out, "commit checks      %lld (step, rank) pairs, %lld mismatches\n",
-                res->commit_checks, res->commit_mismatches);
+        fprintf(out, "commit checks      %lld (step, rank) pairs in %zu epoch%s, %lld mismatches\n",
+                res->commit_checks, res->n_epochs, res->n_epochs == 1 ? "" : "s",
+                res->commit_mismatches);
         if (res->stragglers > 0) {
             fprintf(out, "stragglers         %d ranks ended behind, after the others finished\n",
                     res->stragglers);
@@ -534,6 +555,11 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
     json_object_set_new(j, "steps_committed", json_integer(res->steps_committed));
     json_object_set_new(j, "steps_lost", json_integer(res->steps_lost));
     json_object_set_new(j, "commit_checks", json_integer(res->commit_checks));
+    json_t *by_epoch = json_array();
+    for (size_t e = 0; by_epoch != NULL && e < res->n_epochs; e++) {
+        json_array_append_new(by_epoch, json_integer(res->epoch_checks[e]));
+    }
+    json_object_set_new(j, "commit_checks_by_epoch", by_epoch != NULL ? by_epoch : json_null());
     json_object_set_new(j, "stragglers", json_integer(res->stragglers));
     json_object_set_new(j, "commit_mismatches", json_integer(res->commit_mismatches));
     json_object_set_new(j, "plan", plan);

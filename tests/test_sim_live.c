@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "sim/sim_schedule.c"
+#include "sim/sim_verdict.c"
 
 static char self_path[PATH_MAX];
 static char sim_bin[PATH_MAX + 32];
@@ -255,6 +256,90 @@ static void test_schedule_malformed(void **state)
                "2 groups");
 }
 
+/* ------------------------------------------------ the verdict's logs --- */
+
+static long write_log(const char *dir, int g, const char *text, int append)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s/commits-g%d-r0.txt", dir, g);
+    FILE *f = fopen(path, append ? "a" : "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    long end = ftell(f);
+    assert_int_equal(fclose(f), 0);
+    return end;
+}
+
+#define H(c) #c #c #c #c #c #c #c #c #c #c #c #c #c #c #c #c
+
+/*
+ * Commits are compared within each epoch between disasters: step 3 was
+ * committed as ccc.. before the disaster and recomputed as ddd.. after it
+ * (allowed: another set of groups may compute it), while in each epoch
+ * both groups must agree, and a disagreement inside the second epoch is a
+ * mismatch. The same logs read as one epoch (no disaster noted) would call
+ * the recomputed step a mismatch.
+ */
+static void test_verdict_epochs(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof(dir), "%s/epochs", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    long offs[2];
+    offs[0] = write_log(dir, 0, "1 " H(a) "\n2 " H(b) "\n3 " H(c) "\n", 0);
+    offs[1] = write_log(dir, 1, "1 " H(a) "\n2 " H(b) "\n", 0);
+    write_log(dir, 0, "3 " H(d) "\n4 " H(e) "\n", 1);
+    write_log(dir, 1, "3 " H(d) "\n4 " H(e) "\n", 1);
+
+    graft_sim_result_t res;
+    memset(&res, 0, sizeof(res));
+    res.groups = 2;
+    res.ranks = 1;
+    res.n_disasters = 1;
+    res.disaster_offs = offs;
+    graft_sim_verdict_scan_logs(&res, dir, 2, 1, 1);
+    assert_int_equal(res.commit_mismatches, 0);
+    assert_int_equal(res.commit_checks, 4); /* steps 1, 2; then 3, 4 */
+    assert_int_equal(res.n_epochs, 2);
+    assert_int_equal(res.epoch_checks[0], 2);
+    assert_int_equal(res.epoch_checks[1], 2);
+    assert_int_equal(res.steps_committed, 4);
+    assert_int_equal(res.steps_lost, 1); /* group 0 committed step 3 twice */
+    free(res.epoch_checks);
+
+    /* One epoch: the recomputed step 3 differs from the first commit. */
+    memset(&res, 0, sizeof(res));
+    graft_sim_verdict_scan_logs(&res, dir, 2, 1, 1);
+    assert_int_equal(res.n_epochs, 1);
+    assert_int_equal(res.commit_mismatches, 2); /* group 0's and group 1's step 3 */
+    free(res.epoch_checks);
+
+    /* Inside the second epoch the groups disagree on step 4: a mismatch,
+     * and the elastic verdict fails on it. */
+    write_log(dir, 1, "1 " H(a) "\n2 " H(b) "\n3 " H(d) "\n4 " H(f) "\n", 0);
+    memset(&res, 0, sizeof(res));
+    res.groups = 2;
+    res.ranks = 1;
+    res.n_disasters = 1;
+    res.disaster_offs = offs;
+    graft_sim_verdict_scan_logs(&res, dir, 2, 1, 1);
+    assert_int_equal(res.commit_mismatches, 1);
+    assert_int_equal(res.epoch_checks[1], 2);
+    free(res.epoch_checks);
+    char *hashes[2] = {H(e), H(e)};
+    res.rank_hashes = hashes;
+    res.completed = 1;
+    graft_sim_live_opts_t o = base_opts();
+    o.groups = 2;
+    o.ranks = 1;
+    o.mode = GRAFT_SIM_LIVE_ELASTIC;
+    const char *why = NULL;
+    assert_string_equal(graft_sim_verdict_judge(&o, &res, NULL, &why), "FAILED");
+    assert_string_equal(why, "groups disagreed on a committed step");
+    free(res.final_hash);
+}
+
 /* -------------------------------------------------------- the binary --- */
 
 static void test_binary_rejects_bad_input(void **state)
@@ -446,17 +531,26 @@ static void test_live_fifty_failures_bit_exact(void **state)
     assert_true(sb.st_size > 1000);
 }
 
-/* Elastic mode: every group identical at every commit it logged. */
+/* Elastic mode: every group identical at every commit it logged, within
+ * each epoch between disasters (one here, so the commits after it are
+ * compared too, not dropped). */
 static void test_live_elastic_consistent(void **state)
 {
     (void)state;
-    char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96];
+    char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96],
+        sched[PATH_MAX + 32];
     snprintf(json_path, sizeof(json_path), "%s/elastic.json", tmpdir);
     snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
     snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    snprintf(sched, sizeof(sched), "%s/elastic-sched.json", tmpdir);
+    FILE *f = fopen(sched, "w");
+    assert_non_null(f);
+    fputs("{\"events\":[{\"kind\":\"disaster\",\"at_step\":110,\"corrupt\":true}],"
+          "\"random_failures\":5}",
+          f);
+    assert_int_equal(fclose(f), 0);
     const char *args[] = {"--groups", "3", "--ranks", "1", "--steps", "200", "--seed", "4",
-                          "--mode", "elastic", "--random-failures", "5", "--json", json_path,
-                          NULL};
+                          "--mode", "elastic", "--schedule", sched, "--json", json_path, NULL};
     const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=120", NULL};
     char *out = NULL;
     int rc = run_sim(args, env, &out);
@@ -472,7 +566,15 @@ static void test_live_elastic_consistent(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "verdict")), "consistent");
     assert_true(json_integer_value(json_object_get(j, "commit_checks")) > 100);
     assert_int_equal(json_integer_value(json_object_get(j, "commit_mismatches")), 0);
-    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 5);
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 6);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "failures_injected"), "disaster")),
+        1);
+    /* Two epochs, and the commits of both were compared across groups. */
+    json_t *by = json_object_get(j, "commit_checks_by_epoch");
+    assert_int_equal(json_array_size(by), 2);
+    assert_true(json_integer_value(json_array_get(by, 0)) > 50);
+    assert_true(json_integer_value(json_array_get(by, 1)) > 50);
     json_decref(j);
 }
 
@@ -725,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_schedule_random_covers_every_kind),
         cmocka_unit_test(test_schedule_file_round_trip),
         cmocka_unit_test(test_schedule_malformed),
+        cmocka_unit_test(test_verdict_epochs),
         cmocka_unit_test(test_binary_rejects_bad_input),
         cmocka_unit_test(test_plan_only_is_deterministic),
         cmocka_unit_test(test_live_broken_heal_fails),
