@@ -131,12 +131,37 @@ static void small_remove(void *arr, size_t *n, size_t elem, uint32_t group, uint
     }
 }
 
-#define VOTE_PUT(v, item)                                                                    \
-    small_put((void **)&(v)->votes, &(v)->n_votes, sizeof(graft__vote_t), (item), (item)->group, \
-              (item)->rank, offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank))
-#define VOTE_DEL(v, g, r)                                                                    \
-    small_remove((v)->votes, &(v)->n_votes, sizeof(graft__vote_t), (g), (r),                 \
-                 offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank))
+/*
+ * The view keeps one vote per (group, rank): the newest round's. Vote keys
+ * are per round (votes/<g>/<round>/<rank>), and a rank's vote transaction
+ * puts the new round's key and deletes its old one at the same revision, so
+ * a put never replaces a newer round and a delete removes the entry only
+ * when it is of the deleted key's round.
+ */
+static graft_status_t vote_entry_put(graft__mview_t *v, const graft__vote_t *x)
+{
+    for (size_t i = 0; i < v->n_votes; i++) {
+        if (v->votes[i].group == x->group && v->votes[i].rank == x->rank) {
+            if (v->votes[i].round <= x->round)
+                v->votes[i] = *x;
+            return GRAFT_OK;
+        }
+    }
+    return small_put((void **)&v->votes, &v->n_votes, sizeof(graft__vote_t), x, x->group,
+                     x->rank, offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank));
+}
+
+static void vote_entry_remove(graft__mview_t *v, uint32_t group, uint32_t rank, uint64_t round)
+{
+    for (size_t i = 0; i < v->n_votes; i++) {
+        if (v->votes[i].group == group && v->votes[i].rank == rank) {
+            if (v->votes[i].round == round)
+                small_remove(v->votes, &v->n_votes, sizeof(graft__vote_t), group, rank,
+                             offsetof(graft__vote_t, group), offsetof(graft__vote_t, rank));
+            return;
+        }
+    }
+}
 
 void graft__mship_view_clear(graft__mview_t *v)
 {
@@ -194,21 +219,26 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
     case GRAFT__MKEY_VOTE: {
         graft__vote_t vote;
         if (!is_put) {
-            VOTE_DEL(v, k.group, k.rank);
+            vote_entry_remove(v, k.group, k.rank, k.number);
             break;
         }
         st = graft__mship_vote_decode(kv->value, kv->value_len, &vote);
-        if (st == GRAFT_OK && (vote.group != k.group || vote.rank != k.rank))
+        if (st == GRAFT_OK &&
+            (vote.group != k.group || vote.rank != k.rank || vote.round != k.number))
             st = GRAFT_EMALFORMED;
         if (st == GRAFT_OK) {
-            st = VOTE_PUT(v, &vote);
+            st = vote_entry_put(v, &vote);
             break;
         }
         if (st == GRAFT_ENOMEM)
             break;
         report_malformed(m, v, kv, st);
-        VOTE_DEL(v, k.group, k.rank);
-        st = GRAFT_OK;
+        /* The key exists, so nobody can record a vote under it any more:
+         * for the round it names, that rank's vote is a no (quorum id 0
+         * matches no quorum), as the voting transaction's read counts it. */
+        vote = (graft__vote_t){.group = k.group, .rank = k.rank, .round = k.number};
+        snprintf(vote.reason, sizeof(vote.reason), "unreadable vote record");
+        st = vote_entry_put(v, &vote);
         break;
     }
     case GRAFT__MKEY_QUORUM: {
@@ -828,6 +858,7 @@ void graft_membership_destroy(graft_membership_t *m)
     graft_etcd_destroy(m->ka);
     graft_etcd_destroy(m->ops);
     graft__mship_view_clear(&m->view);
+    graft_free(m->proxy_ranks);
     if (m->mu_init) {
         pthread_cond_destroy(&m->stop_cv);
         pthread_cond_destroy(&m->cv);

@@ -113,6 +113,24 @@ static bool parse_round_group_rank(const char *s, graft__mkey_t *k)
     return parse_group_rank(end + 1, k);
 }
 
+/* votes/<group>/<round>/<rank>: the group first, so that a rank watches
+ * its own group's folder; the round next, so that one range reads a round. */
+static bool parse_group_round_rank(const char *s, graft__mkey_t *k)
+{
+    const char *end;
+    uint64_t g, round, r;
+    if (!parse_u64(s, &end, &g) || *end != '/' || g > UINT32_MAX)
+        return false;
+    if (!parse_u64(end + 1, &end, &round) || *end != '/' || round == 0)
+        return false;
+    if (!parse_u64(end + 1, &end, &r) || *end != '\0' || r > UINT32_MAX)
+        return false;
+    k->group = (uint32_t)g;
+    k->rank = (uint32_t)r;
+    k->number = round;
+    return true;
+}
+
 static bool parse_number(const char *s, graft__mkey_t *k)
 {
     const char *end;
@@ -133,10 +151,11 @@ graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
     static const struct {
         const char *name;
         graft__mkey_kind_t kind;
-        int shape; /* 0: exact, 1: group/rank, 2: number, 3: round/group/rank */
+        int shape; /* 0: exact, 1: group/rank, 2: number, 3: round/group/rank,
+                      4: group/round/rank */
     } table[] = {
         {"members/", GRAFT__MKEY_MEMBER, 1}, {"ready/", GRAFT__MKEY_READY, 3},
-        {"votes/", GRAFT__MKEY_VOTE, 1},     {"blob/", GRAFT__MKEY_BLOB, 2},
+        {"votes/", GRAFT__MKEY_VOTE, 4},     {"blob/", GRAFT__MKEY_BLOB, 2},
         {"events/", GRAFT__MKEY_EVENT, 2},   {"quorum", GRAFT__MKEY_QUORUM, 0},
         {"eventseq", GRAFT__MKEY_EVENTSEQ, 0},
     };
@@ -151,6 +170,7 @@ graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
             continue;
         bool ok = table[i].shape == 1   ? parse_group_rank(rest + n, &k)
                   : table[i].shape == 3 ? parse_round_group_rank(rest + n, &k)
+                  : table[i].shape == 4 ? parse_group_round_rank(rest + n, &k)
                                         : parse_number(rest + n, &k);
         k.kind = ok ? table[i].kind : GRAFT__MKEY_BAD;
         return k;

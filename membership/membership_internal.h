@@ -36,7 +36,7 @@ typedef struct graft__mkey {
     graft__mkey_kind_t kind;
     uint32_t group; /* MEMBER, READY, VOTE */
     uint32_t rank;
-    uint64_t number; /* READY: round; BLOB: quorum id; EVENT: sequence */
+    uint64_t number; /* READY, VOTE: round; BLOB: quorum id; EVENT: sequence */
 } graft__mkey_t;
 
 /* Classify a key given the job prefix "/graft/<job>/". */
@@ -209,6 +209,15 @@ struct graft_membership {
     uint64_t last_round;
     uint64_t last_id;
     uint64_t ready_round; /* round of this rank's last ready record, 0: none */
+    /* Under mu. The round of this rank's last vote key (its own vote or a
+     * no recorded on its behalf), deleted by its next vote; 0: none. */
+    uint64_t vote_round;
+    /* Under mu. The "no" records this rank wrote at a vote timeout for
+     * ranks of its group that had not voted: round and ranks. They are on
+     * its lease and deleted by its next vote transaction. */
+    uint64_t proxy_round;
+    uint32_t *proxy_ranks;
+    size_t n_proxy;
     /* Tests only: re-read the ready records this often while waiting, so
      * that many ranks see the set complete at once and race to form. */
     uint64_t race_poll_ns;

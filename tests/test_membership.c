@@ -568,6 +568,196 @@ static void test_commit_vote_one_rank(void **state)
     graft_membership_destroy(a);
 }
 
+/* ------------------------------------------------- vote agreement --- */
+
+/* The quorum of one step for a pair of ranks, formed in two threads. */
+typedef struct form_arg {
+    graft_membership_t *m;
+    uint64_t committed;
+    graft_quorum_t *q;
+    graft_status_t st;
+} form_arg_t;
+
+static void *form_one(void *p)
+{
+    form_arg_t *a = p;
+    a->st = graft_membership_quorum_wait(a->m, a->committed, 5000, &a->q);
+    return NULL;
+}
+
+static void form_pair(form_arg_t *a, form_arg_t *b)
+{
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, form_one, a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, form_one, b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(a->st, GRAFT_OK);
+    assert_int_equal(b->st, GRAFT_OK);
+    assert_int_equal(a->q->round, b->q->round);
+}
+
+typedef struct vote_arg {
+    graft_membership_t *m;
+    const graft_quorum_t *q;
+    uint32_t delay_us; /* held back this long before voting */
+    uint32_t timeout_ms;
+    graft_status_t st;
+    bool decision;
+    uint64_t ms;
+} vote_arg_t;
+
+static void *vote_one(void *p)
+{
+    vote_arg_t *a = p;
+    if (a->delay_us > 0)
+        usleep(a->delay_us);
+    uint64_t t0 = graft__now_ns();
+    a->st = graft_membership_commit_vote(a->m, a->q, true, NULL, a->timeout_ms, &a->decision);
+    a->ms = (graft__now_ns() - t0) / 1000000u;
+    return NULL;
+}
+
+static void vote_pair(vote_arg_t *a, vote_arg_t *b)
+{
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, vote_one, a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, vote_one, b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(a->st, GRAFT_OK);
+    assert_int_equal(b->st, GRAFT_OK);
+}
+
+static size_t count_keys(const char *prefix)
+{
+    graft_etcd_range_opts_t opts = {0};
+    graft_etcd_range_result_t res = {0};
+    opts.prefix = true;
+    assert_int_equal(graft_etcd_range(T.client, prefix, &opts, &res), GRAFT_OK);
+    size_t n = res.n_kvs;
+    graft_etcd_range_result_clear(&res);
+    return n;
+}
+
+/* A rank whose lease outlives a loaded machine's stalls: what these tests
+ * check is the vote, not the lease. */
+static graft_membership_t *join_steady(const char *job, uint32_t g, uint32_t r, uint32_t R)
+{
+    graft_membership_config_t c = cfg_for(job, g, r, R);
+    graft_membership_t *m = NULL;
+    c.lease_ttl_s = 6;
+    c.join_timeout_ms = 3000;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
+    return m;
+}
+
+/* Rank 0 times out waiting for rank 1 and decides no; rank 1, held back
+ * until then, votes yes: it must decide no as well, and at once (the no
+ * recorded on its behalf is there). The next round both vote yes, rank 0
+ * first, so that it learns rank 1's vote from the watch while rank 1's
+ * transaction also deletes its key of the round before; and the keys of
+ * the decided round are gone. */
+static void test_commit_vote_late_rank_agrees(void **state)
+{
+    (void)state;
+    graft_membership_t *a = join_steady("votelate", 0, 0, 2), *b = join_steady("votelate", 0, 1, 2);
+    form_arg_t fa = {a, 0, NULL, 0}, fb = {b, 0, NULL, 0};
+    form_pair(&fa, &fb);
+    vote_arg_t va = {a, fa.q, 0, 300, 0, true, 0};
+    vote_one(&va);
+    assert_int_equal(va.st, GRAFT_OK);
+    assert_false(va.decision);
+    assert_true(va.ms >= 250);
+    vote_arg_t vb = {b, fb.q, 0, 3000, 0, true, 0};
+    vote_one(&vb);
+    assert_int_equal(vb.st, GRAFT_OK);
+    assert_false(vb.decision); /* the old protocol said yes here */
+    assert_true(vb.ms < 2500);
+    /* a vote for an older round than one voted in is refused */
+    graft_quorum_t old = *fa.q;
+    old.round = fa.q->round - 1;
+    bool d = true;
+    if (old.round > 0)
+        assert_int_equal(graft_membership_commit_vote(a, &old, true, NULL, 100, &d), GRAFT_ESTATE);
+    graft_membership_quorum_free(fa.q);
+    graft_membership_quorum_free(fb.q);
+
+    /* A garbage record and a bad key in the group's folder: reported,
+     * skipped, and no crash. */
+    const char *junk = "\xff\xfe not a vote";
+    assert_int_equal(graft_etcd_put(T.client, "/graft/votelate/votes/0/x/1", junk, strlen(junk), 0,
+                                    NULL, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_put(T.client, "/graft/votelate/votes/0/1/7", junk, strlen(junk), 0,
+                                    NULL, NULL), GRAFT_OK);
+
+    /* Next round: still at step 0 (the step was not committed). */
+    fa = (form_arg_t){a, 0, NULL, 0};
+    fb = (form_arg_t){b, 0, NULL, 0};
+    form_pair(&fa, &fb);
+    va = (vote_arg_t){a, fa.q, 0, 3000, 0, false, 0};
+    vb = (vote_arg_t){b, fb.q, 200000, 3000, 0, false, 0};
+    vote_pair(&va, &vb);
+    assert_true(va.decision);
+    assert_true(vb.decision);
+    assert_true(va.ms < 2500); /* from the watch, not at the timeout */
+    char prefix[96];
+    assert_true(fa.q->round > 1);
+    /* Every key of the earlier rounds is gone (the two garbage ones aside). */
+    assert_int_equal(count_keys("/graft/votelate/votes/0/"), 2 + 2);
+    snprintf(prefix, sizeof(prefix), "/graft/votelate/votes/0/%" PRIu64 "/", fa.q->round);
+    assert_int_equal(count_keys(prefix), 2);
+    graft_membership_view_t *v = NULL;
+    assert_int_equal(graft_membership_view_get(a, &v), GRAFT_OK);
+    assert_true(v->malformed >= 2);
+    graft_membership_view_free(v);
+    graft_membership_quorum_free(fa.q);
+    graft_membership_quorum_free(fb.q);
+    assert_int_equal(graft_etcd_delete(T.client, "/graft/votelate/votes/0/x/1", false, NULL, NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_etcd_delete(T.client, "/graft/votelate/votes/0/1/7", false, NULL, NULL),
+                     GRAFT_OK);
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+}
+
+/* The converse race: rank 1 votes just as rank 0's timeout passes, a little
+ * before or after, round after round. Whatever each round decides, both
+ * ranks decide the same. */
+#define RACE_ROUNDS 12
+#define RACE_TIMEOUT_MS 150
+
+static void test_commit_vote_race_at_timeout(void **state)
+{
+    (void)state;
+    graft_membership_t *a = join_steady("voterace", 0, 0, 2), *b = join_steady("voterace", 0, 1, 2);
+    uint64_t committed = 0;
+    size_t yes = 0;
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        form_arg_t fa = {a, committed, NULL, 0}, fb = {b, committed, NULL, 0};
+        form_pair(&fa, &fb);
+        /* -15 .. +18 ms around rank 0's timeout */
+        int off_ms = (i % 12) * 3 - 15;
+        vote_arg_t va = {a, fa.q, 0, RACE_TIMEOUT_MS, 0, false, 0};
+        vote_arg_t vb = {b, fb.q, (uint32_t)((RACE_TIMEOUT_MS + off_ms) * 1000), 2000, 0, false, 0};
+        vote_pair(&va, &vb);
+        print_message("round %" PRIu64 ": rank 1 %+d ms: rank 0 %s, rank 1 %s\n", fa.q->round,
+                      off_ms, va.decision ? "yes" : "no", vb.decision ? "yes" : "no");
+        assert_int_equal(va.decision, vb.decision);
+        if (va.decision) {
+            committed++;
+            yes++;
+        }
+        graft_membership_quorum_free(fa.q);
+        graft_membership_quorum_free(fb.q);
+    }
+    print_message("%zu of %d rounds committed\n", yes, RACE_ROUNDS);
+    /* Only the last round's keys are left. */
+    assert_int_equal(count_keys("/graft/voterace/votes/"), 2);
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+}
+
 /* ------------------------------------------------------------ fast path --- */
 
 #define FAST_G 3
@@ -1283,6 +1473,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_min_groups_not_met),
         cmocka_unit_test(test_commit_vote),
         cmocka_unit_test(test_commit_vote_one_rank),
+        cmocka_unit_test(test_commit_vote_late_rank_agrees),
+        cmocka_unit_test(test_commit_vote_race_at_timeout),
         cmocka_unit_test(test_fast_path),
         cmocka_unit_test(test_blob),
         cmocka_unit_test(test_garbage_records_skipped),
@@ -1295,5 +1487,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_etcd_down_past_ttl_rejoins),
         cmocka_unit_test(test_view_resyncs_after_compaction),
     };
+    /* TEST_FILTER=test_commit_vote* runs only the tests it matches. */
+    if (getenv("TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests_name("membership", tests, group_setup, group_teardown);
 }

@@ -253,6 +253,19 @@ static void test_key_parse(void **state)
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/members/99999999999/1").kind,
                      GRAFT__MKEY_BAD);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/1/").kind, GRAFT__MKEY_BAD);
+    /* votes/<group>/<round>/<rank> */
+    k = graft__mship_key_parse(p, "/graft/job1/votes/2/17/1");
+    assert_int_equal(k.kind, GRAFT__MKEY_VOTE);
+    assert_int_equal(k.group, 2);
+    assert_int_equal(k.number, 17);
+    assert_int_equal(k.rank, 1);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/2/1").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/2/0/1").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/2/5/").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/2/5/1/0").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/2/x/1").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/votes/2/5/99999999999").kind,
+                     GRAFT__MKEY_BAD);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job10/members/3/1").kind, GRAFT__MKEY_OTHER);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/checkpoints/5").kind, GRAFT__MKEY_OTHER);
     assert_int_equal(graft__mship_key_parse(p, NULL).kind, GRAFT__MKEY_OTHER);
