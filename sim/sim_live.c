@@ -334,6 +334,7 @@ static void sim_open_recovery(sim_run_t *r, graft_sim_kind_t kind, const char *r
     rec->t_detect = rec->t_restart = rec->t_rejoin = rec->t_healed = -1.0;
     rec->step_at_fail = r->job_step;
     rec->restored_step = -1;
+    rec->corrupted_step = -1;
     sim_open_t *op = &r->open[r->n_open];
     memset(op, 0, sizeof(*op));
     op->rec = res->n_recoveries;
@@ -468,59 +469,61 @@ static void sim_kill(sim_run_t *r, int g, int k)
     }
 }
 
-/* Flip one byte in the middle of a shard of the newest complete checkpoint
- * so that its restore must fail verification and fall back. */
-static void sim_corrupt_newest(sim_run_t *r)
+/*
+ * Flip one byte in the middle of ONE shard of the newest complete
+ * checkpoint (one with its manifest.pb) so that its restore must fail
+ * verification and fall back. One shard, as a real bad disk block or
+ * torn copy would: the runtime verifies every shard of a checkpoint before
+ * any rank restores it (docs/RUNTIME.md), so every rank of a group skips
+ * the whole checkpoint, not only the rank whose shard is bad. Which shard
+ * comes from the seed and the event's place in the plan. Returns the
+ * checkpoint's step, -1 when none was corrupted.
+ */
+static long long sim_corrupt_newest(sim_run_t *r, size_t plan_index)
 {
     DIR *d = opendir(r->persist_root);
     char best[256] = "";
     struct dirent *e;
     while (d != NULL && (e = readdir(d)) != NULL) {
+        char mf[PATH_MAX + 600];
+        snprintf(mf, sizeof(mf), "%s/%s/manifest.pb", r->persist_root, e->d_name);
         if (strncmp(e->d_name, "step-", 5) == 0 && strlen(e->d_name) < sizeof(best) &&
-            strcmp(e->d_name, best) > 0) {
-            best[0] = '\0';
-            strncat(best, e->d_name, sizeof(best) - 1);
+            strcmp(e->d_name, best) > 0 && access(mf, F_OK) == 0) {
+            snprintf(best, sizeof(best), "%s", e->d_name);
         }
     }
     if (d != NULL) {
         closedir(d);
     }
     if (best[0] == '\0') {
-        return;
+        return -1;
     }
-    char path[PATH_MAX + 512];
-    snprintf(path, sizeof(path), "%s/%s", r->persist_root, best);
-    d = opendir(path);
+    int rank = (int)((r->o->seed + plan_index) % (uint64_t)r->o->ranks);
+    char f[PATH_MAX + 600];
+    snprintf(f, sizeof(f), "%s/%s/shard-%d-of-%d", r->persist_root, best, rank, r->o->ranks);
+    int fd = open(f, O_RDWR);
+    struct stat sb;
     int corrupted = 0;
-    /* Every shard: the whole checkpoint is bad, so every rank falls back
-     * to the same older one. */
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || strstr(e->d_name, "manifest") != NULL ||
-            strstr(e->d_name, ".json") != NULL) {
-            continue;
-        }
-        char f[2 * PATH_MAX + 1024];
-        snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
-        int fd = open(f, O_RDWR);
-        struct stat sb;
-        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
-            off_t at = sb.st_size / 2;
-            unsigned char b = 0;
-            if (pread(fd, &b, 1, at) == 1) {
-                b ^= 0xff;
-                corrupted += pwrite(fd, &b, 1, at) == 1;
-            }
-        }
-        if (fd >= 0) {
-            close(fd);
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        off_t at = sb.st_size / 2;
+        unsigned char b = 0;
+        if (pread(fd, &b, 1, at) == 1) {
+            b ^= 0xff;
+            corrupted = pwrite(fd, &b, 1, at) == 1;
         }
     }
-    if (d != NULL) {
-        closedir(d);
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (!corrupted) {
+        fprintf(stderr, "graft-sim: warning: could not corrupt %s: %s\n", f, strerror(errno));
+        return -1;
     }
     if (!r->tty) {
-        printf("graft-sim: corrupted the newest checkpoint %s (%d shards)\n", best, corrupted);
+        printf("graft-sim: corrupted shard %d of %d of the newest checkpoint %s\n", rank,
+               r->o->ranks, best);
     }
+    return strtoll(best + 5, NULL, 10);
 }
 
 /* Every rank is dead: where each hash log ends now separates the commits
@@ -669,7 +672,12 @@ static int sim_inject(sim_run_t *r, size_t idx)
             }
             sim_note_disaster(r);
             if (ev->corrupt) {
-                sim_corrupt_newest(r);
+                long long cs = sim_corrupt_newest(r, idx);
+                graft_sim_result_t *res = r->res;
+                if (res->n_recoveries > 0 &&
+                    res->recoveries[res->n_recoveries - 1].kind == GRAFT_SIM_DISASTER) {
+                    res->recoveries[res->n_recoveries - 1].corrupted_step = cs;
+                }
             }
         }
         return 1;

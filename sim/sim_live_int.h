@@ -21,6 +21,8 @@ typedef struct graft_sim_recovery {
     long long step_at_fail;  /**< disaster: the highest step logged before it */
     long long restored_step; /**< disaster: the step the job restarted from (the step
                                   before the first commit logged after it) */
+    long long corrupted_step; /**< disaster with corrupt: the checkpoint whose shard was
+                                   corrupted (-1: none) */
     int done;
 } graft_sim_recovery_t;
 

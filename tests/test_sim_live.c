@@ -463,6 +463,13 @@ static void test_live_fifty_failures_bit_exact(void **state)
                      JSON_INTEGER_FORMAT "%s", d, at, restored,
                      json_is_true(json_object_get(ev, "corrupt")) ? " (corrupting)" : "");
         }
+        /* One shard of the newest checkpoint was corrupted: every rank of
+         * every group skipped that whole checkpoint for the one before. */
+        if (json_is_true(json_object_get(ev, "corrupt"))) {
+            json_t *cs = json_object_get(drc, "corrupted_step");
+            assert_non_null(cs);
+            assert_int_equal(restored, json_integer_value(cs) - 40);
+        }
         lost_most = at - restored > lost_most ? at - restored : lost_most;
         n_disasters++;
     }
