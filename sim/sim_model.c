@@ -113,7 +113,9 @@ void graft_sim_params_default(graft_sim_params_t *params_p)
         .donor_timeout_seconds = 5.0,
         .link_faults_per_hour = 0.01,
         .checkpoint_seconds = 30.0,
+        .checkpoint_gb_s = 0.0,
         .restart_seconds = 600.0,
+        .restore_gb_s = 0.0,
         .horizon_days = 54.0,
         .runs = 20,
     };
@@ -180,13 +182,27 @@ graft_status_t graft_sim_params_check(const graft_sim_params_t *params, char *er
                                errlen));
     SIM_CHECK(
         sim_check_double("checkpoint_seconds", p->checkpoint_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("checkpoint_gb_s", p->checkpoint_gb_s, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("restart_seconds", p->restart_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("restore_gb_s", p->restore_gb_s, 0, 0, big, err, errlen));
     /* A horizon over about a century would only burn CPU time. */
     SIM_CHECK(sim_check_double("horizon_days", p->horizon_days, 0, 1, 36500, err, errlen));
     SIM_CHECK(sim_check_int("runs", p->runs, 1, 100000, err, errlen));
 #undef SIM_CHECK
 out:
     return st;
+}
+
+double graft_sim_checkpoint_cost(const graft_sim_params_t *params)
+{
+    return params->checkpoint_seconds +
+           (params->checkpoint_gb_s > 0 ? params->state_gb / params->checkpoint_gb_s : 0.0);
+}
+
+double graft_sim_restart_cost(const graft_sim_params_t *params)
+{
+    return params->restart_seconds +
+           (params->restore_gb_s > 0 ? params->state_gb / params->restore_gb_s : 0.0);
 }
 
 double graft_sim_job_mtbf_seconds(const graft_sim_params_t *params)
@@ -322,7 +338,7 @@ static void sim_disk_restart(sim_run_t *r)
     }
     r->nheals = 0;
     r->mode = SIM_RESTARTING;
-    r->mode_end = r->t + r->p->detect_seconds + r->p->restart_seconds;
+    r->mode_end = r->t + r->p->detect_seconds + graft_sim_restart_cost(r->p);
     r->disk_restarts += 1;
 }
 
@@ -633,7 +649,7 @@ static void sim_run_once(sim_run_t *r)
         case SIM_RUNNING:
             r->work = r->next_ckpt_work;
             r->mode = SIM_CHECKPOINTING;
-            r->mode_end = r->t + r->p->checkpoint_seconds;
+            r->mode_end = r->t + graft_sim_checkpoint_cost(r->p);
             break;
         case SIM_CHECKPOINTING:
             /* The manifest is written last: only now does it count. */
@@ -879,8 +895,10 @@ graft_status_t graft_sim_model_sweep(const graft_sim_params_t *params,
     opt.at_sweep_bound = best == 0 || best == npoints - 1;
     opt.best_interval_seconds = opt.at_sweep_bound ? x[best] : sim_refine(x, y, npoints, best);
     opt.disk_mtbf_seconds = sim_disk_mtbf(params, strategy);
-    opt.young_seconds = graft_sim_young_seconds(params->checkpoint_seconds, opt.disk_mtbf_seconds);
-    opt.daly_seconds = graft_sim_daly_seconds(params->checkpoint_seconds, opt.disk_mtbf_seconds);
+    opt.young_seconds =
+        graft_sim_young_seconds(graft_sim_checkpoint_cost(params), opt.disk_mtbf_seconds);
+    opt.daly_seconds =
+        graft_sim_daly_seconds(graft_sim_checkpoint_cost(params), opt.disk_mtbf_seconds);
     if (isfinite(opt.young_seconds) && opt.young_seconds > 0) {
         st = graft_sim_model_simulate(params, strategy, opt.young_seconds, seed, &opt.at_young);
         if (st != GRAFT_OK) {

@@ -45,8 +45,14 @@ typedef struct graft_sim_params {
     double quorum_seconds;        /**< forming the new quorum */
     double donor_timeout_seconds; /**< a donor's loss to its stripes being reassigned */
     double link_faults_per_hour;  /**< transient faults of one rank's link to one donor while it serves */
-    double checkpoint_seconds;    /**< blocking part of one persistent checkpoint (C) */
-    double restart_seconds;       /**< whole-job restart from disk after detection (R) */
+    double checkpoint_seconds;    /**< blocking part of one persistent checkpoint (C), or its
+                                       fixed part when checkpoint_gb_s is set */
+    double checkpoint_gb_s;       /**< blocking snapshot throughput per GPU, GB/s; 0 = unused;
+                                       else C = checkpoint_seconds + state_gb / checkpoint_gb_s */
+    double restart_seconds;       /**< whole-job restart from disk after detection (R), or the
+                                       part of it besides loading when restore_gb_s is set */
+    double restore_gb_s;          /**< restore (load) throughput per GPU, GB/s; 0 = unused;
+                                       else R = restart_seconds + state_gb / restore_gb_s */
     double horizon_days;          /**< simulated time per run */
     int runs;                     /**< independent runs averaged per point */
 } graft_sim_params_t;
@@ -96,6 +102,22 @@ void graft_sim_params_default(graft_sim_params_t *params_p);
  */
 GRAFT_WUR graft_status_t graft_sim_params_check(const graft_sim_params_t *params, char *err,
                                                 size_t errlen);
+
+/**
+ * @brief The blocking part of one persistent checkpoint:
+ *        checkpoint_seconds, plus state_gb / checkpoint_gb_s when set.
+ * @param [in] params  valid parameters.
+ * @return seconds.
+ */
+double graft_sim_checkpoint_cost(const graft_sim_params_t *params);
+
+/**
+ * @brief A whole-job restart from disk after detection: restart_seconds,
+ *        plus state_gb / restore_gb_s when set.
+ * @param [in] params  valid parameters.
+ * @return seconds.
+ */
+double graft_sim_restart_cost(const graft_sim_params_t *params);
 
 /**
  * @brief Mean time between failures of the whole job, in seconds.

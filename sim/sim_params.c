@@ -36,8 +36,14 @@ static const sim_param_desc_t sim_param_table[] = {
     SIM_D(quorum_seconds, "forming a new quorum, seconds"),
     SIM_D(donor_timeout_seconds, "a donor's death to its stripes being reassigned, seconds"),
     SIM_D(link_faults_per_hour, "transient faults per hour of one rank's link to a serving donor"),
-    SIM_D(checkpoint_seconds, "blocking part of one persistent checkpoint (C), seconds"),
-    SIM_D(restart_seconds, "whole-job restart from disk after detection (R), seconds"),
+    SIM_D(checkpoint_seconds, "blocking part of one persistent checkpoint (C), seconds "
+                              "(its fixed part when checkpoint_gb_s is set)"),
+    SIM_D(checkpoint_gb_s, "blocking snapshot throughput per GPU, GB/s (0: unused; else C "
+                           "adds state_gb / it)"),
+    SIM_D(restart_seconds, "whole-job restart from disk after detection (R), seconds "
+                           "(besides loading when restore_gb_s is set)"),
+    SIM_D(restore_gb_s, "restore throughput per GPU, GB/s (0: unused; else R adds "
+                        "state_gb / it)"),
     SIM_D(horizon_days, "simulated time per run, days"),
     SIM_I(runs, "independent runs averaged per point"),
 };
@@ -216,6 +222,203 @@ out:
     return root;
 }
 
+/* ------------------------------------------------ benchmark outputs --- */
+
+/* One number of a benchmark's JSON object; >= 0, or > 0 when positive. */
+static graft_status_t sim_bench_num(const json_t *obj, const char *where, const char *key,
+                                    int positive, double *v_p, char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (v == NULL) {
+        snprintf(err, errlen, "%s: no '%s'", where, key);
+        return GRAFT_EFORMAT;
+    }
+    if (!json_is_number(v)) {
+        snprintf(err, errlen, "%s.%s: expected a number", where, key);
+        return GRAFT_EINVAL;
+    }
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < 0 || (positive && d == 0)) {
+        snprintf(err, errlen, "%s.%s: %g is not a %s number", where, key, d,
+                 positive ? "positive" : "non-negative");
+        return GRAFT_ERANGE;
+    }
+    *v_p = d;
+    return GRAFT_OK;
+}
+
+/* A non-empty array member of a benchmark's object. */
+static const json_t *sim_bench_array(const json_t *obj, const char *bench, const char *key,
+                                     char *err, size_t errlen)
+{
+    const json_t *a = json_object_get(obj, key);
+    if (!json_is_array(a) || json_array_size(a) == 0) {
+        snprintf(err, errlen, "%s: '%s' is not a non-empty array", bench, key);
+        return NULL;
+    }
+    return a;
+}
+
+/* Stores one measured value under a parameter's name, with its check. */
+static graft_status_t sim_bench_set(graft_sim_params_t *p, const char *key, double v, char *err,
+                                    size_t errlen)
+{
+    const sim_param_desc_t *d = sim_param_find(key);
+    return d != NULL ? sim_param_store(p, d, v, err, errlen) : GRAFT_ENOTFOUND;
+}
+
+/* transfer_bench --json: one row per transport x read protocol x memory,
+ * pull_gbps = [1, 2, 3 donors] of verified pulls. The link is one donor's
+ * verified pull; the recipient's ingress cap is the best it reached with
+ * several donors. Rows over tcp are preferred (a network transport; shared
+ * memory exists only within a host); the best of them by one donor. */
+static graft_status_t sim_bench_transfer(graft_sim_params_t *p, const json_t *b, char *err,
+                                         size_t errlen)
+{
+    const json_t *rows = sim_bench_array(b, "transfer", "results", err, errlen);
+    if (rows == NULL) {
+        return GRAFT_EFORMAT;
+    }
+    const json_t *best = NULL;
+    int best_tcp = 0;
+    double best_link = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        const json_t *row = json_array_get(rows, i);
+        const json_t *pg = json_object_get(row, "pull_gbps");
+        char where[64];
+        snprintf(where, sizeof(where), "transfer: results[%zu]", i);
+        if (!json_is_object(row) || !json_is_array(pg) || json_array_size(pg) == 0) {
+            snprintf(err, errlen, "%s: no 'pull_gbps' array", where);
+            return GRAFT_EFORMAT;
+        }
+        for (size_t k = 0; k < json_array_size(pg); k++) {
+            const json_t *x = json_array_get(pg, k);
+            if (!json_is_number(x) || !isfinite(json_number_value(x)) ||
+                json_number_value(x) < 0) {
+                snprintf(err, errlen, "%s.pull_gbps[%zu]: expected a non-negative number", where,
+                         k);
+                return GRAFT_EINVAL;
+            }
+        }
+        const char *tls = json_string_value(json_object_get(row, "tls"));
+        int tcp = tls != NULL && strcmp(tls, "tcp") == 0;
+        double link = json_number_value(json_array_get(pg, 0));
+        if (link > 0 && (best == NULL || tcp > best_tcp || (tcp == best_tcp && link > best_link))) {
+            best = row;
+            best_tcp = tcp;
+            best_link = link;
+        }
+    }
+    if (best == NULL) {
+        snprintf(err, errlen, "transfer: no row with a positive pull_gbps[0]");
+        return GRAFT_ERANGE;
+    }
+    const json_t *pg = json_object_get(best, "pull_gbps");
+    double nic = best_link;
+    for (size_t k = 1; k < json_array_size(pg); k++) {
+        double x = json_number_value(json_array_get(pg, k));
+        nic = x > nic ? x : nic;
+    }
+    graft_status_t st = sim_bench_set(p, "link_gb_s", best_link, err, errlen);
+    return st == GRAFT_OK ? sim_bench_set(p, "nic_gb_s", nic, err, errlen) : st;
+}
+
+/* runtime_bench --json: recovery rows (kill -> first committed step of the
+ * replacement, started at once), the largest state measured. detect_s is
+ * kill -> the replacement joined (process start, init, join: the model's
+ * spawn), quorum_s the replacement's graft_quorum() call -> formed. */
+static graft_status_t sim_bench_runtime(graft_sim_params_t *p, const json_t *b, char *err,
+                                        size_t errlen)
+{
+    const json_t *rows = sim_bench_array(b, "runtime", "recovery", err, errlen);
+    if (rows == NULL) {
+        return GRAFT_EFORMAT;
+    }
+    const json_t *best = NULL;
+    double best_mib = -1;
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        double mib = 0;
+        char where[64];
+        snprintf(where, sizeof(where), "runtime: recovery[%zu]", i);
+        graft_status_t st =
+            sim_bench_num(json_array_get(rows, i), where, "mib", 1, &mib, err, errlen);
+        if (st != GRAFT_OK) {
+            return st;
+        }
+        if (mib > best_mib) {
+            best = json_array_get(rows, i);
+            best_mib = mib;
+        }
+    }
+    double spawn = 0, quorum = 0;
+    graft_status_t st = sim_bench_num(best, "runtime: recovery", "detect_s", 0, &spawn, err,
+                                      errlen);
+    if (st == GRAFT_OK) {
+        st = sim_bench_num(best, "runtime: recovery", "quorum_s", 0, &quorum, err, errlen);
+    }
+    if (st == GRAFT_OK) {
+        st = sim_bench_set(p, "spawn_seconds", spawn, err, errlen);
+    }
+    return st == GRAFT_OK ? sim_bench_set(p, "quorum_seconds", quorum, err, errlen) : st;
+}
+
+/* membership_bench --json: kill -> the group seen unhealthy (lease expiry
+ * or the runtime's own detection), median. */
+static graft_status_t sim_bench_membership(graft_sim_params_t *p, const json_t *b, char *err,
+                                           size_t errlen)
+{
+    double ms = 0;
+    graft_status_t st = sim_bench_num(b, "membership", "detect_median_ms", 0, &ms, err, errlen);
+    return st == GRAFT_OK ? sim_bench_set(p, "detect_seconds", ms / 1e3, err, errlen) : st;
+}
+
+/* persist_bench --json: graft_persist_save() blocked block_ms for mib MiB:
+ * the blocking part of a checkpoint as a throughput, which replaces the
+ * assumed checkpoint_seconds; restore_MBps, a restore with a cold page
+ * cache, is the loading part of a restart. */
+static graft_status_t sim_bench_persist(graft_sim_params_t *p, const json_t *b, char *err,
+                                        size_t errlen)
+{
+    double mib = 0, block_ms = 0, restore = 0;
+    graft_status_t st = sim_bench_num(b, "persist", "mib", 1, &mib, err, errlen);
+    if (st == GRAFT_OK) {
+        st = sim_bench_num(b, "persist", "block_ms", 1, &block_ms, err, errlen);
+    }
+    if (st == GRAFT_OK) {
+        st = sim_bench_num(b, "persist", "restore_MBps", 1, &restore, err, errlen);
+    }
+    if (st == GRAFT_OK) {
+        st = sim_bench_set(p, "checkpoint_gb_s", mib * 1048576.0 / 1e9 / (block_ms / 1e3), err,
+                           errlen);
+    }
+    if (st == GRAFT_OK) {
+        st = sim_bench_set(p, "checkpoint_seconds", 0.0, err, errlen);
+    }
+    return st == GRAFT_OK ? sim_bench_set(p, "restore_gb_s", restore / 1e3, err, errlen) : st;
+}
+
+/* A benchmark's --json object ("bench": name): its measured figures mapped
+ * onto the parameters they measure (docs/SIM.md has the table). */
+static graft_status_t sim_params_from_bench(graft_sim_params_t *p, const json_t *b,
+                                            const char *name, char *err, size_t errlen)
+{
+    if (strcmp(name, "transfer") == 0) {
+        return sim_bench_transfer(p, b, err, errlen);
+    }
+    if (strcmp(name, "runtime") == 0) {
+        return sim_bench_runtime(p, b, err, errlen);
+    }
+    if (strcmp(name, "membership") == 0) {
+        return sim_bench_membership(p, b, err, errlen);
+    }
+    if (strcmp(name, "persist") == 0) {
+        return sim_bench_persist(p, b, err, errlen);
+    }
+    snprintf(err, errlen, "bench '%s': not one the model reads (transfer, runtime, membership, "
+                          "persist)", name);
+    return GRAFT_ENOTSUP;
+}
+
 graft_status_t graft_sim_params_load(graft_sim_params_t *params, const char *path, char *err,
                                      size_t errlen)
 {
@@ -235,6 +438,17 @@ graft_status_t graft_sim_params_load(graft_sim_params_t *params, const char *pat
     json_t *obj = root;
     if (json_is_object(root) && json_object_get(root, "model_params") != NULL) {
         obj = json_object_get(root, "model_params");
+    } else if (json_is_object(root) && json_is_string(json_object_get(root, "bench"))) {
+        char e2[200];
+        tmp = *params;
+        st = sim_params_from_bench(&tmp, root, json_string_value(json_object_get(root, "bench")),
+                                   e2, sizeof(e2));
+        if (st != GRAFT_OK) {
+            snprintf(err, errlen, "%s: %s", path, e2);
+            goto out;
+        }
+        *params = tmp;
+        goto out;
     }
     if (!json_is_object(obj)) {
         snprintf(err, errlen, "%s: expected a JSON object of parameters", path);

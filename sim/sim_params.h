@@ -26,17 +26,23 @@ GRAFT_WUR graft_status_t graft_sim_params_set(graft_sim_params_t *params, const 
 
 /**
  * @brief Apply a JSON file of measured parameters. The file holds one object
- *        whose keys name parameters; when it has a "model_params" object
- *        (as a benchmark's --json line may), only that object is read. A file
- *        whose whole text is not JSON is read by its last non-empty line, so
- *        a benchmark's full output can be passed as it is.
+ *        whose keys name parameters; when it has a "model_params" object,
+ *        only that object is read; when it is the --json object of one of
+ *        graft's benchmarks ("bench": "transfer", "runtime", "membership" or
+ *        "persist"), its figures are mapped onto the parameters they measure
+ *        (docs/SIM.md). A file whose whole text is not JSON is read by its
+ *        last non-empty line, so a benchmark's full output can be passed as
+ *        it is.
  * @param [in,out] params  parameters to update (unchanged on failure).
  * @param [in]     path    the file.
  * @param [out]    err     receives a message naming the file and key.
  * @param [in]     errlen  size of @p err.
  * @return GRAFT_OK, GRAFT_EIO (unreadable), GRAFT_EFORMAT (not a JSON
- *         object), GRAFT_ENOTFOUND (unknown key), GRAFT_EINVAL (wrong type),
- *         GRAFT_ERANGE, GRAFT_ENOMEM.
+ *         object, or a benchmark's object without a figure the model
+ *         needs), GRAFT_ENOTFOUND (unknown key), GRAFT_EINVAL (wrong type),
+ *         GRAFT_ERANGE (out of range, or a measured figure that is not
+ *         positive), GRAFT_ENOTSUP (a benchmark the model does not read),
+ *         GRAFT_ENOMEM.
  */
 GRAFT_WUR graft_status_t graft_sim_params_load(graft_sim_params_t *params, const char *path,
                                                char *err, size_t errlen);

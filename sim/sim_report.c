@@ -48,7 +48,7 @@ void graft_sim_report_print(const graft_sim_report_t *report, FILE *out)
             100.0 * p->disaster_fraction);
     fprintf(out, "one recovery, nothing else failing: checkpoint-restart %s + lost work; "
                  "single-donor %s; multi-donor %s (%.1f GB per GPU)\n",
-            sim_fmt_duration(p->detect_seconds + p->restart_seconds, a, sizeof(a)),
+            sim_fmt_duration(p->detect_seconds + graft_sim_restart_cost(p), a, sizeof(a)),
             sim_fmt_duration(graft_sim_p2p_recovery_seconds(p, GRAFT_SIM_P2P_SINGLE), b,
                              sizeof(b)),
             sim_fmt_duration(graft_sim_p2p_recovery_seconds(p, GRAFT_SIM_P2P_MULTI), c,

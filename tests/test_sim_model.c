@@ -349,8 +349,8 @@ static void test_params_files(void **state)
     assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), GRAFT_OK);
     assert_true(p.link_gb_s == 4.5 && p.donors == 2 && p.checkpoint_seconds == 12);
 
-    /* A benchmark's whole output: a table, then its JSON line. */
-    write_file(path, "bench  GB/s\nucx    5.1\n{\"bench\": \"x\", \"model_params\": "
+    /* Some text, then an object whose model_params member holds them. */
+    write_file(path, "measured on host a\n{\"host\": \"a\", \"model_params\": "
                      "{\"link_gb_s\": 5.1, \"verify_gb_s\": 30}}\n\n");
     p = orig;
     assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), GRAFT_OK);
@@ -387,6 +387,194 @@ static void test_params_files(void **state)
     snprintf(path, sizeof(path), "%s/missing.json", test_dir);
     assert_int_equal(graft_sim_params_load(&p, path, err, sizeof(err)), GRAFT_EIO);
     assert_non_null(strstr(err, "No such file"));
+}
+
+#define TRANSFER_TABLE_ROWS \
+    "tcp   push malloc    0.85 GB/s  0.73 GB/s  0.85 GB/s    1.20 GB/s     1." \
+    "30 GB/s     3.74 GB/s      0.23x     0.76 GB/s     0.70 GB/s      1.13x " \
+    "  0.045 s   0.061 s\nshm   push malloc    0.77 GB/s  0.66 GB/s  0.54 GB/s" \
+    "    0.88 GB/s    17.52 GB/s     0.26 GB/s      0.04x    20.08 GB/s     6" \
+    ".05 GB/s      0.04x   0.047 s   0.062 s\n"
+#define TRANSFER_JSON \
+    "{\"bench\":\"transfer\",\"bytes\":16777216,\"chunk\":4194304,\"window\":4,\"reps\":1" \
+    ",\"results\":[{\"tls\":\"tcp\",\"read\":\"push\",\"alloc\":\"malloc\",\"pull_gbps\":[0.8" \
+    "52,0.734,0.850],\"pull_noverify_gbps\":1.195,\"perftest_ucp_get_gbps\":1.302" \
+    ",\"perftest_tag_bw_gbps\":3.739,\"ratio_vs_best_perftest\":0.228,\"perftest_p" \
+    "lain_ucp_get_gbps\":0.756,\"perftest_plain_tag_bw_gbps\":0.701,\"ratio_vs_be" \
+    "st_plain_perftest\":1.126,\"recover_s\":0.045,\"fail_at_s\":0.038,\"restart_fr" \
+    "om_zero_s\":0.061},{\"tls\":\"shm\",\"read\":\"push\",\"alloc\":\"malloc\",\"pull_gbps" \
+    "\":[0.772,0.665,0.536],\"pull_noverify_gbps\":0.882,\"perftest_ucp_get_gbps\"" \
+    ":17.520,\"perftest_tag_bw_gbps\":0.265,\"ratio_vs_best_perftest\":0.044,\"per" \
+    "ftest_plain_ucp_get_gbps\":20.082,\"perftest_plain_tag_bw_gbps\":6.048,\"rat" \
+    "io_vs_best_plain_perftest\":0.038,\"recover_s\":0.047,\"fail_at_s\":0.037,\"re" \
+    "start_from_zero_s\":0.062}]}\n"
+#define RUNTIME_JSON \
+    "{\"bench\":\"runtime\",\"etcd_put_median_ms\":0.631,\"steady\":[{\"groups\":2,\"med" \
+    "ian_ms\":8.539,\"p99_ms\":10.462,\"quorum_median_ms\":4.704,\"commit_median_ms" \
+    "\":4.155,\"etcd_cpu_ms_per_step\":9.000}],\"recovery\":[{\"mib\":8,\"total_s\":0." \
+    "3757,\"detect_s\":0.2943,\"quorum_s\":0.0077,\"transfer_s\":0.0197,\"verify_s\":" \
+    "0.0022,\"restore_s\":0.0169,\"restore_over_p2p\":0.86}]}\n"
+#define MEMBERSHIP_JSON \
+    "{\"bench\":\"membership\",\"ranks_per_group\":1,\"ttl_ms\":2000,\"detect_samples\"" \
+    ":6,\"detect_median_ms\":2247.1,\"detect_p99_ms\":2396.5,\"detect_max_ms\":2396" \
+    ".5,\"detect_bound_ms\":2666.7,\"form_median_ms\":{\"8\":8.84,\"64\":45.08,\"256\":" \
+    "529.02},\"form_p99_ms\":{\"8\":8.96,\"64\":58.37,\"256\":530.14},\"form_goal_ms_6" \
+    "4\":50,\"requests_per_group_step\":{\"8\":2.00,\"64\":2.02,\"256\":2.00},\"request" \
+    "s_per_rank_step\":{\"8\":2.00,\"64\":2.02,\"256\":2.00},\"requests_goal\":3,\"fail" \
+    "s\":0}\n"
+#define PERSIST_JSON \
+    "{\"bench\":\"persist\",\"mib\":16,\"reps\":1,\"block_ms\":2.318,\"memcpy_ms\":2.239," \
+    "\"block_vs_memcpy\":1.035,\"write_MBps\":620.3,\"plain_write_fsync_MBps\":562." \
+    "6,\"write_vs_plain\":1.103,\"dd_MBps\":860.7,\"restore_MBps\":889.5,\"cat_MBps\"" \
+    ":992.1,\"restore_vs_cat\":0.897,\"zstd\":[{\"level\":-3,\"ratio\":1.548,\"MBps\":4" \
+    "83.8},{\"level\":-1,\"ratio\":1.644,\"MBps\":444.5},{\"level\":1,\"ratio\":1.770,\"" \
+    "MBps\":409.9},{\"level\":3,\"ratio\":1.778,\"MBps\":364.7}]}\n"
+#define TRANSFER_TCP_1 0.852
+#define TRANSFER_TCP_MAX 0.852
+#define RUNTIME_DETECT_S 0.2943
+#define RUNTIME_QUORUM_S 0.0077
+#define MEMBERSHIP_DETECT_MS 2247.1
+#define PERSIST_MIB 16.0
+#define PERSIST_BLOCK_MS 2.318
+#define PERSIST_RESTORE_MBPS 889.5
+
+/*
+ * The --json lines of the real benchmarks, as they printed them on this
+ * machine (the printf at the end of each bench/ source; quick settings): transfer_bench --bytes 16777216
+ * --reps 1 --tls tcp,shm --read push --alloc malloc, runtime_bench --groups
+ * 2 --steps 5 --mib 8, membership_bench --quick, persist_bench --mib 16
+ * --reps 1.
+ */
+static const char bench_transfer[] = TRANSFER_TABLE_ROWS TRANSFER_JSON;
+static const char bench_runtime[] = RUNTIME_JSON;
+static const char bench_membership[] = MEMBERSHIP_JSON;
+static const char bench_persist[] = PERSIST_JSON;
+
+static void load_ok(const char *path, const char *text, graft_sim_params_t *p)
+{
+    char err[300] = "";
+    write_file(path, text);
+    graft_status_t st = graft_sim_params_load(p, path, err, sizeof(err));
+    if (st != GRAFT_OK) {
+        fail_msg("%s: %s (%s)", path, err, graft_status_name(st));
+    }
+}
+
+/* Each benchmark's figures land on the parameters they measure, and only
+ * there; the model then uses them. */
+static void test_params_from_benchmarks(void **state)
+{
+    (void)state;
+    char path[512], err[300];
+    graft_sim_params_t p, orig;
+    graft_sim_params_default(&orig);
+    snprintf(path, sizeof(path), "%s/bench.json", test_dir);
+
+    /* transfer: the tcp row (a network transport) though shm's is listed
+     * too; one donor's verified pull is the link, the best with 1-3 donors
+     * the recipient's cap. */
+    p = orig;
+    load_ok(path, bench_transfer, &p);
+    assert_true(p.link_gb_s == TRANSFER_TCP_1);
+    assert_true(p.nic_gb_s == TRANSFER_TCP_MAX);
+    graft_sim_params_t q = p;
+    q.link_gb_s = orig.link_gb_s;
+    q.nic_gb_s = orig.nic_gb_s;
+    assert_memory_equal(&q, &orig, sizeof(q));
+
+    /* runtime: the largest state's recovery; kill -> the replacement
+     * joined is the spawn, its quorum phase the quorum. */
+    p = orig;
+    load_ok(path, bench_runtime, &p);
+    assert_true(p.spawn_seconds == RUNTIME_DETECT_S);
+    assert_true(p.quorum_seconds == RUNTIME_QUORUM_S);
+    q = p;
+    q.spawn_seconds = orig.spawn_seconds;
+    q.quorum_seconds = orig.quorum_seconds;
+    assert_memory_equal(&q, &orig, sizeof(q));
+
+    /* membership: kill -> group unhealthy is the detection. */
+    p = orig;
+    load_ok(path, bench_membership, &p);
+    assert_true(fabs(p.detect_seconds - MEMBERSHIP_DETECT_MS / 1e3) < 1e-12);
+    q = p;
+    q.detect_seconds = orig.detect_seconds;
+    assert_memory_equal(&q, &orig, sizeof(q));
+
+    /* persist: the blocking save as a throughput replaces the assumed C;
+     * the cold-cache restore is the loading part of a restart. */
+    p = orig;
+    load_ok(path, bench_persist, &p);
+    double gb = PERSIST_MIB * 1048576.0 / 1e9;
+    assert_true(fabs(p.checkpoint_gb_s - gb / (PERSIST_BLOCK_MS / 1e3)) < 1e-9);
+    assert_true(p.checkpoint_seconds == 0);
+    assert_true(fabs(p.restore_gb_s - PERSIST_RESTORE_MBPS / 1e3) < 1e-12);
+    assert_true(fabs(graft_sim_checkpoint_cost(&p) - p.state_gb / p.checkpoint_gb_s) < 1e-9);
+    assert_true(fabs(graft_sim_restart_cost(&p) -
+                     (orig.restart_seconds + p.state_gb / p.restore_gb_s)) < 1e-9);
+    q = p;
+    q.checkpoint_gb_s = orig.checkpoint_gb_s;
+    q.checkpoint_seconds = orig.checkpoint_seconds;
+    q.restore_gb_s = orig.restore_gb_s;
+    assert_memory_equal(&q, &orig, sizeof(q));
+
+    /* All four, one after the other: each sets its own parameters. */
+    p = orig;
+    load_ok(path, bench_transfer, &p);
+    load_ok(path, bench_runtime, &p);
+    load_ok(path, bench_membership, &p);
+    load_ok(path, bench_persist, &p);
+    assert_true(p.link_gb_s == TRANSFER_TCP_1 && p.spawn_seconds == RUNTIME_DETECT_S &&
+                p.checkpoint_seconds == 0 && p.restore_gb_s > 0);
+    assert_int_equal(graft_sim_params_check(&p, err, sizeof(err)), GRAFT_OK);
+
+    /* The measured checkpoint cost is what Young's interval uses. */
+    graft_sim_params_t m = p;
+    m.runs = 1;
+    m.horizon_days = 1;
+    graft_sim_result_t grid[3];
+    graft_sim_optimum_t opt;
+    assert_int_equal(graft_sim_model_sweep(&m, GRAFT_SIM_CHECKPOINT_RESTART, 60, 600, 3, 1, grid,
+                                           &opt),
+                     GRAFT_OK);
+    assert_true(fabs(opt.young_seconds -
+                     graft_sim_young_seconds(graft_sim_checkpoint_cost(&m),
+                                             opt.disk_mtbf_seconds)) < 1e-9);
+    assert_true(graft_sim_checkpoint_cost(&m) < orig.checkpoint_seconds);
+
+    struct {
+        const char *text;
+        graft_status_t want;
+        const char *in_err;
+    } bad[] = {
+        {"{\"bench\":\"etcd\",\"put_ms\":1}", GRAFT_ENOTSUP, "bench 'etcd'"},
+        {"{\"bench\":\"transfer\",\"results\":[]}", GRAFT_EFORMAT, "results"},
+        {"{\"bench\":\"transfer\",\"results\":[{\"tls\":\"tcp\"}]}", GRAFT_EFORMAT,
+         "results[0]: no 'pull_gbps'"},
+        {"{\"bench\":\"transfer\",\"results\":[{\"tls\":\"tcp\",\"pull_gbps\":[0,0,0]}]}",
+         GRAFT_ERANGE, "positive pull_gbps[0]"},
+        {"{\"bench\":\"transfer\",\"results\":[{\"tls\":\"tcp\",\"pull_gbps\":[1,\"2\",3]}]}",
+         GRAFT_EINVAL, "pull_gbps[1]"},
+        {"{\"bench\":\"runtime\",\"steady\":[]}", GRAFT_EFORMAT, "recovery"},
+        {"{\"bench\":\"runtime\",\"recovery\":[{\"mib\":8,\"detect_s\":0.3}]}", GRAFT_EFORMAT,
+         "quorum_s"},
+        {"{\"bench\":\"membership\",\"detect_median_ms\":-1}", GRAFT_ERANGE,
+         "detect_median_ms"},
+        {"{\"bench\":\"persist\",\"mib\":16,\"block_ms\":0,\"restore_MBps\":900}", GRAFT_ERANGE,
+         "block_ms"},
+        {"{\"bench\":\"persist\",\"mib\":16,\"block_ms\":2}", GRAFT_EFORMAT, "restore_MBps"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_file(path, bad[i].text);
+        p = orig;
+        err[0] = '\0';
+        graft_status_t st = graft_sim_params_load(&p, path, err, sizeof(err));
+        if (st != bad[i].want || strstr(err, bad[i].in_err) == NULL || strstr(err, path) == NULL)
+            fail_msg("%s: got %s '%s', want %s with '%s'", bad[i].text, graft_status_name(st),
+                     err, graft_status_name(bad[i].want), bad[i].in_err);
+        /* Nothing is applied from a file that fails. */
+        assert_memory_equal(&p, &orig, sizeof(p));
+    }
 }
 
 /* Runs graft_sim_model_main with a NULL-terminated argument list. */
@@ -677,8 +865,8 @@ static int setup_dir(void **state)
 static int teardown_dir(void **state)
 {
     (void)state;
-    const char *names[] = {"params.json", "missing.json", "out.json", "out.svg",
-                           "cli-params.json", "schedule.json", "stderr.txt"};
+    const char *names[] = {"params.json",   "missing.json",  "out.json",   "out.svg",
+                           "cli-params.json", "schedule.json", "stderr.txt", "bench.json"};
     char path[600];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", test_dir, names[i]);
@@ -701,6 +889,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_same_seed_same_result),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_params_files),
+        cmocka_unit_test(test_params_from_benchmarks),
         cmocka_unit_test(test_model_command_line),
         cmocka_unit_test(test_run_command_line),
         cmocka_unit_test(test_binary_exit_status),
