@@ -7,7 +7,9 @@
  *  - background write throughput (hashing on, compression off) vs a plain
  *    write+fsync of the same bytes and vs `dd ... conv=fsync`, all to the
  *    same file system (goal >= 0.8x);
- *  - compression ratio and speed for each level (median of up to 3);
+ *  - GRAFT_PERSIST_LEVEL_AUTO (the default: adaptive compression) vs the
+ *    same write+fsync, in the same rounds, with its compression ratio;
+ *  - compression ratio and speed for each fixed level (median of up to 3);
  *  - restore throughput vs `cat` of the same files, page cache dropped with
  *    posix_fadvise(DONTNEED) before each.
  *
@@ -231,6 +233,8 @@ int main(int argc, char **argv)
     double *memcpy_s = calloc((size_t)reps, sizeof(double));
     double *block_s = calloc((size_t)reps, sizeof(double));
     double *write_s = calloc((size_t)reps, sizeof(double));
+    double *auto_s = calloc((size_t)reps, sizeof(double));
+    double *auto_ratio = calloc((size_t)reps, sizeof(double));
     double *plain_s = calloc((size_t)reps, sizeof(double));
     double *dd_s = calloc((size_t)reps, sizeof(double));
     double *rest_s = calloc((size_t)reps, sizeof(double));
@@ -255,6 +259,15 @@ int main(int argc, char **argv)
             return 1;
         block_s[k] = run.block_s;
         write_s[k] = run.write_s;
+        /* graft: GRAFT_PERSIST_LEVEL_AUTO, same data, same round */
+        snprintf(root, sizeof(root), "%s/ckpt-auto", dir);
+        run_t arun;
+        if (checkpoint(root, GRAFT_PERSIST_LEVEL_AUTO, 2, step, regs, 2, &arun) != 0)
+            return 1;
+        auto_s[k] = arun.write_s;
+        auto_ratio[k] = (double)arun.raw / (double)arun.stored;
+        rm_tree(root);
+        snprintf(root, sizeof(root), "%s/ckpt", dir);
         /* restore vs cat, cold cache */
         char stepdir[4400];
         snprintf(stepdir, sizeof(stepdir), "%s/step-%020llu", root, (unsigned long long)(step + 1));
@@ -293,12 +306,14 @@ int main(int argc, char **argv)
     size_t n = (size_t)reps;
     double mc = graft_test_median(memcpy_s, n), bl = graft_test_median(block_s, n);
     double wr = graft_test_median(write_s, n), pl = graft_test_median(plain_s, n);
+    double au = graft_test_median(auto_s, n), aur = graft_test_median(auto_ratio, n);
     double dd = dd_ok ? graft_test_median(dd_s, n) : -1;
     double rs = graft_test_median(rest_s, n), ct = graft_test_median(cat_s, n);
     double mb = (double)bytes / 1e6;
     double dd_bytes = (double)((mib / 4) * (4u << 20)) / 1e6;
 
-    /* compression levels: ratio and speed (one run each, 2 threads) */
+    /* fixed compression levels: ratio and speed (median of up to 3, 2 threads;
+     * AUTO is measured in the rounds above, beside write+fsync) */
     static const int levels[] = {-3, -1, 1, 3};
     double ratio[4], speed[4];
     int creps = reps < 3 ? reps : 3;
@@ -327,22 +342,30 @@ int main(int argc, char **argv)
     if (dd_ok)
         printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx\n", "write, hash on, zstd off vs dd conv=fsync",
                mb / wr, dd_bytes / dd, (dd / dd_bytes) / (wr / mb));
+    printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx  (ratio %.3f)\n",
+           "write, level AUTO vs write+fsync", mb / au, mb / pl, pl / au, aur);
     printf("%-44s %8.0fMB/s %8.0fMB/s %7.2fx\n", "restore (cold cache) vs cat (cold cache)",
            mb / rs, mb / ct, ct / rs);
     for (int l = 0; l < 4; l++)
-        printf("zstd level %-2d: ratio %.3f, %8.0f MB/s raw (write incl. fsync)\n", levels[l],
-               ratio[l], speed[l]);
+        printf("zstd level %-4d: ratio %.3f, %8.0f MB/s raw (write incl. fsync), %.2fx write+fsync\n",
+               levels[l], ratio[l], speed[l], speed[l] / (mb / pl));
+    printf("zstd level auto: ratio %.3f, %8.0f MB/s raw (write incl. fsync), %.2fx write+fsync "
+           "(same rounds)\n",
+           aur, mb / au, pl / au);
     if (json)
         printf("{\"bench\":\"persist\",\"mib\":%zu,\"reps\":%d,\"block_ms\":%.3f,\"memcpy_ms\":%.3f,"
                "\"block_vs_memcpy\":%.3f,\"write_MBps\":%.1f,\"plain_write_fsync_MBps\":%.1f,"
                "\"write_vs_plain\":%.3f,\"dd_MBps\":%.1f,\"restore_MBps\":%.1f,\"cat_MBps\":%.1f,"
-               "\"restore_vs_cat\":%.3f,\"zstd\":[{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},"
+               "\"restore_vs_cat\":%.3f,\"auto_MBps\":%.1f,\"auto_ratio\":%.3f,"
+               "\"auto_vs_plain\":%.3f,\"zstd\":[{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},"
                "{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},{\"level\":%d,\"ratio\":%.3f,"
-               "\"MBps\":%.1f},{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f}]}\n",
+               "\"MBps\":%.1f},{\"level\":%d,\"ratio\":%.3f,\"MBps\":%.1f},"
+               "{\"level\":\"auto\",\"ratio\":%.3f,\"MBps\":%.1f}]}\n",
                mib, reps, bl * 1e3, mc * 1e3, bl / mc, mb / wr, mb / pl, pl / wr,
-               dd_ok ? dd_bytes / dd : -1.0, mb / rs, mb / ct, ct / rs, levels[0], ratio[0],
+               dd_ok ? dd_bytes / dd : -1.0, mb / rs, mb / ct, ct / rs, mb / au, aur, pl / au,
+               levels[0], ratio[0],
                speed[0], levels[1], ratio[1], speed[1], levels[2], ratio[2], speed[2], levels[3],
-               ratio[3], speed[3]);
+               ratio[3], speed[3], aur, mb / au);
     rm_tree(dir);
     free(wts);
     free(mom);
@@ -350,6 +373,8 @@ int main(int argc, char **argv)
     free(memcpy_s);
     free(block_s);
     free(write_s);
+    free(auto_s);
+    free(auto_ratio);
     free(plain_s);
     free(dd_s);
     free(rest_s);

@@ -20,6 +20,8 @@
 #include <zstd.h>
 
 volatile int graft__persist_crash_countdown = 0;
+volatile int graft__persist_test_compress_delay_us = 0;
+volatile int graft__persist_test_write_delay_us = 0;
 
 void graft__persist_crash_point(void)
 {

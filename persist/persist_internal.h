@@ -149,4 +149,10 @@ GRAFT_WUR graft_status_t graft__persist_h2d(void *dst, const void *src, size_t n
 extern volatile int graft__persist_crash_countdown;
 void graft__persist_crash_point(void);
 
+/* Test hooks for GRAFT_PERSIST_LEVEL_AUTO: when > 0, every compression
+ * helper sleeps this long before each chunk (a starved CPU), and the
+ * background thread after writing each chunk (a slow disk). */
+extern volatile int graft__persist_test_compress_delay_us;
+extern volatile int graft__persist_test_write_delay_us;
+
 #endif /* GRAFT_PERSIST_INTERNAL_H */

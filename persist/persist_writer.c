@@ -1,21 +1,41 @@
 /*
  * The asynchronous writer. The trainer blocks only for the snapshot (a copy
  * of its regions into a reused staging buffer); one background thread then
- * writes each shard (chunks compressed in parallel by short-lived helper
- * threads, both hashes per chunk, temp file, fsync, rename, fsync of the
- * directory) and, in single-process mode, commits the manifest, applies
- * retention and copies the checkpoint to the second tier.
+ * writes each shard (chunks hashed and compressed by persistent helper
+ * threads, temp file, fsync, rename, fsync of the directory) and, in
+ * single-process mode, commits the manifest, applies retention and copies
+ * the checkpoint to the second tier.
+ *
+ * Chunks go to the file in order. With a fixed zstd level the background
+ * thread waits for each chunk's compression (and compresses a chunk itself
+ * when no helper has taken it yet). With GRAFT_PERSIST_LEVEL_AUTO it never
+ * waits for compression: a chunk that is not compressed by the time the
+ * disk can take it is written stored, and the helpers aim at chunks far
+ * enough ahead of the write position to be done in time (see pool_assign).
+ * Under AUTO the helpers run at the lowest priority, so they only use CPU
+ * time nobody else wants, and writeback is paced with sync_file_range so
+ * that "the disk can take it" means the disk, not the page cache.
+ *
+ * The background thread hands out the chunks; helpers and the background
+ * thread talk through atomic slot states and semaphores only, never a lock,
+ * so a low-priority helper that is preempted can never hold the background
+ * thread up.
  */
 #include "persist_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -27,6 +47,8 @@ typedef struct gp_staging {
     uint8_t *buf;
     uint64_t cap;
     struct gp_staging *next;
+    /* Chunks of it handed to compression helpers and not yet read. */
+    atomic_uint users;
 } gp_staging_t;
 
 typedef struct gp_job {
@@ -63,20 +85,63 @@ typedef struct gp_step_rec {
     struct gp_step_rec *next;
 } gp_step_rec_t;
 
-/* Per compression helper: its own context and output buffer, reused. */
+/* An output buffer for one chunk's encoding, and who owns it:
+ *   FREE      the background thread; it may assign a chunk (-> ASSIGNED)
+ *   ASSIGNED  either: the helper starts it (-> BUSY) or the background
+ *             thread takes it back (-> FREE)
+ *   BUSY      the helper; it finishes (-> DONE), unless the background
+ *             thread gave up on it (-> ABANDONED)
+ *   DONE      the background thread, which writes it (-> FREE)
+ *   ABANDONED the helper, which drops the result when done (-> FREE)
+ * Transitions between owners are compare-and-swaps on state. */
+enum { SLOT_FREE, SLOT_ASSIGNED, SLOT_BUSY, SLOT_DONE, SLOT_ABANDONED };
+
 typedef struct gp_slot {
-    ZSTD_CCtx *cctx;
+    atomic_int state;
+    /* the chunk, set before ASSIGNED */
+    uint64_t chunk;
+    uint64_t assigned_ns;
+    const uint8_t *raw;
+    size_t len;
+    gp_staging_t *src;
+    /* the result, set before DONE */
     uint8_t *out;
     size_t out_cap;
-    /* the chunk it works on */
-    const uint8_t *raw;
-    size_t raw_len;
-    int level;
-    graft__chunk_entry_t entry;
-    const uint8_t *stored;
-    pthread_t tid;
-    bool started;
+    graft__chunk_entry_t entry; /* offset filled in by the writer */
+    const uint8_t *stored;      /* out, or the raw bytes for a stored chunk */
 } gp_slot_t;
+
+/* One compression helper thread, started at the first compressed shard and
+ * kept until the writer is destroyed. Two slots: one being compressed, one
+ * waiting for the background thread to write it. */
+typedef struct gp_helper {
+    pthread_t tid;
+    sem_t wake; /* posted for each assignment, and to stop */
+    gp_slot_t slots[2];
+    _Atomic uint64_t tc_ns; /* running average of its time per chunk */
+    struct gp_pool *pool;
+} gp_helper_t;
+
+typedef struct gp_pool {
+    gp_helper_t *h;   /* `threads` of them */
+    uint32_t started; /* helpers running */
+    bool adaptive;    /* GRAFT_PERSIST_LEVEL_AUTO */
+    int level;
+    atomic_bool stop;
+    sem_t done;       /* posted after every chunk a helper finishes */
+    /* Used by the background thread only: the shard being written. */
+    bool active;
+    gp_staging_t *staging;
+    const uint8_t *raw;
+    uint64_t raw_bytes;
+    uint64_t chunk_bytes;
+    uint64_t nchunks;
+    uint64_t wpos;  /* first chunk not yet taken for writing */
+    uint64_t next;  /* first chunk not yet assigned or taken */
+    uint64_t tw_ns; /* running average of the time to take and write a chunk */
+    /* staging buffers of finished shards still being read by a helper */
+    gp_staging_t *orphans;
+} gp_pool_t;
 
 struct graft_persist_writer {
     char *root;
@@ -102,10 +167,10 @@ struct graft_persist_writer {
     gp_step_rec_t *steps;
     gp_staging_t *pool;
 
-    /* Two sets of `threads` slots: while the background thread writes the
-     * chunks of one set, helpers hash and compress the next into the other.
-     * Used by the background thread only. */
-    gp_slot_t *slots;
+    gp_pool_t hp; /* compression helpers */
+    /* The background thread's own encoder, for chunks no helper took. */
+    ZSTD_CCtx *cctx;
+    gp_slot_t own;
 };
 
 /* ------------------------------------------------------------ helpers --- */
@@ -260,80 +325,384 @@ static void job_free(gp_job_t *j)
 
 /* --------------------------------------------------------- shard write --- */
 
-static void *slot_run(void *arg)
+/* zstd level for the chunks that GRAFT_PERSIST_LEVEL_AUTO compresses. */
+#define GP_AUTO_ZSTD_LEVEL (-1)
+/* Pacing: bytes written but not yet on disk before the background thread
+ * waits for the disk (at least 4 chunks). */
+#define GP_PACE_BYTES (16ull << 20)
+
+/* One zstd frame of @p raw (with its content size, which readers check),
+ * made GP_STEP_BYTES of input at a time so that a chunk given up on
+ * (*give_up reads SLOT_ABANDONED) stops within a step. Returns the frame's
+ * size, 0 when given up, @p len when it does not fit (so it is stored), or
+ * a zstd error code. */
+#define GP_STEP_BYTES (256u << 10)
+
+static size_t compress_steps(ZSTD_CCtx *cctx, const uint8_t *raw, size_t len, int level,
+                             uint8_t *out, size_t cap, atomic_int *give_up)
 {
-    gp_slot_t *s = arg;
+    size_t r = ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+    if (!ZSTD_isError(r))
+        r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    if (!ZSTD_isError(r))
+        r = ZSTD_CCtx_setPledgedSrcSize(cctx, len);
+    if (ZSTD_isError(r))
+        return r;
+    ZSTD_inBuffer in = {raw, 0, 0};
+    ZSTD_outBuffer ob = {out, cap, 0};
+    for (;;) {
+        in.size = GRAFT_MIN(len, in.size + GP_STEP_BYTES);
+        ZSTD_EndDirective end = in.size == len ? ZSTD_e_end : ZSTD_e_continue;
+        do {
+            r = ZSTD_compressStream2(cctx, &ob, &in, end);
+            if (ZSTD_isError(r))
+                return r;
+            if (ob.pos == ob.size && (in.pos < in.size || (end == ZSTD_e_end && r != 0)))
+                return len;
+        } while (in.pos < in.size || (end == ZSTD_e_end && r != 0));
+        if (end == ZSTD_e_end)
+            return ob.pos;
+        if (atomic_load(give_up) == SLOT_ABANDONED)
+            return 0;
+    }
+}
+
+/* Hash (and at a level other than 0, compress) one chunk into @p s. A
+ * chunk that zstd cannot shrink, or cannot compress at all, is stored.
+ * With @p give_up, compression stops when *give_up reads SLOT_ABANDONED,
+ * and the function returns false (s is then left half-done). */
+static bool chunk_encode(ZSTD_CCtx *cctx, const uint8_t *raw, size_t len, int level,
+                         gp_slot_t *s, atomic_int *give_up)
+{
     graft__chunk_entry_t *e = &s->entry;
-    e->raw_bytes = s->raw_len;
-    e->raw_hash = XXH3_64bits(s->raw, s->raw_len);
+    e->raw_bytes = len;
     e->codec = GP_CODEC_STORED;
-    s->stored = s->raw;
-    e->stored_bytes = s->raw_len;
-    if (s->level != 0 && s->raw_len > 0) {
-        size_t n = ZSTD_compressCCtx(s->cctx, s->out, s->out_cap, s->raw, s->raw_len, s->level);
+    s->stored = raw;
+    e->stored_bytes = len;
+    if (level != 0 && len > 0 && cctx != NULL && s->out != NULL) {
+        size_t n = give_up == NULL
+                       ? ZSTD_compressCCtx(cctx, s->out, s->out_cap, raw, len, level)
+                       : compress_steps(cctx, raw, len, level, s->out, s->out_cap, give_up);
+        if (give_up != NULL && n == 0)
+            return false;
         if (ZSTD_isError(n)) {
             /* Not fatal: the chunk is stored instead. */
             GRAFT_WARN(GP_MOD, "zstd: %s; chunk stored", ZSTD_getErrorName(n));
-        } else if (n < s->raw_len) {
+        } else if (n < len) {
             e->codec = GP_CODEC_ZSTD;
             s->stored = s->out;
             e->stored_bytes = n;
         }
     }
+    e->raw_hash = XXH3_64bits(raw, len);
     e->stored_hash = e->codec == GP_CODEC_STORED ? e->raw_hash
                                                  : XXH3_64bits(s->stored, e->stored_bytes);
+    return true;
+}
+
+static uint64_t ewma(uint64_t avg, uint64_t x)
+{
+    return avg == 0 ? x : (3 * avg + x) / 4;
+}
+
+/* A cautious estimate: up at once, down slowly. */
+static uint64_t peak_avg(uint64_t avg, uint64_t x)
+{
+    return x >= avg ? x : (7 * avg + x) / 8;
+}
+
+static bool slot_cas(gp_slot_t *s, int from, int to)
+{
+    return atomic_compare_exchange_strong(&s->state, &from, to);
+}
+
+static void *helper_main(void *arg)
+{
+    gp_helper_t *h = arg;
+    gp_pool_t *p = h->pool;
+    if (p->adaptive) {
+        /* AUTO compresses with CPU time nobody else wants: the background
+         * thread (and the trainer) go first. Nothing the background thread
+         * waits for is ever held by a helper. Linux nice values are per
+         * thread. */
+        if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0)
+            GRAFT_DEBUG(GP_MOD, "setpriority: %s", strerror(errno));
+    }
+    /* NULL (out of memory): this helper's chunks are stored */
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    for (;;) {
+        while (sem_wait(&h->wake) != 0) {
+        }
+        if (atomic_load(&p->stop))
+            break;
+        for (int k = 0; k < 2; k++) {
+            gp_slot_t *s = &h->slots[k];
+            if (!slot_cas(s, SLOT_ASSIGNED, SLOT_BUSY))
+                continue; /* taken back, or posted for the other slot */
+            if (graft__persist_test_compress_delay_us > 0)
+                usleep((useconds_t)graft__persist_test_compress_delay_us);
+            bool whole = chunk_encode(cctx, s->raw, s->len, p->level, s,
+                                      p->adaptive ? &s->state : NULL);
+            /* From assignment to result, waiting for a CPU included; a
+             * chunk given up on took at least this long. */
+            uint64_t took = graft__now_ns() - s->assigned_ns;
+            uint64_t tc = atomic_load(&h->tc_ns);
+            atomic_store(&h->tc_ns, whole ? peak_avg(tc, took) : GRAFT_MAX(tc, took));
+            atomic_fetch_sub(&s->src->users, 1);
+            if (!slot_cas(s, SLOT_BUSY, SLOT_DONE))
+                atomic_store(&s->state, SLOT_FREE); /* abandoned */
+            sem_post(&p->done);
+        }
+    }
+    ZSTD_freeCCtx(cctx);
     return NULL;
 }
 
-static graft_status_t slots_prepare(graft_persist_writer_t *w)
+/* Start the helpers and their buffers, once per writer. Helpers that cannot
+ * be started leave their work to the background thread. */
+static graft_status_t pool_prepare(graft_persist_writer_t *w)
 {
-    if (w->level == 0)
-        return GRAFT_OK;
+    gp_pool_t *p = &w->hp;
     size_t need = ZSTD_compressBound((size_t)w->chunk_bytes);
-    for (uint32_t t = 0; t < 2 * w->threads; t++) {
-        gp_slot_t *s = &w->slots[t];
-        if (s->cctx == NULL)
-            s->cctx = ZSTD_createCCtx();
-        if (s->out == NULL) {
-            s->out = graft__malloc(need);
-            s->out_cap = s->out ? need : 0;
+    if (!p->adaptive && w->cctx == NULL) {
+        /* the background thread compresses what no helper took */
+        w->cctx = ZSTD_createCCtx();
+        if (w->cctx == NULL) {
+            GRAFT_ERROR(GP_MOD, "out of memory for a zstd context");
+            return GRAFT_ENOMEM;
         }
-        if (s->cctx == NULL || s->out == NULL) {
+    }
+    if (!p->adaptive && w->own.out == NULL) {
+        w->own.out = graft__malloc(need);
+        w->own.out_cap = w->own.out ? need : 0;
+        if (w->own.out == NULL) {
             GRAFT_ERROR(GP_MOD, "out of memory for compression buffers");
             return GRAFT_ENOMEM;
         }
     }
+    for (uint32_t t = p->started; t < w->threads; t++) {
+        gp_helper_t *h = &p->h[t];
+        for (int k = 0; k < 2; k++) {
+            gp_slot_t *s = &h->slots[k];
+            if (s->out == NULL) {
+                s->out = graft__malloc(need);
+                s->out_cap = s->out ? need : 0;
+            }
+            if (s->out == NULL) {
+                GRAFT_ERROR(GP_MOD, "out of memory for compression buffers");
+                return GRAFT_ENOMEM;
+            }
+        }
+        h->pool = p;
+        if (sem_init(&h->wake, 0, 0) != 0) {
+            GRAFT_WARN(GP_MOD, "sem_init: %s; %u of %u compression helpers", strerror(errno),
+                       p->started, w->threads);
+            break;
+        }
+        int rc = pthread_create(&h->tid, NULL, helper_main, h);
+        if (rc != 0) {
+            sem_destroy(&h->wake);
+            GRAFT_WARN(GP_MOD, "pthread_create: %s; %u of %u compression helpers", strerror(rc),
+                       p->started, w->threads);
+            break;
+        }
+        p->started++;
+    }
     return GRAFT_OK;
 }
 
-/* Start hashing/compressing chunks [c, c+n) in slot set `set`, each on a
- * helper thread (inline if a thread cannot be had). */
-static void batch_start(graft_persist_writer_t *w, const gp_job_t *j, uint32_t set, uint64_t c,
-                        uint32_t n)
+/* Give back the staging buffers that no helper reads any more. */
+static void pool_reap(graft_persist_writer_t *w)
 {
-    for (uint32_t t = 0; t < n; t++) {
-        gp_slot_t *s = &w->slots[set * w->threads + t];
-        uint64_t off = (c + t) * w->chunk_bytes;
-        s->raw = j->staging->buf + off;
-        s->raw_len = (size_t)GRAFT_MIN(w->chunk_bytes, j->raw_bytes - off);
-        s->level = w->level;
-        /* Hashing alone (level 0) runs far faster than the disk: doing it
-         * here avoids a thread hand-off per batch, which on a busy machine
-         * costs a scheduling delay each time. */
-        s->started = w->level != 0 && pthread_create(&s->tid, NULL, slot_run, s) == 0;
-        if (!s->started)
-            slot_run(s);
+    gp_staging_t **o = &w->hp.orphans;
+    while (*o != NULL) {
+        gp_staging_t *s = *o;
+        if (atomic_load(&s->users) == 0) {
+            *o = s->next;
+            s->next = NULL;
+            staging_put(w, s);
+        } else {
+            o = &s->next;
+        }
     }
 }
 
-static void batch_join(graft_persist_writer_t *w, uint32_t set, uint32_t n)
+/* Hand chunks to idle helpers.
+ *
+ * With a fixed level, the next chunks in order. With AUTO, chunks that will
+ * be compressed before the background thread gets to them: a helper needs
+ * about tc from assignment to result (a cautious running estimate, the
+ * slowest helper's); meanwhile the background thread finishes the chunk it
+ * is on and takes one more every tw, so assignments skip k chunks past wpos
+ * with (k + 1) * tw >= 1.25 * tc. The chunks skipped are written stored. */
+static void pool_assign(graft_persist_writer_t *w)
 {
-    for (uint32_t t = 0; t < n; t++) {
-        gp_slot_t *s = &w->slots[set * w->threads + t];
-        if (s->started)
-            pthread_join(s->tid, NULL);
-        s->started = false;
+    gp_pool_t *p = &w->hp;
+    if (!p->active)
+        return;
+    uint64_t k = 0;
+    if (p->adaptive && p->tw_ns > 0) {
+        uint64_t tc = 0;
+        for (uint32_t t = 0; t < p->started; t++)
+            tc = GRAFT_MAX(tc, atomic_load(&p->h[t].tc_ns));
+        if (tc > 0) {
+            uint64_t need = tc + tc / 4;
+            k = GRAFT_MIN((need + p->tw_ns - 1) / p->tw_ns - 1, p->nchunks);
+        }
     }
+    for (uint32_t t = 0; t < p->started; t++) {
+        gp_helper_t *h = &p->h[t];
+        gp_slot_t *free_slot = NULL;
+        bool working = false;
+        for (int i = 0; i < 2; i++) {
+            int st = atomic_load(&h->slots[i].state);
+            working |= st == SLOT_ASSIGNED || st == SLOT_BUSY || st == SLOT_ABANDONED;
+            if (st == SLOT_FREE)
+                free_slot = &h->slots[i];
+        }
+        if (working || free_slot == NULL)
+            continue;
+        uint64_t c = GRAFT_MAX(p->next, p->wpos + k);
+        if (c >= p->nchunks)
+            return;
+        free_slot->chunk = c;
+        free_slot->raw = p->raw + c * p->chunk_bytes;
+        free_slot->len = (size_t)GRAFT_MIN(p->chunk_bytes, p->raw_bytes - c * p->chunk_bytes);
+        free_slot->src = p->staging;
+        free_slot->assigned_ns = graft__now_ns();
+        atomic_fetch_add(&p->staging->users, 1);
+        atomic_store(&free_slot->state, SLOT_ASSIGNED);
+        sem_post(&h->wake);
+        p->next = c + 1;
+    }
+}
+
+static void pool_begin(graft_persist_writer_t *w, gp_job_t *j, uint64_t nchunks)
+{
+    gp_pool_t *p = &w->hp;
+    pool_reap(w);
+    p->staging = j->staging;
+    p->raw = j->staging->buf;
+    p->raw_bytes = j->raw_bytes;
+    p->chunk_bytes = w->chunk_bytes;
+    p->nchunks = nchunks;
+    p->wpos = 0;
+    p->next = 0;
+    p->active = p->started > 0;
+    pool_assign(w);
+}
+
+/* Take back what the helpers have not started, give up on what they are
+ * doing, drop results not written. A helper still inside a chunk is not
+ * waited for (a low-priority helper may take long on a busy machine): the
+ * staging buffer then stays with the pool until it is no longer read, and
+ * the job no longer owns it. */
+static void pool_end(graft_persist_writer_t *w, gp_job_t *j)
+{
+    gp_pool_t *p = &w->hp;
+    p->active = false;
+    for (uint32_t t = 0; t < p->started; t++)
+        for (int i = 0; i < 2; i++) {
+            gp_slot_t *s = &p->h[t].slots[i];
+            if (slot_cas(s, SLOT_ASSIGNED, SLOT_FREE))
+                atomic_fetch_sub(&s->src->users, 1);
+            else if (!slot_cas(s, SLOT_BUSY, SLOT_ABANDONED))
+                (void)slot_cas(s, SLOT_DONE, SLOT_FREE);
+        }
+    if (p->staging != NULL && atomic_load(&p->staging->users) > 0) {
+        p->staging->next = p->orphans;
+        p->orphans = p->staging;
+        j->staging = NULL;
+    }
+    p->staging = NULL;
+    p->raw = NULL;
+}
+
+/* The encoding of chunk c, ready to write: a helper's, or made here. With
+ * AUTO a chunk still being compressed is not waited for: it is stored, and
+ * the helper's result dropped. */
+static gp_slot_t *chunk_take(graft_persist_writer_t *w, uint64_t c, uint32_t *compressed_p,
+                             uint32_t *dropped_p)
+{
+    gp_pool_t *p = &w->hp;
+    gp_slot_t *s = NULL;
+    p->wpos = c + 1;
+    for (uint32_t t = 0; t < p->started && s == NULL; t++)
+        for (int i = 0; i < 2 && s == NULL; i++) {
+            gp_slot_t *x = &p->h[t].slots[i];
+            int st = atomic_load(&x->state);
+            if ((st == SLOT_ASSIGNED || st == SLOT_BUSY || st == SLOT_DONE) && x->chunk == c)
+                s = x;
+        }
+    while (s != NULL && atomic_load(&s->state) != SLOT_DONE) {
+        if (slot_cas(s, SLOT_ASSIGNED, SLOT_FREE)) {
+            /* not started: done here instead */
+            atomic_fetch_sub(&s->src->users, 1);
+            s = NULL;
+        } else if (p->adaptive) {
+            if (slot_cas(s, SLOT_BUSY, SLOT_ABANDONED)) {
+                s = NULL;
+                (*dropped_p)++;
+            }
+        } else {
+            /* A fixed level waits, keeping the other helpers busy. */
+            pool_assign(w);
+            while (sem_wait(&p->done) != 0) {
+            }
+        }
+    }
+    p->next = GRAFT_MAX(p->next, c + 1);
+    if (s == NULL) {
+        uint64_t off = c * w->chunk_bytes;
+        s = &w->own;
+        (void)chunk_encode(w->cctx, p->raw + off,
+                           (size_t)GRAFT_MIN(w->chunk_bytes, p->raw_bytes - off),
+                           p->adaptive ? 0 : w->level, s, NULL);
+    }
+    *compressed_p += s->entry.codec == GP_CODEC_ZSTD;
+    return s;
+}
+
+static void chunk_done(graft_persist_writer_t *w, gp_slot_t *s, uint64_t took_ns)
+{
+    gp_pool_t *p = &w->hp;
+    p->tw_ns = ewma(p->tw_ns, took_ns);
+    if (s != &w->own)
+        atomic_store(&s->state, SLOT_FREE);
+    pool_assign(w);
+}
+
+/* Keep at most GP_PACE_BYTES of the file between write() and the disk, so
+ * the background thread runs at the disk's pace: when it finds a chunk not
+ * yet compressed, the disk really is waiting. Pacing is an optimization:
+ * where sync_file_range is refused it is turned off; the fsync at the end
+ * is what makes the file durable. */
+typedef struct gp_pace {
+    bool on;
+    uint64_t flushed;
+    uint64_t window;
+} gp_pace_t;
+
+static void pace(int fd, gp_pace_t *pc, uint64_t from, uint64_t to)
+{
+    if (!pc->on || to <= from)
+        return;
+    if (sync_file_range(fd, (off64_t)from, (off64_t)(to - from), SYNC_FILE_RANGE_WRITE) != 0) {
+        GRAFT_DEBUG(GP_MOD, "sync_file_range: %s; writeback not paced", strerror(errno));
+        pc->on = false;
+        return;
+    }
+    if (to - pc->flushed <= pc->window)
+        return;
+    uint64_t upto = to - pc->window;
+    if (sync_file_range(fd, (off64_t)pc->flushed, (off64_t)(upto - pc->flushed),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                            SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+        GRAFT_DEBUG(GP_MOD, "sync_file_range: %s; writeback not paced", strerror(errno));
+        pc->on = false;
+        return;
+    }
+    pc->flushed = upto;
 }
 
 static graft_status_t shard_info_pack(const gp_job_t *j, const char *file, uint64_t file_bytes,
@@ -411,6 +780,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
 {
     graft_status_t st;
     int fd = -1;
+    bool pooled = false;
     uint8_t *index = NULL;
     char *dir = graft__persist_step_dir(w->root, j->step);
     char *name = graft__persist_shard_name(j->rank, j->ranks);
@@ -430,9 +800,11 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     st = graft__persist_mkdirs(dir);
     if (st != GRAFT_OK)
         goto out;
-    st = slots_prepare(w);
-    if (st != GRAFT_OK)
-        goto out;
+    if (w->level != 0) {
+        st = pool_prepare(w);
+        if (st != GRAFT_OK)
+            goto out;
+    }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         GRAFT_ERROR(GP_MOD, "create %s: %s", tmp, strerror(errno));
@@ -449,34 +821,28 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     graft__persist_crash_point();
     uint64_t cursor = GP_HEADER_BYTES;
     uint64_t stored_total = 0;
+    uint32_t compressed = 0, dropped = 0;
     uint64_t t_write = graft__now_ns();
-    uint32_t set = 0;
-    uint32_t n = (uint32_t)GRAFT_MIN((uint64_t)w->threads, nchunks);
-    if (n > 0)
-        batch_start(w, j, set, 0, n);
-    for (uint64_t c = 0; c < nchunks;) {
-        batch_join(w, set, n);
-        /* Helpers work on the next batch while this one is written. */
-        uint64_t next = c + n;
-        uint32_t next_n = (uint32_t)GRAFT_MIN((uint64_t)w->threads, nchunks - next);
-        if (next_n > 0)
-            batch_start(w, j, set ^ 1u, next, next_n);
-        for (uint32_t t = 0; t < n && st == GRAFT_OK; t++) {
-            gp_slot_t *s = &w->slots[set * w->threads + t];
-            s->entry.offset = cursor;
-            graft__persist_entry_encode(&s->entry, index + (c + t) * GP_INDEX_ENTRY_BYTES);
-            st = graft__persist_write_all(fd, s->stored, (size_t)s->entry.stored_bytes, tmp);
-            cursor += s->entry.stored_bytes;
-            stored_total += s->entry.stored_bytes;
+    gp_pace_t pc = {.on = w->hp.adaptive, .window = GRAFT_MAX(GP_PACE_BYTES, 4 * cb)};
+    pool_begin(w, j, nchunks);
+    pooled = true;
+    for (uint64_t c = 0; c < nchunks; c++) {
+        uint64_t t0 = graft__now_ns();
+        gp_slot_t *s = chunk_take(w, c, &compressed, &dropped);
+        s->entry.offset = cursor;
+        graft__persist_entry_encode(&s->entry, index + c * GP_INDEX_ENTRY_BYTES);
+        st = graft__persist_write_all(fd, s->stored, (size_t)s->entry.stored_bytes, tmp);
+        if (st == GRAFT_OK) {
+            pace(fd, &pc, cursor, cursor + s->entry.stored_bytes);
+            if (graft__persist_test_write_delay_us > 0)
+                usleep((useconds_t)graft__persist_test_write_delay_us);
         }
-        if (st != GRAFT_OK) {
-            batch_join(w, set ^ 1u, next_n);
+        cursor += s->entry.stored_bytes;
+        stored_total += s->entry.stored_bytes;
+        chunk_done(w, s, graft__now_ns() - t0);
+        if (st != GRAFT_OK)
             goto out_unlink;
-        }
         graft__persist_crash_point();
-        c = next;
-        n = next_n;
-        set ^= 1u;
     }
     size_t index_len = (size_t)(nchunks * GP_INDEX_ENTRY_BYTES);
     graft__shard_footer_t f = {cursor, nchunks, XXH3_64bits(index, index_len), j->raw_bytes, 0};
@@ -494,9 +860,12 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
         goto out_unlink;
     }
-    GRAFT_DEBUG(GP_MOD, "%s: %llu raw bytes, %llu stored: write %.1f ms, fsync %.1f ms", tmp,
-                (unsigned long long)j->raw_bytes, (unsigned long long)stored_total,
-                (double)(t_fsync - t_write) / 1e6, (double)(graft__now_ns() - t_fsync) / 1e6);
+    GRAFT_DEBUG(GP_MOD,
+                "%s: %llu raw bytes, %llu stored, %u of %llu chunks compressed (%u dropped "
+                "half-done): write %.1f ms, fsync %.1f ms",
+                tmp, (unsigned long long)j->raw_bytes, (unsigned long long)stored_total,
+                compressed, (unsigned long long)nchunks, dropped, (double)(t_fsync - t_write) / 1e6,
+                (double)(graft__now_ns() - t_fsync) / 1e6);
     close(fd);
     fd = -1;
     graft__persist_crash_point();
@@ -518,14 +887,16 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     if (st != GRAFT_OK)
         goto out;
     uint64_t file_bytes = cursor + index_len + GP_FOOTER_BYTES;
-    st = shard_info_pack(j, name, file_bytes, f.footer_hash, stored_total, nchunks, cb, w->level,
-                         w->group, info_p,
+    st = shard_info_pack(j, name, file_bytes, f.footer_hash, stored_total, nchunks, cb,
+                         w->hp.adaptive ? GP_AUTO_ZSTD_LEVEL : w->level, w->group, info_p,
                          len_p);
     goto out;
 
 out_unlink:
     unlink(tmp);
 out:
+    if (pooled)
+        pool_end(w, j);
     if (fd >= 0)
         close(fd);
     graft_free(index);
@@ -880,7 +1251,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     graft_status_t st;
     if (config == NULL || writer_p == NULL || config->root == NULL || config->root[0] == '\0' ||
         ((config->compression_level < -50 || config->compression_level > ZSTD_maxCLevel()) &&
-         config->compression_level != GRAFT_PERSIST_LEVEL_DEFAULT) ||
+         config->compression_level != GRAFT_PERSIST_LEVEL_AUTO) ||
         config->threads > 64 ||
         (config->chunk_bytes != 0 &&
          (config->chunk_bytes < GP_MIN_CHUNK_BYTES || config->chunk_bytes > GP_MAX_CHUNK_BYTES)) ||
@@ -889,8 +1260,9 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     graft_persist_writer_t *w = graft__calloc(1, sizeof(*w));
     if (w == NULL)
         return GRAFT_ENOMEM;
-    w->level = config->compression_level == GRAFT_PERSIST_LEVEL_DEFAULT ? -1
-                                                                        : config->compression_level;
+    w->hp.adaptive = config->compression_level == GRAFT_PERSIST_LEVEL_AUTO;
+    w->hp.level = w->hp.adaptive ? GP_AUTO_ZSTD_LEVEL : config->compression_level;
+    w->level = w->hp.level;
     w->threads = config->threads ? config->threads : 2;
     w->chunk_bytes = config->chunk_bytes ? config->chunk_bytes : GP_DEFAULT_CHUNK_BYTES;
     w->max_pending = config->max_pending ? config->max_pending : 1;
@@ -899,8 +1271,8 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     w->root = graft__strdup(config->root);
     w->second_root = config->second_root ? graft__strdup(config->second_root) : NULL;
     w->code_revision = graft__strdup(config->code_revision ? config->code_revision : "");
-    w->slots = graft__calloc(2 * (size_t)w->threads, sizeof(*w->slots));
-    if (w->root == NULL || w->code_revision == NULL || w->slots == NULL ||
+    w->hp.h = graft__calloc(w->threads, sizeof(*w->hp.h));
+    if (w->root == NULL || w->code_revision == NULL || w->hp.h == NULL ||
         (config->second_root != NULL && w->second_root == NULL)) {
         st = GRAFT_ENOMEM;
         goto err;
@@ -911,11 +1283,20 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv_work, NULL);
     pthread_cond_init(&w->cv_done, NULL);
+    if (sem_init(&w->hp.done, 0, 0) != 0) {
+        GRAFT_ERROR(GP_MOD, "sem_init: %s", strerror(errno));
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv_work);
+        pthread_cond_destroy(&w->cv_done);
+        st = GRAFT_ESYS;
+        goto err;
+    }
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         GRAFT_ERROR(GP_MOD, "pthread_create: %s", strerror(errno));
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv_work);
         pthread_cond_destroy(&w->cv_done);
+        sem_destroy(&w->hp.done);
         st = GRAFT_ESYS;
         goto err;
     }
@@ -923,7 +1304,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     *writer_p = w;
     return GRAFT_OK;
 err:
-    graft_free(w->slots);
+    graft_free(w->hp.h);
     graft_free(w->root);
     graft_free(w->second_root);
     graft_free(w->code_revision);
@@ -941,9 +1322,20 @@ void graft_persist_writer_destroy(graft_persist_writer_t *w)
         pthread_cond_signal(&w->cv_work);
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->thread, NULL);
+        /* Helpers finish the chunk they are in (dropped by now), then stop. */
+        atomic_store(&w->hp.stop, true);
+        for (uint32_t t = 0; t < w->hp.started; t++)
+            sem_post(&w->hp.h[t].wake);
+        for (uint32_t t = 0; t < w->hp.started; t++) {
+            pthread_join(w->hp.h[t].tid, NULL);
+            sem_destroy(&w->hp.h[t].wake);
+        }
+        pool_reap(w);
+        assert(w->hp.orphans == NULL);
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv_work);
         pthread_cond_destroy(&w->cv_done);
+        sem_destroy(&w->hp.done);
     }
     while (w->shards) {
         gp_shard_rec_t *r = w->shards;
@@ -961,11 +1353,12 @@ void graft_persist_writer_destroy(graft_persist_writer_t *w)
         w->pool = s->next;
         staging_free(s);
     }
-    for (uint32_t t = 0; t < 2 * w->threads; t++) {
-        ZSTD_freeCCtx(w->slots[t].cctx);
-        graft_free(w->slots[t].out);
-    }
-    graft_free(w->slots);
+    for (uint32_t t = 0; t < w->threads; t++)
+        for (int k = 0; k < 2; k++)
+            graft_free(w->hp.h[t].slots[k].out);
+    graft_free(w->hp.h);
+    ZSTD_freeCCtx(w->cctx);
+    graft_free(w->own.out);
     graft_free(w->root);
     graft_free(w->second_root);
     graft_free(w->code_revision);

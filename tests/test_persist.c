@@ -63,7 +63,7 @@ static void test_round_trips(void **state)
     (void)state;
     char *root = pt_tmpdir();
     uint64_t rng = 12345;
-    static const int levels[] = {0, 1, 3, -1, GRAFT_PERSIST_LEVEL_DEFAULT, -5};
+    static const int levels[] = {0, 1, 3, -1, GRAFT_PERSIST_LEVEL_AUTO, -5};
     static const uint64_t chunks[] = {4096, 8192, 65536};
     uint64_t step = 1;
     for (int iter = 0; iter < 24; iter++) {
@@ -86,8 +86,12 @@ static void test_round_trips(void **state)
         graft_persist_write_result_t res;
         assert_int_equal(graft_persist_wait(w, s, &res), GRAFT_OK);
         assert_int_equal(res.raw_bytes, pt_layout_raw(lay));
-        if (cfg.compression_level != 0 && res.raw_bytes > 65536)
-            assert_true(res.stored_bytes < res.raw_bytes); /* patterned data compresses */
+        /* Patterned data compresses (AUTO may store any chunk: see
+         * test_auto_level). */
+        if (cfg.compression_level != 0 && cfg.compression_level != GRAFT_PERSIST_LEVEL_AUTO &&
+            res.raw_bytes > 65536)
+            assert_true(res.stored_bytes < res.raw_bytes);
+        assert_true(res.stored_bytes <= res.raw_bytes);
         if (cfg.compression_level == 0)
             assert_int_equal(res.stored_bytes, res.raw_bytes);
         assert_int_equal(graft_persist_wait(w, s, &res), GRAFT_ENOTFOUND);
@@ -643,6 +647,144 @@ static void test_full_disk(void **state)
     pt_rmtree(dir);
 }
 
+/* ------------------------------------------------------------ auto level --- */
+
+/* Chunks stored and chunks compressed in the shards of one checkpoint,
+ * read from the shard indexes. */
+static void codec_count(const char *root, uint64_t step, uint32_t ranks, int *stored_p,
+                        int *zstd_p)
+{
+    *stored_p = *zstd_p = 0;
+    for (uint32_t r = 0; r < ranks; r++) {
+        char name[64], why[256];
+        snprintf(name, sizeof(name), "shard-%u-of-%u", r, ranks);
+        char *path = pt_path(root, step, name);
+        graft__shard_t *sh;
+        assert_int_equal(graft__shard_open(path, &sh, why, sizeof(why)), GRAFT_OK);
+        for (uint64_t i = 0; i < sh->footer.chunk_count; i++) {
+            assert_true(sh->chunks[i].codec == GP_CODEC_STORED ||
+                        sh->chunks[i].codec == GP_CODEC_ZSTD);
+            *(sh->chunks[i].codec == GP_CODEC_ZSTD ? zstd_p : stored_p) += 1;
+        }
+        graft__shard_close(sh);
+        free(path);
+    }
+}
+
+/* One checkpoint of ~250 KB on 2 ranks in 16 KiB chunks (16 chunks) with
+ * the given level and test delays; it must full-verify and restore exactly
+ * onto 2 and 3 ranks, whatever mix of codecs it ended with. */
+static void auto_run(const char *root, uint64_t step, int level, int compress_delay_us,
+                     int write_delay_us, int *stored_p, int *zstd_p)
+{
+    pt_global_t *g = pt_global_new(step);
+    pt_layout_t *lay = pt_global_split(g, 2);
+    graft_persist_config_t cfg = {.root = root, .compression_level = level, .chunk_bytes = 16384,
+                                  .threads = 2};
+    graft_persist_writer_t *w;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    graft__persist_test_compress_delay_us = compress_delay_us;
+    graft__persist_test_write_delay_us = write_delay_us;
+    graft_persist_write_result_t res;
+    graft_status_t st = graft_persist_save(w, step, 2,
+                                           (const graft_persist_region_t *const *)lay->regions,
+                                           lay->nregions, NULL);
+    if (st == GRAFT_OK)
+        st = graft_persist_wait(w, step, &res);
+    graft_persist_writer_destroy(w);
+    graft__persist_test_compress_delay_us = 0;
+    graft__persist_test_write_delay_us = 0;
+    assert_int_equal(st, GRAFT_OK);
+    assert_int_equal(graft_persist_verify(root, step, GRAFT_PERSIST_VERIFY_FULL, NULL), GRAFT_OK);
+    restore_global(root, 2, step, g);
+    restore_global(root, 3, step, g);
+    codec_count(root, step, 2, stored_p, zstd_p);
+    assert_int_equal(*stored_p + *zstd_p, 16);
+    /* stored_bytes adds up to what the chunks took */
+    if (*zstd_p == 0)
+        assert_int_equal(res.stored_bytes, res.raw_bytes);
+    else
+        assert_true(res.stored_bytes < res.raw_bytes);
+    pt_layout_free(lay);
+    pt_global_free(g);
+}
+
+static void test_auto_level(void **state)
+{
+    (void)state;
+    assert_int_equal(GRAFT_PERSIST_LEVEL_DEFAULT, GRAFT_PERSIST_LEVEL_AUTO);
+    char *root = pt_tmpdir();
+    int stored, zstd;
+    /* As it comes on this machine: any mix. */
+    auto_run(root, 1, GRAFT_PERSIST_LEVEL_AUTO, 0, 0, &stored, &zstd);
+    print_message("# auto, as it comes: %d chunks stored, %d compressed\n", stored, zstd);
+    char *json = pt_read_file_str(root, 1, "manifest.json");
+    assert_non_null(strstr(json, "\"compression_level\": -1,"));
+    free(json);
+    /* A starved CPU (each chunk takes a helper 30 ms) beside a fast disk:
+     * the writer does not wait for compression, so (nearly) every chunk is
+     * stored. A writer that waited would have compressed all 16. */
+    auto_run(root, 2, GRAFT_PERSIST_LEVEL_AUTO, 30000, 0, &stored, &zstd);
+    print_message("# auto, slow CPU: %d chunks stored, %d compressed\n", stored, zstd);
+    assert_true(stored >= 8);
+    /* A fixed level under the same starved CPU waits: all compressed. */
+    auto_run(root, 3, -1, 30000, 0, &stored, &zstd);
+    assert_int_equal(zstd, 16);
+    /* A slow disk (20 ms per chunk) and idle helpers: compression keeps
+     * ahead of the disk, so (nearly) every chunk is compressed. */
+    auto_run(root, 4, GRAFT_PERSIST_LEVEL_AUTO, 0, 20000, &stored, &zstd);
+    print_message("# auto, slow disk: %d chunks stored, %d compressed\n", stored, zstd);
+    assert_true(zstd >= 8);
+    /* Big chunks, compressed in steps: the writer drops chunks a helper is
+     * half-way through (as it comes; the helper gives up within a step). */
+    pt_layout_t *lay = pt_layout_alloc(2, 1, true);
+    for (uint32_t r = 0; r < 2; r++) {
+        graft_persist_region_t *x = &lay->regions[r][0];
+        x->name = strdup("big");
+        x->kind = GRAFT_PERSIST_KIND_PARAM;
+        x->dtype = 1;
+        x->bytes = 6u << 20;
+        x->global_offset = r * x->bytes;
+        x->global_bytes = 2 * x->bytes;
+        x->ptr = malloc(x->bytes);
+        pt_fill(x->ptr, x->bytes, 50 + r);
+        lay->nregions[r] = 1;
+    }
+    graft_persist_config_t cfg = {.root = root, .compression_level = GRAFT_PERSIST_LEVEL_AUTO,
+                                  .chunk_bytes = 1u << 20};
+    graft_persist_writer_t *w;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    for (uint64_t s = 5; s <= 6; s++) {
+        assert_int_equal(graft_persist_save(w, s, 2,
+                                            (const graft_persist_region_t *const *)lay->regions,
+                                            lay->nregions, NULL),
+                         GRAFT_OK);
+        assert_int_equal(graft_persist_wait(w, s, NULL), GRAFT_OK);
+    }
+    graft_persist_writer_destroy(w);
+    for (uint64_t s = 5; s <= 6; s++) {
+        assert_int_equal(graft_persist_verify(root, s, GRAFT_PERSIST_VERIFY_FULL, NULL), GRAFT_OK);
+        pt_layout_t *back = pt_layout_clone_empty(lay);
+        for (uint32_t r = 0; r < 2; r++) {
+            graft_persist_restore_params_t p = {.rank = r, .ranks = 2, .regions = back->regions[r],
+                                                .nregions = 1, .step = s};
+            assert_int_equal(graft_persist_restore(root, &p, NULL), GRAFT_OK);
+        }
+        assert_true(pt_layout_equal(lay, back));
+        pt_layout_free(back);
+    }
+    pt_layout_free(lay);
+    /* Every kind of checkpoint lists as complete. */
+    graft_persist_entry_t *e;
+    size_t n;
+    assert_int_equal(graft_persist_list(root, &e, &n), GRAFT_OK);
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(e[i].state, GRAFT_PERSIST_COMPLETE);
+    graft_free(e);
+    pt_rmtree(root);
+}
+
 /* -------------------------------------------------------------- golden --- */
 
 #ifndef GRAFT_GOLDEN_DIR
@@ -944,6 +1086,7 @@ int main(void)
         cmocka_unit_test(test_retention_plan),
         cmocka_unit_test(test_retention_apply),
         cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_auto_level),
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_alloc_failures),
     };

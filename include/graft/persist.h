@@ -115,11 +115,30 @@ GRAFT_WUR graft_status_t graft_persist_split_even(uint64_t global_bytes, uint64_
 /* ------------------------------------------------------------------------ */
 
 /**
- * graft_persist_config_t::compression_level asking for the default: zstd's
- * fast level 1 (ZSTD level -1), which on two cores keeps up with a local
- * NVMe disk on training state (see docs/PERFORMANCE.md).
+ * graft_persist_config_t::compression_level asking for adaptive
+ * compression: the background write never waits for compression, so it
+ * runs at the disk's pace as with level 0, and chunks are compressed as far
+ * as spare CPU allows.
+ *
+ * The compression helpers (graft_persist_config_t::threads, at the lowest
+ * CPU priority, nice +19) compress chunks with zstd's fast level 1 (ZSTD
+ * level -1) ahead of the write position, while the background thread
+ * writes chunks in order at the disk's pace (writeback is paced with
+ * sync_file_range). Whenever the next chunk is not compressed yet when the
+ * disk could take it, it is written stored instead of being waited for
+ * (a helper half-way through it gives up); the helpers are then handed
+ * chunks further ahead. So on a fast disk with little spare CPU most chunks
+ * are stored, on a slow disk or with idle cores most are compressed, and
+ * which ones varies from run to run. Each chunk records its own codec, so
+ * readers need nothing special; the manifest records -1 as the compression
+ * level. graft_persist_writer_destroy() joins the helpers, which on a
+ * saturated machine may take a while. See docs/PERFORMANCE.md for
+ * measurements.
  */
-#define GRAFT_PERSIST_LEVEL_DEFAULT 1000
+#define GRAFT_PERSIST_LEVEL_AUTO 1000
+
+/** The default compression level: GRAFT_PERSIST_LEVEL_AUTO. */
+#define GRAFT_PERSIST_LEVEL_DEFAULT GRAFT_PERSIST_LEVEL_AUTO
 
 /** Retention policy; see graft_persist_retention_plan(). */
 typedef struct graft_persist_retention {
@@ -133,8 +152,13 @@ typedef struct graft_persist_config {
     const char *root;          /**< local root directory (created if absent); required */
     const char *second_root;   /**< optional second tier, copied and verified in the background */
     int compression_level;     /**< 0 = stored (no compression); 1..19 zstd levels; -50..-1 zstd fast
-                                    levels (faster, less compression); GRAFT_PERSIST_LEVEL_DEFAULT */
-    uint32_t threads;          /**< compression threads; 0 = 2 */
+                                    levels (faster, less compression): every chunk is compressed at
+                                    that level (the background thread waits for it) and stored only
+                                    where zstd does not shrink it; GRAFT_PERSIST_LEVEL_AUTO
+                                    (= GRAFT_PERSIST_LEVEL_DEFAULT): adaptive, see there. A zeroed
+                                    field means 0 (stored), not the default */
+    uint32_t threads;          /**< compression helper threads (started at the first shard
+                                    written with compression, kept until destroy); 0 = 2 */
     uint64_t chunk_bytes;      /**< raw bytes per chunk; 0 = 4 MiB; 4 KiB..256 MiB */
     uint32_t max_pending;      /**< checkpoints in flight before a save blocks; 0 = 1 */
     const char *code_revision; /**< the training code's revision, recorded in the manifest */
