@@ -8,6 +8,8 @@
 #include "graft_internal.h"
 #include "runtime_config.h"
 
+#include <graft/persist.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -16,13 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { FIELD_STRING, FIELD_UINT, FIELD_MODE } field_type_t;
+/* FIELD_LEVEL: a FIELD_UINT in [min, max] that also takes "auto"
+ * (GRAFT_PERSIST_LEVEL_AUTO, persist's adaptive compression). */
+typedef enum { FIELD_STRING, FIELD_UINT, FIELD_MODE, FIELD_LEVEL } field_type_t;
 
 typedef struct field {
     const char *name;
     field_type_t type;
     size_t offset;
-    uint64_t min, max; /* FIELD_UINT only */
+    uint64_t min, max; /* FIELD_UINT and FIELD_LEVEL only */
     const char *initial; /* text form of the default, NULL: unset */
 } field_t;
 
@@ -59,7 +63,8 @@ static const field_t fields[] = {
     UINT(stall_timeout_ms, 100, 3600000, "5000"),
     UINT(transfer_timeout_ms, 0, 86400000, "0"),
     UINT(fence_timeout_ms, 10, 3600000, "30000"),
-    UINT(persist_compression, 0, 19, "0"),
+    {"persist_compression", FIELD_LEVEL, offsetof(graft_config_t, persist_compression), 0, 19,
+     "auto"},
 };
 
 #undef STR
@@ -126,12 +131,14 @@ static graft_status_t parse_uint(const field_t *f, const char *value, uint64_t *
     while (isspace((unsigned char)*value))
         value++;
     if (*value == '-' || *value == '\0') {
-        error_set(error_p, "config: %s: '%s' is not a non-negative integer", f->name, value);
+        error_set(error_p, "config: %s: '%s' is not a non-negative integer%s", f->name, value,
+                  f->type == FIELD_LEVEL ? " or auto" : "");
         return GRAFT_EINVAL;
     }
     unsigned long long v = strtoull(value, &end, 10);
     if (errno != 0 || *end != '\0') {
-        error_set(error_p, "config: %s: '%s' is not a non-negative integer", f->name, value);
+        error_set(error_p, "config: %s: '%s' is not a non-negative integer%s", f->name, value,
+                  f->type == FIELD_LEVEL ? " or auto" : "");
         return GRAFT_EINVAL;
     }
     if (v < f->min || v > f->max) {
@@ -165,11 +172,14 @@ graft_status_t graft_config_set(graft_config_t *config, const char *name, const 
         *(char **)slot = copy;
         break;
     }
+    case FIELD_LEVEL:
     case FIELD_UINT: {
-        uint64_t v;
-        graft_status_t st = parse_uint(f, value, &v, error_p);
-        if (st != GRAFT_OK)
-            return st;
+        uint64_t v = GRAFT_PERSIST_LEVEL_AUTO;
+        if (f->type != FIELD_LEVEL || strcmp(value, "auto") != 0) {
+            graft_status_t st = parse_uint(f, value, &v, error_p);
+            if (st != GRAFT_OK)
+                return st;
+        }
         *(uint64_t *)slot = v;
         break;
     }
@@ -205,6 +215,11 @@ graft_status_t graft_config_get(const graft_config_t *config, const char *name, 
         text = (config->set_mask & (1ull << (size_t)(f - fields))) != 0 || f->initial != NULL
                    ? graft__asprintf("%" PRIu64, *(const uint64_t *)slot)
                    : graft__strdup("");
+        break;
+    case FIELD_LEVEL:
+        text = *(const uint64_t *)slot == GRAFT_PERSIST_LEVEL_AUTO
+                   ? graft__strdup("auto")
+                   : graft__asprintf("%" PRIu64, *(const uint64_t *)slot);
         break;
     case FIELD_MODE:
         text = graft__strdup(config->mode == GRAFT_MODE_ELASTIC ? "elastic" : "strict");

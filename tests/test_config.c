@@ -83,7 +83,23 @@ static void test_bad_values_name_the_field(void **state)
     assert_int_equal(graft_config_set(c, "fence_timeout_ms", "0", &err), GRAFT_EINVAL);
     assert_non_null(strstr(err, "fence_timeout_ms"));
     graft_free(err);
+    assert_int_equal(graft_config_set(c, "persist_compression", "fast", &err), GRAFT_EINVAL);
+    assert_non_null(strstr(err, "or auto"));
+    graft_free(err);
     char *v = NULL;
+    /* The compression level defaults to persist's adaptive level, and takes
+     * a zstd level or "auto" back. */
+    assert_int_equal(graft_config_get(c, "persist_compression", &v), GRAFT_OK);
+    assert_string_equal(v, "auto");
+    graft_free(v);
+    assert_int_equal(graft_config_set(c, "persist_compression", "3", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_get(c, "persist_compression", &v), GRAFT_OK);
+    assert_string_equal(v, "3");
+    graft_free(v);
+    assert_int_equal(graft_config_set(c, "persist_compression", "auto", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_get(c, "persist_compression", &v), GRAFT_OK);
+    assert_string_equal(v, "auto");
+    graft_free(v);
     assert_int_equal(graft_config_get(c, "quorum_timeout_ms", &v), GRAFT_OK);
     assert_string_equal(v, "300000");
     graft_free(v);

@@ -108,7 +108,7 @@ extern "C" {
  * | stall_timeout_ms    | GRAFT_STALL_TIMEOUT_MS    | 5000 (donor stall)      |
  * | transfer_timeout_ms | GRAFT_TRANSFER_TIMEOUT_MS | 0 (no limit)            |
  * | fence_timeout_ms    | GRAFT_FENCE_TIMEOUT_MS    | 30000                   |
- * | persist_compression | GRAFT_PERSIST_COMPRESSION | 0 (stored), zstd 1..19  |
+ * | persist_compression | GRAFT_PERSIST_COMPRESSION | auto (adaptive), 0 (stored), zstd 1..19 |
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].
