@@ -64,6 +64,10 @@ for prog in "$@"; do
     if [ "$status" != ok ]; then
         failures="$failures $name"
         echo "---- output of $name ----"
+        # Each failed test with the lines cmocka printed before it (the
+        # assertion), then the end of the log.
+        grep -v -E '^not ok .*# (SKIP|skip)' "$log" | grep -B 12 -E '^not ok ' | head -n 200
+        echo "---- last lines of $name ----"
         tail -n 80 "$log"
         echo "---- end of $name ----"
     fi
