@@ -823,6 +823,15 @@ static void test_recipient_killed(void **state)
     graft_transfer_report_t rep;
     int ws = 0;
 
+    /* With one-sided gets UCX 1.13 serves the reads by emulation in the
+     * donor's progress thread, and a recipient that vanishes with reads
+     * queued can abort the donor ("ucp_get_req_handler: Fatal"; see
+     * graft_transfer_read_t and docs/TRANSFER.md). That is why push is the
+     * default; only push promises a donor that outlives its recipient. */
+    if (g_read != GRAFT_TRANSFER_READ_PUSH) {
+        skip();
+        return;
+    }
     donor_spawn(&o, &d);
     addrs[0] = d.addr;
     pid_t child = fork();
