@@ -1219,6 +1219,7 @@ typedef struct pull pull_t;
 typedef struct pdonor {
     pull_t *pull;
     uint32_t index;
+    ucp_worker_h worker; /* this donor's alone: see ucx_pull */
     ucp_ep_h uep;
     int state;
     bool final;
@@ -1255,7 +1256,6 @@ struct pull {
     graft_transfer_endpoint_t *ep;
     const graft_transfer_pull_options_t *o;
     graft_transfer_report_t *rep;
-    ucp_worker_h worker;
     uint64_t nonce;
     size_t n_donors;
     pdonor_t donors[GRAFT_TRANSFER_MAX_DONORS];
@@ -1723,7 +1723,8 @@ static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void
 static ucs_status_t recip_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                 size_t length, const ucp_am_recv_param_t *param)
 {
-    pull_t *p = arg;
+    pdonor_t *d = arg;
+    pull_t *p = d->pull;
     ucx_msg_t *m;
     bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
 
@@ -1754,7 +1755,7 @@ static ucs_status_t recip_am_cb(void *arg, const void *header, size_t header_len
     prm.cb.recv_am = rndv_recv_cb;
     prm.user_data = m;
     m->reply_ep = (ucp_ep_h)(void *)p;
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(p->worker, data, m->data, length, &prm);
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(d->worker, data, m->data, length, &prm);
     if (req == NULL) {
         m->reply_ep = NULL;
         msgq_push(&p->msgs, m);
@@ -1783,7 +1784,8 @@ static void push_recv_cb(void *request, ucs_status_t status, size_t length, void
 static ucs_status_t recip_chunk_cb(void *arg, const void *header, size_t header_length,
                                    void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    pull_t *p = arg;
+    pdonor_t *d = arg;
+    pull_t *p = d->pull;
     bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     chunk_hdr_t h;
     pslot_t *s;
@@ -1791,7 +1793,7 @@ static ucs_status_t recip_chunk_cb(void *arg, const void *header, size_t header_
     if (header_length != sizeof(h))
         goto drop;
     memcpy(&h, header, sizeof(h));
-    if ((h.echo >> 8) != p->nonce || (h.echo & 0xff) >= p->n_donors || h.tag >= p->n_slots)
+    if ((h.echo >> 8) != p->nonce || (h.echo & 0xff) != d->index || h.tag >= p->n_slots)
         goto drop;
     s = &p->slots[h.tag];
     /* A dropped donor that is draining still delivers into its own slots:
@@ -1820,7 +1822,7 @@ static ucs_status_t recip_chunk_cb(void *arg, const void *header, size_t header_
     prm.user_data = s;
     prm.memh = r->memh;
     s->recv_started = true;
-    ucs_status_ptr_t req = ucp_am_recv_data_nbx(p->worker, data, dst, length, &prm);
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(d->worker, data, dst, length, &prm);
     if (req == NULL) {
         s->st = UCS_OK;
         s->done = true;
@@ -1854,7 +1856,7 @@ static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
     prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     prm.err_handler.cb = recip_err_cb;
     prm.err_handler.arg = d;
-    st = ucp_ep_create(p->worker, &prm, &d->uep);
+    st = ucp_ep_create(d->worker, &prm, &d->uep);
     if (st != UCS_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "connecting to %s: %s", p->o->donors[d->index],
                    ucs_status_string(st));
@@ -2003,6 +2005,17 @@ static void issue_gets(pull_t *p)
     }
 }
 
+/* Progresses every donor's worker, each a bounded number of times so that
+ * a busy one cannot starve the others. */
+static void pull_progress(pull_t *p)
+{
+    for (size_t i = 0; i < p->n_donors; i++) {
+        ucp_worker_h w = p->donors[i].worker;
+        for (unsigned n = 0; w != NULL && n < 64 && ucp_worker_progress(w) != 0; n++) {
+        }
+    }
+}
+
 /* Returns true when the pull is finished (status says how). */
 static bool pull_check(pull_t *p, uint64_t start_ns)
 {
@@ -2083,7 +2096,7 @@ static void pull_teardown(pull_t *p)
     deadline = graft__now_ns() + TEARDOWN_NS;
     for (;;) {
         bool busy = false;
-        ucp_worker_progress(p->worker);
+        pull_progress(p);
         for (size_t i = 0; i < p->n_slots; i++)
             busy = busy || (p->slots[i].busy && !p->slots[i].done);
         if (!busy || graft__now_ns() > deadline)
@@ -2098,7 +2111,7 @@ static void pull_teardown(pull_t *p)
     deadline = graft__now_ns() + TEARDOWN_NS;
     for (;;) {
         bool busy = false;
-        ucp_worker_progress(p->worker);
+        pull_progress(p);
         for (size_t i = 0; i < p->n_slots; i++)
             busy = busy || (p->slots[i].busy && !p->slots[i].done);
         for (size_t i = 0; i < p->n_donors; i++) {
@@ -2200,19 +2213,26 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
     status = pull_alloc(&p);
     if (status != GRAFT_OK)
         goto out_free;
-    status = worker_create(t->ctx, &p.worker);
-    if (status != GRAFT_OK)
-        goto out_free;
-    status = set_am_handler(p.worker, GRAFT__XFER_AM_MANIFEST, recip_am_cb, &p);
-    if (status == GRAFT_OK)
-        status = set_am_handler(p.worker, GRAFT__XFER_AM_CHUNK_DATA, recip_chunk_cb, &p);
-    if (status != GRAFT_OK)
-        goto out_worker;
-
+    /* One worker per donor. Over shared memory all senders to a worker
+     * write into its one receive FIFO, and a sender killed in the middle of
+     * a write leaves an element that is never completed: every message
+     * behind it, from every other donor, would wait forever. With a worker
+     * each, a dying donor can only block its own connection. */
     for (size_t i = 0; i < p.n_donors; i++) {
         pdonor_t *d = &p.donors[i];
         d->pull = &p;
         d->index = (uint32_t)i;
+        status = worker_create(t->ctx, &d->worker);
+        if (status == GRAFT_OK)
+            status = set_am_handler(d->worker, GRAFT__XFER_AM_MANIFEST, recip_am_cb, d);
+        if (status == GRAFT_OK)
+            status = set_am_handler(d->worker, GRAFT__XFER_AM_CHUNK_DATA, recip_chunk_cb, d);
+        if (status != GRAFT_OK)
+            goto out_workers;
+    }
+
+    for (size_t i = 0; i < p.n_donors; i++) {
+        pdonor_t *d = &p.donors[i];
         d->state = D_CONNECTING;
         d->connect_deadline = start + (uint64_t)p.connect_ms * 1000000ull;
         rep->donors[i].status = GRAFT_OK;
@@ -2225,9 +2245,7 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
 
     while (!pull_check(&p, start)) {
         ucx_msg_t *m;
-        unsigned n = 0;
-        while (ucp_worker_progress(p.worker) != 0 && n++ < 64) {
-        }
+        pull_progress(&p);
         while ((m = msgq_pop(&p.msgs)) != NULL) {
             handle_manifest(&p, m);
             graft_free(m);
@@ -2259,8 +2277,11 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
         GRAFT_INFO(GRAFT__XFER_MOD, "pulled %llu bytes from %zu donors in %.3f s",
                    (unsigned long long)ep->total_bytes, p.n_donors, rep->elapsed_ns / 1e9);
 
-out_worker:
-    ucp_worker_destroy(p.worker);
+out_workers:
+    for (size_t i = 0; i < p.n_donors; i++) {
+        if (p.donors[i].worker != NULL)
+            ucp_worker_destroy(p.donors[i].worker);
+    }
 out_free:
     pull_free(&p);
     return status;
