@@ -159,6 +159,27 @@ static int sim_grow(void **arr, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
+/* SIGINT, SIGTERM and SIGHUP stop a run at its next tick; it then cleans
+ * up like any other end (trainers, etcd, namespaces, temp directories) and
+ * exits 128 + the signal. */
+static volatile sig_atomic_t sim_stop_signal;
+
+static void sim_on_stop_signal(int sig)
+{
+    sim_stop_signal = sig;
+}
+
+static void sim_catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = sim_on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static void sim_fail(sim_run_t *r, const char *fmt, ...) GRAFT_PRINTF(2, 3);
 static void sim_fail(sim_run_t *r, const char *fmt, ...)
 {
@@ -1095,6 +1116,10 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     uint64_t timeout_ns = (uint64_t)(tmo != NULL ? atoi(tmo) : 600) * 1000000000ull;
     uint64_t first_done_ns = 0;
     for (;;) {
+        if (sim_stop_signal != 0) {
+            sim_fail(&r, "stopped by %s", strsignal(sim_stop_signal));
+            break;
+        }
         st = graft_sim_sup_poll(r.sup);
         if (st != GRAFT_OK) {
             sim_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
@@ -1306,6 +1331,9 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
         }
         int ws = 0;
         while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+            if (sim_stop_signal != 0) {
+                kill(pid, SIGKILL);
+            }
         }
         if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
             fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n", k);
@@ -1413,6 +1441,8 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     graft_sim_result_t res;
     memset(&res, 0, sizeof(res));
     signal(SIGPIPE, SIG_IGN);
+    sim_stop_signal = 0;
+    sim_catch_stop_signals();
 
     if (o.netns && o.etcd_url != NULL) {
         /* The trainers in their namespaces must reach etcd: the embedded
@@ -1498,6 +1528,9 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
             }
             goto out;
         }
+        /* The namespaces' own handlers tore them down during the build;
+         * from here the run's cleanup does. */
+        sim_catch_stop_signals();
         eopts.binary = graft_sim_netns_etcd(sim_net);
         printf("graft-sim run: --netns: %d groups in namespaces gsim%d-1..%d, links %s, hub %s\n",
                o.groups, (int)getpid(), o.groups, rate != NULL && rate[0] ? rate : "1gbit",
@@ -1578,5 +1611,10 @@ out:
     free(err);
     free(ref);
     free(plot);
+    if (sim_stop_signal != 0) {
+        fprintf(stderr, "graft-sim run: stopped by %s; trainers, etcd and temporary "
+                        "directories were cleaned up\n", strsignal(sim_stop_signal));
+        rc = 128 + sim_stop_signal;
+    }
     return rc;
 }

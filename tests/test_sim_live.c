@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -806,6 +807,102 @@ static void test_netns_partition_bit_exact(void **state)
     json_decref(j);
 }
 
+/* Entries of @dir whose name starts with @prefix (all with ""). */
+static int count_entries(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Processes (other than this one) whose command line mentions @needle. */
+static int count_processes_with(const char *needle)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL) {
+        char path[300], buf[4096];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || atol(e->d_name) == (long)getpid())
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        for (ssize_t i = 0; i < len; i++)
+            buf[i] = buf[i] == '\0' ? ' ' : buf[i];
+        buf[len] = '\0';
+        n += strstr(buf, needle) != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+ * SIGTERM in the middle of a run: graft-sim stops its trainers and its
+ * embedded etcd, removes every temporary directory it made, and exits
+ * 128 + SIGTERM.
+ */
+static void test_live_sigterm_cleans_up(void **state)
+{
+    (void)state;
+    char dir[PATH_MAX + 16], tmp_env[PATH_MAX + 32], cache[PATH_MAX + 32],
+        trainer_env[PATH_MAX + 96];
+    snprintf(dir, sizeof(dir), "%s/sigterm", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(tmp_env, sizeof(tmp_env), "TMPDIR=%s", dir);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        putenv(tmp_env);
+        putenv(cache);
+        putenv(trainer_env);
+        execl(sim_bin, sim_bin, "run", "--groups", "2", "--ranks", "1", "--steps", "100000",
+              "--mode", "elastic", (char *)NULL);
+        _exit(127);
+    }
+    /* Running: etcd's and the run's directories exist, trainers started. */
+    for (int i = 0; i < 400 && (count_entries(dir, "graft-sim-run-") == 0 ||
+                                count_processes_with(dir) < 3); i++)
+        usleep(25000);
+    assert_int_equal(count_entries(dir, "graft-sim-run-"), 1);
+    assert_int_equal(count_entries(dir, "graft-etcd-"), 1);
+    assert_true(count_processes_with(dir) >= 3); /* etcd and 2 trainers */
+    usleep(500000);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int ws = 0, waited = 0;
+    pid_t got = 0;
+    for (; waited < 600 && (got = waitpid(pid, &ws, WNOHANG)) == 0; waited++)
+        usleep(50000);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &ws, 0);
+        fail_msg("graft-sim did not stop within 30 s of SIGTERM");
+    }
+    assert_true(WIFEXITED(ws));
+    assert_int_equal(WEXITSTATUS(ws), 128 + SIGTERM);
+    assert_int_equal(count_entries(dir, ""), 0);
+    assert_int_equal(count_processes_with(dir), 0);
+}
+
 /* ---------------------------------------------------------------- main --- */
 
 static int setup(void **state)
@@ -848,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_live_broken_heal_fails),
         cmocka_unit_test(test_live_elastic_consistent),
         cmocka_unit_test(test_live_fifty_failures_bit_exact),
+        cmocka_unit_test(test_live_sigterm_cleans_up),
         cmocka_unit_test(test_netns_teardown),
         cmocka_unit_test(test_netns_partition_bit_exact),
     };
