@@ -572,6 +572,10 @@ int main(int argc, char **argv)
             }
         }
     }
+    /* The last checkpoint's background part counts in the metrics. */
+    st = graft_checkpoint_wait(rt);
+    if (st != GRAFT_OK)
+        fprintf(stderr, "train_mlp: the last checkpoint failed: %s\n", graft_status_string(st));
     graft_metrics_t m;
     graft_metrics_get(rt, &m);
     graft_start_kind_t k = graft_start_kind(rt);

@@ -366,6 +366,14 @@ graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quor
     return ckpt_start(rt, q->step, write, commit, false);
 }
 
+graft_status_t graft_checkpoint_wait(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    graft__rt_persist_join(rt);
+    return rt->ckpt_status;
+}
+
 graft_status_t graft_checkpoint_now(graft_runtime_t *rt)
 {
     if (rt == NULL)

@@ -40,8 +40,8 @@
  *
  * Thread safety: a ::graft_config_t is not locked; fill it from one thread.
  * A ::graft_runtime_t belongs to the training thread: graft_region_register,
- * graft_quorum, graft_heal_wait, graft_commit and graft_checkpoint_now must
- * be called from one thread at a time. graft_metrics_get, graft_step,
+ * graft_quorum, graft_heal_wait, graft_commit, graft_checkpoint_now and
+ * graft_checkpoint_wait must be called from one thread at a time. graft_metrics_get, graft_step,
  * graft_quorum_id, graft_replica_rank, graft_replica_world and
  * graft_start_kind may be called from any thread. Event callbacks run on the
  * training thread or on the runtime's checkpoint thread, one at a time; they
@@ -444,6 +444,18 @@ void graft_fingerprint_set(graft_runtime_t *rt, graft_fingerprint_fn fn, void *a
  *         not arrive); the writer's error (GRAFT_ENOSPC, GRAFT_EIO, ...).
  */
 GRAFT_WUR graft_status_t graft_checkpoint_now(graft_runtime_t *rt);
+
+/**
+ * @brief Wait until the background part of the last persistent checkpoint
+ *        (its shard durable and published, the manifest committed when this
+ *        rank writes it) has ended. graft_destroy() waits too; a trainer
+ *        that reads its metrics before graft_destroy() calls this first so
+ *        that the last checkpoint is counted.
+ * @param [in] rt  the runtime.
+ * @return the status of the last checkpoint's background part (GRAFT_OK
+ *         when none was started); GRAFT_EINVAL (NULL).
+ */
+GRAFT_WUR graft_status_t graft_checkpoint_wait(graft_runtime_t *rt);
 
 /* ------------------------------------------------------------------------ */
 /* Observability                                                            */
