@@ -67,7 +67,8 @@ static graft_status_t config_copy(const graft_config_t *src, graft_config_t **ds
     *c = *src;
     char **slots[] = {&c->job,       &c->etcd_endpoints, &c->etcd_user, &c->etcd_password,
                       &c->etcd_ca,   &c->etcd_cert,      &c->etcd_key,  &c->transfer_address,
-                      &c->job_token, &c->persist_root,   &c->persist_second_root};
+                      &c->transfer_advertise, &c->job_token, &c->persist_root,
+                      &c->persist_second_root};
     const char *vals[GRAFT_ARRAY_SIZE(slots)];
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(slots); i++) {
         vals[i] = *slots[i];
@@ -89,35 +90,28 @@ fail:
     return st;
 }
 
+/* The transfer endpoint parses the address forms itself (IPv4 or interface
+ * name, optional ":port", an interface alias such as "eth0:1" as a name). */
 static graft_status_t endpoint_open(graft_runtime_t *rt)
 {
     const char *addr = rt->cfg->transfer_address;
-    char host[64] = "127.0.0.1";
-    unsigned port = 0;
-    const char *colon = strrchr(addr, ':');
-    if (colon != NULL) {
-        size_t hl = (size_t)(colon - addr);
-        char *end = NULL;
-        unsigned long p = strtoul(colon + 1, &end, 10);
-        if (hl == 0 || hl >= sizeof(host) || end == colon + 1 || *end != '\0' || p > 65535) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "config: transfer_address: '%s' is not ip:port", addr);
-            return GRAFT_EINVAL;
-        }
-        memcpy(host, addr, hl);
-        host[hl] = '\0';
-        port = (unsigned)p;
-    } else if (addr[0] != '\0') {
-        snprintf(host, sizeof(host), "%s", addr);
-    }
+    const char *adv = rt->cfg->transfer_advertise;
     graft_transfer_config_t tc = {
-        .listen_address = host,
-        .port = (uint16_t)port,
+        .listen_address = addr[0] != '\0' ? addr : "127.0.0.1",
+        .advertise_address = adv != NULL && adv[0] != '\0' ? adv : NULL,
         .job_token = rt->cfg->job_token != NULL ? rt->cfg->job_token : rt->cfg->job,
         .group = rt->group,
         .rank = rt->rank,
         .chunk_bytes = rt->cfg->transfer_chunk_bytes,
     };
-    return graft_transfer_endpoint_create(&tc, &rt->ep);
+    graft_status_t st = graft_transfer_endpoint_create(&tc, &rt->ep);
+    if (st == GRAFT_EINVAL)
+        GRAFT_ERROR(GRAFT_RT_MOD, "config: transfer_address '%s'%s%s%s: not usable (an IPv4 "
+                    "address or interface name, optionally with :port; the wildcard needs "
+                    "transfer_advertise)", addr, tc.advertise_address ? ", transfer_advertise '" : "",
+                    tc.advertise_address ? tc.advertise_address : "",
+                    tc.advertise_address ? "'" : "");
+    return st;
 }
 
 graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)

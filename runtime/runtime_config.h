@@ -26,6 +26,7 @@ struct graft_config {
     uint64_t lease_ttl_ms;
     uint64_t join_timeout_ms;
     char *transfer_address;
+    char *transfer_advertise;
     uint64_t transfer_chunk_bytes;
     char *job_token;
     char *persist_root;

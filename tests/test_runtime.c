@@ -536,6 +536,75 @@ static void test_api_misuse(void **state)
     (void)state;
 }
 
+/* Initialises a one-group runtime listening on @addr (advertising @adv when
+ * not NULL); with GRAFT_OK, takes one step and returns in @published the
+ * transfer address of its member record in etcd. */
+static graft_status_t init_with_address(const char *job, const char *addr, const char *adv,
+                                        char *published, size_t len)
+{
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    uint64_t w = 7;
+    graft_step_info_t info;
+    bool apply = false;
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+                                      NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "transfer_address", addr, NULL), GRAFT_OK);
+    if (adv != NULL)
+        assert_int_equal(graft_config_set(c, "transfer_advertise", adv, NULL), GRAFT_OK);
+    graft_status_t st = graft_init(c, &rt);
+    graft_config_destroy(c);
+    if (st != GRAFT_OK)
+        return st;
+    graft_region_t reg = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, &w, sizeof(w), 0, 0};
+    assert_int_equal(graft_region_register(rt, &reg), GRAFT_OK);
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+    assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+    char key[128];
+    graft_etcd_kv_t kv;
+    snprintf(key, sizeof(key), "/graft/%s/members/0/0", job);
+    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    Graft__MemberRecord *rec =
+        graft__member_record__unpack(NULL, kv.value_len, (const uint8_t *)kv.value);
+    graft_etcd_kv_clear(&kv);
+    assert_non_null(rec);
+    snprintf(published, len, "%s", rec->transfer_address);
+    graft__member_record__free_unpacked(rec, NULL);
+    graft_destroy(rt);
+    return GRAFT_OK;
+}
+
+/* transfer_address takes what the transfer endpoint takes (an interface
+ * name, with or without a port; the wildcard with transfer_advertise), and
+ * the member record publishes a reachable ip:port. */
+static void test_transfer_address_forms(void **state)
+{
+    (void)state;
+    char pub[64];
+    unsigned port = 0;
+    assert_int_equal(init_with_address("addr-lo", "lo", NULL, pub, sizeof(pub)), GRAFT_OK);
+    assert_int_equal(sscanf(pub, "127.0.0.1:%u", &port), 1);
+    assert_true(port > 0);
+    assert_int_equal(init_with_address("addr-any", "0.0.0.0:0", "lo", pub, sizeof(pub)),
+                     GRAFT_OK);
+    assert_int_equal(sscanf(pub, "127.0.0.1:%u", &port), 1);
+    assert_true(port > 0);
+    assert_int_equal(init_with_address("addr-ip", "127.0.0.1", NULL, pub, sizeof(pub)), GRAFT_OK);
+    assert_int_equal(sscanf(pub, "127.0.0.1:%u", &port), 1);
+    /* Refused, naming the field: the wildcard alone, a name that is no
+     * interface, a bad port. */
+    assert_int_equal(init_with_address("addr-bad", "0.0.0.0:0", NULL, pub, sizeof(pub)),
+                     GRAFT_EINVAL);
+    assert_int_equal(init_with_address("addr-bad", "no-such-if0", NULL, pub, sizeof(pub)),
+                     GRAFT_EINVAL);
+    assert_int_equal(init_with_address("addr-bad", "127.0.0.1:99999", NULL, pub, sizeof(pub)),
+                     GRAFT_EINVAL);
+}
+
 /* Fail each allocation of graft_init() + graft_region_register() in turn:
  * a clean error every time, no crash, no leak (under SAN=1). */
 
@@ -1367,6 +1436,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_config_names_field),
         cmocka_unit_test(test_api_misuse),
+        cmocka_unit_test(test_transfer_address_forms),
         cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_quorum_blob),
         cmocka_unit_test(test_skip_region_switch),

@@ -96,6 +96,7 @@ extern "C" {
  * | lease_ttl_ms        | GRAFT_LEASE_TTL_MS        | 3000                    |
  * | join_timeout_ms     | GRAFT_JOIN_TIMEOUT_MS     | 10000                   |
  * | transfer_address    | GRAFT_TRANSFER_ADDRESS    | 127.0.0.1:0             |
+ * | transfer_advertise  | GRAFT_TRANSFER_ADVERTISE  | (the listening address) |
  * | transfer_chunk_bytes| GRAFT_TRANSFER_CHUNK_BYTES| 4194304                 |
  * | job_token           | GRAFT_JOB_TOKEN           | (the job name)          |
  * | persist_root        | GRAFT_PERSIST_ROOT        | (none: no disk tier)    |
@@ -109,6 +110,13 @@ extern "C" {
  * | transfer_timeout_ms | GRAFT_TRANSFER_TIMEOUT_MS | 0 (no limit)            |
  * | fence_timeout_ms    | GRAFT_FENCE_TIMEOUT_MS    | 30000                   |
  * | persist_compression | GRAFT_PERSIST_COMPRESSION | auto (adaptive), 0 (stored), zstd 1..19 |
+ *
+ * transfer_address is where the transfer endpoint listens: an IPv4 address
+ * or an interface name (its first IPv4 address), optionally with ":port"
+ * (0 or none: the system picks); a whole string that names an interface,
+ * such as the alias "eth0:1", is a name. transfer_advertise is the address
+ * (IPv4 or interface name, no port) published to peers instead; listening
+ * on 0.0.0.0 needs it.
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].
