@@ -92,6 +92,10 @@ graft_status_t graft_etcd_create(const graft_etcd_config_t *config, graft_etcd_t
     else
         etcd->max_retries = config->max_retries ? config->max_retries : 3;
     etcd->retry_backoff_ms = config->retry_backoff_ms ? config->retry_backoff_ms : 50;
+    if (config->watch_idle_ms == GRAFT_ETCD_WATCH_NO_IDLE)
+        etcd->watch_idle_ms = 0;
+    else
+        etcd->watch_idle_ms = config->watch_idle_ms ? config->watch_idle_ms : 10000;
     etcd->username = dup_opt(config->username, &failed);
     etcd->password = dup_opt(config->password, &failed);
     etcd->ca_file = dup_opt(config->ca_file, &failed);

@@ -29,6 +29,7 @@ struct graft_etcd {
     char **endpoints;
     size_t n_endpoints;
     uint32_t request_timeout_ms;
+    uint32_t watch_idle_ms; /* 0: never */
     uint32_t connect_timeout_ms;
     uint32_t max_retries;
     uint32_t retry_backoff_ms;

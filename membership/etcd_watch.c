@@ -44,6 +44,7 @@ struct graft_etcd_watch {
     graft_status_t last_err;   /* why the last attempt to connect failed */
     uint64_t reconnect_at_ns;
     uint32_t backoff_ms;
+    uint64_t last_data_ns; /* when the current stream last delivered bytes */
 
     graft_etcd_event_t *queue;
     size_t n_queue;
@@ -126,6 +127,7 @@ static size_t stream_write(char *ptr, size_t size, size_t nmemb, void *arg)
     graft_etcd_watch_t *w = arg;
     size_t n = size * nmemb;
     size_t start = w->line.len;
+    w->last_data_ns = graft__now_ns();
     if (graft__buf_append(&w->line, ptr, n) != GRAFT_OK) {
         w->stream_err = GRAFT_ENOMEM;
         return 0;
@@ -238,6 +240,7 @@ static graft_status_t connect_stream(graft_etcd_watch_t *w)
     curl_easy_setopt(w->easy, CURLOPT_WRITEDATA, w);
     if (curl_multi_add_handle(w->multi, w->easy) != CURLM_OK)
         goto err_conn;
+    w->last_data_ns = graft__now_ns();
     GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd watch %s: streaming from %s at revision %lld", w->prefix,
                 w->url, (long long)w->next_rev);
     graft_free(auth);
@@ -253,6 +256,8 @@ err_conn:
 out:
     return st;
 }
+
+static void next_endpoint(graft_etcd_watch_t *w);
 
 /* The stream ended: decide when and where to reconnect. */
 static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
@@ -286,6 +291,13 @@ static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
                                  : graft__etcd_curl_status(rc);
     GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd watch %s: %s: %s (HTTP %ld)", w->prefix,
                 w->etcd->endpoints[w->endpoint], curl_easy_strerror(rc), code);
+    next_endpoint(w);
+}
+
+/* After a failed attempt: the next endpoint, at once, or after a backoff
+ * once every endpoint failed in this round. */
+static void next_endpoint(graft_etcd_watch_t *w)
+{
     w->endpoint = (w->endpoint + 1) % w->etcd->n_endpoints;
     if (w->endpoint == w->first_endpoint) {
         /* Every endpoint failed once: back off before the next round. */
@@ -295,6 +307,28 @@ static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
     } else {
         w->reconnect_at_ns = 0;
     }
+}
+
+/* A stream that says nothing is cut. Before it confirmed the watch, after
+ * the request timeout: a failed attempt, the next endpoint is tried. After,
+ * once quiet for watch_idle_ms: re-opened at once from the revision owed. */
+static void stream_check_idle(graft_etcd_watch_t *w, uint64_t now)
+{
+    uint32_t limit_ms = w->created ? w->etcd->watch_idle_ms : w->etcd->request_timeout_ms;
+    if (w->easy == NULL || limit_ms == 0 || now - w->last_data_ns < (uint64_t)limit_ms * 1000000ull)
+        return;
+    if (w->created) {
+        GRAFT_INFO(GRAFT_ETCD_LOG, "etcd watch %s: nothing for %u ms; re-opening from revision "
+                   "%lld", w->prefix, limit_ms, (long long)w->next_rev);
+        disconnect(w);
+        w->reconnect_at_ns = 0;
+        return;
+    }
+    GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd watch %s: %s did not confirm the watch within %u ms",
+                w->prefix, w->etcd->endpoints[w->endpoint], limit_ms);
+    disconnect(w);
+    w->last_err = GRAFT_EETCD_TIMEOUT;
+    next_endpoint(w);
 }
 
 /* Move the stream forward for at most wait_ms. */
@@ -333,6 +367,9 @@ static graft_status_t pump(graft_etcd_watch_t *w, uint64_t deadline_ns)
     if (w->n_queue > 0 || w->stream_err != GRAFT_OK || w->compacted)
         return GRAFT_OK;
     now = graft__now_ns();
+    stream_check_idle(w, now);
+    if (w->easy == NULL)
+        return GRAFT_OK;
     if (now >= deadline_ns)
         return GRAFT_OK;
     /* Wake at least every 100 ms so a deadline is never overshot by much. */

@@ -38,6 +38,8 @@ typedef enum {
     FAKE_GARBAGE_LINES,  /* watch created, then a garbage line */
     FAKE_INT_STRINGS,    /* valid range answer with odd int64 encodings */
     FAKE_WATCH_SCRIPT,   /* a watch stream from `script`, in chunks of `split` bytes */
+    FAKE_WATCH_QUIET,    /* per watch: created, one event, then silence until hung up */
+    FAKE_WATCH_FROZEN,   /* a watch created at revision 1, then a frozen member */
 } fake_mode_t;
 
 typedef struct fake {
@@ -49,6 +51,7 @@ typedef struct fake {
     fake_mode_t mode;
     const char *script; /* FAKE_WATCH_SCRIPT: the whole response body */
     size_t split;       /* bytes per chunk (and per send); 0: all in one */
+    char bodies[4][512]; /* the first requests' bodies */
 } fake_t;
 
 static void send_all(int fd, const char *s, size_t n)
@@ -89,8 +92,12 @@ static int read_request(fake_t *f, int fd)
             continue;
         char *cl = strcasestr(buf, "Content-Length:");
         size_t want = cl ? strtoul(cl + 15, NULL, 10) : 0;
-        if (len - (size_t)(end + 4 - buf) >= want)
+        if (len - (size_t)(end + 4 - buf) >= want) {
+            int k = atomic_load(&f->requests);
+            if (k < 4)
+                snprintf(f->bodies[k], sizeof(f->bodies[k]), "%s", end + 4);
             return 0;
+        }
         if (len >= sizeof(buf) - 1)
             return 0; /* big body: good enough for these tests */
     }
@@ -154,6 +161,47 @@ static void watch_script(fake_t *f, int fd)
         usleep(10000);
 }
 
+/* The n-th watch (from 1): created at revision 10, then the put of key
+ * /x/<n> at revision 10 + n, then nothing until the client hangs up. */
+static void watch_quiet(fake_t *f, int fd)
+{
+    int n = atomic_load(&f->requests);
+    char ev[256];
+    send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n");
+    chunk(fd, "{\"result\":{\"header\":{\"revision\":\"10\"},\"created\":true}}\n");
+    /* key "/x/<n>" in base64 is "L3gv" + base64 of the digit */
+    snprintf(ev, sizeof(ev),
+             "{\"result\":{\"header\":{\"revision\":\"%d\"},\"events\":[{\"kv\":{\"key\":"
+             "\"L3gv%s\",\"value\":\"dg==\",\"mod_revision\":\"%d\",\"create_revision\":"
+             "\"%d\",\"version\":\"1\"}}]}}\n",
+             10 + n, n == 1 ? "MQ==" : n == 2 ? "Mg==" : "Mw==", 10 + n, 10 + n);
+    chunk(fd, ev);
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char b[64];
+        if (poll(&p, 1, 20) > 0 && recv(fd, b, sizeof(b), 0) <= 0)
+            return;
+    }
+}
+
+/* Like an etcd member that froze after it confirmed the first watch: that
+ * stream and every later request get no byte more, until hung up. */
+static void watch_frozen(fake_t *f, int fd)
+{
+    if (atomic_load(&f->requests) == 1) {
+        send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n");
+        chunk(fd, "{\"result\":{\"header\":{\"revision\":\"1\"},\"created\":true}}\n");
+    }
+    while (!atomic_load(&f->stop)) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char b[64];
+        if (poll(&p, 1, 20) > 0 && recv(fd, b, sizeof(b), 0) <= 0)
+            return;
+    }
+}
+
 static void respond(fake_t *f, int fd)
 {
     char body[512];
@@ -208,6 +256,12 @@ static void respond(fake_t *f, int fd)
         break;
     case FAKE_WATCH_SCRIPT:
         watch_script(f, fd);
+        break;
+    case FAKE_WATCH_QUIET:
+        watch_quiet(f, fd);
+        break;
+    case FAKE_WATCH_FROZEN:
+        watch_frozen(f, fd);
         break;
     }
     return;
@@ -610,6 +664,109 @@ static void test_watch_stream_any_split(void **state)
     free(script);
 }
 
+/* Waits up to @ms for events, or until @want arrived; returns how many
+ * arrived, keys in @keys. */
+static size_t watch_collect(graft_etcd_watch_t *w, uint32_t ms, size_t want, char keys[][16],
+                            size_t cap)
+{
+    size_t got = 0;
+    uint64_t end = now_ms() + ms;
+    while (now_ms() < end && got < want) {
+        graft_etcd_event_t *evs = NULL;
+        size_t n = 0;
+        assert_int_equal(graft_etcd_watch_next(w, 50, &evs, &n), GRAFT_OK);
+        for (size_t i = 0; i < n; i++, got++) {
+            assert_true(got < cap);
+            snprintf(keys[got], 16, "%s", evs[i].kv.key);
+        }
+        graft_etcd_events_free(evs, n);
+    }
+    return got;
+}
+
+/*
+ * A watch stream that goes quiet is re-opened after watch_idle_ms from the
+ * revision it owes: the second stream asks for revision 12 (11 was
+ * delivered), its event arrives, and nothing is delivered twice. With
+ * GRAFT_ETCD_WATCH_NO_IDLE the quiet stream is kept.
+ */
+static void test_quiet_watch_is_reopened(void **state)
+{
+    (void)state;
+    fake_t *f = fake_start(FAKE_WATCH_QUIET);
+    char ep[64], keys[8][16];
+    snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f->port);
+    const char *eps[] = {ep};
+    graft_etcd_config_t cfg = {.endpoints = eps, .n_endpoints = 1, .request_timeout_ms = 2000,
+                               .connect_timeout_ms = 300, .retry_backoff_ms = 10,
+                               .watch_idle_ms = 400};
+    graft_etcd_t *c = NULL;
+    graft_etcd_watch_t *w = NULL;
+    assert_int_equal(graft_etcd_create(&cfg, &c), GRAFT_OK);
+    assert_int_equal(graft_etcd_watch_create(c, "/x/", 0, &w), GRAFT_OK);
+    uint64_t t0 = now_ms();
+    assert_int_equal(watch_collect(w, 2000, 1, keys, 8), 1);
+    assert_string_equal(keys[0], "/x/1");
+    assert_int_equal(atomic_load(&f->requests), 1);
+    /* Quiet past 400 ms: a second stream from revision 12. */
+    assert_int_equal(watch_collect(w, 3000, 1, keys, 8), 1);
+    assert_string_equal(keys[0], "/x/2");
+    assert_true(now_ms() - t0 >= 400);
+    assert_int_equal(atomic_load(&f->requests), 2);
+    assert_null(strstr(f->bodies[0], "start_revision"));
+    assert_non_null(strstr(f->bodies[1], "\"start_revision\":\"12\""));
+    graft_etcd_watch_destroy(w);
+    graft_etcd_destroy(c);
+    fake_stop(f);
+
+    f = fake_start(FAKE_WATCH_QUIET);
+    snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f->port);
+    cfg.watch_idle_ms = GRAFT_ETCD_WATCH_NO_IDLE;
+    assert_int_equal(graft_etcd_create(&cfg, &c), GRAFT_OK);
+    assert_int_equal(graft_etcd_watch_create(c, "/x/", 0, &w), GRAFT_OK);
+    assert_int_equal(watch_collect(w, 1200, 8, keys, 8), 1);
+    assert_int_equal(atomic_load(&f->requests), 1);
+    graft_etcd_watch_destroy(w);
+    graft_etcd_destroy(c);
+    fake_stop(f);
+}
+
+/*
+ * The member serving a watch freezes (its connection stays up, nothing
+ * more comes): the quiet stream is re-opened, the frozen member does not
+ * confirm within the request timeout, and the watch moves to the next
+ * endpoint, a real etcd, where a put is then delivered once.
+ */
+static void test_frozen_member_watch_fails_over(void **state)
+{
+    (void)state;
+    graft_test_etcd_t real;
+    assert_int_equal(graft_test_etcd_start(&real, NULL), 0);
+    fake_t *f = fake_start(FAKE_WATCH_FROZEN);
+    char ep[64], keys[4][16];
+    snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f->port);
+    const char *eps[] = {ep, graft_etcd_server_endpoint(real.server)};
+    graft_etcd_config_t cfg = {.endpoints = eps, .n_endpoints = 2, .request_timeout_ms = 500,
+                               .connect_timeout_ms = 300, .retry_backoff_ms = 10,
+                               .watch_idle_ms = 300};
+    graft_etcd_t *c = NULL;
+    graft_etcd_watch_t *w = NULL;
+    assert_int_equal(graft_etcd_create(&cfg, &c), GRAFT_OK);
+    assert_int_equal(graft_etcd_watch_create(c, "/x/", 0, &w), GRAFT_OK);
+    assert_int_equal(atomic_load(&f->requests), 1); /* served by the fake */
+    /* Past the idle time and one attempt's timeout: on the real etcd. */
+    assert_int_equal(watch_collect(w, 1500, 1, keys, 4), 0);
+    assert_true(atomic_load(&f->requests) >= 2);
+    assert_int_equal(graft_etcd_put(real.client, "/x/k", "v", 1, 0, NULL, NULL), GRAFT_OK);
+    assert_int_equal(watch_collect(w, 5000, 1, keys, 4), 1);
+    assert_string_equal(keys[0], "/x/k");
+    assert_int_equal(watch_collect(w, 300, 4, keys, 4), 0);
+    graft_etcd_watch_destroy(w);
+    graft_etcd_destroy(c);
+    fake_stop(f);
+    graft_test_etcd_stop(&real);
+}
+
 static void test_silent_watch_destroy_is_prompt(void **state)
 {
     (void)state;
@@ -635,6 +792,8 @@ int main(void)
         cmocka_unit_test(test_watch_endless_and_garbage),
         cmocka_unit_test(test_silent_watch_destroy_is_prompt),
         cmocka_unit_test(test_watch_stream_any_split),
+        cmocka_unit_test(test_quiet_watch_is_reopened),
+        cmocka_unit_test(test_frozen_member_watch_fails_over),
     };
     return cmocka_run_group_tests_name("etcd_fake", tests, NULL, NULL);
 }

@@ -56,6 +56,9 @@ typedef struct graft_etcd graft_etcd_t;
  */
 #define GRAFT_ETCD_NO_RETRIES UINT32_MAX
 
+/** graft_etcd_config_t.watch_idle_ms: never re-open a quiet watch stream. */
+#define GRAFT_ETCD_WATCH_NO_IDLE UINT32_MAX
+
 /** Client configuration. Zero values select the defaults given. */
 typedef struct graft_etcd_config {
     const char *const *endpoints; /**< e.g. "http://127.0.0.1:2379"; tried in order */
@@ -71,6 +74,13 @@ typedef struct graft_etcd_config {
     const char *ca_file;   /**< TLS: CA bundle to verify the server */
     const char *cert_file; /**< TLS: client certificate */
     const char *key_file;  /**< TLS: client key */
+    /** A watch stream that delivered nothing for this long is re-opened
+     *  from the revision it owes (etcd replays what it missed): a stalled
+     *  connection, such as one to a frozen etcd member, cannot be told from
+     *  a quiet prefix otherwise. Default 10000; GRAFT_ETCD_WATCH_NO_IDLE:
+     *  never. A stream that has not confirmed its watch within
+     *  request_timeout_ms is a failed attempt: the next endpoint is tried. */
+    uint32_t watch_idle_ms;
 } graft_etcd_config_t;
 
 /**
