@@ -1293,6 +1293,7 @@ enum hostile_mode {
     H_CHUNK_LEN,   /* valid; pushed chunks one byte short (gets: wrong hashes) */
     H_CHUNK_TAG,   /* valid; pushed chunks for a slot nobody asked for */
     H_SILENT,      /* accepts the connection, never answers */
+    H_IMPERSONATE, /* a valid manifest (zero hashes) sent as the next donor */
 };
 
 #define HOSTILE_CHUNK (256u << 10)
@@ -1476,7 +1477,10 @@ static void hostile_answer(hostile_t *h)
         if (h->mode == H_SILENT)
             continue;
         size_t len = hostile_manifest(h, buf, sizeof(buf));
-        hostile_send(h, h->req_ep[i], 12, &h->req_hdr[i], 8, buf, len);
+        uint64_t hdr = h->req_hdr[i];
+        if (h->mode == H_IMPERSONATE)
+            hdr ^= 1; /* the request's echo names donor 0: speak as donor 1 */
+        hostile_send(h, h->req_ep[i], 12, &hdr, 8, buf, len);
     }
     h->n_req = 0;
     for (int i = 0; i < h->n_creq; i++) {
@@ -1563,7 +1567,7 @@ static int hostile_main(uint64_t layout_hash, int cmd_fd, int resp_fd)
         if (poll(&pfd, 1, 0) > 0) {
             int32_t mode;
             if (!read_full(cmd_fd, &mode, sizeof(mode), 1000) || mode < H_GARBAGE ||
-                mode > H_SILENT)
+                mode > H_IMPERSONATE)
                 break;
             h->mode = mode;
             h->n_req = h->n_creq = 0;
@@ -1720,6 +1724,18 @@ static void test_hostile_donor(void **state)
     po.n_donors = 2;
     assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_int_equal(rep.donors[0].status, GRAFT_EPROTO);
+    assert_int_equal(rep.donors[1].status, GRAFT_OK);
+    assert_int_equal(rep.donors[1].bytes, rep.bytes);
+    assert_true(recipient_matches(&r));
+
+    /* A donor that sends its manifest as another donor is not heard (each
+     * donor has its own worker): it times out, and the one it impersonated
+     * still serves every chunk with its own hashes. */
+    hostile_mode(&bad, H_IMPERSONATE);
+    for (size_t k = 0; k < r.n_regions; k++)
+        memset(r.mem[k], 0, r.layout[k].bytes);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_int_equal(rep.donors[0].status, GRAFT_EPEER_TIMEOUT);
     assert_int_equal(rep.donors[1].status, GRAFT_OK);
     assert_int_equal(rep.donors[1].bytes, rep.bytes);
     assert_true(recipient_matches(&r));

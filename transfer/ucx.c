@@ -1732,6 +1732,14 @@ static ucs_status_t recip_am_cb(void *arg, const void *header, size_t header_len
         GRAFT_WARN(GRAFT__XFER_MOD, "oversized or headerless manifest dropped");
         return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
     }
+    uint64_t echo;
+    memcpy(&echo, header, sizeof(echo));
+    if ((echo & 0xff) != d->index) {
+        /* Each donor has its own worker: it can only speak for itself. */
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a manifest as donor %u; dropped", d->index,
+                   (unsigned)(echo & 0xff));
+        return rndv ? UCS_ERR_CANCELED : UCS_OK;
+    }
     m = graft__malloc(sizeof(*m) + length);
     if (m == NULL) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a manifest");
