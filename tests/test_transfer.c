@@ -1294,6 +1294,7 @@ enum hostile_mode {
     H_CHUNK_TAG,   /* valid; pushed chunks for a slot nobody asked for */
     H_SILENT,      /* accepts the connection, never answers */
     H_IMPERSONATE, /* a valid manifest (zero hashes) sent as the next donor */
+    H_BAD_ADDR,    /* keys of UCX-allocated blocks, addresses 1 TiB past them */
 };
 
 #define HOSTILE_CHUNK (256u << 10)
@@ -1308,6 +1309,11 @@ typedef struct hostile {
     ucp_mem_h memh[ARRAY_SIZE(small_layout)];
     void *rkey[ARRAY_SIZE(small_layout)];
     size_t rkey_len[ARRAY_SIZE(small_layout)];
+    /* H_BAD_ADDR: a block per region that UCX allocated (shared memory). */
+    void *bmem[ARRAY_SIZE(small_layout)];
+    ucp_mem_h bmemh[ARRAY_SIZE(small_layout)];
+    void *brkey[ARRAY_SIZE(small_layout)];
+    size_t brkey_len[ARRAY_SIZE(small_layout)];
     ucp_ep_h conns[64];
     int n_conns;
     int n_req;
@@ -1430,7 +1436,11 @@ static size_t hostile_manifest(hostile_t *h, uint8_t *buf, size_t size)
         rms[i].remote_address = (uint64_t)(uintptr_t)h->mem[i];
         rms[i].rkey.data = h->rkey[i];
         rms[i].rkey.len = h->rkey_len[i];
-        if (h->mode == H_NO_RKEY) {
+        if (h->mode == H_BAD_ADDR && small_layout[i].bytes > 0) {
+            rms[i].remote_address = (uint64_t)(uintptr_t)h->bmem[i] + (1ull << 40);
+            rms[i].rkey.data = h->brkey[i];
+            rms[i].rkey.len = h->brkey_len[i];
+        } else if (h->mode == H_NO_RKEY) {
             rms[i].rkey.data = NULL;
             rms[i].rkey.len = 0;
         } else if (h->mode == H_BAD_RKEY && small_layout[i].bytes > 0) {
@@ -1532,6 +1542,16 @@ static int hostile_main(uint64_t layout_hash, int cmd_fd, int resp_fd)
         if (ucp_mem_map(h->ctx, &mp, &h->memh[i]) != UCS_OK ||
             ucp_rkey_pack(h->ctx, h->memh[i], &h->rkey[i], &h->rkey_len[i]) != UCS_OK)
             return 1;
+        ucp_mem_map_params_t bp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                                                 UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+                                   .length = small_layout[i].bytes,
+                                   .flags = UCP_MEM_MAP_ALLOCATE};
+        ucp_mem_attr_t ba = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+        if (ucp_mem_map(h->ctx, &bp, &h->bmemh[i]) != UCS_OK ||
+            ucp_mem_query(h->bmemh[i], &ba) != UCS_OK ||
+            ucp_rkey_pack(h->ctx, h->bmemh[i], &h->brkey[i], &h->brkey_len[i]) != UCS_OK)
+            return 1;
+        h->bmem[i] = ba.address;
     }
     ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                                                UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -1567,7 +1587,7 @@ static int hostile_main(uint64_t layout_hash, int cmd_fd, int resp_fd)
         if (poll(&pfd, 1, 0) > 0) {
             int32_t mode;
             if (!read_full(cmd_fd, &mode, sizeof(mode), 1000) || mode < H_GARBAGE ||
-                mode > H_IMPERSONATE)
+                mode > H_BAD_ADDR)
                 break;
             h->mode = mode;
             h->n_req = h->n_creq = 0;
@@ -1708,6 +1728,20 @@ static void test_hostile_donor(void **state)
         assert_int_equal(rep.donors[0].chunks, 0);
         if (cases[i].untouched)
             assert_true(recipient_untouched(&r));
+    }
+
+    /* Over shared memory the recipient maps a donor's UCX-allocated block
+     * and copies out of it: an address past the block is refused before any
+     * read (UCX itself does not check; the copy would fault). Over tcp such
+     * gets are served, and would fault, in the donor itself. */
+    if (strcmp(getenv("UCX_TLS"), "tcp") != 0) {
+        hostile_mode(&bad, H_BAD_ADDR);
+        for (size_t k = 0; k < r.n_regions; k++)
+            memset(r.mem[k], 0, r.layout[k].bytes);
+        assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+        assert_int_equal(rep.donors[0].status, GRAFT_EPROTO);
+        assert_false(rep.installed);
+        assert_true(recipient_untouched(&r));
     }
 
     /* Not UCX at all: a peer-class error, in bounded time. */

@@ -1511,6 +1511,30 @@ static void chunk_prefault(const uint8_t *lp, uint64_t len)
         GRAFT_DEBUG(GRAFT__XFER_MOD, "madvise(MADV_POPULATE_READ): %s", strerror(errno));
 }
 
+/* Whether [lp, lp + len) is mapped in this process, without touching it.
+ * UCX turns a shared-memory key and a remote address into a local pointer
+ * with no bounds check, so a donor's address past its segment would make
+ * the copy fault; mincore() fails with ENOMEM on any unmapped page. */
+static bool range_mapped(const uint8_t *lp, uint64_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)lp & ~(page - 1);
+    if (len == 0)
+        return true;
+    if ((uintptr_t)lp + len < (uintptr_t)lp)
+        return false;
+    uintptr_t hi = ((uintptr_t)lp + (uintptr_t)len + page - 1) & ~(page - 1);
+    size_t n = (hi - lo) / page;
+    unsigned char small[256];
+    unsigned char *vec = n <= sizeof(small) ? small : graft__malloc(n);
+    if (vec == NULL)
+        return false;
+    bool ok = mincore((void *)lo, hi - lo, vec) == 0;
+    if (vec != small)
+        graft_free(vec);
+    return ok;
+}
+
 static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
 {
     graft_transfer_endpoint_t *ep = p->ep;
@@ -1567,8 +1591,14 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
             return GRAFT_EPROTO;
         }
         void *lp = NULL;
-        if (ucp_rkey_ptr(d->rkeys[i], rm->remote_address, &lp) == UCS_OK)
+        if (ucp_rkey_ptr(d->rkeys[i], rm->remote_address, &lp) == UCS_OK) {
+            if (!range_mapped(lp, r->bytes)) {
+                GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: '%s' at %#llx lies outside the memory its "
+                           "key maps", d->index, r->name, (unsigned long long)rm->remote_address);
+                return GRAFT_EPROTO;
+            }
             d->lptr[i] = lp;
+        }
     }
     d->state = D_READY;
     return GRAFT_OK;
