@@ -354,6 +354,7 @@ static graft_status_t pump(graft_etcd_watch_t *w, uint64_t deadline_ns)
         }
     }
     int running = 0;
+    bool was_created = w->created;
     if (curl_multi_perform(w->multi, &running) != CURLM_OK)
         return GRAFT_EINTERNAL;
     int left = 0;
@@ -364,7 +365,11 @@ static graft_status_t pump(graft_etcd_watch_t *w, uint64_t deadline_ns)
             return GRAFT_OK;
         }
     }
-    if (w->n_queue > 0 || w->stream_err != GRAFT_OK || w->compacted)
+    /* Something for the caller, including the confirmation that
+     * wait_created() waits for (it came with this read: polling on would
+     * sit out the whole wait before create returned). */
+    if (w->n_queue > 0 || w->stream_err != GRAFT_OK || w->compacted ||
+        (w->created && !was_created))
         return GRAFT_OK;
     now = graft__now_ns();
     stream_check_idle(w, now);
