@@ -1066,12 +1066,17 @@ static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
     j->extra_env[1] = "GRAFT_MIN_GROUPS=1";
     j->extra_env[2] = "GRAFT_TRANSFER_CHUNK_BYTES=65536";
     j->capture_err = true;
-    /* Group 1 is not the lowest group, so the step-0 sync never makes it
-     * serve: the first time it serves is the heal below. */
+    /* Group 0 starts the job alone (elastic, one group is enough) and group
+     * 1 joins once group 0 has committed, as a recipient: the first time
+     * group 1 serves is the heal below. (Started together, group 1 could
+     * form the first quorum on its own before group 0 had joined, and then
+     * serve group 0's start-up sync and die there.) */
     proc_t *victim = spawn(j, 0, 0, flags);
     proc_t *rank1 = spawn(j, 0, 1, flags);
+    wait_log(victim, 1, 60);
     proc_t *d0 = spawn(j, 1, 0, dying);
     proc_t *d1 = spawn(j, 1, 1, dying);
+    wait_log(d0, 1, 60);
     wait_log(victim, 5, 60);
     kill_proc(victim);
     /* Group 1 goes on alone (elastic), past group 0's step. */
