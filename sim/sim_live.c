@@ -1330,13 +1330,19 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
             _exit(127);
         }
         int ws = 0;
+        if (sim_stop_signal != 0) {
+            kill(pid, SIGKILL); /* the signal came before the wait */
+        }
         while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
             if (sim_stop_signal != 0) {
                 kill(pid, SIGKILL);
             }
         }
         if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-            fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n", k);
+            if (sim_stop_signal == 0) {
+                fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n",
+                        k);
+            }
             st = GRAFT_EIO;
             break;
         }
@@ -1387,7 +1393,9 @@ static char *sim_reference(const graft_sim_live_opts_t *o, const char *tmp_dir, 
         goto out;
     }
     if (sim_reference_run(o, tmp_dir, &hash) != GRAFT_OK || hash == NULL) {
-        fprintf(stderr, "graft-sim run: error: the fault-free reference did not complete\n");
+        if (sim_stop_signal == 0) {
+            fprintf(stderr, "graft-sim run: error: the fault-free reference did not complete\n");
+        }
         goto out;
     }
     if (path != NULL) {
