@@ -161,22 +161,20 @@ static void watch_script(fake_t *f, int fd)
         usleep(10000);
 }
 
-/* The n-th watch (from 1): created at revision 10, then the put of key
- * /x/<n> at revision 10 + n, then nothing until the client hangs up. */
-static void watch_quiet(fake_t *f, int fd)
+/* Starts a chunked watch stream with its confirmation at @revision. */
+static void watch_created(int fd, int revision)
 {
-    int n = atomic_load(&f->requests);
-    char ev[256];
+    char created[128];
     send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                  "Transfer-Encoding: chunked\r\n\r\n");
-    chunk(fd, "{\"result\":{\"header\":{\"revision\":\"10\"},\"created\":true}}\n");
-    /* key "/x/<n>" in base64 is "L3gv" + base64 of the digit */
-    snprintf(ev, sizeof(ev),
-             "{\"result\":{\"header\":{\"revision\":\"%d\"},\"events\":[{\"kv\":{\"key\":"
-             "\"L3gv%s\",\"value\":\"dg==\",\"mod_revision\":\"%d\",\"create_revision\":"
-             "\"%d\",\"version\":\"1\"}}]}}\n",
-             10 + n, n == 1 ? "MQ==" : n == 2 ? "Mg==" : "Mw==", 10 + n, 10 + n);
-    chunk(fd, ev);
+    snprintf(created, sizeof(created),
+             "{\"result\":{\"header\":{\"revision\":\"%d\"},\"created\":true}}\n", revision);
+    chunk(fd, created);
+}
+
+/* Sends nothing more until the client hangs up (or the fake stops). */
+static void wait_hangup(fake_t *f, int fd)
+{
     while (!atomic_load(&f->stop)) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         char b[64];
@@ -185,21 +183,31 @@ static void watch_quiet(fake_t *f, int fd)
     }
 }
 
+/* The n-th watch (from 1): created at revision 10, then the put of key
+ * /x/<n> at revision 10 + n, then nothing until the client hangs up. */
+static void watch_quiet(fake_t *f, int fd)
+{
+    int n = atomic_load(&f->requests);
+    char ev[256];
+    watch_created(fd, 10);
+    /* key "/x/<n>" in base64 is "L3gv" + base64 of the digit */
+    snprintf(ev, sizeof(ev),
+             "{\"result\":{\"header\":{\"revision\":\"%d\"},\"events\":[{\"kv\":{\"key\":"
+             "\"L3gv%s\",\"value\":\"dg==\",\"mod_revision\":\"%d\",\"create_revision\":"
+             "\"%d\",\"version\":\"1\"}}]}}\n",
+             10 + n, n == 1 ? "MQ==" : n == 2 ? "Mg==" : "Mw==", 10 + n, 10 + n);
+    chunk(fd, ev);
+    wait_hangup(f, fd);
+}
+
 /* Like an etcd member that froze after it confirmed the first watch: that
  * stream and every later request get no byte more, until hung up. */
 static void watch_frozen(fake_t *f, int fd)
 {
     if (atomic_load(&f->requests) == 1) {
-        send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     "Transfer-Encoding: chunked\r\n\r\n");
-        chunk(fd, "{\"result\":{\"header\":{\"revision\":\"1\"},\"created\":true}}\n");
+        watch_created(fd, 1);
     }
-    while (!atomic_load(&f->stop)) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        char b[64];
-        if (poll(&p, 1, 20) > 0 && recv(fd, b, sizeof(b), 0) <= 0)
-            return;
-    }
+    wait_hangup(f, fd);
 }
 
 static void respond(fake_t *f, int fd)

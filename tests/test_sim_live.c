@@ -677,25 +677,44 @@ static int netns_exists(long pid)
     return access(path, F_OK) == 0;
 }
 
-/* Starts graft-sim run --netns with a run long enough to be interrupted,
- * waits until its hub namespace exists; returns its pid. */
-static pid_t netns_start_long(void)
+/* Starts `graft-sim run` with @args (NULL-terminated, after "run") in the
+ * background, output discarded, with this test's cache and trainer and,
+ * when @tmp is not NULL, TMPDIR=@tmp; returns its pid. */
+static pid_t sim_start(const char *tmp, const char *const *args)
 {
-    char cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96];
+    char cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96], tmp_env[PATH_MAX + 32];
     snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
     snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    snprintf(tmp_env, sizeof(tmp_env), "TMPDIR=%s", tmp != NULL ? tmp : "");
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        const char *argv[32];
+        size_t n = 0;
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 1);
         dup2(fd, 2);
         putenv(cache);
         putenv(trainer_env);
-        execl(sim_bin, sim_bin, "run", "--netns", "--groups", "2", "--ranks", "1", "--steps",
-              "400", (char *)NULL);
+        if (tmp != NULL)
+            putenv(tmp_env);
+        argv[n++] = sim_bin;
+        argv[n++] = "run";
+        for (size_t i = 0; args[i] != NULL && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(sim_bin, (char **)argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* Starts graft-sim run --netns with a run long enough to be interrupted,
+ * waits until its hub namespace exists; returns its pid. */
+static pid_t netns_start_long(void)
+{
+    const char *args[] = {"--netns", "--groups", "2", "--ranks", "1", "--steps", "400", NULL};
+    pid_t pid = sim_start(NULL, args);
     for (int i = 0; i < 400 && !netns_exists(pid); i++) {
         usleep(25000);
     }
@@ -859,26 +878,12 @@ static int count_processes_with(const char *needle)
 static void test_live_sigterm_cleans_up(void **state)
 {
     (void)state;
-    char dir[PATH_MAX + 16], tmp_env[PATH_MAX + 32], cache[PATH_MAX + 32],
-        trainer_env[PATH_MAX + 96];
+    char dir[PATH_MAX + 16];
     snprintf(dir, sizeof(dir), "%s/sigterm", tmpdir);
     assert_int_equal(mkdir(dir, 0755), 0);
-    snprintf(tmp_env, sizeof(tmp_env), "TMPDIR=%s", dir);
-    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
-    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        putenv(tmp_env);
-        putenv(cache);
-        putenv(trainer_env);
-        execl(sim_bin, sim_bin, "run", "--groups", "2", "--ranks", "1", "--steps", "100000",
-              "--mode", "elastic", (char *)NULL);
-        _exit(127);
-    }
+    const char *args[] = {"--groups", "2",      "--ranks", "1",       "--steps",
+                          "100000",   "--mode", "elastic", NULL};
+    pid_t pid = sim_start(dir, args);
     /* Running: etcd's and the run's directories exist, trainers started. */
     for (int i = 0; i < 400 && (count_entries(dir, "graft-sim-run-") == 0 ||
                                 count_processes_with(dir) < 3); i++)
