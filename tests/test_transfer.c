@@ -251,7 +251,11 @@ static void track_fd(int fd, bool add)
     }
 }
 
-static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
+/* Forks a donor-like child that runs @child_main(@arg, its command pipe,
+ * its answer pipe), dies with the test and holds no other child's pipes
+ * open; waits for the address it answers first. */
+static void child_spawn(donor_proc_t *d, int (*child_main)(const void *, int, int),
+                        const void *arg)
 {
     int cmd[2], resp[2];
     assert_int_equal(pipe(cmd), 0);
@@ -259,11 +263,12 @@ static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
     d->pid = fork();
     assert_true(d->pid >= 0);
     if (d->pid == 0) {
-        /* Die with the test; hold no other donor's pipes open. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         for (int i = 0; i < n_open_fds; i++)
             close(open_fds[i]);
-        _exit(donor_main(o, cmd[0], resp[1]));
+        close(cmd[1]);
+        close(resp[0]);
+        _exit(child_main(arg, cmd[0], resp[1]));
     }
     close(cmd[0]);
     close(resp[1]);
@@ -276,6 +281,16 @@ static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
     /* 60 s: a donor of 10,000 regions maps each one, which took over 20 s
      * in a sanitizer build on 2 loaded cores. */
     assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 60000));
+}
+
+static int donor_child(const void *arg, int cmd_fd, int resp_fd)
+{
+    return donor_main(arg, cmd_fd, resp_fd);
+}
+
+static void donor_spawn(const donor_opts_t *o, donor_proc_t *d)
+{
+    child_spawn(d, donor_child, o);
 }
 
 static void donor_fence(donor_proc_t *d, uint32_t expected, uint32_t timeout_ms, int32_t *st_p,
@@ -1599,29 +1614,14 @@ static int hostile_main(uint64_t layout_hash, int cmd_fd, int resp_fd)
     return 0;
 }
 
+static int hostile_child(const void *arg, int cmd_fd, int resp_fd)
+{
+    return hostile_main(*(const uint64_t *)arg, cmd_fd, resp_fd);
+}
+
 static void hostile_spawn(uint64_t layout_hash, donor_proc_t *d)
 {
-    int cmd[2], resp[2];
-    assert_int_equal(pipe(cmd), 0);
-    assert_int_equal(pipe(resp), 0);
-    d->pid = fork();
-    assert_true(d->pid >= 0);
-    if (d->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (int i = 0; i < n_open_fds; i++)
-            close(open_fds[i]);
-        close(cmd[1]);
-        close(resp[0]);
-        _exit(hostile_main(layout_hash, cmd[0], resp[1]));
-    }
-    close(cmd[0]);
-    close(resp[1]);
-    d->cmd_fd = cmd[1];
-    d->resp_fd = resp[0];
-    track_fd(d->cmd_fd, true);
-    track_fd(d->resp_fd, true);
-    live_donors[n_live_donors++] = d->pid;
-    assert_true(read_full(d->resp_fd, d->addr, sizeof(d->addr), 60000));
+    child_spawn(d, hostile_child, &layout_hash);
 }
 
 static void hostile_mode(donor_proc_t *d, int32_t mode)
