@@ -9,6 +9,7 @@
 #include "runtime_config.h"
 
 #include <graft/persist.h>
+#include <graft/transfer.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -19,8 +20,9 @@
 #include <string.h>
 
 /* FIELD_LEVEL: a FIELD_UINT in [min, max] that also takes "auto"
- * (GRAFT_PERSIST_LEVEL_AUTO, persist's adaptive compression). */
-typedef enum { FIELD_STRING, FIELD_UINT, FIELD_MODE, FIELD_LEVEL } field_type_t;
+ * (GRAFT_PERSIST_LEVEL_AUTO, persist's adaptive compression).
+ * FIELD_CHOICE: one of a list of words, stored as its index (an int). */
+typedef enum { FIELD_STRING, FIELD_UINT, FIELD_CHOICE, FIELD_LEVEL } field_type_t;
 
 typedef struct field {
     const char *name;
@@ -28,11 +30,20 @@ typedef struct field {
     size_t offset;
     uint64_t min, max; /* FIELD_UINT and FIELD_LEVEL only */
     const char *initial; /* text form of the default, NULL: unset */
+    const char *const *choices; /* FIELD_CHOICE only, NULL-terminated, index = value */
 } field_t;
 
-#define STR(n) {#n, FIELD_STRING, offsetof(graft_config_t, n), 0, 0, NULL}
-#define STRD(n, d) {#n, FIELD_STRING, offsetof(graft_config_t, n), 0, 0, d}
-#define UINT(n, lo, hi, d) {#n, FIELD_UINT, offsetof(graft_config_t, n), lo, hi, d}
+/* In the order of graft_mode_t and graft_transfer_backend_t. */
+static const char *const mode_names[] = {"strict", "elastic", NULL};
+static const char *const backend_names[] = {"ucx", "nccl", NULL};
+_Static_assert(sizeof(graft_mode_t) == sizeof(int) &&
+                   sizeof(graft_transfer_backend_t) == sizeof(int),
+               "FIELD_CHOICE settings are stored as an int");
+
+#define STR(n) {#n, FIELD_STRING, offsetof(graft_config_t, n), 0, 0, NULL, NULL}
+#define STRD(n, d) {#n, FIELD_STRING, offsetof(graft_config_t, n), 0, 0, d, NULL}
+#define UINT(n, lo, hi, d) {#n, FIELD_UINT, offsetof(graft_config_t, n), lo, hi, d, NULL}
+#define CHOICE(n, names) {#n, FIELD_CHOICE, offsetof(graft_config_t, n), 0, 0, names[0], names}
 
 static const field_t fields[] = {
     STR(job),
@@ -47,12 +58,14 @@ static const field_t fields[] = {
     UINT(ranks_per_group, 1, 1u << 20, "1"),
     UINT(groups, 1, 1u << 20, NULL),
     UINT(min_groups, 1, 1u << 20, NULL),
-    {"mode", FIELD_MODE, offsetof(graft_config_t, mode), 0, 0, "strict"},
+    CHOICE(mode, mode_names),
     UINT(lease_ttl_ms, 500, 3600000, "3000"),
     UINT(join_timeout_ms, 10, 3600000, "10000"),
     STRD(transfer_address, "127.0.0.1:0"),
     STR(transfer_advertise),
     UINT(transfer_chunk_bytes, 4096, 1u << 30, "4194304"),
+    CHOICE(transfer_backend, backend_names),
+    UINT(cuda_device, 0, 1023, "0"),
     STR(job_token),
     STR(persist_root),
     UINT(persist_every, 1, UINT32_MAX, "100"),
@@ -65,12 +78,13 @@ static const field_t fields[] = {
     UINT(transfer_timeout_ms, 0, 86400000, "0"),
     UINT(fence_timeout_ms, 10, 3600000, "30000"),
     {"persist_compression", FIELD_LEVEL, offsetof(graft_config_t, persist_compression), 0, 19,
-     "auto"},
+     "auto", NULL},
 };
 
 #undef STR
 #undef STRD
 #undef UINT
+#undef CHOICE
 
 static const field_t *field_find(const char *name)
 {
@@ -184,16 +198,21 @@ graft_status_t graft_config_set(graft_config_t *config, const char *name, const 
         *(uint64_t *)slot = v;
         break;
     }
-    case FIELD_MODE:
-        if (strcmp(value, "strict") == 0) {
-            config->mode = GRAFT_MODE_STRICT;
-        } else if (strcmp(value, "elastic") == 0) {
-            config->mode = GRAFT_MODE_ELASTIC;
-        } else {
-            error_set(error_p, "config: mode: '%s' is neither strict nor elastic", value);
+    case FIELD_CHOICE: {
+        int i = 0;
+        while (f->choices[i] != NULL && strcmp(value, f->choices[i]) != 0)
+            i++;
+        if (f->choices[i] == NULL) {
+            char words[128] = "";
+            for (int k = 0; f->choices[k] != NULL; k++)
+                snprintf(words + strlen(words), sizeof(words) - strlen(words), "%s%s",
+                         k == 0 ? "" : f->choices[k + 1] == NULL ? " or " : ", ", f->choices[k]);
+            error_set(error_p, "config: %s: '%s' is not %s", f->name, value, words);
             return GRAFT_EINVAL;
         }
+        *(int *)slot = i;
         break;
+    }
     }
     config->set_mask |= 1ull << (size_t)(f - fields);
     return GRAFT_OK;
@@ -222,8 +241,8 @@ graft_status_t graft_config_get(const graft_config_t *config, const char *name, 
                    ? graft__strdup("auto")
                    : graft__asprintf("%" PRIu64, *(const uint64_t *)slot);
         break;
-    case FIELD_MODE:
-        text = graft__strdup(config->mode == GRAFT_MODE_ELASTIC ? "elastic" : "strict");
+    case FIELD_CHOICE:
+        text = graft__strdup(f->choices[*(const int *)slot]);
         break;
     }
     if (text == NULL)
@@ -318,6 +337,13 @@ graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
                            "so a live group is not left out");
         return GRAFT_EINVAL;
     }
+#ifndef GRAFT_HAVE_CUDA
+    if (c->transfer_backend == GRAFT_TRANSFER_BACKEND_NCCL) {
+        error_set(error_p, "config: transfer_backend: nccl needs a build with CUDA and NCCL "
+                           "(this one has neither)");
+        return GRAFT_EINVAL;
+    }
+#endif
     if (c->persist_second_root != NULL && c->persist_root == NULL) {
         error_set(error_p, "config: persist_second_root: needs persist_root");
         return GRAFT_EINVAL;

@@ -191,6 +191,7 @@ void graft_destroy(graft_runtime_t *rt)
         graft_status_t st = graft_heal_wait(rt);
         (void)st;
     }
+    graft__rt_nccl_serve_join(rt); /* NCCL pairs end by their timeout at the latest */
     if (rt->serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_RT_MOD, "serve_end at destroy failed");
     graft__rt_persist_close(rt);

@@ -3,9 +3,11 @@
 #define GRAFT_RUNTIME_CONFIG_H
 
 #include <graft/graft.h>
+#include <graft/transfer.h>
 
 #include <stdint.h>
 
+/* FIELD_CHOICE settings are stored as an int: these enums must be too. */
 typedef enum { GRAFT_MODE_STRICT = 0, GRAFT_MODE_ELASTIC = 1 } graft_mode_t;
 
 struct graft_config {
@@ -28,6 +30,8 @@ struct graft_config {
     char *transfer_address;
     char *transfer_advertise;
     uint64_t transfer_chunk_bytes;
+    graft_transfer_backend_t transfer_backend;
+    uint64_t cuda_device;
     char *job_token;
     char *persist_root;
     uint64_t persist_every;

@@ -31,6 +31,8 @@ typedef struct graft__rt_ckpt {
     graft_persist_commit_opts_t opts;
 } graft__rt_ckpt_t;
 
+typedef struct graft__rt_pair graft__rt_pair_t;
+
 struct graft_runtime {
     graft_config_t *cfg;   /* own copy */
     uint32_t group, rank, ranks, groups, min_groups;
@@ -82,6 +84,12 @@ struct graft_runtime {
     graft_transfer_report_t heal_report;
     uint64_t heal_detect_ns, heal_quorum_ns;
 
+    /* NCCL pairs (transfer_backend = nccl, with CUDA regions). */
+    uint32_t nccl_donor;        /* recipient: the group its CUDA regions come from */
+    graft_status_t nccl_status; /* recipient: the NCCL pull's outcome */
+    graft__rt_pair_t *pairs;    /* donor: one serving thread per recipient */
+    size_t n_pairs;
+
     /* Test-only broken heal (GRAFT_TEST_SKIP_REGION): the region a heal
      * must leave as it was, and its bytes saved before each pull. */
     char *skip_name;
@@ -132,6 +140,24 @@ GRAFT_WUR graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p
 GRAFT_WUR graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q);
 /* Wait for the background checkpoint work of the previous step. */
 void graft__rt_persist_join(graft_runtime_t *rt);
+
+/* runtime_nccl.c: CUDA regions over NCCL pairs. */
+/* transfer_backend is nccl and this rank has CUDA regions. */
+bool graft__rt_nccl_on(const graft_runtime_t *rt);
+bool graft__rt_has_host_regions(const graft_runtime_t *rt);
+/* Donor: start a serving thread per recipient that pairs with this group
+ * in q; *n_pairs_p: how many started (each counts toward the fence). */
+GRAFT_WUR graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q,
+                                                    uint32_t *n_pairs_p);
+/* Donor: wait for the serving threads and clear their id slots. */
+void graft__rt_nccl_serve_join(graft_runtime_t *rt);
+/* Recipient: pull the CUDA regions from rt->nccl_donor (blocks). */
+GRAFT_WUR graft_status_t graft__rt_nccl_pull(graft_runtime_t *rt, const char *donor_address,
+                                             graft_transfer_report_t *rep);
+/* The id exchange of one pair through etcd, for tests. */
+GRAFT_WUR graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t quorum_id,
+                                                 uint32_t donor, uint32_t recipient, bool publish,
+                                                 uint8_t *uid, size_t uid_bytes);
 
 /* runtime_drift.c */
 /* Compare this rank's region hashes with the other members' at q->step;

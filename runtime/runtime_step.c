@@ -202,9 +202,20 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
 
 /* ---------------------------------------------------------------- heal --- */
 
+/* The address of the NCCL donor, for the report ("" when not in the view:
+ * the pair then fails at its id exchange). */
+static const char *nccl_donor_address(const graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_heal_donors; i++)
+        if (rt->heal_donor_groups[i] == rt->nccl_donor)
+            return rt->heal_donors[i];
+    return "";
+}
+
 static void *heal_main(void *arg)
 {
     graft_runtime_t *rt = arg;
+    bool nccl = graft__rt_nccl_on(rt);
     graft_transfer_pull_options_t po = {
         .donors = (const char *const *)rt->heal_donors,
         .n_donors = rt->n_heal_donors,
@@ -212,9 +223,28 @@ static void *heal_main(void *arg)
         .stall_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
         .connect_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
         .timeout_ms = (uint32_t)rt->cfg->transfer_timeout_ms,
+        .host_only = nccl,
     };
     memset(&rt->heal_report, 0, sizeof(rt->heal_report));
-    rt->heal_status = graft_transfer_pull(rt->ep, &po, &rt->heal_report);
+    rt->heal_status = GRAFT_OK;
+    rt->nccl_status = GRAFT_OK;
+    if (!nccl || graft__rt_has_host_regions(rt))
+        rt->heal_status = graft_transfer_pull(rt->ep, &po, &rt->heal_report);
+    if (nccl) {
+        /* Also after a failed UCX pull: the NCCL donor holds its step until
+         * this pair is over or times out. */
+        graft_transfer_report_t nrep;
+        graft_transfer_report_t *rep = &rt->heal_report;
+        rt->nccl_status = graft__rt_nccl_pull(rt, nccl_donor_address(rt), &nrep);
+        rep->bytes += nrep.bytes;
+        rep->chunks += nrep.chunks;
+        rep->elapsed_ns += nrep.elapsed_ns;
+        if (rt->heal_status == GRAFT_OK) {
+            rt->heal_status = rt->nccl_status;
+            if (nrep.drift.region[0] != '\0')
+                rep->drift = nrep.drift;
+        }
+    }
     return NULL;
 }
 
@@ -227,9 +257,11 @@ static void free_donors(graft_runtime_t *rt)
     rt->n_heal_donors = 0;
 }
 
-/* Start pulling this rank's regions from rank `rank` of the donor groups. */
+/* Start pulling this rank's regions from rank `rank` of the donor groups;
+ * CUDA regions over NCCL come from the first of them (runtime_nccl.c). */
 static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
 {
+    rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
     graft_membership_view_t *v = NULL;
     graft_status_t st = graft_membership_view_get(rt->m, &v);
     if (st != GRAFT_OK)
@@ -314,6 +346,11 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
     uint64_t verify_ns = 0;
     char detail[512] = "", lost[320] = "";
     lost_donors(rt, lost, sizeof(lost));
+    if (rt->nccl_status != GRAFT_OK) {
+        size_t used = strlen(lost);
+        snprintf(lost + used, sizeof(lost) - used, "; NCCL pair with donor group %" PRIu32 ": %s",
+                 rt->nccl_donor, graft_status_string(rt->nccl_status));
+    }
     free_donors(rt);
     if (st == GRAFT_OK)
         graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
@@ -426,6 +463,33 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
     return GRAFT_OK;
 }
 
+/* Serve q's step to this group's recipients: over UCX (every region, or
+ * the host ones when CUDA regions go over NCCL pairs) and over NCCL to the
+ * recipients that pair with this group. rt->n_recipients becomes the number
+ * of completions the fence waits for. */
+static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    bool nccl = graft__rt_nccl_on(rt);
+    uint32_t n_pairs = 0;
+    graft_status_t st = graft_transfer_serve_begin(rt->ep, q->step);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
+                    graft_status_string(st));
+        return st;
+    }
+    rt->serving = true;
+    if (nccl) {
+        if (!graft__rt_has_host_regions(rt))
+            rt->n_recipients = 0; /* nothing goes over UCX */
+        st = graft__rt_nccl_serve_start(rt, q, &n_pairs);
+        rt->n_recipients += n_pairs;
+    }
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.serves++;
+    pthread_mutex_unlock(&rt->mu);
+    return st;
+}
+
 /* Decide this group's role in quorum q and start the heal or the serve.
  * *fatal_p: the rank has no valid state and none can be had. */
 static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *fatal_p)
@@ -478,18 +542,8 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
             for (size_t d = 0; d < q->recoveries[i].n_donors; d++)
                 rt->n_recipients += q->recoveries[i].donors[d] == rt->group;
     }
-    if (rt->n_recipients > 0) {
-        st = graft_transfer_serve_begin(rt->ep, q->step);
-        if (st != GRAFT_OK) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
-                        graft_status_string(st));
-            goto out;
-        }
-        rt->serving = true;
-        pthread_mutex_lock(&rt->mu);
-        rt->metrics.serves++;
-        pthread_mutex_unlock(&rt->mu);
-    }
+    if (rt->n_recipients > 0)
+        st = serve_start(rt, q);
 out:
     return st;
 }
@@ -608,6 +662,7 @@ static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
         rt->metrics.fence_timeouts++;
         pthread_mutex_unlock(&rt->mu);
     }
+    graft__rt_nccl_serve_join(rt); /* they read the regions until they end */
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_RT_MOD, "serve_end: not serving");
     rt->serving = false;

@@ -107,6 +107,32 @@ static void test_bad_values_name_the_field(void **state)
     assert_int_equal(graft_config_get(c, "stall_timeout_ms", &v), GRAFT_OK);
     assert_string_equal(v, "250");
     graft_free(v);
+    /* The transfer backend: a word from a list, named in the error. */
+    assert_int_equal(graft_config_get(c, "transfer_backend", &v), GRAFT_OK);
+    assert_string_equal(v, "ucx");
+    graft_free(v);
+    assert_int_equal(graft_config_set(c, "transfer_backend", "rdma", &err), GRAFT_EINVAL);
+    assert_string_equal(err, "config: transfer_backend: 'rdma' is not ucx or nccl");
+    graft_free(err);
+    assert_int_equal(graft_config_set(c, "mode", "loose", &err), GRAFT_EINVAL);
+    assert_string_equal(err, "config: mode: 'loose' is not strict or elastic");
+    graft_free(err);
+    assert_int_equal(graft_config_set(c, "cuda_device", "1024", &err), GRAFT_EINVAL);
+    assert_non_null(strstr(err, "cuda_device"));
+    graft_free(err);
+    assert_int_equal(graft_config_set(c, "transfer_backend", "nccl", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_get(c, "transfer_backend", &v), GRAFT_OK);
+    assert_string_equal(v, "nccl");
+    graft_free(v);
+#ifdef GRAFT_HAVE_CUDA
+    assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
+#else
+    /* A build without CUDA says so at validation, naming the field. */
+    assert_int_equal(graft_config_validate(c, &err), GRAFT_EINVAL);
+    assert_non_null(strstr(err, "transfer_backend: nccl needs a build with CUDA"));
+    graft_free(err);
+#endif
+    assert_int_equal(graft_config_set(c, "transfer_backend", "ucx", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "colour", "blue", &err), GRAFT_ENOTFOUND);
     assert_non_null(strstr(err, "colour"));
     graft_free(err);
@@ -163,11 +189,15 @@ static void test_from_env(void **state)
     setenv("GRAFT_GROUP", "7", 1);
     setenv("GRAFT_MODE", "elastic", 1);
     setenv("GRAFT_MIN_GROUPS", "6", 1);
+    setenv("GRAFT_CUDA_DEVICE", "3", 1);
     assert_int_equal(graft_config_from_env(c, NULL), GRAFT_OK);
     assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
     char *v = NULL;
     assert_int_equal(graft_config_get(c, "job", &v), GRAFT_OK);
     assert_string_equal(v, "envjob");
+    graft_free(v);
+    assert_int_equal(graft_config_get(c, "cuda_device", &v), GRAFT_OK);
+    assert_string_equal(v, "3");
     graft_free(v);
 
     char *err = NULL;
@@ -181,6 +211,7 @@ static void test_from_env(void **state)
     unsetenv("GRAFT_GROUP");
     unsetenv("GRAFT_MODE");
     unsetenv("GRAFT_MIN_GROUPS");
+    unsetenv("GRAFT_CUDA_DEVICE");
     graft_config_destroy(c);
 }
 

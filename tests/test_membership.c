@@ -972,6 +972,47 @@ static void test_blob(void **state)
     graft_membership_destroy(b);
 }
 
+/* Pair slots (an NCCL id per donor/recipient pair): keyed by quorum, both
+ * groups and the rank; on the donor rank's lease, so they go with it. */
+static void test_pair_blob(void **state)
+{
+    (void)state;
+    graft_membership_t *d0 = join("pairs", 0, 0, 2), *d1 = join("pairs", 0, 1, 2);
+    graft_membership_t *r0 = join("pairs", 2, 0, 2), *r1 = join("pairs", 2, 1, 2);
+    const uint8_t id0[128] = {9, 8, 7}, id1[128] = {1, 1, 1};
+    void *got = NULL;
+    size_t len = 0;
+    assert_int_equal(graft_membership_pair_blob_get(r0, 5, 0, 2, 100, &got, &len), GRAFT_ETIMEOUT);
+    assert_int_equal(graft_membership_pair_blob_put(d0, 5, 0, 2, id0, sizeof(id0)), GRAFT_OK);
+    assert_int_equal(graft_membership_pair_blob_put(d1, 5, 0, 2, id1, sizeof(id1)), GRAFT_OK);
+    /* each rank reads its own rank's slot, and only that pair's */
+    assert_int_equal(graft_membership_pair_blob_get(r0, 5, 0, 2, 3000, &got, &len), GRAFT_OK);
+    assert_int_equal(len, sizeof(id0));
+    assert_memory_equal(got, id0, sizeof(id0));
+    graft_free(got);
+    assert_int_equal(graft_membership_pair_blob_get(r1, 5, 0, 2, 3000, &got, &len), GRAFT_OK);
+    assert_memory_equal(got, id1, sizeof(id1));
+    graft_free(got);
+    assert_int_equal(graft_membership_pair_blob_get(r0, 5, 1, 2, 100, &got, &len), GRAFT_ETIMEOUT);
+    assert_int_equal(graft_membership_pair_blob_get(r0, 6, 0, 2, 100, &got, &len), GRAFT_ETIMEOUT);
+    assert_int_equal(graft_membership_pair_blob_put(d0, 0, 0, 2, id0, 1), GRAFT_EINVAL);
+    assert_int_equal(graft_membership_pair_blob_put(d0, 5, 0, 2, id0, 0), GRAFT_EINVAL);
+    /* the donor clears its slot after the pair transfer */
+    assert_int_equal(graft_membership_pair_blob_delete(d0, 5, 0, 2), GRAFT_OK);
+    assert_int_equal(graft_membership_pair_blob_get(r0, 5, 0, 2, 100, &got, &len), GRAFT_ETIMEOUT);
+    /* a donor that goes takes its slot along (lease revoked on leave) */
+    graft_etcd_kv_t kv;
+    assert_int_equal(graft_etcd_get(T.client, "/graft/pairs/pairs/00000000000000000005/0/2/1", &kv,
+                                    NULL), GRAFT_OK);
+    graft_etcd_kv_clear(&kv);
+    graft_membership_destroy(d1);
+    assert_int_equal(graft_etcd_get(T.client, "/graft/pairs/pairs/00000000000000000005/0/2/1", &kv,
+                                    NULL), GRAFT_ENOTFOUND);
+    graft_membership_destroy(d0);
+    graft_membership_destroy(r0);
+    graft_membership_destroy(r1);
+}
+
 /* ------------------------------------------------------------- garbage --- */
 
 static void test_garbage_records_skipped(void **state)
@@ -1477,6 +1518,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_commit_vote_race_at_timeout),
         cmocka_unit_test(test_fast_path),
         cmocka_unit_test(test_blob),
+        cmocka_unit_test(test_pair_blob),
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),
         cmocka_unit_test(test_keepalive_client_never_retries),

@@ -32,6 +32,7 @@
 #include <graft/persist.h>
 
 #include "etcd_fixture.h"
+#include "runtime/runtime_internal.h"
 #include "proto/graft.pb-c.h"
 
 #include <jansson.h>
@@ -1204,8 +1205,10 @@ static void test_progressed_job_no_cold_start(void **state)
 /* ------------------------------------------- two runtimes, one process --- */
 
 /* A runtime of group `group` of a 2-group strict job, against the test's
- * etcd, with timeouts short enough for a test. */
-static graft_runtime_t *make_rt(const char *job, int group)
+ * etcd, with timeouts short enough for a test, and setting `name` to
+ * `value` when name is not NULL. */
+static graft_runtime_t *make_rt_set(const char *job, int group, const char *name,
+                                    const char *value)
 {
     graft_config_t *c = NULL;
     graft_runtime_t *rt = NULL;
@@ -1222,9 +1225,16 @@ static graft_runtime_t *make_rt(const char *job, int group)
     assert_int_equal(graft_config_set(c, "fence_timeout_ms", "5000", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "stall_timeout_ms", "2000", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "quorum_timeout_ms", "30000", NULL), GRAFT_OK);
+    if (name != NULL)
+        assert_int_equal(graft_config_set(c, name, value, NULL), GRAFT_OK);
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
     return rt;
+}
+
+static graft_runtime_t *make_rt(const char *job, int group)
+{
+    return make_rt_set(job, group, NULL, NULL);
 }
 
 /* Two host regions "a" and "b", filled with va and vb. */
@@ -1272,6 +1282,18 @@ static void *peer_step(void *arg)
     return NULL;
 }
 
+/* One step of both runtimes at once (p1 on its own thread); both must
+ * have formed the quorum. */
+static void step_pair(peer_t *p0, peer_t *p1)
+{
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, peer_step, p1), 0);
+    peer_step(p0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(p0->q_st, GRAFT_OK);
+    assert_int_equal(p1->q_st, GRAFT_OK);
+}
+
 static void expect_blob(graft_runtime_t *rt, uint64_t quorum_id, const char *want)
 {
     char buf[64] = "";
@@ -1312,12 +1334,7 @@ static void test_quorum_blob(void **state)
     /* Quorum 1: group 0 (replica rank 0) publishes, group 1 reads it and
      * cannot overwrite it. */
     peer_t p0 = {.rt = rt0, .publish = "blob-A"}, p1 = {.rt = rt1, .read_blob = true};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, peer_step, &p1), 0);
-    peer_step(&p0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(p0.q_st, GRAFT_OK);
-    assert_int_equal(p1.q_st, GRAFT_OK);
+    step_pair(&p0, &p1);
     uint64_t q1 = p0.info.quorum_id;
     assert_true(q1 > 0);
     assert_int_equal(p1.info.quorum_id, q1);
@@ -1343,6 +1360,7 @@ static void test_quorum_blob(void **state)
     rt1 = make_rt(job, 1);
     register_ab(rt1, a1, b1, 512, 5, 6);
     peer_t r1 = {.rt = rt1, .read_blob = true};
+    pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, peer_step, &r1), 0);
     graft_step_info_t info;
     bool apply = false;
@@ -1370,6 +1388,52 @@ static void test_quorum_blob(void **state)
     assert_int_equal(r1.late_pub_st, GRAFT_EEXIST);
     assert_true(r1.apply);
     assert_memory_equal(a1, a0, sizeof(a0));
+    graft_destroy(rt1);
+    graft_destroy(rt0);
+}
+
+/* transfer_backend = nccl. Host regions still move over UCX: a rank with
+ * no CUDA region heals as with ucx. The unique id of an NCCL pair goes
+ * through etcd, keyed by quorum and both groups (the GPU side of the pair
+ * is in test_runtime_gpu). */
+static void test_nccl_backend_wiring(void **state)
+{
+    (void)state;
+    static uint64_t a0[512], b0[512], a1[512], b1[512];
+    char job[64];
+    uint8_t uid[GRAFT_TRANSFER_NCCL_UID_BYTES], got[GRAFT_TRANSFER_NCCL_UID_BYTES];
+    snprintf(job, sizeof(job), "nccl-%d", (int)getpid());
+#ifdef GRAFT_HAVE_CUDA
+    const char *backend = "nccl";
+#else
+    const char *backend = "ucx"; /* nccl is refused here (test_config) */
+#endif
+    graft_runtime_t *rt0 = make_rt_set(job, 0, "transfer_backend", backend);
+    graft_runtime_t *rt1 = make_rt_set(job, 1, "transfer_backend", backend);
+    for (size_t i = 0; i < sizeof(uid); i++)
+        uid[i] = (uint8_t)(i * 7 + 3);
+    /* Not joined yet: nothing to publish with. */
+    assert_int_not_equal(graft__rt_nccl_exchange(rt0, 1, 0, 1, true, uid, sizeof(uid)), GRAFT_OK);
+
+    register_ab(rt0, a0, b0, 512, 1, 2);
+    register_ab(rt1, a1, b1, 512, 5, 6);
+    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
+    step_pair(&p0, &p1);
+    assert_int_equal(p1.heal_st, GRAFT_OK);
+    assert_true(p0.apply && p1.apply);
+    /* the step-0 sync gave group 1 group 0's state */
+    assert_memory_equal(a1, a0, sizeof(a0));
+    assert_memory_equal(b1, b0, sizeof(b0));
+
+    uint64_t q = p0.info.quorum_id;
+    assert_int_equal(graft__rt_nccl_exchange(rt0, q, 0, 1, true, uid, sizeof(uid)), GRAFT_OK);
+    memset(got, 0, sizeof(got));
+    assert_int_equal(graft__rt_nccl_exchange(rt1, q, 0, 1, false, got, sizeof(got)), GRAFT_OK);
+    assert_memory_equal(got, uid, sizeof(uid));
+    /* An id of the wrong size is refused, not truncated or padded. */
+    assert_int_equal(graft__rt_nccl_exchange(rt0, q + 1, 0, 1, true, uid, 16), GRAFT_OK);
+    assert_int_equal(graft__rt_nccl_exchange(rt1, q + 1, 0, 1, false, got, sizeof(got)),
+                     GRAFT_EPROTO);
     graft_destroy(rt1);
     graft_destroy(rt0);
 }
@@ -1414,12 +1478,7 @@ static void test_skip_region_switch(void **state)
 
     /* The cold start makes group 1 pull group 0's state. */
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, peer_step, &p1), 0);
-    peer_step(&p0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(p0.q_st, GRAFT_OK);
-    assert_int_equal(p1.q_st, GRAFT_OK);
+    step_pair(&p0, &p1);
     assert_true(p1.info.healing);
     assert_int_equal(p1.heal_st, GRAFT_OK);
     assert_true(p0.apply && p1.apply);
@@ -1444,6 +1503,7 @@ int main(void)
         cmocka_unit_test(test_transfer_address_forms),
         cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_quorum_blob),
+        cmocka_unit_test(test_nccl_backend_wiring),
         cmocka_unit_test(test_skip_region_switch),
         cmocka_unit_test(test_kill_ranks_strict),
         cmocka_unit_test(test_kill_donor_during_heal),

@@ -23,6 +23,8 @@
 
 #include <graft/transfer.h>
 
+#include "gpu_support.h"
+
 #ifdef GRAFT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -30,40 +32,9 @@
 #define STEP 7
 #define CHUNK (1u << 20)
 
-/* Number of GPUs, asked in a child so the parent never initialises CUDA. */
-static int gpu_count(void)
-{
-    int ws = 0;
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(graft_transfer_cuda_device_count() > 0 ? 10 : 11);
-    if (pid < 0 || waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws))
-        return 0;
-    return WEXITSTATUS(ws) == 10 ? 1 : 0;
-}
-
-#define REQUIRE_GPU()                                                                    \
-    do {                                                                                 \
-        if (gpu_count() == 0) {                                                          \
-            print_message("skipped: no GPU\n");                                          \
-            skip();                                                                      \
-        }                                                                                \
-    } while (0)
-
 #ifdef GRAFT_HAVE_CUDA
 static const uint64_t sizes[2] = {(8u << 20) + 13, 3u << 20};
 static const char *const names[2] = {"weights", "optim"};
-
-static void fill_pattern(uint8_t *p, uint64_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (uint64_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (uint8_t)x;
-    }
-}
 
 static bool io_full(int fd, void *buf, size_t n, bool wr)
 {
@@ -88,7 +59,7 @@ static graft_transfer_endpoint_t *gpu_endpoint(bool donor, void *dev[2])
     for (int i = 0; i < 2; i++) {
         uint8_t *h = calloc(1, sizes[i]);
         if (donor)
-            fill_pattern(h, sizes[i], (uint64_t)i + 1);
+            graft_test_fill_pattern(h, sizes[i], (uint64_t)i + 1);
         if (cudaMalloc(&dev[i], sizes[i]) != cudaSuccess ||
             cudaMemcpy(dev[i], h, sizes[i], cudaMemcpyHostToDevice) != cudaSuccess)
             return NULL;
@@ -109,7 +80,7 @@ static bool gpu_matches(void *dev[2])
     bool ok = true;
     for (int i = 0; i < 2 && ok; i++) {
         uint8_t *want = malloc(sizes[i]), *got = malloc(sizes[i]);
-        fill_pattern(want, sizes[i], (uint64_t)i + 1);
+        graft_test_fill_pattern(want, sizes[i], (uint64_t)i + 1);
         ok = cudaMemcpy(got, dev[i], sizes[i], cudaMemcpyDeviceToHost) == cudaSuccess &&
              memcmp(want, got, sizes[i]) == 0;
         free(want);
@@ -132,7 +103,10 @@ static int donor_child(int mode, int addr_fd, int quit_fd)
 {
     void *dev[2];
     char addr[64] = {0};
-    graft_transfer_endpoint_t *ep = gpu_endpoint(true, dev);
+    graft_transfer_endpoint_t *ep;
+    if (mode == 1)
+        graft_test_nccl_env("graft-test-donor");
+    ep = gpu_endpoint(true, dev);
     if (ep == NULL || graft_transfer_serve_begin(ep, STEP) != GRAFT_OK)
         return 2;
     snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
@@ -152,11 +126,14 @@ static int donor_child(int mode, int addr_fd, int quit_fd)
 static int recipient_child(int mode, const char *addr)
 {
     void *dev[2];
-    graft_transfer_endpoint_t *ep = gpu_endpoint(false, dev);
+    graft_transfer_endpoint_t *ep;
     graft_transfer_report_t rep;
     graft_transfer_nccl_options_t no = {.exchange = uid_exchange, .timeout_ms = 60000};
     const char *donors[1] = {addr};
     graft_transfer_pull_options_t po = {.donors = donors, .n_donors = 1, .step = STEP};
+    if (mode == 1)
+        graft_test_nccl_env("graft-test-recipient");
+    ep = gpu_endpoint(false, dev);
     if (ep == NULL)
         return 2;
     if (mode == 1) {
@@ -209,7 +186,7 @@ static void run_pair(int mode)
 static void test_ucx_staged_cuda(void **state)
 {
     (void)state;
-    REQUIRE_GPU();
+    GRAFT_TEST_REQUIRE_GPU();
 #ifdef GRAFT_HAVE_CUDA
     run_pair(0);
 #endif
@@ -218,7 +195,7 @@ static void test_ucx_staged_cuda(void **state)
 static void test_nccl_pair(void **state)
 {
     (void)state;
-    REQUIRE_GPU();
+    GRAFT_TEST_REQUIRE_GPU();
 #ifdef GRAFT_HAVE_CUDA
     run_pair(1);
 #endif
@@ -248,7 +225,7 @@ static void test_nccl_misuse(void **state)
     po.n_donors = 1;
     no.exchange = NULL;
     assert_int_equal(graft_transfer_pull(ep, &po, &rep),
-                     gpu_count() == 0 ? GRAFT_ENOTSUP : GRAFT_EINVAL);
+                     graft_test_gpu_count() == 0 ? GRAFT_ENOTSUP : GRAFT_EINVAL);
 #else
     assert_int_equal(graft_transfer_pull(ep, &po, &rep), GRAFT_ENOTSUP);
 #endif

@@ -50,15 +50,22 @@ void graft__cuda_host_free(void *host)
         (void)cudaFreeHost(host);
 }
 
-graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, bool to_device,
-                                 int device)
+graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, bool to_device)
 {
     cudaStream_t streams[2] = {NULL, NULL};
     enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    struct cudaPointerAttributes attr;
     graft_status_t status = GRAFT_OK;
+    int prev = -1;
     cudaError_t e;
 
-    e = cudaSetDevice(device);
+    /* Copy on the device that holds the region, and give the calling
+     * thread (often the trainer's) its current device back afterwards. */
+    e = cudaGetDevice(&prev);
+    if (e == cudaSuccess)
+        e = cudaPointerGetAttributes(&attr, to_device ? dst : src);
+    if (e == cudaSuccess && attr.device >= 0 && attr.device != prev)
+        e = cudaSetDevice(attr.device);
     if (e != cudaSuccess)
         goto cuda_err;
     for (int i = 0; i < 2; i++) {
@@ -91,5 +98,7 @@ out:
         if (streams[i] != NULL)
             (void)cudaStreamDestroy(streams[i]);
     }
+    if (prev >= 0)
+        (void)cudaSetDevice(prev);
     return status;
 }

@@ -424,7 +424,7 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
         graft__region_t *r = &ep->regions[i];
         if (r->device != GRAFT_TRANSFER_CUDA)
             continue;
-        status = graft__cuda_stage(r->host, r->ptr, r->bytes, false, 0);
+        status = graft__cuda_stage(r->host, r->ptr, r->bytes, false);
         if (status != GRAFT_OK)
             goto err_free;
     }

@@ -94,9 +94,10 @@ int graft__cuda_devices(void);
 GRAFT_WUR graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p);
 void graft__cuda_host_free(void *host);
 /* Copy between a device region and its pinned shadow, pipelined in pieces
- * over two streams so that consecutive pieces overlap. */
+ * over two streams so that consecutive pieces overlap, on the device that
+ * holds the region; the calling thread's current device is left as it was. */
 GRAFT_WUR graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes,
-                                           bool to_device, int device);
+                                           bool to_device);
 #endif
 
 /* A recipient count per step, for the fence. */

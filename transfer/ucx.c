@@ -1268,6 +1268,7 @@ struct pull {
     pslot_t *slots;
     size_t n_slots;
     uint64_t done_chunks, done_bytes;
+    uint64_t total_bytes; /* of the regions pulled (host_only leaves CUDA ones out) */
     graft_status_t status;
     msg_queue_t msgs;
     uint32_t window, stall_ms, connect_ms;
@@ -2193,12 +2194,21 @@ static graft_status_t pull_alloc(pull_t *p)
         p->slots == NULL)
         return GRAFT_ENOMEM;
     for (size_t r = 0; r < ep->n_regions; r++) {
+        /* host_only: the CUDA regions come by another path (NCCL). */
+        bool skip = p->o->host_only && ep->regions[r].device == GRAFT_TRANSFER_CUDA;
+        if (!skip)
+            p->total_bytes += ep->regions[r].bytes;
         for (uint64_t k = 0; k < ep->regions[r].n_chunks; k++) {
             uint64_t c = ep->regions[r].first_chunk + k;
             p->chunks[c].region = (uint32_t)r;
             p->chunks[c].donor = -1;
             p->ref_donor[c] = -1;
-            q_push(p, c);
+            if (skip) {
+                p->chunks[c].state = CH_DONE;
+                p->done_chunks++;
+            } else {
+                q_push(p, c);
+            }
         }
     }
     for (size_t i = 0; i < p->n_slots; i++)
@@ -2245,10 +2255,9 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
               0x00ffffffffffffffull;
     msgq_init(&p.msgs);
     rep->n_donors = o->n_donors;
-    rep->bytes = ep->total_bytes;
-    rep->chunks = ep->total_chunks;
-
     status = pull_alloc(&p);
+    rep->bytes = p.total_bytes;
+    rep->chunks = ep->total_chunks;
     if (status != GRAFT_OK)
         goto out_free;
     /* One worker per donor. Over shared memory all senders to a worker
@@ -2295,7 +2304,7 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
             issue_gets(&p);
         if (o->progress != NULL && p.done_bytes != last_progress_bytes) {
             last_progress_bytes = p.done_bytes;
-            o->progress(p.done_bytes, ep->total_bytes, o->progress_arg);
+            o->progress(p.done_bytes, p.total_bytes, o->progress_arg);
         }
     }
     status = p.status;
@@ -2305,15 +2314,15 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
     /* Verified bytes of device regions sit in their pinned shadows. */
     for (size_t r = 0; r < ep->n_regions && status == GRAFT_OK; r++) {
         graft__region_t *reg = &ep->regions[r];
-        if (reg->device == GRAFT_TRANSFER_CUDA)
-            status = graft__cuda_stage(reg->ptr, reg->host, reg->bytes, true, 0);
+        if (reg->device == GRAFT_TRANSFER_CUDA && !o->host_only)
+            status = graft__cuda_stage(reg->ptr, reg->host, reg->bytes, true);
     }
 #endif
     pull_teardown(&p);
     rep->elapsed_ns = graft__now_ns() - start;
     if (status == GRAFT_OK)
         GRAFT_INFO(GRAFT__XFER_MOD, "pulled %llu bytes from %zu donors in %.3f s",
-                   (unsigned long long)ep->total_bytes, p.n_donors, rep->elapsed_ns / 1e9);
+                   (unsigned long long)p.total_bytes, p.n_donors, rep->elapsed_ns / 1e9);
 
 out_workers:
     for (size_t i = 0; i < p.n_donors; i++) {

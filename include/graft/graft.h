@@ -98,6 +98,8 @@ extern "C" {
  * | transfer_address    | GRAFT_TRANSFER_ADDRESS    | 127.0.0.1:0             |
  * | transfer_advertise  | GRAFT_TRANSFER_ADVERTISE  | (the listening address) |
  * | transfer_chunk_bytes| GRAFT_TRANSFER_CHUNK_BYTES| 4194304                 |
+ * | transfer_backend    | GRAFT_TRANSFER_BACKEND    | ucx (or nccl)           |
+ * | cuda_device         | GRAFT_CUDA_DEVICE         | 0                       |
  * | job_token           | GRAFT_JOB_TOKEN           | (the job name)          |
  * | persist_root        | GRAFT_PERSIST_ROOT        | (none: no disk tier)    |
  * | persist_every       | GRAFT_PERSIST_EVERY       | 100 (steps)             |
@@ -117,6 +119,10 @@ extern "C" {
  * such as the alias "eth0:1", is a name. transfer_advertise is the address
  * (IPv4 or interface name, no port) published to peers instead; listening
  * on 0.0.0.0 needs it.
+ *
+ * transfer_backend nccl (builds with CUDA and NCCL only) moves a rank's
+ * CUDA regions over an NCCL pair with one donor, its host regions still
+ * over UCX; cuda_device is the device the pair uses.
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].

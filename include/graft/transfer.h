@@ -333,6 +333,9 @@ typedef struct graft_transfer_pull_options {
     graft_transfer_backend_t backend;    /**< UCX (default) or NCCL */
     const struct graft_transfer_nccl_options *nccl; /**< required with the NCCL backend */
     graft_transfer_read_t read;          /**< UCX read protocol; default PUSH */
+    /** UCX only: leave the CUDA regions alone (they come by an NCCL pull
+     *  of their own); the report counts the host regions' bytes. */
+    bool host_only;
     /** Benchmarks only: install chunks without checking their hashes (and
      *  without drift detection), to measure what verification costs. */
     bool skip_verify;
