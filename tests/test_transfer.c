@@ -1059,6 +1059,43 @@ static void test_cancel(void **state)
     assert_int_equal(donor_stop(&d), 0);
 }
 
+/* Two recipients pull from one donor at the same time (each connection has
+ * a UCX worker of its own on the donor); both get every byte, and the
+ * donor's fence counts both. */
+static void test_two_recipients_at_once(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    int32_t st, count;
+    int ws = 0;
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+        graft_status_t pst = do_pull(r.ep, &po, &rep);
+        _exit(pst == GRAFT_OK && recipient_matches(&r) ? 0 : 5);
+    }
+    recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    recipient_destroy(&r);
+    assert_int_equal(waitpid(child, &ws, 0), child);
+    assert_true(WIFEXITED(ws));
+    assert_int_equal(WEXITSTATUS(ws), 0);
+    donor_fence(&d, 2, 10000, &st, &count);
+    assert_int_equal(st, GRAFT_OK);
+    assert_int_equal(count, 2);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
 static void test_fence(void **state)
 {
     (void)state;
@@ -2339,7 +2376,8 @@ int main(void)
         WIRE(test_pull_3_donors),   WIRE(test_refusals),   WIRE(test_donor_serves_late),
         WIRE(test_donor_killed),    WIRE(test_donor_stopped),
         WIRE(test_all_donors_dead), WIRE(test_drift),
-        WIRE(test_recipient_killed), WIRE(test_donor_bytes_changed),
+        WIRE(test_recipient_killed), WIRE(test_two_recipients_at_once),
+        WIRE(test_donor_bytes_changed),
         WIRE(test_many_small_regions), WIRE(test_pull_1gib),
         WIRE(test_pull_alloc_failures),
         WIRE(test_cancel),          WIRE(test_fence),

@@ -320,9 +320,14 @@ static void rkey_layout_learn(bool *unknown, const graft__region_t *r)
 /* Endpoint: context, worker, listener, progress thread                     */
 /* ------------------------------------------------------------------------ */
 
-/* One accepted connection (donor side). */
+/* One accepted connection (donor side), on a worker of its own: over
+ * shared memory every sender to a worker writes into its one receive FIFO,
+ * and a recipient killed in the middle of a write would leave an element
+ * that is never completed, blocking every other recipient behind it. */
 typedef struct ucx_conn {
     struct ucx_conn *next;
+    ucp_worker_h worker;
+    int efd;
     ucp_ep_h ep;
     bool failed;
     bool active;         /* manifest sent, hashes streaming */
@@ -336,9 +341,16 @@ typedef struct ucx_conn {
 struct graft__transport_state {
     graft_transfer_endpoint_t *ep;
     ucp_context_h ctx;
-    ucp_worker_h worker;
+    ucp_worker_h worker; /* the listener's; each connection has its own */
+    /* A connection's worker made ahead, while no connection is open: making
+     * one takes several milliseconds that a new recipient would wait. */
+    ucp_worker_h spare;
+    int spare_efd;
+    bool spare_failed; /* not retried until the next connection */
     ucp_listener_h listener;
     int efd;
+    struct pollfd *pfds; /* the progress thread's: this worker's and the connections' */
+    size_t pfds_cap;
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
@@ -355,6 +367,50 @@ static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
     c->failed = true;
 }
 
+static graft_status_t set_am_handler(ucp_worker_h w, unsigned id, ucp_am_recv_callback_t cb,
+                                     void *arg);
+static graft_status_t worker_create(ucp_context_h ctx, ucp_worker_h *w_p);
+static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
+                                     void *data, size_t length, const ucp_am_recv_param_t *param);
+static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
+                                  void *data, size_t length, const ucp_am_recv_param_t *param);
+static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
+                                       void *data, size_t length,
+                                       const ucp_am_recv_param_t *param);
+
+/* A worker for one connection, with the donor's message handlers. */
+static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker_h *w_p,
+                                         int *efd_p)
+{
+    ucp_worker_h w = NULL;
+    graft_status_t status = worker_create(t->ctx, &w);
+    if (status == GRAFT_OK && ucp_worker_get_efd(w, efd_p) != UCS_OK)
+        status = GRAFT_ETRANSPORT;
+    if (status == GRAFT_OK)
+        status = set_am_handler(w, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
+    if (status == GRAFT_OK)
+        status = set_am_handler(w, GRAFT__XFER_AM_DONE, donor_done_cb, t);
+    if (status == GRAFT_OK)
+        status = set_am_handler(w, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
+    if (status != GRAFT_OK && w != NULL)
+        ucp_worker_destroy(w);
+    if (status == GRAFT_OK)
+        *w_p = w;
+    return status;
+}
+
+static graft_status_t conn_worker(graft__transport_state_t *t, ucx_conn_t *c)
+{
+    t->spare_failed = false;
+    if (t->spare != NULL) {
+        c->worker = t->spare;
+        c->efd = t->spare_efd;
+        t->spare = NULL;
+        return GRAFT_OK;
+    }
+    return conn_worker_create(t, &c->worker, &c->efd);
+}
+
 static void conn_handler(ucp_conn_request_h req, void *arg)
 {
     graft__transport_state_t *t = arg;
@@ -362,10 +418,11 @@ static void conn_handler(ucp_conn_request_h req, void *arg)
     ucx_conn_t *c = graft__calloc(1, sizeof(*c));
     ucs_status_t st;
 
-    if (c == NULL) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory accepting a connection");
+    if (c == NULL || conn_worker(t, c) != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "%s accepting a connection",
+                    c == NULL ? "out of memory" : "no UCX worker");
         (void)ucp_listener_reject(t->listener, req);
-        return;
+        goto fail;
     }
     memset(&prm, 0, sizeof(prm));
     prm.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -374,14 +431,18 @@ static void conn_handler(ucp_conn_request_h req, void *arg)
     prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     prm.err_handler.cb = donor_conn_err_cb;
     prm.err_handler.arg = c;
-    st = ucp_ep_create(t->worker, &prm, &c->ep);
+    st = ucp_ep_create(c->worker, &prm, &c->ep);
     if (st != UCS_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "accepting a connection: %s", ucs_status_string(st));
-        graft_free(c);
-        return;
+        goto fail;
     }
     c->next = t->conns;
     t->conns = c;
+    return;
+fail:
+    if (c != NULL && c->worker != NULL)
+        ucp_worker_destroy(c->worker);
+    graft_free(c);
 }
 
 /* Requests and TransferDone: queued for the progress loop. */
@@ -783,7 +844,8 @@ static void stream_hashes(graft__transport_state_t *t)
     pthread_mutex_unlock(&ep->lock);
 }
 
-static void conn_close(graft__transport_state_t *t, ucx_conn_t *c)
+/* Close a connection by force and destroy its worker (frees nothing else). */
+static void conn_close(ucx_conn_t *c)
 {
     ucp_request_param_t prm;
     ucs_status_ptr_t req;
@@ -794,9 +856,10 @@ static void conn_close(graft__transport_state_t *t, ucx_conn_t *c)
     if (UCS_PTR_IS_PTR(req)) {
         uint64_t deadline = graft__now_ns() + TEARDOWN_NS;
         while (ucp_request_check_status(req) == UCS_INPROGRESS && graft__now_ns() < deadline)
-            ucp_worker_progress(t->worker);
+            ucp_worker_progress(c->worker);
         ucp_request_free(req);
     }
+    ucp_worker_destroy(c->worker);
 }
 
 static void reap_conns(graft__transport_state_t *t)
@@ -806,11 +869,40 @@ static void reap_conns(graft__transport_state_t *t)
         ucx_conn_t *c = *pp;
         if (c->failed) {
             *pp = c->next;
-            conn_close(t, c);
+            conn_close(c);
             graft_free(c);
         } else {
             pp = &c->next;
         }
+    }
+}
+
+/* Arm every worker for a wake-up and wait on their descriptors, at most
+ * 1 ms so that hashes finished by the hashing threads go out promptly. */
+static void progress_sleep(graft__transport_state_t *t)
+{
+    size_t n = 1;
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next)
+        n++;
+    if (n > t->pfds_cap) {
+        struct pollfd *grown = graft__realloc(t->pfds, n * sizeof(*grown));
+        if (grown == NULL)
+            return; /* spin this round */
+        t->pfds = grown;
+        t->pfds_cap = n;
+    }
+    if (ucp_worker_arm(t->worker) == UCS_ERR_BUSY)
+        return;
+    t->pfds[0] = (struct pollfd){.fd = t->efd, .events = POLLIN};
+    n = 1;
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
+            return;
+        t->pfds[n++] = (struct pollfd){.fd = c->efd, .events = POLLIN};
+    }
+    if (poll(t->pfds, n, 1) < 0 && errno != EINTR) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "poll: %s", strerror(errno));
+        graft__sleep_ns(1000000);
     }
 }
 
@@ -820,6 +912,10 @@ static void *progress_thread(void *arg)
     while (!atomic_load(&t->stop)) {
         ucx_msg_t *m;
         while (ucp_worker_progress(t->worker) != 0) {
+        }
+        for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+            while (ucp_worker_progress(c->worker) != 0) {
+            }
         }
         while ((m = msgq_pop(&t->msgs)) != NULL) {
             if (m->id == GRAFT__XFER_AM_REQUEST)
@@ -832,17 +928,9 @@ static void *progress_thread(void *arg)
         }
         reap_conns(t);
         stream_hashes(t);
-
-        /* Sleep until the network has something, at most 1 ms so that
-         * hashes finished by the hashing threads go out promptly. */
-        ucs_status_t st = ucp_worker_arm(t->worker);
-        if (st == UCS_ERR_BUSY)
-            continue;
-        struct pollfd pfd = {.fd = t->efd, .events = POLLIN};
-        if (poll(&pfd, 1, 1) < 0 && errno != EINTR) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "poll: %s", strerror(errno));
-            graft__sleep_ns(1000000);
-        }
+        if (t->spare == NULL && t->conns == NULL && !t->spare_failed)
+            t->spare_failed = conn_worker_create(t, &t->spare, &t->spare_efd) != GRAFT_OK;
+        progress_sleep(t);
     }
     return NULL;
 }
@@ -957,13 +1045,6 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
         status = GRAFT_ETRANSPORT;
         goto err;
     }
-    status = set_am_handler(t->worker, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
-    if (status == GRAFT_OK)
-        status = set_am_handler(t->worker, GRAFT__XFER_AM_DONE, donor_done_cb, t);
-    if (status == GRAFT_OK)
-        status = set_am_handler(t->worker, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
-    if (status != GRAFT_OK)
-        goto err;
 
     memset(&lp, 0, sizeof(lp));
     lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -1035,10 +1116,13 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
     while (t->conns != NULL) {
         ucx_conn_t *c = t->conns;
         t->conns = c->next;
-        conn_close(t, c);
+        conn_close(c);
         graft_free(c);
     }
     msgq_clear(&t->msgs);
+    graft_free(t->pfds);
+    if (t->spare != NULL)
+        ucp_worker_destroy(t->spare);
     if (t->listener != NULL)
         ucp_listener_destroy(t->listener);
     for (size_t i = 0; i < ep->n_regions; i++)
