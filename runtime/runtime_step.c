@@ -257,20 +257,11 @@ static void free_donors(graft_runtime_t *rt)
     rt->n_heal_donors = 0;
 }
 
-/* Start pulling this rank's regions from rank `rank` of the donor groups;
- * CUDA regions over NCCL come from the first of them (runtime_nccl.c). */
-static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
+/* The transfer addresses of rank `rank` of the donor groups that view v
+ * has, into rt->heal_donors (empty, allocated for n_donors). */
+static graft_status_t donors_in_view(graft_runtime_t *rt, const graft_membership_view_t *v,
+                                     const uint32_t *donors, size_t n_donors)
 {
-    rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
-    graft_membership_view_t *v = NULL;
-    graft_status_t st = graft_membership_view_get(rt->m, &v);
-    if (st != GRAFT_OK)
-        return st;
-    rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
-    if (rt->heal_donors == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
     for (size_t d = 0; d < n_donors && rt->n_heal_donors < GRAFT_TRANSFER_MAX_DONORS; d++) {
         for (size_t i = 0; i < v->n_members; i++) {
             const graft_member_t *mb = &v->members[i];
@@ -278,15 +269,47 @@ static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, si
                 mb->transfer_address[0] == '\0')
                 continue;
             rt->heal_donors[rt->n_heal_donors] = graft__strdup(mb->transfer_address);
-            if (rt->heal_donors[rt->n_heal_donors] == NULL) {
-                st = GRAFT_ENOMEM;
-                goto out;
-            }
+            if (rt->heal_donors[rt->n_heal_donors] == NULL)
+                return GRAFT_ENOMEM;
             rt->heal_donor_groups[rt->n_heal_donors] = donors[d];
             rt->n_heal_donors++;
             break;
         }
     }
+    return GRAFT_OK;
+}
+
+/* Start pulling this rank's regions from rank `rank` of the donor groups;
+ * CUDA regions over NCCL come from the first of them (runtime_nccl.c). */
+static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
+{
+    graft_membership_view_t *v = NULL;
+    graft_status_t st = GRAFT_OK;
+    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
+    rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
+    rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
+    if (rt->heal_donors == NULL)
+        return GRAFT_ENOMEM;
+    /* The quorum record and the member records reach this rank by
+     * different paths, so the donors' records can still be on their way:
+     * wait for the view (up to the join timeout) until one donor is in it. */
+    for (;;) {
+        st = graft_membership_view_get(rt->m, &v);
+        if (st == GRAFT_OK)
+            st = donors_in_view(rt, v, donors, n_donors);
+        uint64_t now = graft__now_ns();
+        if (st != GRAFT_OK || rt->n_heal_donors > 0 || now >= deadline)
+            break;
+        uint64_t version = v->version;
+        graft_membership_view_free(v);
+        v = NULL;
+        if (graft_membership_view_wait(rt->m, version,
+                                       (uint32_t)((deadline - now) / 1000000ull) + 1,
+                                       NULL) != GRAFT_OK)
+            continue; /* timed out: one last look at the view */
+    }
+    if (st != GRAFT_OK)
+        goto out;
     if (rt->n_heal_donors == 0) {
         GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
                     ": no donor of step %" PRIu64 " is in the view", rt->group, rt->rank,
