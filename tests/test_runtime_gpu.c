@@ -46,7 +46,7 @@ static int set(graft_config_t *c, const char *name, const char *value)
 /* One group: its own patterns in, group 0's out. Exit code = failed stage. */
 static int group_child(const char *endpoint, const char *job, int g)
 {
-    char host_id[32], gs[8];
+    char host_id[32], gs[16];
     uint8_t *dev = NULL;
     uint8_t *host = malloc(HOST_BYTES), *want = malloc(DEV_BYTES), *back = malloc(DEV_BYTES);
     graft_config_t *c = NULL;
