@@ -490,6 +490,33 @@ static void sim_kill(sim_run_t *r, int g, int k)
     }
 }
 
+/* How many complete checkpoints (a step directory with its manifest.pb,
+ * written once every shard is durable) the run's persistent tier holds;
+ * the newest one's directory name goes to newest. */
+static int sim_complete_checkpoints(const sim_run_t *r, char *newest, size_t cap)
+{
+    DIR *d = opendir(r->persist_root);
+    struct dirent *e;
+    int n = 0;
+    newest[0] = '\0';
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char mf[PATH_MAX + 600];
+        snprintf(mf, sizeof(mf), "%s/%s/manifest.pb", r->persist_root, e->d_name);
+        if (strncmp(e->d_name, "step-", 5) != 0 || strlen(e->d_name) >= cap ||
+            access(mf, F_OK) != 0) {
+            continue;
+        }
+        n++;
+        if (strcmp(e->d_name, newest) > 0) {
+            snprintf(newest, cap, "%s", e->d_name);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
 /*
  * Flip one byte in the middle of ONE shard of the newest complete
  * checkpoint (one with its manifest.pb) so that its restore must fail
@@ -500,23 +527,12 @@ static void sim_kill(sim_run_t *r, int g, int k)
  * comes from the seed and the event's place in the plan. Returns the
  * checkpoint's step, -1 when none was corrupted.
  */
+static int sim_complete_checkpoints(const sim_run_t *r, char *newest, size_t cap);
+
 static long long sim_corrupt_newest(sim_run_t *r, size_t plan_index)
 {
-    DIR *d = opendir(r->persist_root);
     char best[256] = "";
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        char mf[PATH_MAX + 600];
-        snprintf(mf, sizeof(mf), "%s/%s/manifest.pb", r->persist_root, e->d_name);
-        if (strncmp(e->d_name, "step-", 5) == 0 && strlen(e->d_name) < sizeof(best) &&
-            strcmp(e->d_name, best) > 0 && access(mf, F_OK) == 0) {
-            snprintf(best, sizeof(best), "%s", e->d_name);
-        }
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    if (best[0] == '\0') {
+    if (sim_complete_checkpoints(r, best, sizeof(best)) == 0) {
         return -1;
     }
     int rank = (int)((r->o->seed + plan_index) % (uint64_t)r->o->ranks);
@@ -662,6 +678,18 @@ static int sim_inject(sim_run_t *r, size_t idx)
         }
         if (r->donor_pending || r->hang_n > 0 || r->part_g >= 0) {
             return 0;
+        }
+        {
+            /* Not before the persistent tier holds a checkpoint to restore
+             * (two when one is to be corrupted): a disaster before that
+             * loses the job by design (GRAFT_ESTATELOST), which is not what
+             * the event is meant to show. A checkpoint of step s is written
+             * in the background after s commits, so a step count alone
+             * cannot tell. */
+            char newest[256];
+            if (sim_complete_checkpoints(r, newest, sizeof(newest)) < (ev->corrupt ? 2 : 1)) {
+                return 0;
+            }
         }
         sim_record_injected(r, idx, ev);
         sim_open_recovery(r, ev->kind, "job", -1, -1);
@@ -1122,7 +1150,12 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         }
         st = graft_sim_sup_poll(r.sup);
         if (st != GRAFT_OK) {
-            sim_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
+            if (st == GRAFT_ERANGE) {
+                sim_fail(&r, "the supervisor gave up: a rank was started more than %d times "
+                             "(its trainer log says why)", sc.max_restarts);
+            } else {
+                sim_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
+            }
             st = GRAFT_OK;
             break;
         }

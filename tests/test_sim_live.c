@@ -710,11 +710,13 @@ static pid_t sim_start(const char *tmp, const char *const *args)
 }
 
 /* Starts graft-sim run --netns with a run long enough to be interrupted,
- * waits until its hub namespace exists; returns its pid. */
+ * waits until its hub namespace exists; returns its pid. Its temporary
+ * directories go under this test's: a run killed with SIGKILL cannot
+ * remove them itself. */
 static pid_t netns_start_long(void)
 {
     const char *args[] = {"--netns", "--groups", "2", "--ranks", "1", "--steps", "400", NULL};
-    pid_t pid = sim_start(NULL, args);
+    pid_t pid = sim_start(tmpdir, args);
     for (int i = 0; i < 400 && !netns_exists(pid); i++) {
         usleep(25000);
     }

@@ -860,12 +860,24 @@ static void test_recipient_killed(void **state)
     }
     assert_int_equal(waitpid(child, &ws, 0), child);
     assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+    /* The lost connection counts for the fence at once (UCX reports the
+     * dead peer), not after the fence timeout. */
+    int32_t st, count;
+    donor_fence(&d, 1, 10000, &st, &count);
+    assert_int_equal(st, GRAFT_OK);
+    assert_int_equal(count, 1);
 
     recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
     graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
     assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
     assert_true(recipient_matches(&r));
     recipient_destroy(&r);
+    /* The finished pull counts once, though its connection closes too. */
+    donor_fence(&d, 2, 5000, &st, &count);
+    assert_int_equal(st, GRAFT_OK);
+    usleep(300000);
+    donor_fence(&d, 3, 0, &st, &count);
+    assert_int_equal(count, 2);
     assert_int_equal(donor_stop(&d), 0);
 }
 

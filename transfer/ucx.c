@@ -336,6 +336,10 @@ typedef struct ucx_conn {
     uint64_t cursor;     /* next chunk whose hash is to be sent */
     size_t region_cursor;
     uint64_t echo;       /* AM header the recipient chose */
+    /* A manifest of fence_step went out and no TransferDone came back yet:
+     * if the connection is lost first, the loss counts for the fence. */
+    bool fence_owed;
+    uint64_t fence_step;
 } ucx_conn_t;
 
 struct graft__transport_state {
@@ -699,8 +703,12 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         reply_error(c->ep, c->echo, GRAFT_ELAYOUT, why);
         goto out;
     }
-    if (send_manifest(ep, c) != GRAFT_OK)
+    if (send_manifest(ep, c) != GRAFT_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "could not send a manifest");
+    } else {
+        c->fence_owed = true;
+        c->fence_step = req->step;
+    }
     pthread_mutex_unlock(&ep->lock);
     GRAFT_DEBUG(GRAFT__XFER_MOD, "serving group %u rank %u at step %llu", req->recipient_group,
                 req->rank, (unsigned long long)req->step);
@@ -723,7 +731,14 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
     }
     GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u done with step %llu (%s)", d->recipient_group,
                 d->rank, (unsigned long long)d->step, d->ok ? "ok" : "failed");
-    graft__transfer_fence_note(t->ep, d->step);
+    /* One count per served connection: a TransferDone on a connection that
+     * got no manifest, or a second one, is not counted; one on a connection
+     * already reaped was counted when it was lost. */
+    ucx_conn_t *c = msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
+    if (c != NULL && c->fence_owed) {
+        c->fence_owed = false;
+        graft__transfer_fence_note(t->ep, c->fence_step);
+    }
     graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
 }
 
@@ -869,6 +884,14 @@ static void reap_conns(graft__transport_state_t *t)
         ucx_conn_t *c = *pp;
         if (c->failed) {
             *pp = c->next;
+            if (c->fence_owed) {
+                /* The recipient died or dropped this donor before it said
+                 * it was done: it will not read any more, so the fence need
+                 * not wait for it (fence_timeout_ms used to). */
+                GRAFT_WARN(GRAFT__XFER_MOD, "a recipient of step %llu was lost before it was "
+                           "done; the fence counts it", (unsigned long long)c->fence_step);
+                graft__transfer_fence_note(t->ep, c->fence_step);
+            }
             conn_close(c);
             graft_free(c);
         } else {
@@ -2211,7 +2234,7 @@ static void pull_teardown(pull_t *p)
         done.step = p->o->step;
         done.recipient_group = p->ep->group;
         done.rank = p->ep->rank;
-        if (am_send_msg(d->uep, GRAFT__XFER_AM_DONE, (p->nonce << 8) | i, &done.base, false) !=
+        if (am_send_msg(d->uep, GRAFT__XFER_AM_DONE, (p->nonce << 8) | i, &done.base, true) !=
             GRAFT_OK)
             GRAFT_WARN(GRAFT__XFER_MOD, "could not tell donor %zu that the pull is done", i);
     }
