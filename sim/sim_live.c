@@ -527,8 +527,6 @@ static int sim_complete_checkpoints(const sim_run_t *r, char *newest, size_t cap
  * comes from the seed and the event's place in the plan. Returns the
  * checkpoint's step, -1 when none was corrupted.
  */
-static int sim_complete_checkpoints(const sim_run_t *r, char *newest, size_t cap);
-
 static long long sim_corrupt_newest(sim_run_t *r, size_t plan_index)
 {
     char best[256] = "";
