@@ -71,6 +71,10 @@ struct graft_runtime {
     uint64_t prev_quorum_id;
     bool serving;
     uint32_t n_recipients;
+    /* The recipients this rank serves, for a fence that need not wait for
+     * one that has left the job (runtime_step.c). */
+    struct graft__rt_fence_peer *fence_peers;
+    size_t n_fence_peers;
     bool cold_sync;        /* step-0 initial sync in this quorum */
     uint64_t quorum_call_ns;
 

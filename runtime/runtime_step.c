@@ -486,6 +486,86 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
     return GRAFT_OK;
 }
 
+/* ------------------------------------------------------------- fence --- */
+
+/* A recipient of this rank's serve: its group, the incarnation of its rank
+ * when the serve began (0: not in the view yet), and how many completions
+ * it owes the fence (its UCX pull, its NCCL pair). */
+struct graft__rt_fence_peer {
+    uint32_t group;
+    uint64_t incarnation;
+    uint32_t units;
+};
+
+static uint64_t member_incarnation(const graft_membership_view_t *v, uint32_t group,
+                                   uint32_t rank)
+{
+    for (size_t i = 0; v != NULL && i < v->n_members; i++)
+        if (v->members[i].group == group && v->members[i].rank == rank)
+            return v->members[i].incarnation;
+    return 0;
+}
+
+static void fence_peers_free(graft_runtime_t *rt)
+{
+    graft_free(rt->fence_peers);
+    rt->fence_peers = NULL;
+    rt->n_fence_peers = 0;
+}
+
+/* Note who this rank serves in q; without memory the fence simply waits. */
+static void fence_peers_note(graft_runtime_t *rt, const graft_quorum_t *q, bool nccl)
+{
+    uint32_t ucx = !nccl || graft__rt_has_host_regions(rt) ? 1 : 0;
+    graft_membership_view_t *v = NULL;
+    rt->fence_peers = graft__calloc(q->n_members + q->n_recoveries + 1, sizeof(*rt->fence_peers));
+    if (rt->fence_peers == NULL)
+        return;
+    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        v = NULL;
+    for (size_t i = 1; rt->cold_sync && q->members[0] == rt->group && i < q->n_members; i++)
+        rt->fence_peers[rt->n_fence_peers++] = (struct graft__rt_fence_peer){
+            q->members[i], member_incarnation(v, q->members[i], rt->rank), ucx + (nccl ? 1 : 0)};
+    for (size_t i = 0; !rt->cold_sync && i < q->n_recoveries; i++) {
+        const uint32_t *d = q->recoveries[i].donors;
+        bool mine = false;
+        for (size_t k = 0; k < q->recoveries[i].n_donors; k++)
+            mine = mine || d[k] == rt->group;
+        if (!mine)
+            continue;
+        uint32_t g = q->recoveries[i].recipient;
+        rt->fence_peers[rt->n_fence_peers++] = (struct graft__rt_fence_peer){
+            g, member_incarnation(v, g, rt->rank), ucx + (nccl && d[0] == rt->group ? 1 : 0)};
+    }
+    graft_membership_view_free(v);
+}
+
+/* How long a recipient whose member record this rank's view never showed
+ * may take to appear before the fence stops waiting for it: the view can
+ * lag the quorum by milliseconds, or the recipient left before it came. */
+#define FENCE_UNSEEN_GRACE_NS 1000000000ull
+
+/* Completions the fence can no longer get: those of recipients whose rank
+ * has left the job since the serve began (its member record is gone or is
+ * a new incarnation, which pulls in a later quorum if at all). */
+static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
+{
+    graft_membership_view_t *v = NULL;
+    uint32_t gone = 0;
+    if (rt->n_fence_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        return 0;
+    for (size_t i = 0; i < rt->n_fence_peers; i++) {
+        struct graft__rt_fence_peer *p = &rt->fence_peers[i];
+        uint64_t now = member_incarnation(v, p->group, rt->rank);
+        if (p->incarnation == 0 && now != 0)
+            p->incarnation = now; /* arrived late in the view */
+        else if (p->incarnation != 0 ? now != p->incarnation : waited_ns >= FENCE_UNSEEN_GRACE_NS)
+            gone += p->units;
+    }
+    graft_membership_view_free(v);
+    return gone;
+}
+
 /* Serve q's step to this group's recipients: over UCX (every region, or
  * the host ones when CUDA regions go over NCCL pairs) and over NCCL to the
  * recipients that pair with this group. rt->n_recipients becomes the number
@@ -507,6 +587,7 @@ static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
         st = graft__rt_nccl_serve_start(rt, q, &n_pairs);
         rt->n_recipients += n_pairs;
     }
+    fence_peers_note(rt, q, nccl);
     pthread_mutex_lock(&rt->mu);
     rt->metrics.serves++;
     pthread_mutex_unlock(&rt->mu);
@@ -672,8 +753,33 @@ static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
 {
     if (!rt->serving)
         return;
-    graft_status_t st = graft_transfer_fence_wait(rt->ep, q->step, rt->n_recipients,
-                                                  (uint32_t)rt->cfg->fence_timeout_ms);
+    /* Wait in slices: between them, a recipient that has left the job (a
+     * process killed before it reached this donor cannot be seen by the
+     * transport) stops holding the fence. A count can then include one that
+     * was done before it left, and the fence opens early: a recipient still
+     * reading is then refused or fails its chunk hashes and heals again,
+     * so nothing unverified is installed. */
+    uint64_t start = graft__now_ns();
+    uint64_t deadline = start + rt->cfg->fence_timeout_ms * 1000000ull;
+    graft_status_t st;
+    for (;;) {
+        uint64_t now = graft__now_ns();
+        uint32_t slice =
+            now >= deadline ? 0 : (uint32_t)GRAFT_MIN(100, (deadline - now) / 1000000ull);
+        st = graft_transfer_fence_wait(rt->ep, q->step, rt->n_recipients, slice);
+        if (st != GRAFT_ETIMEOUT || graft__now_ns() >= deadline)
+            break;
+        uint32_t gone = fence_units_gone(rt, graft__now_ns() - start);
+        if (gone > 0 && graft_transfer_fence_count(rt->ep, q->step) + gone >= rt->n_recipients) {
+            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
+                       ": %" PRIu32 " of %" PRIu32 " recipients done, the rest left the job; "
+                       "not waiting for them", rt->group, rt->rank, q->step,
+                       graft_transfer_fence_count(rt->ep, q->step), rt->n_recipients);
+            st = GRAFT_OK;
+            break;
+        }
+    }
+    fence_peers_free(rt);
     if (st != GRAFT_OK) {
         /* A recipient that died or stalled must not hold the job: it
          * verifies every chunk, so bytes changed under it are caught. */

@@ -1438,6 +1438,46 @@ static void test_nccl_backend_wiring(void **state)
     graft_destroy(rt0);
 }
 
+/* A recipient that leaves the job before it reached its donor (here its
+ * pulls cannot connect: the donor advertises an address nobody listens on)
+ * does not hold the donor's fence until fence_timeout_ms. */
+static void *quorum_then_leave(void *arg)
+{
+    graft_runtime_t *rt = arg;
+    graft_step_info_t info;
+    graft_status_t st = graft_quorum(rt, &info);
+    graft_destroy(rt); /* the heal was running: cancelled, and the lease revoked */
+    return (void *)(intptr_t)st;
+}
+
+static void test_fence_skips_recipient_gone(void **state)
+{
+    (void)state;
+    static uint64_t a0[512], b0[512], a1[512], b1[512];
+    char job[64];
+    snprintf(job, sizeof(job), "fence-%d", (int)getpid());
+    graft_runtime_t *rt0 = make_rt_set(job, 0, "transfer_advertise", "127.0.0.2");
+    graft_runtime_t *rt1 = make_rt(job, 1);
+    register_ab(rt0, a0, b0, 512, 1, 2);
+    register_ab(rt1, a1, b1, 512, 5, 6);
+    pthread_t t;
+    void *ret = NULL;
+    assert_int_equal(pthread_create(&t, NULL, quorum_then_leave, rt1), 0);
+    graft_step_info_t info;
+    bool apply = false;
+    assert_int_equal(graft_quorum(rt0, &info), GRAFT_OK);
+    assert_int_equal(pthread_join(t, &ret), 0);
+    assert_int_equal((graft_status_t)(intptr_t)ret, GRAFT_OK);
+    /* Group 0 decides on its own ranks' votes and commits. */
+    assert_int_equal(graft_commit(rt0, &apply), GRAFT_OK);
+    assert_true(apply);
+    graft_metrics_t m;
+    graft_metrics_get(rt0, &m);
+    assert_int_equal(m.serves, 1);
+    assert_int_equal(m.fence_timeouts, 0);
+    graft_destroy(rt0);
+}
+
 /* The test-only broken heal: with GRAFT_TEST_SKIP_REGION=b at graft_init(),
  * a heal installs "a" but leaves "b" as it was, and reports success. */
 static void test_skip_region_switch(void **state)
@@ -1504,6 +1544,7 @@ int main(void)
         cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_quorum_blob),
         cmocka_unit_test(test_nccl_backend_wiring),
+        cmocka_unit_test(test_fence_skips_recipient_gone),
         cmocka_unit_test(test_skip_region_switch),
         cmocka_unit_test(test_kill_ranks_strict),
         cmocka_unit_test(test_kill_donor_during_heal),
