@@ -194,7 +194,7 @@ void graft_destroy(graft_runtime_t *rt)
     graft__rt_nccl_serve_join(rt); /* NCCL pairs end by their timeout at the latest */
     if (rt->serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_RT_MOD, "serve_end at destroy failed");
-    graft_free(rt->fence_peers);
+    graft_free(rt->peers);
     graft__rt_persist_close(rt);
     graft_membership_quorum_free(rt->q);
     graft_membership_destroy(rt->m);

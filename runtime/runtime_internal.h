@@ -33,6 +33,17 @@ typedef struct graft__rt_ckpt {
 
 typedef struct graft__rt_pair graft__rt_pair_t;
 
+/* A recipient this rank serves in the open quorum: what it owes the fence
+ * (its UCX pull, its NCCL pair), and its rank's incarnation when the serve
+ * began (0: not in the view yet), so that a fence need not wait for a
+ * recipient that has left the job (runtime_step.c). */
+typedef struct graft__rt_peer {
+    uint32_t group;
+    uint64_t incarnation;
+    bool ucx;
+    bool nccl;
+} graft__rt_peer_t;
+
 struct graft_runtime {
     graft_config_t *cfg;   /* own copy */
     uint32_t group, rank, ranks, groups, min_groups;
@@ -71,10 +82,8 @@ struct graft_runtime {
     uint64_t prev_quorum_id;
     bool serving;
     uint32_t n_recipients;
-    /* The recipients this rank serves, for a fence that need not wait for
-     * one that has left the job (runtime_step.c). */
-    struct graft__rt_fence_peer *fence_peers;
-    size_t n_fence_peers;
+    graft__rt_peer_t *peers; /* the recipients this rank serves */
+    size_t n_peers;
     bool cold_sync;        /* step-0 initial sync in this quorum */
     uint64_t quorum_call_ns;
 
@@ -149,10 +158,9 @@ void graft__rt_persist_join(graft_runtime_t *rt);
 /* transfer_backend is nccl and this rank has CUDA regions. */
 bool graft__rt_nccl_on(const graft_runtime_t *rt);
 bool graft__rt_has_host_regions(const graft_runtime_t *rt);
-/* Donor: start a serving thread per recipient that pairs with this group
- * in q; *n_pairs_p: how many started (each counts toward the fence). */
-GRAFT_WUR graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q,
-                                                    uint32_t *n_pairs_p);
+/* Donor: start a serving thread per peer that pairs with this rank
+ * (rt->peers[i].nccl), for quorum q. */
+GRAFT_WUR graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q);
 /* Donor: wait for the serving threads and clear their id slots. */
 void graft__rt_nccl_serve_join(graft_runtime_t *rt);
 /* Recipient: pull the CUDA regions from rt->nccl_donor (blocks). */

@@ -6,7 +6,7 @@
  * Who pairs with whom follows from the quorum record alone, so both sides
  * agree without talking: a recipient takes its CUDA regions from the first
  * donor the quorum lists for it (in the step-0 sync, the lowest member
- * group). The donor publishes the communicator's unique id in etcd under
+ * group; runtime_step.c lists a donor's peers). The donor publishes the communicator's unique id in etcd under
  * the pair's slot (membership's pair blobs, on the donor rank's lease) and
  * the recipient reads it from there; the donor removes the slot when the
  * pair transfer is over.
@@ -114,54 +114,23 @@ static void *serve_main(void *arg)
     return NULL;
 }
 
-/* The recipients that take their CUDA regions from this group in q. */
-static size_t first_donor_of(const graft_runtime_t *rt, const graft_quorum_t *q,
-                             uint32_t *recipients)
+graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    size_t n = 0;
-    if (rt->cold_sync) {
-        for (size_t i = 1; i < q->n_members && q->members[0] == rt->group; i++)
-            recipients[n++] = q->members[i];
-        return n;
-    }
-    for (size_t i = 0; i < q->n_recoveries; i++)
-        if (q->recoveries[i].n_donors > 0 && q->recoveries[i].donors[0] == rt->group)
-            recipients[n++] = q->recoveries[i].recipient;
-    return n;
-}
-
-graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q,
-                                          uint32_t *n_pairs_p)
-{
-    size_t cap = GRAFT_MAX(q->n_members, q->n_recoveries) + 1;
-    uint32_t *recipients = graft__calloc(cap, sizeof(*recipients));
-    graft_status_t st = GRAFT_OK;
-    *n_pairs_p = 0;
-    if (recipients == NULL)
+    rt->pairs = graft__calloc(rt->n_peers + 1, sizeof(*rt->pairs));
+    if (rt->pairs == NULL)
         return GRAFT_ENOMEM;
-    size_t n = first_donor_of(rt, q, recipients);
-    if (n == 0)
-        goto out;
-    rt->pairs = graft__calloc(n, sizeof(*rt->pairs));
-    if (rt->pairs == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    rt->n_pairs = n;
-    for (size_t i = 0; i < n; i++) {
-        graft__rt_pair_t *p = &rt->pairs[i];
-        pair_init(p, rt, q->id, q->step, rt->group, recipients[i]);
+    for (size_t i = 0; i < rt->n_peers; i++) {
+        if (!rt->peers[i].nccl)
+            continue;
+        graft__rt_pair_t *p = &rt->pairs[rt->n_pairs++];
+        pair_init(p, rt, q->id, q->step, rt->group, rt->peers[i].group);
         if (pthread_create(&p->thread, NULL, serve_main, p) != 0) {
             GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
-            st = GRAFT_ESYS;
-            break;
+            return GRAFT_ESYS; /* the recipient's pair times out */
         }
         p->started = true;
-        (*n_pairs_p)++;
     }
-out:
-    graft_free(recipients);
-    return st;
+    return GRAFT_OK;
 }
 
 void graft__rt_nccl_serve_join(graft_runtime_t *rt)

@@ -486,16 +486,7 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
     return GRAFT_OK;
 }
 
-/* ------------------------------------------------------------- fence --- */
-
-/* A recipient of this rank's serve: its group, the incarnation of its rank
- * when the serve began (0: not in the view yet), and how many completions
- * it owes the fence (its UCX pull, its NCCL pair). */
-struct graft__rt_fence_peer {
-    uint32_t group;
-    uint64_t incarnation;
-    uint32_t units;
-};
+/* ----------------------------------------------------------- serving --- */
 
 static uint64_t member_incarnation(const graft_membership_view_t *v, uint32_t group,
                                    uint32_t rank)
@@ -506,26 +497,32 @@ static uint64_t member_incarnation(const graft_membership_view_t *v, uint32_t gr
     return 0;
 }
 
-static void fence_peers_free(graft_runtime_t *rt)
+static void peers_free(graft_runtime_t *rt)
 {
-    graft_free(rt->fence_peers);
-    rt->fence_peers = NULL;
-    rt->n_fence_peers = 0;
+    graft_free(rt->peers);
+    rt->peers = NULL;
+    rt->n_peers = 0;
 }
 
-/* Note who this rank serves in q; without memory the fence simply waits. */
-static void fence_peers_note(graft_runtime_t *rt, const graft_quorum_t *q, bool nccl)
+/* The recipients this rank serves in q: in the step-0 sync every other
+ * member when this group is the lowest one, otherwise every recipient whose
+ * donors list this group. Each pulls over UCX (unless this rank's regions
+ * are all CUDA ones that go over NCCL) and, with NCCL pairs, takes its CUDA
+ * regions from its first donor. */
+static graft_status_t peers_list(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    uint32_t ucx = !nccl || graft__rt_has_host_regions(rt) ? 1 : 0;
+    bool nccl = graft__rt_nccl_on(rt);
+    bool ucx = !nccl || graft__rt_has_host_regions(rt);
     graft_membership_view_t *v = NULL;
-    rt->fence_peers = graft__calloc(q->n_members + q->n_recoveries + 1, sizeof(*rt->fence_peers));
-    if (rt->fence_peers == NULL)
-        return;
+    peers_free(rt); /* the list of a quorum that served nobody */
+    rt->peers = graft__calloc(q->n_members + q->n_recoveries + 1, sizeof(*rt->peers));
+    if (rt->peers == NULL)
+        return GRAFT_ENOMEM;
     if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
-        v = NULL;
+        v = NULL; /* incarnations unknown: learnt while the fence waits */
     for (size_t i = 1; rt->cold_sync && q->members[0] == rt->group && i < q->n_members; i++)
-        rt->fence_peers[rt->n_fence_peers++] = (struct graft__rt_fence_peer){
-            q->members[i], member_incarnation(v, q->members[i], rt->rank), ucx + (nccl ? 1 : 0)};
+        rt->peers[rt->n_peers++] = (graft__rt_peer_t){
+            q->members[i], member_incarnation(v, q->members[i], rt->rank), ucx, nccl};
     for (size_t i = 0; !rt->cold_sync && i < q->n_recoveries; i++) {
         const uint32_t *d = q->recoveries[i].donors;
         bool mine = false;
@@ -534,10 +531,11 @@ static void fence_peers_note(graft_runtime_t *rt, const graft_quorum_t *q, bool 
         if (!mine)
             continue;
         uint32_t g = q->recoveries[i].recipient;
-        rt->fence_peers[rt->n_fence_peers++] = (struct graft__rt_fence_peer){
-            g, member_incarnation(v, g, rt->rank), ucx + (nccl && d[0] == rt->group ? 1 : 0)};
+        rt->peers[rt->n_peers++] = (graft__rt_peer_t){
+            g, member_incarnation(v, g, rt->rank), ucx, nccl && d[0] == rt->group};
     }
     graft_membership_view_free(v);
+    return GRAFT_OK;
 }
 
 /* How long a recipient whose member record this rank's view never showed
@@ -552,28 +550,26 @@ static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
 {
     graft_membership_view_t *v = NULL;
     uint32_t gone = 0;
-    if (rt->n_fence_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+    if (rt->n_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
         return 0;
-    for (size_t i = 0; i < rt->n_fence_peers; i++) {
-        struct graft__rt_fence_peer *p = &rt->fence_peers[i];
+    for (size_t i = 0; i < rt->n_peers; i++) {
+        graft__rt_peer_t *p = &rt->peers[i];
         uint64_t now = member_incarnation(v, p->group, rt->rank);
         if (p->incarnation == 0 && now != 0)
             p->incarnation = now; /* arrived late in the view */
         else if (p->incarnation != 0 ? now != p->incarnation : waited_ns >= FENCE_UNSEEN_GRACE_NS)
-            gone += p->units;
+            gone += (uint32_t)p->ucx + (uint32_t)p->nccl;
     }
     graft_membership_view_free(v);
     return gone;
 }
 
-/* Serve q's step to this group's recipients: over UCX (every region, or
- * the host ones when CUDA regions go over NCCL pairs) and over NCCL to the
- * recipients that pair with this group. rt->n_recipients becomes the number
- * of completions the fence waits for. */
+/* Serve q's step to rt->peers: over UCX (every region, or the host ones
+ * when CUDA regions go over NCCL pairs) and over NCCL to the peers that
+ * pair with this rank. rt->n_recipients becomes the number of completions
+ * the fence waits for. */
 static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    bool nccl = graft__rt_nccl_on(rt);
-    uint32_t n_pairs = 0;
     graft_status_t st = graft_transfer_serve_begin(rt->ep, q->step);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
@@ -581,13 +577,10 @@ static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
         return st;
     }
     rt->serving = true;
-    if (nccl) {
-        if (!graft__rt_has_host_regions(rt))
-            rt->n_recipients = 0; /* nothing goes over UCX */
-        st = graft__rt_nccl_serve_start(rt, q, &n_pairs);
-        rt->n_recipients += n_pairs;
-    }
-    fence_peers_note(rt, q, nccl);
+    for (size_t i = 0; i < rt->n_peers; i++)
+        rt->n_recipients += (uint32_t)rt->peers[i].ucx + (uint32_t)rt->peers[i].nccl;
+    if (graft__rt_nccl_on(rt))
+        st = graft__rt_nccl_serve_start(rt, q);
     pthread_mutex_lock(&rt->mu);
     rt->metrics.serves++;
     pthread_mutex_unlock(&rt->mu);
@@ -621,9 +614,7 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
         /* Cold start: everyone pulls the lowest member group's state so all
          * groups hold bit-identical state from step 0 on. */
         rt->cold_sync = true;
-        if (q->members[0] == rt->group) {
-            rt->n_recipients = (uint32_t)(q->n_members - 1);
-        } else {
+        if (q->members[0] != rt->group) {
             st = heal_start(rt, &q->members[0], 1);
             goto out;
         }
@@ -641,12 +632,9 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
                     q->id);
         st = GRAFT_ENODONOR;
         goto out;
-    } else {
-        for (size_t i = 0; i < q->n_recoveries; i++)
-            for (size_t d = 0; d < q->recoveries[i].n_donors; d++)
-                rt->n_recipients += q->recoveries[i].donors[d] == rt->group;
     }
-    if (rt->n_recipients > 0)
+    st = peers_list(rt, q);
+    if (st == GRAFT_OK && rt->n_peers > 0)
         st = serve_start(rt, q);
 out:
     return st;
@@ -779,7 +767,6 @@ static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
             break;
         }
     }
-    fence_peers_free(rt);
     if (st != GRAFT_OK) {
         /* A recipient that died or stalled must not hold the job: it
          * verifies every chunk, so bytes changed under it are caught. */
@@ -795,6 +782,7 @@ static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_RT_MOD, "serve_end: not serving");
     rt->serving = false;
+    peers_free(rt);
 }
 
 graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
