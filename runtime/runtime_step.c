@@ -445,13 +445,14 @@ static bool is_member(const graft_quorum_t *q, uint32_t group)
 }
 
 /* No group of quorum q can give this rank the state it lacks: restore the
- * newest checkpoint that verifies, or fail. Every rank of the group comes
- * here in the same quorum (the one lacking state, and the others because
- * the group's step is below theirs) and, verifying every shard, all pick
- * the same checkpoint. When it is not of q's step the group votes no and
- * announces the restored step at the next quorum, where the quorum
- * reconciles it with the others; a deterministic trainer recomputes the
- * lost steps. */
+ * newest checkpoint that verifies, or fail. The ranks of the group that
+ * come here (the one lacking state, and those whose step is above the
+ * group's) verify every shard and so pick the same checkpoint as each
+ * other and as any rank that restored at start-up. When it is of q's step
+ * the rank goes on as a member at that step, serving too if its group
+ * serves (start_role); when it is not, the group votes no and announces
+ * the restored step at the next quorum, where the quorum reconciles it
+ * with the others; a deterministic trainer recomputes the lost steps. */
 static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
 {
     graft_status_t st = GRAFT_ENOCHECKPOINT;
@@ -606,7 +607,11 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
     if (!q->must_recover && (rt->need_state || graft_step(rt) > q->step)) {
         st = fallback(rt, q);
         *fatal_p = st != GRAFT_OK;
-        goto out;
+        /* A checkpoint of q's own step is the state every member holds at
+         * that step: the rank serves it like the rest of its group (its
+         * recipient rank pulls from it). Another step: it votes no. */
+        if (st != GRAFT_OK || rt->round_restored)
+            goto out;
     }
     if (q->step == 0)
         rt->state_valid = true; /* cold start: the trainer's initial state */

@@ -1241,7 +1241,8 @@ out:
     for (int i = 0; i < 16; i++) {
         free(env[i]);
     }
-    if (getenv("GRAFT_SIM_KEEP") == NULL) {
+    const char *keep = getenv("GRAFT_SIM_KEEP");
+    if (keep == NULL || keep[0] == '\0' || strcmp(keep, "0") == 0) {
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r.dir);
         if (system(cmd) != 0) {

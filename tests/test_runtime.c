@@ -1150,6 +1150,72 @@ static void test_donors_lost_no_checkpoint(void **state)
     rm_rf(j.dir);
 }
 
+/* The ranks of a donor group disagree on their step and the one ahead
+ * restores a checkpoint of the quorum's own step: it must serve, like the
+ * rest of its group. Strict job of 2 groups x 2 ranks. Rank 0 of group 0 is
+ * replaced and pulls from group 1, whose rank 0 kills itself as soon as it
+ * serves: the replacement's heal fails, so group 0 stays behind. Rank 0 of
+ * group 1 is replaced too; with no healthy group to pull from it restores
+ * the newest checkpoint (step 4), while rank 1 of group 1 still holds step
+ * 6. The next quorum is at step 4 with group 1 as the donor: rank 1 of
+ * group 1 is ahead and restores step 4 too; if it then did not serve,
+ * rank 1 of group 0 would pull from a donor that refuses the step until
+ * its connect timeout and the heal would fail. */
+static void test_restored_rank_serves(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 16, blob_mib = 8;
+    char root[300], env_root[340];
+    job_init(&j, "rserve");
+    snprintf(root, sizeof(root), "%s/ckpt", j.dir);
+    snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
+    j.extra_env[0] = "GRAFT_GROUPS=2";
+    j.extra_env[1] = env_root;
+    j.extra_env[2] = "GRAFT_PERSIST_EVERY=4";
+    j.capture_err = true;
+    const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8", NULL};
+    const char *dying[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8",
+                           "--die-when-serving", "0", NULL};
+    proc_t *victim = spawn(&j, 0, 0, flags);
+    proc_t *g0r1 = spawn(&j, 0, 1, flags);
+    proc_t *g1r0 = spawn(&j, 1, 0, dying);
+    proc_t *g1r1 = spawn(&j, 1, 1, flags);
+    wait_log(victim, 6, 60);
+    graft_persist_entry_t e;
+    double end = now_s() + 30;
+    while (graft_persist_verify(root, 4, GRAFT_PERSIST_VERIFY_QUICK, &e) != GRAFT_OK) {
+        if (now_s() > end)
+            fail_msg("checkpoint step 4 never completed under %s", root);
+        usleep(10000);
+    }
+    kill_proc(victim);
+    proc_t *g0r0 = spawn(&j, 0, 0, flags);
+    wait_proc(g1r0, 60);
+    assert_true(WIFSIGNALED(g1r0->status) && WTERMSIG(g1r0->status) == SIGKILL);
+    proc_t *g1r0b = spawn(&j, 1, 0, flags);
+    wait_all(&j, 120);
+    check_final_blob(&j, steps, blob_mib);
+    check_logs(&j, steps);
+
+    /* The scenario happened: the first replacement's heal failed, the
+     * second one restored, and rank 1 of group 1 restored as well. */
+    trainer_metrics_t m;
+    read_metrics(g0r0, &m);
+    assert_true(m.recovery_failures >= 1);
+    uint64_t step, rec;
+    char hash[17], start[16];
+    read_final(g1r0b, &step, hash, start, &rec);
+    assert_string_equal(start, "restore");
+    read_metrics(g1r1, &m);
+    assert_true(m.restores >= 1);
+    /* What it is about: rank 1 of group 0 healed from it at once. */
+    read_metrics(g0r1, &m);
+    if (m.recovery_failures != 0)
+        fail_msg("group 0 rank 1 failed %" PRIu64 " heals (%s)", m.recovery_failures, g0r1->role);
+    rm_rf(j.dir);
+}
+
 /* A new job cold-starts; once it has committed steps, a new process with
  * no group to pull from and no checkpoint is an error, not a cold start —
  * without a persistent tier and with an empty one. */
@@ -1555,6 +1621,7 @@ int main(void)
         cmocka_unit_test(test_donors_lost_restore),
         cmocka_unit_test(test_donors_lost_no_checkpoint),
         cmocka_unit_test(test_progressed_job_no_cold_start),
+        cmocka_unit_test(test_restored_rank_serves),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
