@@ -39,19 +39,29 @@ static void hook_free(void *p, void *arg)
     free(p);
 }
 
-void graft_test_alloc_fail_after(int budget)
+/* The hooks are installed before main() and stay: graft_alloc_hooks_set()
+ * may only be called with no graft object alive (graft/common.h), and tests
+ * switch budgets while endpoints' threads allocate. Only the atomics change;
+ * until a budget is set they only count. */
+__attribute__((constructor)) static void hooks_install(void)
 {
     static const graft_alloc_hooks_t hooks = {hook_malloc, hook_realloc, hook_free, NULL};
+    atomic_store(&counting_only, true);
+    graft_alloc_hooks_set(&hooks);
+}
+
+void graft_test_alloc_fail_after(int budget)
+{
+    atomic_store(&counting_only, true); /* no refusal while resetting */
     atomic_store(&budget_left, budget);
-    atomic_store(&counting_only, budget < 0);
     atomic_store(&calls, 0);
     atomic_store(&refused, 0);
-    graft_alloc_hooks_set(&hooks);
+    atomic_store(&counting_only, budget < 0);
 }
 
 void graft_test_alloc_restore(void)
 {
-    graft_alloc_hooks_set(NULL);
+    atomic_store(&counting_only, true);
 }
 
 int graft_test_alloc_calls(void)

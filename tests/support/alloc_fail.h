@@ -7,12 +7,13 @@
 #ifndef GRAFT_TEST_ALLOC_FAIL_H
 #define GRAFT_TEST_ALLOC_FAIL_H
 
-/* Install the hooks: the next @budget allocations succeed, later ones
+/* The next @budget allocations succeed, later ones
  * return NULL. A negative budget never refuses (it only counts). Resets
  * the counters. */
 void graft_test_alloc_fail_after(int budget);
 
-/* Put the library's default allocator back. */
+/* Stop refusing: every allocation succeeds again (plain malloc/realloc;
+ * the hooks stay installed, see alloc_fail.c). */
 void graft_test_alloc_restore(void);
 
 /* Allocation calls since the last graft_test_alloc_fail_after(). */
