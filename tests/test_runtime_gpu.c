@@ -63,7 +63,8 @@ static int group_child(const char *endpoint, const char *job, int g)
     graft_test_fill_pattern(want, DEV_BYTES, 10 + (uint64_t)g);
     graft_test_fill_pattern(host, HOST_BYTES, 20 + (uint64_t)g);
     if (cudaMalloc((void **)&dev, DEV_BYTES) != cudaSuccess ||
-        cudaMemcpy(dev, want, DEV_BYTES, cudaMemcpyHostToDevice) != cudaSuccess)
+        cudaMemcpy(dev, want, DEV_BYTES, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) /* as graft.h asks of a trainer */
         return 3;
     if (graft_config_create(&c) != GRAFT_OK || set(c, "job", job) || set(c, "groups", "2") ||
         set(c, "group", gs) || set(c, "etcd_endpoints", endpoint) ||

@@ -61,7 +61,8 @@ static graft_transfer_endpoint_t *gpu_endpoint(bool donor, void *dev[2])
         if (donor)
             graft_test_fill_pattern(h, sizes[i], (uint64_t)i + 1);
         if (cudaMalloc(&dev[i], sizes[i]) != cudaSuccess ||
-            cudaMemcpy(dev[i], h, sizes[i], cudaMemcpyHostToDevice) != cudaSuccess)
+            cudaMemcpy(dev[i], h, sizes[i], cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaDeviceSynchronize() != cudaSuccess) /* as graft.h asks of a trainer */
             return NULL;
         free(h);
         graft_transfer_region_t r = {.name = names[i],

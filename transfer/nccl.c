@@ -150,7 +150,11 @@ static graft_status_t pair_headers(pair_t *p, int rank, uint64_t step)
     graft_status_t status;
     cudaError_t e;
 
-    e = cudaMemcpy(p->d_buf, mine, sizeof(mine), cudaMemcpyHostToDevice);
+    /* On the pair's stream: a cudaMemcpy from pageable memory may return
+     * before its DMA lands, and the non-blocking stream that NCCL uses does
+     * not wait for the legacy default stream. `mine` outlives the copy:
+     * pair_wait() below waits for the stream. */
+    e = cudaMemcpyAsync(p->d_buf, mine, sizeof(mine), cudaMemcpyHostToDevice, p->stream);
     if (e != cudaSuccess) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA: %s", cudaGetErrorString(e));
         return GRAFT_ETRANSPORT;
@@ -238,9 +242,11 @@ static graft_status_t nccl_serve(graft_transfer_endpoint_t *ep, uint64_t step,
     pthread_mutex_unlock(&ep->lock);
 
     status = pair_open(&p, 0, step);
+    /* Stream-ordered before the sends (see pair_headers); h is freed only
+     * after pair_move() waited for the stream. */
     if (status == GRAFT_OK && p.n_hashes > 0 &&
-        cudaMemcpy(p.d_buf + 2 * HDR_WORDS, h, p.n_hashes * sizeof(*h),
-                   cudaMemcpyHostToDevice) != cudaSuccess)
+        cudaMemcpyAsync(p.d_buf + 2 * HDR_WORDS, h, p.n_hashes * sizeof(*h),
+                        cudaMemcpyHostToDevice, p.stream) != cudaSuccess)
         status = GRAFT_ETRANSPORT;
     if (status == GRAFT_OK)
         status = pair_headers(&p, 0, step);

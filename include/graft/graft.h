@@ -252,6 +252,13 @@ void graft_destroy(graft_runtime_t *rt);
 
 /**
  * @brief Register a region. Only before the first graft_quorum().
+ *
+ * graft reads and writes a CUDA region on streams of its own that do not
+ * wait for the trainer's: work that writes the region (kernels, copies, on
+ * any stream) must be complete, e.g. with cudaStreamSynchronize(), before
+ * graft_quorum(), graft_commit() and graft_checkpoint_now(), and the
+ * region must not be written between graft_quorum() and the return of
+ * graft_commit() (a donor serves it until then), as for host memory.
  * @param [in] rt      the runtime.
  * @param [in] region  the region; name copied, memory referenced.
  * @return GRAFT_OK, GRAFT_EINVAL (NULL name or pointer, zero size, bad kind
@@ -294,11 +301,13 @@ typedef struct graft_step_info {
  *        behind, a heal starts in the background; when other groups are
  *        behind, this rank starts serving its regions, which must then not
  *        be modified until graft_commit() returns. When this rank lacks
- *        the job's state (its heal failed, or it expected donors) and no
- *        group of the quorum can serve it, it restores the newest
- *        checkpoint that verifies; if that is of another step, this step's
- *        commit says no and the rank rejoins at the restored step at the
- *        next quorum (a deterministic trainer recomputes the lost steps).
+ *        the job's state (its heal failed, or it expected donors), or is
+ *        ahead of its own group's step, and no group of the quorum can
+ *        serve it, it restores the newest checkpoint that verifies; if
+ *        that is of the quorum's step, the rank goes on at it (serving when
+ *        its group serves); if of another step, this step's commit says no
+ *        and the rank rejoins at the restored step at the next quorum (a
+ *        deterministic trainer recomputes the lost steps).
  * @param [in]  rt      the runtime.
  * @param [out] info_p  the quorum as this rank sees it; may be NULL.
  * @return GRAFT_OK; GRAFT_ENOQUORUM or GRAFT_ETIMEOUT (no quorum within
