@@ -1303,26 +1303,27 @@ graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64_t quorum_
     return st;
 }
 
-/* The slot of one donor/recipient pair of groups at this handle's rank. */
-static char *pair_key(const graft_membership_t *m, uint64_t quorum_id, uint32_t donor,
+/* The slot of one donor/recipient pair of groups in a round, at this
+ * handle's rank. */
+static char *pair_key(const graft_membership_t *m, uint64_t round, uint32_t donor,
                       uint32_t recipient)
 {
-    return graft__mship_key(m, "pairs/%020" PRIu64 "/%" PRIu32 "/%" PRIu32 "/%" PRIu32,
-                            quorum_id, donor, recipient, m->cfg.rank);
+    return graft__mship_key(m, "pairs/%020" PRIu64 "/%" PRIu32 "/%" PRIu32 "/%" PRIu32, round,
+                            donor, recipient, m->cfg.rank);
 }
 
-graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t quorum_id,
+graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t round,
                                               uint32_t donor, uint32_t recipient,
                                               const void *data, size_t len)
 {
     int64_t lease = 0;
     uint64_t inc = 0;
-    if (m == NULL || quorum_id == 0 || data == NULL || len == 0 || len > GRAFT_MSHIP_BLOB_MAX)
+    if (m == NULL || round == 0 || data == NULL || len == 0 || len > GRAFT_MSHIP_BLOB_MAX)
         return GRAFT_EINVAL;
     graft_status_t st = check_joined(m, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
-    char *key = pair_key(m, quorum_id, donor, recipient);
+    char *key = pair_key(m, round, donor, recipient);
     if (key == NULL)
         return GRAFT_ENOMEM;
     /* On the rank's lease: a donor that dies leaves nothing behind. */
@@ -1331,20 +1332,20 @@ graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t qu
     if (st != GRAFT_OK) {
         atomic_fetch_add(&m->n_etcd_errors, 1);
         GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot publish the slot of groups %" PRIu32
-                    " -> %" PRIu32 " in quorum %" PRIu64 ": %s", m->job, donor, recipient,
-                    quorum_id, graft_status_string(st));
+                    " -> %" PRIu32 " in round %" PRIu64 ": %s", m->job, donor, recipient,
+                    round, graft_status_string(st));
     }
     graft_free(key);
     return st;
 }
 
-graft_status_t graft_membership_pair_blob_get(graft_membership_t *m, uint64_t quorum_id,
+graft_status_t graft_membership_pair_blob_get(graft_membership_t *m, uint64_t round,
                                               uint32_t donor, uint32_t recipient,
                                               uint32_t timeout_ms, void **data_p, size_t *len_p)
 {
-    if (m == NULL || data_p == NULL || len_p == NULL || quorum_id == 0)
+    if (m == NULL || data_p == NULL || len_p == NULL || round == 0)
         return GRAFT_EINVAL;
-    char *key = pair_key(m, quorum_id, donor, recipient);
+    char *key = pair_key(m, round, donor, recipient);
     if (key == NULL)
         return GRAFT_ENOMEM;
     graft_status_t st = blob_wait(m, key, timeout_ms, data_p, len_p);
@@ -1352,12 +1353,12 @@ graft_status_t graft_membership_pair_blob_get(graft_membership_t *m, uint64_t qu
     return st;
 }
 
-graft_status_t graft_membership_pair_blob_delete(graft_membership_t *m, uint64_t quorum_id,
+graft_status_t graft_membership_pair_blob_delete(graft_membership_t *m, uint64_t round,
                                                  uint32_t donor, uint32_t recipient)
 {
-    if (m == NULL || quorum_id == 0)
+    if (m == NULL || round == 0)
         return GRAFT_EINVAL;
-    char *key = pair_key(m, quorum_id, donor, recipient);
+    char *key = pair_key(m, round, donor, recipient);
     if (key == NULL)
         return GRAFT_ENOMEM;
     GRAFT__MSHIP_REQ(m);

@@ -167,7 +167,7 @@ void graft__rt_nccl_serve_join(graft_runtime_t *rt);
 GRAFT_WUR graft_status_t graft__rt_nccl_pull(graft_runtime_t *rt, const char *donor_address,
                                              graft_transfer_report_t *rep);
 /* The id exchange of one pair through etcd, for tests. */
-GRAFT_WUR graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t quorum_id,
+GRAFT_WUR graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t round,
                                                  uint32_t donor, uint32_t recipient, bool publish,
                                                  uint8_t *uid, size_t uid_bytes);
 

@@ -6,10 +6,11 @@
  * Who pairs with whom follows from the quorum record alone, so both sides
  * agree without talking: a recipient takes its CUDA regions from the first
  * donor the quorum lists for it (in the step-0 sync, the lowest member
- * group; runtime_step.c lists a donor's peers). The donor publishes the communicator's unique id in etcd under
- * the pair's slot (membership's pair blobs, on the donor rank's lease) and
- * the recipient reads it from there; the donor removes the slot when the
- * pair transfer is over.
+ * group; runtime_step.c lists a donor's peers). The donor publishes the
+ * communicator's unique id in etcd under the pair's slot of the quorum's
+ * round (membership's pair blobs, on the donor rank's lease) and the
+ * recipient reads it from there; the donor removes the slot when the pair
+ * transfer is over.
  */
 #include "runtime_internal.h"
 
@@ -19,7 +20,7 @@
 
 struct graft__rt_pair {
     graft_runtime_t *rt;
-    uint64_t quorum_id, step;
+    uint64_t round, step;
     uint32_t donor, recipient;
     graft_transfer_nccl_options_t opts;
     pthread_t thread; /* donor side */
@@ -61,13 +62,13 @@ static graft_status_t uid_exchange(bool publish, uint8_t *uid, size_t uid_bytes,
     size_t len = 0;
     graft_status_t st;
     if (publish)
-        return graft_membership_pair_blob_put(rt->m, p->quorum_id, p->donor, p->recipient, uid,
+        return graft_membership_pair_blob_put(rt->m, p->round, p->donor, p->recipient, uid,
                                               uid_bytes);
-    st = graft_membership_pair_blob_get(rt->m, p->quorum_id, p->donor, p->recipient,
+    st = graft_membership_pair_blob_get(rt->m, p->round, p->donor, p->recipient,
                                         pair_timeout_ms(rt), &data, &len);
     if (st == GRAFT_OK && len != uid_bytes) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "NCCL id of groups %" PRIu32 " -> %" PRIu32 " in quorum %"
-                    PRIu64 " has %zu bytes, not %zu", p->donor, p->recipient, p->quorum_id,
+        GRAFT_ERROR(GRAFT_RT_MOD, "NCCL id of groups %" PRIu32 " -> %" PRIu32 " in round %"
+                    PRIu64 " has %zu bytes, not %zu", p->donor, p->recipient, p->round,
                     len, uid_bytes);
         st = GRAFT_EPROTO;
     }
@@ -80,12 +81,12 @@ static graft_status_t uid_exchange(bool publish, uint8_t *uid, size_t uid_bytes,
     return st;
 }
 
-static void pair_init(graft__rt_pair_t *p, graft_runtime_t *rt, uint64_t quorum_id,
+static void pair_init(graft__rt_pair_t *p, graft_runtime_t *rt, uint64_t round,
                       uint64_t step, uint32_t donor, uint32_t recipient)
 {
     memset(p, 0, sizeof(*p));
     p->rt = rt;
-    p->quorum_id = quorum_id;
+    p->round = round;
     p->step = step;
     p->donor = donor;
     p->recipient = recipient;
@@ -95,12 +96,12 @@ static void pair_init(graft__rt_pair_t *p, graft_runtime_t *rt, uint64_t quorum_
     p->opts.timeout_ms = pair_timeout_ms(rt);
 }
 
-graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t quorum_id, uint32_t donor,
+graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t round, uint32_t donor,
                                        uint32_t recipient, bool publish, uint8_t *uid,
                                        size_t uid_bytes)
 {
     graft__rt_pair_t p;
-    pair_init(&p, rt, quorum_id, 0, donor, recipient);
+    pair_init(&p, rt, round, 0, donor, recipient);
     return uid_exchange(publish, uid, uid_bytes, 0, &p);
 }
 
@@ -123,7 +124,7 @@ graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quoru
         if (!rt->peers[i].nccl)
             continue;
         graft__rt_pair_t *p = &rt->pairs[rt->n_pairs++];
-        pair_init(p, rt, q->id, q->step, rt->group, rt->peers[i].group);
+        pair_init(p, rt, q->round, q->step, rt->group, rt->peers[i].group);
         if (pthread_create(&p->thread, NULL, serve_main, p) != 0) {
             GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
             return GRAFT_ESYS; /* the recipient's pair times out */
@@ -144,10 +145,10 @@ void graft__rt_nccl_serve_join(graft_runtime_t *rt)
             GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": NCCL pair with group %"
                        PRIu32 " failed: %s", rt->group, rt->rank, p->recipient,
                        graft_status_string(p->status));
-        if (graft_membership_pair_blob_delete(rt->m, p->quorum_id, p->donor, p->recipient) !=
+        if (graft_membership_pair_blob_delete(rt->m, p->round, p->donor, p->recipient) !=
             GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_RT_MOD, "NCCL id slot of quorum %" PRIu64 " left to the lease",
-                        p->quorum_id);
+            GRAFT_DEBUG(GRAFT_RT_MOD, "NCCL id slot of round %" PRIu64 " left to the lease",
+                        p->round);
     }
     graft_free(rt->pairs);
     rt->pairs = NULL;
@@ -160,7 +161,7 @@ graft_status_t graft__rt_nccl_pull(graft_runtime_t *rt, const char *donor_addres
                                    graft_transfer_report_t *rep)
 {
     graft__rt_pair_t p;
-    pair_init(&p, rt, rt->q->id, rt->q->step, rt->nccl_donor, rt->group);
+    pair_init(&p, rt, rt->q->round, rt->q->step, rt->nccl_donor, rt->group);
     graft_transfer_pull_options_t po = {
         .donors = &donor_address,
         .n_donors = 1,

@@ -972,7 +972,7 @@ static void test_blob(void **state)
     graft_membership_destroy(b);
 }
 
-/* Pair slots (an NCCL id per donor/recipient pair): keyed by quorum, both
+/* Pair slots (an NCCL id per donor/recipient pair): keyed by round, both
  * groups and the rank; on the donor rank's lease, so they go with it. */
 static void test_pair_blob(void **state)
 {

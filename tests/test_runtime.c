@@ -1491,14 +1491,16 @@ static void test_nccl_backend_wiring(void **state)
     assert_memory_equal(a1, a0, sizeof(a0));
     assert_memory_equal(b1, b0, sizeof(b0));
 
-    uint64_t q = p0.info.quorum_id;
-    assert_int_equal(graft__rt_nccl_exchange(rt0, q, 0, 1, true, uid, sizeof(uid)), GRAFT_OK);
+    uint64_t round = 7; /* a slot per round */
+    assert_int_equal(graft__rt_nccl_exchange(rt0, round, 0, 1, true, uid, sizeof(uid)),
+                     GRAFT_OK);
     memset(got, 0, sizeof(got));
-    assert_int_equal(graft__rt_nccl_exchange(rt1, q, 0, 1, false, got, sizeof(got)), GRAFT_OK);
+    assert_int_equal(graft__rt_nccl_exchange(rt1, round, 0, 1, false, got, sizeof(got)),
+                     GRAFT_OK);
     assert_memory_equal(got, uid, sizeof(uid));
     /* An id of the wrong size is refused, not truncated or padded. */
-    assert_int_equal(graft__rt_nccl_exchange(rt0, q + 1, 0, 1, true, uid, 16), GRAFT_OK);
-    assert_int_equal(graft__rt_nccl_exchange(rt1, q + 1, 0, 1, false, got, sizeof(got)),
+    assert_int_equal(graft__rt_nccl_exchange(rt0, round + 1, 0, 1, true, uid, 16), GRAFT_OK);
+    assert_int_equal(graft__rt_nccl_exchange(rt1, round + 1, 0, 1, false, got, sizeof(got)),
                      GRAFT_EPROTO);
     graft_destroy(rt1);
     graft_destroy(rt0);

@@ -331,11 +331,14 @@ GRAFT_WUR graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64
 
 /**
  * @brief Publish small opaque bytes for one donor/recipient pair of groups
- *        in a quorum, at this handle's rank (e.g. the NCCL unique id of a
- *        pair transfer). Written on the rank's lease, so the slot goes with
- *        a donor that dies; a later put replaces it.
+ *        in a quorum round, at this handle's rank (e.g. the NCCL unique id
+ *        of a pair transfer). Keyed by the round, not the quorum id (which
+ *        stays the same over rounds of the same members), so a pair of a
+ *        later round never reads an earlier round's bytes. Written on the
+ *        rank's lease, so the slot goes with a donor that dies; a later put
+ *        replaces it.
  * @param [in] m          the handle (joined).
- * @param [in] quorum_id  the quorum id.
+ * @param [in] round      the quorum's round (graft_quorum_t.round), > 0.
  * @param [in] donor      the donor group.
  * @param [in] recipient  the recipient group.
  * @param [in] data       the bytes.
@@ -343,14 +346,14 @@ GRAFT_WUR graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64
  * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ELEASE / GRAFT_ESTATE (not joined),
  *         or an etcd error.
  */
-GRAFT_WUR graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t quorum_id,
+GRAFT_WUR graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t round,
                                                         uint32_t donor, uint32_t recipient,
                                                         const void *data, size_t len);
 
 /**
  * @brief Wait for the slot of a donor/recipient pair at this handle's rank.
  * @param [in]  m           the handle.
- * @param [in]  quorum_id   the quorum id.
+ * @param [in]  round       the quorum's round.
  * @param [in]  donor       the donor group.
  * @param [in]  recipient   the recipient group.
  * @param [in]  timeout_ms  how long to wait.
@@ -358,7 +361,7 @@ GRAFT_WUR graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, u
  * @param [out] len_p       their length.
  * @return GRAFT_OK, GRAFT_ETIMEOUT, GRAFT_ENOMEM, GRAFT_EINVAL.
  */
-GRAFT_WUR graft_status_t graft_membership_pair_blob_get(graft_membership_t *m, uint64_t quorum_id,
+GRAFT_WUR graft_status_t graft_membership_pair_blob_get(graft_membership_t *m, uint64_t round,
                                                         uint32_t donor, uint32_t recipient,
                                                         uint32_t timeout_ms, void **data_p,
                                                         size_t *len_p);
@@ -369,7 +372,7 @@ GRAFT_WUR graft_status_t graft_membership_pair_blob_get(graft_membership_t *m, u
  * @return GRAFT_OK (also when there was none), GRAFT_EINVAL, or an etcd error.
  */
 GRAFT_WUR graft_status_t graft_membership_pair_blob_delete(graft_membership_t *m,
-                                                           uint64_t quorum_id, uint32_t donor,
+                                                           uint64_t round, uint32_t donor,
                                                            uint32_t recipient);
 
 /* ------------------------------------------------------------------------ */
