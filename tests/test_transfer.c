@@ -209,6 +209,14 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
             if (!write_full(resp_fd, out, sizeof(out)))
                 break;
         }
+        if (cmd[0] == 'R') {
+            /* Serve the same step again, as after a rollback. */
+            int32_t out[2] = {graft_transfer_serve_end(ep), 0};
+            if (out[0] == GRAFT_OK)
+                out[0] = graft_transfer_serve_begin(ep, o->step);
+            if (!write_full(resp_fd, out, sizeof(out)))
+                break;
+        }
         if (cmd[0] == 'F') {
             int32_t st = graft_transfer_fence_wait(ep, o->step, cmd[1], cmd[2]);
             uint32_t count = graft_transfer_fence_count(ep, o->step);
@@ -1139,6 +1147,23 @@ static void test_fence(void **state)
     donor_fence(&d, 2, 5000, &st, &count);
     assert_int_equal(st, GRAFT_OK);
     assert_int_equal(count, 2);
+
+    /* The same step served again (a job that rolled back to a checkpoint):
+     * the earlier serve's recipients do not open the new fence. */
+    uint32_t cmd[3] = {'R', 0, 0};
+    int32_t out[2];
+    assert_true(write_full(d.cmd_fd, cmd, sizeof(cmd)));
+    assert_true(read_full(d.resp_fd, out, sizeof(out), 10000));
+    assert_int_equal(out[0], GRAFT_OK);
+    donor_fence(&d, 1, 0, &st, &count);
+    assert_int_equal(st, GRAFT_ETIMEOUT);
+    assert_int_equal(count, 0);
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    recipient_destroy(&r);
+    donor_fence(&d, 1, 5000, &st, &count);
+    assert_int_equal(st, GRAFT_OK);
+    assert_int_equal(count, 1);
     assert_int_equal(donor_stop(&d), 0);
 }
 

@@ -210,7 +210,7 @@ static graft_status_t nccl_serve(graft_transfer_endpoint_t *ep, uint64_t step,
                                  const graft_transfer_nccl_options_t *o)
 {
     pair_t p = {.ep = ep, .o = o, .n_hashes = cuda_chunks(ep)};
-    uint64_t *h = NULL;
+    uint64_t *h = NULL, gen = 0;
     graft_status_t status;
 
     /* The hashes of this step must be complete before they are sent. */
@@ -221,6 +221,7 @@ static graft_status_t nccl_serve(graft_transfer_endpoint_t *ep, uint64_t step,
             pthread_mutex_unlock(&ep->lock);
             return GRAFT_ESTATE;
         }
+        gen = ep->serve_gen;
         for (uint64_t c = 0; c < ep->total_chunks && all; c++)
             all = atomic_load(&ep->hash_done[c]) != 0;
         pthread_mutex_unlock(&ep->lock);
@@ -255,7 +256,7 @@ static graft_status_t nccl_serve(graft_transfer_endpoint_t *ep, uint64_t step,
     pair_close(&p, status == GRAFT_OK);
     graft_free(h);
     if (status == GRAFT_OK)
-        graft__transfer_fence_note(ep, step);
+        graft__transfer_fence_note(ep, step, gen);
     return status;
 }
 

@@ -389,6 +389,8 @@ static void *hash_thread(void *arg)
     return NULL;
 }
 
+static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t step, bool create);
+
 graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_t step)
 {
     uint64_t *hashes = NULL;
@@ -437,6 +439,10 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
     ep->serve_step = step;
     ep->serving = true;
     ep->serve_gen++;
+    /* A new count: the step may have been served before (a rollback). */
+    graft__fence_slot_t *fs = fence_slot(ep, step, true);
+    fs->done = 0;
+    fs->gen = ep->serve_gen;
     pthread_mutex_unlock(&ep->lock);
 
     for (n = 0; n < ep->hash_threads; n++) {
@@ -516,15 +522,24 @@ static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t s
     /* Old steps fall out: a fence is only ever waited on for recent steps. */
     oldest->used = true;
     oldest->step = step;
+    oldest->gen = 0;
     oldest->done = 0;
     return oldest;
 }
 
-void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step)
+void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, uint64_t gen)
 {
     pthread_mutex_lock(&ep->lock);
-    fence_slot(ep, step, true)->done++;
-    pthread_cond_broadcast(&ep->cond);
+    graft__fence_slot_t *s = fence_slot(ep, step, true);
+    if (s->gen == 0)
+        s->gen = gen;
+    if (s->gen == gen) {
+        s->done++;
+        pthread_cond_broadcast(&ep->cond);
+    } else {
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "a recipient of an earlier serve of step %llu is not "
+                    "counted", (unsigned long long)step);
+    }
     pthread_mutex_unlock(&ep->lock);
 }
 

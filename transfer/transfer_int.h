@@ -100,9 +100,13 @@ GRAFT_WUR graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t 
                                            bool to_device);
 #endif
 
-/* A recipient count per step, for the fence. */
+/* A recipient count per step, for the fence: of the serve (serve_gen)
+ * that began last for that step. A job that rolls back to a checkpoint
+ * serves the same step again; completions of the earlier serve must not
+ * open the new one's fence. */
 typedef struct graft__fence_slot {
     uint64_t step;
+    uint64_t gen; /* 0 until a serve or a completion claims it */
     uint32_t done;
     bool used;
 } graft__fence_slot_t;
@@ -163,8 +167,10 @@ static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *
     return GRAFT_MIN(ep->chunk_bytes, r->bytes - off);
 }
 
-/* Record a TransferDone for @p step (called by the backend's progress thread). */
-void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step);
+/* Record a recipient of @p step done (or lost) under the serve of
+ * generation @p gen (ep->serve_gen while it was served); one of an earlier
+ * serve of the same step is not counted. */
+void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, uint64_t gen);
 
 /* protobuf-c allocator that goes through graft's allocation hooks. */
 #include <protobuf-c/protobuf-c.h>

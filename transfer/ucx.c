@@ -737,7 +737,7 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
     ucx_conn_t *c = msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
     if (c != NULL && c->fence_owed) {
         c->fence_owed = false;
-        graft__transfer_fence_note(t->ep, c->fence_step);
+        graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
     }
     graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
 }
@@ -890,7 +890,7 @@ static void reap_conns(graft__transport_state_t *t)
                  * not wait for it (fence_timeout_ms used to). */
                 GRAFT_WARN(GRAFT__XFER_MOD, "a recipient of step %llu was lost before it was "
                            "done; the fence counts it", (unsigned long long)c->fence_step);
-                graft__transfer_fence_note(t->ep, c->fence_step);
+                graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
             }
             conn_close(c);
             graft_free(c);
