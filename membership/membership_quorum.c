@@ -1252,6 +1252,39 @@ out:
     return st;
 }
 
+graft_status_t graft_membership_voted_since(graft_membership_t *m, uint32_t group,
+                                            uint32_t rank, uint64_t round, bool *voted_p)
+{
+    graft_etcd_range_opts_t ro = {.prefix = true, .keys_only = true};
+    graft_etcd_range_result_t res;
+    if (m == NULL || voted_p == NULL)
+        return GRAFT_EINVAL;
+    *voted_p = false;
+    char *folder = graft__mship_key(m, "votes/%" PRIu32 "/", group);
+    if (folder == NULL)
+        return GRAFT_ENOMEM;
+    memset(&res, 0, sizeof(res));
+    GRAFT__MSHIP_REQ(m);
+    graft_status_t st = graft_etcd_range(m->ops, folder, &ro, &res);
+    if (st != GRAFT_OK)
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+    /* Keys are votes/<group>/<round>/<rank>; a round's keys are deleted
+     * once their writer votes in a later one, hence "or later". */
+    size_t plen = strlen(folder);
+    for (size_t i = 0; st == GRAFT_OK && i < res.n_kvs && !*voted_p; i++) {
+        const char *k = res.kvs[i].key;
+        uint64_t r = 0;
+        uint32_t rk = 0;
+        char tail;
+        if (k != NULL && strncmp(k, folder, plen) == 0 &&
+            sscanf(k + plen, "%" SCNu64 "/%" SCNu32 "%c", &r, &rk, &tail) == 2)
+            *voted_p = rk == rank && r >= round;
+    }
+    graft_etcd_range_result_clear(&res);
+    graft_free(folder);
+    return st;
+}
+
 /* Wait for `key` to exist and copy its value out; polls, since such keys
  * are written once and read by one or a few ranks, not watched by all. */
 static graft_status_t blob_wait(graft_membership_t *m, const char *key, uint32_t timeout_ms,

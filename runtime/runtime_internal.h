@@ -42,6 +42,7 @@ typedef struct graft__rt_peer {
     uint64_t incarnation;
     bool ucx;
     bool nccl;
+    bool finished; /* voted in the round or later, or left: reads no more */
 } graft__rt_peer_t;
 
 struct graft_runtime {

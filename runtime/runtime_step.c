@@ -523,7 +523,7 @@ static graft_status_t peers_list(graft_runtime_t *rt, const graft_quorum_t *q)
         v = NULL; /* incarnations unknown: learnt while the fence waits */
     for (size_t i = 1; rt->cold_sync && q->members[0] == rt->group && i < q->n_members; i++)
         rt->peers[rt->n_peers++] = (graft__rt_peer_t){
-            q->members[i], member_incarnation(v, q->members[i], rt->rank), ucx, nccl};
+            q->members[i], member_incarnation(v, q->members[i], rt->rank), ucx, nccl, false};
     for (size_t i = 0; !rt->cold_sync && i < q->n_recoveries; i++) {
         const uint32_t *d = q->recoveries[i].donors;
         bool mine = false;
@@ -533,7 +533,7 @@ static graft_status_t peers_list(graft_runtime_t *rt, const graft_quorum_t *q)
             continue;
         uint32_t g = q->recoveries[i].recipient;
         rt->peers[rt->n_peers++] = (graft__rt_peer_t){
-            g, member_incarnation(v, g, rt->rank), ucx, nccl && d[0] == rt->group};
+            g, member_incarnation(v, g, rt->rank), ucx, nccl && d[0] == rt->group, false};
     }
     graft_membership_view_free(v);
     return GRAFT_OK;
@@ -543,6 +543,10 @@ static graft_status_t peers_list(graft_runtime_t *rt, const graft_quorum_t *q)
  * may take to appear before the fence stops waiting for it: the view can
  * lag the quorum by milliseconds, or the recipient left before it came. */
 #define FENCE_UNSEEN_GRACE_NS 1000000000ull
+
+/* How long the fence waits before it asks etcd whether its recipients have
+ * voted (a normal pull ends well within), and how often it asks again. */
+#define FENCE_VOTE_CHECK_NS 500000000ull
 
 /* Completions the fence can no longer get: those of recipients whose rank
  * has left the job since the serve began (its member record is gone or is
@@ -556,13 +560,36 @@ static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
     for (size_t i = 0; i < rt->n_peers; i++) {
         graft__rt_peer_t *p = &rt->peers[i];
         uint64_t now = member_incarnation(v, p->group, rt->rank);
-        if (p->incarnation == 0 && now != 0)
+        if (p->incarnation == 0 && now != 0) {
             p->incarnation = now; /* arrived late in the view */
-        else if (p->incarnation != 0 ? now != p->incarnation : waited_ns >= FENCE_UNSEEN_GRACE_NS)
+        } else if (p->incarnation != 0 ? now != p->incarnation
+                                       : waited_ns >= FENCE_UNSEEN_GRACE_NS) {
             gone += (uint32_t)p->ucx + (uint32_t)p->nccl;
+            p->finished = true;
+        }
     }
     graft_membership_view_free(v);
     return gone;
+}
+
+/* Is every recipient past this round: voted in it or a later one (a rank
+ * votes only once its pull has ended, whether it read from this rank or
+ * not), or left the job? A recipient whose pull failed before it reached
+ * this rank (e.g. it gave up while this rank was still learning the
+ * quorum) sends no TransferDone, and would otherwise hold the fence until
+ * fence_timeout_ms. */
+static bool fence_peers_finished(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    for (size_t i = 0; i < rt->n_peers; i++) {
+        graft__rt_peer_t *p = &rt->peers[i];
+        bool voted = false;
+        if (!p->finished &&
+            graft_membership_voted_since(rt->m, p->group, rt->rank, q->round, &voted) == GRAFT_OK)
+            p->finished = voted;
+        if (!p->finished)
+            return false;
+    }
+    return true;
 }
 
 /* Serve q's step to rt->peers: over UCX (every region, or the host ones
@@ -748,12 +775,14 @@ static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
         return;
     /* Wait in slices: between them, a recipient that has left the job (a
      * process killed before it reached this donor cannot be seen by the
-     * transport) stops holding the fence. A count can then include one that
-     * was done before it left, and the fence opens early: a recipient still
-     * reading is then refused or fails its chunk hashes and heals again,
-     * so nothing unverified is installed. */
+     * transport) stops holding the fence, and so, once every recipient has
+     * voted or left, does the whole fence (fence_peers_finished). A count
+     * can then include one that was done before it left, and the fence
+     * opens early: a recipient still reading is then refused or fails its
+     * chunk hashes and heals again, so nothing unverified is installed. */
     uint64_t start = graft__now_ns();
     uint64_t deadline = start + rt->cfg->fence_timeout_ms * 1000000ull;
+    uint64_t vote_check = start + FENCE_VOTE_CHECK_NS;
     graft_status_t st;
     for (;;) {
         uint64_t now = graft__now_ns();
@@ -770,6 +799,18 @@ static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
                        graft_transfer_fence_count(rt->ep, q->step), rt->n_recipients);
             st = GRAFT_OK;
             break;
+        }
+        if (graft__now_ns() >= vote_check) {
+            vote_check = graft__now_ns() + FENCE_VOTE_CHECK_NS;
+            if (fence_peers_finished(rt, q)) {
+                GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %"
+                           PRIu64 ": %" PRIu32 " of %" PRIu32 " recipients done, every one "
+                           "has voted or left; not waiting for the rest", rt->group, rt->rank,
+                           q->step, graft_transfer_fence_count(rt->ep, q->step),
+                           rt->n_recipients);
+                st = GRAFT_OK;
+                break;
+            }
         }
     }
     if (st != GRAFT_OK) {

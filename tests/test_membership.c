@@ -568,6 +568,41 @@ static void test_commit_vote_one_rank(void **state)
     graft_membership_destroy(a);
 }
 
+/* What a donor's fence asks: has a rank voted in a round or a later one?
+ * Also after its next vote deleted the earlier round's key. */
+static void test_voted_since(void **state)
+{
+    (void)state;
+    graft_membership_t *a = join("vsince", 0, 0, 1);
+    graft_quorum_t *q = NULL;
+    bool d = false, voted = true;
+    assert_int_equal(graft_membership_voted_since(a, 0, 0, 1, NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_membership_quorum_wait(a, 0, 5000, &q), GRAFT_OK);
+    uint64_t r1 = q->round;
+    assert_int_equal(graft_membership_voted_since(a, 0, 0, r1, &voted), GRAFT_OK);
+    assert_false(voted);
+    assert_int_equal(graft_membership_commit_vote(a, q, true, NULL, 3000, &d), GRAFT_OK);
+    graft_membership_quorum_free(q);
+    assert_int_equal(graft_membership_voted_since(a, 0, 0, r1, &voted), GRAFT_OK);
+    assert_true(voted);
+    assert_int_equal(graft_membership_voted_since(a, 0, 0, r1 + 1, &voted), GRAFT_OK);
+    assert_false(voted);
+    assert_int_equal(graft_membership_voted_since(a, 0, 1, r1, &voted), GRAFT_OK);
+    assert_false(voted); /* another rank */
+    assert_int_equal(graft_membership_voted_since(a, 1, 0, r1, &voted), GRAFT_OK);
+    assert_false(voted); /* another group */
+    /* A no in the next round deletes round r1's key; r1 still counts. */
+    assert_int_equal(graft_membership_quorum_wait(a, 1, 5000, &q), GRAFT_OK);
+    assert_true(q->round > r1);
+    assert_int_equal(graft_membership_commit_vote(a, q, false, "test", 3000, &d), GRAFT_OK);
+    assert_int_equal(graft_membership_voted_since(a, 0, 0, q->round, &voted), GRAFT_OK);
+    assert_true(voted);
+    assert_int_equal(graft_membership_voted_since(a, 0, 0, r1, &voted), GRAFT_OK);
+    assert_true(voted);
+    graft_membership_quorum_free(q);
+    graft_membership_destroy(a);
+}
+
 /* ------------------------------------------------- vote agreement --- */
 
 /* The quorum of one step for a pair of ranks, formed in two threads. */
@@ -1514,6 +1549,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_min_groups_not_met),
         cmocka_unit_test(test_commit_vote),
         cmocka_unit_test(test_commit_vote_one_rank),
+        cmocka_unit_test(test_voted_since),
         cmocka_unit_test(test_commit_vote_late_rank_agrees),
         cmocka_unit_test(test_commit_vote_race_at_timeout),
         cmocka_unit_test(test_fast_path),

@@ -1506,44 +1506,81 @@ static void test_nccl_backend_wiring(void **state)
     graft_destroy(rt0);
 }
 
-/* A recipient that leaves the job before it reached its donor (here its
- * pulls cannot connect: the donor advertises an address nobody listens on)
- * does not hold the donor's fence until fence_timeout_ms. */
-static void *quorum_then_leave(void *arg)
+/* The recipient of fence_case(): group 1, pulling from a donor that
+ * advertises an address nobody listens on, so its pull never reaches it. */
+typedef struct fence_recipient {
+    graft_runtime_t *rt;
+    bool leave;              /* leave the job at once, or vote and stay */
+    atomic_bool donor_done;  /* the donor's commit returned */
+    graft_status_t heal_st;
+    bool apply;
+} fence_recipient_t;
+
+static void *fence_recipient_main(void *arg)
 {
-    graft_runtime_t *rt = arg;
+    fence_recipient_t *f = arg;
     graft_step_info_t info;
-    graft_status_t st = graft_quorum(rt, &info);
-    graft_destroy(rt); /* the heal was running: cancelled, and the lease revoked */
+    graft_status_t st = graft_quorum(f->rt, &info);
+    if (st == GRAFT_OK && !f->leave) {
+        f->heal_st = graft_heal_wait(f->rt);
+        st = graft_commit(f->rt, &f->apply);
+        while (!atomic_load(&f->donor_done))
+            usleep(10000);
+    }
+    graft_destroy(f->rt); /* a heal still running is cancelled; the lease revoked */
     return (void *)(intptr_t)st;
 }
 
-static void test_fence_skips_recipient_gone(void **state)
+/* Group 0 serves group 1's step-0 sync and must commit without its fence
+ * timing out, though the recipient's pull never reaches it. */
+static void fence_case(const char *name, fence_recipient_t *f)
 {
-    (void)state;
     static uint64_t a0[512], b0[512], a1[512], b1[512];
     char job[64];
-    snprintf(job, sizeof(job), "fence-%d", (int)getpid());
+    snprintf(job, sizeof(job), "%s-%d", name, (int)getpid());
     graft_runtime_t *rt0 = make_rt_set(job, 0, "transfer_advertise", "127.0.0.2");
-    graft_runtime_t *rt1 = make_rt(job, 1);
+    f->rt = make_rt(job, 1);
     register_ab(rt0, a0, b0, 512, 1, 2);
-    register_ab(rt1, a1, b1, 512, 5, 6);
+    register_ab(f->rt, a1, b1, 512, 5, 6);
     pthread_t t;
     void *ret = NULL;
-    assert_int_equal(pthread_create(&t, NULL, quorum_then_leave, rt1), 0);
+    assert_int_equal(pthread_create(&t, NULL, fence_recipient_main, f), 0);
     graft_step_info_t info;
     bool apply = false;
     assert_int_equal(graft_quorum(rt0, &info), GRAFT_OK);
-    assert_int_equal(pthread_join(t, &ret), 0);
-    assert_int_equal((graft_status_t)(intptr_t)ret, GRAFT_OK);
+    assert_true(info.donor);
     /* Group 0 decides on its own ranks' votes and commits. */
     assert_int_equal(graft_commit(rt0, &apply), GRAFT_OK);
+    atomic_store(&f->donor_done, true);
+    assert_int_equal(pthread_join(t, &ret), 0);
+    assert_int_equal((graft_status_t)(intptr_t)ret, GRAFT_OK);
     assert_true(apply);
     graft_metrics_t m;
     graft_metrics_get(rt0, &m);
     assert_int_equal(m.serves, 1);
     assert_int_equal(m.fence_timeouts, 0);
     graft_destroy(rt0);
+}
+
+/* A recipient that leaves the job before it reached its donor does not
+ * hold the donor's fence until fence_timeout_ms. */
+static void test_fence_skips_recipient_gone(void **state)
+{
+    (void)state;
+    fence_recipient_t f = {.leave = true};
+    fence_case("fence", &f);
+}
+
+/* Nor does one that stays in the job: its heal fails, it votes no, and the
+ * fence opens on that vote (a recipient that gave up sends no
+ * TransferDone). */
+static void test_fence_opens_on_recipient_vote(void **state)
+{
+    (void)state;
+    fence_recipient_t f = {.leave = false};
+    fence_case("fvote", &f);
+    assert_int_not_equal(f.heal_st, GRAFT_OK);
+    assert_false(f.apply);
 }
 
 /* The test-only broken heal: with GRAFT_TEST_SKIP_REGION=b at graft_init(),
@@ -1613,6 +1650,7 @@ int main(void)
         cmocka_unit_test(test_quorum_blob),
         cmocka_unit_test(test_nccl_backend_wiring),
         cmocka_unit_test(test_fence_skips_recipient_gone),
+        cmocka_unit_test(test_fence_opens_on_recipient_vote),
         cmocka_unit_test(test_skip_region_switch),
         cmocka_unit_test(test_kill_ranks_strict),
         cmocka_unit_test(test_kill_donor_during_heal),

@@ -1116,37 +1116,41 @@ static void test_two_recipients_at_once(void **state)
     assert_int_equal(donor_stop(&d), 0);
 }
 
+/* One verified pull of the small layout from the donor at @addr. */
+static void pull_small(const char *addr)
+{
+    const char *addrs[1] = {addr};
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
+    graft_transfer_report_t rep;
+    recipient_t r;
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    recipient_destroy(&r);
+}
+
+/* Ask the donor's fence for @expected recipients; check what it says. */
+static void fence_is(donor_proc_t *d, uint32_t expected, uint32_t timeout_ms, int32_t want_st,
+                     int32_t want_count)
+{
+    int32_t st, count;
+    donor_fence(d, expected, timeout_ms, &st, &count);
+    assert_int_equal(st, want_st);
+    assert_int_equal(count, want_count);
+}
+
 static void test_fence(void **state)
 {
     (void)state;
     donor_proc_t d;
     donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
-    const char *addrs[1];
-    recipient_t r;
-    graft_transfer_report_t rep;
-    int32_t st, count;
 
     donor_spawn(&o, &d);
-    addrs[0] = d.addr;
-    donor_fence(&d, 2, 0, &st, &count);
-    assert_int_equal(st, GRAFT_ETIMEOUT);
-    assert_int_equal(count, 0);
-
-    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP};
-    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
-    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
-    recipient_destroy(&r);
+    fence_is(&d, 2, 0, GRAFT_ETIMEOUT, 0);
+    pull_small(d.addr);
     /* One recipient of two: the fence holds. */
-    donor_fence(&d, 2, 300, &st, &count);
-    assert_int_equal(st, GRAFT_ETIMEOUT);
-    assert_int_equal(count, 1);
-
-    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
-    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
-    recipient_destroy(&r);
-    donor_fence(&d, 2, 5000, &st, &count);
-    assert_int_equal(st, GRAFT_OK);
-    assert_int_equal(count, 2);
+    fence_is(&d, 2, 300, GRAFT_ETIMEOUT, 1);
+    pull_small(d.addr);
+    fence_is(&d, 2, 5000, GRAFT_OK, 2);
 
     /* The same step served again (a job that rolled back to a checkpoint):
      * the earlier serve's recipients do not open the new fence. */
@@ -1155,15 +1159,9 @@ static void test_fence(void **state)
     assert_true(write_full(d.cmd_fd, cmd, sizeof(cmd)));
     assert_true(read_full(d.resp_fd, out, sizeof(out), 10000));
     assert_int_equal(out[0], GRAFT_OK);
-    donor_fence(&d, 1, 0, &st, &count);
-    assert_int_equal(st, GRAFT_ETIMEOUT);
-    assert_int_equal(count, 0);
-    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
-    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
-    recipient_destroy(&r);
-    donor_fence(&d, 1, 5000, &st, &count);
-    assert_int_equal(st, GRAFT_OK);
-    assert_int_equal(count, 1);
+    fence_is(&d, 1, 0, GRAFT_ETIMEOUT, 0);
+    pull_small(d.addr);
+    fence_is(&d, 1, 5000, GRAFT_OK, 1);
     assert_int_equal(donor_stop(&d), 0);
 }
 

@@ -300,6 +300,23 @@ GRAFT_WUR graft_status_t graft_membership_commit_vote(graft_membership_t *m, con
                                                       bool ok, const char *reason,
                                                       uint32_t timeout_ms, bool *decision_p);
 
+/**
+ * @brief Has rank @p rank of @p group a vote of round @p round or a later
+ *        one in etcd (its own, or a no recorded for it at a timeout)? One
+ *        read of the group's votes, straight from etcd. A donor uses it to
+ *        learn that a recipient is past its heal: a rank votes only after
+ *        its pull has ended.
+ * @param [in]  m        the handle.
+ * @param [in]  group    the group.
+ * @param [in]  rank     the rank.
+ * @param [in]  round    the round.
+ * @param [out] voted_p  the answer.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_voted_since(graft_membership_t *m, uint32_t group,
+                                                      uint32_t rank, uint64_t round,
+                                                      bool *voted_p);
+
 /* ------------------------------------------------------------------------ */
 /* Blobs                                                                    */
 /* ------------------------------------------------------------------------ */
