@@ -365,6 +365,11 @@ const char *graft_etcd_server_data_dir(const graft_etcd_server_t *server)
     return server ? server->data_dir : "";
 }
 
+const char *graft_etcd_server_log_path(const graft_etcd_server_t *server)
+{
+    return server ? server->log_path : NULL;
+}
+
 int graft_etcd_server_pid(const graft_etcd_server_t *server)
 {
     return server ? (int)server->pid : -1;

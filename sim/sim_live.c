@@ -963,6 +963,14 @@ static void sim_progress(sim_run_t *r, int final)
 
 /* ------------------------------------------------------------- a run --- */
 
+/* GRAFT_SIM_KEEP set to anything but "" or "0": keep the run directory,
+ * with the embedded etcd's log at info level. */
+static bool sim_keep(void)
+{
+    const char *keep = getenv("GRAFT_SIM_KEEP");
+    return keep != NULL && keep[0] != '\0' && strcmp(keep, "0") != 0;
+}
+
 static char *sim_env(const char *k, const char *fmt, ...) GRAFT_PRINTF(2, 3);
 static char *sim_env(const char *k, const char *fmt, ...)
 {
@@ -1241,14 +1249,22 @@ out:
     for (int i = 0; i < 16; i++) {
         free(env[i]);
     }
-    const char *keep = getenv("GRAFT_SIM_KEEP");
-    if (keep == NULL || keep[0] == '\0' || strcmp(keep, "0") == 0) {
+    if (!sim_keep()) {
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r.dir);
         if (system(cmd) != 0) {
             fprintf(stderr, "graft-sim run: warning: could not remove %s\n", r.dir);
         }
     } else {
+        /* The embedded etcd's log goes with the server: keep a copy. */
+        char cmd[2 * PATH_MAX + 32];
+        const char *elog = graft_etcd_server_log_path(server);
+        if (elog != NULL) {
+            snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd.log'", elog, r.dir);
+            if (system(cmd) != 0) {
+                fprintf(stderr, "graft-sim run: warning: could not copy %s\n", elog);
+            }
+        }
         printf("graft-sim: kept the run directory %s\n", r.dir);
     }
     return st;
@@ -1557,6 +1573,10 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     }
     graft_etcd_server_opts_t eopts;
     memset(&eopts, 0, sizeof(eopts));
+    const char *const etcd_info[] = {"--log-level=info", NULL};
+    if (sim_keep()) {
+        eopts.extra_args = etcd_info;
+    }
     if (o.netns) {
         char tbuf[PATH_MAX];
         const char *rate = getenv("GRAFT_SIM_NETNS_RATE");

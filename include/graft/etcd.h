@@ -460,6 +460,14 @@ const char *graft_etcd_server_endpoint(const graft_etcd_server_t *server);
 const char *graft_etcd_server_data_dir(const graft_etcd_server_t *server);
 
 /**
+ * @brief The server's log file (stdout and stderr of etcd, across restarts);
+ *        removed with the server.
+ * @param [in] server  the server.
+ * @return a string owned by the server.
+ */
+const char *graft_etcd_server_log_path(const graft_etcd_server_t *server);
+
+/**
  * @brief Process id of the running server, or -1 when stopped.
  * @param [in] server  the server.
  * @return the pid.
