@@ -635,6 +635,16 @@ static int sim_inject(sim_run_t *r, size_t idx)
         if (!sim_group_alive(r, ev->group) || r->donor_pending) {
             return 0;
         }
+        if (ev->kind == GRAFT_SIM_KILL_DONOR && G <= 2) {
+            /* With two groups the donor's rank holds the last copy of its
+             * shard once the other group is dead: like a disaster, not
+             * before the persistent tier holds a checkpoint to restore
+             * (otherwise the job is lost by design, GRAFT_ESTATELOST). */
+            char newest[256];
+            if (sim_complete_checkpoints(r, newest, sizeof(newest)) < 1) {
+                return 0;
+            }
+        }
         sim_record_injected(r, idx, ev);
         sim_open_recovery(r, ev->kind, "group", ev->group, -1);
         for (int k = 0; k < R; k++) {
