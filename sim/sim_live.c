@@ -865,6 +865,12 @@ static void sim_pending(sim_run_t *r)
             }
         }
     }
+    if (r->donor_pending && r->job_step >= r->o->steps) {
+        /* The job reached its last step: the trainers are finishing, and
+         * a rank killed now would be replaced with no donor left to serve
+         * it. The donor part is reported as not killed. */
+        r->donor_pending = 0;
+    }
     if (r->donor_pending && now - r->donor_since > SIM_DONOR_WAIT_NS) {
         /* No serve seen in time (the recipient may have healed from a
          * checkpoint, or its pull never reached this rank): kill the next
@@ -925,7 +931,12 @@ static void sim_donor_poll(sim_run_t *r)
 static void sim_injector(sim_run_t *r)
 {
     uint64_t now = graft_sim_now_ns();
-    if (now - r->last_inject_ns < SIM_GAP_NS || graft_sim_sup_done(r->sup) > 0) {
+    /* Nothing once a trainer has finished, or once any rank committed the
+     * last step: the others finish right after, and a rank killed then
+     * would be replaced with no donor left to serve it (the replacement
+     * would wait for a quorum that never comes). */
+    if (now - r->last_inject_ns < SIM_GAP_NS || graft_sim_sup_done(r->sup) > 0 ||
+        r->job_step >= r->o->steps) {
         return;
     }
     if (r->next_step_ev < r->n_step_ev &&
