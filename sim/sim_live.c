@@ -492,22 +492,23 @@ static void sim_kill(sim_run_t *r, int g, int k)
 
 /* How many complete checkpoints (a step directory with its manifest.pb,
  * written once every shard is durable) the run's persistent tier holds;
- * the newest one's directory name goes to newest. */
+ * the newest one's directory name goes to newest (may be NULL). */
 static int sim_complete_checkpoints(const sim_run_t *r, char *newest, size_t cap)
 {
     DIR *d = opendir(r->persist_root);
     struct dirent *e;
     int n = 0;
-    newest[0] = '\0';
+    if (newest != NULL) {
+        newest[0] = '\0';
+    }
     while (d != NULL && (e = readdir(d)) != NULL) {
         char mf[PATH_MAX + 600];
         snprintf(mf, sizeof(mf), "%s/%s/manifest.pb", r->persist_root, e->d_name);
-        if (strncmp(e->d_name, "step-", 5) != 0 || strlen(e->d_name) >= cap ||
-            access(mf, F_OK) != 0) {
+        if (strncmp(e->d_name, "step-", 5) != 0 || access(mf, F_OK) != 0) {
             continue;
         }
         n++;
-        if (strcmp(e->d_name, newest) > 0) {
+        if (newest != NULL && strlen(e->d_name) < cap && strcmp(e->d_name, newest) > 0) {
             snprintf(newest, cap, "%s", e->d_name);
         }
     }
@@ -648,8 +649,7 @@ static int sim_inject(sim_run_t *r, size_t idx)
              * shard once the other group is dead: like a disaster, not
              * before the persistent tier holds a checkpoint to restore
              * (otherwise the job is lost by design, GRAFT_ESTATELOST). */
-            char newest[256];
-            if (sim_complete_checkpoints(r, newest, sizeof(newest)) < 1) {
+            if (sim_complete_checkpoints(r, NULL, 0) < 1) {
                 return 0;
             }
         }
@@ -695,17 +695,13 @@ static int sim_inject(sim_run_t *r, size_t idx)
         if (r->donor_pending || r->hang_n > 0 || r->part_g >= 0) {
             return 0;
         }
-        {
-            /* Not before the persistent tier holds a checkpoint to restore
-             * (two when one is to be corrupted): a disaster before that
-             * loses the job by design (GRAFT_ESTATELOST), which is not what
-             * the event is meant to show. A checkpoint of step s is written
-             * in the background after s commits, so a step count alone
-             * cannot tell. */
-            char newest[256];
-            if (sim_complete_checkpoints(r, newest, sizeof(newest)) < (ev->corrupt ? 2 : 1)) {
-                return 0;
-            }
+        /* Not before the persistent tier holds a checkpoint to restore
+         * (two when one is to be corrupted): a disaster before that loses
+         * the job by design (GRAFT_ESTATELOST), which is not what the event
+         * is meant to show. A checkpoint of step s is written in the
+         * background after s commits, so a step count alone cannot tell. */
+        if (sim_complete_checkpoints(r, NULL, 0) < (ev->corrupt ? 2 : 1)) {
+            return 0;
         }
         sim_record_injected(r, idx, ev);
         sim_open_recovery(r, ev->kind, "job", -1, -1);
