@@ -89,6 +89,9 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_PROGS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/support/*.c))
 TEST_CFLAGS = -I. -Itests/support
+# pytest suites that `make check` runs after the test programs (see
+# scripts/run-tests.sh); their tests count in the same total.
+PYTEST_DIRS :=
 
 .PHONY: all lib demo check tests bench clean info deps layering
 .DEFAULT_GOAL := all
@@ -158,7 +161,7 @@ layering: $(LIB_OBJS)
 
 check: deps
 	@$(MAKE) --no-print-directory all tests layering
-	@BUILD=$(BUILD) SAN=$(SAN) sh scripts/run-tests.sh $(TEST_PROGS)
+	@BUILD=$(BUILD) SAN=$(SAN) PYTEST_DIRS="$(PYTEST_DIRS)" sh scripts/run-tests.sh $(TEST_PROGS)
 
 demo: deps
 	@$(MAKE) --no-print-directory all

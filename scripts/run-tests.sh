@@ -6,7 +6,9 @@
 #
 # Environment: TEST_TIMEOUT (seconds per program, default 600), SAN=1 when
 # the programs were built with sanitizers, TESTS_FILTER (substring of the
-# program name to run only some).
+# program name to run only some), PYTEST_DIRS (folders of pytest suites,
+# run after the programs with $PYTHON, default build/venv/bin/python; each
+# pytest test counts as one test in the total).
 set -u
 
 timeout_s=${TEST_TIMEOUT:-600}
@@ -69,6 +71,55 @@ for prog in "$@"; do
         grep -v -E '^not ok .*# (SKIP|skip)' "$log" | grep -B 12 -E '^not ok ' | head -n 200
         echo "---- last lines of $name ----"
         tail -n 80 "$log"
+        echo "---- end of $name ----"
+    fi
+done
+
+# pytest suites: one junit report per folder, its test cases counted like
+# cmocka's (a skipped case apart, an error as a failure).
+PYTHON=${PYTHON:-${BUILD:-build}/venv/bin/python}
+for dir in ${PYTEST_DIRS:-}; do
+    name="pytest:$dir"
+    if [ -n "${TESTS_FILTER:-}" ] && ! echo "$name" | grep -q "$TESTS_FILTER"; then
+        continue
+    fi
+    log="$logdir/pytest.$(echo "$dir" | tr / _).log"
+    xml="$log.xml"
+    start=$(date +%s)
+    timeout -k 10 "$timeout_s" "$PYTHON" -m pytest -q -p no:cacheprovider \
+        --junitxml="$xml" "$dir" </dev/null >"$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    counts=$("$PYTHON" - "$xml" <<'PY' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+p = f = s = 0
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    kinds = {c.tag for c in case}
+    if "skipped" in kinds: s += 1
+    elif kinds & {"failure", "error"}: f += 1
+    else: p += 1
+print(p, f, s)
+PY
+)
+    [ -n "$counts" ] || counts="0 0 0"
+    set -- $counts
+    p=$1 f=$2 s=$3
+    status="ok"
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=$((f + 1))
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status="TIMED OUT after ${timeout_s}s"
+        else status="FAILED (pytest exit $rc)"; fi
+    elif [ "$f" -ne 0 ]; then
+        status="FAILED"
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    skipped=$((skipped + s))
+    printf '%-28s %3d passed %3d failed %3d skipped  %4ds  %s\n' "$name" "$p" "$f" "$s" "$secs" "$status"
+    if [ "$status" != ok ]; then
+        failures="$failures $name"
+        echo "---- last lines of $name ----"
+        tail -n 120 "$log"
         echo "---- end of $name ----"
     fi
 done
