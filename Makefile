@@ -161,6 +161,7 @@ layering: $(LIB_OBJS)
 
 check: deps
 	@$(MAKE) --no-print-directory all tests layering
+	@$(if $(strip $(PYTEST_DIRS)),BUILD=$(BUILD) sh scripts/python-env.sh)
 	@BUILD=$(BUILD) SAN=$(SAN) PYTEST_DIRS="$(PYTEST_DIRS)" sh scripts/run-tests.sh $(TEST_PROGS)
 
 demo: deps

@@ -11,7 +11,8 @@ libprotobuf-c-dev protobuf-c-compiler \
 libzstd-dev libxxhash-dev \
 etcd-server etcd-client \
 libjansson-dev libcmocka-dev \
-iproute2 procps"
+iproute2 procps \
+python3-venv python3-pytest"
 
 missing=""
 for p in $PACKAGES; do
