@@ -140,6 +140,17 @@ GRAFT_WUR graft_status_t graft__etcd_watch_msg_decode(const char *line, size_t l
                                                       graft_etcd_watch_msg_t *msg_p);
 void graft__etcd_watch_msg_clear(graft_etcd_watch_msg_t *msg);
 
+/* The watch stream's line splitter: appends n bytes to *line and hands each
+ * complete line to on_line (without its newline and trailing "\r" or
+ * spaces; empty lines are skipped), keeping the bytes after the last
+ * newline in *line. Returns on_line's first error, GRAFT_ENOMEM when the
+ * bytes cannot be kept, or GRAFT_EMALFORMED when more than max_line bytes
+ * wait for a newline. */
+typedef graft_status_t (*graft__etcd_line_fn)(void *arg, const char *line, size_t len);
+GRAFT_WUR graft_status_t graft__etcd_watch_split(graft_buf_t *line, const char *data, size_t n,
+                                                 size_t max_line, graft__etcd_line_fn on_line,
+                                                 void *arg);
+
 /* POST a JSON request to path and decode the JSON answer, with failover,
  * retries, authentication and error mapping. *resp_p is the decoded 200
  * answer (caller json_decref()s it). */

@@ -122,44 +122,54 @@ static graft_status_t handle_line(graft_etcd_watch_t *w, const char *line, size_
     return st;
 }
 
-static size_t stream_write(char *ptr, size_t size, size_t nmemb, void *arg)
+graft_status_t graft__etcd_watch_split(graft_buf_t *line, const char *data, size_t n,
+                                      size_t max_line, graft__etcd_line_fn on_line, void *arg)
 {
-    graft_etcd_watch_t *w = arg;
-    size_t n = size * nmemb;
-    size_t start = w->line.len;
-    w->last_data_ns = graft__now_ns();
-    if (graft__buf_append(&w->line, ptr, n) != GRAFT_OK) {
-        w->stream_err = GRAFT_ENOMEM;
-        return 0;
-    }
+    size_t start = line->len;
+    if (graft__buf_append(line, data, n) != GRAFT_OK)
+        return GRAFT_ENOMEM;
     /* Only the newly appended bytes can hold a newline. */
     size_t scan = start;
     size_t consumed = 0;
-    while (scan < w->line.len) {
-        char *nl = memchr(w->line.data + scan, '\n', w->line.len - scan);
+    while (scan < line->len) {
+        char *nl = memchr(line->data + scan, '\n', line->len - scan);
         if (nl == NULL)
             break;
-        size_t end = (size_t)(nl - w->line.data);
-        const char *l = w->line.data + consumed;
+        size_t end = (size_t)(nl - line->data);
+        const char *l = line->data + consumed;
         size_t len = end - consumed;
         while (len > 0 && (l[len - 1] == '\r' || l[len - 1] == ' '))
             len--;
         if (len > 0) {
-            graft_status_t st = handle_line(w, l, len);
-            if (st != GRAFT_OK) {
-                w->stream_err = st;
-                return 0; /* aborts the transfer */
-            }
+            graft_status_t st = on_line(arg, l, len);
+            if (st != GRAFT_OK)
+                return st;
         }
         consumed = end + 1;
         scan = consumed;
     }
-    graft__buf_consume(&w->line, consumed);
-    if (w->line.len > GRAFT_ETCD_MAX_WATCH_LINE) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd watch %s: no line end in %zu bytes", w->prefix,
-                    w->line.len);
-        w->stream_err = GRAFT_EMALFORMED;
-        return 0;
+    graft__buf_consume(line, consumed);
+    return line->len > max_line ? GRAFT_EMALFORMED : GRAFT_OK;
+}
+
+static graft_status_t stream_line(void *arg, const char *line, size_t len)
+{
+    return handle_line(arg, line, len);
+}
+
+static size_t stream_write(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    graft_etcd_watch_t *w = arg;
+    size_t n = size * nmemb;
+    w->last_data_ns = graft__now_ns();
+    graft_status_t st =
+        graft__etcd_watch_split(&w->line, ptr, n, GRAFT_ETCD_MAX_WATCH_LINE, stream_line, w);
+    if (st != GRAFT_OK) {
+        if (st == GRAFT_EMALFORMED && w->line.len > GRAFT_ETCD_MAX_WATCH_LINE)
+            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd watch %s: no line end in %zu bytes", w->prefix,
+                        w->line.len);
+        w->stream_err = st;
+        return 0; /* aborts the transfer */
     }
     return n;
 }
