@@ -191,4 +191,7 @@ endif
 clean:
 	rm -rf build
 
+# libFuzzer harnesses: `make fuzz` (see docs/FUZZING.md).
+include fuzz/fuzz.mk
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

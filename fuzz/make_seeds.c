@@ -1,0 +1,305 @@
+/*
+ * Writes the seed corpora under fuzz/corpus/<harness>/ from real
+ * encodings: the membership codec's encoders, protobuf-c packing of the
+ * transfer messages, the etcd JSON gateway's answer shapes with base64
+ * fields made by the client's own encoder, and the golden checkpoint of
+ * tests/golden/. Run from the repository root (`make fuzz-seeds`); the
+ * output is committed, so a change of an encoding shows in review.
+ */
+#include "etcd_internal.h"
+#include "membership_internal.h"
+#include "persist_internal.h"
+#include "transfer_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define GOLDEN "tests/golden/step-00000000000000000007"
+#define GOLDEN8 "tests/golden/step-00000000000000000008"
+
+static void die(const char *what)
+{
+    fprintf(stderr, "make_seeds: %s\n", what);
+    exit(1);
+}
+
+static void seed(const char *harness, const char *name, const void *prefix, size_t prefix_len,
+                 const void *data, size_t len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "fuzz/corpus/%s", harness);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        die(path);
+    snprintf(path, sizeof(path), "fuzz/corpus/%s/%s", harness, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(prefix, 1, prefix_len, f) != prefix_len ||
+        (len > 0 && fwrite(data, 1, len, f) != len) || fclose(f) != 0)
+        die(path);
+}
+
+static void seed_owned(const char *harness, const char *name, graft_status_t st, uint8_t *buf,
+                       size_t len)
+{
+    if (st != GRAFT_OK)
+        die(name);
+    seed(harness, name, "", 0, buf, len);
+    graft_free(buf);
+}
+
+static uint8_t *slurp(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        die(path);
+    uint8_t *buf = malloc(1 << 20);
+    if (buf == NULL)
+        die("out of memory");
+    *len_p = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+static void membership_seeds(void)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    graft_status_t st;
+    graft_member_t mem = {.group = 2, .rank = 1, .incarnation = 3, .host = "node-7", .pid = 4242,
+                          .transfer_address = "10.0.0.7:41000", .layout_hash = 0x1234abcdull,
+                          .committed_step = 120, .state = GRAFT_MEMBER_HEALTHY,
+                          .lease_id = 0x694d7a1b2c3d4e5fll, .joined_unix_ms = 1700000000000ull};
+    st = graft__mship_member_encode(&mem, &buf, &len);
+    seed_owned("fuzz_member", "healthy", st, buf, len);
+    graft_member_t bare = {.group = 0, .rank = 0, .incarnation = 1, .host = "",
+                           .transfer_address = ""};
+    st = graft__mship_member_encode(&bare, &buf, &len);
+    seed_owned("fuzz_member", "bare", st, buf, len);
+
+    graft__ready_t r = {.group = 1, .rank = 0, .incarnation = 2, .round = 9,
+                        .committed_step = 57, .unix_ms = 1700000001234ull};
+    st = graft__mship_ready_encode(&r, &buf, &len);
+    seed_owned("fuzz_ready", "ready", st, buf, len);
+
+    graft__vote_t v = {.group = 1, .rank = 3, .incarnation = 2, .quorum_id = 4, .round = 9,
+                       .step = 57, .ok = true};
+    st = graft__mship_vote_encode(&v, &buf, &len);
+    seed_owned("fuzz_vote", "yes", st, buf, len);
+    v.ok = false;
+    snprintf(v.reason, sizeof(v.reason), "transfer failed: donor 2 timed out");
+    st = graft__mship_vote_encode(&v, &buf, &len);
+    seed_owned("fuzz_vote", "no", st, buf, len);
+
+    uint32_t members[] = {0, 1, 2, 5};
+    uint32_t donors[] = {0, 2};
+    graft_recovery_t rec[] = {{.recipient = 1, .donors = donors, .n_donors = 2},
+                              {.recipient = 5, .donors = donors, .n_donors = 1}};
+    graft_quorum_t q = {.id = 7, .round = 9, .step = 57, .max_committed_step = 57,
+                        .members = members, .n_members = 4, .recoveries = rec,
+                        .n_recoveries = 2, .min_groups = 3, .formed_unix_ms = 1700000002000ull,
+                        .duration_us = 1500, .members_hash = 0xfeedull};
+    st = graft__mship_quorum_encode(&q, &buf, &len);
+    seed_owned("fuzz_quorum", "recovering", st, buf, len);
+    q.n_recoveries = 0;
+    q.n_members = 1;
+    st = graft__mship_quorum_encode(&q, &buf, &len);
+    seed_owned("fuzz_quorum", "single", st, buf, len);
+
+    graft_event_t ev = {.seq = 12, .kind = GRAFT_EVENT_RECOVERY_DONE, .unix_ms = 1700000003000ull,
+                        .group = 1, .rank = 0, .incarnation = 2, .quorum_id = 7, .round = 9,
+                        .step = 57, .members = donors, .n_members = 2, .duration_us = 250000,
+                        .ok = true, .detail = "pulled 3 regions from 2 donors"};
+    st = graft__mship_event_encode(&ev, &buf, &len);
+    seed_owned("fuzz_event", "recovery_done", st, buf, len);
+    ev.kind = GRAFT_EVENT_QUORUM_FORMED;
+    ev.members = members;
+    ev.n_members = 4;
+    ev.detail = "";
+    st = graft__mship_event_encode(&ev, &buf, &len);
+    seed_owned("fuzz_event", "quorum_formed", st, buf, len);
+}
+
+static char *b64(const char *s, size_t len)
+{
+    char *out = NULL;
+    if (graft__etcd_b64_encode(s, len, &out) != GRAFT_OK)
+        die("base64");
+    return out;
+}
+
+static void etcd_seeds(void)
+{
+    uint8_t *rec;
+    size_t rec_len;
+    graft_member_t mem = {.group = 0, .rank = 1, .incarnation = 1, .host = "h",
+                          .transfer_address = "127.0.0.1:1"};
+    if (graft__mship_member_encode(&mem, &rec, &rec_len) != GRAFT_OK)
+        die("member");
+    char *key = b64("/graft/job/members/0/1", 22);
+    char *val = b64((const char *)rec, rec_len);
+    char *key2 = b64("/graft/job/quorum", 17);
+    graft_free(rec);
+    char text[4096];
+    int n;
+
+    n = snprintf(text, sizeof(text),
+                 "{\"header\":{\"cluster_id\":\"14841639068965178418\",\"member_id\":"
+                 "\"10276657743932975437\",\"revision\":\"42\",\"raft_term\":\"2\"},"
+                 "\"kvs\":[{\"key\":\"%s\",\"create_revision\":\"40\",\"mod_revision\":\"41\","
+                 "\"version\":\"2\",\"value\":\"%s\",\"lease\":\"7587862127377086724\"},"
+                 "{\"key\":\"%s\",\"create_revision\":\"3\",\"mod_revision\":\"3\","
+                 "\"version\":\"1\"}],\"count\":\"2\",\"more\":true}",
+                 key, val, key2);
+    seed("fuzz_etcd_json", "range", "", 0, text, (size_t)n);
+    n = snprintf(text, sizeof(text), "{\"header\":{\"revision\":\"7\"},\"count\":\"0\"}");
+    seed("fuzz_etcd_json", "range_empty", "", 0, text, (size_t)n);
+    n = snprintf(text, sizeof(text),
+                 "{\"error\":\"etcdserver: invalid auth token\",\"code\":16,"
+                 "\"message\":\"etcdserver: invalid auth token\"}");
+    seed("fuzz_etcd_json", "error_token", "", 0, text, (size_t)n);
+    n = snprintf(text, sizeof(text), "%s", val);
+    seed("fuzz_etcd_json", "base64", "", 0, text, (size_t)n);
+
+    /* The watch harness's first byte: pieces of 7 bytes, the full limit. */
+    const uint8_t cut = 6;
+    n = snprintf(text, sizeof(text),
+                 "{\"result\":{\"header\":{\"revision\":\"41\"},\"created\":true}}\n"
+                 "{\"result\":{\"header\":{\"revision\":\"42\"},\"events\":[{\"kv\":"
+                 "{\"key\":\"%s\",\"create_revision\":\"40\",\"mod_revision\":\"42\","
+                 "\"version\":\"3\",\"value\":\"%s\"}},{\"type\":\"DELETE\",\"kv\":"
+                 "{\"key\":\"%s\",\"mod_revision\":\"42\"}}]}}\r\n"
+                 "{\"result\":{\"header\":{\"revision\":\"43\"}}}\n",
+                 key, val, key2);
+    seed("fuzz_etcd_watch", "created_events", &cut, 1, text, (size_t)n);
+    n = snprintf(text, sizeof(text),
+                 "{\"result\":{\"header\":{\"revision\":\"90\"},\"canceled\":true,"
+                 "\"compact_revision\":\"77\"}}\n");
+    seed("fuzz_etcd_watch", "compacted", &cut, 1, text, (size_t)n);
+    n = snprintf(text, sizeof(text),
+                 "{\"error\":{\"grpc_code\":16,\"http_code\":401,\"message\":"
+                 "\"etcdserver: invalid auth token\",\"http_status\":\"Unauthorized\"}}\n");
+    seed("fuzz_etcd_watch", "error", &cut, 1, text, (size_t)n);
+    graft_free(key);
+    graft_free(key2);
+    graft_free(val);
+}
+
+static void pack_seed(const char *name, uint8_t which, const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len + 1);
+    if (buf == NULL)
+        die("out of memory");
+    protobuf_c_message_pack(msg, buf);
+    seed("fuzz_transfer", name, &which, 1, buf, len);
+    free(buf);
+}
+
+static void transfer_seeds(void)
+{
+    Graft__TransferRequest req = GRAFT__TRANSFER_REQUEST__INIT;
+    req.version = GRAFT__XFER_WIRE_VERSION;
+    req.job_token = "job-token";
+    req.step = 57;
+    req.layout_hash = 0x1234abcdull;
+    req.recipient_group = 1;
+    req.rank = 0;
+    req.request_id = 99;
+    pack_seed("request", 0, &req.base);
+
+    Graft__TransferDone done = GRAFT__TRANSFER_DONE__INIT;
+    done.version = GRAFT__XFER_WIRE_VERSION;
+    done.request_id = 99;
+    done.ok = true;
+    done.bytes = 1 << 20;
+    done.step = 57;
+    done.recipient_group = 1;
+    pack_seed("done", 1, &done.base);
+
+    Graft__ChunkRequest cr = GRAFT__CHUNK_REQUEST__INIT;
+    cr.version = GRAFT__XFER_WIRE_VERSION;
+    cr.region = 1;
+    cr.chunk = 3;
+    cr.tag = 17;
+    pack_seed("chunk_request", 2, &cr.base);
+
+    Graft__RegionDesc desc[2] = {GRAFT__REGION_DESC__INIT, GRAFT__REGION_DESC__INIT};
+    desc[0].name = "param";
+    desc[0].kind = GRAFT__REGION_KIND__REGION_PARAM;
+    desc[0].bytes = 3 << 20;
+    desc[1].name = "optim";
+    desc[1].kind = GRAFT__REGION_KIND__REGION_OPTIM;
+    desc[1].bytes = 4096;
+    uint64_t hashes[3] = {0x1111, 0x2222, 0x3333};
+    uint8_t rkey[24] = {1, 2, 3, 4, 5, 6, 7, 8};
+    Graft__RegionManifest rm[2] = {GRAFT__REGION_MANIFEST__INIT, GRAFT__REGION_MANIFEST__INIT};
+    Graft__RegionManifest *rmp[2] = {&rm[0], &rm[1]};
+    for (int i = 0; i < 2; i++) {
+        rm[i].region = &desc[i];
+        rm[i].remote_address = 0x7f0000001000ull + (uint64_t)i * 0x400000;
+        rm[i].rkey.data = rkey;
+        rm[i].rkey.len = sizeof(rkey);
+    }
+    rm[0].n_chunk_hashes = 3;
+    rm[0].chunk_hashes = hashes;
+    Graft__ChunkHashes part = GRAFT__CHUNK_HASHES__INIT;
+    Graft__ChunkHashes *partp = &part;
+    part.region = 1;
+    part.n_hashes = 1;
+    part.hashes = hashes;
+    Graft__TransferManifest m = GRAFT__TRANSFER_MANIFEST__INIT;
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.step = 57;
+    m.layout_hash = 0x1234abcdull;
+    m.chunk_bytes = 1 << 20;
+    m.n_regions = 2;
+    m.regions = rmp;
+    m.donor_group = 0;
+    m.n_hash_parts = 1;
+    m.hash_parts = &partp;
+    m.hashes_final = true;
+    pack_seed("manifest", 3, &m.base);
+    Graft__TransferManifest refusal = GRAFT__TRANSFER_MANIFEST__INIT;
+    refusal.version = GRAFT__XFER_WIRE_VERSION;
+    refusal.status = GRAFT_ESTEP;
+    refusal.error = "donor serves step 56, not 57";
+    refusal.step = 56;
+    refusal.donor_serving = true;
+    pack_seed("refusal", 3, &refusal.base);
+}
+
+static void persist_seeds(void)
+{
+    size_t len;
+    uint8_t *buf = slurp(GOLDEN "/" GP_MANIFEST_PB, &len);
+    /* Odd first byte: the file as is; even: the payload, wrapped by the
+     * harness. The second byte is the step. */
+    seed("fuzz_manifest", "golden7_file", "\x01\x07", 2, buf, len);
+    seed("fuzz_manifest", "golden7_payload", "\x00\x07", 2, buf + GP_MANIFEST_HEADER_BYTES,
+         len - GP_MANIFEST_HEADER_BYTES);
+    free(buf);
+    buf = slurp(GOLDEN8 "/" GP_MANIFEST_PB, &len);
+    seed("fuzz_manifest", "golden8_payload", "\x00\x08", 2, buf + GP_MANIFEST_HEADER_BYTES,
+         len - GP_MANIFEST_HEADER_BYTES);
+    free(buf);
+    buf = slurp(GOLDEN "/shard-0-of-2", &len);
+    seed("fuzz_shard", "golden7_0_file", "\x01", 1, buf, len);
+    seed("fuzz_shard", "golden7_0_repair", "\x00", 1, buf, len);
+    free(buf);
+    buf = slurp(GOLDEN8 "/shard-1-of-2", &len);
+    seed("fuzz_shard", "golden8_1_repair", "\x00", 1, buf, len);
+    free(buf);
+}
+
+int main(void)
+{
+    if (mkdir("fuzz/corpus", 0755) != 0 && errno != EEXIST)
+        die("fuzz/corpus (run from the repository root)");
+    membership_seeds();
+    etcd_seeds();
+    transfer_seeds();
+    persist_seeds();
+    return 0;
+}
