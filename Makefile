@@ -191,6 +191,9 @@ endif
 clean:
 	rm -rf build
 
+# The test build of the library (fault switches, see tests/testlib.mk).
+include tests/testlib.mk
+
 # libFuzzer harnesses: `make fuzz` (see docs/FUZZING.md).
 include fuzz/fuzz.mk
 

@@ -104,11 +104,13 @@ struct graft_runtime {
     graft__rt_pair_t *pairs;    /* donor: one serving thread per recipient */
     size_t n_pairs;
 
+#ifdef GRAFT_TEST_FAULTS
     /* Test-only broken heal (GRAFT_TEST_SKIP_REGION): the region a heal
      * must leave as it was, and its bytes saved before each pull. */
     char *skip_name;
     size_t skip_idx;
     void *skip_save;
+#endif
 
     /* Persistent tier. */
     graft_persist_writer_t *writer;
@@ -135,7 +137,11 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
 /* runtime_step.c */
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
 
-/* runtime_skip.c: the test-only broken heal. */
+/* runtime_skip.c: the test-only broken heal. It exists only in the test
+ * build of the library (-DGRAFT_TEST_FAULTS, $(BUILD)/testlib/); the
+ * library that is shipped compiles these calls to nothing and never reads
+ * the variable. */
+#ifdef GRAFT_TEST_FAULTS
 /* Read GRAFT_TEST_SKIP_REGION at graft_init(). */
 GRAFT_WUR graft_status_t graft__rt_skip_init(graft_runtime_t *rt);
 /* At the first quorum: resolve the name against the regions. */
@@ -144,6 +150,15 @@ GRAFT_WUR graft_status_t graft__rt_skip_resolve(graft_runtime_t *rt);
 void graft__rt_skip_save(graft_runtime_t *rt);
 void graft__rt_skip_restore(graft_runtime_t *rt);
 void graft__rt_skip_free(graft_runtime_t *rt);
+#else
+/* Macros rather than inline functions, so that not even the debug
+ * information of the library that is shipped names the switch. */
+#define graft__rt_skip_init(rt) ((void)(rt), GRAFT_OK)
+#define graft__rt_skip_resolve(rt) ((void)(rt), GRAFT_OK)
+#define graft__rt_skip_save(rt) ((void)(rt))
+#define graft__rt_skip_restore(rt) ((void)(rt))
+#define graft__rt_skip_free(rt) ((void)(rt))
+#endif
 
 /* runtime_persist.c */
 GRAFT_WUR graft_status_t graft__rt_persist_open(graft_runtime_t *rt);

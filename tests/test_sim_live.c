@@ -8,9 +8,10 @@
  *  - A live run of the real example trainer (build/bin/train_mlp) through
  *    the real runtime, etcd and UCX with >= 50 injected failures of every
  *    kind ends bit-exact, and injects exactly the planned sequence.
- *  - The verdict can fail: the same trainer with the runtime's test-only
- *    switch GRAFT_TEST_SKIP_REGION (its heals leave one region as it was)
- *    makes the verdict FAILED with exit status 1.
+ *  - The verdict can fail: the same trainer linked to the test build of the
+ *    library (build/testlib/bin/train_mlp) with its test-only switch
+ *    GRAFT_TEST_SKIP_REGION (its heals leave one region as it was) makes
+ *    the verdict FAILED with exit status 1.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +39,8 @@
 static char self_path[PATH_MAX];
 static char sim_bin[PATH_MAX + 32];
 static char trainer_bin[PATH_MAX + 32];
+/* The same trainer linked to the test build of the library (fault switches). */
+static char fault_trainer_bin[PATH_MAX + 32];
 static char tmpdir[PATH_MAX];
 
 /* ------------------------------------------------------------ helpers --- */
@@ -594,26 +597,19 @@ static void test_live_elastic_consistent(void **state)
     json_decref(j);
 }
 
-/*
- * The verdict can fail: the real trainer through the real runtime, with the
- * runtime's test-only switch GRAFT_TEST_SKIP_REGION=param, whose heals leave
- * the parameters as they were while reporting success. Two groups of one
- * rank, two failures that each make a group heal. The same trainer without
- * the switch ending bit-exact is test_live_fifty_failures_bit_exact (the
- * same kinds of failure, and many more of them).
- */
-static void test_live_broken_heal_fails(void **state)
+/* Two groups of one rank, two failures that each make a group heal, every
+ * trainer under GRAFT_TEST_SKIP_REGION=param; the report in *j_p. */
+static int broken_heal_run(const char *trainer, const char *name, char **out_p, json_t **j_p)
 {
-    (void)state;
-    if (access(trainer_bin, X_OK) != 0) {
-        fail_msg("the example trainer %s is not built", trainer_bin);
+    if (access(trainer, X_OK) != 0) {
+        fail_msg("the example trainer %s is not built", trainer);
     }
     char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96],
         sched[PATH_MAX + 32];
-    snprintf(json_path, sizeof(json_path), "%s/broken.json", tmpdir);
+    snprintf(json_path, sizeof(json_path), "%s/%s.json", tmpdir, name);
     snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
-    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
-    snprintf(sched, sizeof(sched), "%s/broken-sched.json", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer);
+    snprintf(sched, sizeof(sched), "%s/%s-sched.json", tmpdir, name);
     FILE *f = fopen(sched, "w");
     assert_non_null(f);
     fputs("{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":8},"
@@ -624,9 +620,25 @@ static void test_live_broken_heal_fails(void **state)
                           "--json", json_path, NULL};
     const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=90",
                          "GRAFT_TEST_SKIP_REGION=param", NULL};
+    int rc = run_sim(args, env, out_p);
+    *j_p = load_json(json_path);
+    return rc;
+}
+
+/*
+ * The verdict can fail: the real trainer through the real runtime (its test
+ * build, the only one with fault switches), with the runtime's test-only
+ * switch GRAFT_TEST_SKIP_REGION=param, whose heals leave the parameters as
+ * they were while reporting success. The same trainer without
+ * the switch ending bit-exact is test_live_fifty_failures_bit_exact (the
+ * same kinds of failure, and many more of them).
+ */
+static void test_live_broken_heal_fails(void **state)
+{
+    (void)state;
     char *out = NULL;
-    int rc = run_sim(args, env, &out);
-    json_t *j = load_json(json_path);
+    json_t *j = NULL;
+    int rc = broken_heal_run(fault_trainer_bin, "broken", &out, &j);
     const char *verdict = json_string_value(json_object_get(j, "verdict"));
     const char *why = json_string_value(json_object_get(j, "why"));
     /* FAILED for the right reason: the run completed, both failures were
@@ -650,6 +662,30 @@ static void test_live_broken_heal_fails(void **state)
     assert_true(json_integer_value(json_object_get(j, "bytes_transferred")) > 0);
     assert_string_not_equal(json_string_value(json_object_get(j, "final_state_hash")),
                             json_string_value(json_object_get(j, "reference_state_hash")));
+    free(out);
+    json_decref(j);
+}
+
+/* The same run with the trainer of `make demo`: the library that is shipped
+ * has no fault switch, so the variable changes nothing and the run ends
+ * bit-exact. */
+static void test_live_shipped_trainer_ignores_switch(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    json_t *j = NULL;
+    int rc = broken_heal_run(trainer_bin, "shipped", &out, &j);
+    const char *verdict = json_string_value(json_object_get(j, "verdict"));
+    if (rc != 0 || verdict == NULL || strcmp(verdict, "bit-exact") != 0) {
+        size_t n = strlen(out);
+        print_error("graft-sim run exited %d, verdict %s; its output ends:\n%s\n", rc,
+                    verdict ? verdict : "(none)", out + (n > 6000 ? n - 6000 : 0));
+        free(out);
+        json_decref(j);
+        fail();
+    }
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 2);
+    assert_true(json_array_size(json_object_get(j, "recoveries")) >= 2);
     free(out);
     json_decref(j);
 }
@@ -941,6 +977,7 @@ int main(void)
     *strrchr(dir, '/') = '\0';
     snprintf(sim_bin, sizeof(sim_bin), "%s/../bin/graft-sim", dir);
     snprintf(trainer_bin, sizeof(trainer_bin), "%s/../bin/train_mlp", dir);
+    snprintf(fault_trainer_bin, sizeof(fault_trainer_bin), "%s/../testlib/bin/train_mlp", dir);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule_same_seed_same_plan),
         cmocka_unit_test(test_schedule_random_covers_every_kind),
@@ -950,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_binary_rejects_bad_input),
         cmocka_unit_test(test_plan_only_is_deterministic),
         cmocka_unit_test(test_live_broken_heal_fails),
+        cmocka_unit_test(test_live_shipped_trainer_ignores_switch),
         cmocka_unit_test(test_live_elastic_consistent),
         cmocka_unit_test(test_live_fifty_failures_bit_exact),
         cmocka_unit_test(test_live_sigterm_cleans_up),

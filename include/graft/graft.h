@@ -48,7 +48,9 @@
  * must not call back into the runtime. The fingerprint callback runs on the
  * training thread.
  *
- * Test-only switch GRAFT_TEST_SKIP_REGION=<region name>: when this variable
+ * Test-only switch GRAFT_TEST_SKIP_REGION=<region name>, present only in the
+ * test build of the library (-DGRAFT_TEST_FAULTS, see docs/RUNTIME.md; the
+ * library that is shipped ignores the variable): when this variable
  * is set in the environment of graft_init(), every heal of that runtime (the
  * recipient side of a pull, cold-start sync included) leaves the named host
  * region's bytes as they were before the pull and still reports the heal as
@@ -327,7 +329,7 @@ GRAFT_WUR graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *in
  *        once when there is none). Call it before reading the state.
  * @param [in] rt  the runtime.
  * @return GRAFT_OK (the regions hold the quorum's step, verified; except,
- *         under the test-only switch GRAFT_TEST_SKIP_REGION, the named
+ *         in the test build, under the switch GRAFT_TEST_SKIP_REGION, the named
  *         region, which is left as it was); the pull's error (GRAFT_ENODONOR, GRAFT_EDRIFT, GRAFT_ETIMEOUT, ...):
  *         the regions' contents are undefined, graft_commit() will vote no
  *         and the group heals again at the next quorum.
