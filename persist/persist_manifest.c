@@ -264,8 +264,17 @@ graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__Check
     m = graft__checkpoint_manifest__unpack(&graft__persist_pb_allocator, (size_t)plen,
                                            buf + GP_MANIFEST_HEADER_BYTES);
     if (m == NULL) {
-        snprintf(why, why_len, GP_MANIFEST_PB ": protobuf does not decode");
-        st = GRAFT_ECORRUPT;
+        /* protobuf-c returns NULL for bytes that do not decode and for a
+         * failed allocation alike; a manifest that decodes without the
+         * hooks was lost to memory, and must not be called corrupt (a
+         * reader would pass over a good checkpoint). */
+        ProtobufCMessage *probe = protobuf_c_message_unpack(
+            &graft__checkpoint_manifest__descriptor, NULL, (size_t)plen,
+            buf + GP_MANIFEST_HEADER_BYTES);
+        st = probe != NULL ? GRAFT_ENOMEM : GRAFT_ECORRUPT;
+        protobuf_c_message_free_unpacked(probe, NULL);
+        snprintf(why, why_len, GP_MANIFEST_PB ": %s",
+                 st == GRAFT_ENOMEM ? "out of memory" : "protobuf does not decode");
         goto out;
     }
     st = graft__manifest_check(m, why, why_len);
