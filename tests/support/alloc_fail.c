@@ -11,6 +11,8 @@ static atomic_int budget_left;
 static atomic_bool counting_only;
 static atomic_int calls;
 static atomic_int refused;
+/* Blocks handed out through the hooks and not freed yet. */
+static atomic_int live;
 
 static bool allow(void)
 {
@@ -24,18 +26,26 @@ static bool allow(void)
 static void *hook_malloc(size_t n, void *arg)
 {
     (void)arg;
-    return allow() ? malloc(n) : NULL;
+    void *p = allow() ? malloc(n) : NULL;
+    if (p != NULL)
+        atomic_fetch_add(&live, 1);
+    return p;
 }
 
 static void *hook_realloc(void *p, size_t n, void *arg)
 {
     (void)arg;
-    return allow() ? realloc(p, n) : NULL;
+    void *q = allow() ? realloc(p, n) : NULL;
+    if (q != NULL && p == NULL)
+        atomic_fetch_add(&live, 1);
+    return q;
 }
 
 static void hook_free(void *p, void *arg)
 {
     (void)arg;
+    if (p != NULL)
+        atomic_fetch_sub(&live, 1);
     free(p);
 }
 
@@ -72,4 +82,9 @@ int graft_test_alloc_calls(void)
 int graft_test_alloc_refused(void)
 {
     return atomic_load(&refused);
+}
+
+int graft_test_alloc_live(void)
+{
+    return atomic_load(&live);
 }
