@@ -293,6 +293,56 @@ static void persist_seeds(void)
     free(buf);
 }
 
+/* The records of a real checkpoint of one and of two ranks, step 1, as
+ * graft_persist_shard_wait() hands them to the committing rank. */
+static void shard_record_seeds(void)
+{
+    char root[] = "/tmp/graft-seeds.XXXXXX";
+    if (mkdtemp(root) == NULL)
+        die("mkdtemp");
+    static uint8_t param[3 * 4096], optim[4096];
+    for (size_t i = 0; i < sizeof(param); i++)
+        param[i] = (uint8_t)(i * 7);
+    graft_persist_config_t cfg = {.root = root, .chunk_bytes = 4096};
+    graft_persist_writer_t *w = NULL;
+    if (graft_persist_writer_create(&cfg, &w) != GRAFT_OK)
+        die("writer");
+    for (uint32_t ranks = 1; ranks <= 2; ranks++) {
+        uint8_t *info[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        for (uint32_t r = 0; r < ranks; r++) {
+            graft_persist_region_t regions[2] = {
+                {.name = "param", .kind = GRAFT_PERSIST_KIND_PARAM, .ptr = param,
+                 .bytes = sizeof(param) / ranks, .global_offset = r * sizeof(param) / ranks,
+                 .global_bytes = sizeof(param)},
+                {.name = "optim", .kind = GRAFT_PERSIST_KIND_OPTIM, .ptr = optim,
+                 .bytes = sizeof(optim)}};
+            if (graft_persist_shard_write(w, ranks, r, ranks, regions, 2) != GRAFT_OK ||
+                graft_persist_shard_wait(w, ranks, r, &info[r], &len[r]) != GRAFT_OK)
+                die("shard");
+        }
+        /* The harness cuts two ranks' input where bytes 1 and 2 say. */
+        uint8_t *both = malloc(len[0] + len[1] + 1);
+        if (both == NULL)
+            die("out of memory");
+        memcpy(both, info[0], len[0]);
+        if (ranks == 2)
+            memcpy(both + len[0], info[1], len[1]);
+        uint8_t head[3] = {(uint8_t)(ranks - 1), (uint8_t)(len[0] & 0xff),
+                           (uint8_t)(len[0] >> 8)};
+        seed("fuzz_shard_record", ranks == 1 ? "one_rank" : "two_ranks", head, 3, both,
+             len[0] + (ranks == 2 ? len[1] : 0));
+        free(both);
+        graft_free(info[0]);
+        graft_free(info[1]);
+    }
+    graft_persist_writer_destroy(w);
+    char cmd[sizeof(root) + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    if (system(cmd) != 0)
+        die(cmd);
+}
+
 int main(void)
 {
     if (mkdir("fuzz/corpus", 0755) != 0 && errno != EEXIST)
@@ -301,5 +351,6 @@ int main(void)
     etcd_seeds();
     transfer_seeds();
     persist_seeds();
+    shard_record_seeds();
     return 0;
 }
