@@ -316,7 +316,8 @@ static void shard_record_seeds(void)
                  .bytes = sizeof(param) / ranks, .global_offset = r * sizeof(param) / ranks,
                  .global_bytes = sizeof(param)},
                 {.name = "optim", .kind = GRAFT_PERSIST_KIND_OPTIM, .ptr = optim,
-                 .bytes = sizeof(optim)}};
+                 .bytes = sizeof(optim) / ranks, .global_offset = r * sizeof(optim) / ranks,
+                 .global_bytes = sizeof(optim)}};
             if (graft_persist_shard_write(w, ranks, r, ranks, regions, 2) != GRAFT_OK ||
                 graft_persist_shard_wait(w, ranks, r, &info[r], &len[r]) != GRAFT_OK)
                 die("shard");

@@ -6,6 +6,9 @@
  * failure must decode. The inputs are real encodings: the codecs' own
  * encoders, the gateway's answer shapes and the golden checkpoint.
  *
+ * The shard records a committing rank decodes (graft_persist_commit) are
+ * tortured with a real two-rank checkpoint.
+ *
  * Covered elsewhere: the etcd range answer and one watch line
  * (test_etcd_json.c), a whole checkpoint save and restore (test_persist.c),
  * pulls with the transfer messages on the wire (test_transfer.c).
@@ -21,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "test_persist_util.h"
 
 #include "membership/etcd_internal.h"
 #include "membership/membership_internal.h"
@@ -312,6 +317,58 @@ static void test_checkpoint_files(void **state)
     assert_true(torture("shard reader", dec_shard, NULL, false) > 0);
 }
 
+typedef struct commit_ctx {
+    char *root;
+    uint8_t *info[2];
+    size_t len[2];
+} commit_ctx_t;
+
+/* The committing rank decodes the other ranks' records; a commit that
+ * fails leaves no checkpoint behind, one that succeeds leaves one that
+ * verifies. */
+static graft_status_t dec_commit(void *ctx)
+{
+    commit_ctx_t *c = ctx;
+    const uint8_t *infos[2] = {c->info[1], c->info[0]}; /* any order */
+    size_t lens[2] = {c->len[1], c->len[0]};
+    graft_status_t st = graft_persist_commit(c->root, 1, 2, infos, lens, NULL, NULL);
+    graft_test_alloc_restore();
+    graft_status_t v = graft_persist_verify(c->root, 1, GRAFT_PERSIST_VERIFY_QUICK, NULL);
+    if (st == GRAFT_OK)
+        assert_int_equal(v, GRAFT_OK);
+    else
+        assert_int_equal(v, GRAFT_ENOTFOUND);
+    return st;
+}
+
+static void test_shard_records(void **state)
+{
+    (void)state;
+    static uint8_t param[3 * 4096], optim[4096];
+    pt_fill(param, sizeof(param), 1);
+    pt_fill(optim, sizeof(optim), 2);
+    commit_ctx_t c = {.root = pt_tmpdir()};
+    graft_persist_config_t cfg = {.root = c.root, .chunk_bytes = 4096};
+    graft_persist_writer_t *w = NULL;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    for (uint32_t r = 0; r < 2; r++) {
+        graft_persist_region_t regions[2] = {
+            {.name = "param", .kind = GRAFT_PERSIST_KIND_PARAM, .ptr = param + r * 6144,
+             .bytes = 6144, .global_offset = r * 6144, .global_bytes = sizeof(param)},
+            {.name = "optim", .kind = GRAFT_PERSIST_KIND_OPTIM, .ptr = optim + r * 2048,
+             .bytes = 2048, .global_offset = r * 2048, .global_bytes = sizeof(optim)}};
+        assert_int_equal(graft_persist_shard_write(w, 1, r, 2, regions, 2), GRAFT_OK);
+        assert_int_equal(graft_persist_shard_wait(w, 1, r, &c.info[r], &c.len[r]), GRAFT_OK);
+    }
+    graft_persist_writer_destroy(w);
+    /* A record lost to memory is reported as a bad record (GRAFT_EPROTO):
+     * any error, as long as it is one. */
+    assert_true(torture("shard records", dec_commit, &c, true) > 0);
+    graft_free(c.info[0]);
+    graft_free(c.info[1]);
+    pt_rmtree(c.root);
+}
+
 /* --------------------------------------------------------- transfer --- */
 
 /* The transfer handlers tell a peer's garbage from their own lack of
@@ -397,10 +454,14 @@ static void test_transfer_messages(void **state)
 
 int main(void)
 {
+    /* Every refused allocation is logged where it is detected; the
+     * statuses are what is checked. */
+    graft_log_level_set(GRAFT_LOG_OFF);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_membership_records),
         cmocka_unit_test(test_etcd_answers),
         cmocka_unit_test(test_checkpoint_files),
+        cmocka_unit_test(test_shard_records),
         cmocka_unit_test(test_transfer_messages),
     };
     if (getenv("TEST_FILTER") != NULL)
