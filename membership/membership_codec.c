@@ -13,6 +13,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,38 +395,60 @@ out:
     return st;
 }
 
-static bool is_member(const uint32_t *members, size_t n, uint32_t g)
+/* Index of g in the strictly ascending members, or -1. */
+static ptrdiff_t member_index(const uint32_t *members, size_t n, uint32_t g)
 {
-    for (size_t i = 0; i < n; i++)
-        if (members[i] == g)
-            return true;
-    return false;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (members[mid] == g)
+            return (ptrdiff_t)mid;
+        if (members[mid] < g)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
 }
 
 /* A quorum is only usable when it is internally consistent: members strictly
- * ascending, every recipient and donor a member, no group both. */
-static bool quorum_consistent(const Graft__Quorum *rec)
+ * ascending, every recipient and donor a member, no group both. The record
+ * comes from etcd, so the check costs O(n log n) in its size: a record of
+ * many recoveries and donors must not keep a reader busy for seconds.
+ * GRAFT_EMALFORMED when it is not consistent. */
+static graft_status_t quorum_check(const Graft__Quorum *rec)
 {
     if (rec->id == 0 || rec->round == 0 || rec->n_members == 0)
-        return false;
+        return GRAFT_EMALFORMED;
     for (size_t i = 1; i < rec->n_members; i++)
         if (rec->members[i] <= rec->members[i - 1])
-            return false;
+            return GRAFT_EMALFORMED;
     if (rec->n_recoveries >= rec->n_members)
-        return false;
-    for (size_t i = 0; i < rec->n_recoveries; i++) {
+        return GRAFT_EMALFORMED;
+    if (rec->n_recoveries == 0)
+        return GRAFT_OK;
+    bool *recipient = graft__calloc(rec->n_members, sizeof(*recipient));
+    if (recipient == NULL)
+        return GRAFT_ENOMEM;
+    graft_status_t st = GRAFT_OK;
+    for (size_t i = 0; i < rec->n_recoveries && st == GRAFT_OK; i++) {
         const Graft__Recovery *r = rec->recoveries[i];
-        if (!is_member(rec->members, rec->n_members, r->recipient_group) || r->n_donor_groups == 0)
-            return false;
-        for (size_t j = 0; j < r->n_donor_groups; j++) {
-            if (!is_member(rec->members, rec->n_members, r->donor_groups[j]))
-                return false;
-            for (size_t k = 0; k < rec->n_recoveries; k++)
-                if (rec->recoveries[k]->recipient_group == r->donor_groups[j])
-                    return false;
+        ptrdiff_t k = member_index(rec->members, rec->n_members, r->recipient_group);
+        if (k < 0 || r->n_donor_groups == 0)
+            st = GRAFT_EMALFORMED;
+        else
+            recipient[k] = true;
+    }
+    for (size_t i = 0; i < rec->n_recoveries && st == GRAFT_OK; i++) {
+        const Graft__Recovery *r = rec->recoveries[i];
+        for (size_t j = 0; j < r->n_donor_groups && st == GRAFT_OK; j++) {
+            ptrdiff_t k = member_index(rec->members, rec->n_members, r->donor_groups[j]);
+            if (k < 0 || recipient[k])
+                st = GRAFT_EMALFORMED;
         }
     }
-    return true;
+    graft_free(recipient);
+    return st;
 }
 
 static graft_status_t copy_u32s(const uint32_t *src, size_t n, uint32_t **dst_p)
@@ -453,10 +476,9 @@ graft_status_t graft__mship_quorum_decode(const uint8_t *buf, size_t len, graft_
         st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
         goto out;
     }
-    if (!quorum_consistent(rec)) {
-        st = GRAFT_EMALFORMED;
+    st = quorum_check(rec);
+    if (st != GRAFT_OK)
         goto out;
-    }
     q = graft__calloc(1, sizeof(*q));
     if (q == NULL) {
         st = GRAFT_ENOMEM;
