@@ -911,8 +911,8 @@ void graft_etcd_txn_result_clear(graft_etcd_txn_result_t *result)
     memset(result, 0, sizeof(*result));
 }
 
-static graft_status_t txn_decode(const json_t *resp, const graft_etcd_op_t *ops, size_t n_ops,
-                                 graft_etcd_txn_result_t *r)
+graft_status_t graft__etcd_txn_decode(const json_t *resp, const graft_etcd_op_t *ops,
+                                     size_t n_ops, graft_etcd_txn_result_t *r)
 {
     graft_status_t st;
     if ((st = graft__etcd_json_bool(resp, "succeeded", &r->succeeded)) != GRAFT_OK ||
@@ -981,7 +981,8 @@ graft_status_t graft_etcd_txn(graft_etcd_t *etcd, const graft_etcd_compare_t *cm
     bool ok = false;
     if ((st = graft__etcd_json_bool(resp, "succeeded", &ok)) != GRAFT_OK)
         goto err_resp;
-    st = ok ? txn_decode(resp, success, n_success, &r) : txn_decode(resp, failure, n_failure, &r);
+    st = ok ? graft__etcd_txn_decode(resp, success, n_success, &r)
+            : graft__etcd_txn_decode(resp, failure, n_failure, &r);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd txn: %s", graft_status_string(st));
         graft_etcd_txn_result_clear(&r);

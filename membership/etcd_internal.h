@@ -108,6 +108,12 @@ GRAFT_WUR graft_status_t graft__etcd_kv_decode(const json_t *obj, graft_etcd_kv_
 /* Decode a RangeResponse. */
 GRAFT_WUR graft_status_t graft__etcd_range_decode(const json_t *obj,
                                                   graft_etcd_range_result_t *result_p);
+/* Decode a TxnResponse for the branch that ran, whose operations were ops:
+ * one range result per RANGE operation, into *r, which starts zeroed. On
+ * failure *r may hold part of the ranges; the caller clears it with
+ * graft_etcd_txn_result_clear(). */
+GRAFT_WUR graft_status_t graft__etcd_txn_decode(const json_t *resp, const graft_etcd_op_t *ops,
+                                                size_t n_ops, graft_etcd_txn_result_t *r);
 /* header.revision of a response (0 when absent). */
 GRAFT_WUR graft_status_t graft__etcd_header_revision(const json_t *obj, int64_t *revision_p);
 
