@@ -162,6 +162,27 @@ static void etcd_seeds(void)
     n = snprintf(text, sizeof(text), "%s", val);
     seed("fuzz_etcd_json", "base64", "", 0, text, (size_t)n);
 
+    /* Transactions: bytes 0 and 1 give the branch's operations (here a
+     * put, then a range; then two ranges). */
+    n = snprintf(text, sizeof(text),
+                 "{\"header\":{\"revision\":\"44\"},\"succeeded\":true,\"responses\":["
+                 "{\"response_put\":{\"header\":{\"revision\":\"44\"}}},"
+                 "{\"response_range\":{\"header\":{},\"kvs\":[{\"key\":\"%s\","
+                 "\"mod_revision\":\"41\",\"value\":\"%s\"}],\"count\":\"1\"}}]}",
+                 key, val);
+    seed("fuzz_etcd_txn", "put_range", "\x02\x04", 2, text, (size_t)n);
+    n = snprintf(text, sizeof(text),
+                 "{\"header\":{\"revision\":\"45\"},\"responses\":["
+                 "{\"response_range\":{\"header\":{}}},"
+                 "{\"response_range\":{\"header\":{},\"kvs\":[{\"key\":\"%s\","
+                 "\"mod_revision\":\"3\"}],\"count\":\"1\"}}]}",
+                 key2);
+    seed("fuzz_etcd_txn", "failed_two_ranges", "\x02\x05", 2, text, (size_t)n);
+    n = snprintf(text, sizeof(text),
+                 "{\"header\":{\"revision\":\"46\"},\"ID\":\"7587862127377086724\","
+                 "\"TTL\":\"5\"}");
+    seed("fuzz_etcd_txn", "lease_grant", "\x00\x00", 2, text, (size_t)n);
+
     /* The watch harness's first byte: pieces of 7 bytes, the full limit. */
     const uint8_t cut = 6;
     n = snprintf(text, sizeof(text),

@@ -210,6 +210,22 @@ static graft_status_t dec_kv(void *ctx)
     return st;
 }
 
+static graft_status_t dec_txn(void *ctx)
+{
+    const graft_etcd_op_t ops[3] = {{.type = GRAFT_ETCD_OP_PUT},
+                                    {.type = GRAFT_ETCD_OP_RANGE},
+                                    {.type = GRAFT_ETCD_OP_RANGE}};
+    graft_etcd_txn_result_t r = {0};
+    graft_status_t st = graft__etcd_txn_decode(ctx, ops, 3, &r);
+    if (st == GRAFT_OK) {
+        assert_int_equal(r.n_ranges, 2);
+        assert_int_equal(r.ranges[1].n_kvs, 1);
+        assert_int_equal(r.ranges[1].revision, 44);
+    }
+    graft_etcd_txn_result_clear(&r);
+    return st;
+}
+
 typedef struct split_ctx {
     const char *stream;
     size_t lines;
@@ -263,6 +279,17 @@ static void test_etcd_answers(void **state)
     assert_non_null(kv);
     assert_true(torture("key-value", dec_kv, kv, false) >= 2);
     json_decref(kv);
+
+    snprintf(text, sizeof(text),
+             "{\"header\":{\"revision\":\"44\"},\"succeeded\":true,\"responses\":["
+             "{\"response_put\":{}},{\"response_range\":{\"header\":{}}},"
+             "{\"response_range\":{\"kvs\":[{\"key\":\"%s\",\"value\":\"%s\","
+             "\"mod_revision\":\"41\"}],\"count\":\"1\"}}]}",
+             key, val);
+    json_t *txn = json_loads(text, 0, &jerr);
+    assert_non_null(txn);
+    assert_true(torture("transaction answer", dec_txn, txn, false) >= 3);
+    json_decref(txn);
 
     snprintf(text, sizeof(text),
              "{\"result\":{\"header\":{\"revision\":\"41\"},\"created\":true}}\n"
