@@ -79,6 +79,11 @@ BIN_PROGS := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%) $(EXAMPLE_SRCS:examples/%.c=$
 ifneq ($(SIM_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graft-sim
 endif
+# graftctl is all of tools/graftctl/ (docs/OPERATIONS.md).
+GRAFTCTL_SRCS := $(wildcard tools/graftctl/*.c)
+ifneq ($(GRAFTCTL_SRCS),)
+BIN_PROGS += $(BUILD)/bin/graftctl
+endif
 
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_PROGS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -130,6 +135,10 @@ $(LIB_SO): $(LIB_OBJS)
 	$(CC) -shared -Wl,-soname,libgraft.so.0 $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/bin/graft-sim: $(SIM_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/graftctl: $(GRAFTCTL_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
