@@ -14,6 +14,8 @@
 #include <graft/etcd.h>
 #include <graft/membership.h>
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +59,18 @@ int graftctl_cmd_drift(const graftctl_opts_t *o, int argc, char **argv);
 int graftctl_cmd_evict(const graftctl_opts_t *o, int argc, char **argv);
 int graftctl_cmd_events(const graftctl_opts_t *o, int argc, char **argv);
 int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv);
+
+int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv);
+
+/* Views shared by the commands and the dashboard (json_t *, owned by the
+ * caller). The status: groups, ranks, health and the latest quorum; NULL
+ * with *st_p set on failure. */
+json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p);
+/* One event. */
+json_t *graftctl_event_json(const graft_event_t *e);
+/* The recovery that ev[done_i] (a recovery_done) ends, with its phases cut
+ * from the events before it (graftctl_events.c). */
+json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i);
 
 /* Helpers shared by the commands. */
 void graftctl_print_json(void *json_t_root); /* prints and decrefs a json_t */

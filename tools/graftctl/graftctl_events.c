@@ -122,7 +122,7 @@ static bool keep(const events_filter_t *f, const graft_event_t *e)
            e->unix_ms <= f->until_ms;
 }
 
-static json_t *event_json(const graft_event_t *e)
+json_t *graftctl_event_json(const graft_event_t *e)
 {
     json_t *members = json_array();
     for (size_t i = 0; i < e->n_members; i++)
@@ -138,7 +138,7 @@ static json_t *event_json(const graft_event_t *e)
 }
 
 /* One recovery of a rank: its recovery_done and the events before it. */
-static json_t *recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
+json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
 {
     const graft_event_t *d = &ev[done_i];
     const graft_event_t *assigned = NULL, *join = NULL;
@@ -223,14 +223,14 @@ int graftctl_cmd_events(const graftctl_opts_t *o, int argc, char **argv)
             continue;
         if (!f.recoveries) {
             if (o->json)
-                json_array_append_new(list, event_json(&ev[i]));
+                json_array_append_new(list, graftctl_event_json(&ev[i]));
             else
                 print_event(&ev[i]);
             continue;
         }
         if (ev[i].kind != GRAFT_EVENT_RECOVERY_DONE)
             continue;
-        json_t *r = recovery_json(ev, nev, i);
+        json_t *r = graftctl_recovery_json(ev, nev, i);
         if (o->json) {
             json_array_append_new(list, r);
             continue;

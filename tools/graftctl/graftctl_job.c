@@ -3,6 +3,7 @@
  * through an observer's view and the job's event history.
  */
 #include "graftctl.h"
+#include "graftctl_dash.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -95,7 +96,7 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static json_t *status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p)
+json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p)
 {
     graft_status_t st;
     graft_membership_view_t *v = NULL;
@@ -243,7 +244,7 @@ int graftctl_cmd_status(const graftctl_opts_t *o, int argc, char **argv)
     int rc = graftctl_connect(o, &c);
     if (rc != GRAFTCTL_OK)
         return rc;
-    json_t *s = status_json(&c, o->job, &st);
+    json_t *s = graftctl_status_json(&c, o->job, &st);
     if (s == NULL) {
         fprintf(stderr, "graftctl status: %s\n", graft_status_string(st));
         rc = GRAFTCTL_FAIL;
@@ -280,7 +281,7 @@ int graftctl_cmd_watch(const graftctl_opts_t *o, int argc, char **argv)
     bool tty = isatty(STDOUT_FILENO);
     uint64_t version = 0;
     for (uint64_t n = 0; count == 0 || n < count; n++) {
-        json_t *s = status_json(&c, o->job, &st);
+        json_t *s = graftctl_status_json(&c, o->job, &st);
         if (s == NULL) {
             fprintf(stderr, "graftctl watch: %s\n", graft_status_string(st));
             rc = GRAFTCTL_FAIL;
@@ -400,14 +401,60 @@ static bool confirm(const char *question)
     return line[0] == 'y' || line[0] == 'Y';
 }
 
+graft_status_t graftctl_evict_group(graftctl_conn_t *c, uint32_t group, const char *who,
+                                    json_t **result_p, char *why, size_t why_len)
+{
+    graft_membership_view_t *v = NULL;
+    int64_t leases[1024];
+    size_t nl = 0, revoked = 0;
+    char detail[256];
+    json_t *jl = NULL;
+    graft_status_t st = graft_membership_view_get(c->obs, &v);
+    if (st != GRAFT_OK) {
+        snprintf(why, why_len, "%s", graft_status_string(st));
+        goto out;
+    }
+    for (size_t i = 0; i < v->n_members && nl < 1024; i++)
+        if (v->members[i].group == group && v->members[i].lease_id != 0)
+            leases[nl++] = v->members[i].lease_id;
+    if (nl == 0) {
+        snprintf(why, why_len, "group %" PRIu32 " has no live member", group);
+        st = GRAFT_ENOTFOUND;
+        goto out;
+    }
+    jl = json_array();
+    for (size_t i = 0; i < nl; i++) {
+        st = graft_etcd_lease_revoke(c->etcd, leases[i]);
+        /* A lease that expired meanwhile is gone as the operator wanted. */
+        if (st == GRAFT_OK || st == GRAFT_ENOTFOUND) {
+            revoked++;
+            json_array_append_new(jl, json_integer(leases[i]));
+        } else {
+            snprintf(why, why_len, "revoking lease %" PRId64 ": %s", leases[i],
+                     graft_status_string(st));
+        }
+    }
+    snprintf(detail, sizeof(detail), "evicted by an operator (%s): %zu of %zu leases revoked",
+             who, revoked, nl);
+    graft_event_t e = {.kind = GRAFT_EVENT_LEAVE, .group = group, .detail = detail};
+    graft_status_t est = graft_membership_event_append(c->obs, &e);
+    if (est != GRAFT_OK)
+        snprintf(why, why_len, "recording the event: %s", graft_status_string(est));
+    st = revoked < nl ? GRAFT_EETCD : est;
+    *result_p = json_pack("{s:I,s:O,s:b,s:s}", "group", (json_int_t)group, "leases_revoked", jl,
+                          "event_recorded", est == GRAFT_OK, "detail", detail);
+out:
+    json_decref(jl);
+    graft_membership_view_free(v);
+    return st;
+}
+
 int graftctl_cmd_evict(const graftctl_opts_t *o, int argc, char **argv)
 {
     uint64_t group;
     graftctl_conn_t c;
-    graft_membership_view_t *v = NULL;
-    int64_t leases[1024];
-    size_t nl = 0;
-    char detail[512];
+    json_t *result = NULL;
+    char why[256] = "";
     if (argc != 2 || !graftctl_parse_u64(argv[1], &group) || group > UINT32_MAX) {
         fprintf(stderr, "graftctl evict: give one GROUP number\n");
         return GRAFTCTL_USAGE;
@@ -420,55 +467,24 @@ int graftctl_cmd_evict(const graftctl_opts_t *o, int argc, char **argv)
     if (rc != GRAFTCTL_OK)
         return rc;
     rc = GRAFTCTL_FAIL;
-    graft_status_t st = graft_membership_view_get(c.obs, &v);
-    if (st != GRAFT_OK) {
-        fprintf(stderr, "graftctl evict: %s\n", graft_status_string(st));
-        goto out;
-    }
-    for (size_t i = 0; i < v->n_members && nl < 1024; i++)
-        if (v->members[i].group == group && v->members[i].lease_id != 0)
-            leases[nl++] = v->members[i].lease_id;
-    if (nl == 0) {
-        fprintf(stderr, "graftctl evict: group %" PRIu64 " of job '%s' has no live member\n",
-                group, o->job);
-        goto out;
-    }
-    char question[128];
-    snprintf(question, sizeof(question), "evict group %" PRIu64 " of job '%s' (%zu ranks)?",
-             group, o->job, nl);
+    char question[160];
+    snprintf(question, sizeof(question), "evict group %" PRIu64 " of job '%s'?", group, o->job);
     if (!o->yes && !confirm(question)) {
         fprintf(stderr, "graftctl evict: not confirmed; nothing done\n");
         goto out;
     }
-    size_t revoked = 0;
-    json_t *jl = json_array();
-    for (size_t i = 0; i < nl; i++) {
-        st = graft_etcd_lease_revoke(c.etcd, leases[i]);
-        /* A lease that expired meanwhile is gone as the operator wanted. */
-        if (st == GRAFT_OK || st == GRAFT_ENOTFOUND) {
-            revoked++;
-            json_array_append_new(jl, json_integer(leases[i]));
-        } else {
-            fprintf(stderr, "graftctl evict: revoking lease %" PRId64 ": %s\n", leases[i],
-                    graft_status_string(st));
-        }
-    }
-    snprintf(detail, sizeof(detail), "evicted by an operator (graftctl): %zu of %zu leases revoked",
-             revoked, nl);
-    graft_event_t e = {.kind = GRAFT_EVENT_LEAVE, .group = (uint32_t)group, .detail = detail};
-    graft_status_t est = graft_membership_event_append(c.obs, &e);
-    if (est != GRAFT_OK)
-        fprintf(stderr, "graftctl evict: recording the event: %s\n", graft_status_string(est));
-    if (o->json)
-        graftctl_print_json(json_pack("{s:I,s:o,s:b}", "group", (json_int_t)group,
-                                      "leases_revoked", jl, "event_recorded", est == GRAFT_OK));
-    else {
-        printf("group %" PRIu64 ": %s\n", group, detail);
-        json_decref(jl);
-    }
-    rc = revoked == nl && est == GRAFT_OK ? GRAFTCTL_OK : GRAFTCTL_FAIL;
+    graft_status_t st = graftctl_evict_group(&c, (uint32_t)group, "graftctl", &result, why,
+                                             sizeof(why));
+    if (st != GRAFT_OK)
+        fprintf(stderr, "graftctl evict: job '%s': %s\n", o->job, why);
+    if (result != NULL && o->json)
+        graftctl_print_json(json_incref(result));
+    else if (result != NULL)
+        printf("group %" PRIu64 ": %s\n", group,
+               json_string_value(json_object_get(result, "detail")));
+    rc = st == GRAFT_OK ? GRAFTCTL_OK : GRAFTCTL_FAIL;
 out:
-    graft_membership_view_free(v);
+    json_decref(result);
     graftctl_disconnect(&c);
     return rc;
 }

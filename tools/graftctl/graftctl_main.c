@@ -230,6 +230,7 @@ static graftctl_cmd_fn find_command(const char *name)
         {"status", graftctl_cmd_status}, {"watch", graftctl_cmd_watch},
         {"events", graftctl_cmd_events}, {"drift", graftctl_cmd_drift},
         {"evict", graftctl_cmd_evict},   {"ckpt", graftctl_cmd_ckpt},
+        {"dashboard", graftctl_cmd_dashboard},
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (strcmp(cmds[i].name, name) == 0)
