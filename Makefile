@@ -97,6 +97,7 @@ TEST_CFLAGS = -I. -Itests/support
 # pytest suites that `make check` runs after the test programs (see
 # scripts/run-tests.sh); their tests count in the same total.
 PYTEST_DIRS :=
+PYTEST_DIRS += tests/dashboard
 
 .PHONY: all lib demo check tests bench clean info deps layering
 .DEFAULT_GOAL := all
@@ -140,7 +141,7 @@ $(BUILD)/bin/graft-sim: $(SIM_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 
 $(BUILD)/bin/graftctl: $(GRAFTCTL_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
 
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB_A)
 	@mkdir -p $(dir $@)
