@@ -687,6 +687,66 @@ static void test_evict(void **state)
     graft_membership_destroy(m);
 }
 
+/* --------------------------------------------------------------- auth --- */
+
+/* Credentials by flag and by GRAFT_* variable against an etcd with
+ * authentication on (users and roles set up with etcdctl); wrong ones are
+ * named as refused. */
+static void test_auth(void **state)
+{
+    graft_test_etcd_t a;
+    static const char *const args[] = {"--auth-token=simple", "--bcrypt-cost=4", NULL};
+    assert_int_equal(graft_test_etcd_start(&a, args), 0);
+    const char *ep = graft_etcd_server_endpoint(a.server);
+    const char *const setup[][7] = {
+        {"user", "add", "root:rootpw", NULL},
+        {"user", "grant-role", "root", "root", NULL},
+        {"user", "add", "alice:alicepw", NULL},
+        {"role", "add", "jobrw", NULL},
+        {"role", "grant-permission", "jobrw", "--prefix=true", "readwrite", "/graft/", NULL},
+        {"user", "grant-role", "alice", "jobrw", NULL},
+        {"auth", "enable", NULL},
+    };
+    const char *const role_root[] = {"role", "add", "root", NULL};
+    (void)graft_test_etcdctl(ep, NULL, 0, role_root); /* may exist already */
+    for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++)
+        assert_int_equal(graft_test_etcdctl(ep, NULL, 0, setup[i]), 0);
+
+    const char *eps[] = {ep};
+    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1, .username = "alice",
+                              .password = "alicepw"};
+    graft_membership_config_t mc = {.job = "auth-job", .etcd = &ec, .group = 0};
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
+
+    json_t *st = ctl_json((const char *[]){"--etcd", ep, "--job", "auth-job", "--user", "alice",
+                                           "--password", "alicepw", "--json", "status", NULL});
+    assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
+    json_decref(st);
+    setenv("GRAFT_ETCD_USER", "alice", 1);
+    setenv("GRAFT_ETCD_PASSWORD", "alicepw", 1);
+    setenv("GRAFT_ETCD_ENDPOINTS", ep, 1);
+    setenv("GRAFT_JOB", "auth-job", 1);
+    st = ctl_json((const char *[]){"--json", "status", NULL});
+    assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
+    json_decref(st);
+    char *err = NULL;
+    assert_int_equal(run_ctl((const char *[]){"--password", "wrong", "status", NULL}, NULL, &err),
+                     1);
+    assert_non_null(strstr(err, "refused the credentials"));
+    free(err);
+    unsetenv("GRAFT_ETCD_USER");
+    unsetenv("GRAFT_ETCD_PASSWORD");
+    unsetenv("GRAFT_ETCD_ENDPOINTS");
+    unsetenv("GRAFT_JOB");
+    assert_int_equal(run_ctl((const char *[]){"--etcd", ep, "--job", "auth-job", "status", NULL},
+                             NULL, &err),
+                     1);
+    free(err);
+    graft_membership_destroy(m);
+    graft_test_etcd_stop(&a);
+}
+
 /* ------------------------------------------------------------- main --- */
 
 static int setup(void **state)
@@ -728,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_ckpt_damaged),
         cmocka_unit_test(test_ckpt_prune),
         cmocka_unit_test(test_evict),
+        cmocka_unit_test(test_auth),
     };
     /* The tests after test_live_run read the run it made; a filter that
      * leaves it out makes them fail on their first assertion. */
