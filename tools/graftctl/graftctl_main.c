@@ -171,8 +171,8 @@ int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
     graft_etcd_range_opts_t ro = {.prefix = true, .count_only = true};
     st = graft_etcd_range(c->etcd, c->prefix, &ro, &res);
     if (st == GRAFT_EAUTH) {
-        fprintf(stderr, "graftctl: etcd at %s refused the credentials: %s\n", o->endpoints_text,
-                graft_status_string(st));
+        fprintf(stderr, "graftctl: etcd at %s: %s (check --user and --password, or --cacert, "
+                "--cert and --key for TLS)\n", o->endpoints_text, graft_status_string(st));
         goto fail;
     }
     if (st != GRAFT_OK) {
