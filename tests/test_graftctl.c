@@ -756,16 +756,8 @@ static void test_tls(void **state)
     char dir[PATH_MAX + 16], ca[PATH_MAX + 32], crt[PATH_MAX + 32], key[PATH_MAX + 32];
     char scrt[PATH_MAX + 32], skey[PATH_MAX + 32];
     snprintf(dir, sizeof(dir), "%s/tls", tmpdir);
-    sh("(mkdir -p '%s' && cd '%s' && "
-       "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-       "-keyout ca.key -out ca.crt -days 1 -subj /CN=graftctl-test-ca && "
-       "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
-       "for n in server client; do "
-       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-       "-keyout $n.key -out $n.csr -subj /CN=$n && "
-       "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-       "-out $n.crt -days 1 -extfile san.ext || exit 1; done) >/dev/null 2>&1",
-       dir, dir);
+    sh("mkdir -p '%s'", dir);
+    assert_int_equal(graft_test_tls_certs(dir), 0);
     snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
     snprintf(crt, sizeof(crt), "%s/client.crt", dir);
     snprintf(key, sizeof(key), "%s/client.key", dir);
