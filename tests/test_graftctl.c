@@ -689,6 +689,36 @@ static void test_evict(void **state)
     graft_membership_destroy(m);
 }
 
+/* ------------------------------------------------------------ hung --- */
+
+/* A group whose leases are kept alive but which does not announce (its
+ * training loop is stuck) is left out of the quorum: status calls it hung,
+ * while the group that formed the quorum is healthy. */
+static void test_hung_group(void **state)
+{
+    const char *eps[] = {endpoint};
+    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
+    graft_membership_config_t mc = {.job = "hung-job", .etcd = &ec, .min_groups = 1,
+                                    .join_timeout_ms = 300, .state = GRAFT_MEMBER_HEALTHY};
+    graft_membership_t *m0 = NULL, *m1 = NULL;
+    mc.group = 0;
+    assert_int_equal(graft_membership_create(&mc, &m0), GRAFT_OK);
+    mc.group = 1;
+    assert_int_equal(graft_membership_create(&mc, &m1), GRAFT_OK);
+    graft_quorum_t *q = NULL;
+    assert_int_equal(graft_membership_quorum_wait(m0, 0, 10000, &q), GRAFT_OK);
+    assert_int_equal(q->n_members, 1);
+    graft_membership_quorum_free(q);
+
+    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", "hung-job", "--json",
+                                           "status", NULL});
+    assert_string_equal(group_health(st, 0), "healthy");
+    assert_string_equal(group_health(st, 1), "hung");
+    json_decref(st);
+    graft_membership_destroy(m1);
+    graft_membership_destroy(m0);
+}
+
 /* --------------------------------------------------------------- auth --- */
 
 /* Credentials by flag and by GRAFT_* variable against an etcd with
@@ -832,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_ckpt_damaged),
         cmocka_unit_test(test_ckpt_prune),
         cmocka_unit_test(test_evict),
+        cmocka_unit_test(test_hung_group),
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_tls),
     };
