@@ -204,6 +204,19 @@ static void test_usage_and_errors(void **state)
     assert_non_null(strstr(err, "unknown kind 'nonsense'"));
     free(err);
 
+    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "j", "dashboard",
+                                              "--listen", "localhost", NULL},
+                             NULL, &err),
+                     2);
+    assert_non_null(strstr(err, "is not IPv4-ADDRESS:PORT"));
+    free(err);
+    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "j", "dashboard",
+                                              "--token", "short", NULL},
+                             NULL, &err),
+                     2);
+    assert_non_null(strstr(err, "8 characters"));
+    free(err);
+
     /* Checkpoint roots. */
     assert_int_equal(run_ctl((const char *[]){"ckpt", "ls", tmpdir, NULL}, NULL, &err), 1);
     assert_non_null(strstr(err, "not a checkpoint directory"));

@@ -333,7 +333,7 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
     d.recoveries = json_array();
     pthread_mutex_init(&d.mu, NULL);
     refresh(&d, true);
-    daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+    daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
                               on_request, &d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
     if (daemon == NULL) {
