@@ -17,145 +17,16 @@
  *    shard and a truncated shard name the shard file and chunk at fault; a
  *    damaged and a missing manifest.json sidecar are reported; each exits
  *    1; `restore --dry-run` then skips the damaged one; `prune` keeps what
- *    its policy says;
- *  - `evict` revokes the leases of a real member (a membership handle of
- *    this process), which learns it lost its lease, and records the event;
- *    it refuses to act without --yes when it cannot ask.
+ *    its policy says.
+ *
+ * The commands' access to etcd (evict, credentials, TLS) and the hung
+ * state are tested in test_graftctl_access.c.
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <jansson.h>
-#include <limits.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <graft/membership.h>
-
-#include "etcd_fixture.h"
+#include "test_graftctl_util.h"
 
 #define SIM_GROUPS 3
 #define SIM_RANKS 2
 #define SIM_STEPS 240
-
-static char ctl_bin[PATH_MAX + 32];
-static char sim_bin[PATH_MAX + 32];
-static char tmpdir[PATH_MAX];
-static graft_test_etcd_t etcd;
-static const char *endpoint;
-
-/* ------------------------------------------------------------ helpers --- */
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return strdup("");
-    char *buf = calloc(1, 8 << 20);
-    assert_non_null(buf);
-    size_t n = fread(buf, 1, (8 << 20) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* Runs graftctl with args (NULL-terminated, without the program); stdout
- * and stderr into *out_p and *err_p (either may be NULL); stdin is
- * /dev/null. With as_nobody, the child drops root first. */
-static int run_ctl_as(bool as_nobody, const char *const *args, char **out_p, char **err_p)
-{
-    char outpath[PATH_MAX + 32], errpath[PATH_MAX + 32];
-    snprintf(outpath, sizeof(outpath), "%s/ctl.out", tmpdir);
-    snprintf(errpath, sizeof(errpath), "%s/ctl.err", tmpdir);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        int e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        int in = open("/dev/null", O_RDONLY);
-        if (o < 0 || e < 0 || in < 0)
-            _exit(126);
-        dup2(in, 0);
-        dup2(o, 1);
-        dup2(e, 2);
-        if (as_nobody && (setgid(65534) != 0 || setuid(65534) != 0))
-            _exit(125);
-        const char *argv[64];
-        size_t n = 0;
-        argv[n++] = ctl_bin;
-        for (size_t i = 0; args[i] != NULL && n < 63; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(ctl_bin, (char **)argv);
-        _exit(127);
-    }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-    }
-    char *out = slurp(outpath), *err = slurp(errpath);
-    if (out_p != NULL)
-        *out_p = out;
-    else
-        free(out);
-    if (err_p != NULL)
-        *err_p = err;
-    else
-        free(err);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-
-static int run_ctl(const char *const *args, char **out_p, char **err_p)
-{
-    return run_ctl_as(false, args, out_p, err_p);
-}
-
-/* Runs graftctl, expects exit 0 and JSON on stdout. */
-static json_t *ctl_json(const char *const *args)
-{
-    char *out = NULL, *err = NULL;
-    int rc = run_ctl(args, &out, &err);
-    if (rc != 0)
-        print_error("graftctl %s %s exited %d: %s\n", args[0], args[1] ? args[1] : "", rc, err);
-    assert_int_equal(rc, 0);
-    json_error_t je;
-    json_t *j = json_loads(out, 0, &je);
-    if (j == NULL)
-        print_error("not JSON (%s): %s\n", je.text, out);
-    assert_non_null(j);
-    free(out);
-    free(err);
-    return j;
-}
-
-static void sh(const char *fmt, ...)
-{
-    char cmd[4 * PATH_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    assert_int_equal(system(cmd), 0);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ------------------------------------------------------- usage/errors --- */
 
@@ -253,16 +124,6 @@ static void test_usage_and_errors(void **state)
 static char job[128];
 static char job_root[PATH_MAX + 160];
 static json_t *report;
-
-static const char *group_health(json_t *status, int group)
-{
-    size_t i;
-    json_t *g;
-    json_array_foreach(json_object_get(status, "groups"), i, g)
-        if (json_integer_value(json_object_get(g, "group")) == group)
-            return json_string_value(json_object_get(g, "health"));
-    return "absent";
-}
 
 static void test_live_run(void **state)
 {
@@ -641,232 +502,16 @@ static void test_ckpt_prune(void **state)
     json_decref(after);
 }
 
-/* ------------------------------------------------------------- evict --- */
-
-static atomic_int lease_lost;
-
-static void on_lease(graft_membership_notice_t what, uint64_t inc, graft_status_t why, void *arg)
-{
-    if (what == GRAFT_MEMBERSHIP_LEASE_LOST)
-        atomic_store(&lease_lost, 1);
-}
-
-static void test_evict(void **state)
-{
-    const char *eps[] = {endpoint};
-    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
-    graft_membership_config_t mc = {.job = "evict-job", .etcd = &ec, .group = 7,
-                                    .lease_ttl_s = 9, .lease_cb = on_lease};
-    graft_membership_t *m = NULL;
-    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
-    uint64_t inc = graft_membership_incarnation(m);
-
-    char *err = NULL;
-    /* No terminal to ask on and no --yes: nothing is done. */
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "evict-job", "evict",
-                                              "7", NULL},
-                             NULL, &err),
-                     2);
-    assert_non_null(strstr(err, "--yes"));
-    free(err);
-    assert_int_equal(graft_membership_incarnation(m), inc);
-    assert_int_equal(atomic_load(&lease_lost), 0);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "evict-job", "--yes",
-                                              "evict", "3", NULL},
-                             NULL, &err),
-                     1);
-    assert_non_null(strstr(err, "no live member"));
-    free(err);
-
-    json_t *j = ctl_json((const char *[]){"--etcd", endpoint, "--job", "evict-job", "--json",
-                                          "--yes", "evict", "7", NULL});
-    assert_int_equal(json_array_size(json_object_get(j, "leases_revoked")), 1);
-    assert_true(json_is_true(json_object_get(j, "event_recorded")));
-    json_decref(j);
-    /* The member learns it lost its lease at its next keep-alive (every
-     * TTL/3), before the 9 s lease could have expired by itself, and joins
-     * again as a new incarnation. */
-    for (int i = 0; i < 140 && atomic_load(&lease_lost) == 0; i++)
-        sleep_ms(50);
-    assert_int_equal(atomic_load(&lease_lost), 1);
-    for (int i = 0; i < 100 && graft_membership_incarnation(m) == inc; i++)
-        sleep_ms(50);
-    assert_true(graft_membership_incarnation(m) != inc);
-
-    json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", "evict-job", "--json",
-                                           "events", "--kind", "leave", "--group", "7", NULL});
-    json_t *last = json_array_get(json_object_get(ev, "events"), 0);
-    assert_non_null(last);
-    assert_non_null(strstr(json_string_value(json_object_get(last, "detail")), "evicted"));
-    json_decref(ev);
-    graft_membership_destroy(m);
-}
-
-/* ------------------------------------------------------------ hung --- */
-
-/* A group whose leases are kept alive but which does not announce (its
- * training loop is stuck) is left out of the quorum: status calls it hung,
- * while the group that formed the quorum is healthy. */
-static void test_hung_group(void **state)
-{
-    const char *eps[] = {endpoint};
-    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
-    graft_membership_config_t mc = {.job = "hung-job", .etcd = &ec, .min_groups = 1,
-                                    .join_timeout_ms = 300, .state = GRAFT_MEMBER_HEALTHY};
-    graft_membership_t *m0 = NULL, *m1 = NULL;
-    mc.group = 0;
-    assert_int_equal(graft_membership_create(&mc, &m0), GRAFT_OK);
-    mc.group = 1;
-    assert_int_equal(graft_membership_create(&mc, &m1), GRAFT_OK);
-    graft_quorum_t *q = NULL;
-    assert_int_equal(graft_membership_quorum_wait(m0, 0, 10000, &q), GRAFT_OK);
-    assert_int_equal(q->n_members, 1);
-    graft_membership_quorum_free(q);
-
-    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", "hung-job", "--json",
-                                           "status", NULL});
-    assert_string_equal(group_health(st, 0), "healthy");
-    assert_string_equal(group_health(st, 1), "hung");
-    json_decref(st);
-    graft_membership_destroy(m1);
-    graft_membership_destroy(m0);
-}
-
-/* --------------------------------------------------------------- auth --- */
-
-/* Credentials by flag and by GRAFT_* variable against an etcd with
- * authentication on (users and roles set up with etcdctl); wrong ones are
- * named as an authentication failure. */
-static void test_auth(void **state)
-{
-    graft_test_etcd_t a;
-    static const char *const args[] = {"--auth-token=simple", "--bcrypt-cost=4", NULL};
-    assert_int_equal(graft_test_etcd_start(&a, args), 0);
-    const char *ep = graft_etcd_server_endpoint(a.server);
-    const char *const setup[][7] = {
-        {"user", "add", "root:rootpw", NULL},
-        {"user", "grant-role", "root", "root", NULL},
-        {"user", "add", "alice:alicepw", NULL},
-        {"role", "add", "jobrw", NULL},
-        {"role", "grant-permission", "jobrw", "--prefix=true", "readwrite", "/graft/", NULL},
-        {"user", "grant-role", "alice", "jobrw", NULL},
-        {"auth", "enable", NULL},
-    };
-    const char *const role_root[] = {"role", "add", "root", NULL};
-    (void)graft_test_etcdctl(ep, NULL, 0, role_root); /* may exist already */
-    for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++)
-        assert_int_equal(graft_test_etcdctl(ep, NULL, 0, setup[i]), 0);
-
-    const char *eps[] = {ep};
-    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1, .username = "alice",
-                              .password = "alicepw"};
-    graft_membership_config_t mc = {.job = "auth-job", .etcd = &ec, .group = 0};
-    graft_membership_t *m = NULL;
-    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
-
-    json_t *st = ctl_json((const char *[]){"--etcd", ep, "--job", "auth-job", "--user", "alice",
-                                           "--password", "alicepw", "--json", "status", NULL});
-    assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
-    json_decref(st);
-    setenv("GRAFT_ETCD_USER", "alice", 1);
-    setenv("GRAFT_ETCD_PASSWORD", "alicepw", 1);
-    setenv("GRAFT_ETCD_ENDPOINTS", ep, 1);
-    setenv("GRAFT_JOB", "auth-job", 1);
-    st = ctl_json((const char *[]){"--json", "status", NULL});
-    assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
-    json_decref(st);
-    char *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--password", "wrong", "status", NULL}, NULL, &err),
-                     1);
-    assert_non_null(strstr(err, "authentication failed"));
-    free(err);
-    unsetenv("GRAFT_ETCD_USER");
-    unsetenv("GRAFT_ETCD_PASSWORD");
-    unsetenv("GRAFT_ETCD_ENDPOINTS");
-    unsetenv("GRAFT_JOB");
-    assert_int_equal(run_ctl((const char *[]){"--etcd", ep, "--job", "auth-job", "status", NULL},
-                             NULL, &err),
-                     1);
-    free(err);
-    graft_membership_destroy(m);
-    graft_test_etcd_stop(&a);
-}
-
-/* TLS with a client certificate: an etcd whose certificates the test makes
- * with the openssl command; without the CA the server is not trusted. */
-static void test_tls(void **state)
-{
-    char dir[PATH_MAX + 16], ca[PATH_MAX + 32], crt[PATH_MAX + 32], key[PATH_MAX + 32];
-    char scrt[PATH_MAX + 32], skey[PATH_MAX + 32];
-    snprintf(dir, sizeof(dir), "%s/tls", tmpdir);
-    sh("mkdir -p '%s'", dir);
-    assert_int_equal(graft_test_tls_certs(dir), 0);
-    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
-    snprintf(crt, sizeof(crt), "%s/client.crt", dir);
-    snprintf(key, sizeof(key), "%s/client.key", dir);
-    snprintf(scrt, sizeof(scrt), "%s/server.crt", dir);
-    snprintf(skey, sizeof(skey), "%s/server.key", dir);
-    graft_etcd_server_opts_t so = {.cert_file = scrt, .key_file = skey, .trusted_ca_file = ca};
-    graft_etcd_server_t *server = NULL;
-    assert_int_equal(graft_etcd_server_start(&so, &server), GRAFT_OK);
-    const char *ep = graft_etcd_server_endpoint(server);
-    assert_non_null(strstr(ep, "https://"));
-
-    const char *eps[] = {ep};
-    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1, .ca_file = ca,
-                              .cert_file = crt, .key_file = key};
-    graft_membership_config_t mc = {.job = "tls-job", .etcd = &ec, .group = 4};
-    graft_membership_t *m = NULL;
-    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
-    json_t *st = ctl_json((const char *[]){"--etcd", ep, "--job", "tls-job", "--cacert", ca,
-                                           "--cert", crt, "--key", key, "--json", "status",
-                                           NULL});
-    json_t *g = json_array_get(json_object_get(st, "groups"), 0);
-    assert_int_equal(json_integer_value(json_object_get(g, "group")), 4);
-    json_decref(st);
-    char *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", ep, "--job", "tls-job", "status", NULL},
-                             NULL, &err),
-                     1);
-    assert_non_null(strstr(err, ep));
-    free(err);
-    graft_membership_destroy(m);
-    graft_etcd_server_destroy(server);
-}
-
 /* ------------------------------------------------------------- main --- */
-
-static int setup(void **state)
-{
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/graft-test-graftctl-XXXXXX");
-    if (mkdtemp(tmpdir) == NULL)
-        return -1;
-    if (graft_test_etcd_start(&etcd, NULL) != 0)
-        return -1;
-    endpoint = graft_etcd_server_endpoint(etcd.server);
-    return 0;
-}
 
 static int teardown(void **state)
 {
-    char cmd[PATH_MAX + 32];
     json_decref(report);
-    graft_test_etcd_stop(&etcd);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return graftctl_test_teardown(state);
 }
 
 int main(void)
 {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return 1;
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    /* BUILD/tests/test_graftctl -> BUILD/bin/graftctl, BUILD/bin/graft-sim */
-    snprintf(ctl_bin, sizeof(ctl_bin), "%s/../bin/graftctl", self);
-    snprintf(sim_bin, sizeof(sim_bin), "%s/../bin/graft-sim", self);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_and_errors),
         cmocka_unit_test(test_live_run),
@@ -874,14 +519,10 @@ int main(void)
         cmocka_unit_test(test_ckpt_good),
         cmocka_unit_test(test_ckpt_damaged),
         cmocka_unit_test(test_ckpt_prune),
-        cmocka_unit_test(test_evict),
-        cmocka_unit_test(test_hung_group),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_tls),
     };
     /* The tests after test_live_run read the run it made; a filter that
      * leaves it out makes them fail on their first assertion. */
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, graftctl_test_setup, teardown);
 }
