@@ -134,8 +134,8 @@ static void test_live_run(void **state)
     snprintf(watch_out, sizeof(watch_out), "%s/watch.out", tmpdir);
     FILE *f = fopen(sched, "w");
     assert_non_null(f);
-    fprintf(f, "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":90},"
-               "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":150}]}\n");
+    fprintf(f, "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":140},"
+               "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":200}]}\n");
     fclose(f);
     mkdir(root, 0755);
 
