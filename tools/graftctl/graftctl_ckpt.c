@@ -81,12 +81,14 @@ static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
         } else if ((strcmp(s, "--keep-last") == 0 || strcmp(s, "--milestone-every") == 0 ||
                     strcmp(s, "--step") == 0) &&
                    i + 1 < argc && graftctl_parse_u64(argv[i + 1], &v)) {
-            if (s[2] == 'k')
+            if (strcmp(s, "--keep-last") == 0) {
                 a->policy.keep_last = (uint32_t)(v > UINT32_MAX ? UINT32_MAX : v);
-            else if (s[2] == 'm')
+            } else if (strcmp(s, "--milestone-every") == 0) {
                 a->policy.milestone_every = v;
-            else
-                a->has_step = true, a->step = v;
+            } else {
+                a->has_step = true;
+                a->step = v;
+            }
             i++;
         } else if (s[0] != '-' && a->root == NULL) {
             a->root = s;

@@ -92,19 +92,21 @@ static int parse_filter(int argc, char **argv, events_filter_t *f)
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t g;
+        uint64_t g = 0;
         bool ok = v != NULL;
-        if (ok && strcmp(a, "--kind") == 0)
+        if (ok && strcmp(a, "--kind") == 0) {
             ok = parse_kinds(v, &f->kinds);
-        else if (ok && strcmp(a, "--group") == 0)
-            ok = graftctl_parse_u64(v, &g) && g <= UINT32_MAX && (f->group = (uint32_t)g, true) &&
-                 (f->has_group = true);
-        else if (ok && strcmp(a, "--since") == 0)
+        } else if (ok && strcmp(a, "--group") == 0) {
+            ok = graftctl_parse_u64(v, &g) && g <= UINT32_MAX;
+            f->group = (uint32_t)g;
+            f->has_group = true;
+        } else if (ok && strcmp(a, "--since") == 0) {
             ok = parse_time(v, &f->since_ms);
-        else if (ok && strcmp(a, "--until") == 0)
+        } else if (ok && strcmp(a, "--until") == 0) {
             ok = parse_time(v, &f->until_ms);
-        else
+        } else {
             ok = false;
+        }
         if (!ok) {
             fprintf(stderr, "graftctl events: bad argument '%s%s%s' (--kind K[,K], --group G, "
                     "--since T, --until T, --recoveries)\n", a, v ? " " : "", v ? v : "");
