@@ -79,6 +79,11 @@ BIN_PROGS := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%) $(EXAMPLE_SRCS:examples/%.c=$
 ifneq ($(SIM_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graft-sim
 endif
+# graftctl is all of tools/graftctl/ (docs/OPERATIONS.md).
+GRAFTCTL_SRCS := $(wildcard tools/graftctl/*.c)
+ifneq ($(GRAFTCTL_SRCS),)
+BIN_PROGS += $(BUILD)/bin/graftctl
+endif
 
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_PROGS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -92,6 +97,7 @@ TEST_CFLAGS = -I. -Itests/support
 # pytest suites that `make check` runs after the test programs (see
 # scripts/run-tests.sh); their tests count in the same total.
 PYTEST_DIRS :=
+PYTEST_DIRS += tests/dashboard
 
 .PHONY: all lib demo check tests bench clean info deps layering
 .DEFAULT_GOAL := all
@@ -132,6 +138,10 @@ $(LIB_SO): $(LIB_OBJS)
 $(BUILD)/bin/graft-sim: $(SIM_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/bin/graftctl: $(GRAFTCTL_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
 
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB_A)
 	@mkdir -p $(dir $@)

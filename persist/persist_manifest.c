@@ -602,3 +602,42 @@ out:
     graft_free(to);
     return st;
 }
+
+graft_status_t graft_persist_manifest_json(const char *root, uint64_t step, char **json_p)
+{
+    graft_status_t st;
+    char why[256] = "";
+    char *dir = NULL;
+    char *text = NULL;
+    char *copy = NULL;
+    json_t *j = NULL;
+    Graft__CheckpointManifest *m = NULL;
+    if (root == NULL || json_p == NULL)
+        return GRAFT_EINVAL;
+    dir = graft__persist_step_dir(root, step);
+    if (dir == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    st = graft__manifest_read(dir, step, &m, why, sizeof(why));
+    if (st != GRAFT_OK) {
+        GRAFT_DEBUG(GP_MOD, "%s: %s", dir, why);
+        goto out;
+    }
+    /* The same rendering, keys sorted and indented, as the writer's sidecar. */
+    j = manifest_json(m);
+    text = j != NULL ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    copy = text != NULL ? graft__malloc(strlen(text) + 1) : NULL;
+    if (copy == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
+    memcpy(copy, text, strlen(text) + 1);
+    *json_p = copy;
+out:
+    free(text); /* jansson's allocator */
+    json_decref(j);
+    graft__manifest_free(m);
+    graft_free(dir);
+    return st;
+}

@@ -13,7 +13,8 @@ etcd-server etcd-client \
 libjansson-dev libcmocka-dev \
 iproute2 procps \
 python3-venv python3-pytest \
-clang libclang-rt-dev"
+clang libclang-rt-dev \
+libmicrohttpd-dev chromium python3-prometheus-client"
 
 missing=""
 for p in $PACKAGES; do

@@ -13,6 +13,8 @@
 
 #include <graft/etcd.h>
 
+#include "etcd_fixture.h"
+
 static char dir[256];
 static char ca[300], srv_crt[300], srv_key[300], cli_crt[300], cli_key[300];
 static graft_etcd_server_t *server;
@@ -23,19 +25,7 @@ static int make_certs(void)
     snprintf(dir, sizeof(dir), "%s/graft-tls-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (mkdtemp(dir) == NULL)
         return -1;
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "(cd '%s' && "
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-             "-keyout ca.key -out ca.crt -days 1 -subj /CN=graft-test-ca && "
-             "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
-             "for n in server client; do "
-             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-             "-keyout $n.key -out $n.csr -subj /CN=$n && "
-             "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-             "-out $n.crt -days 1 -extfile san.ext || exit 1; done) >/dev/null 2>&1",
-             dir);
-    if (system(cmd) != 0)
+    if (graft_test_tls_certs(dir) != 0)
         return -1;
     snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
     snprintf(srv_crt, sizeof(srv_crt), "%s/server.crt", dir);

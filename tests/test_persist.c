@@ -1002,6 +1002,37 @@ static void test_golden(void **state)
     pt_rmtree(root);
 }
 
+/* graft_persist_manifest_json() renders manifest.pb as the writer renders
+ * its sidecar: byte for byte the manifest.json of a fresh checkpoint. */
+static void test_manifest_json(void **state)
+{
+    (void)state;
+    char *root = pt_tmpdir();
+    golden_write(root, 7, 0);
+    char *text = NULL;
+    assert_int_equal(graft_persist_manifest_json(root, 7, &text), GRAFT_OK);
+    char *path = pt_path(root, 7, GP_MANIFEST_JSON);
+    size_t len;
+    uint8_t *sidecar = read_all(path, &len);
+    assert_int_equal(strlen(text), len);
+    assert_memory_equal(text, sidecar, len);
+    graft_free(text);
+    free(sidecar);
+    free(path);
+    text = NULL;
+    assert_int_equal(graft_persist_manifest_json(root, 8, &text), GRAFT_ENOTFOUND);
+    assert_null(text);
+    assert_int_equal(graft_persist_manifest_json(NULL, 7, &text), GRAFT_EINVAL);
+    assert_int_equal(graft_persist_manifest_json(root, 7, NULL), GRAFT_EINVAL);
+    /* A damaged manifest.pb is an error, not a rendering of garbage. */
+    path = pt_path(root, 7, GP_MANIFEST_PB);
+    assert_int_equal(truncate(path, 20), 0);
+    assert_int_not_equal(graft_persist_manifest_json(root, 7, &text), GRAFT_OK);
+    assert_null(text);
+    free(path);
+    pt_rmtree(root);
+}
+
 /* --------------------------------------------------- allocation failure --- */
 
 
@@ -1088,6 +1119,7 @@ int main(void)
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_auto_level),
         cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_manifest_json),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests_name("persist", tests, NULL, NULL);

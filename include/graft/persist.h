@@ -336,6 +336,20 @@ GRAFT_WUR graft_status_t graft_persist_verify(const char *root, uint64_t step,
                                               graft_persist_verify_level_t level,
                                               graft_persist_entry_t *entry_p);
 
+/**
+ * @brief The manifest of one checkpoint, decoded from manifest.pb and
+ *        rendered as JSON exactly as the writer renders its manifest.json
+ *        sidecar, so a tool can show it and compare the sidecar with it.
+ * @param [in]  root    the root.
+ * @param [in]  step    the step.
+ * @param [out] json_p  NUL-terminated text; free with graft_free().
+ * @return GRAFT_OK; GRAFT_ENOTFOUND (no manifest); GRAFT_ECORRUPT,
+ *         GRAFT_ETRUNCATED, GRAFT_EFORMAT, GRAFT_EIO (manifest.pb unreadable);
+ *         GRAFT_EINVAL; GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_persist_manifest_json(const char *root, uint64_t step,
+                                                     char **json_p);
+
 /** Output fingerprint of the restored state, computed by the trainer. */
 typedef graft_status_t (*graft_persist_fingerprint_fn)(void *arg, uint64_t *fingerprint_p);
 

@@ -29,4 +29,9 @@ graft_etcd_t *graft_test_etcd_client(const char *const *endpoints, size_t n,
  * to run it. */
 int graft_test_etcdctl(const char *endpoint, char *out, size_t out_len, const char *const *args);
 
+/* Make a CA and a server and a client certificate for IP 127.0.0.1
+ * (ca.crt, server.crt/.key, client.crt/.key) in dir with the openssl
+ * command. Returns 0 on success, -1 (with a message on stderr) otherwise. */
+int graft_test_tls_certs(const char *dir);
+
 #endif

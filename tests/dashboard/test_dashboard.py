@@ -1,0 +1,136 @@
+"""`graftctl dashboard` with a live simulation: the page in headless
+Chromium sees a group go from healthy to recovering or dead and back;
+/metrics parses with prometheus_client's parser and agrees with the run's
+report; the server is read-only but for evict, which needs the token."""
+import json
+import os
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import BUILD, TOKEN, http_get, wait_for
+
+ARTIFACTS = os.path.join(BUILD, "test-artifacts", "dashboard")
+
+
+def metrics(url):
+    status, ctype, text = http_get(url + "/metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_page_follows_a_group_through_a_recovery(dashboard, sim):
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    outside = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
+                                    args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.on("request", lambda r: None if r.url.startswith(dashboard) else outside.append(r.url))
+        page.goto(dashboard + "/")
+        tile = '#groups [data-group="1"]'
+
+        def health():
+            return page.get_attribute(tile, "data-health") if page.query_selector(tile) else None
+        seen = []
+
+        def note(want):
+            h = health()
+            if h is not None and (not seen or seen[-1] != h):
+                seen.append(h)
+            return want(h)
+        wait_for("group 1 healthy on the page", lambda: note(lambda h: h == "healthy"), 90)
+        seen = ["healthy"]  # what it went through from here
+        wait_for("group 1 no longer healthy", lambda: note(lambda h: h in ("recovering", "dead", "hung")), 90)
+        page.screenshot(path=os.path.join(ARTIFACTS, "dashboard-recovering.png"), full_page=True)
+        wait_for("group 1 healthy again", lambda: note(lambda h: h == "healthy"), 90)
+        # The recovery shows in the timeline with its phases.
+        wait_for("a recovery of group 1 in the timeline",
+                 lambda: any(c.startswith("1/") for c in
+                             page.eval_on_selector_all("#recoveries tr td:nth-child(2)",
+                                                       "els => els.map(e => e.textContent)")), 30)
+        assert page.query_selector("#recoveries .bar.ph-transfer") is not None
+        assert page.query_selector("#checkpoints tr") is not None
+        assert "no drift recorded" in page.inner_text("#drift")
+        page.screenshot(path=os.path.join(ARTIFACTS, "dashboard.png"), full_page=True)
+        browser.close()
+    assert seen[0] == "healthy" and seen[-1] == "healthy" and len(seen) >= 3, seen
+    assert any(h in ("recovering", "dead", "hung") for h in seen[1:-1]), seen
+    assert outside == [], f"the page fetched from elsewhere: {outside}"
+
+
+def test_metrics_parse_while_running(dashboard, sim):
+    fams = metrics(dashboard)
+    groups = fams["graft_groups"]
+    assert groups.type == "gauge"
+    by_health = {s.labels["health"]: s.value for s in groups.samples}
+    assert set(by_health) == {"healthy", "recovering", "hung", "dead"}
+    assert sum(by_health.values()) == 3
+    hist = fams["graft_recovery_phase_seconds"]
+    assert hist.type == "histogram"
+    phases = {s.labels["phase"] for s in hist.samples}
+    assert {"transfer", "verify", "rejoin_to_assign", "total"} <= phases
+    for phase in phases:
+        buckets = [s for s in hist.samples
+                   if s.name.endswith("_bucket") and s.labels["phase"] == phase]
+        counts = [s.value for s in buckets]
+        assert counts == sorted(counts), "buckets are cumulative"
+        assert buckets[-1].labels["le"] == "+Inf"
+        count = next(s.value for s in hist.samples
+                     if s.name.endswith("_count") and s.labels["phase"] == phase)
+        assert count == counts[-1]
+    for name in ("graft_events", "graft_recoveries", "graft_recovery_bytes",
+                 "graft_checkpoints"):
+        assert fams[name].type == "counter", name
+        assert all(s.name.endswith("_total") or s.name.endswith("_created")
+                   for s in fams[name].samples)
+
+
+def test_read_only_but_evict_with_token(dashboard):
+    req = urllib.request.Request(dashboard + "/api/state", method="DELETE")
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        raise AssertionError("DELETE was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 405
+    for headers in ({}, {"Authorization": "Bearer wrong-token-value"}):
+        req = urllib.request.Request(dashboard + "/api/evict?group=0", method="POST",
+                                     headers=headers)
+        try:
+            urllib.request.urlopen(req, timeout=5)
+            raise AssertionError("evict without the token was accepted")
+        except urllib.error.HTTPError as e:
+            assert e.code == 403
+    # With the token, a group with no live member is a clean 404.
+    req = urllib.request.Request(dashboard + "/api/evict?group=99", method="POST",
+                                 headers={"Authorization": "Bearer " + TOKEN})
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        raise AssertionError("evict of an absent group succeeded")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+        assert "no live member" in json.loads(e.read())["error"]
+
+
+def test_metrics_agree_with_the_report(dashboard, sim):
+    rc = sim["proc"].wait(300)
+    assert rc == 0, open(sim["log"]).read()[-3000:]
+    with open(sim["report"]) as f:
+        report = json.load(f)
+    assert report["verdict"] == "bit-exact"
+
+    def settled():
+        fams = metrics(dashboard)
+        got = fams["graft_recovery_bytes"].samples[0].value
+        return fams if got == report["bytes_transferred"] else None
+    fams = wait_for("the dashboard to count every heal's bytes", settled, 30)
+    ok = next(s.value for s in fams["graft_recoveries"].samples if s.labels.get("result") == "ok")
+    assert ok >= 2 * len(report["recoveries"])
+    _, _, state = http_get(dashboard + "/api/state")
+    state = json.loads(state)
+    assert state["checkpoints"], "the checkpoint root is learnt from the checkpoint events"
+    assert all(c["state"] == "complete" for c in state["checkpoints"])
+    last = max(c["step"] for c in state["checkpoints"])
+    assert fams["graft_checkpoint_last_step"].samples[0].value >= last

@@ -1,0 +1,80 @@
+/*
+ * graftctl: the operator's command line. One file per command family:
+ * graftctl_main.c (options, connection, dispatch), graftctl_job.c (status,
+ * watch, drift, evict), graftctl_events.c (events) and graftctl_ckpt.c
+ * (checkpoint roots, without etcd). Public headers only.
+ *
+ * Exit status: 0 success, 1 failure (etcd unreachable, unknown job, a
+ * checkpoint that does not verify, ...), 2 bad usage.
+ */
+#ifndef GRAFTCTL_H
+#define GRAFTCTL_H
+
+#include <graft/common.h>
+#include <graft/etcd.h>
+#include <graft/membership.h>
+
+#include <jansson.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GRAFTCTL_OK 0
+#define GRAFTCTL_FAIL 1
+#define GRAFTCTL_USAGE 2
+
+/* Options common to every command, from flags or GRAFT_* variables. */
+typedef struct graftctl_opts {
+    const char *endpoints_text; /* as given, for messages */
+    char **endpoints;
+    size_t n_endpoints;
+    const char *job;
+    const char *user;
+    const char *password;
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+    uint32_t timeout_ms;
+    bool json;
+    bool yes;
+} graftctl_opts_t;
+
+/* An etcd client and an observer of the job, after checking that etcd
+ * answers and the job exists. */
+typedef struct graftctl_conn {
+    graft_etcd_t *etcd;
+    graft_membership_t *obs;
+    char prefix[96]; /* /graft/<job>/ */
+} graftctl_conn_t;
+
+/* Connect (prints the error and returns GRAFTCTL_FAIL on failure). */
+int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c);
+void graftctl_disconnect(graftctl_conn_t *c);
+
+/* Commands: argv[0] is the command's name; each returns an exit status. */
+int graftctl_cmd_status(const graftctl_opts_t *o, int argc, char **argv);
+int graftctl_cmd_watch(const graftctl_opts_t *o, int argc, char **argv);
+int graftctl_cmd_drift(const graftctl_opts_t *o, int argc, char **argv);
+int graftctl_cmd_evict(const graftctl_opts_t *o, int argc, char **argv);
+int graftctl_cmd_events(const graftctl_opts_t *o, int argc, char **argv);
+int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv);
+
+int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv);
+
+/* Views shared by the commands and the dashboard (json_t *, owned by the
+ * caller). The status: groups, ranks, health and the latest quorum; NULL
+ * with *st_p set on failure. */
+json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p);
+/* One event. */
+json_t *graftctl_event_json(const graft_event_t *e);
+/* The recovery that ev[done_i] (a recovery_done) ends, with its phases cut
+ * from the events before it (graftctl_events.c). */
+json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i);
+
+/* Helpers shared by the commands. */
+void graftctl_print_json(void *json_t_root); /* prints and decrefs a json_t */
+bool graftctl_parse_u64(const char *s, uint64_t *v_p);
+uint64_t graftctl_now_ms(void);
+
+#endif

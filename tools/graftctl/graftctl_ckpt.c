@@ -1,0 +1,537 @@
+/*
+ * graftctl ckpt: a checkpoint root on disk, without etcd. ls, verify
+ * (every chunk, and the manifest.json sidecar against manifest.pb),
+ * inspect, prune and restore --dry-run, all through graft/persist.h.
+ */
+#include "graftctl.h"
+
+#include <graft/persist.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+typedef struct ckpt_args {
+    const char *root;
+    bool has_step;
+    uint64_t step;
+    bool quick;
+    bool dry_run;
+    graft_persist_retention_t policy;
+} ckpt_args_t;
+
+static const char *state_name(graft_persist_state_t s)
+{
+    return s == GRAFT_PERSIST_COMPLETE     ? "complete"
+           : s == GRAFT_PERSIST_INCOMPLETE ? "incomplete"
+                                           : "corrupt";
+}
+
+/* A root that does not exist, cannot be read or holds no step-* folder is
+ * named as such, rather than listed as empty. */
+static int check_root(const char *root)
+{
+    struct stat sb;
+    if (stat(root, &sb) != 0) {
+        fprintf(stderr, "graftctl ckpt: %s: %s\n", root,
+                errno == EACCES ? "permission denied" : strerror(errno));
+        return GRAFTCTL_FAIL;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "graftctl ckpt: %s: not a checkpoint directory (not a directory)\n", root);
+        return GRAFTCTL_FAIL;
+    }
+    DIR *d = opendir(root);
+    if (d == NULL) {
+        fprintf(stderr, "graftctl ckpt: %s: %s\n", root,
+                errno == EACCES ? "permission denied" : strerror(errno));
+        return GRAFTCTL_FAIL;
+    }
+    bool any = false;
+    for (struct dirent *e = readdir(d); e != NULL && !any; e = readdir(d))
+        any = strncmp(e->d_name, "step-", 5) == 0;
+    closedir(d);
+    if (!any) {
+        fprintf(stderr, "graftctl ckpt: %s: not a checkpoint directory (no step-* folder)\n",
+                root);
+        return GRAFTCTL_FAIL;
+    }
+    return GRAFTCTL_OK;
+}
+
+static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        uint64_t v;
+        if (strcmp(s, "--quick") == 0) {
+            a->quick = true;
+        } else if (strcmp(s, "--dry-run") == 0) {
+            a->dry_run = true;
+        } else if (strcmp(s, "--geometric") == 0) {
+            a->policy.geometric = true;
+        } else if ((strcmp(s, "--keep-last") == 0 || strcmp(s, "--milestone-every") == 0 ||
+                    strcmp(s, "--step") == 0) &&
+                   i + 1 < argc && graftctl_parse_u64(argv[i + 1], &v)) {
+            if (strcmp(s, "--keep-last") == 0) {
+                a->policy.keep_last = (uint32_t)(v > UINT32_MAX ? UINT32_MAX : v);
+            } else if (strcmp(s, "--milestone-every") == 0) {
+                a->policy.milestone_every = v;
+            } else {
+                a->has_step = true;
+                a->step = v;
+            }
+            i++;
+        } else if (s[0] != '-' && a->root == NULL) {
+            a->root = s;
+        } else if (s[0] != '-' && !a->has_step && graftctl_parse_u64(s, &v)) {
+            a->has_step = true;
+            a->step = v;
+        } else {
+            fprintf(stderr, "graftctl ckpt %s: bad argument '%s'\n", argv[first - 1], s);
+            return GRAFTCTL_USAGE;
+        }
+    }
+    if (a->root == NULL) {
+        fprintf(stderr, "graftctl ckpt %s: give the checkpoint ROOT\n", argv[first - 1]);
+        return GRAFTCTL_USAGE;
+    }
+    return check_root(a->root);
+}
+
+static json_t *entry_json(const graft_persist_entry_t *e)
+{
+    return json_pack("{s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "step", (json_int_t)e->step, "state",
+                     state_name(e->state), "status", graft_status_name(e->status), "reason",
+                     e->reason, "ranks", (json_int_t)e->ranks, "raw_bytes",
+                     (json_int_t)e->raw_bytes, "unix_ms", (json_int_t)e->unix_ms,
+                     "before_config_change", e->before_config_change);
+}
+
+static int list_entries(const char *root, graft_persist_entry_t **e_p, size_t *n_p)
+{
+    graft_status_t st = graft_persist_list(root, e_p, n_p);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl ckpt: listing %s: %s\n", root, graft_status_string(st));
+        return GRAFTCTL_FAIL;
+    }
+    return GRAFTCTL_OK;
+}
+
+/* Retention class of each complete checkpoint under a policy: why it is
+ * kept (newest, milestone, config_change, kept) or that it would go. */
+static const char *retention_class(const graft_persist_retention_t *p,
+                                   const graft_persist_entry_t *e, bool newest, bool keep)
+{
+    if (e->state != GRAFT_PERSIST_COMPLETE)
+        return "invalid";
+    if (newest)
+        return "newest";
+    if (e->before_config_change)
+        return "config_change";
+    if (p->milestone_every > 0 && e->step % p->milestone_every == 0)
+        return "milestone";
+    return keep ? "kept" : "prunable";
+}
+
+static int plan(const graft_persist_retention_t *p, const graft_persist_entry_t *e, size_t n,
+                bool *keep)
+{
+    uint64_t *steps = calloc(n + 1, sizeof(*steps));
+    bool *marked = calloc(n + 1, sizeof(*marked));
+    bool *k = calloc(n + 1, sizeof(*k));
+    size_t nv = 0;
+    int rc = GRAFTCTL_FAIL;
+    if (steps == NULL || marked == NULL || k == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        keep[i] = true;
+        if (e[i].state == GRAFT_PERSIST_COMPLETE) {
+            steps[nv] = e[i].step;
+            marked[nv++] = e[i].before_config_change;
+        }
+    }
+    if (graft_persist_retention_plan(p, steps, marked, nv, k) != GRAFT_OK)
+        goto out;
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (e[i].state == GRAFT_PERSIST_COMPLETE)
+            keep[i] = k[j++];
+    rc = GRAFTCTL_OK;
+out:
+    free(steps);
+    free(marked);
+    free(k);
+    return rc;
+}
+
+static int ckpt_ls(const graftctl_opts_t *o, const ckpt_args_t *a)
+{
+    graft_persist_entry_t *e = NULL;
+    size_t n = 0;
+    bool *keep = NULL;
+    int rc = list_entries(a->root, &e, &n);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    keep = calloc(n + 1, sizeof(*keep));
+    if (keep == NULL || plan(&a->policy, e, n, keep) != GRAFTCTL_OK) {
+        fprintf(stderr, "graftctl ckpt ls: out of memory\n");
+        rc = GRAFTCTL_FAIL;
+        goto out;
+    }
+    json_t *list = json_array();
+    if (!o->json)
+        printf("%-10s %-10s %-6s %-14s %-15s %-13s %s\n", "STEP", "STATE", "RANKS", "BYTES",
+               "UNIX_MS", "RETENTION", "REASON");
+    bool seen_valid = false;
+    for (size_t i = 0; i < n; i++) {
+        bool newest = e[i].state == GRAFT_PERSIST_COMPLETE && !seen_valid;
+        seen_valid |= newest;
+        const char *cls = retention_class(&a->policy, &e[i], newest, keep[i]);
+        if (o->json) {
+            json_t *j = entry_json(&e[i]);
+            json_object_set_new(j, "retention", json_string(cls));
+            json_array_append_new(list, j);
+        } else {
+            printf("%-10" PRIu64 " %-10s %-6" PRIu32 " %-14" PRIu64 " %-15" PRIu64 " %-13s %s\n",
+                   e[i].step, state_name(e[i].state), e[i].ranks, e[i].raw_bytes, e[i].unix_ms,
+                   cls, e[i].reason);
+        }
+    }
+    if (o->json)
+        graftctl_print_json(json_pack("{s:s,s:o}", "root", a->root, "checkpoints", list));
+    else
+        json_decref(list);
+out:
+    free(keep);
+    graft_free(e);
+    return rc;
+}
+
+/* The sidecar is for people; it is compared with manifest.pb, the
+ * manifest of record, and a disagreement is reported, never trusted. */
+static const char *sidecar_check(const char *root, uint64_t step, char *why, size_t why_len)
+{
+    char path[4096];
+    char *pb = NULL;
+    json_t *want = NULL, *have = NULL;
+    json_error_t err;
+    const char *verdict = "ok";
+    snprintf(path, sizeof(path), "%s/step-%020" PRIu64 "/manifest.json", root, step);
+    graft_status_t st = graft_persist_manifest_json(root, step, &pb);
+    if (st != GRAFT_OK) {
+        snprintf(why, why_len, "manifest.pb: %s", graft_status_string(st));
+        verdict = "unchecked";
+        goto out;
+    }
+    want = json_loads(pb, 0, &err);
+    have = json_load_file(path, 0, &err);
+    if (have == NULL) {
+        snprintf(why, why_len, "%.300s: %s (line %d)", path,
+                 access(path, F_OK) != 0 ? "missing" : err.text, err.line);
+        verdict = "damaged";
+        goto out;
+    }
+    if (want == NULL || !json_equal(want, have)) {
+        const char *key = "?";
+        json_t *v;
+        json_object_foreach(want, key, v) {
+            if (!json_equal(v, json_object_get(have, key)))
+                break;
+        }
+        snprintf(why, why_len, "%.300s disagrees with manifest.pb (first at \"%s\")", path,
+                 key != NULL ? key : "an extra key");
+        verdict = "damaged";
+        goto out;
+    }
+    why[0] = '\0';
+out:
+    json_decref(want);
+    json_decref(have);
+    graft_free(pb);
+    return verdict;
+}
+
+static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
+{
+    graft_persist_entry_t *e = NULL;
+    size_t n = 0;
+    int rc = list_entries(a->root, &e, &n);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    bool tty = isatty(STDERR_FILENO);
+    size_t faults = 0, checked = 0, todo = a->has_step ? 1 : n;
+    json_t *list = json_array();
+    if (a->has_step) {
+        bool found = false;
+        for (size_t i = 0; i < n; i++)
+            found |= e[i].step == a->step;
+        if (!found) {
+            fprintf(stderr, "graftctl ckpt verify: %s has no step-%020" PRIu64 "\n", a->root,
+                    a->step);
+            rc = GRAFTCTL_FAIL;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (a->has_step && e[i].step != a->step)
+            continue;
+        checked++;
+        if (tty)
+            fprintf(stderr, "\rverifying %zu/%zu: step %" PRIu64 " ...", checked, todo,
+                    e[i].step);
+        graft_persist_entry_t v;
+        graft_status_t st = graft_persist_verify(
+            a->root, e[i].step, a->quick ? GRAFT_PERSIST_VERIFY_QUICK : GRAFT_PERSIST_VERIFY_FULL,
+            &v);
+        char why[512] = "";
+        const char *sidecar = st == GRAFT_ENOTFOUND ? "absent"
+                                                    : sidecar_check(a->root, e[i].step, why,
+                                                                    sizeof(why));
+        bool bad = st != GRAFT_OK || strcmp(sidecar, "ok") != 0;
+        faults += bad;
+        if (tty)
+            fprintf(stderr, "\r\033[K");
+        if (o->json) {
+            json_t *j = entry_json(&v);
+            json_object_set_new(j, "ok", json_boolean(!bad));
+            json_object_set_new(j, "sidecar", json_string(sidecar));
+            json_object_set_new(j, "sidecar_reason", json_string(why));
+            json_array_append_new(list, j);
+        } else if (!bad) {
+            printf("step %" PRIu64 ": ok (%s, %" PRIu32 " shards, %" PRIu64 " bytes)\n", v.step,
+                   a->quick ? "quick" : "every chunk", v.ranks, v.raw_bytes);
+        } else {
+            printf("step %" PRIu64 ": FAILED: %s%s%s\n", v.step,
+                   st != GRAFT_OK ? v.reason : "", st != GRAFT_OK && why[0] ? "; " : "",
+                   why[0] ? why : "");
+        }
+    }
+    if (o->json)
+        graftctl_print_json(json_pack("{s:s,s:I,s:I,s:o}", "root", a->root, "checked",
+                                      (json_int_t)checked, "faults", (json_int_t)faults,
+                                      "checkpoints", list));
+    else
+        json_decref(list);
+    rc = faults > 0 ? GRAFTCTL_FAIL : GRAFTCTL_OK;
+    list = NULL;
+out:
+    json_decref(list);
+    graft_free(e);
+    return rc;
+}
+
+static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
+{
+    char *text = NULL;
+    char why[512] = "";
+    if (!a->has_step) {
+        fprintf(stderr, "graftctl ckpt inspect: give the STEP\n");
+        return GRAFTCTL_USAGE;
+    }
+    graft_status_t st = graft_persist_manifest_json(a->root, a->step, &text);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl ckpt inspect: %s/step-%020" PRIu64 "/manifest.pb: %s\n", a->root,
+                a->step, graft_status_string(st));
+        return GRAFTCTL_FAIL;
+    }
+    graft_persist_entry_t v;
+    graft_status_t vst = graft_persist_verify(a->root, a->step, GRAFT_PERSIST_VERIFY_QUICK, &v);
+    const char *sidecar = sidecar_check(a->root, a->step, why, sizeof(why));
+    json_t *m = json_loads(text, 0, NULL);
+    graft_free(text);
+    if (o->json) {
+        graftctl_print_json(json_pack("{s:o,s:s,s:s,s:s,s:s}", "manifest",
+                                      m != NULL ? m : json_null(), "state", state_name(v.state),
+                                      "reason", v.reason, "sidecar", sidecar, "sidecar_reason",
+                                      why));
+        return GRAFTCTL_OK;
+    }
+    printf("step %" JSON_INTEGER_FORMAT " (%s%s%s), written %" JSON_INTEGER_FORMAT
+           " unix ms by graft %s, code revision %s\n",
+           json_integer_value(json_object_get(m, "step")), state_name(v.state),
+           vst != GRAFT_OK ? ": " : "", vst != GRAFT_OK ? v.reason : "",
+           json_integer_value(json_object_get(m, "unix_ms")),
+           json_string_value(json_object_get(m, "library_version")),
+           json_string_value(json_object_get(m, "code_revision")));
+    printf("ranks %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " bytes (%" JSON_INTEGER_FORMAT
+           " stored), layout %s, sidecar %s%s%s\n",
+           json_integer_value(json_object_get(m, "ranks")),
+           json_integer_value(json_object_get(m, "raw_bytes")),
+           json_integer_value(json_object_get(m, "stored_bytes")),
+           json_string_value(json_object_get(m, "layout_hash")), sidecar, why[0] ? ": " : "", why);
+    printf("\n%-32s %-8s %-6s %s\n", "REGION", "KIND", "DEVICE", "BYTES");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(m, "regions"), i, r)
+        printf("%-32s %-8s %-6s %" JSON_INTEGER_FORMAT "\n",
+               json_string_value(json_object_get(r, "name")),
+               json_string_value(json_object_get(r, "kind")),
+               json_string_value(json_object_get(r, "device")),
+               json_integer_value(json_object_get(r, "bytes")));
+    printf("\n%-6s %-6s %-24s %-8s %s\n", "RANK", "GROUP", "FILE", "CHUNKS", "BYTES");
+    json_array_foreach(json_object_get(m, "shards"), i, r)
+        printf("%-6" JSON_INTEGER_FORMAT " %-6" JSON_INTEGER_FORMAT " %-24s %-8" JSON_INTEGER_FORMAT
+               " %" JSON_INTEGER_FORMAT "\n",
+               json_integer_value(json_object_get(r, "rank")),
+               json_integer_value(json_object_get(r, "written_by_group")),
+               json_string_value(json_object_get(r, "file")),
+               json_integer_value(json_object_get(r, "chunks")),
+               json_integer_value(json_object_get(r, "file_bytes")));
+    json_decref(m);
+    return GRAFTCTL_OK;
+}
+
+static int ckpt_prune(const graftctl_opts_t *o, const ckpt_args_t *a)
+{
+    graft_persist_entry_t *e = NULL;
+    size_t n = 0, deleted = 0;
+    bool *keep = NULL;
+    if (a->policy.keep_last == 0) {
+        fprintf(stderr, "graftctl ckpt prune: give --keep-last N (N >= 1)\n");
+        return GRAFTCTL_USAGE;
+    }
+    if (!a->dry_run && !o->yes && !isatty(STDIN_FILENO)) {
+        fprintf(stderr, "graftctl ckpt prune: not asking on a non-terminal: give --yes or "
+                "--dry-run\n");
+        return GRAFTCTL_USAGE;
+    }
+    int rc = list_entries(a->root, &e, &n);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    keep = calloc(n + 1, sizeof(*keep));
+    if (keep == NULL || plan(&a->policy, e, n, keep) != GRAFTCTL_OK) {
+        fprintf(stderr, "graftctl ckpt prune: out of memory\n");
+        rc = GRAFTCTL_FAIL;
+        goto out;
+    }
+    json_t *drop = json_array();
+    for (size_t i = 0; i < n; i++)
+        if (!keep[i])
+            json_array_append_new(drop, json_integer((json_int_t)e[i].step));
+    if (!a->dry_run && !o->yes) {
+        char line[16];
+        fprintf(stderr, "delete %zu checkpoints under %s? [y/N] ", json_array_size(drop),
+                a->root);
+        if (fgets(line, sizeof(line), stdin) == NULL || (line[0] != 'y' && line[0] != 'Y')) {
+            fprintf(stderr, "graftctl ckpt prune: not confirmed; nothing done\n");
+            json_decref(drop);
+            rc = GRAFTCTL_FAIL;
+            goto out;
+        }
+    }
+    if (!a->dry_run) {
+        graft_status_t st = graft_persist_retention_apply(a->root, &a->policy, &deleted);
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "graftctl ckpt prune: %s: %s\n", a->root, graft_status_string(st));
+            rc = GRAFTCTL_FAIL;
+        }
+    }
+    if (o->json) {
+        graftctl_print_json(json_pack("{s:s,s:b,s:o,s:I}", "root", a->root, "dry_run",
+                                      a->dry_run, "drop", drop, "deleted", (json_int_t)deleted));
+    } else {
+        size_t i;
+        json_t *x;
+        printf("%s %zu checkpoints:", a->dry_run ? "would delete" : "planned to delete",
+               json_array_size(drop));
+        json_array_foreach(drop, i, x)
+            printf(" %" JSON_INTEGER_FORMAT, json_integer_value(x));
+        printf("\n");
+        if (!a->dry_run)
+            printf("deleted %zu directories\n", deleted);
+        json_decref(drop);
+    }
+out:
+    free(keep);
+    graft_free(e);
+    return rc;
+}
+
+/* What graft_persist_restore() would load: the newest checkpoint (or the
+ * given step) that verifies in full; the ones skipped, and why. */
+static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
+{
+    graft_persist_entry_t *e = NULL;
+    size_t n = 0;
+    if (!a->dry_run) {
+        fprintf(stderr, "graftctl ckpt restore: only --dry-run: the trainer restores its own "
+                "state at start-up (graft_persist_restore)\n");
+        return GRAFTCTL_USAGE;
+    }
+    int rc = list_entries(a->root, &e, &n);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    bool tty = isatty(STDERR_FILENO);
+    json_t *skipped = json_array();
+    const graft_persist_entry_t *chosen = NULL;
+    graft_persist_entry_t v;
+    for (size_t i = 0; i < n && chosen == NULL; i++) {
+        if (a->has_step && e[i].step != a->step)
+            continue;
+        if (tty)
+            fprintf(stderr, "\rverifying step %" PRIu64 " (%zu of %zu) ...", e[i].step, i + 1, n);
+        if (graft_persist_verify(a->root, e[i].step, GRAFT_PERSIST_VERIFY_FULL, &v) == GRAFT_OK)
+            chosen = &v;
+        else
+            json_array_append_new(skipped, json_pack("{s:I,s:s}", "step", (json_int_t)v.step,
+                                                     "reason", v.reason));
+    }
+    if (tty)
+        fprintf(stderr, "\r\033[K");
+    if (o->json) {
+        graftctl_print_json(json_pack("{s:s,s:o,s:o}", "root", a->root, "would_restore",
+                                      chosen != NULL ? entry_json(chosen) : json_null(),
+                                      "skipped", skipped));
+    } else {
+        size_t i;
+        json_t *x;
+        json_array_foreach(skipped, i, x)
+            printf("skip step %" JSON_INTEGER_FORMAT ": %s\n",
+                   json_integer_value(json_object_get(x, "step")),
+                   json_string_value(json_object_get(x, "reason")));
+        if (chosen != NULL)
+            printf("would restore step %" PRIu64 " (%" PRIu32 " ranks, %" PRIu64 " bytes)\n",
+                   chosen->step, chosen->ranks, chosen->raw_bytes);
+        json_decref(skipped);
+    }
+    if (chosen == NULL) {
+        fprintf(stderr, "graftctl ckpt restore: no checkpoint%s under %s verifies\n",
+                a->has_step ? " of that step" : "", a->root);
+        rc = GRAFTCTL_FAIL;
+    }
+    graft_free(e);
+    return rc;
+}
+
+int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*fn)(const graftctl_opts_t *, const ckpt_args_t *);
+    } subs[] = {{"ls", ckpt_ls},
+                {"verify", ckpt_verify},
+                {"inspect", ckpt_inspect},
+                {"prune", ckpt_prune},
+                {"restore", ckpt_restore}};
+    ckpt_args_t a;
+    if (argc < 2) {
+        fprintf(stderr, "graftctl ckpt: give ls, verify, inspect, prune or restore\n");
+        return GRAFTCTL_USAGE;
+    }
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        if (strcmp(argv[1], subs[i].name) != 0)
+            continue;
+        int rc = parse_args(argc, argv, 2, &a);
+        return rc != GRAFTCTL_OK ? rc : subs[i].fn(o, &a);
+    }
+    fprintf(stderr, "graftctl ckpt: unknown subcommand '%s'\n", argv[1]);
+    return GRAFTCTL_USAGE;
+}

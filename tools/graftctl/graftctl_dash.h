@@ -1,0 +1,78 @@
+/*
+ * The dashboard's state and its Prometheus metrics (graftctl_dashboard.c,
+ * graftctl_metrics.c, graftctl_page.c).
+ */
+#ifndef GRAFTCTL_DASH_H
+#define GRAFTCTL_DASH_H
+
+#include "graftctl.h"
+
+#include <pthread.h>
+
+/* Events and recoveries the dashboard keeps. */
+#define GRAFTCTL_DASH_KEEP 2000
+
+/* Upper bounds of the recovery phase histograms, seconds. */
+#define GRAFTCTL_BUCKETS 12
+extern const double graftctl_buckets[GRAFTCTL_BUCKETS];
+
+typedef enum graftctl_phase {
+    GRAFTCTL_PHASE_REJOIN_TO_ASSIGN,
+    GRAFTCTL_PHASE_TRANSFER,
+    GRAFTCTL_PHASE_VERIFY,
+    GRAFTCTL_PHASE_TOTAL,
+    GRAFTCTL_PHASES
+} graftctl_phase_t;
+
+typedef struct graftctl_histogram {
+    uint64_t counts[GRAFTCTL_BUCKETS]; /* per bucket, not cumulative */
+    uint64_t count;
+    double sum;
+} graftctl_histogram_t;
+
+/* Counters since the dashboard started (the history it found counts too). */
+typedef struct graftctl_metrics {
+    uint64_t events[GRAFT_EVENT_ERROR + 1]; /* by kind */
+    uint64_t recoveries_ok;
+    uint64_t recoveries_failed;
+    uint64_t recovery_bytes;
+    double transfer_seconds;
+    graftctl_histogram_t phases[GRAFTCTL_PHASES];
+    uint64_t checkpoints_ok;
+    uint64_t checkpoints_failed;
+    uint64_t last_checkpoint_step;
+    uint64_t etcd_errors;
+} graftctl_metrics_t;
+
+typedef struct graftctl_dash {
+    pthread_mutex_t mu;
+    graftctl_conn_t conn;
+    const char *job;
+    const char *token; /* NULL: evict disabled */
+    char ckpt_root[1024];
+    bool root_given;
+    uint64_t last_seq;
+    uint64_t refreshed_unix_ms;
+    json_t *status;      /* graftctl_status_json() */
+    json_t *events;      /* graftctl_event_json()s, oldest first */
+    json_t *recoveries;  /* graftctl_recovery_json()s */
+    json_t *checkpoints;
+    graftctl_metrics_t metrics;
+} graftctl_dash_t;
+
+void graftctl_metrics_count_event(graftctl_metrics_t *m, const graft_event_t *e);
+void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *recovery);
+/* The exposition text (malloc'ed), from the counters and the status. */
+char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status);
+void graftctl_metrics_free(graftctl_metrics_t *m);
+
+/* Evict a group: revoke its ranks' leases and record a leave event naming
+ * @p who. GRAFT_ENOTFOUND when it has no live member; @p why says what
+ * failed; *result_p (JSON) on success. Shared with `graftctl evict`. */
+graft_status_t graftctl_evict_group(graftctl_conn_t *c, uint32_t group, const char *who,
+                                    json_t **result_p, char *why, size_t why_len);
+
+/* The page (graftctl_page.c). */
+extern const char graftctl_dashboard_page[];
+
+#endif

@@ -1,0 +1,366 @@
+/*
+ * graftctl dashboard: a live view of the job over HTTP (libmicrohttpd).
+ *
+ *   GET  /              the page (graftctl_page.c; self-contained)
+ *   GET  /api/state     everything the page shows, as one JSON object
+ *   GET  /api/status    groups, ranks and the latest quorum (as `status --json`)
+ *   GET  /api/events    the event history the dashboard holds
+ *   GET  /metrics       Prometheus text format (graftctl_metrics.c)
+ *   POST /api/evict?group=G   with "Authorization: Bearer TOKEN": evict a group
+ *
+ * One thread (the caller's) refreshes a snapshot every --interval-ms: the
+ * status, the events appended since the last refresh (kept, so counters and
+ * histograms survive the job's bounded history) and the checkpoint root's
+ * listing. Requests are answered from the snapshot under a mutex; only an
+ * evict talks to etcd from a request. Everything else is read-only, and
+ * evict is refused unless a token was given at start-up.
+ */
+#include "graftctl.h"
+#include "graftctl_dash.h"
+
+#include <graft/persist.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <microhttpd.h>
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* ------------------------------------------------------------ refresh --- */
+
+/* The checkpoint root: given, or named by the newest checkpoint event
+ * ("shard+manifest at ROOT: success"). */
+static void learn_ckpt_root(graftctl_dash_t *d, const graft_event_t *e)
+{
+    if (d->root_given || e->kind != GRAFT_EVENT_CHECKPOINT || e->detail == NULL)
+        return;
+    const char *at = strstr(e->detail, " at ");
+    const char *end = at != NULL ? strrchr(at, ':') : NULL;
+    if (at == NULL || end == NULL || end - (at + 4) <= 0 ||
+        (size_t)(end - (at + 4)) >= sizeof(d->ckpt_root))
+        return;
+    memcpy(d->ckpt_root, at + 4, (size_t)(end - (at + 4)));
+    d->ckpt_root[end - (at + 4)] = '\0';
+}
+
+static json_t *checkpoints_json(graftctl_dash_t *d)
+{
+    graft_persist_entry_t *e = NULL;
+    size_t n = 0;
+    json_t *list = json_array();
+    if (d->ckpt_root[0] == '\0' || graft_persist_list(d->ckpt_root, &e, &n) != GRAFT_OK)
+        return list;
+    bool seen_valid = false;
+    for (size_t i = 0; i < n; i++) {
+        bool newest = e[i].state == GRAFT_PERSIST_COMPLETE && !seen_valid;
+        seen_valid |= newest;
+        const char *cls = e[i].state != GRAFT_PERSIST_COMPLETE ? "invalid"
+                          : newest                            ? "newest"
+                          : e[i].before_config_change         ? "config_change"
+                                                              : "kept";
+        json_array_append_new(
+            list, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I,s:s}", "step", (json_int_t)e[i].step,
+                            "state",
+                            e[i].state == GRAFT_PERSIST_COMPLETE     ? "complete"
+                            : e[i].state == GRAFT_PERSIST_INCOMPLETE ? "incomplete"
+                                                                     : "corrupt",
+                            "retention", cls, "ranks", (json_int_t)e[i].ranks, "raw_bytes",
+                            (json_int_t)e[i].raw_bytes, "unix_ms", (json_int_t)e[i].unix_ms,
+                            "reason", e[i].reason));
+    }
+    graft_free(e);
+    return list;
+}
+
+/* Appends the events after the last one held, counting them once. The
+ * whole retained history is read each time: a recovery's phases come from
+ * the events before its recovery_done, which may be older than the last
+ * one held. */
+static graft_status_t take_events(graftctl_dash_t *d)
+{
+    graft_event_t *ev = NULL;
+    size_t n = 0;
+    graft_status_t st = graft_membership_events_read(d->conn.obs, 0, &ev, &n);
+    if (st != GRAFT_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].seq <= d->last_seq)
+            continue;
+        d->last_seq = ev[i].seq;
+        learn_ckpt_root(d, &ev[i]);
+        json_array_append_new(d->events, graftctl_event_json(&ev[i]));
+        graftctl_metrics_count_event(&d->metrics, &ev[i]);
+        if (ev[i].kind == GRAFT_EVENT_RECOVERY_DONE) {
+            json_t *r = graftctl_recovery_json(ev, n, i);
+            if (r != NULL) {
+                graftctl_metrics_count_recovery(&d->metrics, r);
+                json_array_append_new(d->recoveries, r);
+            }
+        }
+    }
+    /* Bounded: the newest GRAFTCTL_DASH_KEEP of each. */
+    while (json_array_size(d->events) > GRAFTCTL_DASH_KEEP)
+        json_array_remove(d->events, 0);
+    while (json_array_size(d->recoveries) > GRAFTCTL_DASH_KEEP)
+        json_array_remove(d->recoveries, 0);
+    graft_membership_events_free(ev, n);
+    return GRAFT_OK;
+}
+
+static void refresh(graftctl_dash_t *d, bool with_ckpt)
+{
+    graft_status_t st;
+    pthread_mutex_lock(&d->mu);
+    json_t *s = graftctl_status_json(&d->conn, d->job, &st);
+    if (s != NULL) {
+        json_decref(d->status);
+        d->status = s;
+    } else {
+        d->metrics.etcd_errors++;
+    }
+    if (take_events(d) != GRAFT_OK)
+        d->metrics.etcd_errors++;
+    if (with_ckpt) {
+        json_decref(d->checkpoints);
+        d->checkpoints = checkpoints_json(d);
+    }
+    d->refreshed_unix_ms = graftctl_now_ms();
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ------------------------------------------------------------ answers --- */
+
+static enum MHD_Result answer(struct MHD_Connection *conn, unsigned code, const char *type,
+                              char *body)
+{
+    if (body == NULL)
+        return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    enum MHD_Result ret = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result answer_json(struct MHD_Connection *conn, unsigned code, json_t *j)
+{
+    char *text = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return answer(conn, code, "application/json", text);
+}
+
+static enum MHD_Result answer_error(struct MHD_Connection *conn, unsigned code, const char *why)
+{
+    return answer_json(conn, code, json_pack("{s:s}", "error", why));
+}
+
+static json_t *state_json(graftctl_dash_t *d)
+{
+    json_t *quorums = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(d->events, i, e)
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "quorum_formed") == 0)
+            json_array_append(quorums, e);
+    json_t *drift = json_array();
+    json_array_foreach(d->events, i, e)
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "drift") == 0)
+            json_array_append(drift, e);
+    return json_pack("{s:s,s:I,s:b,s:s,s:O,s:o,s:O,s:O,s:o}", "job", d->job, "refreshed_unix_ms",
+                     (json_int_t)d->refreshed_unix_ms, "evict_enabled", d->token != NULL,
+                     "checkpoint_root", d->ckpt_root, "status",
+                     d->status != NULL ? d->status : json_null(), "quorums", quorums,
+                     "recoveries", d->recoveries, "checkpoints",
+                     d->checkpoints != NULL ? d->checkpoints : json_array(), "drift", drift);
+}
+
+static enum MHD_Result evict(graftctl_dash_t *d, struct MHD_Connection *conn)
+{
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *g = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "group");
+    uint64_t group;
+    if (d->token == NULL)
+        return answer_error(conn, 403, "evict is disabled: the dashboard was started without "
+                                       "--token");
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, d->token) != 0)
+        return answer_error(conn, 403, "bad or missing operator token");
+    if (g == NULL || !graftctl_parse_u64(g, &group) || group > UINT32_MAX)
+        return answer_error(conn, 400, "give ?group=N");
+    pthread_mutex_lock(&d->mu);
+    json_t *result = NULL;
+    char why[256] = "";
+    graft_status_t st = graftctl_evict_group(&d->conn, (uint32_t)group, "the dashboard",
+                                             &result, why, sizeof(why));
+    pthread_mutex_unlock(&d->mu);
+    if (st == GRAFT_ENOTFOUND)
+        return answer_error(conn, 404, why);
+    if (st != GRAFT_OK)
+        return answer_error(conn, 502, why);
+    return answer_json(conn, 200, result);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    graftctl_dash_t *d = cls;
+    (void)version;
+    (void)upload_data;
+    if (*req_cls == NULL) {
+        /* First call: headers only. */
+        *req_cls = (void *)1;
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        *upload_data_size = 0; /* no endpoint reads a body */
+        return MHD_YES;
+    }
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    if (strcmp(url, "/api/evict") == 0) {
+        if (strcmp(method, "POST") != 0)
+            return answer_error(conn, 405, "POST only");
+        return evict(d, conn);
+    }
+    if (!get)
+        return answer_error(conn, 405, "read-only: GET only");
+    if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0) {
+        char *page = strdup(graftctl_dashboard_page);
+        return answer(conn, 200, "text/html; charset=utf-8", page);
+    }
+    enum MHD_Result ret;
+    pthread_mutex_lock(&d->mu);
+    if (strcmp(url, "/api/state") == 0)
+        ret = answer_json(conn, 200, state_json(d));
+    else if (strcmp(url, "/api/status") == 0)
+        ret = answer_json(conn, d->status != NULL ? 200 : 503,
+                          d->status != NULL ? json_incref(d->status)
+                                            : json_pack("{s:s}", "error", "no status yet"));
+    else if (strcmp(url, "/api/events") == 0)
+        ret = answer_json(conn, 200, json_pack("{s:O}", "events", d->events));
+    else if (strcmp(url, "/metrics") == 0)
+        ret = answer(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+                     graftctl_metrics_text(&d->metrics, d->status));
+    else
+        ret = answer_error(conn, 404, "no such page");
+    pthread_mutex_unlock(&d->mu);
+    return ret;
+}
+
+/* ------------------------------------------------------------ command --- */
+
+static bool parse_listen(const char *s, struct sockaddr_in *sa)
+{
+    char host[64];
+    const char *colon = strrchr(s, ':');
+    uint64_t port;
+    if (colon == NULL || (size_t)(colon - s) >= sizeof(host) ||
+        !graftctl_parse_u64(colon + 1, &port) || port > 65535)
+        return false;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    return inet_pton(AF_INET, host, &sa->sin_addr) == 1;
+}
+
+int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8470";
+    uint64_t interval = 500;
+    struct sockaddr_in sa;
+    struct MHD_Daemon *daemon = NULL;
+    graftctl_dash_t d;
+    memset(&d, 0, sizeof(d));
+    d.token = getenv("GRAFT_DASHBOARD_TOKEN");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = v != NULL;
+        if (ok && strcmp(a, "--listen") == 0)
+            listen = v;
+        else if (ok && strcmp(a, "--token") == 0)
+            d.token = v;
+        else if (ok && strcmp(a, "--ckpt-root") == 0) {
+            ok = strlen(v) < sizeof(d.ckpt_root);
+            snprintf(d.ckpt_root, sizeof(d.ckpt_root), "%s", v);
+            d.root_given = true;
+        } else if (ok && strcmp(a, "--interval-ms") == 0)
+            ok = graftctl_parse_u64(v, &interval) && interval >= 50 && interval <= 60000;
+        else
+            ok = false;
+        if (!ok) {
+            fprintf(stderr, "graftctl dashboard: bad argument '%s' (--listen HOST:PORT, --token "
+                    "T, --ckpt-root DIR, --interval-ms N)\n", a);
+            return GRAFTCTL_USAGE;
+        }
+        i++;
+    }
+    if (d.token != NULL && strlen(d.token) < 8) {
+        fprintf(stderr, "graftctl dashboard: the operator token must have 8 characters or more\n");
+        return GRAFTCTL_USAGE;
+    }
+    if (!parse_listen(listen, &sa)) {
+        fprintf(stderr, "graftctl dashboard: --listen '%s' is not IPv4-ADDRESS:PORT\n", listen);
+        return GRAFTCTL_USAGE;
+    }
+    int rc = graftctl_connect(o, &d.conn);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    rc = GRAFTCTL_FAIL;
+    d.job = o->job;
+    d.events = json_array();
+    d.recoveries = json_array();
+    pthread_mutex_init(&d.mu, NULL);
+    refresh(&d, true);
+    daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                              on_request, &d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+    if (daemon == NULL) {
+        fprintf(stderr, "graftctl dashboard: cannot listen on %s: %s\n", listen,
+                errno != 0 ? strerror(errno) : "libmicrohttpd refused");
+        goto out;
+    }
+    printf("graftctl dashboard: job %s at http://%s/ (metrics at /metrics; evict %s)\n", o->job,
+           listen, d.token != NULL ? "enabled with the operator token" : "disabled");
+    fflush(stdout);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    for (unsigned n = 1; !stop_flag; n++) {
+        struct timespec ts = {(time_t)(interval / 1000), (long)(interval % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        refresh(&d, n % 4 == 0);
+    }
+    rc = GRAFTCTL_OK;
+out:
+    if (daemon != NULL)
+        MHD_stop_daemon(daemon);
+    json_decref(d.status);
+    json_decref(d.events);
+    json_decref(d.recoveries);
+    json_decref(d.checkpoints);
+    graftctl_metrics_free(&d.metrics);
+    pthread_mutex_destroy(&d.mu);
+    graftctl_disconnect(&d.conn);
+    return rc;
+}

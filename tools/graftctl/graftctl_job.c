@@ -1,0 +1,490 @@
+/*
+ * graftctl status, watch, drift and evict: the job as etcd holds it, read
+ * through an observer's view and the job's event history.
+ */
+#include "graftctl.h"
+#include "graftctl_dash.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+static const char *member_state_name(graft_member_state_t s)
+{
+    switch (s) {
+    case GRAFT_MEMBER_JOINING: return "joining";
+    case GRAFT_MEMBER_HEALTHY: return "healthy";
+    case GRAFT_MEMBER_RECOVERING: return "recovering";
+    case GRAFT_MEMBER_LEAVING: return "leaving";
+    default: return "unspecified";
+    }
+}
+
+static bool in_list(const uint32_t *v, size_t n, uint32_t x)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == x)
+            return true;
+    return false;
+}
+
+static json_t *quorum_json(const graft_quorum_t *q)
+{
+    json_t *members = json_array();
+    json_t *recs = json_array();
+    for (size_t i = 0; i < q->n_members; i++)
+        json_array_append_new(members, json_integer(q->members[i]));
+    for (size_t i = 0; i < q->n_recoveries; i++) {
+        json_t *donors = json_array();
+        for (size_t d = 0; d < q->recoveries[i].n_donors; d++)
+            json_array_append_new(donors, json_integer(q->recoveries[i].donors[d]));
+        json_array_append_new(recs, json_pack("{s:I,s:o}", "recipient",
+                                              (json_int_t)q->recoveries[i].recipient, "donors",
+                                              donors));
+    }
+    return json_pack("{s:I,s:I,s:I,s:o,s:o,s:I,s:I}", "id", (json_int_t)q->id, "round",
+                     (json_int_t)q->round, "step", (json_int_t)q->step, "members", members,
+                     "recoveries", recs, "min_groups", (json_int_t)q->min_groups,
+                     "formed_unix_ms", (json_int_t)q->formed_unix_ms);
+}
+
+/* Health of one group: dead (no rank live), recovering (a rank missing,
+ * joining or recovering), hung (every rank live but left out of the
+ * latest quorum: its leases are renewed while its training loop is not
+ * announcing) or healthy. */
+static const char *group_health(const graft_membership_view_t *v, const graft_quorum_t *q,
+                                uint32_t group, uint32_t ranks)
+{
+    uint32_t live = 0;
+    bool busy = false;
+    for (size_t i = 0; i < v->n_members; i++) {
+        const graft_member_t *m = &v->members[i];
+        if (m->group != group)
+            continue;
+        live++;
+        busy |= m->state == GRAFT_MEMBER_JOINING || m->state == GRAFT_MEMBER_RECOVERING;
+    }
+    if (live == 0)
+        return "dead";
+    if (live < ranks || busy)
+        return "recovering";
+    if (q != NULL && !in_list(q->members, q->n_members, group))
+        return "hung";
+    if (q != NULL) {
+        for (size_t i = 0; i < q->n_recoveries; i++)
+            if (q->recoveries[i].recipient == group)
+                return "recovering";
+    }
+    return "healthy";
+}
+
+/* The groups the job has: live members, the latest quorum, and every
+ * group the history names (a dead group has no member record left). */
+static void note_group(uint32_t *groups, size_t *n, size_t cap, uint32_t g)
+{
+    if (!in_list(groups, *n, g) && *n < cap)
+        groups[(*n)++] = g;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p)
+{
+    graft_status_t st;
+    graft_membership_view_t *v = NULL;
+    graft_quorum_t *q = NULL;
+    graft_event_t *ev = NULL;
+    size_t nev = 0;
+    json_t *root = NULL;
+    uint32_t groups[4096];
+    size_t ng = 0;
+    uint32_t ranks = 1;
+
+    st = graft_membership_view_get(c->obs, &v);
+    if (st != GRAFT_OK)
+        goto out;
+    st = graft_membership_quorum_latest(c->obs, &q);
+    if (st == GRAFT_ENOTFOUND)
+        st = GRAFT_OK;
+    if (st != GRAFT_OK)
+        goto out;
+    st = graft_membership_events_read(c->obs, 0, &ev, &nev);
+    if (st != GRAFT_OK)
+        goto out;
+    for (size_t i = 0; i < v->n_members; i++) {
+        note_group(groups, &ng, 4096, v->members[i].group);
+        if (v->members[i].rank + 1 > ranks)
+            ranks = v->members[i].rank + 1;
+    }
+    for (size_t i = 0; q != NULL && i < q->n_members; i++)
+        note_group(groups, &ng, 4096, q->members[i]);
+    for (size_t i = 0; i < nev; i++) {
+        if (ev[i].kind == GRAFT_EVENT_JOIN || ev[i].kind == GRAFT_EVENT_LEAVE ||
+            ev[i].kind == GRAFT_EVENT_LEASE_LOST) {
+            note_group(groups, &ng, 4096, ev[i].group);
+            if (ev[i].rank + 1 > ranks)
+                ranks = ev[i].rank + 1;
+        }
+    }
+    qsort(groups, ng, sizeof(groups[0]), cmp_u32);
+
+    json_t *jgroups = json_array();
+    size_t healthy = 0;
+    for (size_t gi = 0; gi < ng; gi++) {
+        json_t *jranks = json_array();
+        for (size_t i = 0; i < v->n_members; i++) {
+            const graft_member_t *m = &v->members[i];
+            if (m->group != groups[gi])
+                continue;
+            int64_t ttl = -1;
+            if (graft_etcd_lease_ttl(c->etcd, m->lease_id, &ttl, NULL) != GRAFT_OK)
+                ttl = -1;
+            json_array_append_new(
+                jranks, json_pack("{s:I,s:s,s:I,s:I,s:s,s:I,s:s,s:I,s:I}", "rank",
+                                  (json_int_t)m->rank, "state", member_state_name(m->state),
+                                  "step", (json_int_t)m->committed_step, "incarnation",
+                                  (json_int_t)m->incarnation, "host", m->host ? m->host : "", "pid",
+                                  (json_int_t)m->pid, "transfer_address",
+                                  m->transfer_address ? m->transfer_address : "",
+                                  "lease_ttl_s", (json_int_t)ttl, "lease_id",
+                                  (json_int_t)m->lease_id));
+        }
+        const char *health = group_health(v, q, groups[gi], ranks);
+        healthy += strcmp(health, "healthy") == 0;
+        json_array_append_new(jgroups, json_pack("{s:I,s:s,s:b,s:o}", "group",
+                                                 (json_int_t)groups[gi], "health", health,
+                                                 "in_quorum",
+                                                 q != NULL && in_list(q->members, q->n_members,
+                                                                      groups[gi]),
+                                                 "ranks", jranks));
+    }
+    root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o}", "job", job, "revision",
+                     (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
+                     (json_int_t)ng, "groups_healthy", (json_int_t)healthy, "quorum",
+                     q != NULL ? quorum_json(q) : json_null(), "groups", jgroups);
+    if (root == NULL)
+        st = GRAFT_ENOMEM;
+out:
+    graft_membership_events_free(ev, nev);
+    graft_membership_quorum_free(q);
+    graft_membership_view_free(v);
+    *st_p = st;
+    return root;
+}
+
+static void status_print(json_t *s)
+{
+    json_t *q = json_object_get(s, "quorum");
+    printf("job %s: %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+           " groups healthy, %" JSON_INTEGER_FORMAT " ranks per group\n",
+           json_string_value(json_object_get(s, "job")),
+           json_integer_value(json_object_get(s, "groups_healthy")),
+           json_integer_value(json_object_get(s, "groups_known")),
+           json_integer_value(json_object_get(s, "ranks_per_group")));
+    if (json_is_object(q)) {
+        printf("quorum id %" JSON_INTEGER_FORMAT " round %" JSON_INTEGER_FORMAT
+               " step %" JSON_INTEGER_FORMAT " members",
+               json_integer_value(json_object_get(q, "id")),
+               json_integer_value(json_object_get(q, "round")),
+               json_integer_value(json_object_get(q, "step")));
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(q, "members"), i, x)
+            printf(" %" JSON_INTEGER_FORMAT, json_integer_value(x));
+        json_array_foreach(json_object_get(q, "recoveries"), i, x)
+            printf("%s%" JSON_INTEGER_FORMAT, i == 0 ? "; recovering " : ",",
+                   json_integer_value(json_object_get(x, "recipient")));
+        printf("\n");
+    } else {
+        printf("quorum: none formed yet\n");
+    }
+    printf("\n%-6s %-10s %-5s %-11s %-8s %-20s %-8s %-7s %s\n", "GROUP", "HEALTH", "RANK",
+           "STATE", "STEP", "INCARNATION", "PID", "LEASE", "TRANSFER");
+    size_t gi, ri;
+    json_t *g, *r;
+    json_array_foreach(json_object_get(s, "groups"), gi, g) {
+        json_int_t group = json_integer_value(json_object_get(g, "group"));
+        const char *health = json_string_value(json_object_get(g, "health"));
+        json_t *ranks = json_object_get(g, "ranks");
+        if (json_array_size(ranks) == 0)
+            printf("%-6" JSON_INTEGER_FORMAT " %-10s %-5s\n", group, health, "-");
+        json_array_foreach(ranks, ri, r) {
+            char lease[24];
+            json_int_t ttl = json_integer_value(json_object_get(r, "lease_ttl_s"));
+            snprintf(lease, sizeof(lease), ttl < 0 ? "gone" : "%" JSON_INTEGER_FORMAT "s", ttl);
+            printf("%-6" JSON_INTEGER_FORMAT " %-10s %-5" JSON_INTEGER_FORMAT
+                   " %-11s %-8" JSON_INTEGER_FORMAT " %-20" JSON_INTEGER_FORMAT
+                   " %-8" JSON_INTEGER_FORMAT " %-7s %s\n",
+                   group, health, json_integer_value(json_object_get(r, "rank")),
+                   json_string_value(json_object_get(r, "state")),
+                   json_integer_value(json_object_get(r, "step")),
+                   json_integer_value(json_object_get(r, "incarnation")),
+                   json_integer_value(json_object_get(r, "pid")), lease,
+                   json_string_value(json_object_get(r, "transfer_address")));
+        }
+    }
+}
+
+int graftctl_cmd_status(const graftctl_opts_t *o, int argc, char **argv)
+{
+    graftctl_conn_t c;
+    graft_status_t st;
+    if (argc > 1) {
+        fprintf(stderr, "graftctl status: unexpected argument '%s'\n", argv[1]);
+        return GRAFTCTL_USAGE;
+    }
+    int rc = graftctl_connect(o, &c);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    json_t *s = graftctl_status_json(&c, o->job, &st);
+    if (s == NULL) {
+        fprintf(stderr, "graftctl status: %s\n", graft_status_string(st));
+        rc = GRAFTCTL_FAIL;
+    } else if (o->json) {
+        graftctl_print_json(s);
+    } else {
+        status_print(s);
+        json_decref(s);
+    }
+    graftctl_disconnect(&c);
+    return rc;
+}
+
+int graftctl_cmd_watch(const graftctl_opts_t *o, int argc, char **argv)
+{
+    uint64_t interval = 1000, count = 0;
+    graftctl_conn_t c;
+    graft_status_t st;
+    for (int i = 1; i < argc; i++) {
+        uint64_t *dst = strcmp(argv[i], "--interval-ms") == 0 ? &interval
+                        : strcmp(argv[i], "--count") == 0     ? &count
+                                                              : NULL;
+        if (dst == NULL || i + 1 >= argc || !graftctl_parse_u64(argv[i + 1], dst) ||
+            (dst == &interval && (interval == 0 || interval > 3600000))) {
+            fprintf(stderr, "graftctl watch: bad argument '%s' (--interval-ms N, --count N)\n",
+                    argv[i]);
+            return GRAFTCTL_USAGE;
+        }
+        i++;
+    }
+    int rc = graftctl_connect(o, &c);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    bool tty = isatty(STDOUT_FILENO);
+    uint64_t version = 0;
+    for (uint64_t n = 0; count == 0 || n < count; n++) {
+        json_t *s = graftctl_status_json(&c, o->job, &st);
+        if (s == NULL) {
+            fprintf(stderr, "graftctl watch: %s\n", graft_status_string(st));
+            rc = GRAFTCTL_FAIL;
+            break;
+        }
+        if (o->json) {
+            /* One object per line, for scripts that follow the stream. */
+            char *text = json_dumps(s, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            if (text != NULL)
+                printf("%s\n", text);
+            free(text);
+        } else {
+            if (tty)
+                printf("\033[H\033[2J");
+            status_print(s);
+            printf("\n");
+        }
+        json_decref(s);
+        fflush(stdout);
+        /* Redraw on a change of the view, and at least every interval
+         * (lease times and quorum rounds move without member changes). */
+        if (graft_membership_view_wait(c.obs, version, (uint32_t)interval, &version) != GRAFT_OK)
+            continue;
+    }
+    graftctl_disconnect(&c);
+    return rc;
+}
+
+int graftctl_cmd_drift(const graftctl_opts_t *o, int argc, char **argv)
+{
+    graftctl_conn_t c;
+    graft_event_t *ev = NULL;
+    size_t nev = 0;
+    graft_etcd_range_result_t res = {0};
+    if (argc > 1) {
+        fprintf(stderr, "graftctl drift: unexpected argument '%s'\n", argv[1]);
+        return GRAFTCTL_USAGE;
+    }
+    int rc = graftctl_connect(o, &c);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    graft_status_t st = graft_membership_events_read(c.obs, 0, &ev, &nev);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl drift: reading events: %s\n", graft_status_string(st));
+        rc = GRAFTCTL_FAIL;
+        goto out;
+    }
+    /* The newest comparison the runtime left: drift/<step>/<rank>/... */
+    char key[128];
+    snprintf(key, sizeof(key), "%sdrift/", c.prefix);
+    graft_etcd_range_opts_t ro = {.prefix = true, .keys_only = true};
+    st = graft_etcd_range(c.etcd, key, &ro, &res);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl drift: reading %s: %s\n", key, graft_status_string(st));
+        rc = GRAFTCTL_FAIL;
+        goto out;
+    }
+    uint64_t last_check = 0, records = 0;
+    for (size_t i = 0; i < res.n_kvs; i++) {
+        unsigned long long s = 0;
+        if (sscanf(res.kvs[i].key + strlen(key), "%llu", &s) == 1 && s >= last_check) {
+            records = s > last_check ? 1 : records + 1;
+            last_check = s;
+        }
+    }
+    const graft_event_t *last = NULL;
+    size_t ndrift = 0;
+    for (size_t i = 0; i < nev; i++) {
+        if (ev[i].kind == GRAFT_EVENT_DRIFT) {
+            last = &ev[i];
+            ndrift++;
+        }
+    }
+    json_t *j = json_pack("{s:s,s:o,s:I,s:I,s:o}", "job", o->job, "last_check_step",
+                          res.n_kvs > 0 ? json_integer((json_int_t)last_check) : json_null(),
+                          "check_records", (json_int_t)records, "drift_events", (json_int_t)ndrift,
+                          "last_drift",
+                          last == NULL ? json_null()
+                                       : json_pack("{s:I,s:I,s:I,s:I,s:I,s:s}", "seq",
+                                                   (json_int_t)last->seq, "step",
+                                                   (json_int_t)last->step, "group",
+                                                   (json_int_t)last->group, "rank",
+                                                   (json_int_t)last->rank, "unix_ms",
+                                                   (json_int_t)last->unix_ms, "detail",
+                                                   last->detail ? last->detail : ""));
+    if (o->json) {
+        graftctl_print_json(j);
+    } else {
+        if (res.n_kvs > 0)
+            printf("last replica hash comparison: step %" PRIu64 " (%" PRIu64 " records)\n",
+                   last_check, records);
+        else
+            printf("no replica hash comparison recorded\n");
+        if (last == NULL)
+            printf("no drift in the history\n");
+        else
+            printf("DRIFT (%zu events); newest at step %" PRIu64 ", group %" PRIu32
+                   " rank %" PRIu32 ": %s\n",
+                   ndrift, last->step, last->group, last->rank, last->detail ? last->detail : "");
+        json_decref(j);
+    }
+    rc = last != NULL ? GRAFTCTL_FAIL : GRAFTCTL_OK;
+out:
+    graft_etcd_range_result_clear(&res);
+    graft_membership_events_free(ev, nev);
+    graftctl_disconnect(&c);
+    return rc;
+}
+
+static bool confirm(const char *question)
+{
+    char line[16];
+    fprintf(stderr, "%s [y/N] ", question);
+    fflush(stderr);
+    if (fgets(line, sizeof(line), stdin) == NULL)
+        return false;
+    return line[0] == 'y' || line[0] == 'Y';
+}
+
+graft_status_t graftctl_evict_group(graftctl_conn_t *c, uint32_t group, const char *who,
+                                    json_t **result_p, char *why, size_t why_len)
+{
+    graft_membership_view_t *v = NULL;
+    int64_t leases[1024];
+    size_t nl = 0, revoked = 0;
+    char detail[256];
+    json_t *jl = NULL;
+    graft_status_t st = graft_membership_view_get(c->obs, &v);
+    if (st != GRAFT_OK) {
+        snprintf(why, why_len, "%s", graft_status_string(st));
+        goto out;
+    }
+    for (size_t i = 0; i < v->n_members && nl < 1024; i++)
+        if (v->members[i].group == group && v->members[i].lease_id != 0)
+            leases[nl++] = v->members[i].lease_id;
+    if (nl == 0) {
+        snprintf(why, why_len, "group %" PRIu32 " has no live member", group);
+        st = GRAFT_ENOTFOUND;
+        goto out;
+    }
+    jl = json_array();
+    for (size_t i = 0; i < nl; i++) {
+        st = graft_etcd_lease_revoke(c->etcd, leases[i]);
+        /* A lease that expired meanwhile is gone as the operator wanted. */
+        if (st == GRAFT_OK || st == GRAFT_ENOTFOUND) {
+            revoked++;
+            json_array_append_new(jl, json_integer(leases[i]));
+        } else {
+            snprintf(why, why_len, "revoking lease %" PRId64 ": %s", leases[i],
+                     graft_status_string(st));
+        }
+    }
+    snprintf(detail, sizeof(detail), "evicted by an operator (%s): %zu of %zu leases revoked",
+             who, revoked, nl);
+    graft_event_t e = {.kind = GRAFT_EVENT_LEAVE, .group = group, .detail = detail};
+    graft_status_t est = graft_membership_event_append(c->obs, &e);
+    if (est != GRAFT_OK)
+        snprintf(why, why_len, "recording the event: %s", graft_status_string(est));
+    st = revoked < nl ? GRAFT_EETCD : est;
+    *result_p = json_pack("{s:I,s:O,s:b,s:s}", "group", (json_int_t)group, "leases_revoked", jl,
+                          "event_recorded", est == GRAFT_OK, "detail", detail);
+out:
+    json_decref(jl);
+    graft_membership_view_free(v);
+    return st;
+}
+
+int graftctl_cmd_evict(const graftctl_opts_t *o, int argc, char **argv)
+{
+    uint64_t group;
+    graftctl_conn_t c;
+    json_t *result = NULL;
+    char why[256] = "";
+    if (argc != 2 || !graftctl_parse_u64(argv[1], &group) || group > UINT32_MAX) {
+        fprintf(stderr, "graftctl evict: give one GROUP number\n");
+        return GRAFTCTL_USAGE;
+    }
+    if (!o->yes && !isatty(STDIN_FILENO)) {
+        fprintf(stderr, "graftctl evict: not asking on a non-terminal: give --yes to evict\n");
+        return GRAFTCTL_USAGE;
+    }
+    int rc = graftctl_connect(o, &c);
+    if (rc != GRAFTCTL_OK)
+        return rc;
+    rc = GRAFTCTL_FAIL;
+    char question[160];
+    snprintf(question, sizeof(question), "evict group %" PRIu64 " of job '%s'?", group, o->job);
+    if (!o->yes && !confirm(question)) {
+        fprintf(stderr, "graftctl evict: not confirmed; nothing done\n");
+        goto out;
+    }
+    graft_status_t st = graftctl_evict_group(&c, (uint32_t)group, "graftctl", &result, why,
+                                             sizeof(why));
+    if (st != GRAFT_OK)
+        fprintf(stderr, "graftctl evict: job '%s': %s\n", o->job, why);
+    if (result != NULL && o->json)
+        graftctl_print_json(json_incref(result));
+    else if (result != NULL)
+        printf("group %" PRIu64 ": %s\n", group,
+               json_string_value(json_object_get(result, "detail")));
+    rc = st == GRAFT_OK ? GRAFTCTL_OK : GRAFTCTL_FAIL;
+out:
+    json_decref(result);
+    graftctl_disconnect(&c);
+    return rc;
+}

@@ -1,0 +1,327 @@
+/*
+ * graftctl: options, the connection to etcd and the dispatch to commands.
+ */
+#include "graftctl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+static const char usage[] =
+    "usage: graftctl [options] COMMAND [args]\n"
+    "\n"
+    "Commands against a job (need etcd and --job):\n"
+    "  status                 groups and ranks: health, state, step, incarnation,\n"
+    "                         lease time left, transfer address; the current quorum\n"
+    "  watch [--interval-ms N] [--count N]\n"
+    "                         the status, redrawn whenever the job changes\n"
+    "  events [--kind K[,K]] [--group G] [--since T] [--until T] [--recoveries]\n"
+    "                         the job's event history; T is unix milliseconds or an\n"
+    "                         age such as 90s, 10m, 2h; --recoveries: each recovery\n"
+    "                         with its phases and bytes\n"
+    "  drift                  the last replica hash comparison (exit 1 on drift)\n"
+    "  evict GROUP            revoke the group's leases and record the eviction\n"
+    "                         (asks for confirmation unless --yes)\n"
+    "\n"
+    "Commands on a checkpoint root (no etcd):\n"
+    "  ckpt ls ROOT\n"
+    "  ckpt verify ROOT [STEP] [--quick]    every chunk of one (default: every)\n"
+    "                         checkpoint and the manifest.json sidecar; exit 1 on a fault\n"
+    "  ckpt inspect ROOT STEP               the manifest\n"
+    "  ckpt prune ROOT --keep-last N [--milestone-every M] [--geometric] [--dry-run]\n"
+    "  ckpt restore ROOT --dry-run [--step S]\n"
+    "                         which checkpoint a restore would load, verified in full\n"
+    "\n"
+    "Options (flags win over the environment):\n"
+    "  --etcd URL[,URL...]    endpoints (GRAFT_ETCD_ENDPOINTS; default http://127.0.0.1:2379)\n"
+    "  --job NAME             the job (GRAFT_JOB)\n"
+    "  --user NAME            etcd user (GRAFT_ETCD_USER)\n"
+    "  --password PW          etcd password (GRAFT_ETCD_PASSWORD)\n"
+    "  --cacert FILE          CA bundle for TLS (GRAFT_ETCD_CA)\n"
+    "  --cert FILE            client certificate (GRAFT_ETCD_CERT)\n"
+    "  --key FILE             client key (GRAFT_ETCD_KEY)\n"
+    "  --timeout-ms N         per etcd request (default 3000)\n"
+    "  --json                 JSON instead of tables\n"
+    "  --yes                  do not ask for confirmation\n"
+    "  --help                 this text\n"
+    "\n"
+    "Exit status: 0 success, 1 failure, 2 bad usage.\n";
+
+bool graftctl_parse_u64(const char *s, uint64_t *v_p)
+{
+    char *end = NULL;
+    if (s == NULL || *s == '\0' || *s == '-')
+        return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *v_p = v;
+    return true;
+}
+
+uint64_t graftctl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void graftctl_print_json(void *root)
+{
+    json_t *j = root;
+    if (j == NULL) {
+        fprintf(stderr, "graftctl: out of memory\n");
+        return;
+    }
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (text != NULL)
+        printf("%s\n", text);
+    free(text);
+    json_decref(j);
+}
+
+static void free_endpoints(graftctl_opts_t *o)
+{
+    for (size_t i = 0; i < o->n_endpoints; i++)
+        free(o->endpoints[i]);
+    free(o->endpoints);
+    o->endpoints = NULL;
+    o->n_endpoints = 0;
+}
+
+static bool split_endpoints(graftctl_opts_t *o, const char *text)
+{
+    free_endpoints(o);
+    o->endpoints_text = text;
+    size_t n = 1;
+    for (const char *p = text; *p != '\0'; p++)
+        n += *p == ',';
+    o->endpoints = calloc(n, sizeof(*o->endpoints));
+    if (o->endpoints == NULL)
+        return false;
+    const char *p = text;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        if (len > 0) {
+            o->endpoints[o->n_endpoints] = strndup(p, len);
+            if (o->endpoints[o->n_endpoints] == NULL)
+                return false;
+            o->n_endpoints++;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return o->n_endpoints > 0;
+}
+
+static bool valid_job(const char *job)
+{
+    size_t n = strlen(job);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = job[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '.' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
+{
+    int rc = GRAFTCTL_FAIL;
+    graft_status_t st;
+    graft_etcd_range_result_t res = {0};
+    memset(c, 0, sizeof(*c));
+    if (o->job == NULL) {
+        fprintf(stderr, "graftctl: no job: give --job NAME or set GRAFT_JOB\n");
+        return GRAFTCTL_USAGE;
+    }
+    if (!valid_job(o->job)) {
+        fprintf(stderr, "graftctl: bad job name '%s' (1-64 of [A-Za-z0-9_.-])\n", o->job);
+        return GRAFTCTL_USAGE;
+    }
+    snprintf(c->prefix, sizeof(c->prefix), "/graft/%s/", o->job);
+    graft_etcd_config_t ec = {
+        .endpoints = (const char *const *)o->endpoints,
+        .n_endpoints = o->n_endpoints,
+        .request_timeout_ms = o->timeout_ms,
+        .connect_timeout_ms = 1000,
+        .max_retries = 1,
+        .username = o->user,
+        .password = o->password,
+        .ca_file = o->ca_file,
+        .cert_file = o->cert_file,
+        .key_file = o->key_file,
+    };
+    st = graft_etcd_create(&ec, &c->etcd);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl: etcd client: %s\n", graft_status_string(st));
+        goto fail;
+    }
+    /* One cheap read first, so that an unreachable etcd or an unknown job
+     * is named before any observer thread starts. */
+    graft_etcd_range_opts_t ro = {.prefix = true, .count_only = true};
+    st = graft_etcd_range(c->etcd, c->prefix, &ro, &res);
+    if (st == GRAFT_EAUTH) {
+        fprintf(stderr, "graftctl: etcd at %s: %s (check --user and --password, or --cacert, "
+                "--cert and --key for TLS)\n", o->endpoints_text, graft_status_string(st));
+        goto fail;
+    }
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl: etcd unreachable (tried %s): %s\n", o->endpoints_text,
+                graft_status_string(st));
+        goto fail;
+    }
+    if (res.count == 0) {
+        fprintf(stderr, "graftctl: unknown job '%s': no keys under %s in etcd at %s\n", o->job,
+                c->prefix, o->endpoints_text);
+        goto fail;
+    }
+    graft_membership_config_t mc = {
+        .job = o->job,
+        .etcd = &ec,
+        .observer = true,
+    };
+    st = graft_membership_create(&mc, &c->obs);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl: observing job '%s' at %s: %s\n", o->job, o->endpoints_text,
+                graft_status_string(st));
+        goto fail;
+    }
+    rc = GRAFTCTL_OK;
+    goto out;
+fail:
+    graftctl_disconnect(c);
+out:
+    graft_etcd_range_result_clear(&res);
+    return rc;
+}
+
+void graftctl_disconnect(graftctl_conn_t *c)
+{
+    graft_membership_destroy(c->obs);
+    graft_etcd_destroy(c->etcd);
+    c->obs = NULL;
+    c->etcd = NULL;
+}
+
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v != '\0' ? v : dflt;
+}
+
+typedef int (*graftctl_cmd_fn)(const graftctl_opts_t *o, int argc, char **argv);
+
+static graftctl_cmd_fn find_command(const char *name)
+{
+    static const struct {
+        const char *name;
+        graftctl_cmd_fn fn;
+    } cmds[] = {
+        {"status", graftctl_cmd_status}, {"watch", graftctl_cmd_watch},
+        {"events", graftctl_cmd_events}, {"drift", graftctl_cmd_drift},
+        {"evict", graftctl_cmd_evict},   {"ckpt", graftctl_cmd_ckpt},
+        {"dashboard", graftctl_cmd_dashboard},
+    };
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (strcmp(cmds[i].name, name) == 0)
+            return cmds[i].fn;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = GRAFTCTL_USAGE;
+    graftctl_opts_t o = {
+        .job = env_or("GRAFT_JOB", NULL),
+        .user = env_or("GRAFT_ETCD_USER", NULL),
+        .password = env_or("GRAFT_ETCD_PASSWORD", NULL),
+        .ca_file = env_or("GRAFT_ETCD_CA", NULL),
+        .cert_file = env_or("GRAFT_ETCD_CERT", NULL),
+        .key_file = env_or("GRAFT_ETCD_KEY", NULL),
+        .timeout_ms = 3000,
+    };
+    const char *endpoints = env_or("GRAFT_ETCD_ENDPOINTS", "http://127.0.0.1:2379");
+    /* Global options anywhere on the line; the rest goes to the command. */
+    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+    int nrest = 0;
+    if (rest == NULL) {
+        fprintf(stderr, "graftctl: out of memory\n");
+        return GRAFTCTL_FAIL;
+    }
+    static const char *const valued[] = {"--etcd",   "--job",  "--user", "--password",
+                                         "--cacert", "--cert", "--key",  "--timeout-ms"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            rc = GRAFTCTL_OK;
+            goto out;
+        }
+        if (strcmp(a, "--json") == 0) {
+            o.json = true;
+            continue;
+        }
+        if (strcmp(a, "--yes") == 0 || strcmp(a, "-y") == 0) {
+            o.yes = true;
+            continue;
+        }
+        size_t k;
+        for (k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
+            if (strcmp(a, valued[k]) == 0)
+                break;
+        if (k == sizeof(valued) / sizeof(valued[0])) {
+            rest[nrest++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "graftctl: %s needs a value\n", a);
+            goto out;
+        }
+        const char *v = argv[++i];
+        uint64_t t;
+        switch (k) {
+        case 0: endpoints = v; break;
+        case 1: o.job = v; break;
+        case 2: o.user = v; break;
+        case 3: o.password = v; break;
+        case 4: o.ca_file = v; break;
+        case 5: o.cert_file = v; break;
+        case 6: o.key_file = v; break;
+        default:
+            if (!graftctl_parse_u64(v, &t) || t == 0 || t > 600000) {
+                fprintf(stderr, "graftctl: --timeout-ms: '%s' is not 1..600000\n", v);
+                goto out;
+            }
+            o.timeout_ms = (uint32_t)t;
+        }
+    }
+    if (nrest == 0) {
+        fputs(usage, stderr);
+        goto out;
+    }
+    graftctl_cmd_fn fn = find_command(rest[0]);
+    if (fn == NULL) {
+        fprintf(stderr, "graftctl: unknown command '%s' (see graftctl --help)\n", rest[0]);
+        goto out;
+    }
+    if (!split_endpoints(&o, endpoints)) {
+        fprintf(stderr, "graftctl: --etcd: no endpoint in '%s'\n", endpoints);
+        goto out;
+    }
+    graft_log_level_set(getenv("GRAFTCTL_DEBUG") != NULL ? GRAFT_LOG_DEBUG : GRAFT_LOG_OFF);
+    rc = fn(&o, nrest, rest);
+out:
+    free_endpoints(&o);
+    free(rest);
+    return rc;
+}

@@ -1,0 +1,175 @@
+/*
+ * The dashboard's /metrics: Prometheus text exposition format 0.0.4.
+ * Names follow Prometheus conventions: a graft_ prefix, counters end in
+ * _total, durations are in seconds and end in _seconds, and the recovery
+ * phases are one histogram labelled by phase.
+ */
+#include "graftctl_dash.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const double graftctl_buckets[GRAFTCTL_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                   0.5,   1,    2.5,   5,    10,  30};
+
+static const char *const phase_names[GRAFTCTL_PHASES] = {"rejoin_to_assign", "transfer",
+                                                         "verify", "total"};
+
+void graftctl_metrics_count_event(graftctl_metrics_t *m, const graft_event_t *e)
+{
+    if (e->kind >= GRAFT_EVENT_JOIN && e->kind <= GRAFT_EVENT_ERROR)
+        m->events[e->kind]++;
+    if (e->kind == GRAFT_EVENT_CHECKPOINT) {
+        if (e->ok) {
+            m->checkpoints_ok++;
+            if (e->step > m->last_checkpoint_step)
+                m->last_checkpoint_step = e->step;
+        } else {
+            m->checkpoints_failed++;
+        }
+    }
+}
+
+static void observe(graftctl_histogram_t *h, double v)
+{
+    size_t b = 0;
+    while (b < GRAFTCTL_BUCKETS && v > graftctl_buckets[b])
+        b++;
+    if (b < GRAFTCTL_BUCKETS)
+        h->counts[b]++;
+    h->count++;
+    h->sum += v;
+}
+
+void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *r)
+{
+    if (!json_is_true(json_object_get(r, "ok"))) {
+        m->recoveries_failed++;
+        return;
+    }
+    m->recoveries_ok++;
+    m->recovery_bytes += (uint64_t)json_integer_value(json_object_get(r, "bytes"));
+    json_t *ph = json_object_get(r, "phases_s");
+    for (int p = 0; p < GRAFTCTL_PHASES; p++) {
+        json_t *v = json_object_get(ph, phase_names[p]);
+        if (json_is_number(v))
+            observe(&m->phases[p], json_number_value(v));
+    }
+    m->transfer_seconds += json_number_value(json_object_get(ph, "transfer"));
+}
+
+static void head(FILE *f, const char *name, const char *type, const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void status_metrics(FILE *f, json_t *s)
+{
+    static const char *const healths[] = {"healthy", "recovering", "hung", "dead"};
+    size_t i, k;
+    json_t *g, *r;
+    head(f, "graft_groups", "gauge", "Groups of the job by health.");
+    for (size_t h = 0; h < 4; h++) {
+        size_t n = 0;
+        json_array_foreach(json_object_get(s, "groups"), i, g)
+            n += strcmp(json_string_value(json_object_get(g, "health")), healths[h]) == 0;
+        fprintf(f, "graft_groups{health=\"%s\"} %zu\n", healths[h], n);
+    }
+    head(f, "graft_ranks_live", "gauge", "Ranks with a live member record.");
+    size_t live = 0;
+    json_array_foreach(json_object_get(s, "groups"), i, g)
+        live += json_array_size(json_object_get(g, "ranks"));
+    fprintf(f, "graft_ranks_live %zu\n", live);
+    json_t *q = json_object_get(s, "quorum");
+    if (json_is_object(q)) {
+        static const char *const qf[] = {"id", "round", "step"};
+        for (size_t x = 0; x < 3; x++) {
+            char name[64], help[96];
+            snprintf(name, sizeof(name), "graft_quorum_%s", qf[x]);
+            snprintf(help, sizeof(help), "The latest quorum's %s.", qf[x]);
+            head(f, name, "gauge", help);
+            fprintf(f, "%s %" JSON_INTEGER_FORMAT "\n", name,
+                    json_integer_value(json_object_get(q, qf[x])));
+        }
+        head(f, "graft_quorum_members", "gauge", "Groups in the latest quorum.");
+        fprintf(f, "graft_quorum_members %zu\n", json_array_size(json_object_get(q, "members")));
+    }
+    head(f, "graft_rank_committed_step", "gauge",
+         "Committed step in a rank's member record (updated when it turns healthy).");
+    json_array_foreach(json_object_get(s, "groups"), i, g)
+        json_array_foreach(json_object_get(g, "ranks"), k, r)
+            fprintf(f, "graft_rank_committed_step{group=\"%" JSON_INTEGER_FORMAT
+                       "\",rank=\"%" JSON_INTEGER_FORMAT "\"} %" JSON_INTEGER_FORMAT "\n",
+                    json_integer_value(json_object_get(g, "group")),
+                    json_integer_value(json_object_get(r, "rank")),
+                    json_integer_value(json_object_get(r, "step")));
+    head(f, "graft_rank_lease_ttl_seconds", "gauge", "Time left on a rank's lease.");
+    json_array_foreach(json_object_get(s, "groups"), i, g)
+        json_array_foreach(json_object_get(g, "ranks"), k, r)
+            fprintf(f, "graft_rank_lease_ttl_seconds{group=\"%" JSON_INTEGER_FORMAT
+                       "\",rank=\"%" JSON_INTEGER_FORMAT "\"} %" JSON_INTEGER_FORMAT "\n",
+                    json_integer_value(json_object_get(g, "group")),
+                    json_integer_value(json_object_get(r, "rank")),
+                    json_integer_value(json_object_get(r, "lease_ttl_s")));
+}
+
+char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return NULL;
+    if (status != NULL)
+        status_metrics(f, status);
+    head(f, "graft_events_total", "counter", "Events of the job's history, by kind.");
+    for (int k = GRAFT_EVENT_JOIN; k <= GRAFT_EVENT_ERROR; k++)
+        fprintf(f, "graft_events_total{kind=\"%s\"} %" PRIu64 "\n",
+                graft_event_kind_string((graft_event_kind_t)k), m->events[k]);
+    head(f, "graft_recoveries_total", "counter", "Heals of a rank (recovery_done), by result.");
+    fprintf(f, "graft_recoveries_total{result=\"ok\"} %" PRIu64 "\n", m->recoveries_ok);
+    fprintf(f, "graft_recoveries_total{result=\"failed\"} %" PRIu64 "\n", m->recoveries_failed);
+    head(f, "graft_recovery_bytes_total", "counter", "Bytes pulled from donors by heals.");
+    fprintf(f, "graft_recovery_bytes_total %" PRIu64 "\n", m->recovery_bytes);
+    head(f, "graft_recovery_transfer_seconds_total", "counter",
+         "Time heals spent pulling state (bytes_total over this is the throughput).");
+    fprintf(f, "graft_recovery_transfer_seconds_total %.6f\n", m->transfer_seconds);
+    head(f, "graft_recovery_phase_seconds", "histogram",
+         "Duration of each phase of a heal, as the job's events record them.");
+    for (int p = 0; p < GRAFTCTL_PHASES; p++) {
+        uint64_t cum = 0;
+        for (int b = 0; b < GRAFTCTL_BUCKETS; b++) {
+            cum += m->phases[p].counts[b];
+            fprintf(f, "graft_recovery_phase_seconds_bucket{phase=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+                    phase_names[p], graftctl_buckets[b], cum);
+        }
+        fprintf(f, "graft_recovery_phase_seconds_bucket{phase=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+                phase_names[p], m->phases[p].count);
+        fprintf(f, "graft_recovery_phase_seconds_sum{phase=\"%s\"} %.6f\n", phase_names[p],
+                m->phases[p].sum);
+        fprintf(f, "graft_recovery_phase_seconds_count{phase=\"%s\"} %" PRIu64 "\n",
+                phase_names[p], m->phases[p].count);
+    }
+    head(f, "graft_checkpoints_total", "counter", "Checkpoints committed, by result.");
+    fprintf(f, "graft_checkpoints_total{result=\"ok\"} %" PRIu64 "\n", m->checkpoints_ok);
+    fprintf(f, "graft_checkpoints_total{result=\"failed\"} %" PRIu64 "\n", m->checkpoints_failed);
+    head(f, "graft_checkpoint_last_step", "gauge", "Step of the newest committed checkpoint.");
+    fprintf(f, "graft_checkpoint_last_step %" PRIu64 "\n", m->last_checkpoint_step);
+    head(f, "graft_drift_events_total", "counter", "Replica drift detected.");
+    fprintf(f, "graft_drift_events_total %" PRIu64 "\n", m->events[GRAFT_EVENT_DRIFT]);
+    head(f, "graft_dashboard_etcd_errors_total", "counter",
+         "Refreshes of the dashboard that etcd failed.");
+    fprintf(f, "graft_dashboard_etcd_errors_total %" PRIu64 "\n", m->etcd_errors);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+void graftctl_metrics_free(graftctl_metrics_t *m)
+{
+    memset(m, 0, sizeof(*m));
+}
