@@ -12,7 +12,8 @@ libzstd-dev libxxhash-dev \
 etcd-server etcd-client \
 libjansson-dev libcmocka-dev \
 iproute2 procps \
-python3-venv python3-pytest"
+python3-venv python3-pytest \
+python3-torch python3-numpy python3-cffi"
 
 missing=""
 for p in $PACKAGES; do
