@@ -92,6 +92,7 @@ TEST_CFLAGS = -I. -Itests/support
 # pytest suites that `make check` runs after the test programs (see
 # scripts/run-tests.sh); their tests count in the same total.
 PYTEST_DIRS :=
+PYTEST_DIRS += tests/python
 
 .PHONY: all lib demo check tests bench clean info deps layering
 .DEFAULT_GOAL := all
