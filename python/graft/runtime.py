@@ -185,6 +185,11 @@ class Runtime:
         check(lib.graft_commit(self._h(), apply_p), "graft: commit failed")
         return bool(apply_p[0])
 
+    def veto(self):
+        """Make this rank's vote at the coming commit() a no (a failure the
+        runtime cannot see, such as a failed cross-group collective)."""
+        check(lib.graft_commit_veto(self._h()), "graft: cannot veto the step")
+
     @property
     def step(self):
         return lib.graft_step(self._h())

@@ -19,7 +19,7 @@ import torch
 from graft.errors import Error, GroupError, PeerError, UsageError
 from graft.state import ObjectState
 
-__all__ = ["Optimizer", "materialize_state", "DataPosition"]
+__all__ = ["Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
 
 
 def materialize_state(optim):
@@ -197,3 +197,95 @@ class DataPosition:
         if self.array[1] >= batches_per_epoch:
             self.array[0] += 1
             self.array[1] = 0
+
+
+class GradientAverager:
+    """Averages gradients across the quorum's groups over a torch.distributed
+    gloo process group of its members (rank = replica rank).
+
+    The process group is rebuilt whenever the quorum id changes; its
+    rendezvous address travels in the runtime's quorum blob (replica rank 0
+    publishes a free port on ``host``). A collective that fails or times out
+    vetoes this rank's commit, so the group votes no instead of hanging, and
+    the next quorum rebuilds the group. Only this rank's rank-0-of-group
+    process takes part when a group has several ranks per group of the same
+    shard; call it after backward() and before step().
+    """
+
+    def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0):
+        import datetime
+
+        self.runtime = runtime
+        self.host = host
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.timeout_ms = int(timeout_s * 1000)
+        self._qid = 0
+        self._store = None
+        self._attempt = {}
+        self.pg = None
+        self.rebuilds = 0
+        self.failures = 0
+        self.last_error = None
+
+    def _rebuild(self):
+        import socket
+
+        import torch.distributed as dist
+
+        self.pg = None
+        rt = self.runtime
+        qid, rank, world = rt.quorum_id, rt.replica_rank, rt.replica_world
+        if qid != self._qid:
+            # A new member set: a new store, its address in the quorum's blob.
+            self._store = None
+            if rank == 0:
+                with socket.socket() as s:
+                    s.bind((self.host, 0))
+                    port = s.getsockname()[1]
+                rt.blob_publish(("gloo %s:%d" % (self.host, port)).encode())
+            blob = rt.blob_get(qid, self.timeout_ms).decode()
+            if not blob.startswith("gloo "):
+                raise UsageError(-1, "graft: the quorum blob of quorum %d is not a gloo "
+                                 "rendezvous: %r" % (qid, blob[:40]))
+            host, port = blob[5:].rsplit(":", 1)
+            self._store = dist.TCPStore(host, int(port), world, rank == 0, self.timeout)
+            self._qid = qid
+            self._attempt = {}
+        # Within one quorum the store stays; a group rebuilt after a failed
+        # collective gets a fresh key prefix. Every member failed the same
+        # collective (a timeout or a closed connection reaches all of them),
+        # so every member counts the same attempt at this step.
+        step = rt.step
+        n = self._attempt.get(step, 0)
+        self._attempt = {step: n + 1}
+        prefix = "q%ds%dr%d" % (qid, step, n)
+        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(prefix, self._store), rank, world,
+                                        self.timeout)
+        self.rebuilds += 1
+
+    def average(self, parameters):
+        """Average the gradients of parameters across the quorum in place.
+        Returns False (and vetoes the commit) when the collective failed."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        try:
+            if self.runtime.quorum_id != self._qid or self.pg is None:
+                self._rebuild()
+            world = self.runtime.replica_world
+            if world > 1 and grads:
+                # One flat buffer in a fixed order: the same reduction in
+                # every group, every step.
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                self.pg.allreduce([flat]).wait(self.timeout)
+                flat.div_(world)
+                off = 0
+                for g in grads:
+                    n = g.numel()
+                    g.copy_(flat[off:off + n].view_as(g))
+                    off += n
+            return True
+        except Exception as e:  # a failed or timed-out collective
+            self.failures += 1
+            self.last_error = e
+            self.pg = None
+            self.runtime.veto()
+            return False

@@ -108,3 +108,42 @@ def test_restore_after_every_group_killed(spawn, job_env, tmp_path):
     for w in ref:
         w.finish()
     _assert_identical(outs + [_load(tmp_path / "r0")])
+
+
+def test_gradient_averaging_survives_a_kill(spawn, tmp_path):
+    """Each group computes gradients on its own data and averages them over
+    gloo; a group killed mid-run makes the others' collective fail or their
+    quorum change: they rebuild the process group and every group ends
+    identical (without the averaging, different data would make them drift)."""
+    steps = 20
+    ws = [spawn(g, 3, tmp_path / ("g%d" % g), "--steps", steps, "--average", "--delay", 0.05)
+          for g in range(3)]
+    ws[2].wait_step(6)
+    ws[2].kill()
+    repl = spawn(2, 3, tmp_path / "g2", "--steps", steps, "--average", "--delay", 0.05)
+    for w in [ws[0], ws[1], repl]:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(3)]
+    _assert_identical(outs)
+    assert outs[2]["start"] == "peer"
+    for o in outs[:2]:
+        rebuilds, failures = o["avg"]
+        assert rebuilds >= 2  # the first quorum's group, then the one after the kill
+
+
+def test_failed_collective_votes_no(spawn, tmp_path):
+    """Replica rank 1 stalls past the collective's 5 s timeout at step 4:
+    both groups' allreduce fails, each vetoes its commit (no hang, no step
+    applied on a partial average), both rebuild the process group and
+    retry the step, and the run ends identical."""
+    steps = 8
+    ws = [spawn(g, 2, tmp_path / ("g%d" % g), "--steps", steps, "--average",
+                "--stall-average-at", 4) for g in range(2)]
+    for w in ws:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    _assert_identical(outs)
+    for o in outs:
+        rebuilds, failures = o["avg"]
+        assert failures == 1 and rebuilds == 2
+        assert o["skipped"] == 1 and o["metrics"]["commits_failed"] == 1

@@ -24,6 +24,10 @@ def main():
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--corrupt-at", type=int, default=-1)
     ap.add_argument("--checkpoint-at", type=int, default=-1)
+    ap.add_argument("--stall-average-at", type=int, default=-1,
+                    help="sleep 7 s before averaging at this step (past the collective's timeout)")
+    ap.add_argument("--average", action="store_true",
+                    help="each group trains on its own data; gradients are averaged over gloo")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -44,17 +48,28 @@ def main():
         rt, adam,
         objects=lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()},
         load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])))
+    avg = graft.torch.GradientAverager(rt, timeout_s=5) if a.average else None
     skipped = 0
     while rt.step < a.steps:
         info = opt.zero_grad()
         if info.step >= a.steps:
             break
-        g = torch.Generator().manual_seed(1000 + info.step)  # the data of this step
+        seed = 1000 + info.step
+        if avg is not None:
+            seed = seed * 16 + info.replica_rank  # this group's shard of the step's data
+        g = torch.Generator().manual_seed(seed)
         x = torch.randn(32, 8, generator=g) + torch.from_numpy(
             np.random.randn(32, 8).astype(np.float32)) * 0.01
         y = x.sum(dim=1, keepdim=True)
         loss = torch.nn.functional.mse_loss(model(x), y) * (1.0 + 0.01 * random.random())
         loss.backward()
+        if avg is not None:
+            if info.step == a.stall_average_at and info.replica_rank == 1:
+                import time
+
+                time.sleep(7)
+                a.stall_average_at = -1
+            avg.average(model.parameters())
         if opt.step():
             sched.step()
             if rt.step == a.corrupt_at:
@@ -82,6 +97,7 @@ def main():
         "random_rng": random.getstate(),
         "sched": sched.state_dict(),
         "lr": [gr["lr"] for gr in adam.param_groups],
+        "avg": (avg.rebuilds, avg.failures) if avg is not None else None,
     }
     rt.close()
     with open(a.out, "wb") as f:
