@@ -16,12 +16,13 @@ The PyTorch adapter is graft.torch (imported on its own).
 from graft._lib import LibraryNotFound, path as library_path
 from graft.errors import (ChunkError, Error, GroupError, JobError, PeerError,
                           StateTooLarge, SystemResourceError, UsageError)
-from graft.runtime import DTYPES, KINDS, Event, Runtime, StepInfo, version
+from graft.runtime import (DTYPES, KINDS, LOG_LEVELS, Event, Runtime, StepInfo,
+                           set_log_callback, set_log_level, version)
 from graft.state import ObjectState, rng_state, set_rng_state
 
 __all__ = [
     "Runtime", "StepInfo", "Event", "ObjectState", "rng_state", "set_rng_state",
     "Error", "UsageError", "SystemResourceError", "ChunkError", "PeerError", "GroupError",
     "JobError", "StateTooLarge", "LibraryNotFound", "KINDS", "DTYPES", "version",
-    "library_path",
+    "library_path", "set_log_callback", "set_log_level", "LOG_LEVELS",
 ]

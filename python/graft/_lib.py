@@ -17,6 +17,9 @@ int graft_status_class(graft_status_t status);
 const char *graft_status_class_string(int cls);
 void graft_free(void *ptr);
 const char *graft_version(void);
+typedef void (*graft_log_fn)(int level, const char *module, const char *message, void *arg);
+void graft_log_callback_set(graft_log_fn fn, void *arg);
+void graft_log_level_set(int level);
 
 typedef struct graft_config graft_config_t;
 graft_status_t graft_config_create(graft_config_t **config_p);

@@ -291,3 +291,39 @@ _EEXIST = -4
 def version():
     """libgraft's version string."""
     return string(lib.graft_version())
+
+
+LOG_LEVELS = ["off", "error", "warn", "info", "debug", "trace"]
+_log_cb = None
+
+
+def set_log_level(name):
+    """The library's log threshold ("off" .. "trace")."""
+    if name not in LOG_LEVELS:
+        raise UsageError(-1, "graft: unknown log level %r (one of %s)"
+                         % (name, ", ".join(LOG_LEVELS)))
+    lib.graft_log_level_set(LOG_LEVELS.index(name))
+
+
+def set_log_callback(fn):
+    """Route the library's log messages to fn(level_name, module, message)
+    (None: back to standard error). It may run on any of the library's
+    threads and must not call into the runtime."""
+    global _log_cb
+    if fn is None:
+        lib.graft_log_callback_set(ffi.NULL, ffi.NULL)
+        _log_cb = None
+        return
+
+    def sink(level, module, message, _arg):
+        try:
+            fn(LOG_LEVELS[level] if 0 <= level < len(LOG_LEVELS) else str(level),
+               string(module), string(message))
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+
+    cb = ffi.callback("void(int, const char *, const char *, void *)", sink)
+    lib.graft_log_callback_set(cb, ffi.NULL)
+    _log_cb = cb  # the C side holds it: keep it alive

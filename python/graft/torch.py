@@ -167,6 +167,12 @@ class Optimizer:
             self.applied = False
         if self.applied:
             self.optim.step(closure)
+        else:
+            # The step is not taken: Python-object state (RNG states drawn
+            # from during the step) goes back to what it was at its start.
+            objs = self.object_state.unpack()
+            if objs is not None:
+                self._load_all_objects(objs)
         self._last_step = self.runtime.step
         self.info = None
         return self.applied
@@ -263,6 +269,27 @@ class GradientAverager:
                                         self.timeout)
         self.rebuilds += 1
 
+    def all_gather(self, tensor):
+        """Every member's copy of tensor (same shape on all), by replica rank:
+        an exact exchange, so a trainer can sum in a fixed order of its own
+        choosing. None (and the commit vetoed) when the collective failed."""
+        try:
+            if self.runtime.quorum_id != self._qid or self.pg is None:
+                self._rebuild()
+            world = self.runtime.replica_world
+            out = [torch.empty_like(tensor) for _ in range(world)]
+            self.pg.allgather([out], [tensor.contiguous()]).wait(self.timeout)
+            return out
+        except Exception as e:
+            self._failed(e)
+            return None
+
+    def _failed(self, e):
+        self.failures += 1
+        self.last_error = e
+        self.pg = None
+        self.runtime.veto()
+
     def average(self, parameters):
         """Average the gradients of parameters across the quorum in place.
         Returns False (and vetoes the commit) when the collective failed."""
@@ -284,8 +311,5 @@ class GradientAverager:
                     off += n
             return True
         except Exception as e:  # a failed or timed-out collective
-            self.failures += 1
-            self.last_error = e
-            self.pg = None
-            self.runtime.veto()
+            self._failed(e)
             return False
