@@ -254,7 +254,11 @@ class GradientAverager:
                 raise UsageError(-1, "graft: the quorum blob of quorum %d is not a gloo "
                                  "rendezvous: %r" % (qid, blob[:40]))
             host, port = blob[5:].rsplit(":", 1)
-            self._store = dist.TCPStore(host, int(port), world, rank == 0, self.timeout)
+            # Not waiting for the workers here: that wait holds the GIL, and
+            # the runtime's transfer thread may need it (a log or event
+            # callback) to serve a heal the other members are waiting for.
+            self._store = dist.TCPStore(host, int(port), world, rank == 0, self.timeout,
+                                        wait_for_workers=False)
             self._qid = qid
             self._attempt = {}
         # Within one quorum the store stays; a group rebuilt after a failed
