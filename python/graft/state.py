@@ -72,11 +72,16 @@ class ObjectState:
         if need > self.capacity:
             raise StateTooLarge(-7, "graft: object state %r needs %d bytes, its bound is %d; "
                                 "make the ObjectState larger" % (self.name, need, self.capacity))
+        # Invariant (here and in the donor of any heal): every byte past
+        # the packed length is zero, so identical objects give identical
+        # regions; only what an earlier, longer pack used needs zeroing.
+        (old,) = _HEADER.unpack(bytes(self.buffer[:_HEADER.size]))
+        old_end = min(self.capacity, _HEADER.size + old)
         view = self.buffer.data
         view[:_HEADER.size] = _HEADER.pack(len(data))
         view[_HEADER.size:need] = data
-        # Zero the rest so identical objects give identical regions.
-        self.buffer[need:] = 0
+        if old_end > need:
+            self.buffer[need:old_end] = 0
 
     def unpack(self):
         """The objects last packed (here or by the donor of a heal); None when

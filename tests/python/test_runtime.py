@@ -127,3 +127,7 @@ def test_object_state_bound(job_env):
         with pytest.raises(graft.StateTooLarge, match="bound is 256"):
             st.pack({"big": "x" * 1000})
         assert st.unpack()["pos"] == 17  # left as it was
+        st.pack("y" * 200)
+        st.pack(1)  # shorter: what the longer one used is zeroed again
+        n = int.from_bytes(bytes(st.buffer[:8]), "little")
+        assert st.unpack() == 1 and not st.buffer[8 + n:].any()
