@@ -213,9 +213,8 @@ class GradientAverager:
     rendezvous address travels in the runtime's quorum blob (replica rank 0
     publishes a free port on ``host``). A collective that fails or times out
     vetoes this rank's commit, so the group votes no instead of hanging, and
-    the next quorum rebuilds the group. Only this rank's rank-0-of-group
-    process takes part when a group has several ranks per group of the same
-    shard; call it after backward() and before step().
+    the next call rebuilds the group. It supports one rank per group
+    (ranks_per_group 1). Call it after backward() and before step().
     """
 
     def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0):
