@@ -159,7 +159,15 @@ class Contract:
         if self.a.step_delay_ms:
             time.sleep(self.a.step_delay_ms / 1000.0)
 
-    def finish(self, step, digest, start, recoveries, metrics=None):
+    def finish(self, step, digest, rt=None, start="cold"):
+        """The final lines and --state-hash-out; with a graft runtime, after
+        its last checkpoint is durable, and with its metrics."""
+        metrics, recoveries = None, 0
+        if rt is not None:
+            rt.checkpoint_wait()
+            metrics, start = rt.metrics(), rt.start_kind
+            recoveries = metrics["recoveries"]
+            rt.close()
         print("final step %d hash %s start %s recoveries %d" % (step, digest, start, recoveries),
               flush=True)
         if metrics is not None:
@@ -185,4 +193,4 @@ def run_alone(a):
         sched.step()
         touch_blob(blob, step + 1)
         c.committed(step + 1, state_hash(model, adam, sched, blob, step + 1))
-    return c.finish(a.steps, state_hash(model, adam, sched, blob, a.steps), "alone", 0)
+    return c.finish(a.steps, state_hash(model, adam, sched, blob, a.steps), start="alone")

@@ -11,6 +11,14 @@ _SERVING = re.compile(r"serving group (\d+) rank (\d+) at step (\d+)")
 _PULLED = re.compile(r"group (\d+) rank (\d+) done with step (\d+) \(([a-z]+)\)")
 
 
+def sim_contract(rt, c, blob):
+    """The contract's part that is not training: the --blob-mib ballast as
+    a region, and the role log."""
+    if blob is not None:
+        rt.register("blob", blob, "blob")
+    log_roles(rt, c)
+
+
 def log_roles(rt, c):
     """Route heals, serves and the library's log into the role log; the
     library's messages at or above GRAFT_LOG (default warn) still go to

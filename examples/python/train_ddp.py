@@ -12,7 +12,7 @@ import graft
 import graft.torch
 from ddp_common import (Contract, apply_sum, micro_grads, my_micro, padded, parse, run_alone,
                         setup, state_hash, touch_blob)
-from sim_roles import log_roles
+from sim_roles import sim_contract
 
 
 def main():
@@ -22,26 +22,26 @@ def main():
     model, adam, sched, blob = setup(a)
     c = Contract(a)
     rt = graft.Runtime()
-    if blob is not None:
-        rt.register("blob", blob, "blob")
+    sim_contract(rt, c, blob)
     opt = graft.torch.Optimizer(rt, adam, objects=lambda: (torch.get_rng_state(), sched.state_dict()),
                                 load_objects=lambda o: (torch.set_rng_state(o[0]), sched.load_state_dict(o[1])))
     avg = graft.torch.GradientAverager(rt)
-    log_roles(rt, c)
-    while rt.step < a.steps:
+    step = 0
+    while step < a.steps:
         info = opt.zero_grad()
-        rows = micro_grads(model, a.seed, info.step, my_micro(info.replica_rank, info.replica_world))
-        out = avg.all_gather(padded(rows, info.replica_world))
+        step, rank, world = info.step, info.replica_rank, info.replica_world
+        rows = micro_grads(model, a.seed, step, my_micro(rank, world))
+        out = avg.all_gather(padded(rows, world))
         if out is not None:
-            apply_sum(model, out, info.replica_world)
-        if opt.step():
-            sched.step()
-            touch_blob(blob, rt.step)
-            c.committed(rt.step, state_hash(model, adam, sched, blob, rt.step))
+            apply_sum(model, out, world)
+        if not opt.step():
+            continue
+        step += 1
+        sched.step()
+        touch_blob(blob, step)
+        c.committed(step, state_hash(model, adam, sched, blob, step))
         c.delay()
-    rt.checkpoint_wait()
-    digest = state_hash(model, adam, sched, blob, rt.step)
-    return c.finish(rt.step, digest, rt.start_kind, rt.metrics()["recoveries"], rt.metrics())
+    return c.finish(step, state_hash(model, adam, sched, blob, step), rt)
 
 
 if __name__ == "__main__":
