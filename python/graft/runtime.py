@@ -137,6 +137,8 @@ class Runtime:
         the region is the object's own memory, and the runtime keeps a
         reference so it cannot be freed. Only before the first quorum()."""
         rt = self._h()
+        if not isinstance(name, str) or not name:
+            raise UsageError(-1, "graft: a region name is a non-empty str, not %r" % (name,))
         if isinstance(kind, str):
             if kind not in KINDS:
                 raise UsageError(-1, "graft: unknown region kind %r (one of %s)"

@@ -62,6 +62,8 @@ def test_register_rejects_bad_memory(job_env):
             rt.register("ro", ro, "param")
         with pytest.raises(graft.UsageError, match="numpy array or a CPU torch tensor"):
             rt.register("l", [1, 2, 3], "param")
+        with pytest.raises(graft.UsageError, match="region name"):
+            rt.register(7, a, "param")
         with pytest.raises(graft.UsageError, match="kind"):
             rt.register("k", a, "weights")
         rt.register("a", a, "param")
