@@ -98,6 +98,7 @@ TEST_CFLAGS = -I. -Itests/support
 # scripts/run-tests.sh); their tests count in the same total.
 PYTEST_DIRS :=
 PYTEST_DIRS += tests/dashboard
+PYTEST_DIRS += tests/python
 
 .PHONY: all lib demo check tests bench clean info deps layering
 .DEFAULT_GOAL := all

@@ -77,6 +77,7 @@ struct graft_runtime {
      * committed steps, a failed recovery. Never satisfied by a cold start. */
     bool need_state;
     bool round_restored;   /* this quorum fell back to a checkpoint of another step */
+    bool vetoed;           /* graft_commit_veto() in this step: vote no */
     bool healthy_published;
     bool progress_published; /* the job's progress key, once per process */
     graft_quorum_t *q;     /* the open step's quorum; NULL between steps */

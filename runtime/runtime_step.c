@@ -856,6 +856,10 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
         ok = false;
         reason = "restored a checkpoint of another step";
     }
+    if (ok && rt->vetoed) {
+        ok = false;
+        reason = "the trainer vetoed the step";
+    }
     if (ok && q->n_members < rt->min_groups) {
         ok = false;
         reason = "too few groups";
@@ -915,6 +919,17 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     graft_membership_quorum_free(q);
     rt->q = NULL;
     rt->round_restored = false;
+    rt->vetoed = false;
     *apply_p = decision;
     return ret;
+}
+
+graft_status_t graft_commit_veto(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (rt->q == NULL)
+        return GRAFT_ESTATE;
+    rt->vetoed = true;
+    return GRAFT_OK;
 }

@@ -14,7 +14,8 @@ libjansson-dev libcmocka-dev \
 iproute2 procps \
 python3-venv python3-pytest \
 clang libclang-rt-dev \
-libmicrohttpd-dev chromium python3-prometheus-client"
+libmicrohttpd-dev chromium python3-prometheus-client \
+python3-torch python3-numpy python3-cffi"
 
 missing=""
 for p in $PACKAGES; do

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void sim_run_usage(FILE *out)
@@ -31,6 +32,8 @@ static void sim_run_usage(FILE *out)
             "  --persist-every K     persistent checkpoint every K steps (with --persist-root)\n"
             "  --netns               groups in network namespaces with shaped links\n"
             "  --json FILE           write the report as JSON\n"
+            "  --trainer CMD         the trainer: a /bin/sh command the contract's flags are\n"
+            "                        appended to (docs/SIM.md) [train_mlp next to graft-sim]\n"
             "  --plot FILE.svg       timeline plot [the --json path with .svg]\n"
             "Exit status: 0 only when the verdict holds; 2 bad usage; %d live mode not in "
             "this build.\n",
@@ -53,7 +56,7 @@ static int sim_run_int(const char *flag, const char *v, long long lo, long long 
     return 0;
 }
 
-static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o)
+static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const char **trainer_p)
 {
     long long v;
     for (int i = 1; i < argc; i++) {
@@ -68,7 +71,7 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o)
         static const char *const with_value[] = {
             "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
             "--random-failures", "--schedule", "--etcd", "--persist-root", "--persist-every",
-            "--json", "--plot"};
+            "--json", "--plot", "--trainer"};
         int known = 0;
         for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
             known |= strcmp(flag, with_value[k]) == 0;
@@ -153,6 +156,12 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o)
             }
         } else if (strcmp(flag, "--plot") == 0) {
             o->plot_path = val;
+        } else if (strcmp(flag, "--trainer") == 0) {
+            if (strspn(val, " \t") == strlen(val)) {
+                fprintf(stderr, "graft-sim run: error: --trainer: empty command\n");
+                return 2;
+            }
+            *trainer_p = val;
         } else {
             o->json_path = val;
         }
@@ -178,7 +187,8 @@ int graft_sim_run_main(int argc, char **argv)
     o.seed = 1;
     o.mode = GRAFT_SIM_LIVE_STRICT;
 
-    int rc = sim_run_parse(argc, argv, &o);
+    const char *trainer = NULL;
+    int rc = sim_run_parse(argc, argv, &o, &trainer);
     if (rc == 1) {
         sim_run_usage(stdout);
         return 0;
@@ -186,5 +196,29 @@ int graft_sim_run_main(int argc, char **argv)
     if (rc != 0) {
         return 2;
     }
-    return graft_sim_live_run(&o);
+    if (trainer == NULL) {
+        return graft_sim_live_run(&o);
+    }
+    /* Every place that starts the trainer (the supervisor, the reference,
+     * the --netns wrapper) execs one program: the command becomes a small
+     * script that execs it with the contract's flags appended. */
+    char dir[PATH_MAX], script[PATH_MAX + 16];
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(dir, sizeof(dir), "%s/graft-sim-trainer-XXXXXX", tmp);
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "graft-sim run: error: mkdtemp %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    snprintf(script, sizeof(script), "%s/trainer", dir);
+    FILE *f = fopen(script, "w");
+    if (f == NULL || fprintf(f, "#!/bin/sh\nexec %s \"$@\"\n", trainer) < 0 || fclose(f) != 0 ||
+        chmod(script, 0755) != 0 || setenv("GRAFT_SIM_TRAINER", script, 1) != 0) {
+        fprintf(stderr, "graft-sim run: error: writing %s: %s\n", script, strerror(errno));
+        rc = 1;
+    } else {
+        rc = graft_sim_live_run(&o);
+    }
+    unlink(script);
+    rmdir(dir);
+    return rc;
 }

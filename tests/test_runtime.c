@@ -527,6 +527,20 @@ static void test_api_misuse(void **state)
     assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
     assert_true(apply);
     assert_int_equal(se.n[GRAFT_RUNTIME_EVENT_QUORUM_CHANGED], 1);
+    /* A vetoed step (the trainer's collective failed) does not apply; the
+     * veto lasts one step. */
+    assert_int_equal(graft_commit_veto(rt), GRAFT_ESTATE);
+    assert_int_equal(graft_commit_veto(NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+    assert_int_equal(graft_commit_veto(rt), GRAFT_OK);
+    assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+    assert_false(apply);
+    assert_int_equal(graft_step(rt), 2);
+    assert_int_equal(se.n[GRAFT_RUNTIME_EVENT_COMMIT_FAILED], 1);
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+    assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+    assert_true(apply);
+    assert_int_equal(graft_step(rt), 3);
     assert_string_equal(graft_runtime_event_kind_string(GRAFT_RUNTIME_EVENT_DRIFT), "drift");
     assert_string_equal(graft_version(), graft_version_string());
     /* No checkpoint was started (no persist root): nothing to wait for. */

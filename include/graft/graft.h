@@ -354,6 +354,17 @@ GRAFT_WUR graft_status_t graft_heal_wait(graft_runtime_t *rt);
 GRAFT_WUR graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p);
 
 /**
+ * @brief Make this rank's vote at the coming graft_commit() a no, for a
+ *        failure the runtime cannot see (e.g. the trainer's cross-group
+ *        collective failed or timed out): the group does not apply the
+ *        step, stays at its step and heals at the next quorum. Call it
+ *        between graft_quorum() and graft_commit(), from the training thread.
+ * @param [in] rt  the runtime.
+ * @return GRAFT_OK; GRAFT_EINVAL (NULL); GRAFT_ESTATE (no quorum open).
+ */
+GRAFT_WUR graft_status_t graft_commit_veto(graft_runtime_t *rt);
+
+/**
  * @brief Committed steps of this rank's state (advanced by a commit that
  *        returned apply = true, set by a heal or a restore).
  * @param [in] rt  the runtime.

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""python_bench: the heal of a group through the Python package beside the
+same heal through the C API, and the per-step overhead of graft.torch's
+optimizer wrapper.
+
+Heal: 3 groups x 1 rank in strict mode on a private etcd, each holding S of
+state in a blob region plus its model; group 1 is killed (SIGKILL) at step
+5 and replaced at once. The Python side is examples/python/train_ddp.py
+(its blob a torch tensor registered zero-copy through graft.Runtime); the C
+side is examples/train_mlp.c (its blob a malloc'ed buffer registered with
+graft_region_register). Both follow graft-sim's trainer contract, so one
+harness times both from their own files: 'heal' is the verified pull as the
+replacement's runtime reports it (--role-log "heal GRAFT_OK <ms>"), 'rejoin'
+the replacement's start to its first applied commit (--hash-log).
+
+Overhead: one group, a 2-layer MLP (about 1 MiB of parameters) with Adam;
+the median time of zero_grad() + step() through graft.torch.Optimizer, of
+the plain optimizer's, and of the bare Runtime.quorum() + commit() calls.
+
+Usage: bench/python_bench.py [--mib 64,1024] [--reps N] [--steps N] [--json]
+Needs make (build/bin/train_mlp, build/lib/libgraft.so) and the venv
+(scripts/python-env.sh): run it with build/venv/bin/python.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("GRAFT_LIBRARY", os.path.join(ROOT, "build", "lib", "libgraft.so"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_etcd(tmp):
+    c, p = free_port(), free_port()
+    url, purl = "http://127.0.0.1:%d" % c, "http://127.0.0.1:%d" % p
+    proc = subprocess.Popen(
+        ["etcd", "--name=default", "--data-dir", os.path.join(tmp, "etcd"),
+         "--listen-client-urls", url, "--advertise-client-urls", url, "--listen-peer-urls", purl,
+         "--initial-advertise-peer-urls", purl, "--initial-cluster", "default=" + purl,
+         "--logger=zap", "--log-level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("etcd did not start")
+
+
+def trainer_cmd(kind):
+    if kind == "c":
+        return [os.path.join(ROOT, "build", "bin", "train_mlp")]
+    return [sys.executable, os.path.join(ROOT, "examples", "python", "train_ddp.py")]
+
+
+def lines(path):
+    try:
+        with open(path) as f:
+            return f.read().split("\n")
+    except FileNotFoundError:
+        return []
+
+
+def heal_once(kind, mib, etcd, tmp, steps):
+    job = "bench-" + uuid.uuid4().hex[:8]
+    env = dict(os.environ, GRAFT_JOB=job, GRAFT_ETCD_ENDPOINTS=etcd, GRAFT_GROUPS="3",
+               GRAFT_LEASE_TTL_MS="1000", GRAFT_JOIN_TIMEOUT_MS="1000",
+               PYTHONPATH=os.path.join(ROOT, "python"))
+    procs = {}
+
+    def spawn(g, tag):
+        e = dict(env, GRAFT_GROUP=str(g))
+        base = os.path.join(tmp, "%s-g%d-%s" % (job, g, tag))
+        args = trainer_cmd(kind) + ["--steps", str(steps), "--seed", "1", "--blob-mib", str(mib),
+                                    "--step-delay-ms", "50", "--hash-log", base + ".hash",
+                                    "--role-log", base + ".role"]
+        log = open(base + ".log", "w")
+        procs[(g, tag)] = subprocess.Popen(args, env=e, stdout=log, stderr=subprocess.STDOUT)
+        return base
+
+    for g in range(3):
+        spawn(g, "a")
+    base1 = os.path.join(tmp, "%s-g1-a" % job)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        done = [ln for ln in lines(base1 + ".hash") if ln]
+        if len(done) >= 5:
+            break
+        if procs[(1, "a")].poll() is not None:
+            raise RuntimeError("group 1 ended early: see %s.log" % base1)
+        time.sleep(0.02)
+    procs[(1, "a")].send_signal(signal.SIGKILL)
+    procs[(1, "a")].wait()
+    t0 = time.time()
+    base = spawn(1, "b")
+    first = None
+    while time.time() < deadline:
+        if first is None and [ln for ln in lines(base + ".hash") if ln]:
+            first = time.time() - t0
+        if all(p.poll() is not None for k, p in procs.items() if k != (1, "a")):
+            break
+        time.sleep(0.01)
+    for k, p in procs.items():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        elif k != (1, "a") and p.returncode != 0:
+            raise RuntimeError("a %s trainer failed: see %s" % (kind, tmp))
+    heals = [ln.split() for ln in lines(base + ".role") if " heal " in ln]
+    ok = [float(h[3]) for h in heals if h[2] == "GRAFT_OK"]
+    if not ok or first is None:
+        raise RuntimeError("the replacement did not heal: see %s.role" % base)
+    return ok[-1] / 1000.0, first
+
+
+def overhead(steps):
+    import torch
+
+    import graft
+    import graft.torch
+
+    torch.set_num_threads(1)
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                   torch.nn.Linear(512, 256))
+
+    x = torch.randn(32, 256)
+
+    def loop(zero_grad, step):
+        ts = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            zero_grad()
+            ts.append(time.perf_counter() - t)
+            m(x).square().mean().backward()
+            t = time.perf_counter()
+            step()
+            ts[-1] += time.perf_counter() - t
+        return statistics.median(ts[steps // 10:])
+
+    m = model()
+    plain = torch.optim.Adam(m.parameters())
+    t_plain = loop(plain.zero_grad, plain.step)
+    tmp = tempfile.mkdtemp(prefix="graft-pybench-")
+    proc, url = start_etcd(tmp)
+    try:
+        with graft.Runtime(env=False, job="ov-" + uuid.uuid4().hex[:8], group=0, groups=1,
+                           etcd_endpoints=url) as rt:
+            m = model()
+            opt = graft.torch.Optimizer(rt, torch.optim.Adam(m.parameters()))
+            t_wrap = loop(opt.zero_grad, opt.step)
+        with graft.Runtime(env=False, job="ov-" + uuid.uuid4().hex[:8], group=0, groups=1,
+                           etcd_endpoints=url) as rt:
+            m = model()
+            rt.register("w", m[0].weight.data, "param")
+            t_bare = loop(rt.quorum, rt.commit)
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return t_plain, t_wrap, t_bare
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", default="64,1024")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=200, help="steps of the overhead loops")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    out = {"heal": [], "overhead": {}}
+    tmp = tempfile.mkdtemp(prefix="graft-pybench-")
+    proc, url = start_etcd(tmp)
+    try:
+        for mib in [int(v) for v in a.mib.split(",")]:
+            for kind in ("python", "c"):
+                heal, rejoin = [], []
+                for _ in range(a.reps):
+                    h, r = heal_once(kind, mib, url, tmp, 14)
+                    heal.append(h)
+                    rejoin.append(r)
+                out["heal"].append({"mib": mib, "api": kind, "heal_s": statistics.median(heal),
+                                    "rejoin_s": statistics.median(rejoin), "reps": a.reps})
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    t_plain, t_wrap, t_bare = overhead(a.steps)
+    out["overhead"] = {"plain_step_ms": t_plain * 1e3, "wrapper_step_ms": t_wrap * 1e3,
+                       "wrapper_overhead_ms": (t_wrap - t_plain) * 1e3,
+                       "bare_quorum_commit_ms": t_bare * 1e3}
+    print("heal of one group of 3 (strict), median of %d" % a.reps)
+    print("%8s  %-7s %10s %10s" % ("state", "api", "heal s", "rejoin s"))
+    for r in out["heal"]:
+        print("%5d MiB  %-7s %10.3f %10.3f" % (r["mib"], r["api"], r["heal_s"], r["rejoin_s"]))
+    o = out["overhead"]
+    print("per step (zero_grad + step), 1 group, median of %d" % a.steps)
+    print("  plain Adam                  %8.3f ms" % o["plain_step_ms"])
+    print("  graft.torch.Optimizer       %8.3f ms" % o["wrapper_step_ms"])
+    print("  overhead of the wrapper     %8.3f ms" % o["wrapper_overhead_ms"])
+    print("  bare quorum() + commit()    %8.3f ms" % o["bare_quorum_commit_ms"])
+    if a.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

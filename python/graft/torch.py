@@ -1,0 +1,318 @@
+"""graft.torch: a PyTorch optimizer wrapper in torchft's style.
+
+    rt = graft.Runtime(job=..., group=..., groups=...)
+    opt = graft.torch.Optimizer(rt, torch.optim.Adam(model.parameters()),
+                                objects=lambda: {...}, load_objects=...)
+    for batch in data:
+        opt.zero_grad()          # quorum; heals this group when it is behind
+        loss(model(batch)).backward()
+        opt.step()               # commit; applies the step only on a yes
+
+The wrapper registers every parameter and every optimizer state tensor as a
+region (zero-copy: the tensors' own storage), after materializing the
+optimizer's lazily created state so a replacement registers the same region
+table before its first quorum. Python-object state (RNG states, a scheduler,
+a sampler position) travels in a bounded ObjectState region.
+"""
+import torch
+
+from graft.errors import Error, GroupError, PeerError, UsageError
+from graft.state import ObjectState
+
+__all__ = ["Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
+
+
+def materialize_state(optim):
+    """Create the per-parameter state an optimizer would create lazily at its
+    first step, with the values it would start from, so the state exists (and
+    can be registered) before any step. Supports Adam, AdamW and SGD (with
+    momentum and no dampening); other optimizers must already have their
+    state, or an error says so."""
+    for group in optim.param_groups:
+        for p in group["params"]:
+            st = optim.state[p]
+            if st:
+                continue
+            if isinstance(optim, (torch.optim.Adam, torch.optim.AdamW)):
+                if group.get("capturable") or group.get("fused"):
+                    raise UsageError(-2, "graft: capturable/fused Adam is not supported")
+                st["step"] = torch.tensor(0.0)
+                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                if group.get("amsgrad"):
+                    st["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif isinstance(optim, torch.optim.SGD):
+                if group.get("momentum", 0) == 0:
+                    continue
+                if group.get("dampening", 0) != 0:
+                    raise UsageError(-2, "graft: SGD with dampening creates its momentum "
+                                     "buffer differently at the first step; not supported")
+                # With no dampening, momentum * 0 + grad equals the first
+                # step's clone of the gradient, bit for bit.
+                st["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            else:
+                raise UsageError(-2, "graft: %s creates its state lazily and graft cannot "
+                                 "materialize it; take one step before wrapping it"
+                                 % type(optim).__name__)
+
+
+def _state_tensors(optim):
+    """(name, tensor) of every state tensor, in a fixed order."""
+    index = {}
+    for gi, group in enumerate(optim.param_groups):
+        for pi, p in enumerate(group["params"]):
+            index[id(p)] = "%d.%d" % (gi, pi)
+    out = []
+    for group in optim.param_groups:
+        for p in group["params"]:
+            st = optim.state.get(p, {})
+            for key in sorted(st):
+                v = st[key]
+                if torch.is_tensor(v):
+                    out.append(("optim.%s.%s" % (index[id(p)], key), v))
+    return out
+
+
+class Optimizer:
+    """Wraps a torch optimizer so every step runs graft's step protocol.
+
+    runtime       a graft.Runtime with no quorum taken yet.
+    optim         the optimizer; its parameters must be contiguous CPU tensors.
+    objects       optional callable returning the Python-object state to keep
+                  identical across groups (RNG states, scheduler state_dict,
+                  sampler position); packed before every quorum.
+    load_objects  callable receiving those objects after this group's state
+                  was replaced by a heal or a restore.
+    object_bytes  the bound of the object region.
+    """
+
+    def __init__(self, runtime, optim, objects=None, load_objects=None, object_bytes=1 << 20):
+        if (objects is None) != (load_objects is None):
+            raise UsageError(-1, "graft: objects and load_objects go together")
+        self.runtime = runtime
+        self.optim = optim
+        self._objects = objects
+        self._load_objects = load_objects
+        self.info = None
+        self.heal_error = None
+        self.commit_error = None
+        self.applied = None
+        self._last_step = None
+        materialize_state(optim)
+        seen = set()
+        for gi, group in enumerate(optim.param_groups):
+            for pi, p in enumerate(group["params"]):
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                runtime.register("param.%d.%d" % (gi, pi), p.data, "param")
+        for name, t in _state_tensors(optim):
+            runtime.register(name, t, "optim")
+        # The param groups' hyperparameters (a scheduler's lr) are Python
+        # state too; they travel with the caller's objects.
+        self.object_state = ObjectState(runtime, "objects", object_bytes)
+
+    @property
+    def param_groups(self):
+        return self.optim.param_groups
+
+    def state_dict(self):
+        return self.optim.state_dict()
+
+    def zero_grad(self, set_to_none=False):
+        """Start of a step: the quorum, and the heal when this group is behind."""
+        self.object_state.pack(self._all_objects())
+        self.heal_error = None
+        self.info = self.runtime.quorum()
+        if self.info.healing:
+            try:
+                self.runtime.heal_wait()
+            except Error as e:
+                # The commit votes no and the group heals at the next quorum.
+                self.heal_error = e
+        replaced = self.info.healing or (
+            self._last_step is None and self.runtime.start_kind != "cold") or (
+            self._last_step is not None and self.info.step != self._last_step)
+        if replaced and self.heal_error is None:
+            objs = self.object_state.unpack()
+            if objs is not None:
+                self._load_all_objects(objs)
+        self.optim.zero_grad(set_to_none=set_to_none)
+        return self.info
+
+    def _all_objects(self):
+        hyper = [{k: v for k, v in g.items() if k != "params"}
+                 for g in self.optim.param_groups]
+        user = self._objects() if self._objects is not None else None
+        return {"param_groups": hyper, "user": user}
+
+    def _load_all_objects(self, objs):
+        for g, saved in zip(self.optim.param_groups, objs["param_groups"]):
+            g.update(saved)
+        if self._load_objects is not None and objs["user"] is not None:
+            self._load_objects(objs["user"])
+
+    def step(self, closure=None):
+        """End of a step: the commit; applies the optimizer step only on a
+        yes. Returns whether it applied."""
+        if self.info is None:
+            raise UsageError(-3, "graft: step() before zero_grad()")
+        self.commit_error = None
+        try:
+            self.applied = self.runtime.commit()
+        except (GroupError, PeerError) as e:
+            # A group- or peer-level failure (drift, a lost donor) is a no:
+            # this group stays at its step and heals at the next quorum.
+            self.commit_error = e
+            self.applied = False
+        if self.applied:
+            self.optim.step(closure)
+        else:
+            # The step is not taken: Python-object state (RNG states drawn
+            # from during the step) goes back to what it was at its start.
+            objs = self.object_state.unpack()
+            if objs is not None:
+                self._load_all_objects(objs)
+        self._last_step = self.runtime.step
+        self.info = None
+        return self.applied
+
+
+class DataPosition:
+    """A data-loader position kept in a region (kind data), so a healed or
+    restored group resumes where the others are, neither repeating nor
+    skipping samples. The position is (epoch, index of the next batch)."""
+
+    def __init__(self, runtime, name="data.position"):
+        import numpy as np
+
+        self.array = np.zeros(2, dtype=np.int64)
+        runtime.register(name, self.array, "data")
+
+    @property
+    def epoch(self):
+        return int(self.array[0])
+
+    @property
+    def index(self):
+        return int(self.array[1])
+
+    def advance(self, batches_per_epoch):
+        """Move past one batch (call after an applied step)."""
+        self.array[1] += 1
+        if self.array[1] >= batches_per_epoch:
+            self.array[0] += 1
+            self.array[1] = 0
+
+
+class GradientAverager:
+    """Averages gradients across the quorum's groups over a torch.distributed
+    gloo process group of its members (rank = replica rank).
+
+    The process group is rebuilt whenever the quorum id changes; its
+    rendezvous address travels in the runtime's quorum blob (replica rank 0
+    publishes a free port on ``host``). A collective that fails or times out
+    vetoes this rank's commit, so the group votes no instead of hanging, and
+    the next call rebuilds the group. It supports one rank per group
+    (ranks_per_group 1). Call it after backward() and before step().
+    """
+
+    def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0):
+        import datetime
+
+        self.runtime = runtime
+        self.host = host
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.timeout_ms = int(timeout_s * 1000)
+        self._qid = 0
+        self._store = None
+        self._attempt = {}
+        self.pg = None
+        self.rebuilds = 0
+        self.failures = 0
+        self.last_error = None
+
+    def _rebuild(self):
+        import socket
+
+        import torch.distributed as dist
+
+        self.pg = None
+        rt = self.runtime
+        qid, rank, world = rt.quorum_id, rt.replica_rank, rt.replica_world
+        if qid != self._qid:
+            # A new member set: a new store, its address in the quorum's blob.
+            self._store = None
+            if rank == 0:
+                with socket.socket() as s:
+                    s.bind((self.host, 0))
+                    port = s.getsockname()[1]
+                rt.blob_publish(("gloo %s:%d" % (self.host, port)).encode())
+            blob = rt.blob_get(qid, self.timeout_ms).decode()
+            if not blob.startswith("gloo "):
+                raise UsageError(-1, "graft: the quorum blob of quorum %d is not a gloo "
+                                 "rendezvous: %r" % (qid, blob[:40]))
+            host, port = blob[5:].rsplit(":", 1)
+            # Not waiting for the workers here: that wait holds the GIL, and
+            # the runtime's transfer thread may need it (a log or event
+            # callback) to serve a heal the other members are waiting for.
+            self._store = dist.TCPStore(host, int(port), world, rank == 0, self.timeout,
+                                        wait_for_workers=False)
+            self._qid = qid
+            self._attempt = {}
+        # Within one quorum the store stays; a group rebuilt after a failed
+        # collective gets a fresh key prefix. Every member failed the same
+        # collective (a timeout or a closed connection reaches all of them),
+        # so every member counts the same attempt at this step.
+        step = rt.step
+        n = self._attempt.get(step, 0)
+        self._attempt = {step: n + 1}
+        prefix = "q%ds%dr%d" % (qid, step, n)
+        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(prefix, self._store), rank, world,
+                                        self.timeout)
+        self.rebuilds += 1
+
+    def all_gather(self, tensor):
+        """Every member's copy of tensor (same shape on all), by replica rank:
+        an exact exchange, so a trainer can sum in a fixed order of its own
+        choosing. None (and the commit vetoed) when the collective failed."""
+        try:
+            if self.runtime.quorum_id != self._qid or self.pg is None:
+                self._rebuild()
+            world = self.runtime.replica_world
+            out = [torch.empty_like(tensor) for _ in range(world)]
+            self.pg.allgather([out], [tensor.contiguous()]).wait(self.timeout)
+            return out
+        except Exception as e:
+            self._failed(e)
+            return None
+
+    def _failed(self, e):
+        self.failures += 1
+        self.last_error = e
+        self.pg = None
+        self.runtime.veto()
+
+    def average(self, parameters):
+        """Average the gradients of parameters across the quorum in place.
+        Returns False (and vetoes the commit) when the collective failed."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        try:
+            if self.runtime.quorum_id != self._qid or self.pg is None:
+                self._rebuild()
+            world = self.runtime.replica_world
+            if world > 1 and grads:
+                # One flat buffer in a fixed order: the same reduction in
+                # every group, every step.
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                self.pg.allreduce([flat]).wait(self.timeout)
+                flat.div_(world)
+                off = 0
+                for g in grads:
+                    n = g.numel()
+                    g.copy_(flat[off:off + n].view_as(g))
+                    off += n
+            return True
+        except Exception as e:  # a failed or timed-out collective
+            self._failed(e)
+            return False

@@ -1,0 +1,135 @@
+"""Fixtures of the Python package's tests: a real etcd (Debian's etcd on a
+free loopback port, in a temporary data directory) and real worker
+processes, each one group of a job, talking UCX over loopback."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+os.environ.setdefault("GRAFT_LIBRARY", os.path.join(ROOT, "build", "lib", "libgraft.so"))
+WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory):
+    """The endpoint of a private etcd, stopped at the end of the session."""
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.fail("etcd not found: run scripts/deps.sh (etcd-server)")
+    data = tmp_path_factory.mktemp("etcd")
+    for _ in range(5):
+        client, peer = _free_port(), _free_port()
+        url = "http://127.0.0.1:%d" % client
+        purl = "http://127.0.0.1:%d" % peer
+        proc = subprocess.Popen(
+            [binary, "--name=default", "--data-dir", str(data / "d"),
+             "--listen-client-urls", url, "--advertise-client-urls", url,
+             "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+             "--initial-cluster", "default=" + purl, "--logger=zap", "--log-level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            proc.kill()
+            proc.wait()
+            shutil.rmtree(data / "d", ignore_errors=True)
+            continue  # a port was taken meanwhile: try others
+        yield url
+        proc.terminate()
+        proc.wait(timeout=10)
+        return
+    pytest.fail("etcd did not start")
+
+
+@pytest.fixture
+def job_env(etcd):
+    """Settings shared by every group of a fresh job (short timeouts)."""
+    return {
+        "GRAFT_JOB": "py-" + uuid.uuid4().hex[:10],
+        "GRAFT_ETCD_ENDPOINTS": etcd,
+        "GRAFT_LEASE_TTL_MS": "2000",
+        "GRAFT_JOIN_TIMEOUT_MS": "1000",
+        "GRAFT_FENCE_TIMEOUT_MS": "3000",
+        "GRAFT_STALL_TIMEOUT_MS": "1000",
+        "GRAFT_QUORUM_TIMEOUT_MS": "60000",
+        "GRAFT_LOG": "warn",
+    }
+
+
+class Worker:
+    """One group as a process running torch_worker.py."""
+
+    def __init__(self, env, group, groups, out, args):
+        e = dict(os.environ)
+        e.update(env)
+        e["GRAFT_GROUP"] = str(group)
+        e["GRAFT_GROUPS"] = str(groups)
+        e["PYTHONPATH"] = os.path.join(ROOT, "python")
+        self.out = out
+        self.proc = subprocess.Popen(
+            [sys.executable, WORKER, "--out", str(out)] + [str(a) for a in args],
+            env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+
+    def wait_step(self, step, timeout=120):
+        """Read progress lines until the worker reports step >= step."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if line.startswith("step ") and int(line.split()[1]) >= step:
+                return
+        raise AssertionError("worker never reached step %d:\n%s" % (step, "".join(self.lines)))
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def finish(self, timeout=180):
+        try:
+            rest, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rest, _ = self.proc.communicate()
+            raise AssertionError("worker hung:\n" + "".join(self.lines) + rest)
+        self.lines.append(rest)
+        assert self.proc.returncode == 0, "worker failed:\n" + "".join(self.lines)
+
+
+@pytest.fixture
+def spawn(job_env):
+    workers = []
+
+    def start(group, groups, out, *args, env=None):
+        e = dict(job_env)
+        e.update(env or {})
+        w = Worker(e, group, groups, out, list(args))
+        workers.append(w)
+        return w
+
+    yield start
+    for w in workers:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()

@@ -1,0 +1,109 @@
+"""One group of a job training a small PyTorch model through graft.torch.
+
+Prints "step N" after every step it took part in and writes, at the end,
+a pickle of its final parameters, optimizer state, RNG states, scheduler
+state, start kind and metrics to --out."""
+import argparse
+import os
+import pickle
+import random
+import sys
+
+import numpy as np
+import torch
+
+import graft
+import graft.torch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--corrupt-at", type=int, default=-1)
+    ap.add_argument("--checkpoint-at", type=int, default=-1)
+    ap.add_argument("--stall-average-at", type=int, default=-1,
+                    help="sleep 7 s before averaging at this step (past the collective's timeout)")
+    ap.add_argument("--average", action="store_true",
+                    help="each group trains on its own data; gradients are averaged over gloo")
+    a = ap.parse_args()
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    group = int(os.environ["GRAFT_GROUP"])
+    # Each group starts from different weights and RNG states: the cold
+    # start makes them identical, a heal keeps them so.
+    torch.manual_seed(a.seed + group)
+    np.random.seed(a.seed + group)
+    random.seed(a.seed + group)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(16, 1))
+    adam = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(adam, step_size=5, gamma=0.9)
+
+    rt = graft.Runtime()
+    opt = graft.torch.Optimizer(
+        rt, adam,
+        objects=lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()},
+        load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])))
+    avg = graft.torch.GradientAverager(rt, timeout_s=5) if a.average else None
+    skipped = 0
+    while rt.step < a.steps:
+        info = opt.zero_grad()
+        if info.step >= a.steps:
+            break
+        seed = 1000 + info.step
+        if avg is not None:
+            seed = seed * 16 + info.replica_rank  # this group's shard of the step's data
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(32, 8, generator=g) + torch.from_numpy(
+            np.random.randn(32, 8).astype(np.float32)) * 0.01
+        y = x.sum(dim=1, keepdim=True)
+        loss = torch.nn.functional.mse_loss(model(x), y) * (1.0 + 0.01 * random.random())
+        loss.backward()
+        if avg is not None:
+            if info.step == a.stall_average_at and info.replica_rank == 1:
+                import time
+
+                time.sleep(7)
+                a.stall_average_at = -1
+            avg.average(model.parameters())
+        if opt.step():
+            sched.step()
+            if rt.step == a.corrupt_at:
+                with torch.no_grad():
+                    next(model.parameters()).view(-1)[0] += 1.0
+            if rt.step == a.checkpoint_at:
+                rt.checkpoint_now()
+        else:
+            skipped += 1
+        print("step %d applied %d" % (rt.step, int(opt.applied)), flush=True)
+        if a.delay:
+            import time
+
+            time.sleep(a.delay)
+    rt.checkpoint_wait()
+    out = {
+        "step": rt.step,
+        "start": rt.start_kind,
+        "skipped": skipped,
+        "metrics": rt.metrics(),
+        "params": [p.detach().numpy().copy() for p in model.parameters()],
+        "optim": [(n, t.numpy().copy()) for n, t in graft.torch._state_tensors(adam)],
+        "torch_rng": torch.get_rng_state().numpy().copy(),
+        "numpy_rng": np.random.get_state()[1].copy(),
+        "random_rng": random.getstate(),
+        "sched": sched.state_dict(),
+        "lr": [gr["lr"] for gr in adam.param_groups],
+        "avg": (avg.rebuilds, avg.failures) if avg is not None else None,
+    }
+    rt.close()
+    with open(a.out, "wb") as f:
+        pickle.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
