@@ -61,6 +61,12 @@ typedef struct donor_opts {
     bool host_mem; /* regions inside one graft_transfer_host_alloc() block */
     const char *listen;    /* listen_address; NULL = the default */
     const char *advertise; /* advertise_address */
+    uint32_t max_recipients; /* 0: the default */
+    /* Announce the step (graft_transfer_serve_expect) instead of serving
+     * it; begin serving, or withdraw, this much later (0: never). */
+    bool expect;
+    uint32_t begin_after_ms;
+    uint32_t withdraw_after_ms;
 } donor_opts_t;
 
 typedef struct donor_proc {
@@ -162,7 +168,8 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
 {
     graft_transfer_config_t cfg = {.job_token = o->token, .chunk_bytes = o->chunk, .group = 1,
                                    .listen_address = o->listen,
-                                   .advertise_address = o->advertise};
+                                   .advertise_address = o->advertise,
+                                   .max_recipients = o->max_recipients};
     graft_transfer_endpoint_t *ep = NULL;
     uint8_t **mem = calloc(o->n_regions + 1, sizeof(*mem));
     char addr[64] = {0};
@@ -188,7 +195,9 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
         if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
             goto out;
     }
-    if (o->serve_delay_ms == 0 && graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
+    if (o->expect && graft_transfer_serve_expect(ep, o->step) != GRAFT_OK)
+        goto out;
+    if (!o->expect && o->serve_delay_ms == 0 && graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
         goto out;
     snprintf(addr, sizeof(addr), "%s", graft_transfer_endpoint_address(ep));
     if (!write_full(resp_fd, addr, sizeof(addr)))
@@ -196,6 +205,16 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
     if (o->serve_delay_ms > 0) {
         usleep(o->serve_delay_ms * 1000u);
         if (graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
+            goto out;
+    }
+    if (o->begin_after_ms > 0) {
+        usleep(o->begin_after_ms * 1000u);
+        if (graft_transfer_serve_begin(ep, o->step) != GRAFT_OK)
+            goto out;
+    }
+    if (o->withdraw_after_ms > 0) {
+        usleep(o->withdraw_after_ms * 1000u);
+        if (graft_transfer_serve_end(ep) != GRAFT_OK)
             goto out;
     }
     for (;;) {
@@ -217,6 +236,11 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
             if (!write_full(resp_fd, out, sizeof(out)))
                 break;
         }
+        if (cmd[0] == 'P') {
+            int32_t out[2] = {(int32_t)graft_transfer_serve_peak(ep), 0};
+            if (!write_full(resp_fd, out, sizeof(out)))
+                break;
+        }
         if (cmd[0] == 'F') {
             int32_t st = graft_transfer_fence_wait(ep, o->step, cmd[1], cmd[2]);
             uint32_t count = graft_transfer_fence_count(ep, o->step);
@@ -225,7 +249,8 @@ static int donor_main(const donor_opts_t *o, int cmd_fd, int resp_fd)
                 break;
         }
     }
-    rc = graft_transfer_serve_end(ep) == GRAFT_OK ? 0 : 1;
+    /* A withdrawn announcement leaves nothing to end. */
+    rc = graft_transfer_serve_end(ep) == GRAFT_OK || o->withdraw_after_ms > 0 ? 0 : 1;
 out:
     /* The endpoint frees the block (its regions keep it until then). */
     graft_transfer_endpoint_destroy(ep);
@@ -1163,6 +1188,150 @@ static void test_fence(void **state)
     pull_small(d.addr);
     fence_is(&d, 1, 5000, GRAFT_OK, 1);
     assert_int_equal(donor_stop(&d), 0);
+}
+
+/* ---- admission: a donor serves max_recipients at once, queues the rest -- */
+
+static int32_t donor_peak(donor_proc_t *d)
+{
+    uint32_t cmd[3] = {'P', 0, 0};
+    int32_t out[2];
+    assert_true(write_full(d->cmd_fd, cmd, sizeof(cmd)));
+    assert_true(read_full(d->resp_fd, out, sizeof(out), 10000));
+    return out[0];
+}
+
+/* Three recipients at once, a donor that serves one at a time: each is
+ * queued, then admitted in turn, and none times out (the connect timeout
+ * restarts with each queue answer, the stall timeout counts from
+ * admission); the donor never had two at once, and its fence counts all. */
+static void test_queue_admits_in_turn(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    donor_proc_t d;
+    donor_opts_t o = opts_for(big_layout, ARRAY_SIZE(big_layout), 64u << 10);
+    o.max_recipients = 1;
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+    int pfd[2];
+    pid_t kids[N - 1];
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
+                                        .connect_timeout_ms = 300, .stall_timeout_ms = 2000};
+    assert_int_equal(pipe(pfd), 0);
+    for (int k = 0; k < N - 1; k++) {
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] == 0) {
+            recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+            graft_status_t pst = do_pull(r.ep, &po, &rep);
+            uint64_t out[2] = {pst == GRAFT_OK && recipient_matches(&r), rep.donors[0].queued_ns};
+            _exit(write_full(pfd[1], out, sizeof(out)) ? 0 : 5);
+        }
+    }
+    recipient_create(&r, big_layout, ARRAY_SIZE(big_layout), 64u << 10, TOKEN);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    uint64_t queued_ns = rep.donors[0].queued_ns, most_queued = queued_ns;
+    recipient_destroy(&r);
+    for (int k = 0; k < N - 1; k++) {
+        uint64_t out[2];
+        int ws = 0;
+        assert_true(read_full(pfd[0], out, sizeof(out), 60000));
+        assert_int_equal(out[0], 1);
+        most_queued = out[1] > most_queued ? out[1] : most_queued;
+        assert_int_equal(waitpid(kids[k], &ws, 0), kids[k]);
+        assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    }
+    close(pfd[0]);
+    close(pfd[1]);
+    /* Someone waited in the queue (here about 400 ms, longer than the
+     * connect timeout; test_expected_serve asserts that case). */
+    print_message("# longest queue wait %.0f ms\n", most_queued / 1e6);
+    assert_true(most_queued > 0);
+    assert_int_equal(donor_peak(&d), 1);
+    fence_is(&d, N, 10000, GRAFT_OK, N);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+/* A donor that announced the step but serves it only later (a relay still
+ * healing) keeps its recipients queued past their connect timeout; they
+ * are then served. */
+static void test_expected_serve(void **state)
+{
+    (void)state;
+    donor_proc_t d;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    o.expect = true;
+    o.begin_after_ms = 1500;
+    const char *addrs[1];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    donor_spawn(&o, &d);
+    addrs[0] = d.addr;
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
+                                        .connect_timeout_ms = 500};
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    assert_true(rep.donors[0].queued_ns > 500ull * 1000000ull);
+    recipient_destroy(&r);
+    fence_is(&d, 1, 5000, GRAFT_OK, 1);
+    assert_int_equal(donor_stop(&d), 0);
+}
+
+/* The announcement withdrawn (the relay's own heal failed): the queued
+ * recipient is refused and gives up within its connect timeout; a second
+ * donor that serves gives it everything, without waiting for the queue. */
+static void test_expected_serve_withdrawn(void **state)
+{
+    (void)state;
+    donor_proc_t relay, src;
+    donor_opts_t o = opts_for(small_layout, ARRAY_SIZE(small_layout), 256u << 10);
+    donor_opts_t ro = o;
+    ro.expect = true;
+    ro.withdraw_after_ms = 700;
+    const char *addrs[2];
+    recipient_t r;
+    graft_transfer_report_t rep;
+
+    donor_spawn(&ro, &relay);
+    addrs[0] = relay.addr;
+    graft_transfer_pull_options_t po = {.donors = addrs, .n_donors = 1, .step = STEP,
+                                        .connect_timeout_ms = 500};
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    double t0 = graft_test_now_s();
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_ENODONOR);
+    assert_int_equal(rep.donors[0].status, GRAFT_ESTEP);
+    assert_true(graft_test_now_s() - t0 < 10.0);
+    recipient_destroy(&r);
+    assert_int_equal(donor_stop(&relay), 0);
+
+    /* Queued at one donor, served by the other: the pull ends when every
+     * chunk is in, and the queued donor's fence counts it. */
+    ro.withdraw_after_ms = 0;
+    donor_spawn(&ro, &relay);
+    donor_spawn(&o, &src);
+    addrs[0] = relay.addr;
+    addrs[1] = src.addr;
+    po.n_donors = 2;
+    po.connect_timeout_ms = 5000;
+    recipient_create(&r, small_layout, ARRAY_SIZE(small_layout), 256u << 10, TOKEN);
+    t0 = graft_test_now_s();
+    assert_int_equal(do_pull(r.ep, &po, &rep), GRAFT_OK);
+    assert_true(recipient_matches(&r));
+    assert_true(graft_test_now_s() - t0 < 4.0);
+    assert_int_equal(rep.donors[0].chunks, 0);
+    recipient_destroy(&r);
+    fence_is(&relay, 1, 5000, GRAFT_OK, 1);
+    fence_is(&src, 1, 5000, GRAFT_OK, 1);
+    assert_int_equal(donor_stop(&relay), 0);
+    assert_int_equal(donor_stop(&src), 0);
 }
 
 /* ---- bad input on the wire ---------------------------------------------- */
@@ -2419,6 +2588,8 @@ int main(void)
         WIRE(test_garbage_clients), WIRE(test_hostile_donor),
         WIRE(test_pull_host_mem),   WIRE(test_donor_killed_host_mem),
         WIRE(test_donor_stopped_host_mem),
+        WIRE(test_queue_admits_in_turn), WIRE(test_expected_serve),
+        WIRE(test_expected_serve_withdrawn),
     };
     int failed = 0;
     signal(SIGPIPE, SIG_IGN);

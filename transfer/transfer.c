@@ -86,6 +86,8 @@ graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *con
     ep->chunk_bytes =
         config->chunk_bytes != 0 ? config->chunk_bytes : GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES;
     ep->hash_threads = config->hash_threads != 0 ? config->hash_threads : 2;
+    ep->max_recipients = config->max_recipients != 0 ? config->max_recipients
+                                                      : GRAFT_TRANSFER_DEFAULT_MAX_RECIPIENTS;
     if (ep->hash_threads > 64) {
         GRAFT_ERROR(GRAFT__XFER_MOD, "hash_threads %u is more than 64", ep->hash_threads);
         status = GRAFT_EINVAL;
@@ -391,6 +393,36 @@ static void *hash_thread(void *arg)
 
 static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t step, bool create);
 
+/* A new serve of @p step (under ep->lock): a new generation, and a new
+ * count, since the step may have been served before (a rollback). */
+static void fence_restart(graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    ep->serve_gen++;
+    graft__fence_slot_t *fs = fence_slot(ep, step, true);
+    fs->done = 0;
+    fs->gen = ep->serve_gen;
+}
+
+graft_status_t graft_transfer_serve_expect(graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&ep->lock);
+    if (ep->serving) {
+        pthread_mutex_unlock(&ep->lock);
+        return GRAFT_ESTATE;
+    }
+    if (!ep->expecting || ep->expect_step != step) {
+        ep->expecting = true;
+        ep->expect_step = step;
+        fence_restart(ep, step);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "will serve step %llu: its requests queue until then",
+                (unsigned long long)step);
+    return GRAFT_OK;
+}
+
 graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_t step)
 {
     uint64_t *hashes = NULL;
@@ -438,11 +470,14 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
     atomic_store(&ep->hash_stop, false);
     ep->serve_step = step;
     ep->serving = true;
-    ep->serve_gen++;
-    /* A new count: the step may have been served before (a rollback). */
-    graft__fence_slot_t *fs = fence_slot(ep, step, true);
-    fs->done = 0;
-    fs->gen = ep->serve_gen;
+    if (ep->expecting && ep->expect_step == step) {
+        /* Announced: the fence has counted since then, and the queued
+         * recipients keep their places. */
+        ep->expecting = false;
+    } else {
+        ep->expecting = false;
+        fence_restart(ep, step);
+    }
     pthread_mutex_unlock(&ep->lock);
 
     for (n = 0; n < ep->hash_threads; n++) {
@@ -481,8 +516,15 @@ graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep)
         return GRAFT_EINVAL;
     pthread_mutex_lock(&ep->lock);
     if (!ep->serving) {
+        bool expecting = ep->expecting;
+        if (expecting) {
+            /* The announced serve will not come: queued recipients are
+             * refused from now on. */
+            ep->expecting = false;
+            ep->serve_gen++;
+        }
         pthread_mutex_unlock(&ep->lock);
-        return GRAFT_ESTATE;
+        return expecting ? GRAFT_OK : GRAFT_ESTATE;
     }
     ep->serving = false;
     ep->serve_gen++;
@@ -552,6 +594,17 @@ uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step
     graft__fence_slot_t *s = fence_slot(ep, step, false);
     if (s != NULL)
         n = s->done;
+    pthread_mutex_unlock(&ep->lock);
+    return n;
+}
+
+uint32_t graft_transfer_serve_peak(graft_transfer_endpoint_t *ep)
+{
+    uint32_t n;
+    if (ep == NULL)
+        return 0;
+    pthread_mutex_lock(&ep->lock);
+    n = ep->serve_peak;
     pthread_mutex_unlock(&ep->lock);
     return n;
 }

@@ -123,6 +123,7 @@ struct graft_transfer_endpoint {
     uint32_t rank;
     uint64_t chunk_bytes;
     uint32_t hash_threads;
+    uint32_t max_recipients; /* served at once; the rest queue */
 
     const struct graft_transport_ops *ops;
     graft__transport_state_t *transport;
@@ -145,6 +146,11 @@ struct graft_transfer_endpoint {
     /* serving (donor) */
     bool serving;
     uint64_t serve_step;
+    /* graft_transfer_serve_expect(): expect_step will be served; until
+     * then its requests queue. */
+    bool expecting;
+    uint64_t expect_step;
+    uint32_t serve_peak; /* most recipients admitted at once */
     uint64_t serve_gen; /* bumped by every begin/end: stale connections stop */
     uint64_t *hashes;   /* one per chunk, valid where hash_done is set */
     atomic_uchar *hash_done;

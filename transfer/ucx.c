@@ -39,6 +39,10 @@
 #define HASHES_PER_PART 16384u
 /* How long teardown waits for UCX to finish closing. */
 #define TEARDOWN_NS (3000ull * 1000000ull)
+/* A queued recipient asks again this often; a donor forgets one that has
+ * not asked for QUEUE_STALE_NS (it gave up, or its process died). */
+#define QUEUE_ASK_NS (100ull * 1000000ull)
+#define QUEUE_STALE_NS (2000ull * 1000000ull)
 
 /* ------------------------------------------------------------------------ */
 /* Shared pieces                                                            */
@@ -340,6 +344,12 @@ typedef struct ucx_conn {
      * if the connection is lost first, the loss counts for the fence. */
     bool fence_owed;
     uint64_t fence_step;
+    /* Answered GRAFT_EBUSY: waiting for admission, in queue_seq order. A
+     * queued recipient asks again every QUEUE_ASK_NS; one that stopped
+     * asking for QUEUE_STALE_NS holds no place. */
+    bool queued;
+    uint64_t queue_seq;
+    uint64_t asked_ns;
 } ucx_conn_t;
 
 struct graft__transport_state {
@@ -359,6 +369,7 @@ struct graft__transport_state {
     bool thread_started;
     atomic_bool stop;
     ucx_conn_t *conns;
+    uint64_t queue_seq; /* the last place given */
     msg_queue_t msgs;
     bool rkey_layout_unknown; /* our own keys do not have the layout checked */
 };
@@ -572,6 +583,62 @@ static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, cons
     reply_refusal(uep, header, code, why, false, 0);
 }
 
+/* Recipients of the current serve being served now: a manifest went out
+ * and no TransferDone came back. Caller holds ep->lock. */
+static uint32_t conns_admitted(graft__transport_state_t *t)
+{
+    uint32_t n = 0;
+    for (ucx_conn_t *o = t->conns; o != NULL; o = o->next)
+        n += o->active && o->fence_owed && !o->failed && o->gen == t->ep->serve_gen;
+    return n;
+}
+
+/* Place of @p c among the live queued recipients of @p step (their number
+ * when @p c is not queued yet). */
+static uint32_t queue_place(graft__transport_state_t *t, const ucx_conn_t *c, uint64_t step,
+                            uint64_t now)
+{
+    uint32_t n = 0;
+    for (ucx_conn_t *o = t->conns; o != NULL; o = o->next)
+        n += o != c && o->queued && !o->failed && o->fence_step == step &&
+             now - o->asked_ns < QUEUE_STALE_NS && (!c->queued || o->queue_seq < c->queue_seq);
+    return n;
+}
+
+/* Queue @p c for @p step and tell it its place. A queued recipient owes
+ * the fence like an admitted one: if it gives up (it finished from other
+ * donors), its closed connection counts. Caller holds ep->lock. */
+static void queue_reply(graft__transport_state_t *t, ucx_conn_t *c, uint64_t step,
+                        uint32_t place, uint32_t admitted, uint64_t now)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    char why[128];
+    if (!c->queued) {
+        c->queued = true;
+        c->queue_seq = ++t->queue_seq;
+    }
+    c->asked_ns = now;
+    c->fence_owed = true;
+    c->fence_step = step;
+    c->gen = ep->serve_gen;
+    if (ep->serving)
+        snprintf(why, sizeof(why), "queued at place %u; serving %u recipients at once", place,
+                 admitted);
+    else
+        snprintf(why, sizeof(why), "queued at place %u; serving step %llu once this donor "
+                 "holds it", place, (unsigned long long)step);
+    Graft__TransferManifest m;
+    graft__transfer_manifest__init(&m);
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.status = GRAFT_EBUSY;
+    m.error = why;
+    m.step = step;
+    m.donor_serving = ep->serving;
+    m.queue_position = place;
+    if (am_send_msg(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) != GRAFT_OK)
+        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a queue place");
+}
+
 /* Build and send the first manifest of a connection: regions, keys and
  * whatever hashes are ready. Caller holds ep->lock. */
 static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c)
@@ -683,7 +750,8 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         goto out;
     }
     pthread_mutex_lock(&ep->lock);
-    if (!ep->serving || ep->serve_step != req->step) {
+    bool expected = !ep->serving && ep->expecting && ep->expect_step == req->step;
+    if (!expected && (!ep->serving || ep->serve_step != req->step)) {
         bool serving = ep->serving;
         uint64_t serve_step = ep->serve_step;
         if (serving)
@@ -703,11 +771,24 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         reply_error(c->ep, c->echo, GRAFT_ELAYOUT, why);
         goto out;
     }
+    /* First come, first served: at most max_recipients at once. */
+    uint64_t now = graft__now_ns();
+    uint32_t admitted = conns_admitted(t);
+    uint32_t place = queue_place(t, c, req->step, now);
+    if (expected || admitted >= ep->max_recipients || place >= ep->max_recipients - admitted) {
+        queue_reply(t, c, req->step, place, admitted, now);
+        pthread_mutex_unlock(&ep->lock);
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u queued at place %u for step %llu",
+                    req->recipient_group, req->rank, place, (unsigned long long)req->step);
+        goto out;
+    }
+    c->queued = false;
     if (send_manifest(ep, c) != GRAFT_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "could not send a manifest");
     } else {
         c->fence_owed = true;
         c->fence_step = req->step;
+        ep->serve_peak = GRAFT_MAX(ep->serve_peak, admitted + 1);
     }
     pthread_mutex_unlock(&ep->lock);
     GRAFT_DEBUG(GRAFT__XFER_MOD, "serving group %u rank %u at step %llu", req->recipient_group,
@@ -886,10 +967,16 @@ static void reap_conns(graft__transport_state_t *t)
             *pp = c->next;
             if (c->fence_owed) {
                 /* The recipient died or dropped this donor before it said
-                 * it was done: it will not read any more, so the fence need
+                 * it was done, or left the queue (it finished from other
+                 * donors): it will not read any more, so the fence need
                  * not wait for it (fence_timeout_ms used to). */
-                GRAFT_WARN(GRAFT__XFER_MOD, "a recipient of step %llu was lost before it was "
-                           "done; the fence counts it", (unsigned long long)c->fence_step);
+                if (c->queued)
+                    GRAFT_DEBUG(GRAFT__XFER_MOD, "a queued recipient of step %llu left",
+                                (unsigned long long)c->fence_step);
+                else
+                    GRAFT_WARN(GRAFT__XFER_MOD, "a recipient of step %llu was lost before it "
+                               "was done; the fence counts it",
+                               (unsigned long long)c->fence_step);
                 graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
             }
             conn_close(c);
@@ -1344,6 +1431,8 @@ typedef struct pdonor {
     uint64_t retry_ns;    /* the current back-off */
     graft_status_t refused; /* its last refusal, reported if it never serves */
     bool answered;          /* a message came back: the connection is wired up */
+    bool queued;            /* answered GRAFT_EBUSY: waiting for admission */
+    uint64_t queued_since_ns;
     void *close_req;
     bool close_when_drained;
 } pdonor_t;
@@ -1754,6 +1843,34 @@ static graft_status_t hash_parts_apply(pull_t *p, pdonor_t *d, const Graft__Tran
 
 static graft_status_t donor_send_request(pull_t *p, pdonor_t *d);
 
+/* Stop the clock of a donor's queue. */
+static void queue_leave(pull_t *p, pdonor_t *d)
+{
+    if (!d->queued)
+        return;
+    d->queued = false;
+    p->rep->donors[d->index].queued_ns += graft__now_ns() - d->queued_since_ns;
+}
+
+/* A donor that queued us (it serves others first, or serves the step once
+ * its own pull ends): ask again every QUEUE_ASK_NS. Each answer shows it
+ * is alive, so the connect deadline starts over; the stall timeout counts
+ * from admission (the first manifest). */
+static bool queued_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    uint64_t now = graft__now_ns();
+    if (m->status != GRAFT_EBUSY || m->step != p->o->step)
+        return false;
+    if (!d->queued) {
+        d->queued = true;
+        d->queued_since_ns = now;
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u: %s", d->index, m->error != NULL ? m->error : "");
+    }
+    d->connect_deadline = now + (uint64_t)p->connect_ms * 1000000ull;
+    d->retry_at_ns = now + QUEUE_ASK_NS;
+    return true;
+}
+
 /* A donor that refused our step because it does not serve it yet (not
  * serving, or an older step) is likely about to begin: the quorum has
  * reached it a moment later than us. Ask again, backing off from 10 ms to
@@ -1817,9 +1934,10 @@ static void handle_manifest(pull_t *p, ucx_msg_t *msg)
         goto out;
     }
     d->last_ns = graft__now_ns();
-    if (d->state == D_CONNECTING && step_refusal_retry(p, d, m))
+    if (d->state == D_CONNECTING && (queued_retry(p, d, m) || step_refusal_retry(p, d, m)))
         goto out;
     if (d->state == D_CONNECTING) {
+        queue_leave(p, d);
         st = manifest_accept(p, d, m);
         if (st == GRAFT_ENOMEM) {
             GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory accepting a manifest");
@@ -2201,7 +2319,9 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
             live = true;
         if (d->state == D_READY && !d->final && !p->o->skip_verify)
             waiting_hashes = true;
-        if (d->state == D_CONNECTING)
+        /* A queued donor is not waited for once the others gave every
+         * chunk: it is there for when they fail. */
+        if (d->state == D_CONNECTING && !d->queued)
             waiting_hashes = true;
     }
     if (p->done_chunks == p->n_chunks && !waiting_hashes)
@@ -2220,10 +2340,12 @@ static void pull_teardown(pull_t *p)
 {
     uint64_t deadline;
 
-    /* Tell every donor that served us, so its fence can release. */
+    /* Tell every donor that served or queued us, so its fence can release. */
     for (size_t i = 0; i < p->n_donors; i++) {
         pdonor_t *d = &p->donors[i];
-        if (d->state != D_READY || d->uep == NULL)
+        bool queued = d->state == D_CONNECTING && d->queued;
+        queue_leave(p, d);
+        if ((d->state != D_READY && !queued) || d->uep == NULL)
             continue;
         Graft__TransferDone done;
         graft__transfer_done__init(&done);

@@ -82,6 +82,7 @@ typedef enum graft_status_class {
     X(ESTEP, -305, PEER, "step mismatch")                                                \
     X(ELAYOUT, -306, PEER, "layout hash mismatch")                                       \
     X(ETRANSPORT, -307, PEER, "transport error")                                         \
+    X(EBUSY, -308, PEER, "donor busy: recipient queued")                                 \
     X(EDRIFT, -400, GROUP, "replica drift: donors disagree")                             \
     X(ENODONOR, -401, GROUP, "no usable donor")                                          \
     X(EVOTE, -402, GROUP, "commit vote failed")                                          \

@@ -31,6 +31,7 @@
  *  | donor refuses (token/step/layout)             | donor dropped; its status |
  *  | donor fails (transport error callback)        | its chunks go to others   |
  *  | donor makes no progress for stall_timeout_ms  | its chunks go to others   |
+ *  | donor busy: queued (GRAFT_EBUSY)              | ask again every 100 ms    |
  *  | bytes do not match the donor's own hash       | donor dropped (EHASH)     |
  *  | two donors publish different hashes for chunk | ::GRAFT_EDRIFT, stop      |
  *  | no donor left with chunks still missing       | ::GRAFT_ENODONOR          |
@@ -99,7 +100,14 @@ typedef struct graft_transfer_config {
      *  address or an interface name, no port (the listener's is used).
      *  Required when listening on 0.0.0.0; NULL = the listening address. */
     const char *advertise_address;
+    /** Recipients served at once; more are queued (answered GRAFT_EBUSY
+     *  with their place, admitted first come first served as others end),
+     *  not left to time out. Default GRAFT_TRANSFER_DEFAULT_MAX_RECIPIENTS. */
+    uint32_t max_recipients;
 } graft_transfer_config_t;
+
+/** Default graft_transfer_config_t::max_recipients. */
+#define GRAFT_TRANSFER_DEFAULT_MAX_RECIPIENTS 4
 
 /**
  * @brief Create an endpoint: UCX context, worker, progress thread, listener.
@@ -248,13 +256,27 @@ GRAFT_WUR graft_status_t graft_transfer_layout_hash(const graft_transfer_endpoin
 GRAFT_WUR graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_t step);
 
 /**
+ * @brief Announce that this endpoint will serve @p step once it holds it: a
+ *        relay of a broadcast tree, still pulling the step itself. Until
+ *        graft_transfer_serve_begin() of that step, requests for it are
+ *        queued (answered GRAFT_EBUSY) instead of refused, and the fence
+ *        counts from here: recipients that give up while queued count as
+ *        done. graft_transfer_serve_end() withdraws the announcement (the
+ *        relay's own pull failed); queued recipients are then refused.
+ * @param [in] ep    the endpoint.
+ * @param [in] step  the step to be served.
+ * @return GRAFT_OK, GRAFT_EINVAL or GRAFT_ESTATE (serving already).
+ */
+GRAFT_WUR graft_status_t graft_transfer_serve_expect(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/**
  * @brief Stop exposing the regions: new requests are refused with
  *        GRAFT_ESTEP; reads already granted may still land until the
  *        recipients are done (use graft_transfer_fence_wait() first). Waits
  *        for the hashing threads. Forgets the cached hashes (the regions may
- *        change afterwards).
+ *        change afterwards). Also withdraws a graft_transfer_serve_expect().
  * @param [in] ep  the endpoint.
- * @return GRAFT_OK or GRAFT_ESTATE (not serving).
+ * @return GRAFT_OK or GRAFT_ESTATE (neither serving nor expecting to).
  */
 GRAFT_WUR graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep);
 
@@ -278,6 +300,14 @@ GRAFT_WUR graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep
  * @return the count (0 for an unknown step).
  */
 uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/**
+ * @brief The most recipients this endpoint has served at once (admitted
+ *        and not yet done), over its whole life.
+ * @param [in] ep  the endpoint.
+ * @return the count (0 for NULL).
+ */
+uint32_t graft_transfer_serve_peak(graft_transfer_endpoint_t *ep);
 
 /* ------------------------------------------------------------------------ */
 /* Pulling (recipient)                                                      */
@@ -326,7 +356,9 @@ typedef struct graft_transfer_pull_options {
     uint64_t step;               /**< the step to pull */
     uint32_t window;             /**< gets in flight per donor; default 4 */
     uint32_t stall_timeout_ms;   /**< no progress from a donor this long = failed; default 5000 */
-    uint32_t connect_timeout_ms; /**< until a donor's manifest arrives; default 5000 */
+    /** until a donor's manifest arrives; a donor that queued this
+     *  recipient restarts it with each answer; default 5000 */
+    uint32_t connect_timeout_ms;
     uint32_t timeout_ms;         /**< whole pull; 0 = no limit */
     graft_transfer_progress_fn progress; /**< optional */
     void *progress_arg;
@@ -349,6 +381,9 @@ typedef struct graft_transfer_donor_report {
     uint64_t bytes;          /**< verified bytes read from it */
     uint64_t chunks;         /**< verified chunks read from it */
     uint64_t reassigned;     /**< chunks taken from it after it failed */
+    /** Time spent queued at it (answered GRAFT_EBUSY) before it admitted
+     *  this recipient, or until the pull ended without it. */
+    uint64_t queued_ns;
     /** The transports UCX chose for the connection to it, one
      *  "transport/device[:use,...]" per lane in UCX's lane order, separated
      *  by spaces, as ucp_ep_print_info() names them when the connection is
