@@ -64,6 +64,7 @@ static const field_t fields[] = {
     STRD(transfer_address, "127.0.0.1:0"),
     STR(transfer_advertise),
     UINT(transfer_chunk_bytes, 4096, 1u << 30, "4194304"),
+    UINT(transfer_max_recipients, 1, 1024, "4"),
     CHOICE(transfer_backend, backend_names),
     UINT(cuda_device, 0, 1023, "0"),
     STR(job_token),

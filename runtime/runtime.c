@@ -103,6 +103,7 @@ static graft_status_t endpoint_open(graft_runtime_t *rt)
         .group = rt->group,
         .rank = rt->rank,
         .chunk_bytes = rt->cfg->transfer_chunk_bytes,
+        .max_recipients = (uint32_t)rt->cfg->transfer_max_recipients,
     };
     graft_status_t st = graft_transfer_endpoint_create(&tc, &rt->ep);
     if (st == GRAFT_EINVAL)
@@ -327,6 +328,7 @@ void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
     pthread_mutex_lock(&rt->mu);
     *metrics_p = rt->metrics;
     pthread_mutex_unlock(&rt->mu);
+    metrics_p->serve_peak_recipients = graft_transfer_serve_peak(rt->ep);
 }
 
 void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, void *arg)

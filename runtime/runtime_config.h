@@ -30,6 +30,7 @@ struct graft_config {
     char *transfer_address;
     char *transfer_advertise;
     uint64_t transfer_chunk_bytes;
+    uint64_t transfer_max_recipients;
     graft_transfer_backend_t transfer_backend;
     uint64_t cuda_device;
     char *job_token;

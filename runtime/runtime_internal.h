@@ -45,6 +45,29 @@ typedef struct graft__rt_peer {
     bool finished; /* voted in the round or later, or left: reads no more */
 } graft__rt_peer_t;
 
+/* Fan-out of a quorum round (runtime_fanout.c): whom this group pulls
+ * from, and whom it serves. */
+#define GRAFT__FANOUT_DONORS 4 /* donors of a first-level recipient */
+
+typedef struct graft__fanout_peer {
+    uint32_t group;
+    bool primary; /* this group is the recipient's first donor (its NCCL pair) */
+} graft__fanout_peer_t;
+
+typedef struct graft__fanout {
+    uint32_t donors[GRAFT__FANOUT_DONORS]; /* none: this group is not a recipient */
+    size_t n_donors;
+    graft__fanout_peer_t *serves;          /* the recipients this group serves */
+    size_t n_serves;
+    bool relay; /* a recipient that serves its own recipients once healed */
+} graft__fanout_t;
+
+/* The plan of quorum q for group: k recipients at once per donor, relays
+ * only when allowed (not with NCCL pairs). Free with graft__fanout_free(). */
+graft_status_t graft__fanout_plan(const graft_quorum_t *q, uint32_t group, uint32_t k,
+                                  bool relays, graft__fanout_t *plan);
+void graft__fanout_free(graft__fanout_t *plan);
+
 struct graft_runtime {
     graft_config_t *cfg;   /* own copy */
     uint32_t group, rank, ranks, groups, min_groups;
@@ -87,6 +110,11 @@ struct graft_runtime {
     graft__rt_peer_t *peers; /* the recipients this rank serves */
     size_t n_peers;
     bool cold_sync;        /* step-0 initial sync in this quorum */
+    /* A relay (runtime_fanout.c): serves rt->peers once its heal ends;
+     * the heal thread begins the serve, or withdraws it if the heal failed
+     * (relay_served says which). */
+    bool relay;
+    bool relay_served;
     uint64_t quorum_call_ns;
 
     /* Background heal. */

@@ -245,6 +245,22 @@ static void *heal_main(void *arg)
                 rep->drift = nrep.drift;
         }
     }
+    if (rt->relay) {
+        /* A relay serves its recipients as soon as its own state is in
+         * (they wait queued); a failed heal withdraws the serve, so they
+         * are refused instead of waiting. */
+        graft_status_t st = rt->heal_status == GRAFT_OK
+                                 ? graft_transfer_serve_begin(rt->ep, rt->q->step)
+                                 : GRAFT_ECANCELED;
+        rt->relay_served = st == GRAFT_OK;
+        if (!rt->relay_served) {
+            if (rt->heal_status == GRAFT_OK)
+                GRAFT_ERROR(GRAFT_RT_MOD, "relay: cannot serve step %" PRIu64 ": %s",
+                            rt->q->step, graft_status_string(st));
+            if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+                GRAFT_DEBUG(GRAFT_RT_MOD, "relay: no serve to withdraw");
+        }
+    }
     return NULL;
 }
 
@@ -355,6 +371,8 @@ static void lost_donors(const graft_runtime_t *rt, char *buf, size_t len)
     }
 }
 
+static void relay_abandon(graft_runtime_t *rt);
+
 graft_status_t graft_heal_wait(graft_runtime_t *rt)
 {
     if (rt == NULL)
@@ -375,6 +393,7 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
                  rt->nccl_donor, graft_status_string(rt->nccl_status));
     }
     free_donors(rt);
+    relay_abandon(rt); /* a no-op unless this relay's serve did not begin */
     if (st == GRAFT_OK)
         graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
     if (st == GRAFT_OK && rt->fp_fn != NULL) {
@@ -505,38 +524,37 @@ static void peers_free(graft_runtime_t *rt)
     rt->n_peers = 0;
 }
 
-/* The recipients this rank serves in q: in the step-0 sync every other
- * member when this group is the lowest one, otherwise every recipient whose
- * donors list this group. Each pulls over UCX (unless this rank's regions
+/* The recipients this rank serves in q, as the round's fan-out plan has
+ * them (runtime_fanout.c). Each pulls over UCX (unless this rank's regions
  * are all CUDA ones that go over NCCL) and, with NCCL pairs, takes its CUDA
  * regions from its first donor. */
-static graft_status_t peers_list(graft_runtime_t *rt, const graft_quorum_t *q)
+static graft_status_t peers_list(graft_runtime_t *rt, const graft__fanout_t *plan)
 {
     bool nccl = graft__rt_nccl_on(rt);
     bool ucx = !nccl || graft__rt_has_host_regions(rt);
     graft_membership_view_t *v = NULL;
     peers_free(rt); /* the list of a quorum that served nobody */
-    rt->peers = graft__calloc(q->n_members + q->n_recoveries + 1, sizeof(*rt->peers));
+    rt->peers = graft__calloc(plan->n_serves + 1, sizeof(*rt->peers));
     if (rt->peers == NULL)
         return GRAFT_ENOMEM;
     if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
         v = NULL; /* incarnations unknown: learnt while the fence waits */
-    for (size_t i = 1; rt->cold_sync && q->members[0] == rt->group && i < q->n_members; i++)
+    for (size_t i = 0; i < plan->n_serves; i++) {
+        uint32_t g = plan->serves[i].group;
         rt->peers[rt->n_peers++] = (graft__rt_peer_t){
-            q->members[i], member_incarnation(v, q->members[i], rt->rank), ucx, nccl, false};
-    for (size_t i = 0; !rt->cold_sync && i < q->n_recoveries; i++) {
-        const uint32_t *d = q->recoveries[i].donors;
-        bool mine = false;
-        for (size_t k = 0; k < q->recoveries[i].n_donors; k++)
-            mine = mine || d[k] == rt->group;
-        if (!mine)
-            continue;
-        uint32_t g = q->recoveries[i].recipient;
-        rt->peers[rt->n_peers++] = (graft__rt_peer_t){
-            g, member_incarnation(v, g, rt->rank), ucx, nccl && d[0] == rt->group, false};
+            g, member_incarnation(v, g, rt->rank), ucx, nccl && plan->serves[i].primary, false};
     }
     graft_membership_view_free(v);
     return GRAFT_OK;
+}
+
+static void recipients_count(graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_peers; i++)
+        rt->n_recipients += (uint32_t)rt->peers[i].ucx + (uint32_t)rt->peers[i].nccl;
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.serves++;
+    pthread_mutex_unlock(&rt->mu);
 }
 
 /* How long a recipient whose member record this rank's view never showed
@@ -605,14 +623,41 @@ static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
         return st;
     }
     rt->serving = true;
-    for (size_t i = 0; i < rt->n_peers; i++)
-        rt->n_recipients += (uint32_t)rt->peers[i].ucx + (uint32_t)rt->peers[i].nccl;
+    recipients_count(rt);
     if (graft__rt_nccl_on(rt))
         st = graft__rt_nccl_serve_start(rt, q);
-    pthread_mutex_lock(&rt->mu);
-    rt->metrics.serves++;
-    pthread_mutex_unlock(&rt->mu);
     return st;
+}
+
+/* A relay announces its serve before its heal: its recipients queue at it
+ * instead of being refused, and the heal thread begins the serve once the
+ * state is in (heal_main). */
+static graft_status_t relay_start(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    graft_status_t st = graft_transfer_serve_expect(rt->ep, q->step);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "cannot announce the serve of step %" PRIu64 ": %s", q->step,
+                    graft_status_string(st));
+        return st;
+    }
+    rt->serving = true;
+    rt->relay = true;
+    rt->relay_served = false;
+    recipients_count(rt);
+    return GRAFT_OK;
+}
+
+/* The relay's heal ended without its serve (it failed): there is nothing
+ * to fence; its recipients were refused and vote no. */
+static void relay_abandon(graft_runtime_t *rt)
+{
+    if (!rt->relay || rt->relay_served)
+        return;
+    if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_RT_MOD, "relay: the announced serve was withdrawn already");
+    rt->serving = false;
+    rt->relay = false;
+    peers_free(rt);
 }
 
 /* Decide this group's role in quorum q and start the heal or the serve.
@@ -620,8 +665,11 @@ static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *fatal_p)
 {
     graft_status_t st = GRAFT_OK;
+    graft__fanout_t plan = {0};
     rt->n_recipients = 0;
     rt->cold_sync = false;
+    rt->relay = false;
+    rt->relay_served = false;
     rt->heal_status = GRAFT_OK;
     rt->round_restored = false;
     /* The quorum assigns recoveries by the group's step, the lowest of its
@@ -642,33 +690,41 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
     }
     if (q->step == 0)
         rt->state_valid = true; /* cold start: the trainer's initial state */
-    if (q->step == 0 && q->n_members > 1) {
-        /* Cold start: everyone pulls the lowest member group's state so all
-         * groups hold bit-identical state from step 0 on. */
-        rt->cold_sync = true;
-        if (q->members[0] != rt->group) {
-            st = heal_start(rt, &q->members[0], 1);
-            goto out;
-        }
-    } else if (q->must_recover) {
-        for (size_t i = 0; i < q->n_recoveries; i++) {
-            if (q->recoveries[i].recipient != rt->group)
-                continue;
-            /* From here until a heal succeeds only a group or a checkpoint
-             * can make the regions valid again. */
+    /* Cold start: every group takes the lowest member group's state so all
+     * hold bit-identical state from step 0 on. */
+    rt->cold_sync = q->step == 0 && q->n_members > 1;
+    st = graft__fanout_plan(q, rt->group, (uint32_t)rt->cfg->transfer_max_recipients,
+                            !graft__rt_nccl_on(rt), &plan);
+    if (st != GRAFT_OK)
+        goto out;
+    if (plan.n_donors > 0) {
+        /* From here until a heal succeeds only a group or a checkpoint can
+         * make the regions valid again. */
+        if (!rt->cold_sync)
             rt->need_state = true;
-            st = heal_start(rt, q->recoveries[i].donors, q->recoveries[i].n_donors);
-            goto out;
+        if (plan.relay) {
+            st = peers_list(rt, &plan);
+            if (st == GRAFT_OK)
+                st = relay_start(rt, q);
+            if (st != GRAFT_OK)
+                goto out;
         }
+        st = heal_start(rt, plan.donors, plan.n_donors);
+        if (st != GRAFT_OK)
+            relay_abandon(rt);
+        goto out;
+    }
+    if (q->must_recover) {
         GRAFT_ERROR(GRAFT_RT_MOD, "quorum %" PRIu64 " says recover but assigns no donors",
                     q->id);
         st = GRAFT_ENODONOR;
         goto out;
     }
-    st = peers_list(rt, q);
+    st = peers_list(rt, &plan);
     if (st == GRAFT_OK && rt->n_peers > 0)
         st = serve_start(rt, q);
 out:
+    graft__fanout_free(&plan);
     return st;
 }
 

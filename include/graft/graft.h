@@ -100,6 +100,7 @@ extern "C" {
  * | transfer_address    | GRAFT_TRANSFER_ADDRESS    | 127.0.0.1:0             |
  * | transfer_advertise  | GRAFT_TRANSFER_ADVERTISE  | (the listening address) |
  * | transfer_chunk_bytes| GRAFT_TRANSFER_CHUNK_BYTES| 4194304                 |
+ * | transfer_max_recipients | GRAFT_TRANSFER_MAX_RECIPIENTS | 4 (served at once) |
  * | transfer_backend    | GRAFT_TRANSFER_BACKEND    | ucx (or nccl)           |
  * | cuda_device         | GRAFT_CUDA_DEVICE         | 0                       |
  * | job_token           | GRAFT_JOB_TOKEN           | (the job name)          |
@@ -526,6 +527,7 @@ typedef struct graft_metrics {
     uint64_t last_write_ns;       /**< snapshot to shard durable */
     uint64_t drift_checks;
     uint64_t drift_mismatches;
+    uint64_t serve_peak_recipients; /**< most recipients this rank served at once */
 } graft_metrics_t;
 
 /**
