@@ -597,6 +597,66 @@ static void test_live_elastic_consistent(void **state)
     json_decref(j);
 }
 
+/* Relays: 7 groups, each donor serving 2 at once (the trainers read
+ * GRAFT_TRANSFER_MAX_RECIPIENTS). At the cold start groups 1 and 2 pull
+ * from group 0 and serve 3, 4 and 5, 6 once healed; then 5 groups are
+ * killed at once and heal from the 2 left and from relays. Bit-exact. */
+static void test_live_relays_bit_exact(void **state)
+{
+    (void)state;
+    char json_path[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96],
+        sched[PATH_MAX + 32], role[PATH_MAX + 64];
+    snprintf(json_path, sizeof(json_path), "%s/relays.json", tmpdir);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    snprintf(sched, sizeof(sched), "%s/relays-sched.json", tmpdir);
+    FILE *f = fopen(sched, "w");
+    assert_non_null(f);
+    fputs("{\"events\":[", f);
+    for (int g = 2; g < 7; g++)
+        fprintf(f, "%s{\"kind\":\"kill_group\",\"group\":%d,\"at_step\":40}", g > 2 ? "," : "",
+                g);
+    fputs("]}", f);
+    assert_int_equal(fclose(f), 0);
+    const char *args[] = {"--groups", "7", "--ranks", "1", "--steps", "100", "--seed", "5",
+                          "--schedule", sched, "--json", json_path, NULL};
+    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=120", "GRAFT_SIM_KEEP=1",
+                         "GRAFT_TRANSFER_MAX_RECIPIENTS=2", NULL};
+    char *out = NULL;
+    int rc = run_sim(args, env, &out);
+    if (rc != 0) {
+        size_t n = strlen(out);
+        print_error("graft-sim run exited %d; its output ends:\n%s\n", rc,
+                    out + (n > 6000 ? n - 6000 : 0));
+        free(out);
+        fail();
+    }
+    const char *kept = strstr(out, "kept the run directory ");
+    assert_non_null(kept);
+    char dir[PATH_MAX];
+    assert_int_equal(sscanf(kept, "kept the run directory %4095s", dir), 1);
+    free(out);
+    json_t *j = load_json(json_path);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 5);
+    json_decref(j);
+    /* Group 1 healed at step 0 and then served group 3: a relay. */
+    snprintf(role, sizeof(role), "%s/role-g1-r0.txt", dir);
+    f = fopen(role, "r");
+    assert_non_null(f);
+    char line[512];
+    int healed = 0, relayed = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        healed = healed || strncmp(line, "0 heal GRAFT_OK", 15) == 0;
+        relayed = relayed || (healed && strncmp(line, "0 pulled 3 0 ok", 15) == 0);
+    }
+    fclose(f);
+    assert_true(relayed);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* Two groups of one rank, two failures that each make a group heal, every
  * trainer under GRAFT_TEST_SKIP_REGION=param; the report in *j_p. */
 static int broken_heal_run(const char *trainer, const char *name, char **out_p, json_t **j_p)
@@ -989,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_live_broken_heal_fails),
         cmocka_unit_test(test_live_shipped_trainer_ignores_switch),
         cmocka_unit_test(test_live_elastic_consistent),
+        cmocka_unit_test(test_live_relays_bit_exact),
         cmocka_unit_test(test_live_fifty_failures_bit_exact),
         cmocka_unit_test(test_live_sigterm_cleans_up),
         cmocka_unit_test(test_netns_teardown),
