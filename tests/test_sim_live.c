@@ -98,6 +98,22 @@ static int run_sim(const char *const *args, const char *const *env, char **out_p
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
+/* run_sim() that must exit 0: otherwise the test fails with the end of the
+ * run's output. Returns the output (free it). */
+static char *run_sim_ok(const char *const *args, const char *const *env)
+{
+    char *out = NULL;
+    int rc = run_sim(args, env, &out);
+    if (rc != 0) {
+        size_t n = strlen(out);
+        print_error("graft-sim run exited %d; its output ends:\n%s\n", rc,
+                    out + (n > 6000 ? n - 6000 : 0));
+        free(out);
+        fail();
+    }
+    return out;
+}
+
 static graft_sim_live_opts_t base_opts(void)
 {
     graft_sim_live_opts_t o;
@@ -418,15 +434,7 @@ static void test_live_fifty_failures_bit_exact(void **state)
     const char *args[] = {"--groups", "3", "--ranks", "2", "--steps", "400", "--seed", "7",
                           "--random-failures", "50", "--json", json_path, NULL};
     const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=300", NULL};
-    char *out = NULL;
-    int rc = run_sim(args, env, &out);
-    if (rc != 0) {
-        size_t n = strlen(out);
-        print_error("graft-sim run exited %d; its output ends:\n%s\n", rc,
-                    out + (n > 6000 ? n - 6000 : 0));
-        free(out);
-        fail();
-    }
+    char *out = run_sim_ok(args, env);
     assert_non_null(strstr(out, "verdict            bit-exact"));
     free(out);
     json_t *j = load_json(json_path);
@@ -571,15 +579,7 @@ static void test_live_elastic_consistent(void **state)
     const char *args[] = {"--groups", "3", "--ranks", "1", "--steps", "200", "--seed", "4",
                           "--mode", "elastic", "--schedule", sched, "--json", json_path, NULL};
     const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=120", NULL};
-    char *out = NULL;
-    int rc = run_sim(args, env, &out);
-    if (rc != 0) {
-        size_t n = strlen(out);
-        print_error("graft-sim run --mode elastic exited %d; its output ends:\n%s\n", rc,
-                    out + (n > 6000 ? n - 6000 : 0));
-        free(out);
-        fail();
-    }
+    char *out = run_sim_ok(args, env);
     free(out);
     json_t *j = load_json(json_path);
     assert_string_equal(json_string_value(json_object_get(j, "verdict")), "consistent");
@@ -622,15 +622,7 @@ static void test_live_relays_bit_exact(void **state)
                           "--schedule", sched, "--json", json_path, NULL};
     const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=120", "GRAFT_SIM_KEEP=1",
                          "GRAFT_TRANSFER_MAX_RECIPIENTS=2", NULL};
-    char *out = NULL;
-    int rc = run_sim(args, env, &out);
-    if (rc != 0) {
-        size_t n = strlen(out);
-        print_error("graft-sim run exited %d; its output ends:\n%s\n", rc,
-                    out + (n > 6000 ? n - 6000 : 0));
-        free(out);
-        fail();
-    }
+    char *out = run_sim_ok(args, env);
     const char *kept = strstr(out, "kept the run directory ");
     assert_non_null(kept);
     char dir[PATH_MAX];
@@ -890,15 +882,7 @@ static void test_netns_partition_bit_exact(void **state)
     const char *args[] = {"--netns", "--groups", "2", "--ranks", "1", "--steps", "80",
                           "--schedule", sched, "--json", json_path, NULL};
     const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=60", NULL};
-    char *out = NULL;
-    int rc = run_sim(args, env, &out);
-    if (rc != 0) {
-        size_t n = strlen(out);
-        print_error("graft-sim run --netns exited %d; its output ends:\n%s\n", rc,
-                    out + (n > 6000 ? n - 6000 : 0));
-        free(out);
-        fail();
-    }
+    char *out = run_sim_ok(args, env);
     assert_non_null(strstr(out, "--netns: 2 groups in namespaces"));
     free(out);
     json_t *j = load_json(json_path);
