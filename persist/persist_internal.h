@@ -133,8 +133,29 @@ GRAFT_WUR graft_status_t graft__persist_mkdirs(const char *path);
 GRAFT_WUR graft_status_t graft__persist_write_all(int fd, const void *buf, size_t len,
                                                   const char *path);
 GRAFT_WUR graft_status_t graft__persist_fsync_dir(const char *dir);
+/* Write a whole file durably (a temporary file, below). */
 GRAFT_WUR graft_status_t graft__persist_file_atomic(const char *dir, const char *name,
                                                     const void *data, size_t len);
+
+/* A file written under a temporary name and renamed into place once it is
+ * durable (persist_durable.c): open, write to fd, sync (fsync, close),
+ * install (rename, fsync of the directory), with a crash point between the
+ * steps; close always, which removes the temporary file unless it was
+ * installed. Every step maps a full disk to GRAFT_ENOSPC, any other failure
+ * to GRAFT_EIO. */
+typedef struct graft__tmpfile {
+    int fd;
+    bool installed;
+    char *dir;
+    char *tmp;   /* <dir>/<name>.tmp */
+    char *final; /* <dir>/<name> */
+} graft__tmpfile_t;
+
+GRAFT_WUR graft_status_t graft__tmpfile_open(graft__tmpfile_t *f, const char *dir,
+                                             const char *name);
+GRAFT_WUR graft_status_t graft__tmpfile_sync(graft__tmpfile_t *f);
+GRAFT_WUR graft_status_t graft__tmpfile_install(graft__tmpfile_t *f);
+void graft__tmpfile_close(graft__tmpfile_t *f);
 /* Remove a checkpoint directory: manifest first (then the directory is
  * merely incomplete), then everything else. */
 GRAFT_WUR graft_status_t graft__persist_remove_dir(const char *dir);

@@ -505,21 +505,18 @@ graft_status_t graft__persist_remove_dir(const char *dir)
 
 static graft_status_t copy_file(const char *from, const char *to_dir, const char *name)
 {
-    graft_status_t st = GRAFT_OK;
+    graft__tmpfile_t f = {.fd = -1};
     char *src = graft__asprintf("%s/%s", from, name);
-    char *tmp = graft__asprintf("%s/%s.tmp", to_dir, name);
-    char *dst = graft__asprintf("%s/%s", to_dir, name);
     uint8_t *buf = graft__malloc(1 << 20);
-    int in = -1, out = -1;
-    if (src == NULL || tmp == NULL || dst == NULL || buf == NULL) {
-        st = GRAFT_ENOMEM;
+    int in = -1;
+    graft_status_t st = src != NULL && buf != NULL ? graft__tmpfile_open(&f, to_dir, name)
+                                                   : GRAFT_ENOMEM;
+    if (st != GRAFT_OK)
         goto done;
-    }
     in = open(src, O_RDONLY | O_CLOEXEC);
-    out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (in < 0 || out < 0) {
-        GRAFT_ERROR(GP_MOD, "copy %s -> %s: %s", src, tmp, strerror(errno));
-        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
+    if (in < 0) {
+        GRAFT_ERROR(GP_MOD, "copy %s -> %s: %s", src, f.tmp, strerror(errno));
+        st = GRAFT_EIO;
         goto done;
     }
     for (;;) {
@@ -533,29 +530,20 @@ static graft_status_t copy_file(const char *from, const char *to_dir, const char
         }
         if (n == 0)
             break;
-        st = graft__persist_write_all(out, buf, (size_t)n, tmp);
+        st = graft__persist_write_all(f.fd, buf, (size_t)n, f.tmp);
         if (st != GRAFT_OK)
             break;
     }
-    if (st == GRAFT_OK && fsync(out) != 0) {
-        GRAFT_ERROR(GP_MOD, "fsync %s: %s", tmp, strerror(errno));
-        st = GRAFT_EIO;
-    }
-    if (st == GRAFT_OK && rename(tmp, dst) != 0) {
-        GRAFT_ERROR(GP_MOD, "rename %s: %s", tmp, strerror(errno));
-        st = GRAFT_EIO;
-    }
-    if (st != GRAFT_OK)
-        unlink(tmp);
+    if (st == GRAFT_OK)
+        st = graft__tmpfile_sync(&f);
+    if (st == GRAFT_OK)
+        st = graft__tmpfile_install(&f);
 done:
     if (in >= 0)
         close(in);
-    if (out >= 0)
-        close(out);
+    graft__tmpfile_close(&f);
     graft_free(buf);
     graft_free(src);
-    graft_free(tmp);
-    graft_free(dst);
     return st;
 }
 

@@ -285,16 +285,14 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
                                   size_t *len_p)
 {
     graft_status_t st;
-    int fd = -1;
+    graft__tmpfile_t f = {.fd = -1};
     bool pooled = false;
     uint8_t *index = NULL;
     char *dir = graft__persist_step_dir(w->root, j->step);
     char *name = graft__persist_shard_name(j->rank, j->ranks);
-    char *tmp = dir && name ? graft__asprintf("%s/%s.tmp", dir, name) : NULL;
-    char *final = dir && name ? graft__asprintf("%s/%s", dir, name) : NULL;
     uint64_t cb = w->chunk_bytes;
     uint64_t nchunks = j->raw_bytes / cb + (j->raw_bytes % cb != 0);
-    if (tmp == NULL || final == NULL) {
+    if (dir == NULL || name == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
@@ -311,19 +309,16 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         if (st != GRAFT_OK)
             goto out;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        GRAFT_ERROR(GP_MOD, "create %s: %s", tmp, strerror(errno));
-        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
+    st = graft__tmpfile_open(&f, dir, name);
+    if (st != GRAFT_OK)
         goto out;
-    }
     graft__shard_header_t h = {GRAFT_PERSIST_FORMAT_VERSION, j->step, j->rank, j->ranks,
                                j->layout_hash, j->raw_bytes, cb};
     uint8_t hb[GP_HEADER_BYTES];
     graft__persist_header_encode(&h, hb);
-    st = graft__persist_write_all(fd, hb, sizeof(hb), tmp);
+    st = graft__persist_write_all(f.fd, hb, sizeof(hb), f.tmp);
     if (st != GRAFT_OK)
-        goto out_unlink;
+        goto out;
     graft__persist_crash_point();
     uint64_t cursor = GP_HEADER_BYTES;
     uint64_t stored_total = 0;
@@ -337,9 +332,9 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         gp_slot_t *s = graft__persist_chunk_take(w, c, &compressed, &dropped);
         s->entry.offset = cursor;
         graft__persist_entry_encode(&s->entry, index + c * GP_INDEX_ENTRY_BYTES);
-        st = graft__persist_write_all(fd, s->stored, (size_t)s->entry.stored_bytes, tmp);
+        st = graft__persist_write_all(f.fd, s->stored, (size_t)s->entry.stored_bytes, f.tmp);
         if (st == GRAFT_OK) {
-            pace(fd, &pc, cursor, cursor + s->entry.stored_bytes);
+            pace(f.fd, &pc, cursor, cursor + s->entry.stored_bytes);
             if (graft__persist_test_write_delay_us > 0)
                 usleep((useconds_t)graft__persist_test_write_delay_us);
         }
@@ -347,67 +342,49 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         stored_total += s->entry.stored_bytes;
         graft__persist_chunk_done(w, s, graft__now_ns() - t0);
         if (st != GRAFT_OK)
-            goto out_unlink;
+            goto out;
         graft__persist_crash_point();
     }
     size_t index_len = (size_t)(nchunks * GP_INDEX_ENTRY_BYTES);
-    graft__shard_footer_t f = {cursor, nchunks, XXH3_64bits(index, index_len), j->raw_bytes, 0};
+    graft__shard_footer_t ft = {cursor, nchunks, XXH3_64bits(index, index_len), j->raw_bytes, 0};
     uint8_t fb[GP_FOOTER_BYTES];
-    graft__persist_footer_encode(&f, fb);
-    st = graft__persist_write_all(fd, index, index_len, tmp);
+    graft__persist_footer_encode(&ft, fb);
+    st = graft__persist_write_all(f.fd, index, index_len, f.tmp);
     if (st == GRAFT_OK)
-        st = graft__persist_write_all(fd, fb, sizeof(fb), tmp);
+        st = graft__persist_write_all(f.fd, fb, sizeof(fb), f.tmp);
     if (st != GRAFT_OK)
-        goto out_unlink;
-    graft__persist_crash_point();
+        goto out;
     uint64_t t_fsync = graft__now_ns();
-    if (fsync(fd) != 0) {
-        GRAFT_ERROR(GP_MOD, "fsync %s: %s", tmp, strerror(errno));
-        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
-        goto out_unlink;
-    }
+    st = graft__tmpfile_sync(&f);
+    if (st != GRAFT_OK)
+        goto out;
     GRAFT_DEBUG(GP_MOD,
                 "%s: %llu raw bytes, %llu stored, %u of %llu chunks compressed (%u dropped "
                 "half-done): write %.1f ms, fsync %.1f ms",
-                tmp, (unsigned long long)j->raw_bytes, (unsigned long long)stored_total,
+                f.tmp, (unsigned long long)j->raw_bytes, (unsigned long long)stored_total,
                 compressed, (unsigned long long)nchunks, dropped, (double)(t_fsync - t_write) / 1e6,
                 (double)(graft__now_ns() - t_fsync) / 1e6);
-    close(fd);
-    fd = -1;
-    graft__persist_crash_point();
     /* Never replace a shard of a checkpoint that has been committed since
      * this save was queued: its manifest records the old file. */
     if (graft__persist_manifest_exists(w->root, j->step)) {
         GRAFT_ERROR(GP_MOD, "step %llu was committed meanwhile; not replacing %s",
-                    (unsigned long long)j->step, final);
+                    (unsigned long long)j->step, f.final);
         st = GRAFT_EEXIST;
-        goto out_unlink;
+        goto out;
     }
-    if (rename(tmp, final) != 0) {
-        GRAFT_ERROR(GP_MOD, "rename %s: %s", tmp, strerror(errno));
-        st = GRAFT_EIO;
-        goto out_unlink;
-    }
-    graft__persist_crash_point();
-    st = graft__persist_fsync_dir(dir);
+    st = graft__tmpfile_install(&f);
     if (st != GRAFT_OK)
         goto out;
     uint64_t file_bytes = cursor + index_len + GP_FOOTER_BYTES;
-    st = shard_info_pack(j, name, file_bytes, f.footer_hash, stored_total, nchunks, cb,
+    st = shard_info_pack(j, name, file_bytes, ft.footer_hash, stored_total, nchunks, cb,
                          w->hp.adaptive ? GP_AUTO_ZSTD_LEVEL : w->level, w->group, info_p,
                          len_p);
-    goto out;
 
-out_unlink:
-    unlink(tmp);
 out:
     if (pooled)
         graft__persist_pool_end(w, j);
-    if (fd >= 0)
-        close(fd);
+    graft__tmpfile_close(&f);
     graft_free(index);
-    graft_free(tmp);
-    graft_free(final);
     graft_free(name);
     graft_free(dir);
     return st;
