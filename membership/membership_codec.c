@@ -8,6 +8,7 @@
  */
 #include "membership_internal.h"
 
+#include "pb_alloc.h"
 #include "proto/graft.pb-c.h"
 
 #include <assert.h>
@@ -18,22 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* protobuf-c allocates through graft's hooks too, so allocation-failure
- * tests reach the decoders. */
-static void *pb_alloc(void *arg, size_t size)
-{
-    (void)arg;
-    return graft__malloc(size);
-}
-
-static void pb_free(void *arg, void *ptr)
-{
-    (void)arg;
-    graft_free(ptr);
-}
-
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 /* Pack any message into a fresh buffer. */
 static graft_status_t pack_message(const ProtobufCMessage *msg, uint8_t **buf_p, size_t *len_p)
@@ -69,7 +54,7 @@ static graft_status_t unpack_status(const ProtobufCMessageDescriptor *desc, cons
 
 #define UNPACK(type, fn, buf, len, out, st)                                                  \
     do {                                                                                     \
-        (out) = fn((&pb_allocator), (len), (buf));                                           \
+        (out) = fn((&graft__pb_allocator), (len), (buf));                                   \
         if ((out) == NULL)                                                                   \
             (st) = unpack_status(&type##__descriptor, (buf), (len));                         \
     } while (0)
@@ -252,7 +237,7 @@ graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len, graft_
     out.transfer_address = rec->transfer_address;
     st = graft__mship_member_copy(&out, mem_p);
 out_free:
-    graft__member_record__free_unpacked(rec, &pb_allocator);
+    graft__member_record__free_unpacked(rec, &graft__pb_allocator);
     return st;
 }
 
@@ -293,7 +278,7 @@ graft_status_t graft__mship_ready_decode(const uint8_t *buf, size_t len, graft__
         out.unix_ms = rec->unix_ms;
         *r_p = out;
     }
-    graft__ready_record__free_unpacked(rec, &pb_allocator);
+    graft__ready_record__free_unpacked(rec, &graft__pb_allocator);
     return st;
 }
 
@@ -337,7 +322,7 @@ graft_status_t graft__mship_vote_decode(const uint8_t *buf, size_t len, graft__v
         snprintf(out.reason, sizeof(out.reason), "%s", rec->reason != NULL ? rec->reason : "");
         *v_p = out;
     }
-    graft__vote__free_unpacked(rec, &pb_allocator);
+    graft__vote__free_unpacked(rec, &graft__pb_allocator);
     return st;
 }
 
@@ -516,7 +501,7 @@ graft_status_t graft__mship_quorum_decode(const uint8_t *buf, size_t len, graft_
     q = NULL;
 out:
     graft_membership_quorum_free(q);
-    graft__quorum__free_unpacked(rec, &pb_allocator);
+    graft__quorum__free_unpacked(rec, &graft__pb_allocator);
     return st;
 }
 
@@ -631,7 +616,7 @@ graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len, graft_e
     out = (graft_event_t){0};
 out:
     graft__mship_event_clear(&out);
-    graft__event__free_unpacked(rec, &pb_allocator);
+    graft__event__free_unpacked(rec, &graft__pb_allocator);
     return st;
 }
 

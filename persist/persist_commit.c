@@ -83,7 +83,7 @@ graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ra
             st = GRAFT_EINVAL;
             goto out;
         }
-        sh[r] = graft__shard_info__unpack(&graft__persist_pb_allocator, lens[r], infos[r]);
+        sh[r] = graft__shard_info__unpack(&graft__pb_allocator, lens[r], infos[r]);
         if (sh[r] == NULL || sh[r]->version != 1 || sh[r]->step != step || sh[r]->ranks != ranks) {
             GRAFT_ERROR(GP_MOD, "commit step %llu: shard record %u is malformed or for another "
                                 "checkpoint",
@@ -159,7 +159,7 @@ out:
     if (sh != NULL)
         for (uint32_t r = 0; r < ranks; r++)
             if (sh[r] != NULL)
-                graft__shard_info__free_unpacked(sh[r], &graft__persist_pb_allocator);
+                graft__shard_info__free_unpacked(sh[r], &graft__pb_allocator);
     graft_free(globals);
     graft_free(sh);
     graft_free(saved_ng);
@@ -230,11 +230,11 @@ static graft_status_t commit_local(graft_persist_writer_t *w, gp_job_t *j,
     if (st == GRAFT_OK) {
         for (uint32_t r = 0; r < j->ranks; r++) {
             Graft__ShardInfo *si =
-                graft__shard_info__unpack(&graft__persist_pb_allocator, lens[r], infos[r]);
+                graft__shard_info__unpack(&graft__pb_allocator, lens[r], infos[r]);
             if (si != NULL) {
                 res->stored_bytes += si->stored_bytes;
                 res->raw_bytes += si->raw_bytes;
-                graft__shard_info__free_unpacked(si, &graft__persist_pb_allocator);
+                graft__shard_info__free_unpacked(si, &graft__pb_allocator);
             }
         }
     }

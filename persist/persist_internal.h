@@ -7,6 +7,7 @@
 #define GRAFT_PERSIST_INTERNAL_H
 
 #include "graft_internal.h"
+#include "pb_alloc.h"
 #include <graft/persist.h>
 
 #include "proto/graft.pb-c.h"
@@ -100,9 +101,6 @@ GRAFT_WUR graft_status_t graft__shard_chunk(graft__shard_t *s, uint64_t i, const
 /* Copy raw bytes [off, off+len) of the shard's stream into dst. */
 GRAFT_WUR graft_status_t graft__shard_read(graft__shard_t *s, uint64_t off, void *dst,
                                            uint64_t len, char *why, size_t why_len);
-
-/* protobuf-c allocator that goes through graft's allocation hooks. */
-extern ProtobufCAllocator graft__persist_pb_allocator;
 
 /* Manifest: read, check the wrapper and every invariant; free with
  * graft__manifest_free(). */

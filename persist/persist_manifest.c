@@ -18,24 +18,10 @@
 #include <jansson.h>
 #include <xxhash.h>
 
-static void *pb_alloc(void *data, size_t size)
-{
-    (void)data;
-    return graft__malloc(size);
-}
-
-static void pb_free(void *data, void *ptr)
-{
-    (void)data;
-    graft_free(ptr);
-}
-
-ProtobufCAllocator graft__persist_pb_allocator = {pb_alloc, pb_free, NULL};
-
 void graft__manifest_free(Graft__CheckpointManifest *m)
 {
     if (m != NULL)
-        graft__checkpoint_manifest__free_unpacked(m, &graft__persist_pb_allocator);
+        graft__checkpoint_manifest__free_unpacked(m, &graft__pb_allocator);
 }
 
 static int cmp_piece(const void *a, const void *b)
@@ -261,7 +247,7 @@ graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__Check
         st = GRAFT_EHASH;
         goto out;
     }
-    m = graft__checkpoint_manifest__unpack(&graft__persist_pb_allocator, (size_t)plen,
+    m = graft__checkpoint_manifest__unpack(&graft__pb_allocator, (size_t)plen,
                                            buf + GP_MANIFEST_HEADER_BYTES);
     if (m == NULL) {
         /* protobuf-c returns NULL for bytes that do not decode and for a
