@@ -243,9 +243,9 @@ graft_status_t graft_region_register(graft_runtime_t *rt, const graft_region_t *
             return GRAFT_EEXIST;
     graft_transfer_region_t tr = {
         .name = region->name,
-        .kind = (graft_transfer_region_kind_t)region->kind,
+        .kind = region->kind,
         .dtype = region->dtype,
-        .device = region->device == GRAFT_DEVICE_CUDA ? GRAFT_TRANSFER_CUDA : GRAFT_TRANSFER_HOST,
+        .device = region->device,
         .ptr = region->ptr,
         .bytes = region->bytes,
     };

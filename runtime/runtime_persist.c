@@ -49,10 +49,9 @@ static graft_status_t persist_regions(graft_runtime_t *rt, graft_persist_region_
     for (size_t i = 0; i < rt->n_regions; i++) {
         const graft_region_t *r = &rt->regions[i].r;
         pr[i].name = rt->regions[i].persist_name;
-        pr[i].kind = (graft_persist_kind_t)r->kind;
+        pr[i].kind = r->kind;
         pr[i].dtype = r->dtype;
-        pr[i].device = r->device == GRAFT_DEVICE_CUDA ? GRAFT_PERSIST_DEVICE_CUDA
-                                                      : GRAFT_PERSIST_DEVICE_HOST;
+        pr[i].device = r->device;
         pr[i].ptr = r->ptr;
         pr[i].bytes = r->bytes;
         pr[i].global_offset = r->global_offset;

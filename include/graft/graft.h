@@ -192,23 +192,7 @@ GRAFT_WUR graft_status_t graft_config_validate(const graft_config_t *config, cha
 /** One rank's runtime. */
 typedef struct graft_runtime graft_runtime_t;
 
-/** What a region holds (values match RegionKind in proto/graft.proto). */
-typedef enum graft_region_kind {
-    GRAFT_REGION_PARAM = 1,  /**< model weights */
-    GRAFT_REGION_OPTIM = 2,  /**< optimizer state */
-    GRAFT_REGION_RNG = 3,    /**< random generator state */
-    GRAFT_REGION_SCHED = 4,  /**< learning-rate scheduler */
-    GRAFT_REGION_DATA = 5,   /**< data-loader position */
-    GRAFT_REGION_SCALER = 6, /**< loss scaler */
-    GRAFT_REGION_STEP = 7,   /**< step counters */
-    GRAFT_REGION_BLOB = 8    /**< anything else */
-} graft_region_kind_t;
-
-/** Where a region's memory lives. */
-typedef enum graft_device {
-    GRAFT_DEVICE_HOST = 0, /**< host memory */
-    GRAFT_DEVICE_CUDA = 1  /**< CUDA device memory (builds with CUDA only) */
-} graft_device_t;
+/* graft_region_kind_t and graft_device_t are in graft/common.h. */
 
 /**
  * A named, contiguous piece of this rank's state. Rank r of every group
