@@ -130,7 +130,7 @@ struct graft_runtime {
     uint32_t replica_rank, replica_world;
 };
 
-/* runtime.c */
+/* runtime_observe.c */
 void graft__rt_emit(graft_runtime_t *rt, const graft_runtime_event_t *ev);
 void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t step, bool ok,
                          uint64_t duration_us, const char *detail);
