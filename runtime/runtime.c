@@ -143,11 +143,9 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     rt->groups = (uint32_t)rt->cfg->groups;
     rt->min_groups = (uint32_t)graft__config_min_groups(rt->cfg);
     rt->state_valid = true;
-    rt->prefix = graft__asprintf("/graft/%s/", rt->cfg->job);
-    if (rt->prefix == NULL) {
-        st = GRAFT_ENOMEM;
+    st = graft_membership_job_prefix(rt->cfg->job, &rt->prefix);
+    if (st != GRAFT_OK)
         goto fail;
-    }
     st = split_endpoints(rt->cfg->etcd_endpoints, &rt->endpoints, &rt->n_endpoints);
     if (st != GRAFT_OK) {
         if (st == GRAFT_EINVAL)
