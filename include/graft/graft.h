@@ -563,6 +563,16 @@ void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, vo
 const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind);
 
 /**
+ * @brief The etcd folder under which the drift check leaves its records for
+ *        a job, "/graft/<job>/drift/" (docs/KEYS.md), for tools that read
+ *        them; the runtime builds its own drift keys in the same place.
+ * @param [in]  job       the job's name.
+ * @param [out] folder_p  the folder; free with graft_free().
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_drift_key_folder(const char *job, char **folder_p);
+
+/**
  * @brief Route the library's log messages (the same as graft_log_sink_set()).
  * @param [in] fn   the sink, or NULL for standard error.
  * @param [in] arg  passed to it.
