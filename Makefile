@@ -71,10 +71,15 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/proto/graft.pb-c.o
 LIB_A := $(BUILD)/lib/libgraft.a
 LIB_SO := $(BUILD)/lib/libgraft.so
 
-# One program per tools/*.c and examples/*.c; the simulator is all of sim/.
+# One program per tools/*.c and examples/*.c; the simulator is all of sim/:
+# its main (sim/sim_main.c) over its library part, which the tests of the
+# simulator link too.
 TOOL_SRCS := $(wildcard tools/*.c)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
 SIM_SRCS := $(wildcard sim/*.c)
+SIM_MAIN_SRCS := $(filter sim/sim_main.c,$(SIM_SRCS))
+SIM_LIB_SRCS := $(filter-out $(SIM_MAIN_SRCS),$(SIM_SRCS))
+SIM_LIB_A := $(BUILD)/lib/libgraft-sim.a
 BIN_PROGS := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%) $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/bin/%)
 ifneq ($(SIM_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graft-sim
@@ -136,7 +141,12 @@ $(LIB_SO): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,libgraft.so.0 $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/bin/graft-sim: $(SIM_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
+$(SIM_LIB_A): $(SIM_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/bin/graft-sim: $(SIM_MAIN_SRCS:%.c=$(BUILD)/obj/%.o) $(SIM_LIB_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
@@ -161,6 +171,13 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(SUPPORT_OBJS) $(LIB_A)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
+
+# The simulator's tests link its library part (the model's test supplies
+# its own graft_sim_live_run, so the live engine is not pulled in there).
+SIM_TEST_PROGS := $(BUILD)/tests/test_sim_model $(BUILD)/tests/test_sim_live
+$(SIM_TEST_PROGS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(SIM_LIB_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 

@@ -9,6 +9,7 @@
  * Rates are the median over R rounds of N sequential operations; latencies
  * are the median and 99th percentile over all samples.
  */
+#include "bench_args.h"
 #include "bench_stats.h"
 
 #include <graft/etcd.h>
@@ -151,22 +152,18 @@ static void parse_perf(const char *out, perf_t *p)
 
 int main(int argc, char **argv)
 {
-    int json = 0, ops = 200, rounds = 5, with_etcdctl = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            json = 1;
-        else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc)
-            ops = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
-            rounds = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--no-etcdctl") == 0)
-            with_etcdctl = 0;
-        else {
-            fprintf(stderr, "usage: %s [--json] [--ops N] [--rounds R] [--no-etcdctl]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    int ops = 200, rounds = 5;
+    bool json = false, no_etcdctl = false;
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
+        GRAFT_BENCH_ARG("ops", GRAFT_BENCH_INT, &ops),
+        GRAFT_BENCH_ARG("rounds", GRAFT_BENCH_INT, &rounds),
+        GRAFT_BENCH_ARG("no-etcdctl", GRAFT_BENCH_FLAG, &no_etcdctl),
+    };
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--json] [--ops N] [--rounds R] [--no-etcdctl]") != 0)
+        return 2;
+    int with_etcdctl = !no_etcdctl;
     if (ops < 1 || rounds < 1)
         return 2;
 

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "etcd_fixture.h"
 
 #define JOB_KILL "bench-kill"
@@ -349,25 +350,18 @@ int main(int argc, char **argv)
         return argc == 4 ? child_main(argv) : 2;
     bool json = false, quick = false;
     int kills = 20, steps = 8, only = 0, ranks = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else if (strcmp(argv[i], "--quick") == 0)
-            quick = true;
-        else if (strcmp(argv[i], "--kills") == 0 && i + 1 < argc)
-            kills = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
-            steps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--groups") == 0 && i + 1 < argc)
-            only = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc)
-            ranks = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [--json] [--quick] [--kills N] [--steps N] [--groups N] "
-                            "[--ranks R]\n", argv[0]);
-            return 2;
-        }
-    }
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
+        GRAFT_BENCH_ARG("quick", GRAFT_BENCH_FLAG, &quick),
+        GRAFT_BENCH_ARG("kills", GRAFT_BENCH_INT, &kills),
+        GRAFT_BENCH_ARG("steps", GRAFT_BENCH_INT, &steps),
+        GRAFT_BENCH_ARG("groups", GRAFT_BENCH_INT, &only),
+        GRAFT_BENCH_ARG("ranks", GRAFT_BENCH_INT, &ranks),
+    };
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--json] [--quick] [--kills N] [--steps N] [--groups N] [--ranks R]") !=
+        0)
+        return 2;
     if (quick) {
         kills = 6;
         steps = 4;

@@ -16,6 +16,7 @@
  * Usage: persist_bench [--mib N] [--reps N] [--dir PATH] [--json]
  * Medians over --reps runs. --json prints one JSON object on the last line.
  */
+#include "bench_args.h"
 #include "bench_stats.h"
 
 #include <graft/persist.h>
@@ -189,21 +190,16 @@ int main(int argc, char **argv)
     size_t mib = 64;
     int reps = 3;
     const char *base = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
-            mib = (size_t)atol(argv[++i]);
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
-            base = argv[++i];
-        else if (strcmp(argv[i], "--json") == 0)
-            json = 1;
-        else {
-            fprintf(stderr, "usage: %s [--mib N] [--reps N] [--dir PATH] [--json]\n", argv[0]);
-            return 2;
-        }
-    }
+    bool json = false;
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("mib", GRAFT_BENCH_SIZE, &mib),
+        GRAFT_BENCH_ARG("reps", GRAFT_BENCH_INT, &reps),
+        GRAFT_BENCH_ARG("dir", GRAFT_BENCH_STR, &base),
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
+    };
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--mib N] [--reps N] [--dir PATH] [--json]") != 0)
+        return 2;
     if (mib < 8 || reps < 1 || reps > 50) {
         fprintf(stderr, "persist_bench: --mib >= 8, 1 <= --reps <= 50\n");
         return 2;

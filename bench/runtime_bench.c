@@ -40,6 +40,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "bench_args.h"
 #include "bench_stats.h"
 #include "etcd_fixture.h"
 
@@ -418,32 +419,45 @@ static int cmp_row_total(const void *a, const void *b)
     return x->total < y->total ? -1 : x->total > y->total;
 }
 
+/* --groups 2,8,32 for graft_bench_args(): at most 8 counts. */
+typedef struct groups_arg {
+    int *list;
+    int *n;
+} groups_arg_t;
+
+static int groups_parse(void *dst, const char *value)
+{
+    groups_arg_t *g = dst;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", value);
+    *g->n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t != NULL && *g->n < 8;
+         t = strtok_r(NULL, ",", &save))
+        g->list[(*g->n)++] = atoi(t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int groups_list[8] = {2, 8, 32}, n_groups = 3, steps = 50;
     size_t sizes[2] = {64, 1024}, n_sizes = 1;
-    bool json = false, recover = true;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else if (strcmp(argv[i], "--steady-only") == 0) {
-            recover = false;
-        } else if (strcmp(argv[i], "--big") == 0) {
-            n_sizes = 2;
-        } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
-            steps = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) {
-            sizes[0] = (size_t)atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--groups") == 0 && i + 1 < argc) {
-            n_groups = 0;
-            for (char *t = strtok(argv[++i], ","); t != NULL && n_groups < 8; t = strtok(NULL, ","))
-                groups_list[n_groups++] = atoi(t);
-        } else {
-            fprintf(stderr, "usage: runtime_bench [--groups 2,8,32] [--steps N] [--mib N] "
-                            "[--big] [--steady-only] [--json]\n");
-            return 2;
-        }
-    }
+    bool json = false, steady_only = false, big = false;
+    groups_arg_t groups = {groups_list, &n_groups};
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
+        GRAFT_BENCH_ARG("steady-only", GRAFT_BENCH_FLAG, &steady_only),
+        GRAFT_BENCH_ARG("big", GRAFT_BENCH_FLAG, &big),
+        GRAFT_BENCH_ARG("steps", GRAFT_BENCH_INT, &steps),
+        GRAFT_BENCH_ARG("mib", GRAFT_BENCH_SIZE, &sizes[0]),
+        GRAFT_BENCH_ARG_FN("groups", &groups, groups_parse),
+    };
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--groups 2,8,32] [--steps N] [--mib N] [--big] [--steady-only] "
+                         "[--json]") != 0)
+        return 2;
+    bool recover = !steady_only;
+    if (big)
+        n_sizes = 2;
     if (steps < 1 || sizes[0] < 1)
         return 2;
     signal(SIGPIPE, SIG_IGN);

@@ -20,13 +20,13 @@
  * survivors" (what a restart from zero would cost).
  * With --json the last line is one JSON object with every figure.
  */
+#include "bench_args.h"
 #include "bench_donors.h"
 #include "bench_stats.h"
 
 #include <graft/transfer.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -237,51 +237,24 @@ int main(int argc, char **argv)
     cfg_t c = {.bytes = 1ull << 30, .chunk = 4u << 20, .reps = 3, .window = 4};
     result_t res[MAX_RESULTS];
     int n_res = 0;
-    static const struct option longopts[] = {
-        {"bytes", required_argument, NULL, 'b'}, {"chunk", required_argument, NULL, 'c'},
-        {"reps", required_argument, NULL, 'r'},  {"window", required_argument, NULL, 'w'},
-        {"tls", required_argument, NULL, 't'},   {"json", no_argument, NULL, 'j'},
-        {"read", required_argument, NULL, 'R'},  {"alloc", required_argument, NULL, 'a'},
-        {NULL, 0, NULL, 0}};
-    int opt;
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("bytes", GRAFT_BENCH_U64, &c.bytes),
+        GRAFT_BENCH_ARG("chunk", GRAFT_BENCH_U64, &c.chunk),
+        GRAFT_BENCH_ARG("reps", GRAFT_BENCH_INT, &c.reps),
+        GRAFT_BENCH_ARG("window", GRAFT_BENCH_U32, &c.window),
+        GRAFT_BENCH_ARG_BUF("tls", c.tls),
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &c.json),
+        GRAFT_BENCH_ARG_BUF("read", c.read),
+        GRAFT_BENCH_ARG_BUF("alloc", c.alloc),
+    };
 
     snprintf(c.tls, sizeof(c.tls), "tcp,shm");
     snprintf(c.read, sizeof(c.read), "both");
     snprintf(c.alloc, sizeof(c.alloc), "malloc");
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'b':
-            c.bytes = strtoull(optarg, NULL, 0);
-            break;
-        case 'c':
-            c.chunk = strtoull(optarg, NULL, 0);
-            break;
-        case 'r':
-            c.reps = atoi(optarg);
-            break;
-        case 'w':
-            c.window = (uint32_t)atoi(optarg);
-            break;
-        case 't':
-            snprintf(c.tls, sizeof(c.tls), "%s", optarg);
-            break;
-        case 'j':
-            c.json = true;
-            break;
-        case 'R':
-            snprintf(c.read, sizeof(c.read), "%s", optarg);
-            break;
-        case 'a':
-            snprintf(c.alloc, sizeof(c.alloc), "%s", optarg);
-            break;
-        default:
-            fprintf(stderr, "usage: %s [--bytes N] [--chunk N] [--reps R] [--window W] "
-                            "[--tls tcp,shm] [--read get|push|both] "
-                            "[--alloc graft|malloc|both] [--json]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--bytes N] [--chunk N] [--reps R] [--window W] [--tls tcp,shm] "
+                         "[--read get|push|both] [--alloc graft|malloc|both] [--json]") != 0)
+        return 2;
     if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0 ||
         (strcmp(c.alloc, "graft") != 0 && strcmp(c.alloc, "malloc") != 0 &&
          strcmp(c.alloc, "both") != 0)) {

@@ -16,6 +16,7 @@
  * without "ip netns") it prints "skipped" and exits 0.
  * With --json the last line is one JSON object with every figure.
  */
+#include "bench_args.h"
 #include "bench_donors.h"
 #include "bench_stats.h"
 
@@ -23,7 +24,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -175,6 +175,15 @@ static int parse_rows(cfg_t *c, const char *s)
     return c->n_rows > 0 && c->rows[0] == 1 ? 0 : -1;
 }
 
+/* --donors for graft_bench_args(). */
+static int donors_arg(void *c, const char *value)
+{
+    if (parse_rows(c, value) == 0)
+        return 0;
+    fprintf(stderr, "--donors: a list like 1,2,4 starting at 1 (at most %d)\n", MAX_DONORS);
+    return -1;
+}
+
 static void print_skipped(const cfg_t *c, const char *why)
 {
     printf("transfer_scaling: skipped: %s\n", why);
@@ -191,58 +200,26 @@ int main(int argc, char **argv)
     graft_transfer_endpoint_t *ep = NULL;
     double gbps[MAX_ROWS] = {0}, secs[MAX_ROWS] = {0};
     int rc = 1;
-    static const struct option longopts[] = {
-        {"bytes", required_argument, NULL, 'b'},  {"chunk", required_argument, NULL, 'c'},
-        {"reps", required_argument, NULL, 'r'},   {"window", required_argument, NULL, 'w'},
-        {"rate", required_argument, NULL, 'R'},   {"donors", required_argument, NULL, 'd'},
-        {"read", required_argument, NULL, 'p'},   {"script", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'j'},         {NULL, 0, NULL, 0}};
-    int opt;
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("bytes", GRAFT_BENCH_U64, &c.bytes),
+        GRAFT_BENCH_ARG("chunk", GRAFT_BENCH_U64, &c.chunk),
+        GRAFT_BENCH_ARG("reps", GRAFT_BENCH_INT, &c.reps),
+        GRAFT_BENCH_ARG("window", GRAFT_BENCH_U32, &c.window),
+        GRAFT_BENCH_ARG_BUF("rate", c.rate),
+        GRAFT_BENCH_ARG_FN("donors", &c, donors_arg),
+        GRAFT_BENCH_ARG_BUF("read", c.read),
+        GRAFT_BENCH_ARG("script", GRAFT_BENCH_STR, &c.script),
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &c.json),
+    };
 
     snprintf(c.rate, sizeof(c.rate), "1gbit");
     snprintf(c.read, sizeof(c.read), "push");
     (void)parse_rows(&c, "1,2,4");
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'b':
-            c.bytes = strtoull(optarg, NULL, 0);
-            break;
-        case 'c':
-            c.chunk = strtoull(optarg, NULL, 0);
-            break;
-        case 'r':
-            c.reps = atoi(optarg);
-            break;
-        case 'w':
-            c.window = (uint32_t)atoi(optarg);
-            break;
-        case 'R':
-            snprintf(c.rate, sizeof(c.rate), "%s", optarg);
-            break;
-        case 'd':
-            if (parse_rows(&c, optarg) != 0) {
-                fprintf(stderr, "--donors: a list like 1,2,4 starting at 1 (at most %d)\n",
-                        MAX_DONORS);
-                return 2;
-            }
-            break;
-        case 'p':
-            snprintf(c.read, sizeof(c.read), "%s", optarg);
-            break;
-        case 's':
-            c.script = optarg;
-            break;
-        case 'j':
-            c.json = true;
-            break;
-        default:
-            fprintf(stderr,
-                    "usage: %s [--bytes N] [--chunk N] [--reps R] [--window W] [--rate 1gbit] "
-                    "[--donors 1,2,4] [--read push|get] [--script scripts/netns.sh] [--json]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--bytes N] [--chunk N] [--reps R] [--window W] [--rate 1gbit] "
+                         "[--donors 1,2,4] [--read push|get] [--script scripts/netns.sh] "
+                         "[--json]") != 0)
+        return 2;
     if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0 ||
         (strcmp(c.read, "push") != 0 && strcmp(c.read, "get") != 0)) {
         fprintf(stderr, "bad arguments\n");

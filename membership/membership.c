@@ -56,6 +56,17 @@ static bool job_name_ok(const char *job)
     return true;
 }
 
+graft_status_t graft_membership_job_prefix(const char *job, char **prefix_p)
+{
+    if (job == NULL || job[0] == '\0' || prefix_p == NULL)
+        return GRAFT_EINVAL;
+    char *p = graft__asprintf("/graft/%s/", job);
+    if (p == NULL)
+        return GRAFT_ENOMEM;
+    *prefix_p = p;
+    return GRAFT_OK;
+}
+
 /* --------------------------------------------------------------- view --- */
 
 static void member_entry_remove(graft__mview_t *v, uint32_t group, uint32_t rank)
@@ -714,7 +725,8 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     m->job = graft__strdup(config->job);
     m->host = graft__strdup(config->host != NULL ? config->host : hostbuf);
     m->transfer_address = graft__strdup(config->transfer_address != NULL ? config->transfer_address : "");
-    m->prefix = graft__asprintf("/graft/%s/", config->job);
+    if (graft_membership_job_prefix(config->job, &m->prefix) != GRAFT_OK)
+        m->prefix = NULL; /* the name was checked above: out of memory */
     if (m->job == NULL || m->host == NULL || m->transfer_address == NULL || m->prefix == NULL) {
         st = GRAFT_ENOMEM;
         goto out_free;

@@ -8,6 +8,7 @@
  */
 #include "membership_internal.h"
 
+#include "pb_alloc.h"
 #include "proto/graft.pb-c.h"
 
 #include <assert.h>
@@ -18,22 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* protobuf-c allocates through graft's hooks too, so allocation-failure
- * tests reach the decoders. */
-static void *pb_alloc(void *arg, size_t size)
-{
-    (void)arg;
-    return graft__malloc(size);
-}
-
-static void pb_free(void *arg, void *ptr)
-{
-    (void)arg;
-    graft_free(ptr);
-}
-
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 /* Pack any message into a fresh buffer. */
 static graft_status_t pack_message(const ProtobufCMessage *msg, uint8_t **buf_p, size_t *len_p)
@@ -67,12 +52,33 @@ static graft_status_t unpack_status(const ProtobufCMessageDescriptor *desc, cons
     return GRAFT_ENOMEM;
 }
 
-#define UNPACK(type, fn, buf, len, out, st)                                                  \
-    do {                                                                                     \
-        (out) = fn((&pb_allocator), (len), (buf));                                           \
-        if ((out) == NULL)                                                                   \
-            (st) = unpack_status(&type##__descriptor, (buf), (len));                         \
-    } while (0)
+/* Unpack a record of any kind and check its `version` field (every record
+ * has one): GRAFT_EMALFORMED for bytes that do not decode or a version of 0,
+ * GRAFT_EFORMAT for a version this reader does not know, GRAFT_ENOMEM.
+ * Free *rec_p with record_free(). */
+static graft_status_t record_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *buf,
+                                    size_t len, ProtobufCMessage **rec_p)
+{
+    ProtobufCMessage *rec = protobuf_c_message_unpack(desc, &graft__pb_allocator, len, buf);
+    if (rec == NULL)
+        return unpack_status(desc, buf, len);
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(desc, "version");
+    assert(f != NULL && f->type == PROTOBUF_C_TYPE_UINT32);
+    uint32_t version;
+    memcpy(&version, (const char *)rec + f->offset, sizeof(version));
+    if (version != GRAFT_MSHIP_RECORD_VERSION) {
+        protobuf_c_message_free_unpacked(rec, &graft__pb_allocator);
+        return version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+    }
+    *rec_p = rec;
+    return GRAFT_OK;
+}
+
+static void record_free(void *rec)
+{
+    protobuf_c_message_free_unpacked(rec, &graft__pb_allocator);
+}
 
 /* ---------------------------------------------------------------- keys --- */
 
@@ -224,16 +230,12 @@ graft_status_t graft__mship_member_copy(const graft_member_t *src, graft_member_
 
 graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len, graft_member_t *mem_p)
 {
-    graft_status_t st = GRAFT_OK;
-    Graft__MemberRecord *rec;
+    ProtobufCMessage *msg;
     graft_member_t out = {0};
-    UNPACK(graft__member_record, graft__member_record__unpack, buf, len, rec, st);
-    if (rec == NULL)
+    graft_status_t st = record_unpack(&graft__member_record__descriptor, buf, len, &msg);
+    if (st != GRAFT_OK)
         return st;
-    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
-        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
-        goto out_free;
-    }
+    const Graft__MemberRecord *rec = (const Graft__MemberRecord *)msg;
     if (rec->incarnation == 0 || rec->state < GRAFT__MEMBER_STATE__MEMBER_JOINING ||
         rec->state > GRAFT__MEMBER_STATE__MEMBER_LEAVING) {
         st = GRAFT_EMALFORMED;
@@ -252,7 +254,7 @@ graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len, graft_
     out.transfer_address = rec->transfer_address;
     st = graft__mship_member_copy(&out, mem_p);
 out_free:
-    graft__member_record__free_unpacked(rec, &pb_allocator);
+    record_free(msg);
     return st;
 }
 
@@ -274,14 +276,12 @@ graft_status_t graft__mship_ready_encode(const graft__ready_t *r, uint8_t **buf_
 
 graft_status_t graft__mship_ready_decode(const uint8_t *buf, size_t len, graft__ready_t *r_p)
 {
-    graft_status_t st = GRAFT_OK;
-    Graft__ReadyRecord *rec;
-    UNPACK(graft__ready_record, graft__ready_record__unpack, buf, len, rec, st);
-    if (rec == NULL)
+    ProtobufCMessage *msg;
+    graft_status_t st = record_unpack(&graft__ready_record__descriptor, buf, len, &msg);
+    if (st != GRAFT_OK)
         return st;
-    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
-        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
-    } else if (rec->round == 0 || rec->incarnation == 0) {
+    const Graft__ReadyRecord *rec = (const Graft__ReadyRecord *)msg;
+    if (rec->round == 0 || rec->incarnation == 0) {
         st = GRAFT_EMALFORMED;
     } else {
         graft__ready_t out = {0};
@@ -293,7 +293,7 @@ graft_status_t graft__mship_ready_decode(const uint8_t *buf, size_t len, graft__
         out.unix_ms = rec->unix_ms;
         *r_p = out;
     }
-    graft__ready_record__free_unpacked(rec, &pb_allocator);
+    record_free(msg);
     return st;
 }
 
@@ -316,14 +316,12 @@ graft_status_t graft__mship_vote_encode(const graft__vote_t *v, uint8_t **buf_p,
 
 graft_status_t graft__mship_vote_decode(const uint8_t *buf, size_t len, graft__vote_t *v_p)
 {
-    graft_status_t st = GRAFT_OK;
-    Graft__Vote *rec;
-    UNPACK(graft__vote, graft__vote__unpack, buf, len, rec, st);
-    if (rec == NULL)
+    ProtobufCMessage *msg;
+    graft_status_t st = record_unpack(&graft__vote__descriptor, buf, len, &msg);
+    if (st != GRAFT_OK)
         return st;
-    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
-        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
-    } else if (rec->round == 0 || rec->quorum_id == 0) {
+    const Graft__Vote *rec = (const Graft__Vote *)msg;
+    if (rec->round == 0 || rec->quorum_id == 0) {
         st = GRAFT_EMALFORMED;
     } else {
         graft__vote_t out = {0};
@@ -337,7 +335,7 @@ graft_status_t graft__mship_vote_decode(const uint8_t *buf, size_t len, graft__v
         snprintf(out.reason, sizeof(out.reason), "%s", rec->reason != NULL ? rec->reason : "");
         *v_p = out;
     }
-    graft__vote__free_unpacked(rec, &pb_allocator);
+    record_free(msg);
     return st;
 }
 
@@ -466,16 +464,12 @@ static graft_status_t copy_u32s(const uint32_t *src, size_t n, uint32_t **dst_p)
 
 graft_status_t graft__mship_quorum_decode(const uint8_t *buf, size_t len, graft_quorum_t **q_p)
 {
-    graft_status_t st = GRAFT_OK;
-    Graft__Quorum *rec;
+    ProtobufCMessage *msg;
     graft_quorum_t *q = NULL;
-    UNPACK(graft__quorum, graft__quorum__unpack, buf, len, rec, st);
-    if (rec == NULL)
+    graft_status_t st = record_unpack(&graft__quorum__descriptor, buf, len, &msg);
+    if (st != GRAFT_OK)
         return st;
-    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
-        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
-        goto out;
-    }
+    const Graft__Quorum *rec = (const Graft__Quorum *)msg;
     st = quorum_check(rec);
     if (st != GRAFT_OK)
         goto out;
@@ -516,7 +510,7 @@ graft_status_t graft__mship_quorum_decode(const uint8_t *buf, size_t len, graft_
     q = NULL;
 out:
     graft_membership_quorum_free(q);
-    graft__quorum__free_unpacked(rec, &pb_allocator);
+    record_free(msg);
     return st;
 }
 
@@ -592,16 +586,12 @@ graft_status_t graft__mship_event_encode(const graft_event_t *ev, uint8_t **buf_
 
 graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len, graft_event_t *ev_p)
 {
-    graft_status_t st = GRAFT_OK;
-    Graft__Event *rec;
+    ProtobufCMessage *msg;
     graft_event_t out = {0};
-    UNPACK(graft__event, graft__event__unpack, buf, len, rec, st);
-    if (rec == NULL)
+    graft_status_t st = record_unpack(&graft__event__descriptor, buf, len, &msg);
+    if (st != GRAFT_OK)
         return st;
-    if (rec->version != GRAFT_MSHIP_RECORD_VERSION) {
-        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
-        goto out;
-    }
+    const Graft__Event *rec = (const Graft__Event *)msg;
     if (rec->seq == 0 || rec->kind < GRAFT__EVENT_KIND__EVENT_JOIN ||
         rec->kind > GRAFT__EVENT_KIND__EVENT_ERROR) {
         st = GRAFT_EMALFORMED;
@@ -631,7 +621,7 @@ graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len, graft_e
     out = (graft_event_t){0};
 out:
     graft__mship_event_clear(&out);
-    graft__event__free_unpacked(rec, &pb_allocator);
+    record_free(msg);
     return st;
 }
 

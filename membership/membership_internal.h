@@ -1,7 +1,8 @@
 /*
  * Private to the membership layer: record codecs, key names, the pure quorum
- * decision, and the handle shared by membership.c, membership_quorum.c and
- * events_log.c. The etcd client has its own private header.
+ * decision, and the handle shared by membership.c, membership_quorum.c,
+ * membership_votes.c, membership_blobs.c and events_log.c. The etcd client
+ * has its own private header.
  */
 #ifndef GRAFT_MEMBERSHIP_INTERNAL_H
 #define GRAFT_MEMBERSHIP_INTERNAL_H
@@ -259,5 +260,21 @@ GRAFT_WUR graft_status_t graft__mship_event_put(graft_membership_t *m, graft_eve
 /* Note that `lease` is gone (call under no lock). A report about a lease
  * that was already replaced by a re-join is ignored. */
 void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_status_t why);
+
+/* The caller's lease and incarnation, or why it may not write: GRAFT_ESTATE
+ * (observer or left) or GRAFT_ELEASE (lost, reported once; not joined). */
+GRAFT_WUR graft_status_t graft__mship_check_joined(graft_membership_t *m, int64_t *lease_p,
+                                                   uint64_t *inc_p);
+
+/* Run a transaction without compares that matter to the caller's retry
+ * (puts on the rank's lease, maybe a read), retrying with backoff until
+ * deadline_ns while etcd cannot be reached; an unknown lease is reported as
+ * GRAFT_ELEASE. `what` names the records in messages. */
+GRAFT_WUR graft_status_t graft__mship_txn_retry(graft_membership_t *m,
+                                                const graft_etcd_compare_t *cmps, size_t n_cmps,
+                                                const graft_etcd_op_t *ops, size_t n_ops,
+                                                const graft_etcd_op_t *fail, size_t n_fail,
+                                                int64_t lease, uint64_t deadline_ns,
+                                                const char *what, graft_etcd_txn_result_t *res_p);
 
 #endif /* GRAFT_MEMBERSHIP_INTERNAL_H */

@@ -7,12 +7,18 @@
 #define GRAFT_PERSIST_INTERNAL_H
 
 #include "graft_internal.h"
+#include "pb_alloc.h"
 #include <graft/persist.h>
 
 #include "proto/graft.pb-c.h"
 
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include <zstd.h>
 
 #define GP_MOD "persist"
 
@@ -96,9 +102,6 @@ GRAFT_WUR graft_status_t graft__shard_chunk(graft__shard_t *s, uint64_t i, const
 GRAFT_WUR graft_status_t graft__shard_read(graft__shard_t *s, uint64_t off, void *dst,
                                            uint64_t len, char *why, size_t why_len);
 
-/* protobuf-c allocator that goes through graft's allocation hooks. */
-extern ProtobufCAllocator graft__persist_pb_allocator;
-
 /* Manifest: read, check the wrapper and every invariant; free with
  * graft__manifest_free(). */
 GRAFT_WUR graft_status_t graft__manifest_read(const char *dir, uint64_t step,
@@ -128,8 +131,29 @@ GRAFT_WUR graft_status_t graft__persist_mkdirs(const char *path);
 GRAFT_WUR graft_status_t graft__persist_write_all(int fd, const void *buf, size_t len,
                                                   const char *path);
 GRAFT_WUR graft_status_t graft__persist_fsync_dir(const char *dir);
+/* Write a whole file durably (a temporary file, below). */
 GRAFT_WUR graft_status_t graft__persist_file_atomic(const char *dir, const char *name,
                                                     const void *data, size_t len);
+
+/* A file written under a temporary name and renamed into place once it is
+ * durable (persist_durable.c): open, write to fd, sync (fsync, close),
+ * install (rename, fsync of the directory), with a crash point between the
+ * steps; close always, which removes the temporary file unless it was
+ * installed. Every step maps a full disk to GRAFT_ENOSPC, any other failure
+ * to GRAFT_EIO. */
+typedef struct graft__tmpfile {
+    int fd;
+    bool installed;
+    char *dir;
+    char *tmp;   /* <dir>/<name>.tmp */
+    char *final; /* <dir>/<name> */
+} graft__tmpfile_t;
+
+GRAFT_WUR graft_status_t graft__tmpfile_open(graft__tmpfile_t *f, const char *dir,
+                                             const char *name);
+GRAFT_WUR graft_status_t graft__tmpfile_sync(graft__tmpfile_t *f);
+GRAFT_WUR graft_status_t graft__tmpfile_install(graft__tmpfile_t *f);
+void graft__tmpfile_close(graft__tmpfile_t *f);
 /* Remove a checkpoint directory: manifest first (then the directory is
  * merely incomplete), then everything else. */
 GRAFT_WUR graft_status_t graft__persist_remove_dir(const char *dir);
@@ -154,5 +178,174 @@ void graft__persist_crash_point(void);
  * background thread after writing each chunk (a slow disk). */
 extern volatile int graft__persist_test_compress_delay_us;
 extern volatile int graft__persist_test_write_delay_us;
+
+/* ------------------------------------------------------------------------
+ * The asynchronous writer: persist_writer.c (snapshot, shard files, the
+ * background thread), persist_pool.c (compression helpers) and
+ * persist_commit.c (commit and the commit job).
+ */
+
+/* zstd level for the chunks that GRAFT_PERSIST_LEVEL_AUTO compresses. */
+#define GP_AUTO_ZSTD_LEVEL (-1)
+
+enum { JOB_SHARD, JOB_COMMIT };
+
+typedef struct gp_staging {
+    uint8_t *buf;
+    uint64_t cap;
+    struct gp_staging *next;
+    /* Chunks of it handed to compression helpers and not yet read. */
+    atomic_uint users;
+} gp_staging_t;
+
+typedef struct gp_job {
+    int type;
+    uint64_t step;
+    uint32_t rank;
+    uint32_t ranks;
+    /* shard */
+    gp_staging_t *staging;
+    uint64_t raw_bytes;
+    graft_persist_region_t *regions; /* names owned, ptr unused */
+    size_t nregions;
+    uint64_t layout_hash;
+    /* commit */
+    graft_persist_commit_opts_t opts;
+    uint64_t snapshot_ns;
+    uint64_t start_ns;
+    struct gp_job *next;
+} gp_job_t;
+
+typedef struct gp_shard_rec {
+    uint64_t step;
+    uint32_t rank;
+    graft_status_t status;
+    uint8_t *info;
+    size_t len;
+    struct gp_shard_rec *next;
+} gp_shard_rec_t;
+
+typedef struct gp_step_rec {
+    uint64_t step;
+    bool done;
+    graft_persist_write_result_t result;
+    struct gp_step_rec *next;
+} gp_step_rec_t;
+
+/* An output buffer for one chunk's encoding, and who owns it:
+ *   FREE      the background thread; it may assign a chunk (-> ASSIGNED)
+ *   ASSIGNED  either: the helper starts it (-> BUSY) or the background
+ *             thread takes it back (-> FREE)
+ *   BUSY      the helper; it finishes (-> DONE), unless the background
+ *             thread gave up on it (-> ABANDONED)
+ *   DONE      the background thread, which writes it (-> FREE)
+ *   ABANDONED the helper, which drops the result when done (-> FREE)
+ * Transitions between owners are compare-and-swaps on state. */
+enum { SLOT_FREE, SLOT_ASSIGNED, SLOT_BUSY, SLOT_DONE, SLOT_ABANDONED };
+
+typedef struct gp_slot {
+    atomic_int state;
+    /* the chunk, set before ASSIGNED */
+    uint64_t chunk;
+    uint64_t assigned_ns;
+    const uint8_t *raw;
+    size_t len;
+    gp_staging_t *src;
+    /* the result, set before DONE */
+    uint8_t *out;
+    size_t out_cap;
+    graft__chunk_entry_t entry; /* offset filled in by the writer */
+    const uint8_t *stored;      /* out, or the raw bytes for a stored chunk */
+} gp_slot_t;
+
+/* One compression helper thread, started at the first compressed shard and
+ * kept until the writer is destroyed. Two slots: one being compressed, one
+ * waiting for the background thread to write it. */
+typedef struct gp_helper {
+    pthread_t tid;
+    sem_t wake; /* posted for each assignment, and to stop */
+    gp_slot_t slots[2];
+    _Atomic uint64_t tc_ns; /* running average of its time per chunk */
+    struct gp_pool *pool;
+} gp_helper_t;
+
+typedef struct gp_pool {
+    gp_helper_t *h;   /* `threads` of them */
+    uint32_t started; /* helpers running */
+    bool adaptive;    /* GRAFT_PERSIST_LEVEL_AUTO */
+    int level;
+    atomic_bool stop;
+    sem_t done;       /* posted after every chunk a helper finishes */
+    /* Used by the background thread only: the shard being written. */
+    bool active;
+    gp_staging_t *staging;
+    const uint8_t *raw;
+    uint64_t raw_bytes;
+    uint64_t chunk_bytes;
+    uint64_t nchunks;
+    uint64_t wpos;  /* first chunk not yet taken for writing */
+    uint64_t next;  /* first chunk not yet assigned or taken */
+    uint64_t tw_ns; /* running average of the time to take and write a chunk */
+    /* staging buffers of finished shards still being read by a helper */
+    gp_staging_t *orphans;
+} gp_pool_t;
+
+struct graft_persist_writer {
+    char *root;
+    char *second_root;
+    char *code_revision;
+    int level;
+    uint32_t threads;
+    uint64_t chunk_bytes;
+    uint32_t max_pending;
+    uint32_t group;
+    graft_persist_retention_t retention;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;
+    pthread_cond_t cv_done;
+    bool stop;
+    gp_job_t *head;
+    gp_job_t *tail;
+    uint32_t inflight_shards;
+    gp_shard_rec_t *shards;
+    gp_step_rec_t *steps;
+    gp_staging_t *pool;
+
+    gp_pool_t hp; /* compression helpers */
+    /* The background thread's own encoder, for chunks no helper took. */
+    ZSTD_CCtx *cctx;
+    gp_slot_t own;
+};
+
+/* Staging buffers (persist_writer.c): keep a few so the next snapshot
+ * copies into warm memory. */
+void graft__persist_staging_put(graft_persist_writer_t *w, gp_staging_t *s);
+/* Free bytes under root, with a margin; GRAFT_ENOSPC when short of need. */
+GRAFT_WUR graft_status_t graft__persist_space_check(const char *root, uint64_t need);
+bool graft__persist_manifest_exists(const char *root, uint64_t step);
+
+/* The compression pool (persist_pool.c), driven by the background thread
+ * for the shard it writes: prepare (once per writer; starts the helpers),
+ * begin, then take and finish each chunk in order, then end. */
+GRAFT_WUR graft_status_t graft__persist_pool_prepare(graft_persist_writer_t *w);
+void graft__persist_pool_begin(graft_persist_writer_t *w, gp_job_t *j, uint64_t nchunks);
+gp_slot_t *graft__persist_chunk_take(graft_persist_writer_t *w, uint64_t c,
+                                     uint32_t *compressed_p, uint32_t *dropped_p);
+void graft__persist_chunk_done(graft_persist_writer_t *w, gp_slot_t *s, uint64_t took_ns);
+void graft__persist_pool_end(graft_persist_writer_t *w, gp_job_t *j);
+/* Stop and join the helpers (after the background thread), then free. */
+void graft__persist_pool_stop(graft_persist_writer_t *w);
+void graft__persist_pool_free(graft_persist_writer_t *w);
+
+/* Shard records and the commit job (persist_commit.c). */
+void graft__persist_shard_rec_add(graft_persist_writer_t *w, uint64_t step, uint32_t rank,
+                                  graft_status_t status, uint8_t *info, size_t len);
+/* Removes and returns the record; NULL if absent. Caller holds the lock. */
+gp_shard_rec_t *graft__persist_shard_rec_take(graft_persist_writer_t *w, uint64_t step,
+                                              uint32_t rank);
+void graft__persist_commit_job(graft_persist_writer_t *w, gp_job_t *j);
 
 #endif /* GRAFT_PERSIST_INTERNAL_H */

@@ -18,24 +18,10 @@
 #include <jansson.h>
 #include <xxhash.h>
 
-static void *pb_alloc(void *data, size_t size)
-{
-    (void)data;
-    return graft__malloc(size);
-}
-
-static void pb_free(void *data, void *ptr)
-{
-    (void)data;
-    graft_free(ptr);
-}
-
-ProtobufCAllocator graft__persist_pb_allocator = {pb_alloc, pb_free, NULL};
-
 void graft__manifest_free(Graft__CheckpointManifest *m)
 {
     if (m != NULL)
-        graft__checkpoint_manifest__free_unpacked(m, &graft__persist_pb_allocator);
+        graft__checkpoint_manifest__free_unpacked(m, &graft__pb_allocator);
 }
 
 static int cmp_piece(const void *a, const void *b)
@@ -261,7 +247,7 @@ graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__Check
         st = GRAFT_EHASH;
         goto out;
     }
-    m = graft__checkpoint_manifest__unpack(&graft__persist_pb_allocator, (size_t)plen,
+    m = graft__checkpoint_manifest__unpack(&graft__pb_allocator, (size_t)plen,
                                            buf + GP_MANIFEST_HEADER_BYTES);
     if (m == NULL) {
         /* protobuf-c returns NULL for bytes that do not decode and for a
@@ -505,21 +491,18 @@ graft_status_t graft__persist_remove_dir(const char *dir)
 
 static graft_status_t copy_file(const char *from, const char *to_dir, const char *name)
 {
-    graft_status_t st = GRAFT_OK;
+    graft__tmpfile_t f = {.fd = -1};
     char *src = graft__asprintf("%s/%s", from, name);
-    char *tmp = graft__asprintf("%s/%s.tmp", to_dir, name);
-    char *dst = graft__asprintf("%s/%s", to_dir, name);
     uint8_t *buf = graft__malloc(1 << 20);
-    int in = -1, out = -1;
-    if (src == NULL || tmp == NULL || dst == NULL || buf == NULL) {
-        st = GRAFT_ENOMEM;
+    int in = -1;
+    graft_status_t st = src != NULL && buf != NULL ? graft__tmpfile_open(&f, to_dir, name)
+                                                   : GRAFT_ENOMEM;
+    if (st != GRAFT_OK)
         goto done;
-    }
     in = open(src, O_RDONLY | O_CLOEXEC);
-    out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (in < 0 || out < 0) {
-        GRAFT_ERROR(GP_MOD, "copy %s -> %s: %s", src, tmp, strerror(errno));
-        st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_EIO;
+    if (in < 0) {
+        GRAFT_ERROR(GP_MOD, "copy %s -> %s: %s", src, f.tmp, strerror(errno));
+        st = GRAFT_EIO;
         goto done;
     }
     for (;;) {
@@ -533,29 +516,20 @@ static graft_status_t copy_file(const char *from, const char *to_dir, const char
         }
         if (n == 0)
             break;
-        st = graft__persist_write_all(out, buf, (size_t)n, tmp);
+        st = graft__persist_write_all(f.fd, buf, (size_t)n, f.tmp);
         if (st != GRAFT_OK)
             break;
     }
-    if (st == GRAFT_OK && fsync(out) != 0) {
-        GRAFT_ERROR(GP_MOD, "fsync %s: %s", tmp, strerror(errno));
-        st = GRAFT_EIO;
-    }
-    if (st == GRAFT_OK && rename(tmp, dst) != 0) {
-        GRAFT_ERROR(GP_MOD, "rename %s: %s", tmp, strerror(errno));
-        st = GRAFT_EIO;
-    }
-    if (st != GRAFT_OK)
-        unlink(tmp);
+    if (st == GRAFT_OK)
+        st = graft__tmpfile_sync(&f);
+    if (st == GRAFT_OK)
+        st = graft__tmpfile_install(&f);
 done:
     if (in >= 0)
         close(in);
-    if (out >= 0)
-        close(out);
+    graft__tmpfile_close(&f);
     graft_free(buf);
     graft_free(src);
-    graft_free(tmp);
-    graft_free(dst);
     return st;
 }
 

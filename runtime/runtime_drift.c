@@ -1,7 +1,8 @@
 /*
  * Replica drift check: every drift_check_every steps, at the commit of step
  * s, rank r of every member group publishes an XXH3-64 per region under
- * drift/<s>/<r>/<group> (JSON) and compares with the other groups' records.
+ * drift/<s>/<r>/<group> (a DriftRecord, runtime_records.c) and compares
+ * with the other groups' records.
  * Per region the reference is the value most groups hold (ties: the lowest
  * group's). A group that differs from the reference votes no, so it stays
  * at its step and heals from the others at the next quorum; every group
@@ -11,77 +12,36 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
 static graft_status_t publish(graft_runtime_t *rt, uint64_t step, const uint64_t *hashes)
 {
-    graft_status_t st = GRAFT_ENOMEM;
-    char *text = NULL, *key = NULL;
-    json_t *root = json_object(), *arr = json_array();
-    if (root == NULL || arr == NULL)
-        goto out;
-    for (size_t i = 0; i < rt->n_regions; i++) {
-        char hex[17];
-        snprintf(hex, sizeof(hex), "%016" PRIx64, hashes[i]);
-        if (json_array_append_new(arr, json_pack("{s:s,s:s}", "name", rt->regions[i].name,
-                                                 "xxh3", hex)) != 0)
-            goto out;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = graft__rt_key_drift(rt, step, rt->rank, rt->group);
+    graft_status_t st = key == NULL ? GRAFT_ENOMEM : graft__rt_drift_encode(rt, hashes, &buf, &len);
+    if (st == GRAFT_OK) {
+        st = graft_etcd_put(rt->etcd, key, buf, len, 0, NULL, NULL);
+        if (st != GRAFT_OK)
+            GRAFT_ERROR(GRAFT_RT_MOD, "drift check: cannot write %s: %s", key,
+                        graft_status_string(st));
     }
-    if (json_object_set_new(root, "group", json_integer(rt->group)) != 0 ||
-        json_object_set(root, "regions", arr) != 0)
-        goto out;
-    text = json_dumps(root, JSON_COMPACT);
-    key = graft__asprintf("%sdrift/%020" PRIu64 "/%" PRIu32 "/%" PRIu32, rt->prefix, step,
-                          rt->rank, rt->group);
-    if (text == NULL || key == NULL)
-        goto out;
-    st = graft_etcd_put(rt->etcd, key, text, strlen(text), 0, NULL, NULL);
-    if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_RT_MOD, "drift check: cannot write %s: %s", key,
-                    graft_status_string(st));
-out:
-    free(text);
+    graft_free(buf);
     graft_free(key);
-    json_decref(arr);
-    json_decref(root);
     return st;
 }
 
 /* Parse one group's record: fills hashes (indexed like rt->regions); a
- * region absent or malformed keeps `have` false. */
+ * region absent keeps `have` false. */
 static graft_status_t parse_record(graft_runtime_t *rt, const graft_etcd_kv_t *kv,
                                    uint32_t *group_p, uint64_t *hashes, bool *have)
 {
-    json_error_t err;
-    json_t *root = json_loadb((const char *)kv->value, kv->value_len, 0, &err);
-    json_int_t group = -1;
-    json_t *arr = NULL;
-    if (root == NULL || json_unpack(root, "{s:I,s:o}", "group", &group, "regions", &arr) != 0 ||
-        !json_is_array(arr) || group < 0) {
+    graft_status_t st = graft__rt_drift_decode(rt, kv->value, kv->value_len, group_p, hashes, have);
+    if (st != GRAFT_OK)
         GRAFT_WARN(GRAFT_RT_MOD, "drift check: malformed record %s skipped", kv->key);
-        json_decref(root);
-        return GRAFT_EMALFORMED;
-    }
-    size_t idx;
-    json_t *it;
-    json_array_foreach(arr, idx, it) {
-        const char *name = NULL, *hex = NULL;
-        if (json_unpack(it, "{s:s,s:s}", "name", &name, "xxh3", &hex) != 0)
-            continue;
-        for (size_t i = 0; i < rt->n_regions; i++) {
-            if (strcmp(rt->regions[i].name, name) != 0)
-                continue;
-            char *end = NULL;
-            hashes[i] = strtoull(hex, &end, 16);
-            have[i] = end != hex && *end == '\0';
-        }
-    }
-    *group_p = (uint32_t)group;
-    json_decref(root);
-    return GRAFT_OK;
+    return st;
 }
 
 graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *q)
@@ -92,8 +52,7 @@ graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *
     uint64_t *all = graft__calloc(n * g, sizeof(*all));
     bool *have = graft__calloc(n * g, sizeof(*have));
     uint32_t *groups = graft__calloc(g, sizeof(*groups));
-    char *prefix = graft__asprintf("%sdrift/%020" PRIu64 "/%" PRIu32 "/", rt->prefix, q->step,
-                                   rt->rank);
+    char *prefix = graft__rt_key_drift_folder(rt, q->step, rt->rank);
     graft_etcd_range_result_t res;
     char detail[512] = "";
     memset(&res, 0, sizeof(res));
@@ -189,8 +148,8 @@ graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *
     /* The previous check's records are no longer read by anyone: every
      * member finished it before this quorum could form. */
     if (q->replica_rank == 0 && q->step >= rt->cfg->drift_check_every) {
-        char *old = graft__asprintf("%sdrift/%020" PRIu64 "/%" PRIu32 "/", rt->prefix,
-                                    q->step - rt->cfg->drift_check_every, rt->rank);
+        char *old =
+            graft__rt_key_drift_folder(rt, q->step - rt->cfg->drift_check_every, rt->rank);
         if (old != NULL && graft_etcd_delete(rt->etcd, old, true, NULL, NULL) != GRAFT_OK)
             GRAFT_WARN(GRAFT_RT_MOD, "could not delete %s", old);
         graft_free(old);

@@ -158,7 +158,7 @@ struct graft_runtime {
     uint32_t replica_rank, replica_world;
 };
 
-/* runtime.c */
+/* runtime_observe.c */
 void graft__rt_emit(graft_runtime_t *rt, const graft_runtime_event_t *ev);
 void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t step, bool ok,
                          uint64_t duration_us, const char *detail);
@@ -215,6 +215,26 @@ GRAFT_WUR graft_status_t graft__rt_nccl_pull(graft_runtime_t *rt, const char *do
 GRAFT_WUR graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t round,
                                                  uint32_t donor, uint32_t recipient, bool publish,
                                                  uint8_t *uid, size_t uid_bytes);
+
+/* runtime_records.c: the runtime's etcd keys, one function per key (NULL
+ * on ENOMEM), and their values (docs/KEYS.md). */
+char *graft__rt_key_drift_folder(const graft_runtime_t *rt, uint64_t step, uint32_t rank);
+char *graft__rt_key_drift(const graft_runtime_t *rt, uint64_t step, uint32_t rank,
+                          uint32_t group);
+char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step);
+char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step);
+char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank);
+/* A DriftRecord of this rank's region hashes (indexed like rt->regions). */
+GRAFT_WUR graft_status_t graft__rt_drift_encode(const graft_runtime_t *rt, const uint64_t *hashes,
+                                                uint8_t **buf_p, size_t *len_p);
+/* Decode another group's DriftRecord: fills hashes and have (indexed like
+ * rt->regions) for the regions it names; GRAFT_EMALFORMED, GRAFT_EFORMAT. */
+GRAFT_WUR graft_status_t graft__rt_drift_decode(const graft_runtime_t *rt, const uint8_t *buf,
+                                                size_t len, uint32_t *group_p, uint64_t *hashes,
+                                                bool *have);
+/* Write checkpoints/<step> (best effort: a failure is logged). */
+void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step,
+                                     const char *status);
 
 /* runtime_drift.c */
 /* Compare this rank's region hashes with the other members' at q->step;

@@ -5,7 +5,8 @@
  * checkpoint to the next). Each writer publishes its shard record under
  * ckpt/<s>/shard/<r> once the shard is durable; the writer of shard 0
  * collects the R records, writes the manifest (the commit point) and the
- * checkpoint record checkpoints/<s> that tools read. Keys: docs/RUNTIME.md.
+ * checkpoint record checkpoints/<s> that tools read. Keys and records:
+ * runtime_records.c, docs/KEYS.md.
  */
 #include "runtime_internal.h"
 
@@ -49,10 +50,9 @@ static graft_status_t persist_regions(graft_runtime_t *rt, graft_persist_region_
     for (size_t i = 0; i < rt->n_regions; i++) {
         const graft_region_t *r = &rt->regions[i].r;
         pr[i].name = rt->regions[i].persist_name;
-        pr[i].kind = (graft_persist_kind_t)r->kind;
+        pr[i].kind = r->kind;
         pr[i].dtype = r->dtype;
-        pr[i].device = r->device == GRAFT_DEVICE_CUDA ? GRAFT_PERSIST_DEVICE_CUDA
-                                                      : GRAFT_PERSIST_DEVICE_HOST;
+        pr[i].device = r->device;
         pr[i].ptr = r->ptr;
         pr[i].bytes = r->bytes;
         pr[i].global_offset = r->global_offset;
@@ -125,35 +125,13 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
 
 /* ------------------------------------------------------ background work --- */
 
-static void put_record(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step, const char *status)
-{
-    Graft__CheckpointRecord rec;
-    graft__checkpoint_record__init(&rec);
-    rec.version = 1;
-    rec.step = step;
-    rec.location = rt->cfg->persist_root;
-    rec.status = (char *)status;
-    rec.unix_ms = graft__wall_ns() / 1000000ull;
-    size_t len = graft__checkpoint_record__get_packed_size(&rec);
-    uint8_t *buf = graft__malloc(len + 1);
-    char *key = graft__asprintf("%scheckpoints/%020" PRIu64, rt->prefix, step);
-    if (buf != NULL && key != NULL) {
-        graft__checkpoint_record__pack(&rec, buf);
-        graft_status_t st = graft_etcd_put(etcd, key, buf, len, 0, NULL, NULL);
-        if (st != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "cannot write %s: %s", key, graft_status_string(st));
-    }
-    graft_free(buf);
-    graft_free(key);
-}
-
 /* The committer: wait for the R shard records, then write the manifest. */
 static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step)
 {
     graft_status_t st;
     graft_etcd_range_result_t res;
     memset(&res, 0, sizeof(res));
-    char *prefix = graft__asprintf("%sckpt/%020" PRIu64 "/shard/", rt->prefix, step);
+    char *prefix = graft__rt_key_shard_folder(rt, step);
     if (prefix == NULL)
         return GRAFT_ENOMEM;
     uint64_t deadline = graft__now_ns() + rt->cfg->fence_timeout_ms * 1000000ull * 2;
@@ -225,7 +203,7 @@ static void *ckpt_main(void *arg)
     if (st != GRAFT_OK)
         goto out;
     if (c->commit_manifest)
-        put_record(rt, etcd, c->step, "writing");
+        graft__rt_checkpoint_record_put(rt, etcd, c->step, "writing");
     if (c->write_shard) {
         {
             uint32_t r = rt->rank;
@@ -235,7 +213,7 @@ static void *ckpt_main(void *arg)
                             " not durable: %s", c->step, r, graft_status_string(st));
                 goto out;
             }
-            key = graft__asprintf("%sckpt/%020" PRIu64 "/shard/%" PRIu32, rt->prefix, c->step, r);
+            key = graft__rt_key_shard(rt, c->step, r);
             if (key == NULL) {
                 st = GRAFT_ENOMEM;
                 goto out;
@@ -253,7 +231,7 @@ static void *ckpt_main(void *arg)
     }
     if (c->commit_manifest) {
         st = collect_and_commit(rt, etcd, c->step);
-        put_record(rt, etcd, c->step, st == GRAFT_OK ? "complete" : "failed");
+        graft__rt_checkpoint_record_put(rt, etcd, c->step, st == GRAFT_OK ? "complete" : "failed");
         if (st == GRAFT_OK) {
             pthread_mutex_lock(&rt->mu);
             rt->metrics.checkpoints_committed++;

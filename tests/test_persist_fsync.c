@@ -6,7 +6,9 @@
  * directories were fsynced, in order, to check that creating a checkpoint
  * directory (local root and second tier) fsyncs the directory that holds it
  * before the checkpoint is reported durable, and that directories that
- * already exist cost no fsync.
+ * already exist cost no fsync. It also plays a full disk: an fsync of a
+ * file under `enospc_under` fails with ENOSPC, as it does when the disk
+ * fills up while the page cache is written back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,24 +35,43 @@ static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char dir_log[LOG_MAX][PATH_MAX];
 static int dir_n;
 static int file_n;
+/* Real path of a directory whose files' fsyncs fail with ENOSPC; "": none. */
+static char enospc_under[PATH_MAX];
 
 int fsync(int fd)
 {
     struct stat sb;
+    bool full = false;
     if (fstat(fd, &sb) == 0) {
         char link[64], path[PATH_MAX];
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-        ssize_t n = S_ISDIR(sb.st_mode) ? readlink(link, path, sizeof(path) - 1) : -1;
+        ssize_t n = readlink(link, path, sizeof(path) - 1);
+        path[n > 0 ? n : 0] = '\0';
         pthread_mutex_lock(&log_mu);
-        if (n > 0 && dir_n < LOG_MAX) {
-            path[n] = '\0';
+        if (S_ISDIR(sb.st_mode) && n > 0 && dir_n < LOG_MAX) {
             strcpy(dir_log[dir_n++], path);
         } else if (S_ISREG(sb.st_mode)) {
             file_n++;
+            full = enospc_under[0] != '\0' &&
+                   strncmp(path, enospc_under, strlen(enospc_under)) == 0;
         }
         pthread_mutex_unlock(&log_mu);
     }
+    if (full) {
+        errno = ENOSPC;
+        return -1;
+    }
     return (int)syscall(SYS_fsync, fd);
+}
+
+static void disk_full_under(const char *dir)
+{
+    pthread_mutex_lock(&log_mu);
+    if (dir == NULL)
+        enospc_under[0] = '\0';
+    else
+        assert_non_null(realpath(dir, enospc_under));
+    pthread_mutex_unlock(&log_mu);
 }
 
 static void log_clear(void)
@@ -161,11 +183,79 @@ static void test_existing_dirs_cost_nothing(void **state)
     pt_rmtree(root);
 }
 
+static graft_status_t save_full(const char *root, const char *second_root, uint64_t step,
+                                graft_persist_write_result_t *res)
+{
+    pt_global_t *g = pt_global_small(step);
+    pt_layout_t *lay = pt_global_split(g, 2);
+    graft_persist_config_t cfg = {.root = root, .second_root = second_root, .chunk_bytes = 4096};
+    graft_persist_writer_t *w;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    assert_int_equal(graft_persist_save(w, step, 2,
+                                        (const graft_persist_region_t *const *)lay->regions,
+                                        lay->nregions, NULL),
+                     GRAFT_OK);
+    graft_status_t st = graft_persist_wait(w, step, res);
+    graft_persist_writer_destroy(w);
+    pt_layout_free(lay);
+    pt_global_free(g);
+    return st;
+}
+
+/* A disk that fills up during the fsync of a file is GRAFT_ENOSPC wherever
+ * persist/ writes a file (a shard, the manifest, the second tier's copy),
+ * and leaves neither the temporary file nor the checkpoint behind. */
+static void test_full_disk_at_fsync_is_enospc(void **state)
+{
+    (void)state;
+    char *tmp = pt_tmpdir();
+    char *root = join(tmp, "root");
+    char *second = join(tmp, "second");
+    assert_int_equal(graft__persist_mkdirs(root), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(second), GRAFT_OK);
+
+    /* one file */
+    disk_full_under(tmp);
+    assert_int_equal(graft__persist_file_atomic(tmp, "x", "abc", 3), GRAFT_ENOSPC);
+    char *x = join(tmp, "x");
+    char *x_tmp = join(tmp, "x.tmp");
+    assert_int_equal(access(x, F_OK), -1);
+    assert_int_equal(access(x_tmp, F_OK), -1);
+
+    /* the local tier: the shards' fsyncs fail, the checkpoint is gone */
+    graft_persist_write_result_t res;
+    disk_full_under(root);
+    assert_int_equal(save_full(root, NULL, 3, &res), GRAFT_ENOSPC);
+    char *step3 = pt_path(root, 3, "");
+    assert_int_equal(access(step3, F_OK), -1);
+
+    /* the second tier: its copies' fsyncs fail; the local checkpoint
+     * stands and the second tier keeps nothing */
+    disk_full_under(second);
+    assert_int_equal(save_full(root, second, 4, &res), GRAFT_OK);
+    assert_int_equal(res.second_tier_status, GRAFT_ENOSPC);
+    char *local4 = pt_path(root, 4, "manifest.pb");
+    char *second4 = pt_path(second, 4, "");
+    assert_int_equal(access(local4, F_OK), 0);
+    assert_int_equal(access(second4, F_OK), -1);
+    disk_full_under(NULL);
+
+    free(second4);
+    free(local4);
+    free(step3);
+    free(x_tmp);
+    free(x);
+    free(second);
+    free(root);
+    pt_rmtree(tmp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_dirs_reach_their_parent),
         cmocka_unit_test(test_existing_dirs_cost_nothing),
+        cmocka_unit_test(test_full_disk_at_fsync_is_enospc),
     };
     return cmocka_run_group_tests_name("persist_fsync", tests, NULL, NULL);
 }

@@ -463,6 +463,49 @@ static void on_event(const graft_runtime_event_t *ev, void *arg)
         se->last_quorum_id = ev->quorum_id;
 }
 
+/* The drift check's record: what one rank writes, another decodes, and
+ * hostile bytes are refused without touching the hashes. */
+static void test_drift_record(void **state)
+{
+    (void)state;
+    graft__rt_region_t regions[2] = {{.name = (char *)"w"}, {.name = (char *)"b"}};
+    graft_runtime_t rt;
+    memset(&rt, 0, sizeof(rt));
+    rt.regions = regions;
+    rt.n_regions = 2;
+    rt.group = 3;
+    uint64_t mine[2] = {0x1111, 0xffffffffffffffffull};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(graft__rt_drift_encode(&rt, mine, &buf, &len), GRAFT_OK);
+    uint64_t got[2] = {0};
+    bool have[2] = {false, false};
+    uint32_t group = 0;
+    assert_int_equal(graft__rt_drift_decode(&rt, buf, len, &group, got, have), GRAFT_OK);
+    assert_int_equal(group, 3);
+    assert_true(have[0] && have[1]);
+    assert_int_equal(got[0], mine[0]);
+    assert_int_equal(got[1], mine[1]);
+    graft_free(buf);
+
+    /* not a record */
+    const uint8_t junk[] = {0xff, 0xff, 0xff};
+    have[0] = have[1] = false;
+    assert_int_equal(graft__rt_drift_decode(&rt, junk, sizeof(junk), &group, got, have),
+                     GRAFT_EMALFORMED);
+    assert_false(have[0] || have[1]);
+    /* another version; no version */
+    Graft__DriftRecord rec = GRAFT__DRIFT_RECORD__INIT;
+    uint8_t raw[16];
+    rec.version = 2;
+    len = graft__drift_record__pack(&rec, raw);
+    assert_int_equal(graft__rt_drift_decode(&rt, raw, len, &group, got, have), GRAFT_EFORMAT);
+    rec.version = 0;
+    len = graft__drift_record__pack(&rec, raw);
+    assert_int_equal(graft__rt_drift_decode(&rt, raw, len, &group, got, have), GRAFT_EMALFORMED);
+    assert_false(have[0] || have[1]);
+}
+
 static void test_api_misuse(void **state)
 {
     seen_events_t se;
@@ -1659,6 +1702,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_config_names_field),
         cmocka_unit_test(test_api_misuse),
+        cmocka_unit_test(test_drift_record),
         cmocka_unit_test(test_transfer_address_forms),
         cmocka_unit_test(test_init_allocation_failures),
         cmocka_unit_test(test_quorum_blob),

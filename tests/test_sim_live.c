@@ -33,8 +33,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sim/sim_schedule.c"
-#include "sim/sim_verdict.c"
+#include "sim/sim_live_int.h"
+#include "sim/sim_schedule.h"
 
 static char self_path[PATH_MAX];
 static char sim_bin[PATH_MAX + 32];

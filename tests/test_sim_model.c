@@ -5,8 +5,8 @@
  * renewal estimate), reproducibility, the ordering of the strategies, the
  * parameter files and both command lines (in-process and the real binary).
  *
- * The simulator links only public headers, so its sources are compiled into
- * this program directly.
+ * The program links the simulator's library part (libgraft-sim.a) and
+ * stands in for its live engine.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,12 +25,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sim/sim_model.c"
-#include "sim/sim_model_cli.c"
-#include "sim/sim_params.c"
-#include "sim/sim_plot.c"
-#include "sim/sim_report.c"
-#include "sim/sim_run_cli.c"
+#include "sim/sim_cli.h"
+#include "sim/sim_live.h"
+#include "sim/sim_model.h"
+#include "sim/sim_params.h"
+#include "sim/sim_report.h"
 
 /* The live engine is not compiled in: this stand-in records what the
  * command line handed over, so the test checks the parsing itself. */

@@ -3,9 +3,12 @@
  * exists. It runs the parts that exist end to end against a real, embedded
  * etcd: three replica groups join under leases, a watch reports them, one
  * group stops renewing its lease (as a crashed process would) and the watch
- * reports its departure when etcd expires the lease.
+ * reports its departure when etcd expires the lease. Its records are not
+ * membership's (no MemberRecord), so they live in a folder of their own,
+ * demo/, under the job "demo" (docs/KEYS.md).
  */
 #include <graft/etcd.h>
+#include <graft/membership.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +18,8 @@
 
 #define GROUPS 3
 #define TTL_S 2
-#define PREFIX "/graft/demo/members/"
+#define JOB "demo"
+#define FOLDER "demo/"
 
 static double now_s(void)
 {
@@ -54,9 +58,15 @@ int main(void)
     bool alive[GROUPS];
     int joins = 0, leaves = 0, rc = 1;
     double stopped_at = 0, left_at = 0;
+    char *job_prefix = NULL;
+    char prefix[128];
     graft_status_t st;
 
     t0 = now_s();
+    if ((st = graft_membership_job_prefix(JOB, &job_prefix)) != GRAFT_OK)
+        return fail("key prefix", st);
+    snprintf(prefix, sizeof(prefix), "%s" FOLDER, job_prefix);
+    graft_free(job_prefix);
     printf("graft interim demo: the simulator does not exist yet, so this shows the parts\n"
            "that do: an embedded etcd, replica groups joining under leases, a watch\n"
            "reporting them, and a lease expiring when a group stops renewing it.\n\n");
@@ -72,15 +82,15 @@ int main(void)
         rc = fail("etcd client", st);
         goto out;
     }
-    if ((st = graft_etcd_watch_create(etcd, PREFIX, 0, &watch)) != GRAFT_OK) {
+    if ((st = graft_etcd_watch_create(etcd, prefix, 0, &watch)) != GRAFT_OK) {
         rc = fail("watch", st);
         goto out;
     }
-    say("watching %s from now on", PREFIX);
+    say("watching %s from now on", prefix);
 
     for (int g = 0; g < GROUPS; g++) {
-        char key[64], value[128];
-        snprintf(key, sizeof(key), PREFIX "group-%d", g);
+        char key[192], value[128];
+        snprintf(key, sizeof(key), "%sgroup-%d", prefix, g);
         snprintf(value, sizeof(value), "{\"group\":%d,\"step\":0,\"addr\":\"127.0.0.1\"}", g);
         if ((st = graft_etcd_lease_grant(etcd, TTL_S, &lease[g], NULL)) != GRAFT_OK ||
             (st = graft_etcd_put(etcd, key, value, strlen(value), lease[g], NULL, NULL)) !=
@@ -134,7 +144,7 @@ int main(void)
 
     graft_etcd_range_result_t r;
     graft_etcd_range_opts_t o = {.prefix = true, .keys_only = true};
-    if ((st = graft_etcd_range(etcd, PREFIX, &o, &r)) != GRAFT_OK) {
+    if ((st = graft_etcd_range(etcd, prefix, &o, &r)) != GRAFT_OK) {
         rc = fail("range", st);
         goto out;
     }
@@ -146,7 +156,7 @@ int main(void)
                left_at - stopped_at, TTL_S);
     printf("  members registered now:  ");
     for (size_t i = 0; i < r.n_kvs; i++)
-        printf(" %s", r.kvs[i].key + strlen(PREFIX));
+        printf(" %s", r.kvs[i].key + strlen(prefix));
     printf("\n  etcd revision:            %ld\n", (long)r.revision);
     rc = (joins == GROUPS && leaves == 1 && r.n_kvs == GROUPS - 1) ? 0 : 1;
     graft_etcd_range_result_clear(&r);

@@ -1,6 +1,7 @@
 /**
  * @file graft/common.h
- * @brief Status codes, logging and allocation hooks shared by every module.
+ * @brief Status codes, logging, allocation hooks and the region vocabulary
+ *        shared by every module.
  *
  * Every graft function that can fail returns a ::graft_status_t: zero is
  * success and every failure is negative. Codes are grouped by blast radius
@@ -184,6 +185,32 @@ void graft_log_sink_set(graft_log_fn fn, void *arg);
  * @return GRAFT_OK or GRAFT_EINVAL.
  */
 GRAFT_WUR graft_status_t graft_log_level_parse(const char *name, graft_log_level_t *level_p);
+
+/* ------------------------------------------------------------------------ */
+/* Regions                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * What a region holds (values match RegionKind in proto/graft.proto). The
+ * runtime, transfer and persist all describe regions with this one type
+ * (transfer.h and persist.h keep their older names as aliases).
+ */
+typedef enum graft_region_kind {
+    GRAFT_REGION_PARAM = 1,  /**< model weights */
+    GRAFT_REGION_OPTIM = 2,  /**< optimizer state */
+    GRAFT_REGION_RNG = 3,    /**< random generator state */
+    GRAFT_REGION_SCHED = 4,  /**< learning-rate scheduler */
+    GRAFT_REGION_DATA = 5,   /**< data-loader position */
+    GRAFT_REGION_SCALER = 6, /**< loss scaler */
+    GRAFT_REGION_STEP = 7,   /**< step counters */
+    GRAFT_REGION_BLOB = 8    /**< anything else */
+} graft_region_kind_t;
+
+/** Where a region's memory lives. */
+typedef enum graft_device {
+    GRAFT_DEVICE_HOST = 0, /**< host memory */
+    GRAFT_DEVICE_CUDA = 1  /**< CUDA device memory (builds with CUDA only) */
+} graft_device_t;
 
 /* ------------------------------------------------------------------------ */
 /* Allocation hooks                                                         */

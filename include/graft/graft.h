@@ -193,23 +193,7 @@ GRAFT_WUR graft_status_t graft_config_validate(const graft_config_t *config, cha
 /** One rank's runtime. */
 typedef struct graft_runtime graft_runtime_t;
 
-/** What a region holds (values match RegionKind in proto/graft.proto). */
-typedef enum graft_region_kind {
-    GRAFT_REGION_PARAM = 1,  /**< model weights */
-    GRAFT_REGION_OPTIM = 2,  /**< optimizer state */
-    GRAFT_REGION_RNG = 3,    /**< random generator state */
-    GRAFT_REGION_SCHED = 4,  /**< learning-rate scheduler */
-    GRAFT_REGION_DATA = 5,   /**< data-loader position */
-    GRAFT_REGION_SCALER = 6, /**< loss scaler */
-    GRAFT_REGION_STEP = 7,   /**< step counters */
-    GRAFT_REGION_BLOB = 8    /**< anything else */
-} graft_region_kind_t;
-
-/** Where a region's memory lives. */
-typedef enum graft_device {
-    GRAFT_DEVICE_HOST = 0, /**< host memory */
-    GRAFT_DEVICE_CUDA = 1  /**< CUDA device memory (builds with CUDA only) */
-} graft_device_t;
+/* graft_region_kind_t and graft_device_t are in graft/common.h. */
 
 /**
  * A named, contiguous piece of this rank's state. Rank r of every group
@@ -579,6 +563,16 @@ void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, vo
  * @return a static string.
  */
 const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind);
+
+/**
+ * @brief The etcd folder under which the drift check leaves its records for
+ *        a job, "/graft/<job>/drift/" (docs/KEYS.md), for tools that read
+ *        them; the runtime builds its own drift keys in the same place.
+ * @param [in]  job       the job's name.
+ * @param [out] folder_p  the folder; free with graft_free().
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_drift_key_folder(const char *job, char **folder_p);
 
 /**
  * @brief Route the library's log messages (the same as graft_log_sink_set()).

@@ -103,6 +103,17 @@ typedef struct graft_membership_config {
 } graft_membership_config_t;
 
 /**
+ * @brief The etcd folder of a job, "/graft/<job>/": every key graft keeps for
+ *        the job lies below it (docs/KEYS.md). The one place that spells
+ *        the prefix; the runtime and tools ask here.
+ * @param [in]  job       the job's name; graft_membership_create() accepts
+ *                        [A-Za-z0-9_.-]{1,64}, this call only composes.
+ * @param [out] prefix_p  the prefix; free with graft_free().
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL or empty), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_job_prefix(const char *job, char **prefix_p);
+
+/**
  * @brief Create a handle: joins the job (unless observer) and starts the
  *        keep-alive and view threads. Returns once the view holds a first
  *        consistent snapshot that includes this rank's own record.

@@ -57,26 +57,25 @@ extern "C" {
 /* Regions                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/** What a region holds; values match RegionKind in proto/graft.proto. */
-typedef enum graft_persist_kind {
-    GRAFT_PERSIST_KIND_PARAM = 1,  /**< model weights */
-    GRAFT_PERSIST_KIND_OPTIM = 2,  /**< optimizer state */
-    GRAFT_PERSIST_KIND_RNG = 3,    /**< random generator state */
-    GRAFT_PERSIST_KIND_SCHED = 4,  /**< learning-rate scheduler */
-    GRAFT_PERSIST_KIND_DATA = 5,   /**< data-loader position */
-    GRAFT_PERSIST_KIND_SCALER = 6, /**< loss scaler */
-    GRAFT_PERSIST_KIND_STEP = 7,   /**< step counters */
-    GRAFT_PERSIST_KIND_BLOB = 8    /**< anything else */
-} graft_persist_kind_t;
+/** What a region holds: graft_region_kind_t (graft/common.h), by older names. */
+typedef graft_region_kind_t graft_persist_kind_t;
+#define GRAFT_PERSIST_KIND_PARAM GRAFT_REGION_PARAM
+#define GRAFT_PERSIST_KIND_OPTIM GRAFT_REGION_OPTIM
+#define GRAFT_PERSIST_KIND_RNG GRAFT_REGION_RNG
+#define GRAFT_PERSIST_KIND_SCHED GRAFT_REGION_SCHED
+#define GRAFT_PERSIST_KIND_DATA GRAFT_REGION_DATA
+#define GRAFT_PERSIST_KIND_SCALER GRAFT_REGION_SCALER
+#define GRAFT_PERSIST_KIND_STEP GRAFT_REGION_STEP
+#define GRAFT_PERSIST_KIND_BLOB GRAFT_REGION_BLOB
 
 /** Bit for @p kind in a kind mask (see ::graft_persist_restore_params_t). */
 #define GRAFT_PERSIST_KIND_BIT(kind) (1u << (unsigned)(kind))
 
-/** Where a region's memory lives. */
-typedef enum graft_persist_device {
-    GRAFT_PERSIST_DEVICE_HOST = 0, /**< host memory */
-    GRAFT_PERSIST_DEVICE_CUDA = 1  /**< CUDA device memory (needs a GPU) */
-} graft_persist_device_t;
+/** Where a region's memory lives: graft_device_t (graft/common.h). A CUDA
+ * region needs a GPU. */
+typedef graft_device_t graft_persist_device_t;
+#define GRAFT_PERSIST_DEVICE_HOST GRAFT_DEVICE_HOST
+#define GRAFT_PERSIST_DEVICE_CUDA GRAFT_DEVICE_CUDA
 
 /**
  * One rank's piece of one region: this rank holds bytes

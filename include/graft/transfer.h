@@ -141,23 +141,20 @@ const char *graft_transfer_endpoint_address(const graft_transfer_endpoint_t *ep)
 /* Regions                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/** Region kinds (the values of proto RegionKind). */
-typedef enum graft_transfer_region_kind {
-    GRAFT_TRANSFER_REGION_PARAM = 1,
-    GRAFT_TRANSFER_REGION_OPTIM = 2,
-    GRAFT_TRANSFER_REGION_RNG = 3,
-    GRAFT_TRANSFER_REGION_SCHED = 4,
-    GRAFT_TRANSFER_REGION_DATA = 5,
-    GRAFT_TRANSFER_REGION_SCALER = 6,
-    GRAFT_TRANSFER_REGION_STEP = 7,
-    GRAFT_TRANSFER_REGION_BLOB = 8
-} graft_transfer_region_kind_t;
+/** Region kinds and devices: the types of graft/common.h, by older names. */
+typedef graft_region_kind_t graft_transfer_region_kind_t;
+#define GRAFT_TRANSFER_REGION_PARAM GRAFT_REGION_PARAM
+#define GRAFT_TRANSFER_REGION_OPTIM GRAFT_REGION_OPTIM
+#define GRAFT_TRANSFER_REGION_RNG GRAFT_REGION_RNG
+#define GRAFT_TRANSFER_REGION_SCHED GRAFT_REGION_SCHED
+#define GRAFT_TRANSFER_REGION_DATA GRAFT_REGION_DATA
+#define GRAFT_TRANSFER_REGION_SCALER GRAFT_REGION_SCALER
+#define GRAFT_TRANSFER_REGION_STEP GRAFT_REGION_STEP
+#define GRAFT_TRANSFER_REGION_BLOB GRAFT_REGION_BLOB
 
-/** Where a region's memory lives. */
-typedef enum graft_transfer_device {
-    GRAFT_TRANSFER_HOST = 0, /**< host memory */
-    GRAFT_TRANSFER_CUDA = 1  /**< CUDA device memory (builds with CUDA only) */
-} graft_transfer_device_t;
+typedef graft_device_t graft_transfer_device_t;
+#define GRAFT_TRANSFER_HOST GRAFT_DEVICE_HOST
+#define GRAFT_TRANSFER_CUDA GRAFT_DEVICE_CUDA
 
 /** A contiguous, named piece of a rank's state. */
 typedef struct graft_transfer_region {

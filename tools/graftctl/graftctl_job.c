@@ -5,6 +5,8 @@
 #include "graftctl.h"
 #include "graftctl_dash.h"
 
+#include <graft/graft.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,7 +333,15 @@ int graftctl_cmd_drift(const graftctl_opts_t *o, int argc, char **argv)
     }
     /* The newest comparison the runtime left: drift/<step>/<rank>/... */
     char key[128];
-    snprintf(key, sizeof(key), "%sdrift/", c.prefix);
+    char *folder = NULL;
+    st = graft_drift_key_folder(o->job, &folder);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graftctl drift: %s\n", graft_status_string(st));
+        rc = GRAFTCTL_FAIL;
+        goto out;
+    }
+    snprintf(key, sizeof(key), "%s", folder);
+    graft_free(folder);
     graft_etcd_range_opts_t ro = {.prefix = true, .keys_only = true};
     st = graft_etcd_range(c.etcd, key, &ro, &res);
     if (st != GRAFT_OK) {

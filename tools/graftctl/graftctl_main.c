@@ -148,7 +148,13 @@ int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
         fprintf(stderr, "graftctl: bad job name '%s' (1-64 of [A-Za-z0-9_.-])\n", o->job);
         return GRAFTCTL_USAGE;
     }
-    snprintf(c->prefix, sizeof(c->prefix), "/graft/%s/", o->job);
+    char *prefix = NULL;
+    if (graft_membership_job_prefix(o->job, &prefix) != GRAFT_OK) {
+        fprintf(stderr, "graftctl: out of memory\n");
+        return GRAFTCTL_FAIL;
+    }
+    snprintf(c->prefix, sizeof(c->prefix), "%s", prefix);
+    graft_free(prefix);
     graft_etcd_config_t ec = {
         .endpoints = (const char *const *)o->endpoints,
         .n_endpoints = o->n_endpoints,

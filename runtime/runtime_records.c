@@ -1,0 +1,149 @@
+/*
+ * The records the runtime keeps in etcd under /graft/<job>/ (docs/KEYS.md):
+ * one function per key, and the encoding of each value. Values are
+ * protobuf messages from proto/graft.proto: DriftRecord under drift/,
+ * CheckpointRecord under checkpoints/, and under ckpt/ the persist shard
+ * records (ShardInfo, encoded by persist/).
+ */
+#include "runtime_internal.h"
+
+#include "pb_alloc.h"
+#include "proto/graft.pb-c.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define DRIFT_FOLDER "drift/"
+#define RECORD_VERSION 1u
+
+/* ---------------------------------------------------------------- keys --- */
+
+char *graft__rt_key_drift_folder(const graft_runtime_t *rt, uint64_t step, uint32_t rank)
+{
+    return graft__asprintf("%s" DRIFT_FOLDER "%020" PRIu64 "/%" PRIu32 "/", rt->prefix, step,
+                           rank);
+}
+
+char *graft__rt_key_drift(const graft_runtime_t *rt, uint64_t step, uint32_t rank, uint32_t group)
+{
+    return graft__asprintf("%s" DRIFT_FOLDER "%020" PRIu64 "/%" PRIu32 "/%" PRIu32, rt->prefix,
+                           step, rank, group);
+}
+
+graft_status_t graft_drift_key_folder(const char *job, char **folder_p)
+{
+    char *prefix = NULL;
+    if (folder_p == NULL)
+        return GRAFT_EINVAL;
+    graft_status_t st = graft_membership_job_prefix(job, &prefix);
+    if (st != GRAFT_OK)
+        return st;
+    char *folder = graft__asprintf("%s" DRIFT_FOLDER, prefix);
+    graft_free(prefix);
+    if (folder == NULL)
+        return GRAFT_ENOMEM;
+    *folder_p = folder;
+    return GRAFT_OK;
+}
+
+char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step)
+{
+    return graft__asprintf("%scheckpoints/%020" PRIu64, rt->prefix, step);
+}
+
+char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step)
+{
+    return graft__asprintf("%sckpt/%020" PRIu64 "/shard/", rt->prefix, step);
+}
+
+char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank)
+{
+    return graft__asprintf("%sckpt/%020" PRIu64 "/shard/%" PRIu32, rt->prefix, step, rank);
+}
+
+/* -------------------------------------------------------------- values --- */
+
+static graft_status_t pack(const ProtobufCMessage *msg, uint8_t **buf_p, size_t *len_p)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = graft__malloc(len + 1);
+    if (buf == NULL)
+        return GRAFT_ENOMEM;
+    protobuf_c_message_pack(msg, buf);
+    *buf_p = buf;
+    *len_p = len;
+    return GRAFT_OK;
+}
+
+graft_status_t graft__rt_drift_encode(const graft_runtime_t *rt, const uint64_t *hashes,
+                                      uint8_t **buf_p, size_t *len_p)
+{
+    graft_status_t st = GRAFT_ENOMEM;
+    Graft__DriftRecord rec = GRAFT__DRIFT_RECORD__INIT;
+    Graft__DriftRecord__Region *regions = graft__calloc(rt->n_regions + 1, sizeof(*regions));
+    Graft__DriftRecord__Region **ptrs = graft__calloc(rt->n_regions + 1, sizeof(*ptrs));
+    if (regions == NULL || ptrs == NULL)
+        goto out;
+    for (size_t i = 0; i < rt->n_regions; i++) {
+        graft__drift_record__region__init(&regions[i]);
+        regions[i].name = rt->regions[i].name;
+        regions[i].xxh3 = hashes[i];
+        ptrs[i] = &regions[i];
+    }
+    rec.version = RECORD_VERSION;
+    rec.group = rt->group;
+    rec.n_regions = rt->n_regions;
+    rec.regions = ptrs;
+    st = pack(&rec.base, buf_p, len_p);
+out:
+    graft_free(ptrs);
+    graft_free(regions);
+    return st;
+}
+
+graft_status_t graft__rt_drift_decode(const graft_runtime_t *rt, const uint8_t *buf, size_t len,
+                                      uint32_t *group_p, uint64_t *hashes, bool *have)
+{
+    Graft__DriftRecord *rec = graft__drift_record__unpack(&graft__pb_allocator, len, buf);
+    if (rec == NULL)
+        return GRAFT_EMALFORMED;
+    graft_status_t st = GRAFT_OK;
+    if (rec->version != RECORD_VERSION) {
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+        goto out;
+    }
+    for (size_t k = 0; k < rec->n_regions; k++) {
+        const Graft__DriftRecord__Region *r = rec->regions[k];
+        for (size_t i = 0; r->name != NULL && i < rt->n_regions; i++) {
+            if (strcmp(rt->regions[i].name, r->name) != 0)
+                continue;
+            hashes[i] = r->xxh3;
+            have[i] = true;
+        }
+    }
+    *group_p = rec->group;
+out:
+    graft__drift_record__free_unpacked(rec, &graft__pb_allocator);
+    return st;
+}
+
+void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step,
+                                     const char *status)
+{
+    Graft__CheckpointRecord rec = GRAFT__CHECKPOINT_RECORD__INIT;
+    rec.version = RECORD_VERSION;
+    rec.step = step;
+    rec.location = rt->cfg->persist_root;
+    rec.status = (char *)status;
+    rec.unix_ms = graft__wall_ns() / 1000000ull;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = graft__rt_key_checkpoint(rt, step);
+    if (key != NULL && pack(&rec.base, &buf, &len) == GRAFT_OK) {
+        graft_status_t st = graft_etcd_put(etcd, key, buf, len, 0, NULL, NULL);
+        if (st != GRAFT_OK)
+            GRAFT_WARN(GRAFT_RT_MOD, "cannot write %s: %s", key, graft_status_string(st));
+    }
+    graft_free(buf);
+    graft_free(key);
+}
