@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_args.h"
 #include "bench_stats.h"
 #include "etcd_fixture.h"
 
@@ -187,20 +188,15 @@ int main(int argc, char **argv)
     int groups = 64, kill_n = 8;
     size_t mib = 1;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else if (strcmp(argv[i], "--groups") == 0 && i + 1 < argc)
-            groups = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--kill") == 0 && i + 1 < argc)
-            kill_n = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
-            mib = (size_t)atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: fanout_bench [--groups G] [--kill N] [--mib N] [--json]\n");
-            return 2;
-        }
-    }
+    const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("groups", GRAFT_BENCH_INT, &groups),
+        GRAFT_BENCH_ARG("kill", GRAFT_BENCH_INT, &kill_n),
+        GRAFT_BENCH_ARG("mib", GRAFT_BENCH_SIZE, &mib),
+        GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
+    };
+    if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
+                         "[--groups G] [--kill N] [--mib N] [--json]") != 0)
+        return 2;
     if (groups < 2 || groups > MAX_GROUPS || kill_n < 1 || kill_n >= groups || mib < 1)
         return 2;
     signal(SIGPIPE, SIG_IGN);
