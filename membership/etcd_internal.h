@@ -33,6 +33,7 @@ struct graft_etcd {
     uint32_t connect_timeout_ms;
     uint32_t max_retries;
     uint32_t retry_backoff_ms;
+    uint32_t election_wait_ms; /* 0: never wait out an election */
     char *username;
     char *password;
     char *ca_file;
@@ -120,6 +121,9 @@ GRAFT_WUR graft_status_t graft__etcd_header_revision(const json_t *obj, int64_t 
 /* Status for an error answer: {"error": "...", "code": n} with HTTP status
  * http_code. Also recognises the streaming form {"error": {...}}. */
 graft_status_t graft__etcd_error_status(const json_t *obj, long http_code);
+/* True when an error answer (the raw body) says the member has no leader
+ * now: an election is on, and another try soon will likely succeed. */
+bool graft__etcd_error_is_leaderless(const char *body, size_t len);
 /* True when an error answer says the auth token is invalid or expired. */
 bool graft__etcd_error_is_bad_token(const json_t *obj);
 

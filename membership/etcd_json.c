@@ -313,6 +313,23 @@ static const char *error_message(const json_t *obj, int64_t *code_p)
     return msg != NULL ? msg : "";
 }
 
+bool graft__etcd_error_is_leaderless(const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *obj = json_loadb(body, len, 0, &jerr);
+    bool yes = false;
+    if (json_is_object(obj)) {
+        int64_t code;
+        const char *msg = error_message(obj, &code);
+        /* "no leader", "leader changed", "request timed out, possibly due
+         * to previous leader failure", and the "raft proposal dropped" a
+         * follower answers a write with while it follows no one. */
+        yes = strstr(msg, "leader") != NULL || strstr(msg, "proposal dropped") != NULL;
+    }
+    json_decref(obj);
+    return yes;
+}
+
 bool graft__etcd_error_is_bad_token(const json_t *obj)
 {
     int64_t code;

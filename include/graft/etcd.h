@@ -5,8 +5,10 @@
  * The client speaks etcd's gRPC-gateway (`POST /v3/kv/range`, `/v3/kv/put`,
  * `/v3/kv/txn`, `/v3/lease/...`, `/v3/watch`, `/v3/auth/authenticate`) through
  * libcurl with kept-alive connections. It fails over between endpoints,
- * retries connection errors and 503 answers with exponential backoff, and
- * maps etcd's answers onto graft status codes:
+ * retries connection errors and 503 answers with exponential backoff, waits
+ * out the election that follows the loss of a cluster's leader
+ * (graft_etcd_config_t::election_wait_ms), and maps etcd's answers onto
+ * graft status codes:
  *
  *  | situation                          | status               |
  *  |------------------------------------|----------------------|
@@ -81,6 +83,12 @@ typedef struct graft_etcd_config {
      *  never. A stream that has not confirmed its watch within
      *  request_timeout_ms is a failed attempt: the next endpoint is tried. */
     uint32_t watch_idle_ms;
+    /** While a member answers that it has no leader (an election after the
+     *  leader died: "no leader", "leader changed", a dropped proposal), a
+     *  request keeps trying the endpoints past max_retries for up to this
+     *  long, pausing at most 100 ms between rounds. Default 5000 (etcd's
+     *  default election timeout is 1 s); none with GRAFT_ETCD_NO_RETRIES. */
+    uint32_t election_wait_ms;
 } graft_etcd_config_t;
 
 /**
