@@ -172,6 +172,56 @@ const char *graft_etcd_current_endpoint(graft_etcd_t *etcd)
     return e;
 }
 
+graft_status_t graft_etcd_endpoints_split(const char *list, char ***endpoints_p, size_t *n_p)
+{
+    graft_status_t st = GRAFT_EINVAL;
+    char **out = NULL;
+    size_t k = 0;
+
+    if (list == NULL || endpoints_p == NULL || n_p == NULL)
+        goto out;
+    size_t n = 1;
+    for (const char *p = list; *p != '\0'; p++)
+        n += *p == ',';
+    st = GRAFT_ENOMEM;
+    out = graft__calloc(n, sizeof(*out));
+    if (out == NULL)
+        goto out;
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len > 0) {
+            out[k] = graft__strndup(p, len);
+            if (out[k] == NULL)
+                goto err_out;
+            k++;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (k == 0) {
+        st = GRAFT_EINVAL;
+        goto err_out;
+    }
+    *endpoints_p = out;
+    *n_p = k;
+    return GRAFT_OK;
+
+err_out:
+    graft_etcd_endpoints_free(out, k);
+out:
+    return st;
+}
+
+void graft_etcd_endpoints_free(char **endpoints, size_t n)
+{
+    if (endpoints == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        graft_free(endpoints[i]);
+    graft_free(endpoints);
+}
+
 size_t graft__etcd_endpoint_first(graft_etcd_t *etcd)
 {
     pthread_mutex_lock(&etcd->lock);

@@ -114,6 +114,49 @@ void graft_etcd_destroy(graft_etcd_t *etcd);
  */
 const char *graft_etcd_current_endpoint(graft_etcd_t *etcd);
 
+/**
+ * @brief Split a comma-separated endpoint list ("http://a:2379,http://b:2379",
+ *        the form of --etcd and GRAFT_ETCD_ENDPOINTS) into an array for
+ *        graft_etcd_config_t::endpoints. Empty items are skipped; the items
+ *        are not checked (graft_etcd_create() does).
+ * @param [in]  list         the list.
+ * @param [out] endpoints_p  a new array of new strings; free with
+ *                           graft_etcd_endpoints_free().
+ * @param [out] n_p          how many.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL or no endpoint in the list),
+ *         GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_etcd_endpoints_split(const char *list, char ***endpoints_p,
+                                                    size_t *n_p);
+
+/**
+ * @brief Free what graft_etcd_endpoints_split() returned. Accepts NULL.
+ * @param [in] endpoints  the array.
+ * @param [in] n          its length.
+ */
+void graft_etcd_endpoints_free(char **endpoints, size_t n);
+
+/** What a member says of itself (maintenance status). */
+typedef struct graft_etcd_member_status {
+    uint64_t member_id; /**< the member that answered */
+    uint64_t leader_id; /**< the leader it follows; 0: none (an election is on) */
+    uint64_t raft_term;
+    int64_t revision;
+} graft_etcd_member_status_t;
+
+/**
+ * @brief Maintenance status of the member that answers (POST
+ *        /v3/maintenance/status). With several endpoints that is whichever
+ *        answered (graft_etcd_current_endpoint()); to ask one member, use a
+ *        client of that endpoint alone. The leader is the member whose
+ *        member_id equals its leader_id.
+ * @param [in]  etcd      the client.
+ * @param [out] status_p  the status.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_member_status(graft_etcd_t *etcd,
+                                                  graft_etcd_member_status_t *status_p);
+
 /* ------------------------------------------------------------------------ */
 /* Key-value                                                                */
 /* ------------------------------------------------------------------------ */
