@@ -1211,3 +1211,42 @@ out:
     json_decref(resp);
     return st;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Maintenance                                                              */
+/* ------------------------------------------------------------------------ */
+
+graft_status_t graft_etcd_member_status(graft_etcd_t *etcd, graft_etcd_member_status_t *status_p)
+{
+    graft_status_t st = GRAFT_EINVAL;
+    json_t *req = NULL, *resp = NULL;
+    graft_etcd_member_status_t ms = {0};
+
+    if (etcd == NULL || status_p == NULL)
+        goto out;
+    st = GRAFT_ENOMEM;
+    req = json_object();
+    if (req == NULL)
+        goto out;
+    st = graft__etcd_call(etcd, "/v3/maintenance/status", req, &resp);
+    if (st != GRAFT_OK)
+        goto err_req;
+    const json_t *hdr = json_object_get(resp, "header");
+    if (!json_is_object(hdr) ||
+        (st = graft__etcd_json_uint64(hdr, "member_id", &ms.member_id)) != GRAFT_OK ||
+        (st = graft__etcd_json_uint64(resp, "leader", &ms.leader_id)) != GRAFT_OK ||
+        (st = graft__etcd_json_uint64(resp, "raftTerm", &ms.raft_term)) != GRAFT_OK ||
+        (st = graft__etcd_json_int64(hdr, "revision", &ms.revision)) != GRAFT_OK ||
+        ms.member_id == 0) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd maintenance status: unexpected answer");
+        st = GRAFT_EMALFORMED;
+        goto err_resp;
+    }
+    *status_p = ms;
+err_resp:
+    json_decref(resp);
+err_req:
+    json_decref(req);
+out:
+    return st;
+}

@@ -89,6 +89,10 @@ GRAFT_WUR graft_status_t graft__etcd_b64_decode(const char *in, size_t in_len, u
  * (then 0). Anything else is GRAFT_EMALFORMED. */
 GRAFT_WUR graft_status_t graft__etcd_json_int64(const json_t *obj, const char *field,
                                                 int64_t *value_p);
+/* The same for a uint64 field (member ids use the whole range), which
+ * must be a decimal string or a non-negative integer. */
+GRAFT_WUR graft_status_t graft__etcd_json_uint64(const json_t *obj, const char *field,
+                                                 uint64_t *value_p);
 /* Read a bool field that may be absent (false). */
 GRAFT_WUR graft_status_t graft__etcd_json_bool(const json_t *obj, const char *field,
                                                bool *value_p);

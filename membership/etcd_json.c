@@ -91,6 +91,31 @@ graft_status_t graft__etcd_json_int64(const json_t *obj, const char *field, int6
     return GRAFT_OK;
 }
 
+graft_status_t graft__etcd_json_uint64(const json_t *obj, const char *field, uint64_t *value_p)
+{
+    const json_t *v = json_object_get(obj, field);
+    if (v == NULL || json_is_null(v)) {
+        *value_p = 0;
+        return GRAFT_OK;
+    }
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *value_p = (uint64_t)json_integer_value(v);
+        return GRAFT_OK;
+    }
+    if (!json_is_string(v))
+        return GRAFT_EMALFORMED;
+    const char *s = json_string_value(v);
+    if (s[0] < '0' || s[0] > '9' || strlen(s) != json_string_length(v))
+        return GRAFT_EMALFORMED;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return GRAFT_EMALFORMED;
+    *value_p = (uint64_t)n;
+    return GRAFT_OK;
+}
+
 graft_status_t graft__etcd_json_bool(const json_t *obj, const char *field, bool *value_p)
 {
     const json_t *v = json_object_get(obj, field);
