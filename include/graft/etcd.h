@@ -533,6 +533,16 @@ int graft_etcd_server_pid(const graft_etcd_server_t *server);
 GRAFT_WUR graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server);
 
 /**
+ * @brief Kill the server with SIGKILL, as a crash would, and reap it; its
+ *        data directory stays, so graft_etcd_server_restart() brings it back.
+ *        (graft_etcd_server_stop() lets a leader hand its leadership over
+ *        first, which a crash never does.)
+ * @param [in] server  the server.
+ * @return GRAFT_OK or GRAFT_ESYS.
+ */
+GRAFT_WUR graft_status_t graft_etcd_server_kill(graft_etcd_server_t *server);
+
+/**
  * @brief Start a stopped server again on the same ports and data directory.
  * @param [in] server  the server.
  * @return as graft_etcd_server_start().
@@ -545,6 +555,68 @@ GRAFT_WUR graft_status_t graft_etcd_server_restart(graft_etcd_server_t *server);
  * @param [in] server  the server.
  */
 void graft_etcd_server_destroy(graft_etcd_server_t *server);
+
+/* ------------------------------------------------------------------------ */
+/* Embedded cluster                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct graft_etcd_cluster graft_etcd_cluster_t;
+
+/**
+ * @brief Start n_members etcd members on free loopback ports, each in a
+ *        temporary directory of its own, as one cluster, and wait until every
+ *        member answers. Each member is a ::graft_etcd_server_t
+ *        (graft_etcd_cluster_member()) that can be killed, stopped and
+ *        restarted on its own; peers talk plain HTTP, clients as opts says.
+ * @param [in]  opts       as for graft_etcd_server_start(), or NULL; data_dir
+ *                         must be NULL when n_members > 1.
+ * @param [in]  n_members  1 to 9 (3 survives the loss of one member).
+ * @param [out] cluster_p  the running cluster.
+ * @return as graft_etcd_server_start(); GRAFT_EINVAL for a bad size.
+ */
+GRAFT_WUR graft_status_t graft_etcd_cluster_start(const graft_etcd_server_opts_t *opts,
+                                                  size_t n_members,
+                                                  graft_etcd_cluster_t **cluster_p);
+
+/**
+ * @brief Number of members.
+ * @param [in] cluster  the cluster.
+ * @return the count.
+ */
+size_t graft_etcd_cluster_size(const graft_etcd_cluster_t *cluster);
+
+/**
+ * @brief One member.
+ * @param [in] cluster  the cluster.
+ * @param [in] index    0 .. size-1.
+ * @return the member, owned by the cluster; NULL when index is out of range.
+ */
+graft_etcd_server_t *graft_etcd_cluster_member(graft_etcd_cluster_t *cluster, size_t index);
+
+/**
+ * @brief Every member's client URL, comma-separated (the form
+ *        graft_etcd_endpoints_split() and GRAFT_ETCD_ENDPOINTS take).
+ * @param [in] cluster  the cluster.
+ * @return a string owned by the cluster.
+ */
+const char *graft_etcd_cluster_endpoints(const graft_etcd_cluster_t *cluster);
+
+/**
+ * @brief Which member leads now, asking each running member for its
+ *        maintenance status (graft_etcd_member_status()).
+ * @param [in]  cluster  the cluster.
+ * @param [out] index_p  the leader's index.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND (no member claims to lead: an election
+ *         is on), GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_etcd_cluster_leader(graft_etcd_cluster_t *cluster,
+                                                   size_t *index_p);
+
+/**
+ * @brief Stop every member and remove their directories. Accepts NULL.
+ * @param [in] cluster  the cluster.
+ */
+void graft_etcd_cluster_destroy(graft_etcd_cluster_t *cluster);
 
 #ifdef __cplusplus
 }
