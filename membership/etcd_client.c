@@ -92,6 +92,10 @@ graft_status_t graft_etcd_create(const graft_etcd_config_t *config, graft_etcd_t
     else
         etcd->max_retries = config->max_retries ? config->max_retries : 3;
     etcd->retry_backoff_ms = config->retry_backoff_ms ? config->retry_backoff_ms : 50;
+    if (config->max_retries == GRAFT_ETCD_NO_RETRIES)
+        etcd->election_wait_ms = 0;
+    else
+        etcd->election_wait_ms = config->election_wait_ms ? config->election_wait_ms : 5000;
     if (config->watch_idle_ms == GRAFT_ETCD_WATCH_NO_IDLE)
         etcd->watch_idle_ms = 0;
     else
@@ -168,6 +172,56 @@ const char *graft_etcd_current_endpoint(graft_etcd_t *etcd)
     return e;
 }
 
+graft_status_t graft_etcd_endpoints_split(const char *list, char ***endpoints_p, size_t *n_p)
+{
+    graft_status_t st = GRAFT_EINVAL;
+    char **out = NULL;
+    size_t k = 0;
+
+    if (list == NULL || endpoints_p == NULL || n_p == NULL)
+        goto out;
+    size_t n = 1;
+    for (const char *p = list; *p != '\0'; p++)
+        n += *p == ',';
+    st = GRAFT_ENOMEM;
+    out = graft__calloc(n, sizeof(*out));
+    if (out == NULL)
+        goto out;
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len > 0) {
+            out[k] = graft__strndup(p, len);
+            if (out[k] == NULL)
+                goto err_out;
+            k++;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (k == 0) {
+        st = GRAFT_EINVAL;
+        goto err_out;
+    }
+    *endpoints_p = out;
+    *n_p = k;
+    return GRAFT_OK;
+
+err_out:
+    graft_etcd_endpoints_free(out, k);
+out:
+    return st;
+}
+
+void graft_etcd_endpoints_free(char **endpoints, size_t n)
+{
+    if (endpoints == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        graft_free(endpoints[i]);
+    graft_free(endpoints);
+}
+
 size_t graft__etcd_endpoint_first(graft_etcd_t *etcd)
 {
     pthread_mutex_lock(&etcd->lock);
@@ -188,6 +242,11 @@ void graft__etcd_endpoint_answered(graft_etcd_t *etcd, size_t index)
 /* ------------------------------------------------------------------------ */
 /* HTTP                                                                     */
 /* ------------------------------------------------------------------------ */
+
+/* Pause between rounds while waiting out an election: short, since a new
+ * leader is usually there one election timeout (1 s by default) after the
+ * old one went silent. */
+#define ELECTION_BACKOFF_MAX_MS 100u
 
 static CURL *handle_get(graft_etcd_t *etcd)
 {
@@ -303,6 +362,21 @@ static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* Requests that may be sent twice with the same outcome: reads, renewals,
+ * and a put, whose repetition stores the same value again (at a new
+ * revision). Not a transaction (its compares may fail the second time), a
+ * lease grant (a second lease) or a delete (it reports what it deleted). */
+static bool path_idempotent(const char *path)
+{
+    static const char *const paths[] = {"/v3/kv/range", "/v3/kv/put", "/v3/lease/keepalive",
+                                        "/v3/lease/timetolive", "/v3/maintenance/status",
+                                        "/v3/auth/authenticate"};
+    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(paths); i++)
+        if (strcmp(path, paths[i]) == 0)
+            return true;
+    return false;
+}
+
 /* One POST with failover across endpoints and retries with backoff. On
  * GRAFT_OK an HTTP answer arrived: *http_code_p and sink->body hold it. */
 static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char *body,
@@ -331,12 +405,23 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
 
     uint32_t backoff = etcd->retry_backoff_ms;
     size_t first = graft__etcd_endpoint_first(etcd);
-    for (uint32_t attempt = 0; attempt <= etcd->max_retries; attempt++) {
+    bool idempotent = path_idempotent(path);
+    uint64_t election_end = graft__now_ns() + (uint64_t)etcd->election_wait_ms * 1000000ull;
+    bool leaderless = false;
+    for (uint32_t attempt = 0;; attempt++) {
+        /* Past the retries, go on only while a member says an election is
+         * on: it ends by itself, within a few election timeouts. */
+        if (attempt > etcd->max_retries && !(leaderless && graft__now_ns() < election_end))
+            break;
         if (attempt > 0) {
-            GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: retry %u after %u ms", path, attempt, backoff);
+            GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: retry %u after %u ms%s", path, attempt, backoff,
+                        leaderless ? " (no leader)" : "");
             graft__sleep_ns((uint64_t)backoff * 1000000ull);
             backoff = backoff > UINT32_MAX / 2 ? backoff : backoff * 2;
+            if (leaderless && backoff > ELECTION_BACKOFF_MAX_MS)
+                backoff = ELECTION_BACKOFF_MAX_MS;
         }
+        leaderless = false;
         for (size_t k = 0; k < etcd->n_endpoints; k++) {
             size_t idx = (first + k) % etcd->n_endpoints;
             graft_free(url);
@@ -358,8 +443,15 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
             CURLcode rc = curl_easy_perform(h);
             long code = 0;
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-            if (rc == CURLE_OK && code == 503) {
-                GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: 503 from %s", url, etcd->endpoints[idx]);
+            /* A member without a leader answers 503, or 500 for a write it
+             * cannot propose: another member may have one already. */
+            bool no_leader = rc == CURLE_OK && code >= 500 &&
+                             graft__etcd_error_is_leaderless(sink->body.data ? sink->body.data : "",
+                                                             sink->body.len);
+            if (rc == CURLE_OK && (code == 503 || no_leader)) {
+                GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: %ld%s", url, code,
+                            no_leader ? " (no leader)" : "");
+                leaderless |= no_leader;
                 st = GRAFT_EUNREACHABLE;
                 continue;
             }
@@ -386,7 +478,13 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
                 rc == CURLE_OPERATION_TIMEDOUT &&
                 curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected_us) == CURLE_OK &&
                 connected_us == 0;
-            if (!graft__etcd_curl_retryable(rc) && !connect_timeout) {
+            /* A request that waits on a follower whose leader just died
+             * waits in vain: etcd drops what it forwarded and answers only
+             * at its own timeout. One whose repetition changes nothing can
+             * go to the next member instead. */
+            bool repeatable_timeout = rc == CURLE_OPERATION_TIMEDOUT && idempotent &&
+                                      k + 1 < etcd->n_endpoints;
+            if (!graft__etcd_curl_retryable(rc) && !connect_timeout && !repeatable_timeout) {
                 st = graft__etcd_curl_status(rc);
                 GRAFT_WARN(GRAFT_ETCD_LOG, "etcd %s: %s", url, curl_easy_strerror(rc));
                 goto err_headers;
@@ -1111,5 +1209,44 @@ graft_status_t graft_etcd_lease_ttl(graft_etcd_t *etcd, int64_t lease, int64_t *
         *granted_p = granted;
 out:
     json_decref(resp);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Maintenance                                                              */
+/* ------------------------------------------------------------------------ */
+
+graft_status_t graft_etcd_member_status(graft_etcd_t *etcd, graft_etcd_member_status_t *status_p)
+{
+    graft_status_t st = GRAFT_EINVAL;
+    json_t *req = NULL, *resp = NULL;
+    graft_etcd_member_status_t ms = {0};
+
+    if (etcd == NULL || status_p == NULL)
+        goto out;
+    st = GRAFT_ENOMEM;
+    req = json_object();
+    if (req == NULL)
+        goto out;
+    st = graft__etcd_call(etcd, "/v3/maintenance/status", req, &resp);
+    if (st != GRAFT_OK)
+        goto err_req;
+    const json_t *hdr = json_object_get(resp, "header");
+    if (!json_is_object(hdr) ||
+        (st = graft__etcd_json_uint64(hdr, "member_id", &ms.member_id)) != GRAFT_OK ||
+        (st = graft__etcd_json_uint64(resp, "leader", &ms.leader_id)) != GRAFT_OK ||
+        (st = graft__etcd_json_uint64(resp, "raftTerm", &ms.raft_term)) != GRAFT_OK ||
+        (st = graft__etcd_json_int64(hdr, "revision", &ms.revision)) != GRAFT_OK ||
+        ms.member_id == 0) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd maintenance status: unexpected answer");
+        st = GRAFT_EMALFORMED;
+        goto err_resp;
+    }
+    *status_p = ms;
+err_resp:
+    json_decref(resp);
+err_req:
+    json_decref(req);
+out:
     return st;
 }

@@ -33,6 +33,7 @@ struct graft_etcd {
     uint32_t connect_timeout_ms;
     uint32_t max_retries;
     uint32_t retry_backoff_ms;
+    uint32_t election_wait_ms; /* 0: never wait out an election */
     char *username;
     char *password;
     char *ca_file;
@@ -88,6 +89,10 @@ GRAFT_WUR graft_status_t graft__etcd_b64_decode(const char *in, size_t in_len, u
  * (then 0). Anything else is GRAFT_EMALFORMED. */
 GRAFT_WUR graft_status_t graft__etcd_json_int64(const json_t *obj, const char *field,
                                                 int64_t *value_p);
+/* The same for a uint64 field (member ids use the whole range), which
+ * must be a decimal string or a non-negative integer. */
+GRAFT_WUR graft_status_t graft__etcd_json_uint64(const json_t *obj, const char *field,
+                                                 uint64_t *value_p);
 /* Read a bool field that may be absent (false). */
 GRAFT_WUR graft_status_t graft__etcd_json_bool(const json_t *obj, const char *field,
                                                bool *value_p);
@@ -120,6 +125,9 @@ GRAFT_WUR graft_status_t graft__etcd_header_revision(const json_t *obj, int64_t 
 /* Status for an error answer: {"error": "...", "code": n} with HTTP status
  * http_code. Also recognises the streaming form {"error": {...}}. */
 graft_status_t graft__etcd_error_status(const json_t *obj, long http_code);
+/* True when an error answer (the raw body) says the member has no leader
+ * now: an election is on, and another try soon will likely succeed. */
+bool graft__etcd_error_is_leaderless(const char *body, size_t len);
 /* True when an error answer says the auth token is invalid or expired. */
 bool graft__etcd_error_is_bad_token(const json_t *obj);
 

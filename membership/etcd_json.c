@@ -91,6 +91,31 @@ graft_status_t graft__etcd_json_int64(const json_t *obj, const char *field, int6
     return GRAFT_OK;
 }
 
+graft_status_t graft__etcd_json_uint64(const json_t *obj, const char *field, uint64_t *value_p)
+{
+    const json_t *v = json_object_get(obj, field);
+    if (v == NULL || json_is_null(v)) {
+        *value_p = 0;
+        return GRAFT_OK;
+    }
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *value_p = (uint64_t)json_integer_value(v);
+        return GRAFT_OK;
+    }
+    if (!json_is_string(v))
+        return GRAFT_EMALFORMED;
+    const char *s = json_string_value(v);
+    if (s[0] < '0' || s[0] > '9' || strlen(s) != json_string_length(v))
+        return GRAFT_EMALFORMED;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return GRAFT_EMALFORMED;
+    *value_p = (uint64_t)n;
+    return GRAFT_OK;
+}
+
 graft_status_t graft__etcd_json_bool(const json_t *obj, const char *field, bool *value_p)
 {
     const json_t *v = json_object_get(obj, field);
@@ -311,6 +336,23 @@ static const char *error_message(const json_t *obj, int64_t *code_p)
     if (graft__etcd_json_int64(obj, "code", &c) == GRAFT_OK && json_object_get(obj, "code"))
         *code_p = c;
     return msg != NULL ? msg : "";
+}
+
+bool graft__etcd_error_is_leaderless(const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *obj = json_loadb(body, len, 0, &jerr);
+    bool yes = false;
+    if (json_is_object(obj)) {
+        int64_t code;
+        const char *msg = error_message(obj, &code);
+        /* "no leader", "leader changed", "request timed out, possibly due
+         * to previous leader failure", and the "raft proposal dropped" a
+         * follower answers a write with while it follows no one. */
+        yes = strstr(msg, "leader") != NULL || strstr(msg, "proposal dropped") != NULL;
+    }
+    json_decref(obj);
+    return yes;
 }
 
 bool graft__etcd_error_is_bad_token(const json_t *obj)

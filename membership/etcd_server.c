@@ -31,6 +31,9 @@ struct graft_etcd_server {
     char *cert_file;  /* TLS, all three optional */
     char *key_file;
     char *ca_file;
+    char *name;            /* member name: "default" alone, "m<i>" in a cluster */
+    char *initial_cluster; /* name=peer URL of every member */
+    char *cluster_token;   /* NULL alone; keeps clusters of one host apart */
     size_t n_extra;
     uint32_t start_timeout_ms;
     int client_port;
@@ -38,9 +41,17 @@ struct graft_etcd_server {
     pid_t pid;
 };
 
+struct graft_etcd_cluster {
+    graft_etcd_server_t **members;
+    size_t n_members;
+    char *endpoints; /* comma-separated client URLs */
+};
+
 static int free_port(graft_status_t *st_p)
 {
     int port = -1;
+    if (*st_p != GRAFT_OK)
+        return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         GRAFT_ERROR(GRAFT_ETCD_LOG, "socket: %s", strerror(errno));
@@ -171,19 +182,23 @@ static void log_tail(const graft_etcd_server_t *s)
         GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd log: %s", last[i % 4]);
 }
 
-static graft_status_t launch(graft_etcd_server_t *s)
+/* Fork and exec etcd without waiting for it; s->pid is set on success. */
+static graft_status_t spawn(graft_etcd_server_t *s)
 {
     graft_status_t st = GRAFT_ENOMEM;
     char *client = graft__asprintf("%s://127.0.0.1:%d", s->cert_file ? "https" : "http",
                                    s->client_port);
     char *peer = graft__asprintf("http://127.0.0.1:%d", s->peer_port);
-    char *cluster = graft__asprintf("default=http://127.0.0.1:%d", s->peer_port);
-    char **argv = graft__calloc(28 + s->n_extra, sizeof(char *));
-    if (client == NULL || peer == NULL || cluster == NULL || argv == NULL)
+    char *name = graft__asprintf("--name=%s", s->name);
+    char *cluster = s->initial_cluster != NULL
+                        ? graft__strdup(s->initial_cluster)
+                        : graft__asprintf("%s=http://127.0.0.1:%d", s->name, s->peer_port);
+    char **argv = graft__calloc(32 + s->n_extra, sizeof(char *));
+    if (client == NULL || peer == NULL || name == NULL || cluster == NULL || argv == NULL)
         goto out;
     size_t a = 0;
     argv[a++] = s->binary;
-    argv[a++] = "--name=default";
+    argv[a++] = name;
     argv[a++] = "--data-dir";
     argv[a++] = s->data_dir;
     argv[a++] = "--listen-client-urls";
@@ -196,6 +211,10 @@ static graft_status_t launch(graft_etcd_server_t *s)
     argv[a++] = peer;
     argv[a++] = "--initial-cluster";
     argv[a++] = cluster;
+    if (s->cluster_token != NULL) {
+        argv[a++] = "--initial-cluster-token";
+        argv[a++] = s->cluster_token;
+    }
     argv[a++] = "--logger=zap";
     argv[a++] = "--log-level=warn";
     if (s->cert_file != NULL) {
@@ -223,7 +242,23 @@ static graft_status_t launch(graft_etcd_server_t *s)
     if (pid == 0)
         child_exec(s, argv, parent);
     s->pid = pid;
+    st = GRAFT_OK;
+out:
+    graft_free(argv);
+    graft_free(cluster);
+    graft_free(name);
+    graft_free(peer);
+    graft_free(client);
+    return st;
+}
 
+/* Wait until a spawned etcd answers /health (which needs a leader, so the
+ * members of a cluster are all spawned before any is waited for). Stops
+ * it when it never does. */
+static graft_status_t wait_healthy(graft_etcd_server_t *s)
+{
+    graft_status_t st = GRAFT_ESYS;
+    pid_t pid = s->pid;
     uint64_t deadline = graft__now_ns() + (uint64_t)s->start_timeout_ms * 1000000ull;
     for (;;) {
         int wst;
@@ -234,7 +269,7 @@ static graft_status_t launch(graft_etcd_server_t *s)
                         s->log_path);
             log_tail(s);
             st = GRAFT_ESYS;
-            goto out;
+            break;
         }
         if (healthy(s)) {
             st = GRAFT_OK;
@@ -251,33 +286,43 @@ static graft_status_t launch(graft_etcd_server_t *s)
         }
         graft__sleep_ns(20 * 1000000ull);
     }
-out:
-    graft_free(argv);
-    graft_free(cluster);
-    graft_free(peer);
-    graft_free(client);
     return st;
 }
 
-graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
-                                       graft_etcd_server_t **server_p)
+static graft_status_t launch(graft_etcd_server_t *s)
 {
-    static const graft_etcd_server_opts_t defaults = {0};
-    graft_status_t st = GRAFT_EINVAL;
+    graft_status_t st = spawn(s);
+    return st == GRAFT_OK ? wait_healthy(s) : st;
+}
+
+/* True when port is one of the n in used (ports a cluster already took). */
+static bool port_taken(int port, const int *used, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (used[i] == port)
+            return true;
+    return false;
+}
+
+/*
+ * A server with its directories, ports and endpoint, not started. name is
+ * the member name; used/n_used are ports to stay clear of (the kernel may
+ * hand out the same free port twice once the probing socket is closed), and
+ * the two taken here are appended to used.
+ */
+static graft_status_t server_new(const graft_etcd_server_opts_t *opts, const char *name,
+                                 int *used, size_t *n_used, graft_etcd_server_t **server_p)
+{
+    graft_status_t st = GRAFT_ENOMEM;
     graft_etcd_server_t *s = NULL;
 
-    if (server_p == NULL)
-        goto out;
-    if (opts == NULL)
-        opts = &defaults;
-    st = graft__etcd_curl_init();
-    if (st != GRAFT_OK)
-        goto out;
-    st = GRAFT_ENOMEM;
     s = graft__calloc(1, sizeof(*s));
     if (s == NULL)
         goto out;
     s->pid = -1;
+    s->name = graft__strdup(name);
+    if (s->name == NULL)
+        goto err_server;
     s->start_timeout_ms = opts->start_timeout_ms ? opts->start_timeout_ms : 20000;
     s->binary = find_binary(opts->binary ? opts->binary : "etcd");
     if (s->binary == NULL) {
@@ -323,29 +368,32 @@ graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
     if (s->data_dir == NULL || s->log_path == NULL)
         goto err_server;
     st = GRAFT_OK;
-    s->client_port = free_port(&st);
-    s->peer_port = free_port(&st);
-    if (st != GRAFT_OK)
-        goto err_server;
-    /* The kernel may hand out the same port twice once the first socket is
-     * closed. */
-    if (s->peer_port == s->client_port)
+    for (int tries = 0; tries < 16 && st == GRAFT_OK; tries++) {
+        s->client_port = free_port(&st);
+        if (st == GRAFT_OK && !port_taken(s->client_port, used, *n_used))
+            break;
+        s->client_port = -1;
+    }
+    if (s->client_port > 0)
+        used[(*n_used)++] = s->client_port;
+    for (int tries = 0; tries < 16 && st == GRAFT_OK && s->client_port > 0; tries++) {
         s->peer_port = free_port(&st);
-    if (st != GRAFT_OK || s->peer_port == s->client_port) {
+        if (st == GRAFT_OK && !port_taken(s->peer_port, used, *n_used))
+            break;
+        s->peer_port = -1;
+    }
+    if (st != GRAFT_OK || s->client_port <= 0 || s->peer_port <= 0) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "embedded etcd: no free loopback port");
         st = GRAFT_ESYS;
         goto err_server;
     }
+    used[(*n_used)++] = s->peer_port;
     s->endpoint = graft__asprintf("%s://127.0.0.1:%d", s->cert_file ? "https" : "http",
                                   s->client_port);
     if (s->endpoint == NULL) {
         st = GRAFT_ENOMEM;
         goto err_server;
     }
-    st = launch(s);
-    if (st != GRAFT_OK)
-        goto err_server;
-    GRAFT_INFO(GRAFT_ETCD_LOG, "embedded etcd pid %d on %s, data %s", (int)s->pid, s->endpoint,
-               s->data_dir);
     *server_p = s;
     return GRAFT_OK;
 
@@ -353,6 +401,33 @@ err_server:
     graft_etcd_server_destroy(s);
 out:
     return st;
+}
+
+graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
+                                       graft_etcd_server_t **server_p)
+{
+    static const graft_etcd_server_opts_t defaults = {0};
+    graft_etcd_server_t *s = NULL;
+    int used[2];
+    size_t n_used = 0;
+
+    if (server_p == NULL)
+        return GRAFT_EINVAL;
+    graft_status_t st = graft__etcd_curl_init();
+    if (st != GRAFT_OK)
+        return st;
+    st = server_new(opts != NULL ? opts : &defaults, "default", used, &n_used, &s);
+    if (st != GRAFT_OK)
+        return st;
+    st = launch(s);
+    if (st != GRAFT_OK) {
+        graft_etcd_server_destroy(s);
+        return st;
+    }
+    GRAFT_INFO(GRAFT_ETCD_LOG, "embedded etcd pid %d on %s, data %s", (int)s->pid, s->endpoint,
+               s->data_dir);
+    *server_p = s;
+    return GRAFT_OK;
 }
 
 const char *graft_etcd_server_endpoint(const graft_etcd_server_t *server)
@@ -411,6 +486,24 @@ graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server)
     return GRAFT_OK;
 }
 
+graft_status_t graft_etcd_server_kill(graft_etcd_server_t *server)
+{
+    if (server == NULL)
+        return GRAFT_EINVAL;
+    if (server->pid <= 0)
+        return GRAFT_OK;
+    pid_t pid = server->pid;
+    if (kill(pid, SIGKILL) != 0 && errno != ESRCH) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "kill %d: %s", (int)pid, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    int wst;
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+    }
+    server->pid = -1;
+    return GRAFT_OK;
+}
+
 graft_status_t graft_etcd_server_restart(graft_etcd_server_t *server)
 {
     if (server == NULL)
@@ -435,8 +528,191 @@ void graft_etcd_server_destroy(graft_etcd_server_t *server)
     graft_free(server->cert_file);
     graft_free(server->key_file);
     graft_free(server->ca_file);
+    graft_free(server->name);
+    graft_free(server->initial_cluster);
+    graft_free(server->cluster_token);
     for (size_t i = 0; i < server->n_extra && server->extra_args; i++)
         graft_free(server->extra_args[i]);
     graft_free(server->extra_args);
     graft_free(server);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clusters                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* etcd's own advice is an odd size up to 7; more is pointless on one host. */
+#define CLUSTER_MAX_MEMBERS 9
+
+/* Tell every member who its peers are, and list the client URLs. */
+static graft_status_t cluster_wire(graft_etcd_cluster_t *c)
+{
+    graft_buf_t peers = {0}, clients = {0};
+    graft_status_t st = GRAFT_OK;
+    for (size_t i = 0; i < c->n_members && st == GRAFT_OK; i++) {
+        const graft_etcd_server_t *m = c->members[i];
+        if (graft__buf_printf(&peers, "%s%s=http://127.0.0.1:%d", i ? "," : "", m->name,
+                              m->peer_port) != GRAFT_OK ||
+            graft__buf_printf(&clients, "%s%s", i ? "," : "", m->endpoint) != GRAFT_OK)
+            st = GRAFT_ENOMEM;
+    }
+    char *token = graft__asprintf("graft-%d-%d", (int)getpid(), c->members[0]->peer_port);
+    if (token == NULL)
+        st = GRAFT_ENOMEM;
+    for (size_t i = 0; i < c->n_members && st == GRAFT_OK; i++) {
+        graft_etcd_server_t *m = c->members[i];
+        m->initial_cluster = graft__strndup(peers.data, peers.len);
+        m->cluster_token = graft__strdup(token);
+        if (m->initial_cluster == NULL || m->cluster_token == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    if (st == GRAFT_OK) {
+        c->endpoints = graft__strndup(clients.data, clients.len);
+        if (c->endpoints == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    graft_free(token);
+    graft__buf_free(&peers);
+    graft__buf_free(&clients);
+    return st;
+}
+
+graft_status_t graft_etcd_cluster_start(const graft_etcd_server_opts_t *opts, size_t n_members,
+                                        graft_etcd_cluster_t **cluster_p)
+{
+    static const graft_etcd_server_opts_t defaults = {0};
+    graft_status_t st = GRAFT_EINVAL;
+    graft_etcd_cluster_t *c = NULL;
+    int used[2 * CLUSTER_MAX_MEMBERS];
+    size_t n_used = 0;
+
+    if (opts == NULL)
+        opts = &defaults;
+    if (cluster_p == NULL || n_members == 0 || n_members > CLUSTER_MAX_MEMBERS ||
+        (n_members > 1 && opts->data_dir != NULL)) {
+        GRAFT_ERROR(GRAFT_ETCD_LOG, "embedded etcd cluster: 1 to %d members, and a data "
+                    "directory of its own for each", CLUSTER_MAX_MEMBERS);
+        goto out;
+    }
+    st = graft__etcd_curl_init();
+    if (st != GRAFT_OK)
+        goto out;
+    st = GRAFT_ENOMEM;
+    c = graft__calloc(1, sizeof(*c));
+    if (c == NULL)
+        goto out;
+    c->members = graft__calloc(n_members, sizeof(*c->members));
+    if (c->members == NULL)
+        goto err_cluster;
+    for (size_t i = 0; i < n_members; i++) {
+        char name[16];
+        if (n_members == 1)
+            snprintf(name, sizeof(name), "default");
+        else
+            snprintf(name, sizeof(name), "m%zu", i);
+        st = server_new(opts, name, used, &n_used, &c->members[i]);
+        if (st != GRAFT_OK)
+            goto err_cluster;
+        c->n_members++;
+    }
+    st = cluster_wire(c);
+    if (st != GRAFT_OK)
+        goto err_cluster;
+    /* A member is healthy only once a quorum elected a leader: start them
+     * all, then wait for each. */
+    for (size_t i = 0; i < n_members; i++) {
+        st = spawn(c->members[i]);
+        if (st != GRAFT_OK)
+            goto err_cluster;
+    }
+    for (size_t i = 0; i < n_members; i++) {
+        st = wait_healthy(c->members[i]);
+        if (st != GRAFT_OK)
+            goto err_cluster;
+    }
+    GRAFT_INFO(GRAFT_ETCD_LOG, "embedded etcd cluster of %zu on %s", n_members, c->endpoints);
+    *cluster_p = c;
+    return GRAFT_OK;
+
+err_cluster:
+    graft_etcd_cluster_destroy(c);
+out:
+    return st;
+}
+
+size_t graft_etcd_cluster_size(const graft_etcd_cluster_t *cluster)
+{
+    return cluster ? cluster->n_members : 0;
+}
+
+graft_etcd_server_t *graft_etcd_cluster_member(graft_etcd_cluster_t *cluster, size_t index)
+{
+    if (cluster == NULL || index >= cluster->n_members)
+        return NULL;
+    return cluster->members[index];
+}
+
+const char *graft_etcd_cluster_endpoints(const graft_etcd_cluster_t *cluster)
+{
+    return cluster && cluster->endpoints ? cluster->endpoints : "";
+}
+
+/* Status of one member, asked of that member alone. */
+static graft_status_t member_status(const graft_etcd_server_t *m,
+                                    graft_etcd_member_status_t *status_p)
+{
+    const char *ep = m->endpoint;
+    graft_etcd_config_t cfg = {
+        .endpoints = &ep,
+        .n_endpoints = 1,
+        .request_timeout_ms = 1000,
+        .connect_timeout_ms = 200,
+        .max_retries = GRAFT_ETCD_NO_RETRIES,
+        /* The server's own pair doubles as the client identity, as in the
+         * start-up health check. */
+        .ca_file = m->ca_file,
+        .cert_file = m->cert_file,
+        .key_file = m->key_file,
+    };
+    graft_etcd_t *etcd = NULL;
+    graft_status_t st = graft_etcd_create(&cfg, &etcd);
+    if (st != GRAFT_OK)
+        return st;
+    st = graft_etcd_member_status(etcd, status_p);
+    graft_etcd_destroy(etcd);
+    return st;
+}
+
+graft_status_t graft_etcd_cluster_leader(graft_etcd_cluster_t *cluster, size_t *index_p)
+{
+    if (cluster == NULL || index_p == NULL)
+        return GRAFT_EINVAL;
+    for (size_t i = 0; i < cluster->n_members; i++) {
+        graft_etcd_server_t *m = cluster->members[i];
+        graft_etcd_member_status_t ms;
+        if (m->pid <= 0 || member_status(m, &ms) != GRAFT_OK)
+            continue;
+        /* Each member names the leader it follows; the leader names itself. */
+        if (ms.leader_id != 0 && ms.leader_id == ms.member_id) {
+            *index_p = i;
+            return GRAFT_OK;
+        }
+    }
+    return GRAFT_ENOTFOUND;
+}
+
+void graft_etcd_cluster_destroy(graft_etcd_cluster_t *cluster)
+{
+    if (cluster == NULL)
+        return;
+    /* Stop every member before removing any directory, so no member logs
+     * a lost peer into a directory being removed. */
+    for (size_t i = 0; i < cluster->n_members; i++)
+        if (graft_etcd_server_stop(cluster->members[i]) != GRAFT_OK)
+            GRAFT_WARN(GRAFT_ETCD_LOG, "etcd: stop of member %zu failed", i);
+    for (size_t i = 0; i < cluster->n_members; i++)
+        graft_etcd_server_destroy(cluster->members[i]);
+    graft_free(cluster->members);
+    graft_free(cluster->endpoints);
+    graft_free(cluster);
 }

@@ -11,48 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Split a comma-separated endpoint list into an array. */
-static graft_status_t split_endpoints(const char *list, char ***out_p, size_t *n_p)
-{
-    size_t n = 1;
-    char **out = NULL;
-    graft_status_t st = GRAFT_OK;
-    for (const char *p = list; *p != '\0'; p++)
-        n += *p == ',';
-    out = graft__calloc(n, sizeof(*out));
-    if (out == NULL)
-        return GRAFT_ENOMEM;
-    size_t k = 0;
-    const char *start = list;
-    for (;;) {
-        const char *end = strchr(start, ',');
-        size_t len = end != NULL ? (size_t)(end - start) : strlen(start);
-        if (len > 0) {
-            out[k] = graft__strndup(start, len);
-            if (out[k] == NULL) {
-                st = GRAFT_ENOMEM;
-                goto fail;
-            }
-            k++;
-        }
-        if (end == NULL)
-            break;
-        start = end + 1;
-    }
-    if (k == 0) {
-        st = GRAFT_EINVAL;
-        goto fail;
-    }
-    *out_p = out;
-    *n_p = k;
-    return GRAFT_OK;
-fail:
-    for (size_t i = 0; i < k; i++)
-        graft_free(out[i]);
-    graft_free(out);
-    return st;
-}
-
 /* A private copy of the configuration, through the public setters so every
  * string is owned by the copy. */
 static graft_status_t config_copy(const graft_config_t *src, graft_config_t **dst_p)
@@ -147,7 +105,7 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft_membership_job_prefix(rt->cfg->job, &rt->prefix);
     if (st != GRAFT_OK)
         goto fail;
-    st = split_endpoints(rt->cfg->etcd_endpoints, &rt->endpoints, &rt->n_endpoints);
+    st = graft_etcd_endpoints_split(rt->cfg->etcd_endpoints, &rt->endpoints, &rt->n_endpoints);
     if (st != GRAFT_OK) {
         if (st == GRAFT_EINVAL)
             GRAFT_ERROR(GRAFT_RT_MOD, "config: etcd_endpoints: no endpoint in '%s'",
@@ -206,9 +164,7 @@ void graft_destroy(graft_runtime_t *rt)
     }
     graft_free(rt->regions);
     graft__rt_skip_free(rt);
-    for (size_t i = 0; i < rt->n_endpoints; i++)
-        graft_free(rt->endpoints[i]);
-    graft_free(rt->endpoints);
+    graft_etcd_endpoints_free(rt->endpoints, rt->n_endpoints);
     graft_free(rt->prefix);
     graft_config_destroy(rt->cfg);
     pthread_mutex_destroy(&rt->mu);

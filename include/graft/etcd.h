@@ -5,8 +5,10 @@
  * The client speaks etcd's gRPC-gateway (`POST /v3/kv/range`, `/v3/kv/put`,
  * `/v3/kv/txn`, `/v3/lease/...`, `/v3/watch`, `/v3/auth/authenticate`) through
  * libcurl with kept-alive connections. It fails over between endpoints,
- * retries connection errors and 503 answers with exponential backoff, and
- * maps etcd's answers onto graft status codes:
+ * retries connection errors and 503 answers with exponential backoff, waits
+ * out the election that follows the loss of a cluster's leader
+ * (graft_etcd_config_t::election_wait_ms), and maps etcd's answers onto
+ * graft status codes:
  *
  *  | situation                          | status               |
  *  |------------------------------------|----------------------|
@@ -81,6 +83,12 @@ typedef struct graft_etcd_config {
      *  never. A stream that has not confirmed its watch within
      *  request_timeout_ms is a failed attempt: the next endpoint is tried. */
     uint32_t watch_idle_ms;
+    /** While a member answers that it has no leader (an election after the
+     *  leader died: "no leader", "leader changed", a dropped proposal), a
+     *  request keeps trying the endpoints past max_retries for up to this
+     *  long, pausing at most 100 ms between rounds. Default 5000 (etcd's
+     *  default election timeout is 1 s); none with GRAFT_ETCD_NO_RETRIES. */
+    uint32_t election_wait_ms;
 } graft_etcd_config_t;
 
 /**
@@ -105,6 +113,49 @@ void graft_etcd_destroy(graft_etcd_t *etcd);
  * @return a string owned by the client.
  */
 const char *graft_etcd_current_endpoint(graft_etcd_t *etcd);
+
+/**
+ * @brief Split a comma-separated endpoint list ("http://a:2379,http://b:2379",
+ *        the form of --etcd and GRAFT_ETCD_ENDPOINTS) into an array for
+ *        graft_etcd_config_t::endpoints. Empty items are skipped; the items
+ *        are not checked (graft_etcd_create() does).
+ * @param [in]  list         the list.
+ * @param [out] endpoints_p  a new array of new strings; free with
+ *                           graft_etcd_endpoints_free().
+ * @param [out] n_p          how many.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL or no endpoint in the list),
+ *         GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_etcd_endpoints_split(const char *list, char ***endpoints_p,
+                                                    size_t *n_p);
+
+/**
+ * @brief Free what graft_etcd_endpoints_split() returned. Accepts NULL.
+ * @param [in] endpoints  the array.
+ * @param [in] n          its length.
+ */
+void graft_etcd_endpoints_free(char **endpoints, size_t n);
+
+/** What a member says of itself (maintenance status). */
+typedef struct graft_etcd_member_status {
+    uint64_t member_id; /**< the member that answered */
+    uint64_t leader_id; /**< the leader it follows; 0: none (an election is on) */
+    uint64_t raft_term;
+    int64_t revision;
+} graft_etcd_member_status_t;
+
+/**
+ * @brief Maintenance status of the member that answers (POST
+ *        /v3/maintenance/status). With several endpoints that is whichever
+ *        answered (graft_etcd_current_endpoint()); to ask one member, use a
+ *        client of that endpoint alone. The leader is the member whose
+ *        member_id equals its leader_id.
+ * @param [in]  etcd      the client.
+ * @param [out] status_p  the status.
+ * @return GRAFT_OK or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_etcd_member_status(graft_etcd_t *etcd,
+                                                  graft_etcd_member_status_t *status_p);
 
 /* ------------------------------------------------------------------------ */
 /* Key-value                                                                */
@@ -482,6 +533,16 @@ int graft_etcd_server_pid(const graft_etcd_server_t *server);
 GRAFT_WUR graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server);
 
 /**
+ * @brief Kill the server with SIGKILL, as a crash would, and reap it; its
+ *        data directory stays, so graft_etcd_server_restart() brings it back.
+ *        (graft_etcd_server_stop() lets a leader hand its leadership over
+ *        first, which a crash never does.)
+ * @param [in] server  the server.
+ * @return GRAFT_OK or GRAFT_ESYS.
+ */
+GRAFT_WUR graft_status_t graft_etcd_server_kill(graft_etcd_server_t *server);
+
+/**
  * @brief Start a stopped server again on the same ports and data directory.
  * @param [in] server  the server.
  * @return as graft_etcd_server_start().
@@ -494,6 +555,68 @@ GRAFT_WUR graft_status_t graft_etcd_server_restart(graft_etcd_server_t *server);
  * @param [in] server  the server.
  */
 void graft_etcd_server_destroy(graft_etcd_server_t *server);
+
+/* ------------------------------------------------------------------------ */
+/* Embedded cluster                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct graft_etcd_cluster graft_etcd_cluster_t;
+
+/**
+ * @brief Start n_members etcd members on free loopback ports, each in a
+ *        temporary directory of its own, as one cluster, and wait until every
+ *        member answers. Each member is a ::graft_etcd_server_t
+ *        (graft_etcd_cluster_member()) that can be killed, stopped and
+ *        restarted on its own; peers talk plain HTTP, clients as opts says.
+ * @param [in]  opts       as for graft_etcd_server_start(), or NULL; data_dir
+ *                         must be NULL when n_members > 1.
+ * @param [in]  n_members  1 to 9 (3 survives the loss of one member).
+ * @param [out] cluster_p  the running cluster.
+ * @return as graft_etcd_server_start(); GRAFT_EINVAL for a bad size.
+ */
+GRAFT_WUR graft_status_t graft_etcd_cluster_start(const graft_etcd_server_opts_t *opts,
+                                                  size_t n_members,
+                                                  graft_etcd_cluster_t **cluster_p);
+
+/**
+ * @brief Number of members.
+ * @param [in] cluster  the cluster.
+ * @return the count.
+ */
+size_t graft_etcd_cluster_size(const graft_etcd_cluster_t *cluster);
+
+/**
+ * @brief One member.
+ * @param [in] cluster  the cluster.
+ * @param [in] index    0 .. size-1.
+ * @return the member, owned by the cluster; NULL when index is out of range.
+ */
+graft_etcd_server_t *graft_etcd_cluster_member(graft_etcd_cluster_t *cluster, size_t index);
+
+/**
+ * @brief Every member's client URL, comma-separated (the form
+ *        graft_etcd_endpoints_split() and GRAFT_ETCD_ENDPOINTS take).
+ * @param [in] cluster  the cluster.
+ * @return a string owned by the cluster.
+ */
+const char *graft_etcd_cluster_endpoints(const graft_etcd_cluster_t *cluster);
+
+/**
+ * @brief Which member leads now, asking each running member for its
+ *        maintenance status (graft_etcd_member_status()).
+ * @param [in]  cluster  the cluster.
+ * @param [out] index_p  the leader's index.
+ * @return GRAFT_OK, GRAFT_ENOTFOUND (no member claims to lead: an election
+ *         is on), GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_etcd_cluster_leader(graft_etcd_cluster_t *cluster,
+                                                   size_t *index_p);
+
+/**
+ * @brief Stop every member and remove their directories. Accepts NULL.
+ * @param [in] cluster  the cluster.
+ */
+void graft_etcd_cluster_destroy(graft_etcd_cluster_t *cluster);
 
 #ifdef __cplusplus
 }

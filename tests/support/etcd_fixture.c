@@ -35,6 +35,47 @@ void graft_test_etcd_stop(graft_test_etcd_t *t)
     memset(t, 0, sizeof(*t));
 }
 
+int graft_test_etcd_cluster_start(graft_test_etcd_cluster_t *t, size_t n_members)
+{
+    memset(t, 0, sizeof(*t));
+    graft_status_t st = graft_etcd_cluster_start(NULL, n_members, &t->cluster);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "embedded etcd cluster of %zu: %s\n", n_members,
+                graft_status_string(st));
+        return -1;
+    }
+    st = graft_etcd_endpoints_split(graft_etcd_cluster_endpoints(t->cluster), &t->endpoints,
+                                    &t->n_endpoints);
+    if (st == GRAFT_OK)
+        t->client = graft_test_etcd_client((const char *const *)t->endpoints, t->n_endpoints,
+                                           NULL, NULL);
+    if (t->client == NULL) {
+        graft_test_etcd_cluster_stop(t);
+        return -1;
+    }
+    return 0;
+}
+
+void graft_test_etcd_cluster_stop(graft_test_etcd_cluster_t *t)
+{
+    graft_etcd_destroy(t->client);
+    graft_etcd_endpoints_free(t->endpoints, t->n_endpoints);
+    graft_etcd_cluster_destroy(t->cluster);
+    memset(t, 0, sizeof(*t));
+}
+
+int graft_test_etcd_cluster_wait_leader(graft_test_etcd_cluster_t *t, uint32_t timeout_ms,
+                                        size_t *leader_p)
+{
+    for (uint32_t waited = 0;; waited += 50) {
+        if (graft_etcd_cluster_leader(t->cluster, leader_p) == GRAFT_OK)
+            return 0;
+        if (waited >= timeout_ms)
+            return -1;
+        usleep(50 * 1000);
+    }
+}
+
 graft_etcd_t *graft_test_etcd_client(const char *const *endpoints, size_t n, const char *user,
                                      const char *password)
 {

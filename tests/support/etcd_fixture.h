@@ -20,6 +20,27 @@ int graft_test_etcd_start(graft_test_etcd_t *t, const char *const *extra_args);
 /* Destroy client and server; the temporary directory goes with them. */
 void graft_test_etcd_stop(graft_test_etcd_t *t);
 
+/* A real etcd cluster on loopback (graft_etcd_cluster_start()) and a
+ * client of every member's endpoint, in member order. */
+typedef struct graft_test_etcd_cluster {
+    graft_etcd_cluster_t *cluster;
+    graft_etcd_t *client;
+    char **endpoints;
+    size_t n_endpoints;
+} graft_test_etcd_cluster_t;
+
+/* Start an n-member cluster and its client. Returns 0 on success, -1 (with
+ * a message on stderr) otherwise. */
+int graft_test_etcd_cluster_start(graft_test_etcd_cluster_t *t, size_t n_members);
+
+/* Destroy client and cluster with their directories. */
+void graft_test_etcd_cluster_stop(graft_test_etcd_cluster_t *t);
+
+/* Wait up to timeout_ms for a member to lead; its index in *leader_p.
+ * Returns 0, or -1 when none did. */
+int graft_test_etcd_cluster_wait_leader(graft_test_etcd_cluster_t *t, uint32_t timeout_ms,
+                                        size_t *leader_p);
+
 /* A client for the given endpoints with short timeouts suited to tests. */
 graft_etcd_t *graft_test_etcd_client(const char *const *endpoints, size_t n,
                                      const char *user, const char *password);

@@ -87,9 +87,7 @@ void graftctl_print_json(void *root)
 
 static void free_endpoints(graftctl_opts_t *o)
 {
-    for (size_t i = 0; i < o->n_endpoints; i++)
-        free(o->endpoints[i]);
-    free(o->endpoints);
+    graft_etcd_endpoints_free(o->endpoints, o->n_endpoints);
     o->endpoints = NULL;
     o->n_endpoints = 0;
 }
@@ -98,26 +96,7 @@ static bool split_endpoints(graftctl_opts_t *o, const char *text)
 {
     free_endpoints(o);
     o->endpoints_text = text;
-    size_t n = 1;
-    for (const char *p = text; *p != '\0'; p++)
-        n += *p == ',';
-    o->endpoints = calloc(n, sizeof(*o->endpoints));
-    if (o->endpoints == NULL)
-        return false;
-    const char *p = text;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        if (len > 0) {
-            o->endpoints[o->n_endpoints] = strndup(p, len);
-            if (o->endpoints[o->n_endpoints] == NULL)
-                return false;
-            o->n_endpoints++;
-        }
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    return o->n_endpoints > 0;
+    return graft_etcd_endpoints_split(text, &o->endpoints, &o->n_endpoints) == GRAFT_OK;
 }
 
 static bool valid_job(const char *job)
