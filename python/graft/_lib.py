@@ -102,6 +102,7 @@ typedef struct graft_metrics {
     uint64_t last_write_ns;
     uint64_t drift_checks;
     uint64_t drift_mismatches;
+    uint64_t serve_peak_recipients;
 } graft_metrics_t;
 void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
 
