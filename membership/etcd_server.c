@@ -605,7 +605,7 @@ graft_status_t graft_etcd_cluster_start(const graft_etcd_server_opts_t *opts, si
     if (c->members == NULL)
         goto err_cluster;
     for (size_t i = 0; i < n_members; i++) {
-        char name[16];
+        char name[24];
         if (n_members == 1)
             snprintf(name, sizeof(name), "default");
         else
