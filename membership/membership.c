@@ -513,6 +513,7 @@ static graft_status_t join_once(graft_membership_t *m, graft_etcd_t *c)
     int64_t lease = 0;
     graft_status_t st;
     GRAFT__MSHIP_REQ(m);
+    uint64_t sent = graft__now_ns();
     st = graft_etcd_lease_grant(c, m->cfg.lease_ttl_s, &lease, NULL);
     if (st != GRAFT_OK) {
         atomic_fetch_add(&m->n_etcd_errors, 1);
@@ -537,6 +538,7 @@ static graft_status_t join_once(graft_membership_t *m, graft_etcd_t *c)
     m->incarnation = inc;
     m->joined_unix_ms = joined_ms;
     m->joined = true;
+    atomic_store(&m->lease_renewed_ns, sent);
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     return GRAFT_OK;
@@ -636,8 +638,10 @@ static void *keepalive_main(void *arg)
         if (!active)
             continue;
         atomic_fetch_add(&m->n_keepalives, 1);
+        uint64_t sent = graft__now_ns();
         graft_status_t st = graft_etcd_lease_keepalive(m->ka, lease, NULL);
         if (st == GRAFT_OK) {
+            atomic_store(&m->lease_renewed_ns, sent);
             if (outage)
                 GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: lease %" PRId64 " renewed again", m->job,
                            lease);

@@ -232,6 +232,10 @@ struct graft_membership {
     graft__mwatch_t watches[GRAFT__MSHIP_WATCHES];
     size_t n_watches;
 
+    /* graft__now_ns() when the last renewal that etcd acknowledged (or the
+     * grant) was sent; 0 before the first. */
+    atomic_uint_fast64_t lease_renewed_ns;
+
     atomic_uint_fast64_t n_requests;
     atomic_uint_fast64_t n_keepalives;
     atomic_uint_fast64_t n_watch_events;

@@ -213,6 +213,46 @@ static bool same_live_groups(const graft__qmember_t *mem, size_t n, uint32_t R,
     return gi == prev->n_members;
 }
 
+graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum_t *q,
+                                       graft_membership_health_t *h_p)
+{
+    if (m == NULL || q == NULL || h_p == NULL)
+        return GRAFT_EINVAL;
+    graft_membership_health_t h = {0};
+    graft__qmember_t *mem = NULL;
+    uint32_t R = m->cfg.ranks_per_group;
+    uint64_t ttl_ns = (uint64_t)m->cfg.lease_ttl_s * 1000000000ull;
+    pthread_mutex_lock(&m->mu);
+    bool joined = m->joined && !m->left && !m->lease_lost_pending;
+    const graft_quorum_t *cur = m->view.quorum;
+    bool same_round = cur != NULL && cur->round == q->round && cur->id == q->id;
+    size_t n = m->view.n_members;
+    graft_status_t st = snapshot_members(m, &mem);
+    pthread_mutex_unlock(&m->mu);
+    if (st != GRAFT_OK)
+        return st;
+    /* etcd starts the TTL over when it receives a renewal, which is after
+     * it was sent: counting from the send is on the safe side. A sixth of
+     * the TTL is left for the clocks of two machines to disagree on rate. */
+    uint64_t renewed = atomic_load(&m->lease_renewed_ns);
+    uint64_t age = graft__now_ns() - renewed;
+    uint64_t usable = ttl_ns - ttl_ns / 6;
+    if (joined && renewed != 0 && age < usable) {
+        h.lease_fresh = true;
+        h.lease_left_ms = (uint32_t)GRAFT_MIN((usable - age) / 1000000ull, UINT32_MAX);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (mem[i].rank < R)
+            mem[k++] = mem[i];
+    h.epoch_intact = same_round && same_live_groups(mem, k, R, q) &&
+                     graft__quorum_members_hash(mem, k, q->members, q->n_members) ==
+                         q->members_hash;
+    graft_free(mem);
+    *h_p = h;
+    return GRAFT_OK;
+}
+
 /* Fill *f when the fast path applies to this announcement; f->q stays NULL
  * when it does not. Only allocation failures are errors. */
 static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, uint64_t committed,

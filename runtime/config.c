@@ -36,8 +36,10 @@ typedef struct field {
 /* In the order of graft_mode_t and graft_transfer_backend_t. */
 static const char *const mode_names[] = {"strict", "elastic", NULL};
 static const char *const backend_names[] = {"ucx", "nccl", NULL};
+static const char *const steady_names[] = {"peers", "etcd", NULL};
 _Static_assert(sizeof(graft_mode_t) == sizeof(int) &&
-                   sizeof(graft_transfer_backend_t) == sizeof(int),
+                   sizeof(graft_transfer_backend_t) == sizeof(int) &&
+                   sizeof(graft_steady_path_t) == sizeof(int),
                "FIELD_CHOICE settings are stored as an int");
 
 #define STR(n) {#n, FIELD_STRING, offsetof(graft_config_t, n), 0, 0, NULL, NULL}
@@ -61,6 +63,7 @@ static const field_t fields[] = {
     CHOICE(mode, mode_names),
     UINT(lease_ttl_ms, 500, 3600000, "3000"),
     UINT(join_timeout_ms, 10, 3600000, "10000"),
+    CHOICE(steady_path, steady_names),
     STRD(transfer_address, "127.0.0.1:0"),
     STR(transfer_advertise),
     UINT(transfer_chunk_bytes, 4096, 1u << 30, "4194304"),

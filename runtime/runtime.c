@@ -155,6 +155,7 @@ void graft_destroy(graft_runtime_t *rt)
     graft_free(rt->peers);
     graft__rt_persist_close(rt);
     graft_membership_quorum_free(rt->q);
+    graft__rt_steady_free(rt);
     graft_membership_destroy(rt->m);
     graft_transfer_endpoint_destroy(rt->ep);
     graft_etcd_destroy(rt->etcd);

@@ -9,6 +9,9 @@
 
 /* FIELD_CHOICE settings are stored as an int: these enums must be too. */
 typedef enum { GRAFT_MODE_STRICT = 0, GRAFT_MODE_ELASTIC = 1 } graft_mode_t;
+/* Where a steady step is agreed: between the members (runtime_steady.c) or
+ * in etcd only. */
+typedef enum { GRAFT_STEADY_PEERS = 0, GRAFT_STEADY_ETCD = 1 } graft_steady_path_t;
 
 struct graft_config {
     uint64_t set_mask; /* bit i: fields[i] was set explicitly */
@@ -27,6 +30,7 @@ struct graft_config {
     graft_mode_t mode;
     uint64_t lease_ttl_ms;
     uint64_t join_timeout_ms;
+    graft_steady_path_t steady_path;
     char *transfer_address;
     char *transfer_advertise;
     uint64_t transfer_chunk_bytes;

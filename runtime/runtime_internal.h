@@ -68,6 +68,8 @@ graft_status_t graft__fanout_plan(const graft_quorum_t *q, uint32_t group, uint3
                                   bool relays, graft__fanout_t *plan);
 void graft__fanout_free(graft__fanout_t *plan);
 
+typedef struct graft__steady graft__steady_t;
+
 struct graft_runtime {
     graft_config_t *cfg;   /* own copy */
     uint32_t group, rank, ranks, groups, min_groups;
@@ -104,6 +106,8 @@ struct graft_runtime {
     bool healthy_published;
     bool progress_published; /* the job's progress key, once per process */
     graft_quorum_t *q;     /* the open step's quorum; NULL between steps */
+    bool q_steady;         /* q was agreed on the steady path, not in etcd */
+    graft__steady_t *steady; /* runtime_steady.c; NULL until the first quorum */
     uint64_t prev_quorum_id;
     bool serving;
     uint32_t n_recipients;
@@ -165,6 +169,22 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
 
 /* runtime_step.c */
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
+
+/* runtime_steady.c: steps agreed between the members, without etcd. */
+/* After a quorum formed in etcd: remember its epoch and the members'
+ * addresses (with steady_path = peers). */
+GRAFT_WUR graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t *q);
+/* At graft_quorum(): the next step of the epoch, agreed with the members.
+ * *q_p NULL (and GRAFT_OK): take this step through etcd. */
+GRAFT_WUR graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed,
+                                                 graft_quorum_t **q_p);
+/* At graft_commit() of a step agreed that way: the group's decision. *why
+ * says why not, when this rank's part was the reason. */
+bool graft__rt_steady_vote(graft_runtime_t *rt, const graft_quorum_t *q, bool ok,
+                           const char **why);
+/* The step's outcome: a step that did not apply ends the epoch. */
+void graft__rt_steady_done(graft_runtime_t *rt, bool applied);
+void graft__rt_steady_free(graft_runtime_t *rt);
 
 /* runtime_skip.c: the test-only broken heal. It exists only in the test
  * build of the library (-DGRAFT_TEST_FAULTS, $(BUILD)/testlib/); the

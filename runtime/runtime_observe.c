@@ -58,6 +58,11 @@ void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
     *metrics_p = rt->metrics;
     pthread_mutex_unlock(&rt->mu);
     metrics_p->serve_peak_recipients = graft_transfer_serve_peak(rt->ep);
+    if (rt->m != NULL) {
+        graft_membership_stats_t ms;
+        graft_membership_stats_get(rt->m, &ms);
+        metrics_p->etcd_requests = ms.requests;
+    }
 }
 
 void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, void *arg)

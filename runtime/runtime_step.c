@@ -746,7 +746,11 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     uint64_t tq = graft__now_ns();
     uint64_t deadline = tq + rt->cfg->quorum_timeout_ms * 1000000ull;
     uint64_t committed = graft_step(rt);
-    for (;;) {
+    st = graft__rt_steady_quorum(rt, committed, &q);
+    if (st != GRAFT_OK)
+        return st;
+    rt->q_steady = q != NULL;
+    for (; q == NULL;) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
             GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
@@ -766,6 +770,13 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         GRAFT_DEBUG(GRAFT_RT_MOD, "quorum round: %s; trying again", graft_status_string(st));
     }
     assert(is_member(q, rt->group));
+    if (!rt->q_steady) {
+        st = graft__rt_steady_enter(rt, q);
+        if (st != GRAFT_OK) {
+            graft_membership_quorum_free(q);
+            return st;
+        }
+    }
     uint64_t formed_ns = graft__now_ns();
     rt->q = q;
     rt->heal_quorum_ns = formed_ns - tq;
@@ -773,6 +784,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     rt->prev_quorum_id = q->id;
     pthread_mutex_lock(&rt->mu);
     rt->metrics.quorums++;
+    rt->metrics.steady_steps += rt->q_steady;
     rt->metrics.quorum_changes += changed;
     rt->metrics.quorum_id = q->id;
     rt->replica_rank = q->replica_rank;
@@ -929,8 +941,17 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
             ret = GRAFT_EDRIFT;
         }
     }
-    st = graft_membership_commit_vote(rt->m, q, ok, reason, (uint32_t)rt->cfg->join_timeout_ms,
-                                      &decision);
+    if (rt->q_steady) {
+        const char *why = NULL;
+        decision = graft__rt_steady_vote(rt, q, ok, &why);
+        if (ok && !decision && why != NULL)
+            reason = why;
+        st = GRAFT_OK;
+    } else {
+        st = graft_membership_commit_vote(rt->m, q, ok, reason,
+                                          (uint32_t)rt->cfg->join_timeout_ms, &decision);
+    }
+    graft__rt_steady_done(rt, decision);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": commit vote of step %" PRIu64
                     ": %s", rt->group, rt->rank, q->step, graft_status_string(st));

@@ -107,15 +107,20 @@ graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *con
         status = GRAFT_ESYS;
         goto err_mutex;
     }
+    status = graft__transfer_msgbox_init(ep);
+    if (status != GRAFT_OK)
+        goto err_cond;
 
     ep->ops = &graft__ucx_ops;
     status = ep->ops->init(ep);
     if (status != GRAFT_OK)
-        goto err_cond;
+        goto err_msg_cond;
 
     *ep_p = ep;
     return GRAFT_OK;
 
+err_msg_cond:
+    graft__transfer_msgbox_destroy(ep);
 err_cond:
     pthread_cond_destroy(&ep->cond);
 err_mutex:
@@ -157,6 +162,7 @@ void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep)
     graft_free(ep->regions);
     graft_free(ep->hashes);
     graft_free(ep->hash_done);
+    graft__transfer_msgbox_destroy(ep);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
     graft_free(ep->listen_address);

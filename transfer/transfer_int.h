@@ -26,6 +26,7 @@
 #define GRAFT__XFER_AM_DONE 13u     /* recipient -> donor: TransferDone */
 #define GRAFT__XFER_AM_CHUNK_REQ 14u  /* recipient -> donor: ChunkRequest (push reads) */
 #define GRAFT__XFER_AM_CHUNK_DATA 15u /* donor -> recipient: a chunk's bytes (push reads) */
+#define GRAFT__XFER_AM_MSG 16u        /* any peer -> endpoint: a short message (msgbox.c) */
 
 /* One block from graft_transfer_host_alloc(). Regions that lie inside it
  * reuse its mapping instead of mapping their memory a second time. */
@@ -81,6 +82,12 @@ struct graft_transport_ops {
     /* Donor side of a pairwise transport (NCCL); NULL for one-sided ones. */
     graft_status_t (*serve_pair)(graft_transfer_endpoint_t *ep, uint64_t step,
                                  const graft_transfer_nccl_options_t *o);
+    /* Send a short message to the endpoint at @p address (graft_transfer_msg_send);
+     * NULL: the backend has no message channel. */
+    graft_status_t (*msg_send)(graft_transfer_endpoint_t *ep, const char *address,
+                               const void *msg, size_t len, uint64_t deadline_ns);
+    /* Close the connections msg_send keeps. */
+    void (*msg_forget)(graft_transfer_endpoint_t *ep);
 };
 
 extern const struct graft_transport_ops graft__ucx_ops;
@@ -163,7 +170,23 @@ struct graft_transfer_endpoint {
 
     atomic_bool pulling;
     atomic_bool cancel;
+
+    /* Short messages received (msgbox.c): a bounded FIFO under msg_lock. */
+    pthread_mutex_t msg_lock;
+    pthread_cond_t msg_cond;
+    struct graft__msg *msg_head, *msg_tail;
+    size_t n_msgs;
+    uint64_t msgs_dropped;
+    struct graft__msg_sender *msg_sender; /* the backend's connections for sending */
 };
+
+/* Queue a received message for graft_transfer_msg_recv(); called by the
+ * backend's progress thread. Messages beyond the inbox's bound are dropped
+ * (counted and logged): the receiver's protocol times out on them. */
+void graft__transfer_msg_deliver(graft_transfer_endpoint_t *ep, const void *data, size_t len);
+/* The inbox: made with the endpoint; destroyed after the backend stopped. */
+GRAFT_WUR graft_status_t graft__transfer_msgbox_init(graft_transfer_endpoint_t *ep);
+void graft__transfer_msgbox_destroy(graft_transfer_endpoint_t *ep);
 
 /* Region lookup helpers. */
 static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *ep,

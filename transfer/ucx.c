@@ -12,11 +12,9 @@
  * endpoint's context (the context is shared between workers, so the donor
  * side keeps serving meanwhile) and drives it from the calling thread.
  */
-#include "transfer_int.h"
+#include "ucx_int.h"
 
 #include "proto/graft.pb-c.h"
-
-#include <ucp/api/ucp.h>
 #include <xxhash.h>
 
 #include <arpa/inet.h>
@@ -97,7 +95,7 @@ static void msgq_clear(msg_queue_t *q)
         graft_free(m);
 }
 
-static graft_status_t status_from_ucs(ucs_status_t st)
+graft_status_t graft__ucx_status(ucs_status_t st)
 {
     switch (st) {
     case UCS_OK:
@@ -120,7 +118,7 @@ static graft_status_t status_from_ucs(ucs_status_t st)
 }
 
 /* "a.b.c.d:port" -> sockaddr. */
-static graft_status_t parse_address(const char *s, struct sockaddr_in *sa)
+graft_status_t graft__ucx_parse_address(const char *s, struct sockaddr_in *sa)
 {
     char host[INET_ADDRSTRLEN];
     const char *colon = strrchr(s, ':');
@@ -257,7 +255,7 @@ static graft_status_t am_send_owned(ucp_ep_h uep, unsigned id, uint8_t *buf, siz
     if (UCS_PTR_IS_ERR(req)) {
         GRAFT_WARN(GRAFT__XFER_MOD, "am send: %s", ucs_status_string(UCS_PTR_STATUS(req)));
         graft_free(buf);
-        return status_from_ucs(UCS_PTR_STATUS(req));
+        return graft__ucx_status(UCS_PTR_STATUS(req));
     }
     return GRAFT_OK;
 }
@@ -384,7 +382,6 @@ static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 
 static graft_status_t set_am_handler(ucp_worker_h w, unsigned id, ucp_am_recv_callback_t cb,
                                      void *arg);
-static graft_status_t worker_create(ucp_context_h ctx, ucp_worker_h *w_p);
 static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
                                      void *data, size_t length, const ucp_am_recv_param_t *param);
 static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
@@ -392,13 +389,15 @@ static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_l
 static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
                                        void *data, size_t length,
                                        const ucp_am_recv_param_t *param);
+static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
+                           size_t length, const ucp_am_recv_param_t *param);
 
 /* A worker for one connection, with the donor's message handlers. */
 static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker_h *w_p,
                                          int *efd_p)
 {
     ucp_worker_h w = NULL;
-    graft_status_t status = worker_create(t->ctx, &w);
+    graft_status_t status = graft__ucx_worker_create(t->ctx, &w);
     if (status == GRAFT_OK && ucp_worker_get_efd(w, efd_p) != UCS_OK)
         status = GRAFT_ETRANSPORT;
     if (status == GRAFT_OK)
@@ -407,6 +406,8 @@ static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker
         status = set_am_handler(w, GRAFT__XFER_AM_DONE, donor_done_cb, t);
     if (status == GRAFT_OK)
         status = set_am_handler(w, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
+    if (status == GRAFT_OK)
+        status = set_am_handler(w, GRAFT__XFER_AM_MSG, msg_cb, t);
     if (status != GRAFT_OK && w != NULL)
         ucp_worker_destroy(w);
     if (status == GRAFT_OK)
@@ -509,6 +510,27 @@ static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t hea
 {
     return donor_am_enqueue(arg, GRAFT__XFER_AM_CHUNK_REQ, header, header_length, data, length,
                             param);
+}
+
+/* A short message (graft_transfer_msg_send): into the endpoint's inbox. A
+ * rendezvous one is longer than any message and is refused. */
+static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
+                           size_t length, const ucp_am_recv_param_t *param)
+{
+    graft__transport_state_t *t = arg;
+    (void)header;
+    (void)header_length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "a message of %zu bytes refused", length);
+        return UCS_ERR_MESSAGE_TRUNCATED;
+    }
+    graft__transfer_msg_deliver(t->ep, data, length);
+    return UCS_OK;
+}
+
+ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep)
+{
+    return ep->transport->ctx;
 }
 
 static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
@@ -1064,7 +1086,7 @@ static graft_status_t set_am_handler(ucp_worker_h w, unsigned id, ucp_am_recv_ca
     return GRAFT_OK;
 }
 
-static graft_status_t worker_create(ucp_context_h ctx, ucp_worker_h *w_p)
+graft_status_t graft__ucx_worker_create(ucp_context_h ctx, ucp_worker_h *w_p)
 {
     ucp_worker_params_t wp;
     memset(&wp, 0, sizeof(wp));
@@ -1146,7 +1168,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
         status = GRAFT_ETRANSPORT;
         goto err;
     }
-    status = worker_create(t->ctx, &t->worker);
+    status = graft__ucx_worker_create(t->ctx, &t->worker);
     if (status != GRAFT_OK)
         goto err;
     st = ucp_worker_get_efd(t->worker, &t->efd);
@@ -1223,6 +1245,7 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
         (void)ucp_worker_signal(t->worker);
         pthread_join(t->thread, NULL);
     }
+    graft__ucx_msg_fini(ep);
     while (t->conns != NULL) {
         ucx_conn_t *c = t->conns;
         t->conns = c->next;
@@ -2107,7 +2130,7 @@ static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
     ucp_ep_params_t prm;
     ucs_status_t st;
 
-    if (parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
+    if (graft__ucx_parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "bad donor address '%s'", p->o->donors[d->index]);
         return GRAFT_EINVAL;
     }
@@ -2250,7 +2273,7 @@ static void slots_reap(pull_t *p)
         q_push(p, s->chunk);
         p->rep->donors[s->donor].reassigned++;
         if (d->state == D_READY)
-            donor_fail(p, d, s->proto_err ? GRAFT_EPROTO : status_from_ucs(s->st));
+            donor_fail(p, d, s->proto_err ? GRAFT_EPROTO : graft__ucx_status(s->st));
     }
 }
 
@@ -2300,9 +2323,9 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
     for (size_t i = 0; i < p->n_donors; i++) {
         pdonor_t *d = &p->donors[i];
         if (d->err_flag && d->state != D_FAILED)
-            donor_fail(p, d, status_from_ucs(d->err_status) == GRAFT_ETRANSPORT
+            donor_fail(p, d, graft__ucx_status(d->err_status) == GRAFT_ETRANSPORT
                                  ? GRAFT_EPEER
-                                 : status_from_ucs(d->err_status));
+                                 : graft__ucx_status(d->err_status));
         if (d->state == D_CONNECTING && now > d->connect_deadline)
             donor_fail(p, d, d->refused != GRAFT_OK ? d->refused : GRAFT_EPEER_TIMEOUT);
         if (d->state == D_READY && (d->inflight > 0 || (!d->final && !p->o->skip_verify)) &&
@@ -2498,7 +2521,7 @@ static graft_status_t ucx_pull(graft_transfer_endpoint_t *ep, const graft_transf
         pdonor_t *d = &p.donors[i];
         d->pull = &p;
         d->index = (uint32_t)i;
-        status = worker_create(t->ctx, &d->worker);
+        status = graft__ucx_worker_create(t->ctx, &d->worker);
         if (status == GRAFT_OK)
             status = set_am_handler(d->worker, GRAFT__XFER_AM_MANIFEST, recip_am_cb, d);
         if (status == GRAFT_OK)
@@ -2572,4 +2595,6 @@ const struct graft_transport_ops graft__ucx_ops = {
     .host_alloc = ucx_host_alloc,
     .host_free = ucx_host_free,
     .pull = ucx_pull,
+    .msg_send = graft__ucx_msg_send,
+    .msg_forget = graft__ucx_msg_forget,
 };

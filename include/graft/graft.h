@@ -97,6 +97,7 @@ extern "C" {
  * | mode                | GRAFT_MODE                | strict (or elastic)     |
  * | lease_ttl_ms        | GRAFT_LEASE_TTL_MS        | 3000                    |
  * | join_timeout_ms     | GRAFT_JOIN_TIMEOUT_MS     | 10000                   |
+ * | steady_path         | GRAFT_STEADY_PATH         | peers (or etcd)         |
  * | transfer_address    | GRAFT_TRANSFER_ADDRESS    | 127.0.0.1:0             |
  * | transfer_advertise  | GRAFT_TRANSFER_ADVERTISE  | (the listening address) |
  * | transfer_chunk_bytes| GRAFT_TRANSFER_CHUNK_BYTES| 4194304                 |
@@ -129,6 +130,12 @@ extern "C" {
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].
+ *
+ * steady_path peers: once a quorum has formed in etcd, the steps that change
+ * nothing but the step number (same groups, same processes) are agreed
+ * between the members over their transfer endpoints, and etcd sees only
+ * keep-alives; any miss falls back to etcd (docs/RUNTIME.md, "The steady
+ * path"). etcd: every step goes through etcd.
  */
 typedef struct graft_config graft_config_t;
 
@@ -512,6 +519,9 @@ typedef struct graft_metrics {
     uint64_t drift_checks;
     uint64_t drift_mismatches;
     uint64_t serve_peak_recipients; /**< most recipients this rank served at once */
+    uint64_t steady_steps;        /**< steps agreed with the members, without etcd */
+    uint64_t steady_fallbacks;    /**< steady-path attempts that went to etcd instead */
+    uint64_t etcd_requests;       /**< etcd requests of the membership layer, keep-alives excluded */
 } graft_metrics_t;
 
 /**

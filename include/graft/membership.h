@@ -477,6 +477,31 @@ void graft_membership_events_free(graft_event_t *events, size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                               */
+/** What a rank can rely on without asking etcd (the runtime's steady path). */
+typedef struct graft_membership_health {
+    /** This rank's lease is certainly alive: the last renewal etcd
+     *  acknowledged was sent less than 5/6 of the TTL ago. A rank that is
+     *  cut off from etcd loses this within the TTL. */
+    bool lease_fresh;
+    uint32_t lease_left_ms;   /**< with lease_fresh: how long it stays so */
+    /** The view's live groups are exactly q's members, with the same
+     *  processes (members_hash), and the latest quorum record is still q's
+     *  round: nobody joined, left, re-joined or formed a later round. */
+    bool epoch_intact;
+} graft_membership_health_t;
+
+/**
+ * @brief Check the lease and whether quorum @p q's epoch still holds in the
+ *        view. No etcd request: from the keep-alive thread's last renewal
+ *        and the watch.
+ * @param [in]  m    the handle.
+ * @param [in]  q    a quorum this rank took part in (its round and id).
+ * @param [out] h_p  the answer.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum_t *q,
+                                                 graft_membership_health_t *h_p);
+
 /* ------------------------------------------------------------------------ */
 
 /** Counters of one handle since its creation. */

@@ -442,6 +442,57 @@ GRAFT_WUR graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
 void graft_transfer_pull_cancel(graft_transfer_endpoint_t *ep);
 
 /* ------------------------------------------------------------------------ */
+/* Short messages between endpoints                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Endpoints of a job exchange short messages over the same listener that
+ * serves pulls (the runtime's steady path agrees steps this way, without
+ * etcd). Delivery is best effort and unordered between senders; the bytes
+ * are the caller's protocol, which must check what it receives (any process
+ * that reaches the port can send).
+ */
+
+/** Longest message; longer ones are refused by the receiver. */
+#define GRAFT_TRANSFER_MSG_MAX 4096u
+/** Messages an endpoint holds unread; more are dropped (and counted). */
+#define GRAFT_TRANSFER_MSG_INBOX 4096u
+
+/**
+ * @brief Send one message to the endpoint at @p address, connecting on first
+ *        use (the connection is kept for later messages). Returns once the
+ *        message is out of this process, not once it is read.
+ * @param [in] ep          the endpoint.
+ * @param [in] address     "host:port", as graft_transfer_endpoint_address() gave it.
+ * @param [in] msg         the bytes.
+ * @param [in] len         1..GRAFT_TRANSFER_MSG_MAX.
+ * @param [in] timeout_ms  connecting and sending.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOTSUP (a backend without messages),
+ *         GRAFT_EPEER_UNREACHABLE, GRAFT_EPEER_TIMEOUT, GRAFT_ETRANSPORT.
+ */
+GRAFT_WUR graft_status_t graft_transfer_msg_send(graft_transfer_endpoint_t *ep,
+                                                 const char *address, const void *msg, size_t len,
+                                                 uint32_t timeout_ms);
+
+/**
+ * @brief Take the oldest received message, waiting up to @p timeout_ms.
+ * @param [in]  ep          the endpoint.
+ * @param [out] buf         GRAFT_TRANSFER_MSG_MAX bytes.
+ * @param [out] len_p       the message's length.
+ * @param [in]  timeout_ms  0: do not wait.
+ * @return GRAFT_OK, GRAFT_EINVAL, or GRAFT_ETIMEOUT (none arrived).
+ */
+GRAFT_WUR graft_status_t graft_transfer_msg_recv(graft_transfer_endpoint_t *ep, void *buf,
+                                                 size_t *len_p, uint32_t timeout_ms);
+
+/**
+ * @brief Close the connections graft_transfer_msg_send() keeps (the peers
+ *        changed) and drop unread messages.
+ * @param [in] ep  the endpoint.
+ */
+void graft_transfer_msg_reset(graft_transfer_endpoint_t *ep);
+
+/* ------------------------------------------------------------------------ */
 /* GPU pairs over NCCL                                                      */
 /* ------------------------------------------------------------------------ */
 

@@ -103,6 +103,9 @@ typedef struct graft_metrics {
     uint64_t drift_checks;
     uint64_t drift_mismatches;
     uint64_t serve_peak_recipients;
+    uint64_t steady_steps;
+    uint64_t steady_fallbacks;
+    uint64_t etcd_requests;
 } graft_metrics_t;
 void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
 

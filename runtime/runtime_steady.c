@@ -1,0 +1,408 @@
+/*
+ * The steady path: steps agreed between the members of a quorum epoch over
+ * their transfer endpoints, without etcd (docs/RUNTIME.md, "The steady
+ * path"; the reasoning about safety is there).
+ *
+ * etcd forms an epoch (graft_quorum()'s etcd path). While the epoch holds,
+ * the next step's quorum is the last one a step on, so what the members
+ * must agree is only that every one of them committed the last step and is
+ * still there:
+ *
+ *   ready:  each rank -> its group's leader (rank 0); the leaders run a
+ *           dissemination barrier (round k: send to leader i + 2^k, hear
+ *           from i - 2^k; the "ok" is and-ed along, so after ceil(log2 G)
+ *           rounds every leader has heard, directly or not, from all);
+ *           each leader -> its ranks.
+ *   commit: each rank's vote -> its group's leader, which decides for the
+ *           group (all yes) as the etcd vote does, and tells its ranks.
+ *
+ * A rank whose lease may have expired, or whose view shows the epoch
+ * changed (a member left, joined or re-joined, a later round formed),
+ * says no. Any no, timeout or transport error ends the epoch for this rank:
+ * the step is taken through etcd, which forms the next epoch without
+ * whoever is missing.
+ */
+#include "runtime_internal.h"
+
+#include "proto/graft.pb-c.h"
+
+#include "pb_alloc.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* Receive in slices of this, looking at the view between them. */
+#define STEADY_SLICE_MS 50u
+/* Early messages kept for a later phase of the epoch. */
+#define STEADY_STASH 256u
+
+typedef struct steady_msg {
+    uint64_t id; /* quorum id and members hash, mixed */
+    int kind;
+    uint64_t step;
+    uint32_t group, rank, round;
+    bool ok;
+} steady_msg_t;
+
+struct graft__steady {
+    graft_quorum_t *epoch; /* the last quorum this rank took part in (step moves on) */
+    char **leaders;        /* transfer address of rank 0 of each member group */
+    char **ranks;          /* transfer address of each rank of this group */
+    uint32_t my_index;     /* this group's index in epoch->members */
+    bool ready;            /* the last step ended so that the next may go this way */
+    steady_msg_t stash[STEADY_STASH];
+    size_t n_stash;
+};
+
+static void steady_clear(graft__steady_t *s)
+{
+    if (s->epoch != NULL) {
+        for (size_t i = 0; i < s->epoch->n_members; i++)
+            graft_free(s->leaders != NULL ? s->leaders[i] : NULL);
+    }
+    graft_free(s->leaders);
+    s->leaders = NULL;
+    graft_membership_quorum_free(s->epoch);
+    s->epoch = NULL;
+    s->ready = false;
+}
+
+void graft__rt_steady_free(graft_runtime_t *rt)
+{
+    graft__steady_t *s = rt->steady;
+    if (s == NULL)
+        return;
+    steady_clear(s);
+    for (uint32_t r = 0; s->ranks != NULL && r < rt->ranks; r++)
+        graft_free(s->ranks[r]);
+    graft_free(s->ranks);
+    graft_free(s);
+    rt->steady = NULL;
+}
+
+/* A copy of q that owns its members; no recoveries (a steady step has none). */
+static graft_quorum_t *quorum_copy(const graft_quorum_t *q)
+{
+    graft_quorum_t *c = graft__calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    *c = *q;
+    c->recoveries = NULL;
+    c->n_recoveries = 0;
+    c->members = graft__calloc(GRAFT_MAX(q->n_members, 1), sizeof(*c->members));
+    if (c->members == NULL) {
+        graft_free(c);
+        return NULL;
+    }
+    memcpy(c->members, q->members, q->n_members * sizeof(*c->members));
+    return c;
+}
+
+static const char *address_of(const graft_membership_view_t *v, uint32_t group, uint32_t rank)
+{
+    for (size_t i = 0; i < v->n_members; i++) {
+        const graft_member_t *mb = &v->members[i];
+        if (mb->group == group && mb->rank == rank && mb->transfer_address != NULL &&
+            mb->transfer_address[0] != '\0')
+            return mb->transfer_address;
+    }
+    return NULL;
+}
+
+graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    graft_membership_view_t *v = NULL;
+    graft__steady_t *s = rt->steady;
+    if (rt->cfg->steady_path != GRAFT_STEADY_PEERS)
+        return GRAFT_OK;
+    if (s == NULL) {
+        s = graft__calloc(1, sizeof(*s));
+        if (s == NULL)
+            return GRAFT_ENOMEM;
+        rt->steady = s;
+        s->ranks = graft__calloc(rt->ranks, sizeof(char *));
+        if (s->ranks == NULL)
+            return GRAFT_ENOMEM;
+    }
+    steady_clear(s);
+    graft_status_t st = graft_membership_view_get(rt->m, &v);
+    if (st != GRAFT_OK)
+        return st;
+    s->epoch = quorum_copy(q);
+    s->leaders = graft__calloc(GRAFT_MAX(q->n_members, 1), sizeof(char *));
+    st = s->epoch == NULL || s->leaders == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+    bool complete = true;
+    for (size_t i = 0; st == GRAFT_OK && i < q->n_members; i++) {
+        if (q->members[i] == rt->group)
+            s->my_index = (uint32_t)i;
+        const char *a = address_of(v, q->members[i], 0);
+        complete = complete && a != NULL;
+        if (a != NULL && (s->leaders[i] = graft__strdup(a)) == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    for (uint32_t r = 0; st == GRAFT_OK && r < rt->ranks; r++) {
+        const char *a = address_of(v, rt->group, r);
+        complete = complete && a != NULL;
+        graft_free(s->ranks[r]);
+        s->ranks[r] = a != NULL ? graft__strdup(a) : NULL;
+        if (a != NULL && s->ranks[r] == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    graft_membership_view_free(v);
+    if (st != GRAFT_OK || !complete) {
+        /* Without every address the epoch is taken through etcd. */
+        steady_clear(s);
+        return st;
+    }
+    /* Unread messages stay: a member that learned the quorum sooner may
+     * already be at the next step. Those of another epoch never match. */
+    return GRAFT_OK;
+}
+
+/* ------------------------------------------------------------ messages --- */
+
+static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, uint64_t step,
+                               uint32_t round, bool ok, uint64_t deadline)
+{
+    const graft_quorum_t *e = rt->steady->epoch;
+    Graft__StepMessage m = GRAFT__STEP_MESSAGE__INIT;
+    uint8_t buf[256];
+    m.version = 1;
+    m.kind = (Graft__StepMessage__Kind)kind;
+    m.quorum_id = e->id;
+    m.members_hash = e->members_hash;
+    m.step = step;
+    m.group = rt->group;
+    m.rank = rt->rank;
+    m.barrier_round = round;
+    m.ok = ok;
+    size_t len = graft__step_message__get_packed_size(&m);
+    if (len > sizeof(buf))
+        return GRAFT_EINVAL;
+    graft__step_message__pack(&m, buf);
+    uint64_t now = graft__now_ns();
+    uint32_t ms = now >= deadline ? 1 : (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1,
+                                                           UINT32_MAX);
+    return graft_transfer_msg_send(rt->ep, to, buf, len, ms);
+}
+
+/* Decode a received message; false for one that is not of this epoch. */
+static bool msg_decode(const graft_runtime_t *rt, const uint8_t *buf, size_t len, steady_msg_t *out)
+{
+    const graft_quorum_t *e = rt->steady->epoch;
+    Graft__StepMessage *m = graft__step_message__unpack(&graft__pb_allocator, len, buf);
+    if (m == NULL) {
+        GRAFT_DEBUG(GRAFT_RT_MOD, "steady path: a message that does not decode dropped");
+        return false;
+    }
+    bool mine = m->version == 1 && m->quorum_id == e->id && m->members_hash == e->members_hash;
+    *out = (steady_msg_t){m->quorum_id ^ m->members_hash, m->kind, m->step, m->group, m->rank,
+                          m->barrier_round, m->ok};
+    graft__step_message__free_unpacked(m, &graft__pb_allocator);
+    return mine;
+}
+
+static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int kind, uint64_t step,
+                        uint32_t group, uint32_t rank, uint32_t round)
+{
+    const graft_quorum_t *e = rt->steady->epoch;
+    return m->id == (e->id ^ e->members_hash) && m->kind == kind && m->step == step && m->group == group && m->rank == rank &&
+           m->round == round;
+}
+
+/* The epoch still holds and this rank may still take part. */
+static bool epoch_holds(graft_runtime_t *rt, const char **why)
+{
+    graft_membership_health_t h;
+    if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
+        *why = "membership state unavailable";
+        return false;
+    }
+    if (!h.lease_fresh) {
+        *why = "the lease may have expired";
+        return false;
+    }
+    if (!h.epoch_intact) {
+        *why = "the members changed";
+        return false;
+    }
+    return true;
+}
+
+/* Wait for one message, stashing others of this epoch for later phases.
+ * GRAFT_ETIMEOUT at the deadline, GRAFT_ESTATE when the epoch ends. */
+static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uint32_t group,
+                               uint32_t rank, uint32_t round, uint64_t deadline, bool *ok_p,
+                               const char **why)
+{
+    graft__steady_t *s = rt->steady;
+    for (size_t i = 0; i < s->n_stash;) {
+        if (s->stash[i].step < step) {
+            s->stash[i] = s->stash[--s->n_stash]; /* of a step that is over */
+            continue;
+        }
+        if (msg_matches(rt, &s->stash[i], kind, step, group, rank, round)) {
+            *ok_p = s->stash[i].ok;
+            s->stash[i] = s->stash[--s->n_stash];
+            return GRAFT_OK;
+        }
+        i++;
+    }
+    uint8_t buf[GRAFT_TRANSFER_MSG_MAX];
+    for (;;) {
+        uint64_t now = graft__now_ns();
+        if (now >= deadline) {
+            *why = "timed out";
+            return GRAFT_ETIMEOUT;
+        }
+        uint32_t ms = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1, STEADY_SLICE_MS);
+        size_t len = 0;
+        graft_status_t st = graft_transfer_msg_recv(rt->ep, buf, &len, ms);
+        if (st == GRAFT_ETIMEOUT) {
+            if (!epoch_holds(rt, why))
+                return GRAFT_ESTATE;
+            continue;
+        }
+        steady_msg_t m;
+        if (st != GRAFT_OK || !msg_decode(rt, buf, len, &m) || m.step < step)
+            continue;
+        if (msg_matches(rt, &m, kind, step, group, rank, round)) {
+            *ok_p = m.ok;
+            return GRAFT_OK;
+        }
+        if (s->n_stash == STEADY_STASH)
+            memmove(s->stash, s->stash + 1, --s->n_stash * sizeof(s->stash[0]));
+        s->stash[s->n_stash++] = m;
+    }
+}
+
+/* Rank -> leader -> rank: the group's and of its ranks' ok. The leader
+ * runs @p between (the leaders' barrier) on the group's ok before telling
+ * its ranks. */
+typedef bool (*between_fn)(graft_runtime_t *rt, uint64_t step, bool ok, uint64_t deadline,
+                           const char **why);
+
+static bool group_agree(graft_runtime_t *rt, int ask, int answer, uint64_t step, bool ok,
+                        uint64_t deadline, between_fn between, const char **why)
+{
+    graft__steady_t *s = rt->steady;
+    bool got = false;
+    if (rt->rank != 0) {
+        if (msg_send(rt, s->ranks[0], ask, step, 0, ok, deadline) != GRAFT_OK) {
+            *why = "the group's leader is unreachable";
+            return false;
+        }
+        if (msg_wait(rt, answer, step, rt->group, 0, 0, deadline, &got, why) != GRAFT_OK)
+            return false;
+        if (!got && ok)
+            *why = "the group or another member said no";
+        return got;
+    }
+    bool all = ok;
+    for (uint32_t r = 1; r < rt->ranks && all; r++) {
+        if (msg_wait(rt, ask, step, rt->group, r, 0, deadline, &got, why) != GRAFT_OK)
+            all = false;
+        else if (!got) {
+            all = false;
+            *why = "a rank of the group said no";
+        }
+    }
+    if (between != NULL)
+        all = between(rt, step, all, deadline, why);
+    /* The answer goes out even when it is no, so the ranks need not time out. */
+    for (uint32_t r = 1; r < rt->ranks; r++)
+        if (msg_send(rt, s->ranks[r], answer, step, 0, all, deadline) != GRAFT_OK)
+            GRAFT_DEBUG(GRAFT_RT_MOD, "steady path: rank %" PRIu32 " unreachable", r);
+    return all;
+}
+
+/* The leaders' dissemination barrier, and-ing ok along. */
+static bool leaders_agree(graft_runtime_t *rt, uint64_t step, bool ok, uint64_t deadline,
+                          const char **why)
+{
+    graft__steady_t *s = rt->steady;
+    uint32_t G = (uint32_t)s->epoch->n_members, i = s->my_index;
+    bool all = ok;
+    uint32_t k = 0;
+    for (uint32_t dist = 1; dist < G; dist <<= 1, k++) {
+        uint32_t to = (i + dist) % G, from = (i + G - dist) % G;
+        bool got = false;
+        if (msg_send(rt, s->leaders[to], GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, k, all,
+                     deadline) != GRAFT_OK) {
+            *why = "a member group's leader is unreachable";
+            return false;
+        }
+        if (msg_wait(rt, GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, s->epoch->members[from], 0,
+                     k, deadline, &got, why) != GRAFT_OK)
+            return false;
+        if (!got && all)
+            *why = "another member group said no";
+        all = all && got;
+    }
+    return all;
+}
+
+/* --------------------------------------------------------------- steps --- */
+
+graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed, graft_quorum_t **q_p)
+{
+    graft__steady_t *s = rt->steady;
+    *q_p = NULL;
+    if (s == NULL || s->epoch == NULL || rt->cfg->steady_path != GRAFT_STEADY_PEERS)
+        return GRAFT_OK;
+    const char *why = NULL;
+    uint64_t step = s->epoch->step + 1;
+    bool ok = s->ready && committed == step && rt->state_valid && !rt->need_state;
+    if (!ok)
+        why = "this rank did not commit the last step";
+    else
+        ok = epoch_holds(rt, &why);
+    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
+    bool all = group_agree(rt, GRAFT__STEP_MESSAGE__KIND__READY,
+                           GRAFT__STEP_MESSAGE__KIND__READY_RESULT, step, ok, deadline,
+                           rt->rank == 0 ? leaders_agree : NULL, &why);
+    s->ready = false;
+    if (!all) {
+        GRAFT_INFO(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64
+                   " through etcd: %s", rt->group, rt->rank, step, why != NULL ? why : "no");
+        pthread_mutex_lock(&rt->mu);
+        rt->metrics.steady_fallbacks++;
+        pthread_mutex_unlock(&rt->mu);
+        steady_clear(s);
+        return GRAFT_OK;
+    }
+    graft_quorum_t *q = quorum_copy(s->epoch);
+    if (q == NULL)
+        return GRAFT_ENOMEM;
+    q->step = q->max_committed_step = step;
+    q->must_recover = false;
+    q->id_changed = false;
+    q->duration_us = 0;
+    s->epoch->step = step;
+    *q_p = q;
+    return GRAFT_OK;
+}
+
+bool graft__rt_steady_vote(graft_runtime_t *rt, const graft_quorum_t *q, bool ok, const char **why)
+{
+    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
+    if (ok && !epoch_holds(rt, why))
+        ok = false;
+    bool decision = group_agree(rt, GRAFT__STEP_MESSAGE__KIND__VOTE,
+                                GRAFT__STEP_MESSAGE__KIND__VOTE_RESULT, q->step, ok, deadline,
+                                NULL, why);
+    /* The lease again, now that the group decided: a rank that may have
+     * lost it does not commit, whatever the others do (its group then
+     * disagrees and recovers at the next etcd round). */
+    if (decision && !epoch_holds(rt, why))
+        decision = false;
+    return decision;
+}
+
+void graft__rt_steady_done(graft_runtime_t *rt, bool applied)
+{
+    graft__steady_t *s = rt->steady;
+    if (s == NULL || s->epoch == NULL)
+        return;
+    s->ready = applied;
+}
