@@ -50,6 +50,9 @@ static int job_seq;
 
 
 
+/* steady_path of the runtimes made next ("peers" or "etcd"). */
+static const char *steady_path = "peers";
+
 static graft_runtime_t *make_runtime(const char *job, int groups, int group, const char *mode)
 {
     graft_config_t *c = NULL;
@@ -64,6 +67,7 @@ static graft_runtime_t *make_runtime(const char *job, int groups, int group, con
              (snprintf(v, sizeof(v), "%d", group), graft_config_set(c, "group", v, NULL)) ==
                  GRAFT_OK &&
              graft_config_set(c, "mode", mode, NULL) == GRAFT_OK &&
+             graft_config_set(c, "steady_path", steady_path, NULL) == GRAFT_OK &&
              graft_config_set(c, "lease_ttl_ms", "3000", NULL) == GRAFT_OK &&
              graft_config_set(c, "join_timeout_ms", "3000", NULL) == GRAFT_OK &&
              graft_config_set(c, "fence_timeout_ms", "10000", NULL) == GRAFT_OK &&
@@ -86,6 +90,8 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
     int warm = 5;
     for (int s = 0; s < steps + warm; s++) {
         bool apply = false;
+        graft_metrics_t m0;
+        graft_metrics_get(rt, &m0);
         double t0 = graft_test_now_s();
         graft_status_t st = graft_quorum(rt, NULL);
         if (st == GRAFT_OK)
@@ -97,11 +103,12 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
                     st == GRAFT_OK ? " (not applied)" : "");
             _exit(2);
         }
-        double dt[3] = {graft_test_now_s() - t0, 0, 0};
+        double dt[4] = {graft_test_now_s() - t0, 0, 0, 0};
         graft_metrics_t mt;
         graft_metrics_get(rt, &mt);
         dt[1] = (double)mt.last_quorum_ns * 1e-9;
         dt[2] = (double)mt.last_commit_ns * 1e-9;
+        dt[3] = (double)(mt.etcd_requests - m0.etcd_requests);
         state[s % 512]++;
         if (s >= warm && write(fd, dt, sizeof(dt)) != sizeof(dt))
             _exit(3);
@@ -138,6 +145,7 @@ static int etcd_pid;
 typedef struct steady_row {
     double med, p99, quorum_med, commit_med;
     double etcd_cpu_ms; /* etcd's CPU time per step, all groups together */
+    double etcd_requests; /* etcd requests per step, all groups together (keep-alives aside) */
 } steady_row_t;
 
 static int steady(int groups, int steps, steady_row_t *row_p)
@@ -162,15 +170,17 @@ static int steady(int groups, int steps, steady_row_t *row_p)
         return -1;
     double *v = calloc(n, sizeof(*v)), *vq = calloc(n, sizeof(*vq)),
            *vc = calloc(n, sizeof(*vc));
-    double rec[3];
+    double rec[4], requests = 0;
     if (v == NULL || vq == NULL || vc == NULL)
         n = 0; /* nothing is read; the run is reported as failed */
     while (got < n && read(fds[0], rec, sizeof(rec)) == sizeof(rec)) {
         v[got] = rec[0];
         vq[got] = rec[1];
         vc[got] = rec[2];
+        requests += rec[3];
         got++;
     }
+    row_p->etcd_requests = requests / steps;
     close(fds[0]);
     int bad = 0;
     for (int g = 0; g < groups; g++) {
@@ -469,18 +479,30 @@ int main(int argc, char **argv)
     int rc = 0;
 
     double put = etcd_put_ms();
-    steady_row_t sr[8];
+    /* Each size on both paths: the steady path between the members and,
+     * as its comparison, every step through etcd. */
+    static const char *const paths[2] = {"peers", "etcd"};
+    steady_row_t sr[8][2];
     printf("steady state: graft_quorum()+graft_commit() per step (%d steps per group)\n", steps);
-    printf("  %-8s %12s %12s %14s %14s %16s %22s\n", "groups", "median ms", "p99 ms",
-           "quorum med ms", "commit med ms", "etcd cpu ms/step", "etcd put median ms");
+    printf("  %-8s %-6s %10s %9s %13s %13s %13s %13s %11s %10s\n", "groups", "path",
+           "median ms", "p99 ms", "quorum med ms", "commit med ms", "etcd req/step",
+           "etcd cpu ms", "etcd put ms", "etcd/peers");
     for (int i = 0; i < n_groups; i++) {
-        if (steady(groups_list[i], steps, &sr[i]) != 0) {
-            fprintf(stderr, "steady state with %d groups failed\n", groups_list[i]);
-            rc = 1;
-            sr[i] = (steady_row_t){-1, -1, -1, -1, -1};
+        for (int p = 0; p < 2; p++) {
+            steady_path = paths[p];
+            if (steady(groups_list[i], steps, &sr[i][p]) != 0) {
+                fprintf(stderr, "steady state with %d groups (%s) failed\n", groups_list[i],
+                        paths[p]);
+                rc = 1;
+                sr[i][p] = (steady_row_t){-1, -1, -1, -1, -1, -1};
+            }
+            printf("  %-8d %-6s %10.2f %9.2f %13.2f %13.2f %13.1f %13.2f %11.2f", groups_list[i],
+                   paths[p], sr[i][p].med, sr[i][p].p99, sr[i][p].quorum_med,
+                   sr[i][p].commit_med, sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms, put);
+            if (p == 1 && sr[i][0].med > 0)
+                printf(" %9.1fx", sr[i][1].med / sr[i][0].med);
+            printf("\n");
         }
-        printf("  %-8d %12.2f %12.2f %14.2f %14.2f %16.2f %22.2f\n", groups_list[i], sr[i].med,
-               sr[i].p99, sr[i].quorum_med, sr[i].commit_med, sr[i].etcd_cpu_ms, put);
     }
 
     rec_row_t rows[2];
@@ -516,11 +538,13 @@ int main(int argc, char **argv)
     if (json) {
         printf("{\"bench\":\"runtime\",\"etcd_put_median_ms\":%.3f,\"steady\":[", put);
         for (int i = 0; i < n_groups; i++)
-            printf("%s{\"groups\":%d,\"median_ms\":%.3f,\"p99_ms\":%.3f,"
-                   "\"quorum_median_ms\":%.3f,\"commit_median_ms\":%.3f,"
-                   "\"etcd_cpu_ms_per_step\":%.3f}", i ? "," : "",
-                   groups_list[i], sr[i].med, sr[i].p99, sr[i].quorum_med, sr[i].commit_med,
-                   sr[i].etcd_cpu_ms);
+            for (int p = 0; p < 2; p++)
+                printf("%s{\"groups\":%d,\"path\":\"%s\",\"median_ms\":%.3f,\"p99_ms\":%.3f,"
+                       "\"quorum_median_ms\":%.3f,\"commit_median_ms\":%.3f,"
+                       "\"etcd_requests_per_step\":%.2f,\"etcd_cpu_ms_per_step\":%.3f}",
+                       i || p ? "," : "", groups_list[i], paths[p], sr[i][p].med,
+                       sr[i][p].p99, sr[i][p].quorum_med, sr[i][p].commit_med,
+                       sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms);
         printf("],\"recovery\":[");
         for (size_t k = 0; k < n_sizes; k++) {
             rec_row_t *r = &rows[k];

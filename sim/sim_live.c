@@ -51,11 +51,14 @@
  * SIGKILL (a few ms), measured in docs/SIM.md. GRAFT_SIM_BALLAST_MIB
  * overrides it (0: none). */
 #define SIM_BALLAST_MIB 16
+#define SIM_STEP_MS 5
 
 /* --netns: the namespaces of this run (NULL without --netns). */
 static graft_sim_netns_t *sim_net;
 /* The trainers' --blob-mib, the same for the reference (0: none). */
 static int sim_ballast_mib;
+/* Milliseconds of simulated compute per trainer step (GRAFT_SIM_STEP_MS). */
+static int sim_step_ms;
 
 typedef struct sim_slot {
     int present;          /* a member record is in the view */
@@ -1143,12 +1146,18 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     sc.restart_delay_ms = 100;
     sc.max_restarts = 10 + (int)(sched->n_events * 2);
     sc.role_log = 1;
-    char ballast[24];
-    const char *extra[3] = {NULL, NULL, NULL};
+    char ballast[24], step_ms[24];
+    const char *extra[5] = {NULL, NULL, NULL, NULL, NULL};
+    size_t n_extra = 0;
     if (sim_ballast_mib > 0) {
         snprintf(ballast, sizeof(ballast), "%d", sim_ballast_mib);
-        extra[0] = "--blob-mib";
-        extra[1] = ballast;
+        extra[n_extra++] = "--blob-mib";
+        extra[n_extra++] = ballast;
+    }
+    if (sim_step_ms > 0) {
+        snprintf(step_ms, sizeof(step_ms), "%d", sim_step_ms);
+        extra[n_extra++] = "--step-delay-ms";
+        extra[n_extra++] = step_ms;
     }
     sc.extra_args = extra;
     res->ballast_mib = sim_ballast_mib;
@@ -1566,6 +1575,23 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
             goto out;
         }
         sim_ballast_mib = (int)v;
+    }
+    /* Simulated compute per step. Without it a steady step of the example
+     * trainer takes well under a millisecond (the steady path involves no
+     * etcd), so a whole run passes between two looks of the injector and
+     * no failure lands at the step it was planned for. */
+    sim_step_ms = SIM_STEP_MS;
+    const char *sm = getenv("GRAFT_SIM_STEP_MS");
+    if (sm != NULL && sm[0] != '\0') {
+        char *end = NULL;
+        long v = strtol(sm, &end, 10);
+        if (*end != '\0' || v < 0 || v > 60000) {
+            fprintf(stderr, "graft-sim run: error: GRAFT_SIM_STEP_MS: '%s' is not 0..60000\n",
+                    sm);
+            rc = 2;
+            goto out;
+        }
+        sim_step_ms = (int)v;
     }
     const char *dump = getenv("GRAFT_SIM_PLAN_ONLY");
     if (dump != NULL && dump[0] == '1') {

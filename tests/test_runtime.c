@@ -268,6 +268,7 @@ static void read_final(const proc_t *p, uint64_t *step, char hash[17], char star
 typedef struct trainer_metrics {
     uint64_t commits, commits_failed, drift_checks, drift_mismatches, restores;
     uint64_t recovery_failures, serves, checkpoints_written, checkpoints_committed;
+    uint64_t steady_steps, steady_fallbacks, etcd_requests;
 } trainer_metrics_t;
 
 static void read_metrics(const proc_t *p, trainer_metrics_t *m)
@@ -281,9 +282,11 @@ static void read_metrics(const proc_t *p, trainer_metrics_t *m)
     if (sscanf(line, "metrics commits %" SCNu64 " commits_failed %" SCNu64 " drift_checks %" SCNu64
                " drift_mismatches %" SCNu64 " restores %" SCNu64 " recovery_failures %" SCNu64
                " serves %" SCNu64 " checkpoints_written %" SCNu64 " checkpoints_committed %"
+               SCNu64 " steady_steps %" SCNu64 " steady_fallbacks %" SCNu64 " etcd_requests %"
                SCNu64, &m->commits, &m->commits_failed, &m->drift_checks, &m->drift_mismatches,
                &m->restores, &m->recovery_failures, &m->serves, &m->checkpoints_written,
-               &m->checkpoints_committed) != 9)
+               &m->checkpoints_committed, &m->steady_steps, &m->steady_fallbacks,
+               &m->etcd_requests) != 12)
         fail_msg("unexpected metrics line '%s' in %s", line, p->out);
 }
 
@@ -724,6 +727,130 @@ static void test_kill_ranks_strict(void **state)
     int recovered = check_final(&j, steps);
     assert_int_equal(recovered, 2);
     check_logs(&j, steps);
+    rm_rf(j.dir);
+}
+
+/*
+ * The steady path (docs/RUNTIME.md): with nothing changing, steps after the
+ * first are agreed between the members and etcd sees no request of theirs;
+ * the same job with steady_path = etcd makes requests every step. Both end
+ * bit-identical to the fault-free run.
+ */
+static void run_steady(const char *path, int steps, trainer_metrics_t *sum)
+{
+    job_t j;
+    char env[64], nsteps[16], name[32];
+    snprintf(name, sizeof(name), "steady-%s", path); /* a job each: the first leaves progress */
+    job_init(&j, name);
+    snprintf(env, sizeof(env), "GRAFT_STEADY_PATH=%s", path);
+    snprintf(nsteps, sizeof(nsteps), "%d", steps);
+    j.extra_env[0] = env;
+    const char *flags[] = {"--steps", nsteps, NULL};
+    spawn_all(&j, flags);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    memset(sum, 0, sizeof(*sum));
+    for (int i = 0; i < j.n; i++) {
+        trainer_metrics_t m;
+        read_metrics(&j.p[i], &m);
+        sum->commits += m.commits;
+        sum->steady_steps += m.steady_steps;
+        sum->steady_fallbacks += m.steady_fallbacks;
+        sum->etcd_requests += m.etcd_requests;
+    }
+    rm_rf(j.dir);
+}
+
+static void test_steady_path_leaves_etcd(void **state)
+{
+    (void)state;
+    const int steps = 40;
+    trainer_metrics_t peers, viaetcd;
+    run_steady("peers", steps, &peers);
+    run_steady("etcd", steps, &viaetcd);
+    /* Every rank: the start-up rounds through etcd (cold sync, the
+     * healthy-state update), then the rest between the members. */
+    assert_int_equal(peers.commits, (uint64_t)(G * R * steps));
+    assert_true(peers.steady_steps >= (uint64_t)(G * R * (steps - 5)));
+    assert_int_equal(viaetcd.steady_steps, 0);
+    /* etcd requests: at least 2 per rank and step through etcd; on the
+     * steady path only the start-up's (about 15 per rank: join, the first
+     * rounds and votes, progress), however many steps follow. */
+    assert_true(viaetcd.etcd_requests >= (uint64_t)(2 * G * R * steps));
+    if (peers.etcd_requests > (uint64_t)(20 * G * R))
+        fail_msg("steady path: %" PRIu64 " etcd requests, etcd path: %" PRIu64,
+                 peers.etcd_requests, viaetcd.etcd_requests);
+}
+
+/*
+ * etcd stops answering (SIGSTOP) in the middle of a steady run: every rank
+ * loses the certainty that its lease lives within 5/6 of the TTL and stops
+ * committing, although the members still reach each other; once etcd is
+ * back the job goes on and ends bit-identical.
+ */
+static void test_steady_stops_without_etcd(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 200;
+    job_init(&j, "steady-cut");
+    const char *flags[] = {"--steps", "200", "--step-delay-ms", "10", NULL};
+    spawn_all(&j, flags);
+    wait_log(&j.p[0], 30, 60);
+    pid_t etcd_pid = graft_etcd_server_pid(etcd.server);
+    assert_int_equal(kill(etcd_pid, SIGSTOP), 0);
+    /* TTL 2 s: within 5/6 of it after the last renewal no rank commits. */
+    usleep(2000 * 1000);
+    int frozen[G * R];
+    for (int i = 0; i < G * R; i++)
+        frozen[i] = log_lines(j.p[i].log);
+    usleep(1500 * 1000);
+    for (int i = 0; i < G * R; i++) {
+        int now = log_lines(j.p[i].log);
+        if (now != frozen[i]) {
+            kill(etcd_pid, SIGCONT);
+            fail_msg("group %d rank %d committed %d steps with etcd unreachable", j.p[i].group,
+                     j.p[i].rank, now - frozen[i]);
+        }
+    }
+    assert_true(frozen[0] < steps);
+    assert_int_equal(kill(etcd_pid, SIGCONT), 0);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    rm_rf(j.dir);
+}
+
+/*
+ * A rank hangs (SIGSTOP) in a steady step of an elastic job: its group's
+ * leader, and through the barrier every member, falls back to etcd, which
+ * forms the next epoch without the hung group; the others keep committing.
+ * Resumed, the hung rank finds its epoch over and its group heals.
+ */
+static void test_steady_hung_rank(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 60;
+    job_init(&j, "steady-hang");
+    j.extra_env[0] = "GRAFT_MODE=elastic";
+    j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
+    const char *flags[] = {"--steps", "60", "--step-delay-ms", "20", NULL};
+    spawn_all(&j, flags);
+    proc_t *hung = &j.p[1 * R + 1]; /* group 1 rank 1 */
+    wait_log(hung, 10, 60);
+    assert_int_equal(kill(hung->pid, SIGSTOP), 0);
+    int before = log_lines(j.p[0].log);
+    wait_log(&j.p[0], before + 5, 60);
+    assert_int_equal(kill(hung->pid, SIGCONT), 0);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    trainer_metrics_t m;
+    read_metrics(&j.p[0], &m);
+    assert_true(m.steady_fallbacks >= 1);
+    assert_true(m.steady_steps >= 10);
     rm_rf(j.dir);
 }
 
@@ -1711,6 +1838,9 @@ int main(void)
         cmocka_unit_test(test_fence_opens_on_recipient_vote),
         cmocka_unit_test(test_skip_region_switch),
         cmocka_unit_test(test_kill_ranks_strict),
+        cmocka_unit_test(test_steady_path_leaves_etcd),
+        cmocka_unit_test(test_steady_stops_without_etcd),
+        cmocka_unit_test(test_steady_hung_rank),
         cmocka_unit_test(test_kill_donor_during_heal),
         cmocka_unit_test(test_kill_all_restore),
         cmocka_unit_test(test_drift_detected_and_healed),
