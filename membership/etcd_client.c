@@ -963,6 +963,9 @@ static graft_status_t op_encode(const graft_etcd_op_t *op, json_t **out_p)
         goto err_inner;
     }
     st = GRAFT_ENOMEM;
+    if (op->type == GRAFT_ETCD_OP_RANGE && op->count_only &&
+        json_object_set_new(inner, "count_only", json_true()) != 0)
+        goto err_inner;
     o = json_object();
     if (o == NULL)
         goto err_inner;

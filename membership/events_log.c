@@ -69,11 +69,11 @@ graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
             graft_etcd_compare_t cmp = {seq_key, GRAFT_ETCD_CMP_MOD, GRAFT_ETCD_CMP_EQUAL, mod,
                                         NULL, 0};
             graft_etcd_op_t ops[3] = {
-                {GRAFT_ETCD_OP_PUT, seq_key, seq_text, strlen(seq_text), 0, false},
-                {GRAFT_ETCD_OP_PUT, ev_key, buf, len, 0, false},
-                {GRAFT_ETCD_OP_DELETE, old_key, NULL, 0, 0, false},
+                {GRAFT_ETCD_OP_PUT, seq_key, seq_text, strlen(seq_text), 0, false, false},
+                {GRAFT_ETCD_OP_PUT, ev_key, buf, len, 0, false, false},
+                {GRAFT_ETCD_OP_DELETE, old_key, NULL, 0, 0, false, false},
             };
-            graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, seq_key, NULL, 0, 0, false};
+            graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, seq_key, NULL, 0, 0, false, false};
             GRAFT__MSHIP_REQ(m);
             st = graft_etcd_txn(m->ops, &cmp, 1, ops, seq > m->cfg.event_history ? 3 : 2, &get,
                                 1, &res);

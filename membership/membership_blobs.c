@@ -25,8 +25,8 @@ graft_status_t graft_membership_blob_put(graft_membership_t *m, uint64_t quorum_
     /* First writer wins; the slot of an id four epochs back goes, so the
      * keys stay bounded without a collector. */
     graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0, NULL, 0};
-    graft_etcd_op_t ops[2] = {{GRAFT_ETCD_OP_PUT, key, data, len, 0, false},
-                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
+    graft_etcd_op_t ops[2] = {{GRAFT_ETCD_OP_PUT, key, data, len, 0, false, false},
+                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false, false}};
     GRAFT__MSHIP_REQ(m);
     st = graft_etcd_txn(m->ops, &cmp, 1, ops, quorum_id > 4 ? 2 : 1, NULL, 0, &res);
     if (st != GRAFT_OK) {

@@ -379,6 +379,19 @@ static void view_adopt(graft_membership_t *m, const graft_quorum_t *q, int64_t r
     graft_membership_quorum_free(copy);
 }
 
+static graft_status_t read_ready(graft_membership_t *m, uint64_t round, graft__ready_t **ready_p,
+                                 size_t *n_p);
+
+/* Member records in the view that can make a group live (rank < R). Called
+ * with m->mu held. */
+static size_t live_ranks(const graft_membership_t *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->view.n_members; i++)
+        n += m->view.members[i].rank < m->cfg.ranks_per_group;
+    return n;
+}
+
 /* Write this rank's ready record for a round, drop its record of the round
  * before, and read every ready record of the round, in one transaction: the
  * read sees the write, so of the ranks announcing concurrently the last one
@@ -427,13 +440,16 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
         goto out;
     }
     bool drop_old = old_round != 0 && old_round != round;
-    graft_etcd_op_t ops[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
-                              {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true},
-                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
+    /* The read counts the round's records only: an announcer gets O(1)
+     * bytes back, not the O(G·R) records before it. The one whose count
+     * reaches the live ranks reads them (read_ready) and decides. */
+    graft_etcd_op_t ops[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false, false},
+                              {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true, true},
+                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false, false}};
     if (f.q != NULL) {
-        graft_etcd_op_t form[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false},
-                                   {GRAFT_ETCD_OP_PUT, f.qkey, f.qbuf, f.qlen, 0, false},
-                                   {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false}};
+        graft_etcd_op_t form[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false, false},
+                                   {GRAFT_ETCD_OP_PUT, f.qkey, f.qbuf, f.qlen, 0, false, false},
+                                   {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false, false}};
         st = graft__mship_txn_retry(m, f.cmps, f.n_cmps, form, drop_old ? 3 : 2, ops, drop_old ? 3 : 2, lease,
                        deadline_ns, "ready record", &res);
     } else {
@@ -462,7 +478,11 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
         st = GRAFT_EMALFORMED;
         goto out;
     }
-    st = decode_ready(m, &res.ranges[0], ready_p, n_p);
+    pthread_mutex_lock(&m->mu);
+    int64_t live = (int64_t)live_ranks(m);
+    pthread_mutex_unlock(&m->mu);
+    if (res.ranges[0].count >= live)
+        st = read_ready(m, round, ready_p, n_p);
 out:
     fast_path_clear(&f);
     graft_etcd_txn_result_clear(&res);
@@ -575,8 +595,8 @@ static graft_status_t form_cas(graft_membership_t *m, graft_quorum_t *q, int64_t
     if (st != GRAFT_OK)
         goto out;
     graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_MOD, GRAFT_ETCD_CMP_EQUAL, expect_mod, NULL, 0};
-    graft_etcd_op_t put = {GRAFT_ETCD_OP_PUT, key, buf, len, 0, false};
-    graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, key, NULL, 0, 0, false};
+    graft_etcd_op_t put = {GRAFT_ETCD_OP_PUT, key, buf, len, 0, false, false};
+    graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, key, NULL, 0, 0, false, false};
     atomic_fetch_add(&m->n_quorum_txns, 1);
     GRAFT__MSHIP_REQ(m);
     st = graft_etcd_txn(m->ops, &cmp, 1, &put, 1, &get, 1, &res);

@@ -145,11 +145,11 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
     }
     /* Success: put, read, deletes. Failure: read, deletes. */
     graft_etcd_op_t *ok_ops = ops, *fail_ops = ops + n_dels + 2;
-    ok_ops[0] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, key, buf, len, lease, false};
-    ok_ops[1] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true};
+    ok_ops[0] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, key, buf, len, lease, false, false};
+    ok_ops[1] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true, false};
     fail_ops[0] = ok_ops[1];
     for (size_t i = 0; i < n_dels; i++) {
-        ok_ops[2 + i] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, dels[i], NULL, 0, 0, false};
+        ok_ops[2 + i] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, dels[i], NULL, 0, 0, false, false};
         fail_ops[1 + i] = ok_ops[2 + i];
     }
     graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0, NULL, 0};
@@ -254,9 +254,9 @@ static graft_status_t record_missing(graft_membership_t *m, const graft_quorum_t
             cmps[n - 1] = (graft_etcd_compare_t){keys[n - 1], GRAFT_ETCD_CMP_CREATE,
                                                  GRAFT_ETCD_CMP_EQUAL, 0, NULL, 0};
             ops[n - 1] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, keys[n - 1], bufs[n - 1], len, lease,
-                                           false};
+                                           false, false};
         }
-        ops[n] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true};
+        ops[n] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true, false};
         graft_etcd_txn_result_t res = {0};
         st = graft__mship_txn_retry(m, cmps, n, ops, n + 1, &ops[n], 1, lease, deadline, "missing votes", &res);
         bool wrote = st == GRAFT_OK && res.succeeded && n > 0;

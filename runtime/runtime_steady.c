@@ -333,8 +333,15 @@ static bool leaders_agree(graft_runtime_t *rt, uint64_t step, bool ok, uint64_t 
             return false;
         }
         if (msg_wait(rt, GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, s->epoch->members[from], 0,
-                     k, deadline, &got, why) != GRAFT_OK)
+                     k, deadline, &got, why) != GRAFT_OK) {
+            /* The later rounds' partners hear "no" now instead of timing
+             * out (best effort: the barrier is over for this rank). */
+            uint64_t soon = graft__now_ns() + 100ull * 1000000ull;
+            for (dist <<= 1, k++; dist < G; dist <<= 1, k++)
+                (void)msg_send(rt, s->leaders[(i + dist) % G],
+                               GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, k, false, soon);
             return false;
+        }
         if (!got && all)
             *why = "another member group said no";
         all = all && got;

@@ -305,6 +305,7 @@ typedef struct graft_etcd_op {
     size_t value_len;  /**< PUT */
     int64_t lease;     /**< PUT */
     bool prefix;       /**< RANGE, DELETE */
+    bool count_only;   /**< RANGE: the number of keys only (the result's count) */
 } graft_etcd_op_t;
 
 /** Result of a transaction. */
