@@ -33,6 +33,11 @@
 
 /* Receive in slices of this, looking at the view between them. */
 #define STEADY_SLICE_MS 50u
+/* After a member change, how long the inbox must stay quiet before the
+ * wait gives up on the epoch. */
+#define STEADY_DRAIN_MS 500u
+/* Steps on etcd after repeated failures, at most. */
+#define STEADY_BACKOFF_MAX 64u
 /* Early messages kept for a later phase of the epoch. */
 #define STEADY_STASH 256u
 
@@ -50,6 +55,11 @@ struct graft__steady {
     char **ranks;          /* transfer address of each rank of this group */
     uint32_t my_index;     /* this group's index in epoch->members */
     bool ready;            /* the last step ended so that the next may go this way */
+    /* After a failed attempt the next `skip` steps say no at once (1, 2,
+     * 4, ... up to STEADY_BACKOFF_MAX after consecutive failures), so a job
+     * the path does not suit (a machine too loaded to answer within the
+     * join timeout) does not pay a timeout at every step. */
+    uint32_t backoff, skip;
     steady_msg_t stash[STEADY_STASH];
     size_t n_stash;
 };
@@ -109,6 +119,30 @@ static const char *address_of(const graft_membership_view_t *v, uint32_t group, 
     return NULL;
 }
 
+static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, uint64_t step,
+                               uint32_t round, bool ok, uint64_t deadline);
+
+/* Open the connections this rank's messages will take (to its leader; as a
+ * leader, to its ranks and its barrier partners) now, in a step formed
+ * through etcd, so that making them (milliseconds each, far more on a
+ * loaded machine) does not count against the first steady step's timeout.
+ * A failure here is only logged: the step's own messages try again. */
+static void connect_ahead(graft_runtime_t *rt)
+{
+    graft__steady_t *s = rt->steady;
+    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
+    const int kind = GRAFT__STEP_MESSAGE__KIND__CONNECT;
+    if (rt->rank != 0) {
+        (void)msg_send(rt, s->ranks[0], kind, 0, 0, true, deadline);
+        return;
+    }
+    for (uint32_t r = 1; r < rt->ranks; r++)
+        (void)msg_send(rt, s->ranks[r], kind, 0, 0, true, deadline);
+    uint32_t G = (uint32_t)s->epoch->n_members;
+    for (uint32_t dist = 1; dist < G; dist <<= 1)
+        (void)msg_send(rt, s->leaders[(s->my_index + dist) % G], kind, 0, 0, true, deadline);
+}
+
 graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t *q)
 {
     graft_membership_view_t *v = NULL;
@@ -156,6 +190,7 @@ graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t 
     }
     /* Unread messages stay: a member that learned the quorum sooner may
      * already be at the next step. Those of another epoch never match. */
+    connect_ahead(rt);
     return GRAFT_OK;
 }
 
@@ -210,23 +245,30 @@ static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int ki
            m->round == round;
 }
 
-/* The epoch still holds and this rank may still take part. */
-static bool epoch_holds(graft_runtime_t *rt, const char **why)
+typedef enum { EPOCH_HOLDS, EPOCH_CHANGED, EPOCH_NO_LEASE } epoch_state_t;
+
+/* Whether the epoch still holds and this rank may still take part. */
+static epoch_state_t epoch_state(graft_runtime_t *rt, const char **why)
 {
     graft_membership_health_t h;
     if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
         *why = "membership state unavailable";
-        return false;
+        return EPOCH_NO_LEASE;
     }
     if (!h.lease_fresh) {
         *why = "the lease may have expired";
-        return false;
+        return EPOCH_NO_LEASE;
     }
     if (!h.epoch_intact) {
         *why = "the members changed";
-        return false;
+        return EPOCH_CHANGED;
     }
-    return true;
+    return EPOCH_HOLDS;
+}
+
+static bool epoch_holds(graft_runtime_t *rt, const char **why)
+{
+    return epoch_state(rt, why) == EPOCH_HOLDS;
 }
 
 /* Wait for one message, stashing others of this epoch for later phases.
@@ -249,6 +291,7 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
         i++;
     }
     uint8_t buf[GRAFT_TRANSFER_MSG_MAX];
+    uint64_t quiet_since = 0; /* the members changed and nothing came since */
     for (;;) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
@@ -259,12 +302,26 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
         size_t len = 0;
         graft_status_t st = graft_transfer_msg_recv(rt->ep, buf, &len, ms);
         if (st == GRAFT_ETIMEOUT) {
-            if (!epoch_holds(rt, why))
+            /* A lost lease ends the wait at once. A member change (one that
+             * died, or one that finished its last step and left) does once
+             * nothing has come for STEADY_DRAIN_MS: what a member sent
+             * before it left still counts. */
+            epoch_state_t e = epoch_state(rt, why);
+            if (e == EPOCH_NO_LEASE)
                 return GRAFT_ESTATE;
+            if (e == EPOCH_CHANGED) {
+                now = graft__now_ns();
+                if (quiet_since == 0)
+                    quiet_since = now;
+                else if (now - quiet_since >= STEADY_DRAIN_MS * 1000000ull)
+                    return GRAFT_ESTATE;
+            }
             continue;
         }
+        quiet_since = 0;
         steady_msg_t m;
-        if (st != GRAFT_OK || !msg_decode(rt, buf, len, &m) || m.step < step)
+        if (st != GRAFT_OK || !msg_decode(rt, buf, len, &m) || m.step < step ||
+            m.kind == GRAFT__STEP_MESSAGE__KIND__CONNECT)
             continue;
         if (msg_matches(rt, &m, kind, step, group, rank, round)) {
             *ok_p = m.ok;
@@ -349,6 +406,26 @@ static bool leaders_agree(graft_runtime_t *rt, uint64_t step, bool ok, uint64_t 
     return all;
 }
 
+/* This rank says no to the ready of @p step without waiting: to its leader,
+ * or, as a leader, to its ranks and to every partner of the leaders'
+ * barrier, so that nobody waits for it until the timeout. */
+static void say_no(graft_runtime_t *rt, uint64_t step)
+{
+    graft__steady_t *s = rt->steady;
+    uint64_t soon = graft__now_ns() + 100ull * 1000000ull;
+    if (rt->rank != 0) {
+        (void)msg_send(rt, s->ranks[0], GRAFT__STEP_MESSAGE__KIND__READY, step, 0, false, soon);
+        return;
+    }
+    for (uint32_t r = 1; r < rt->ranks; r++)
+        (void)msg_send(rt, s->ranks[r], GRAFT__STEP_MESSAGE__KIND__READY_RESULT, step, 0, false,
+                       soon);
+    uint32_t G = (uint32_t)s->epoch->n_members, i = s->my_index, k = 0;
+    for (uint32_t dist = 1; dist < G; dist <<= 1, k++)
+        (void)msg_send(rt, s->leaders[(i + dist) % G], GRAFT__STEP_MESSAGE__KIND__READY_ROUND,
+                       step, k, false, soon);
+}
+
 /* --------------------------------------------------------------- steps --- */
 
 graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed, graft_quorum_t **q_p)
@@ -362,12 +439,27 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed, 
     bool ok = s->ready && committed == step && rt->state_valid && !rt->need_state;
     if (!ok)
         why = "this rank did not commit the last step";
-    else
+    else if (s->skip > 0) {
+        ok = false;
+        why = "backing off after a failed attempt";
+        s->skip--;
+    } else
         ok = epoch_holds(rt, &why);
-    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
-    bool all = group_agree(rt, GRAFT__STEP_MESSAGE__KIND__READY,
-                           GRAFT__STEP_MESSAGE__KIND__READY_RESULT, step, ok, deadline,
-                           rt->rank == 0 ? leaders_agree : NULL, &why);
+    bool all = false;
+    if (ok) {
+        uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
+        all = group_agree(rt, GRAFT__STEP_MESSAGE__KIND__READY,
+                          GRAFT__STEP_MESSAGE__KIND__READY_RESULT, step, ok, deadline,
+                          rt->rank == 0 ? leaders_agree : NULL, &why);
+        if (!all) {
+            s->backoff = GRAFT_MIN(GRAFT_MAX(s->backoff * 2, 1u), STEADY_BACKOFF_MAX);
+            s->skip = s->backoff;
+        } else {
+            s->backoff = 0;
+        }
+    } else {
+        say_no(rt, step);
+    }
     s->ready = false;
     if (!all) {
         GRAFT_INFO(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64

@@ -34,28 +34,26 @@ static void peer_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
     p->failed = true;
 }
 
-/* A working connection is closed by flushing it first, so that messages
- * that left this process are not cut off by the close (a leader that
- * leaves right after the last round of a barrier); a failed one, or one
- * that does not flush in time, is closed by force. */
+/* A working connection is closed by flushing it, so that messages that
+ * left this process are not cut off by the close (a leader that leaves
+ * right after the last round of a barrier); a failed one by force. */
 static void peer_close(ucp_worker_h w, msg_peer_t *p)
 {
-    for (int force = p->failed; p->uep != NULL && force < 2; force++) {
+    if (p->uep != NULL) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        prm.flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         ucs_status_ptr_t req = ucp_ep_close_nbx(p->uep, &prm);
-        bool done = !UCS_PTR_IS_PTR(req);
-        if (!done) {
+        if (UCS_PTR_IS_PTR(req)) {
+            /* A flush to a peer that stopped answering ends with the
+             * connection's own error handling; past this wait the request
+             * is left to complete (or die) with the worker. */
             uint64_t deadline = graft__now_ns() + MSG_CLOSE_NS;
             while (ucp_request_check_status(req) == UCS_INPROGRESS && graft__now_ns() < deadline)
                 ucp_worker_progress(w);
-            done = ucp_request_check_status(req) != UCS_INPROGRESS;
             ucp_request_free(req);
         }
-        if (done)
-            break;
     }
     graft_free(p->address);
     graft_free(p);
