@@ -250,6 +250,7 @@ typedef struct form_result {
     double to_form_ms; /* median: last call -> record written (ms resolution) */
     double requests_per_group_step;
     double requests_per_rank_step;
+    double bytes_per_rank_step; /* etcd answers' bytes */
     int fails;
 } form_result_t;
 
@@ -302,7 +303,7 @@ static int bench_formation(uint32_t groups, uint32_t ranks, int steps, form_resu
     double *samples = calloc((size_t)steps, sizeof(double));
     double *to_form = calloc((size_t)steps, sizeof(double));
     size_t n = 0;
-    uint64_t reqs = 0;
+    uint64_t reqs = 0, bytes = 0;
     out->fails = 0;
     for (int s = 1; s < steps; s++) {
         double last_call = 0, last_ret = 0, last_wcall = 0;
@@ -321,10 +322,12 @@ static int bench_formation(uint32_t groups, uint32_t ranks, int steps, form_resu
         graft_membership_stats_t st;
         graft_membership_stats_get(gr[i].m, &st);
         reqs += st.requests - gr[i].after_first.requests;
+        bytes += st.bytes_read - gr[i].after_first.bytes_read;
         out->fails += gr[i].fails;
     }
     out->requests_per_group_step = (double)reqs / ((double)groups * (double)(steps - 1));
     out->requests_per_rank_step = (double)reqs / ((double)n_ranks * (double)(steps - 1));
+    out->bytes_per_rank_step = (double)bytes / ((double)n_ranks * (double)(steps - 1));
     out->median_ms = pct(samples, n, 0.5);
     out->p99_ms = pct(samples, n, 0.99);
     out->to_form_ms = pct(to_form, n, 0.5);
@@ -385,16 +388,18 @@ int main(int argc, char **argv)
         int frc = bench_formation((uint32_t)only, (uint32_t)ranks, steps, &f);
         graft_test_etcd_stop(&T);
         printf("%d groups x %d ranks: formation median %.1f ms (record written after %.0f ms), "
-               "p99 %.1f ms, %.2f requests/group/step, %.2f requests/rank/step, %d fails\n",
+               "p99 %.1f ms, %.2f requests/group/step, %.2f requests/rank/step, "
+               "%.0f bytes read/rank/step, %d fails\n",
                only, ranks, f.median_ms, f.to_form_ms, f.p99_ms, f.requests_per_group_step,
-               f.requests_per_rank_step, f.fails);
+               f.requests_per_rank_step, f.bytes_per_rank_step, f.fails);
         if (json)
             printf("{\"bench\":\"membership\",\"groups\":%d,\"ranks_per_group\":%d,"
                    "\"steps\":%d,\"form_median_ms\":%.2f,\"form_p99_ms\":%.2f,"
                    "\"requests_per_group_step\":%.2f,\"requests_per_rank_step\":%.2f,"
+                   "\"bytes_read_per_rank_step\":%.0f,"
                    "\"requests_goal_per_group\":3,\"fails\":%d}\n",
                    only, ranks, steps, f.median_ms, f.p99_ms, f.requests_per_group_step,
-                   f.requests_per_rank_step, f.fails);
+                   f.requests_per_rank_step, f.bytes_per_rank_step, f.fails);
         return frc != 0;
     }
 
@@ -411,7 +416,7 @@ int main(int argc, char **argv)
         int st = sizes[i] == 256 ? (steps < 4 ? steps : 4) : steps;
         if (bench_formation(sizes[i], (uint32_t)ranks, st, &fr[i]) != 0) {
             rc = 1;
-            fr[i] = (form_result_t){-1, -1, -1, -1, -1, -1};
+            fr[i] = (form_result_t){-1, -1, -1, -1, -1, -1, -1};
         }
     }
     graft_test_etcd_stop(&T);

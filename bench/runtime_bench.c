@@ -157,6 +157,7 @@ static int steady(int groups, int steps, steady_row_t *row_p)
         return -1;
     pid_t pids[64];
     double cpu0 = cpu_s(etcd_pid);
+    fflush(stdout); /* or a child's exit prints the table again */
     for (int g = 0; g < groups; g++) {
         pids[g] = fork();
         if (pids[g] == 0) {

@@ -134,6 +134,11 @@ out:
     return st;
 }
 
+uint64_t graft_etcd_bytes_read(graft_etcd_t *etcd)
+{
+    return etcd != NULL ? atomic_load(&etcd->bytes_read) : 0;
+}
+
 void graft_etcd_destroy(graft_etcd_t *etcd)
 {
     if (etcd == NULL)
@@ -457,6 +462,7 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
             }
             if (rc == CURLE_OK) {
                 graft__etcd_endpoint_answered(etcd, idx);
+                atomic_fetch_add(&etcd->bytes_read, sink->body.len);
                 *http_code_p = code;
                 st = GRAFT_OK;
                 goto err_headers;

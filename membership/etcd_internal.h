@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define GRAFT_ETCD_LOG "etcd"
 
@@ -51,6 +52,8 @@ struct graft_etcd {
     uint64_t token_gen; /* bumped on every new token */
     /* Serialises authentication so concurrent requests do not stampede. */
     pthread_mutex_t auth_lock;
+    /* Bytes of the answers to requests (watch streams apart). */
+    atomic_uint_fast64_t bytes_read;
 };
 
 /* ---- etcd_client.c ------------------------------------------------------ */

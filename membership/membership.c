@@ -1030,6 +1030,7 @@ void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t 
     s.quorum_conflicts = atomic_load(&m->n_quorum_conflicts);
     s.quorum_fast = atomic_load(&m->n_quorum_fast);
     s.etcd_errors = atomic_load(&m->n_etcd_errors);
+    s.bytes_read = graft_etcd_bytes_read(m->ops);
     pthread_mutex_lock(&m->mu);
     s.malformed = m->view.malformed;
     pthread_mutex_unlock(&m->mu);

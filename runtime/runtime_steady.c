@@ -189,8 +189,11 @@ graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t 
         return st;
     }
     /* Unread messages stay: a member that learned the quorum sooner may
-     * already be at the next step. Those of another epoch never match. */
-    connect_ahead(rt);
+     * already be at the next step. Those of another epoch never match.
+     * Not while groups recover: each new connection costs its listener a
+     * worker, made on the progress thread that also serves the pulls. */
+    if (q->n_recoveries == 0)
+        connect_ahead(rt);
     return GRAFT_OK;
 }
 

@@ -770,13 +770,6 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         GRAFT_DEBUG(GRAFT_RT_MOD, "quorum round: %s; trying again", graft_status_string(st));
     }
     assert(is_member(q, rt->group));
-    if (!rt->q_steady) {
-        st = graft__rt_steady_enter(rt, q);
-        if (st != GRAFT_OK) {
-            graft_membership_quorum_free(q);
-            return st;
-        }
-    }
     uint64_t formed_ns = graft__now_ns();
     rt->q = q;
     rt->heal_quorum_ns = formed_ns - tq;
@@ -799,6 +792,14 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     }
     bool fatal = false;
     st = start_role(rt, q, &fatal);
+    if (!rt->q_steady && !fatal) {
+        /* After the role started: a donor's serve must not wait for the
+         * connections the steady path opens ahead. */
+        graft_status_t sst = graft__rt_steady_enter(rt, q);
+        if (sst != GRAFT_OK)
+            GRAFT_WARN(GRAFT_RT_MOD, "steady path off for this epoch: %s",
+                       graft_status_string(sst));
+    }
     if (fatal) {
         /* Logged by the fallback. The group's vote stays missing (a no);
          * the runtime can be asked again, e.g. once a group is back. */

@@ -108,6 +108,14 @@ GRAFT_WUR graft_status_t graft_etcd_create(const graft_etcd_config_t *config,
 void graft_etcd_destroy(graft_etcd_t *etcd);
 
 /**
+ * @brief Bytes of etcd's answers to this client's requests so far (bodies;
+ *        watch streams apart).
+ * @param [in] etcd  client; NULL gives 0.
+ * @return the count.
+ */
+uint64_t graft_etcd_bytes_read(graft_etcd_t *etcd);
+
+/**
  * @brief The endpoint that answered last (for logs and tools).
  * @param [in] etcd  the client.
  * @return a string owned by the client.

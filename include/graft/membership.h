@@ -516,6 +516,8 @@ typedef struct graft_membership_stats {
     uint64_t etcd_errors;       /**< failed requests (retried or reported) */
     uint64_t quorum_fast;       /**< rounds this rank formed in its announcing transaction
                                      (same member set, everyone one step on; docs/KEYS.md) */
+    uint64_t bytes_read;        /**< bytes of etcd's answers to the requests counted above
+                                     (the view's watch streams apart) */
 } graft_membership_stats_t;
 
 /**
