@@ -190,9 +190,10 @@ graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t 
     }
     /* Unread messages stay: a member that learned the quorum sooner may
      * already be at the next step. Those of another epoch never match.
-     * Not while groups recover: each new connection costs its listener a
-     * worker, made on the progress thread that also serves the pulls. */
-    if (q->n_recoveries == 0)
+     * Not while state moves (recoveries, or the cold start's sync, which
+     * step 0 always is): each new connection costs its listener a worker,
+     * made on the progress thread that also serves the pulls. */
+    if (q->n_recoveries == 0 && q->step > 0)
         connect_ahead(rt);
     return GRAFT_OK;
 }
