@@ -1,7 +1,7 @@
 /*
  * Transfer wire messages as a donor or recipient receives them from a peer
- * (transfer/ucx.c): TransferRequest, TransferDone, ChunkRequest and
- * TransferManifest, each unpacked through the transfer module's allocator
+ * (transfer/ucx.c): TransferRequest, TransferDone, ChunkRequest,
+ * TransferManifest and the steady path's StepMessage, each unpacked through the transfer module's allocator
  * exactly as the handlers do. The first input byte picks the message. What
  * decodes is walked field by field, so a count that disagrees with its
  * array would be read out of bounds under the sanitizers.
@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 1;
     bool oom = false;
     ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
     case 0: {
         Graft__TransferRequest *r = graft__transfer_request__unpack(&pa, len, msg);
         if (r != NULL) {
@@ -59,6 +59,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2: {
         Graft__ChunkRequest *c = graft__chunk_request__unpack(&graft__transfer_pb_alloc, len, msg);
         graft__chunk_request__free_unpacked(c, &graft__transfer_pb_alloc);
+        break;
+    }
+    case 4: {
+        /* The steady path's messages (runtime/runtime_steady.c). */
+        Graft__StepMessage *m = graft__step_message__unpack(&pa, len, msg);
+        if (m != NULL) {
+            sink += m->step + m->group + m->rank + m->barrier_round + (uint64_t)m->kind;
+            graft__step_message__free_unpacked(m, &graft__transfer_pb_alloc);
+        }
         break;
     }
     default: {

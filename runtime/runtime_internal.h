@@ -169,6 +169,26 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
 
 /* runtime_step.c */
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
+/* The committed step (metrics and membership follow). */
+void graft__rt_set_step(graft_runtime_t *rt, uint64_t step);
+
+/* runtime_heal.c: start pulling this rank's regions from rank `rank` of
+ * the donor groups (a background thread; graft_heal_wait() joins it). */
+GRAFT_WUR graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
+                                              size_t n_donors);
+
+/* runtime_serve.c: the donor's side. */
+/* The recipients of this rank in the plan, with their incarnations. */
+GRAFT_WUR graft_status_t graft__rt_peers_list(graft_runtime_t *rt, const graft__fanout_t *plan);
+void graft__rt_peers_free(graft_runtime_t *rt);
+/* Serve q's step to rt->peers (UCX, and NCCL pairs where they apply). */
+GRAFT_WUR graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *q);
+/* A relay announces its serve before its heal; the heal thread begins it. */
+GRAFT_WUR graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *q);
+/* The relay's heal failed: withdraw the announced serve. */
+void graft__rt_relay_abandon(graft_runtime_t *rt);
+/* graft_commit(): the fence, then the serve's end. */
+void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q);
 
 /* runtime_steady.c: steps agreed between the members, without etcd. */
 /* After a quorum formed in etcd: remember its epoch and the members'

@@ -36,8 +36,6 @@
 /* After a member change, how long the inbox must stay quiet before the
  * wait gives up on the epoch. */
 #define STEADY_DRAIN_MS 500u
-/* Steps on etcd after repeated failures, at most. */
-#define STEADY_BACKOFF_MAX 64u
 /* Early messages kept for a later phase of the epoch. */
 #define STEADY_STASH 256u
 
@@ -55,11 +53,6 @@ struct graft__steady {
     char **ranks;          /* transfer address of each rank of this group */
     uint32_t my_index;     /* this group's index in epoch->members */
     bool ready;            /* the last step ended so that the next may go this way */
-    /* After a failed attempt the next `skip` steps say no at once (1, 2,
-     * 4, ... up to STEADY_BACKOFF_MAX after consecutive failures), so a job
-     * the path does not suit (a machine too loaded to answer within the
-     * join timeout) does not pay a timeout at every step. */
-    uint32_t backoff, skip;
     steady_msg_t stash[STEADY_STASH];
     size_t n_stash;
 };
@@ -245,8 +238,8 @@ static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int ki
                         uint32_t group, uint32_t rank, uint32_t round)
 {
     const graft_quorum_t *e = rt->steady->epoch;
-    return m->id == (e->id ^ e->members_hash) && m->kind == kind && m->step == step && m->group == group && m->rank == rank &&
-           m->round == round;
+    return m->id == (e->id ^ e->members_hash) && m->kind == kind && m->step == step &&
+           m->group == group && m->rank == rank && m->round == round;
 }
 
 typedef enum { EPOCH_HOLDS, EPOCH_CHANGED, EPOCH_NO_LEASE } epoch_state_t;
@@ -432,7 +425,8 @@ static void say_no(graft_runtime_t *rt, uint64_t step)
 
 /* --------------------------------------------------------------- steps --- */
 
-graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed, graft_quorum_t **q_p)
+graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed,
+                                       graft_quorum_t **q_p)
 {
     graft__steady_t *s = rt->steady;
     *q_p = NULL;
@@ -443,11 +437,7 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed, 
     bool ok = s->ready && committed == step && rt->state_valid && !rt->need_state;
     if (!ok)
         why = "this rank did not commit the last step";
-    else if (s->skip > 0) {
-        ok = false;
-        why = "backing off after a failed attempt";
-        s->skip--;
-    } else
+    else
         ok = epoch_holds(rt, &why);
     bool all = false;
     if (ok) {
@@ -455,12 +445,6 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed, 
         all = group_agree(rt, GRAFT__STEP_MESSAGE__KIND__READY,
                           GRAFT__STEP_MESSAGE__KIND__READY_RESULT, step, ok, deadline,
                           rt->rank == 0 ? leaders_agree : NULL, &why);
-        if (!all) {
-            s->backoff = GRAFT_MIN(GRAFT_MAX(s->backoff * 2, 1u), STEADY_BACKOFF_MAX);
-            s->skip = s->backoff;
-        } else {
-            s->backoff = 0;
-        }
     } else {
         say_no(rt, step);
     }

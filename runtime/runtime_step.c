@@ -1,7 +1,9 @@
 /*
- * The step protocol: joining and the start-up decision, graft_quorum() with
- * the background heal and the donor's serve, graft_commit() with the fence
- * and the group's vote. docs/RUNTIME.md describes it as built.
+ * The step protocol: joining and the start-up decision, graft_quorum() (the
+ * steady path first, runtime_steady.c; then etcd) and the group's role in
+ * it (the heal is runtime_heal.c, the serve runtime_serve.c), and
+ * graft_commit() with the fence and the group's vote. docs/RUNTIME.md
+ * describes it as built.
  */
 #include "runtime_internal.h"
 
@@ -42,7 +44,7 @@ static bool donors_exist(graft_runtime_t *rt)
     return found;
 }
 
-static void set_step(graft_runtime_t *rt, uint64_t step)
+void graft__rt_set_step(graft_runtime_t *rt, uint64_t step)
 {
     pthread_mutex_lock(&rt->mu);
     rt->metrics.step = step;
@@ -189,7 +191,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
             rt->need_state = true;
         }
     }
-    set_step(rt, step);
+    graft__rt_set_step(rt, step);
     pthread_mutex_lock(&rt->mu);
     rt->start_kind = kind;
     pthread_mutex_unlock(&rt->mu);
@@ -198,259 +200,6 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
                kind == GRAFT_START_PEER ? "pull from donors"
                : kind == GRAFT_START_RESTORE ? "restored" : "cold", step);
     return GRAFT_OK;
-}
-
-/* ---------------------------------------------------------------- heal --- */
-
-/* The address of the NCCL donor, for the report ("" when not in the view:
- * the pair then fails at its id exchange). */
-static const char *nccl_donor_address(const graft_runtime_t *rt)
-{
-    for (size_t i = 0; i < rt->n_heal_donors; i++)
-        if (rt->heal_donor_groups[i] == rt->nccl_donor)
-            return rt->heal_donors[i];
-    return "";
-}
-
-static void *heal_main(void *arg)
-{
-    graft_runtime_t *rt = arg;
-    bool nccl = graft__rt_nccl_on(rt);
-    graft_transfer_pull_options_t po = {
-        .donors = (const char *const *)rt->heal_donors,
-        .n_donors = rt->n_heal_donors,
-        .step = rt->q->step,
-        .stall_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
-        .connect_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
-        .timeout_ms = (uint32_t)rt->cfg->transfer_timeout_ms,
-        .host_only = nccl,
-    };
-    memset(&rt->heal_report, 0, sizeof(rt->heal_report));
-    rt->heal_status = GRAFT_OK;
-    rt->nccl_status = GRAFT_OK;
-    if (!nccl || graft__rt_has_host_regions(rt))
-        rt->heal_status = graft_transfer_pull(rt->ep, &po, &rt->heal_report);
-    if (nccl) {
-        /* Also after a failed UCX pull: the NCCL donor holds its step until
-         * this pair is over or times out. */
-        graft_transfer_report_t nrep;
-        graft_transfer_report_t *rep = &rt->heal_report;
-        rt->nccl_status = graft__rt_nccl_pull(rt, nccl_donor_address(rt), &nrep);
-        rep->bytes += nrep.bytes;
-        rep->chunks += nrep.chunks;
-        rep->elapsed_ns += nrep.elapsed_ns;
-        if (rt->heal_status == GRAFT_OK) {
-            rt->heal_status = rt->nccl_status;
-            if (nrep.drift.region[0] != '\0')
-                rep->drift = nrep.drift;
-        }
-    }
-    if (rt->relay) {
-        /* A relay serves its recipients as soon as its own state is in
-         * (they wait queued); a failed heal withdraws the serve, so they
-         * are refused instead of waiting. */
-        graft_status_t st = rt->heal_status == GRAFT_OK
-                                 ? graft_transfer_serve_begin(rt->ep, rt->q->step)
-                                 : GRAFT_ECANCELED;
-        rt->relay_served = st == GRAFT_OK;
-        if (!rt->relay_served) {
-            if (rt->heal_status == GRAFT_OK)
-                GRAFT_ERROR(GRAFT_RT_MOD, "relay: cannot serve step %" PRIu64 ": %s",
-                            rt->q->step, graft_status_string(st));
-            if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-                GRAFT_DEBUG(GRAFT_RT_MOD, "relay: no serve to withdraw");
-        }
-    }
-    return NULL;
-}
-
-static void free_donors(graft_runtime_t *rt)
-{
-    for (size_t i = 0; i < rt->n_heal_donors; i++)
-        graft_free(rt->heal_donors[i]);
-    graft_free(rt->heal_donors);
-    rt->heal_donors = NULL;
-    rt->n_heal_donors = 0;
-}
-
-/* The transfer addresses of rank `rank` of the donor groups that view v
- * has, into rt->heal_donors (empty, allocated for n_donors). */
-static graft_status_t donors_in_view(graft_runtime_t *rt, const graft_membership_view_t *v,
-                                     const uint32_t *donors, size_t n_donors)
-{
-    for (size_t d = 0; d < n_donors && rt->n_heal_donors < GRAFT_TRANSFER_MAX_DONORS; d++) {
-        for (size_t i = 0; i < v->n_members; i++) {
-            const graft_member_t *mb = &v->members[i];
-            if (mb->group != donors[d] || mb->rank != rt->rank || mb->transfer_address == NULL ||
-                mb->transfer_address[0] == '\0')
-                continue;
-            rt->heal_donors[rt->n_heal_donors] = graft__strdup(mb->transfer_address);
-            if (rt->heal_donors[rt->n_heal_donors] == NULL)
-                return GRAFT_ENOMEM;
-            rt->heal_donor_groups[rt->n_heal_donors] = donors[d];
-            rt->n_heal_donors++;
-            break;
-        }
-    }
-    return GRAFT_OK;
-}
-
-/* Start pulling this rank's regions from rank `rank` of the donor groups;
- * CUDA regions over NCCL come from the first of them (runtime_nccl.c). */
-static graft_status_t heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
-{
-    graft_membership_view_t *v = NULL;
-    graft_status_t st = GRAFT_OK;
-    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
-    rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
-    rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
-    if (rt->heal_donors == NULL)
-        return GRAFT_ENOMEM;
-    /* The quorum record and the member records reach this rank by
-     * different paths, so the donors' records can still be on their way:
-     * wait for the view (up to the join timeout) until one donor is in it. */
-    for (;;) {
-        st = graft_membership_view_get(rt->m, &v);
-        if (st == GRAFT_OK)
-            st = donors_in_view(rt, v, donors, n_donors);
-        uint64_t now = graft__now_ns();
-        if (st != GRAFT_OK || rt->n_heal_donors > 0 || now >= deadline)
-            break;
-        uint64_t version = v->version;
-        graft_membership_view_free(v);
-        v = NULL;
-        if (graft_membership_view_wait(rt->m, version,
-                                       (uint32_t)((deadline - now) / 1000000ull) + 1,
-                                       NULL) != GRAFT_OK)
-            continue; /* timed out: one last look at the view */
-    }
-    if (st != GRAFT_OK)
-        goto out;
-    if (rt->n_heal_donors == 0) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
-                    ": no donor of step %" PRIu64 " is in the view", rt->group, rt->rank,
-                    rt->q->step);
-        st = GRAFT_ENODONOR;
-        goto out;
-    }
-    rt->state_valid = false; /* the pull overwrites the regions */
-    graft__rt_skip_save(rt);
-    if (pthread_create(&rt->heal_thread, NULL, heal_main, rt) != 0) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
-        st = GRAFT_ESYS;
-        goto out;
-    }
-    rt->heal_running = true;
-out:
-    if (st != GRAFT_OK)
-        free_donors(rt);
-    graft_membership_view_free(v);
-    return st;
-}
-
-/* The donors a pull dropped, for the recovery's detail: "; donor group G
- * lost (why) after C chunks, N reassigned" each. A pull that completes
- * after losing a donor is a success that would otherwise look like any
- * other; operators (and the simulator) need to see that a donor failed
- * under it and that its chunks moved to the others. */
-static void lost_donors(const graft_runtime_t *rt, char *buf, size_t len)
-{
-    const graft_transfer_report_t *rep = &rt->heal_report;
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < rep->n_donors && i < rt->n_heal_donors && used < len; i++) {
-        const graft_transfer_donor_report_t *d = &rep->donors[i];
-        if (d->status == GRAFT_OK)
-            continue;
-        int n = snprintf(buf + used, len - used, "; donor group %" PRIu32 " lost (%s) after %"
-                         PRIu64 " chunks, %" PRIu64 " reassigned", rt->heal_donor_groups[i],
-                         graft_status_string(d->status), d->chunks, d->reassigned);
-        if (n < 0)
-            break;
-        used += (size_t)n;
-    }
-}
-
-static void relay_abandon(graft_runtime_t *rt);
-
-graft_status_t graft_heal_wait(graft_runtime_t *rt)
-{
-    if (rt == NULL)
-        return GRAFT_EINVAL;
-    if (!rt->heal_running)
-        return rt->q != NULL && !rt->state_valid ? rt->heal_status : GRAFT_OK;
-    pthread_join(rt->heal_thread, NULL);
-    rt->heal_running = false;
-
-    graft_status_t st = rt->heal_status;
-    const graft_transfer_report_t *rep = &rt->heal_report;
-    uint64_t verify_ns = 0;
-    char detail[512] = "", lost[320] = "";
-    lost_donors(rt, lost, sizeof(lost));
-    if (rt->nccl_status != GRAFT_OK) {
-        size_t used = strlen(lost);
-        snprintf(lost + used, sizeof(lost) - used, "; NCCL pair with donor group %" PRIu32 ": %s",
-                 rt->nccl_donor, graft_status_string(rt->nccl_status));
-    }
-    free_donors(rt);
-    relay_abandon(rt); /* a no-op unless this relay's serve did not begin */
-    if (st == GRAFT_OK)
-        graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
-    if (st == GRAFT_OK && rt->fp_fn != NULL) {
-        /* The trainer's own check of the installed state; a failing
-         * callback fails the heal. */
-        uint64_t t = graft__now_ns(), fp = 0;
-        st = rt->fp_fn(rt->fp_arg, &fp);
-        verify_ns = graft__now_ns() - t;
-        if (st != GRAFT_OK)
-            GRAFT_ERROR(GRAFT_RT_MOD, "fingerprint of the healed state failed: %s",
-                        graft_status_string(st));
-    }
-    if (st == GRAFT_EDRIFT)
-        snprintf(detail, sizeof(detail), "donors disagree on region %s chunk %" PRIu64,
-                 rep->drift.region, rep->drift.chunk);
-    else
-        snprintf(detail, sizeof(detail), "%zu donors, %" PRIu64 " bytes: %s%s", rep->n_donors,
-                 rep->bytes, graft_status_string(st), lost);
-    rt->heal_status = st;
-    rt->state_valid = st == GRAFT_OK;
-    if (st == GRAFT_OK)
-        rt->need_state = false;
-    pthread_mutex_lock(&rt->mu);
-    if (st == GRAFT_OK) {
-        rt->metrics.recoveries++;
-        rt->metrics.recovery_bytes += rep->bytes;
-        rt->metrics.last_detect_ns = rt->heal_detect_ns;
-        rt->metrics.last_quorum_phase_ns = rt->heal_quorum_ns;
-        rt->metrics.last_transfer_ns = rep->elapsed_ns;
-        rt->metrics.last_verify_ns = verify_ns;
-        rt->metrics.step = rt->q != NULL ? rt->q->step : rt->metrics.step;
-    } else {
-        rt->metrics.recovery_failures++;
-    }
-    pthread_mutex_unlock(&rt->mu);
-    if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": heal failed: %s",
-                    rt->group, rt->rank, detail);
-    graft_runtime_event_t ev = {
-        .kind = GRAFT_RUNTIME_EVENT_RECOVERY,
-        .status = st,
-        .step = rt->q != NULL ? rt->q->step : 0,
-        .quorum_id = rt->q != NULL ? rt->q->id : 0,
-        .bytes = rep->bytes,
-        .detect_ns = rt->heal_detect_ns,
-        .quorum_ns = rt->heal_quorum_ns,
-        .transfer_ns = rep->elapsed_ns,
-        .verify_ns = verify_ns,
-        .n_donors = (uint32_t)rep->n_donors,
-        .detail = detail,
-    };
-    graft__rt_emit(rt, &ev);
-    graft__rt_job_event(rt, st == GRAFT_EDRIFT ? GRAFT_EVENT_DRIFT : GRAFT_EVENT_RECOVERY_DONE,
-                        ev.step, st == GRAFT_OK, rep->elapsed_ns / 1000, detail);
-    /* Only the first heal of a process has a detection phase (start-up). */
-    rt->heal_detect_ns = 0;
-    return st;
 }
 
 /* -------------------------------------------------------------- quorum --- */
@@ -494,7 +243,7 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
     rt->need_state = false;
     rt->state_valid = true;
     rt->round_restored = step != q->step;
-    set_step(rt, step);
+    graft__rt_set_step(rt, step);
     pthread_mutex_lock(&rt->mu);
     if (rt->metrics.commits == 0)
         rt->start_kind = GRAFT_START_RESTORE; /* nothing committed from another start */
@@ -506,159 +255,6 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
     return GRAFT_OK;
 }
 
-/* ----------------------------------------------------------- serving --- */
-
-static uint64_t member_incarnation(const graft_membership_view_t *v, uint32_t group,
-                                   uint32_t rank)
-{
-    for (size_t i = 0; v != NULL && i < v->n_members; i++)
-        if (v->members[i].group == group && v->members[i].rank == rank)
-            return v->members[i].incarnation;
-    return 0;
-}
-
-static void peers_free(graft_runtime_t *rt)
-{
-    graft_free(rt->peers);
-    rt->peers = NULL;
-    rt->n_peers = 0;
-}
-
-/* The recipients this rank serves in q, as the round's fan-out plan has
- * them (runtime_fanout.c). Each pulls over UCX (unless this rank's regions
- * are all CUDA ones that go over NCCL) and, with NCCL pairs, takes its CUDA
- * regions from its first donor. */
-static graft_status_t peers_list(graft_runtime_t *rt, const graft__fanout_t *plan)
-{
-    bool nccl = graft__rt_nccl_on(rt);
-    bool ucx = !nccl || graft__rt_has_host_regions(rt);
-    graft_membership_view_t *v = NULL;
-    peers_free(rt); /* the list of a quorum that served nobody */
-    rt->peers = graft__calloc(plan->n_serves + 1, sizeof(*rt->peers));
-    if (rt->peers == NULL)
-        return GRAFT_ENOMEM;
-    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
-        v = NULL; /* incarnations unknown: learnt while the fence waits */
-    for (size_t i = 0; i < plan->n_serves; i++) {
-        uint32_t g = plan->serves[i].group;
-        rt->peers[rt->n_peers++] = (graft__rt_peer_t){
-            g, member_incarnation(v, g, rt->rank), ucx, nccl && plan->serves[i].primary, false};
-    }
-    graft_membership_view_free(v);
-    return GRAFT_OK;
-}
-
-static void recipients_count(graft_runtime_t *rt)
-{
-    for (size_t i = 0; i < rt->n_peers; i++)
-        rt->n_recipients += (uint32_t)rt->peers[i].ucx + (uint32_t)rt->peers[i].nccl;
-    pthread_mutex_lock(&rt->mu);
-    rt->metrics.serves++;
-    pthread_mutex_unlock(&rt->mu);
-}
-
-/* How long a recipient whose member record this rank's view never showed
- * may take to appear before the fence stops waiting for it: the view can
- * lag the quorum by milliseconds, or the recipient left before it came. */
-#define FENCE_UNSEEN_GRACE_NS 1000000000ull
-
-/* How long the fence waits before it asks etcd whether its recipients have
- * voted (a normal pull ends well within), and how often it asks again. */
-#define FENCE_VOTE_CHECK_NS 500000000ull
-
-/* Completions the fence can no longer get: those of recipients whose rank
- * has left the job since the serve began (its member record is gone or is
- * a new incarnation, which pulls in a later quorum if at all). */
-static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
-{
-    graft_membership_view_t *v = NULL;
-    uint32_t gone = 0;
-    if (rt->n_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
-        return 0;
-    for (size_t i = 0; i < rt->n_peers; i++) {
-        graft__rt_peer_t *p = &rt->peers[i];
-        uint64_t now = member_incarnation(v, p->group, rt->rank);
-        if (p->incarnation == 0 && now != 0) {
-            p->incarnation = now; /* arrived late in the view */
-        } else if (p->incarnation != 0 ? now != p->incarnation
-                                       : waited_ns >= FENCE_UNSEEN_GRACE_NS) {
-            gone += (uint32_t)p->ucx + (uint32_t)p->nccl;
-            p->finished = true;
-        }
-    }
-    graft_membership_view_free(v);
-    return gone;
-}
-
-/* Is every recipient past this round: voted in it or a later one (a rank
- * votes only once its pull has ended, whether it read from this rank or
- * not), or left the job? A recipient whose pull failed before it reached
- * this rank (e.g. it gave up while this rank was still learning the
- * quorum) sends no TransferDone, and would otherwise hold the fence until
- * fence_timeout_ms. */
-static bool fence_peers_finished(graft_runtime_t *rt, const graft_quorum_t *q)
-{
-    for (size_t i = 0; i < rt->n_peers; i++) {
-        graft__rt_peer_t *p = &rt->peers[i];
-        bool voted = false;
-        if (!p->finished &&
-            graft_membership_voted_since(rt->m, p->group, rt->rank, q->round, &voted) == GRAFT_OK)
-            p->finished = voted;
-        if (!p->finished)
-            return false;
-    }
-    return true;
-}
-
-/* Serve q's step to rt->peers: over UCX (every region, or the host ones
- * when CUDA regions go over NCCL pairs) and over NCCL to the peers that
- * pair with this rank. rt->n_recipients becomes the number of completions
- * the fence waits for. */
-static graft_status_t serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
-{
-    graft_status_t st = graft_transfer_serve_begin(rt->ep, q->step);
-    if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
-                    graft_status_string(st));
-        return st;
-    }
-    rt->serving = true;
-    recipients_count(rt);
-    if (graft__rt_nccl_on(rt))
-        st = graft__rt_nccl_serve_start(rt, q);
-    return st;
-}
-
-/* A relay announces its serve before its heal: its recipients queue at it
- * instead of being refused, and the heal thread begins the serve once the
- * state is in (heal_main). */
-static graft_status_t relay_start(graft_runtime_t *rt, const graft_quorum_t *q)
-{
-    graft_status_t st = graft_transfer_serve_expect(rt->ep, q->step);
-    if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "cannot announce the serve of step %" PRIu64 ": %s", q->step,
-                    graft_status_string(st));
-        return st;
-    }
-    rt->serving = true;
-    rt->relay = true;
-    rt->relay_served = false;
-    recipients_count(rt);
-    return GRAFT_OK;
-}
-
-/* The relay's heal ended without its serve (it failed): there is nothing
- * to fence; its recipients were refused and vote no. */
-static void relay_abandon(graft_runtime_t *rt)
-{
-    if (!rt->relay || rt->relay_served)
-        return;
-    if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-        GRAFT_DEBUG(GRAFT_RT_MOD, "relay: the announced serve was withdrawn already");
-    rt->serving = false;
-    rt->relay = false;
-    peers_free(rt);
-}
 
 /* Decide this group's role in quorum q and start the heal or the serve.
  * *fatal_p: the rank has no valid state and none can be had. */
@@ -703,15 +299,15 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
         if (!rt->cold_sync)
             rt->need_state = true;
         if (plan.relay) {
-            st = peers_list(rt, &plan);
+            st = graft__rt_peers_list(rt, &plan);
             if (st == GRAFT_OK)
-                st = relay_start(rt, q);
+                st = graft__rt_relay_start(rt, q);
             if (st != GRAFT_OK)
                 goto out;
         }
-        st = heal_start(rt, plan.donors, plan.n_donors);
+        st = graft__rt_heal_start(rt, plan.donors, plan.n_donors);
         if (st != GRAFT_OK)
-            relay_abandon(rt);
+            graft__rt_relay_abandon(rt);
         goto out;
     }
     if (q->must_recover) {
@@ -720,9 +316,9 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
         st = GRAFT_ENODONOR;
         goto out;
     }
-    st = peers_list(rt, &plan);
+    st = graft__rt_peers_list(rt, &plan);
     if (st == GRAFT_OK && rt->n_peers > 0)
-        st = serve_start(rt, q);
+        st = graft__rt_serve_start(rt, q);
 out:
     graft__fanout_free(&plan);
     return st;
@@ -838,67 +434,6 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
 
 /* -------------------------------------------------------------- commit --- */
 
-static void serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
-{
-    if (!rt->serving)
-        return;
-    /* Wait in slices: between them, a recipient that has left the job (a
-     * process killed before it reached this donor cannot be seen by the
-     * transport) stops holding the fence, and so, once every recipient has
-     * voted or left, does the whole fence (fence_peers_finished). A count
-     * can then include one that was done before it left, and the fence
-     * opens early: a recipient still reading is then refused or fails its
-     * chunk hashes and heals again, so nothing unverified is installed. */
-    uint64_t start = graft__now_ns();
-    uint64_t deadline = start + rt->cfg->fence_timeout_ms * 1000000ull;
-    uint64_t vote_check = start + FENCE_VOTE_CHECK_NS;
-    graft_status_t st;
-    for (;;) {
-        uint64_t now = graft__now_ns();
-        uint32_t slice =
-            now >= deadline ? 0 : (uint32_t)GRAFT_MIN(100, (deadline - now) / 1000000ull);
-        st = graft_transfer_fence_wait(rt->ep, q->step, rt->n_recipients, slice);
-        if (st != GRAFT_ETIMEOUT || graft__now_ns() >= deadline)
-            break;
-        uint32_t gone = fence_units_gone(rt, graft__now_ns() - start);
-        if (gone > 0 && graft_transfer_fence_count(rt->ep, q->step) + gone >= rt->n_recipients) {
-            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
-                       ": %" PRIu32 " of %" PRIu32 " recipients done, the rest left the job; "
-                       "not waiting for them", rt->group, rt->rank, q->step,
-                       graft_transfer_fence_count(rt->ep, q->step), rt->n_recipients);
-            st = GRAFT_OK;
-            break;
-        }
-        if (graft__now_ns() >= vote_check) {
-            vote_check = graft__now_ns() + FENCE_VOTE_CHECK_NS;
-            if (fence_peers_finished(rt, q)) {
-                GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %"
-                           PRIu64 ": %" PRIu32 " of %" PRIu32 " recipients done, every one "
-                           "has voted or left; not waiting for the rest", rt->group, rt->rank,
-                           q->step, graft_transfer_fence_count(rt->ep, q->step),
-                           rt->n_recipients);
-                st = GRAFT_OK;
-                break;
-            }
-        }
-    }
-    if (st != GRAFT_OK) {
-        /* A recipient that died or stalled must not hold the job: it
-         * verifies every chunk, so bytes changed under it are caught. */
-        GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
-                   ": %" PRIu32 " of %" PRIu32 " recipients done after %" PRIu64 " ms",
-                   rt->group, rt->rank, q->step, graft_transfer_fence_count(rt->ep, q->step),
-                   rt->n_recipients, rt->cfg->fence_timeout_ms);
-        pthread_mutex_lock(&rt->mu);
-        rt->metrics.fence_timeouts++;
-        pthread_mutex_unlock(&rt->mu);
-    }
-    graft__rt_nccl_serve_join(rt); /* they read the regions until they end */
-    if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "serve_end: not serving");
-    rt->serving = false;
-    peers_free(rt);
-}
 
 graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
 {
@@ -920,7 +455,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
             reason = "heal failed";
         }
     }
-    serve_stop(rt, q);
+    graft__rt_serve_stop(rt, q);
     if (ok && rt->round_restored) {
         ok = false;
         reason = "restored a checkpoint of another step";
@@ -970,7 +505,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
         if (pst != GRAFT_OK)
             GRAFT_WARN(GRAFT_RT_MOD, "checkpoint of step %" PRIu64 " not taken: %s", q->step,
                        graft_status_string(pst));
-        set_step(rt, q->step + 1);
+        graft__rt_set_step(rt, q->step + 1);
         if (!rt->healthy_published) {
             st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, q->step + 1);
             rt->healthy_published = st == GRAFT_OK;
@@ -980,7 +515,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     } else {
         /* A healed group holds the quorum's step even when the vote fails. */
         if (rt->state_valid && !rt->round_restored)
-            set_step(rt, q->step);
+            graft__rt_set_step(rt, q->step);
         graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_COMMIT_FAILED,
                                     .status = ret != GRAFT_OK ? ret : GRAFT_EVOTE,
                                     .step = q->step, .quorum_id = q->id,

@@ -1,0 +1,260 @@
+/*
+ * The recipient's side of a step: the background heal (a pull from the
+ * quorum's donors, or from a relay) and graft_heal_wait(), which reports it.
+ */
+#include "runtime_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The address of the NCCL donor, for the report ("" when not in the view:
+ * the pair then fails at its id exchange). */
+static const char *nccl_donor_address(const graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_heal_donors; i++)
+        if (rt->heal_donor_groups[i] == rt->nccl_donor)
+            return rt->heal_donors[i];
+    return "";
+}
+
+static void *heal_main(void *arg)
+{
+    graft_runtime_t *rt = arg;
+    bool nccl = graft__rt_nccl_on(rt);
+    graft_transfer_pull_options_t po = {
+        .donors = (const char *const *)rt->heal_donors,
+        .n_donors = rt->n_heal_donors,
+        .step = rt->q->step,
+        .stall_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
+        .connect_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
+        .timeout_ms = (uint32_t)rt->cfg->transfer_timeout_ms,
+        .host_only = nccl,
+    };
+    memset(&rt->heal_report, 0, sizeof(rt->heal_report));
+    rt->heal_status = GRAFT_OK;
+    rt->nccl_status = GRAFT_OK;
+    if (!nccl || graft__rt_has_host_regions(rt))
+        rt->heal_status = graft_transfer_pull(rt->ep, &po, &rt->heal_report);
+    if (nccl) {
+        /* Also after a failed UCX pull: the NCCL donor holds its step until
+         * this pair is over or times out. */
+        graft_transfer_report_t nrep;
+        graft_transfer_report_t *rep = &rt->heal_report;
+        rt->nccl_status = graft__rt_nccl_pull(rt, nccl_donor_address(rt), &nrep);
+        rep->bytes += nrep.bytes;
+        rep->chunks += nrep.chunks;
+        rep->elapsed_ns += nrep.elapsed_ns;
+        if (rt->heal_status == GRAFT_OK) {
+            rt->heal_status = rt->nccl_status;
+            if (nrep.drift.region[0] != '\0')
+                rep->drift = nrep.drift;
+        }
+    }
+    if (rt->relay) {
+        /* A relay serves its recipients as soon as its own state is in
+         * (they wait queued); a failed heal withdraws the serve, so they
+         * are refused instead of waiting. */
+        graft_status_t st = rt->heal_status == GRAFT_OK
+                                 ? graft_transfer_serve_begin(rt->ep, rt->q->step)
+                                 : GRAFT_ECANCELED;
+        rt->relay_served = st == GRAFT_OK;
+        if (!rt->relay_served) {
+            if (rt->heal_status == GRAFT_OK)
+                GRAFT_ERROR(GRAFT_RT_MOD, "relay: cannot serve step %" PRIu64 ": %s",
+                            rt->q->step, graft_status_string(st));
+            if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+                GRAFT_DEBUG(GRAFT_RT_MOD, "relay: no serve to withdraw");
+        }
+    }
+    return NULL;
+}
+
+static void free_donors(graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_heal_donors; i++)
+        graft_free(rt->heal_donors[i]);
+    graft_free(rt->heal_donors);
+    rt->heal_donors = NULL;
+    rt->n_heal_donors = 0;
+}
+
+/* The transfer addresses of rank `rank` of the donor groups that view v
+ * has, into rt->heal_donors (empty, allocated for n_donors). */
+static graft_status_t donors_in_view(graft_runtime_t *rt, const graft_membership_view_t *v,
+                                     const uint32_t *donors, size_t n_donors)
+{
+    for (size_t d = 0; d < n_donors && rt->n_heal_donors < GRAFT_TRANSFER_MAX_DONORS; d++) {
+        for (size_t i = 0; i < v->n_members; i++) {
+            const graft_member_t *mb = &v->members[i];
+            if (mb->group != donors[d] || mb->rank != rt->rank || mb->transfer_address == NULL ||
+                mb->transfer_address[0] == '\0')
+                continue;
+            rt->heal_donors[rt->n_heal_donors] = graft__strdup(mb->transfer_address);
+            if (rt->heal_donors[rt->n_heal_donors] == NULL)
+                return GRAFT_ENOMEM;
+            rt->heal_donor_groups[rt->n_heal_donors] = donors[d];
+            rt->n_heal_donors++;
+            break;
+        }
+    }
+    return GRAFT_OK;
+}
+
+/* Start pulling this rank's regions from rank `rank` of the donor groups;
+ * CUDA regions over NCCL come from the first of them (runtime_nccl.c). */
+graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
+{
+    graft_membership_view_t *v = NULL;
+    graft_status_t st = GRAFT_OK;
+    uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
+    rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
+    rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
+    if (rt->heal_donors == NULL)
+        return GRAFT_ENOMEM;
+    /* The quorum record and the member records reach this rank by
+     * different paths, so the donors' records can still be on their way:
+     * wait for the view (up to the join timeout) until one donor is in it. */
+    for (;;) {
+        st = graft_membership_view_get(rt->m, &v);
+        if (st == GRAFT_OK)
+            st = donors_in_view(rt, v, donors, n_donors);
+        uint64_t now = graft__now_ns();
+        if (st != GRAFT_OK || rt->n_heal_donors > 0 || now >= deadline)
+            break;
+        uint64_t version = v->version;
+        graft_membership_view_free(v);
+        v = NULL;
+        if (graft_membership_view_wait(rt->m, version,
+                                       (uint32_t)((deadline - now) / 1000000ull) + 1,
+                                       NULL) != GRAFT_OK)
+            continue; /* timed out: one last look at the view */
+    }
+    if (st != GRAFT_OK)
+        goto out;
+    if (rt->n_heal_donors == 0) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
+                    ": no donor of step %" PRIu64 " is in the view", rt->group, rt->rank,
+                    rt->q->step);
+        st = GRAFT_ENODONOR;
+        goto out;
+    }
+    rt->state_valid = false; /* the pull overwrites the regions */
+    graft__rt_skip_save(rt);
+    if (pthread_create(&rt->heal_thread, NULL, heal_main, rt) != 0) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
+        st = GRAFT_ESYS;
+        goto out;
+    }
+    rt->heal_running = true;
+out:
+    if (st != GRAFT_OK)
+        free_donors(rt);
+    graft_membership_view_free(v);
+    return st;
+}
+
+/* The donors a pull dropped, for the recovery's detail: "; donor group G
+ * lost (why) after C chunks, N reassigned" each. A pull that completes
+ * after losing a donor is a success that would otherwise look like any
+ * other; operators (and the simulator) need to see that a donor failed
+ * under it and that its chunks moved to the others. */
+static void lost_donors(const graft_runtime_t *rt, char *buf, size_t len)
+{
+    const graft_transfer_report_t *rep = &rt->heal_report;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < rep->n_donors && i < rt->n_heal_donors && used < len; i++) {
+        const graft_transfer_donor_report_t *d = &rep->donors[i];
+        if (d->status == GRAFT_OK)
+            continue;
+        int n = snprintf(buf + used, len - used, "; donor group %" PRIu32 " lost (%s) after %"
+                         PRIu64 " chunks, %" PRIu64 " reassigned", rt->heal_donor_groups[i],
+                         graft_status_string(d->status), d->chunks, d->reassigned);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+}
+
+graft_status_t graft_heal_wait(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (!rt->heal_running)
+        return rt->q != NULL && !rt->state_valid ? rt->heal_status : GRAFT_OK;
+    pthread_join(rt->heal_thread, NULL);
+    rt->heal_running = false;
+
+    graft_status_t st = rt->heal_status;
+    const graft_transfer_report_t *rep = &rt->heal_report;
+    uint64_t verify_ns = 0;
+    char detail[512] = "", lost[320] = "";
+    lost_donors(rt, lost, sizeof(lost));
+    if (rt->nccl_status != GRAFT_OK) {
+        size_t used = strlen(lost);
+        snprintf(lost + used, sizeof(lost) - used, "; NCCL pair with donor group %" PRIu32 ": %s",
+                 rt->nccl_donor, graft_status_string(rt->nccl_status));
+    }
+    free_donors(rt);
+    graft__rt_relay_abandon(rt); /* a no-op unless this relay's serve did not begin */
+    if (st == GRAFT_OK)
+        graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
+    if (st == GRAFT_OK && rt->fp_fn != NULL) {
+        /* The trainer's own check of the installed state; a failing
+         * callback fails the heal. */
+        uint64_t t = graft__now_ns(), fp = 0;
+        st = rt->fp_fn(rt->fp_arg, &fp);
+        verify_ns = graft__now_ns() - t;
+        if (st != GRAFT_OK)
+            GRAFT_ERROR(GRAFT_RT_MOD, "fingerprint of the healed state failed: %s",
+                        graft_status_string(st));
+    }
+    if (st == GRAFT_EDRIFT)
+        snprintf(detail, sizeof(detail), "donors disagree on region %s chunk %" PRIu64,
+                 rep->drift.region, rep->drift.chunk);
+    else
+        snprintf(detail, sizeof(detail), "%zu donors, %" PRIu64 " bytes: %s%s", rep->n_donors,
+                 rep->bytes, graft_status_string(st), lost);
+    rt->heal_status = st;
+    rt->state_valid = st == GRAFT_OK;
+    if (st == GRAFT_OK)
+        rt->need_state = false;
+    pthread_mutex_lock(&rt->mu);
+    if (st == GRAFT_OK) {
+        rt->metrics.recoveries++;
+        rt->metrics.recovery_bytes += rep->bytes;
+        rt->metrics.last_detect_ns = rt->heal_detect_ns;
+        rt->metrics.last_quorum_phase_ns = rt->heal_quorum_ns;
+        rt->metrics.last_transfer_ns = rep->elapsed_ns;
+        rt->metrics.last_verify_ns = verify_ns;
+        rt->metrics.step = rt->q != NULL ? rt->q->step : rt->metrics.step;
+    } else {
+        rt->metrics.recovery_failures++;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    if (st != GRAFT_OK)
+        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": heal failed: %s",
+                    rt->group, rt->rank, detail);
+    graft_runtime_event_t ev = {
+        .kind = GRAFT_RUNTIME_EVENT_RECOVERY,
+        .status = st,
+        .step = rt->q != NULL ? rt->q->step : 0,
+        .quorum_id = rt->q != NULL ? rt->q->id : 0,
+        .bytes = rep->bytes,
+        .detect_ns = rt->heal_detect_ns,
+        .quorum_ns = rt->heal_quorum_ns,
+        .transfer_ns = rep->elapsed_ns,
+        .verify_ns = verify_ns,
+        .n_donors = (uint32_t)rep->n_donors,
+        .detail = detail,
+    };
+    graft__rt_emit(rt, &ev);
+    graft__rt_job_event(rt, st == GRAFT_EDRIFT ? GRAFT_EVENT_DRIFT : GRAFT_EVENT_RECOVERY_DONE,
+                        ev.step, st == GRAFT_OK, rep->elapsed_ns / 1000, detail);
+    /* Only the first heal of a process has a detection phase (start-up). */
+    rt->heal_detect_ns = 0;
+    return st;
+}

@@ -1,0 +1,226 @@
+/*
+ * The donor's side of a step: whom this rank serves (the fan-out plan's
+ * recipients), the serve and a relay's announced serve, and the fence that
+ * holds the optimizer step until the recipients are done.
+ */
+#include "runtime_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t member_incarnation(const graft_membership_view_t *v, uint32_t group,
+                                   uint32_t rank)
+{
+    for (size_t i = 0; v != NULL && i < v->n_members; i++)
+        if (v->members[i].group == group && v->members[i].rank == rank)
+            return v->members[i].incarnation;
+    return 0;
+}
+
+void graft__rt_peers_free(graft_runtime_t *rt)
+{
+    graft_free(rt->peers);
+    rt->peers = NULL;
+    rt->n_peers = 0;
+}
+
+/* The recipients this rank serves in q, as the round's fan-out plan has
+ * them (runtime_fanout.c). Each pulls over UCX (unless this rank's regions
+ * are all CUDA ones that go over NCCL) and, with NCCL pairs, takes its CUDA
+ * regions from its first donor. */
+graft_status_t graft__rt_peers_list(graft_runtime_t *rt, const graft__fanout_t *plan)
+{
+    bool nccl = graft__rt_nccl_on(rt);
+    bool ucx = !nccl || graft__rt_has_host_regions(rt);
+    graft_membership_view_t *v = NULL;
+    graft__rt_peers_free(rt); /* the list of a quorum that served nobody */
+    rt->peers = graft__calloc(plan->n_serves + 1, sizeof(*rt->peers));
+    if (rt->peers == NULL)
+        return GRAFT_ENOMEM;
+    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        v = NULL; /* incarnations unknown: learnt while the fence waits */
+    for (size_t i = 0; i < plan->n_serves; i++) {
+        uint32_t g = plan->serves[i].group;
+        rt->peers[rt->n_peers++] = (graft__rt_peer_t){
+            g, member_incarnation(v, g, rt->rank), ucx, nccl && plan->serves[i].primary, false};
+    }
+    graft_membership_view_free(v);
+    return GRAFT_OK;
+}
+
+static void recipients_count(graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_peers; i++)
+        rt->n_recipients += (uint32_t)rt->peers[i].ucx + (uint32_t)rt->peers[i].nccl;
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.serves++;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+/* How long a recipient whose member record this rank's view never showed
+ * may take to appear before the fence stops waiting for it: the view can
+ * lag the quorum by milliseconds, or the recipient left before it came. */
+#define FENCE_UNSEEN_GRACE_NS 1000000000ull
+
+/* How long the fence waits before it asks etcd whether its recipients have
+ * voted (a normal pull ends well within), and how often it asks again. */
+#define FENCE_VOTE_CHECK_NS 500000000ull
+
+/* Completions the fence can no longer get: those of recipients whose rank
+ * has left the job since the serve began (its member record is gone or is
+ * a new incarnation, which pulls in a later quorum if at all). */
+static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
+{
+    graft_membership_view_t *v = NULL;
+    uint32_t gone = 0;
+    if (rt->n_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        return 0;
+    for (size_t i = 0; i < rt->n_peers; i++) {
+        graft__rt_peer_t *p = &rt->peers[i];
+        uint64_t now = member_incarnation(v, p->group, rt->rank);
+        if (p->incarnation == 0 && now != 0) {
+            p->incarnation = now; /* arrived late in the view */
+        } else if (p->incarnation != 0 ? now != p->incarnation
+                                       : waited_ns >= FENCE_UNSEEN_GRACE_NS) {
+            gone += (uint32_t)p->ucx + (uint32_t)p->nccl;
+            p->finished = true;
+        }
+    }
+    graft_membership_view_free(v);
+    return gone;
+}
+
+/* Is every recipient past this round: voted in it or a later one (a rank
+ * votes only once its pull has ended, whether it read from this rank or
+ * not), or left the job? A recipient whose pull failed before it reached
+ * this rank (e.g. it gave up while this rank was still learning the
+ * quorum) sends no TransferDone, and would otherwise hold the fence until
+ * fence_timeout_ms. */
+static bool fence_peers_finished(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    for (size_t i = 0; i < rt->n_peers; i++) {
+        graft__rt_peer_t *p = &rt->peers[i];
+        bool voted = false;
+        if (!p->finished &&
+            graft_membership_voted_since(rt->m, p->group, rt->rank, q->round, &voted) == GRAFT_OK)
+            p->finished = voted;
+        if (!p->finished)
+            return false;
+    }
+    return true;
+}
+
+/* Serve q's step to rt->peers: over UCX (every region, or the host ones
+ * when CUDA regions go over NCCL pairs) and over NCCL to the peers that
+ * pair with this rank. rt->n_recipients becomes the number of completions
+ * the fence waits for. */
+graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    graft_status_t st = graft_transfer_serve_begin(rt->ep, q->step);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
+                    graft_status_string(st));
+        return st;
+    }
+    rt->serving = true;
+    recipients_count(rt);
+    if (graft__rt_nccl_on(rt))
+        st = graft__rt_nccl_serve_start(rt, q);
+    return st;
+}
+
+/* A relay announces its serve before its heal: its recipients queue at it
+ * instead of being refused, and the heal thread begins the serve once the
+ * state is in (heal_main). */
+graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    graft_status_t st = graft_transfer_serve_expect(rt->ep, q->step);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_RT_MOD, "cannot announce the serve of step %" PRIu64 ": %s", q->step,
+                    graft_status_string(st));
+        return st;
+    }
+    rt->serving = true;
+    rt->relay = true;
+    rt->relay_served = false;
+    recipients_count(rt);
+    return GRAFT_OK;
+}
+
+/* The relay's heal ended without its serve (it failed): there is nothing
+ * to fence; its recipients were refused and vote no. */
+void graft__rt_relay_abandon(graft_runtime_t *rt)
+{
+    if (!rt->relay || rt->relay_served)
+        return;
+    if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_RT_MOD, "relay: the announced serve was withdrawn already");
+    rt->serving = false;
+    rt->relay = false;
+    graft__rt_peers_free(rt);
+}
+
+void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    if (!rt->serving)
+        return;
+    /* Wait in slices: between them, a recipient that has left the job (a
+     * process killed before it reached this donor cannot be seen by the
+     * transport) stops holding the fence, and so, once every recipient has
+     * voted or left, does the whole fence (fence_peers_finished). A count
+     * can then include one that was done before it left, and the fence
+     * opens early: a recipient still reading is then refused or fails its
+     * chunk hashes and heals again, so nothing unverified is installed. */
+    uint64_t start = graft__now_ns();
+    uint64_t deadline = start + rt->cfg->fence_timeout_ms * 1000000ull;
+    uint64_t vote_check = start + FENCE_VOTE_CHECK_NS;
+    graft_status_t st;
+    for (;;) {
+        uint64_t now = graft__now_ns();
+        uint32_t slice =
+            now >= deadline ? 0 : (uint32_t)GRAFT_MIN(100, (deadline - now) / 1000000ull);
+        st = graft_transfer_fence_wait(rt->ep, q->step, rt->n_recipients, slice);
+        if (st != GRAFT_ETIMEOUT || graft__now_ns() >= deadline)
+            break;
+        uint32_t gone = fence_units_gone(rt, graft__now_ns() - start);
+        if (gone > 0 && graft_transfer_fence_count(rt->ep, q->step) + gone >= rt->n_recipients) {
+            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
+                       ": %" PRIu32 " of %" PRIu32 " recipients done, the rest left the job; "
+                       "not waiting for them", rt->group, rt->rank, q->step,
+                       graft_transfer_fence_count(rt->ep, q->step), rt->n_recipients);
+            st = GRAFT_OK;
+            break;
+        }
+        if (graft__now_ns() >= vote_check) {
+            vote_check = graft__now_ns() + FENCE_VOTE_CHECK_NS;
+            if (fence_peers_finished(rt, q)) {
+                GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %"
+                           PRIu64 ": %" PRIu32 " of %" PRIu32 " recipients done, every one "
+                           "has voted or left; not waiting for the rest", rt->group, rt->rank,
+                           q->step, graft_transfer_fence_count(rt->ep, q->step),
+                           rt->n_recipients);
+                st = GRAFT_OK;
+                break;
+            }
+        }
+    }
+    if (st != GRAFT_OK) {
+        /* A recipient that died or stalled must not hold the job: it
+         * verifies every chunk, so bytes changed under it are caught. */
+        GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
+                   ": %" PRIu32 " of %" PRIu32 " recipients done after %" PRIu64 " ms",
+                   rt->group, rt->rank, q->step, graft_transfer_fence_count(rt->ep, q->step),
+                   rt->n_recipients, rt->cfg->fence_timeout_ms);
+        pthread_mutex_lock(&rt->mu);
+        rt->metrics.fence_timeouts++;
+        pthread_mutex_unlock(&rt->mu);
+    }
+    graft__rt_nccl_serve_join(rt); /* they read the regions until they end */
+    if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_RT_MOD, "serve_end: not serving");
+    rt->serving = false;
+    graft__rt_peers_free(rt);
+}
