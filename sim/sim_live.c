@@ -83,8 +83,11 @@ typedef struct sim_open {
 typedef struct sim_run {
     const graft_sim_live_opts_t *o;
     const graft_sim_schedule_t *sched;
-    graft_etcd_server_t *server; /* NULL with --etcd */
-    const char *endpoint;
+    graft_etcd_cluster_t *cluster; /* NULL with --etcd */
+    graft_etcd_server_t *server;   /* its one member (etcd_restart); else NULL */
+    const char *endpoint;          /* comma-separated */
+    char **endpoints;              /* the same, split for the observer's client */
+    size_t n_endpoints;
     char job[64];
     char dir[PATH_MAX];
     const char *persist_root;
@@ -114,6 +117,12 @@ typedef struct sim_run {
     int part_g;                  /* --netns: the group cut off, -1: none */
     uint64_t part_until;         /* when its link comes back */
     size_t etcd_rec;
+    /* etcd_leader_kill: the member killed (SIZE_MAX: none down), when it
+     * restarts, and its entry in res->injected while the next leader is
+     * unseen or the member down (SIZE_MAX: none) */
+    size_t lk_member;
+    uint64_t lk_up_at;
+    size_t lk_inj;
     uint64_t event_seq;
     uint64_t last_events_ns;
     int tty;
@@ -312,6 +321,12 @@ static void sim_read_events(sim_run_t *r, int force)
 {
     uint64_t now = graft_sim_now_ns();
     if (!force && now - r->last_events_ns < 500000000ull) {
+        return;
+    }
+    /* While the cluster has no leader after an etcd_leader_kill a read can
+     * only time out, holding up the loop that samples the job's step (and
+     * so overstating the stall): wait until another member leads. */
+    if (!force && r->lk_inj != SIZE_MAX && r->res->injected[r->lk_inj].etcd_elected_t < 0) {
         return;
     }
     r->last_events_ns = now;
@@ -605,6 +620,10 @@ static void sim_record_injected(sim_run_t *r, size_t plan_index, const graft_sim
     in->donor_serving = 0;
     in->donor_mid_serve = 0;
     in->donor_heal_ok = -1;
+    in->etcd_member = -1;
+    in->etcd_new_leader = -1;
+    in->etcd_elected_t = -1.0;
+    in->etcd_restart_t = -1.0;
     r->last_inject_ns = graft_sim_now_ns();
     if (!r->tty) {
         printf("graft-sim: t=%.2fs step %lld: inject %s", in->t, r->job_step,
@@ -617,6 +636,67 @@ static void sim_record_injected(sim_run_t *r, size_t plan_index, const graft_sim
         }
         printf("\n");
         fflush(stdout);
+    }
+}
+
+/*
+ * etcd_leader_kill: SIGKILL the member that leads now (each member's
+ * maintenance status says), to be restarted after duration_ms. Not while
+ * an earlier one is down or its successor not yet seen: the cluster keeps
+ * its quorum only one member short, and each kill is measured alone.
+ */
+static int sim_kill_leader(sim_run_t *r, size_t idx, const graft_sim_event_t *ev)
+{
+    size_t leader = SIZE_MAX;
+    if (r->cluster == NULL || r->lk_member != SIZE_MAX || r->lk_inj != SIZE_MAX ||
+        graft_etcd_cluster_leader(r->cluster, &leader) != GRAFT_OK) {
+        return 0; /* no leader right now: try again on the next tick */
+    }
+    sim_record_injected(r, idx, ev);
+    graft_sim_injected_t *in = &r->res->injected[r->res->n_injected - 1];
+    in->etcd_member = (int)leader;
+    if (graft_etcd_server_kill(graft_etcd_cluster_member(r->cluster, leader)) != GRAFT_OK) {
+        sim_fail(r, "could not kill etcd member %zu", leader);
+        return 1;
+    }
+    r->lk_member = leader;
+    r->lk_inj = r->res->n_injected - 1;
+    r->lk_up_at = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
+    return 1;
+}
+
+/* How long a killed leader's restart waits, past its duration_ms, for
+ * the others to elect a leader. */
+#define SIM_LEADER_RESTART_GRACE_NS 5000000000ull
+
+/*
+ * After an etcd_leader_kill: note when a member leads again, and restart
+ * the killed one when its time is up (at once with now == UINT64_MAX, at
+ * the end of the run). The restart waits until it answers /health, which
+ * needs a leader: so it also waits for the others' election (a grace
+ * later it goes ahead), lest the engine's loop, and with it the sampling
+ * of the job's step, stand still until the election ends.
+ */
+static void sim_leader_pending(sim_run_t *r, uint64_t now)
+{
+    size_t leader;
+    graft_sim_injected_t *in = &r->res->injected[r->lk_inj];
+    if (r->lk_member != SIZE_MAX && now >= r->lk_up_at &&
+        (in->etcd_elected_t >= 0 || now - r->lk_up_at >= SIM_LEADER_RESTART_GRACE_NS)) {
+        if (graft_etcd_server_restart(graft_etcd_cluster_member(r->cluster, r->lk_member)) !=
+            GRAFT_OK) {
+            sim_fail(r, "could not restart etcd member %zu", r->lk_member);
+        }
+        in->etcd_restart_t = sim_t(r);
+        r->lk_member = SIZE_MAX;
+    }
+    if (now != UINT64_MAX && in->etcd_elected_t < 0 &&
+        graft_etcd_cluster_leader(r->cluster, &leader) == GRAFT_OK) {
+        in->etcd_elected_t = sim_t(r);
+        in->etcd_new_leader = (int)leader;
+    }
+    if (r->lk_member == SIZE_MAX && (in->etcd_elected_t >= 0 || now == UINT64_MAX)) {
+        r->lk_inj = SIZE_MAX;
     }
 }
 
@@ -757,6 +837,8 @@ static int sim_inject(sim_run_t *r, size_t idx)
         }
         r->etcd_up_at = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
         return 1;
+    case GRAFT_SIM_ETCD_LEADER_KILL:
+        return sim_kill_leader(r, idx, ev);
     case GRAFT_SIM_PARTITION:
         if (sim_net == NULL) {
             sim_fail(r, "partition needs --netns");
@@ -852,6 +934,9 @@ static void sim_pending(sim_run_t *r)
     }
     if (r->part_g >= 0 && now >= r->part_until) {
         sim_heal_partition(r);
+    }
+    if (r->lk_inj != SIZE_MAX) {
+        sim_leader_pending(r, now);
     }
     if (r->etcd_up_at != 0 && now >= r->etcd_up_at) {
         if (graft_etcd_server_restart(r->server) != GRAFT_OK) {
@@ -1045,8 +1130,9 @@ static const char *sim_trainer_path(char *buf, size_t len)
  * set of trainers under a job name of its own.
  */
 static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
-                                   const graft_sim_schedule_t *sched, graft_etcd_server_t *server,
-                                   const char *endpoint, const char *tag, const char *persist_root,
+                                   const graft_sim_schedule_t *sched,
+                                   graft_etcd_cluster_t *cluster, const char *endpoint,
+                                   const char *tag, const char *persist_root,
                                    graft_sim_result_t *res)
 {
     graft_status_t st = GRAFT_OK;
@@ -1055,8 +1141,11 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     memset(res, 0, sizeof(*res));
     r.o = o;
     r.sched = sched;
-    r.server = server;
+    r.cluster = cluster;
+    r.server = graft_etcd_cluster_size(cluster) == 1 ? graft_etcd_cluster_member(cluster, 0) : NULL;
     r.endpoint = endpoint;
+    r.lk_member = SIZE_MAX;
+    r.lk_inj = SIZE_MAX;
     r.res = res;
     r.persist_root = persist_root;
     r.tty = isatty(STDOUT_FILENO) && strcmp(tag, "ref") != 0;
@@ -1118,9 +1207,24 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
             goto out;
         }
     }
-    r.ecfg.endpoints = &r.endpoint;
-    r.ecfg.n_endpoints = 1;
+    st = graft_etcd_endpoints_split(r.endpoint, &r.endpoints, &r.n_endpoints);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim run: error: etcd endpoints '%s': %s\n", r.endpoint,
+                graft_status_string(st));
+        goto out;
+    }
+    r.ecfg.endpoints = (const char *const *)r.endpoints;
+    r.ecfg.n_endpoints = r.n_endpoints;
     r.ecfg.request_timeout_ms = 2000;
+    if (r.n_endpoints > 1) {
+        /* The observer runs in the loop that samples the job's step: a
+         * read stuck on a member whose leader just died would hold the
+         * samples up and overstate the stall. Give up on it soon; the
+         * next tick asks again. */
+        r.ecfg.request_timeout_ms = 300;
+        r.ecfg.connect_timeout_ms = 200;
+        r.ecfg.max_retries = GRAFT_ETCD_NO_RETRIES;
+    }
     graft_membership_config_t mc;
     memset(&mc, 0, sizeof(mc));
     mc.job = r.job;
@@ -1239,8 +1343,12 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
             usleep(SIM_TICK_US);
         }
     }
-    if (r.etcd_up_at != 0 && graft_etcd_server_restart(server) != GRAFT_OK) {
+    if (r.etcd_up_at != 0 && graft_etcd_server_restart(r.server) != GRAFT_OK) {
         sim_fail(&r, "could not restart etcd");
+    }
+    if (r.lk_member != SIZE_MAX) {
+        /* The run ended before the killed member's time was up. */
+        sim_leader_pending(&r, UINT64_MAX);
     }
     if (r.part_g >= 0) {
         sim_heal_partition(&r);
@@ -1280,6 +1388,7 @@ out:
     }
     free(r.open);
     free(r.slots);
+    graft_etcd_endpoints_free(r.endpoints, r.n_endpoints);
     for (int i = 0; i < 16; i++) {
         free(env[i]);
     }
@@ -1290,11 +1399,19 @@ out:
             fprintf(stderr, "graft-sim run: warning: could not remove %s\n", r.dir);
         }
     } else {
-        /* The embedded etcd's log goes with the server: keep a copy. */
-        char cmd[2 * PATH_MAX + 32];
-        const char *elog = graft_etcd_server_log_path(server);
-        if (elog != NULL) {
-            snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd.log'", elog, r.dir);
+        /* The embedded etcd's logs go with the cluster: keep copies
+         * (etcd.log, then etcd-m1.log, ... for the other members). */
+        char cmd[2 * PATH_MAX + 48];
+        for (size_t m = 0; m < graft_etcd_cluster_size(cluster); m++) {
+            const char *elog = graft_etcd_server_log_path(graft_etcd_cluster_member(cluster, m));
+            if (elog == NULL) {
+                continue;
+            }
+            if (m == 0) {
+                snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd.log'", elog, r.dir);
+            } else {
+                snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd-m%zu.log'", elog, r.dir, m);
+            }
             if (system(cmd) != 0) {
                 fprintf(stderr, "graft-sim run: warning: could not copy %s\n", elog);
             }
@@ -1525,7 +1642,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     int rc = 1;
     graft_sim_live_opts_t o = *opts;
     graft_sim_schedule_t *sched = NULL;
-    graft_etcd_server_t *server = NULL;
+    graft_etcd_cluster_t *cluster = NULL;
     char *text = NULL, *err = NULL, *ref = NULL, *plot = NULL;
     char tmp_persist[PATH_MAX] = "";
     graft_sim_result_t res;
@@ -1649,19 +1766,22 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     }
     const char *endpoint = o.etcd_url;
     if (endpoint == NULL) {
-        st = graft_etcd_server_start(&eopts, &server);
+        size_t members = o.etcd_members > 1 ? (size_t)o.etcd_members : 1;
+        st = graft_etcd_cluster_start(&eopts, members, &cluster);
         if (st != GRAFT_OK) {
             fprintf(stderr, "graft-sim run: error: cannot start the embedded etcd: %s\n",
                     graft_status_string(st));
             goto out;
         }
-        endpoint = graft_etcd_server_endpoint(server);
+        endpoint = graft_etcd_cluster_endpoints(cluster);
     }
     printf("graft-sim run: %d groups x %d ranks, %lld steps, seed %" PRIu64 ", %s, %zu failures "
            "planned, etcd %s%s\n",
            o.groups, o.ranks, o.steps, o.seed,
            o.mode == GRAFT_SIM_LIVE_STRICT ? "strict" : "elastic", sched->n_events, endpoint,
-           server ? " (embedded)" : "");
+           cluster == NULL                          ? ""
+           : graft_etcd_cluster_size(cluster) == 1 ? " (embedded)"
+                                                   : " (embedded cluster)");
     fflush(stdout);
     int cached = 0;
     if (o.mode == GRAFT_SIM_LIVE_STRICT) {
@@ -1671,7 +1791,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         }
         printf("graft-sim: reference state hash %s%s\n", ref, cached ? " (cached)" : "");
     }
-    st = sim_run_once(&o, sched, server, endpoint, "run", run_root, &res);
+    st = sim_run_once(&o, sched, cluster, endpoint, "run", run_root, &res);
     if (st != GRAFT_OK) {
         goto out;
     }
@@ -1707,7 +1827,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
 out:
     fflush(stdout);
     graft_sim_result_clear(&res);
-    graft_etcd_server_destroy(server);
+    graft_etcd_cluster_destroy(cluster);
     graft_sim_netns_destroy(sim_net);
     sim_net = NULL;
     if (tmp_persist[0] != '\0' && strstr(tmp_persist, "XXXXXX") == NULL) {

@@ -28,7 +28,9 @@ typedef struct graft_sim_live_opts {
     graft_sim_live_mode_t mode; /**< --mode strict|elastic */
     int random_failures;        /**< --random-failures N, >= 0 */
     const char *schedule_path;  /**< --schedule FILE (readable) or NULL */
-    const char *etcd_url;       /**< --etcd URL (http:// or https://) or NULL: embedded etcd */
+    const char *etcd_url;       /**< --etcd URL[,URL...] (http:// or https://) or NULL:
+                                     embedded etcd */
+    int etcd_members;           /**< --etcd-members N: the embedded etcd's size, >= 1 */
     const char *persist_root;   /**< --persist-root DIR or NULL */
     long long persist_every;    /**< --persist-every K, >= 1 when persist_root is set, else 0 */
     int netns;                  /**< --netns given */

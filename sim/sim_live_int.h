@@ -47,6 +47,10 @@ typedef struct graft_sim_injected {
     int donor_mid_serve;  /**< kill_donor: the recipient's heal of donor_step reported
                                that donor lost with chunks read or in flight */
     int donor_heal_ok;    /**< kill_donor: that heal's outcome; -1: not seen */
+    int etcd_member;      /**< etcd_leader_kill: the member killed (the leader), else -1 */
+    int etcd_new_leader;  /**< etcd_leader_kill: the member that led next; -1: not seen */
+    double etcd_elected_t; /**< etcd_leader_kill: when it was seen leading, s; <0: not seen */
+    double etcd_restart_t; /**< etcd_leader_kill: when the killed member was back, s */
 } graft_sim_injected_t;
 
 /** Everything one run produced. */
@@ -114,5 +118,41 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *opts, const graft_sim
 /** Write the SVG timeline and recovery-time distribution; 0 or -1 (errno). */
 int graft_sim_timeline_svg(const char *path, const graft_sim_live_opts_t *opts,
                            const graft_sim_result_t *res, const char *verdict);
+
+/* ------------------------------------------------ etcd leader kills --- */
+
+/** How far around an etcd_leader_kill its stall is looked for, s. */
+#define GRAFT_SIM_STALL_WINDOW_S 3.0
+
+/** What the etcd_leader_kills of a run cost (sim_stall.c). */
+typedef struct graft_sim_leader_summary {
+    size_t n;          /**< etcd_leader_kills injected */
+    size_t n_isolated; /**< of them, with no other failure within the window */
+    double stall_median, stall_max; /**< over the isolated ones, s; NAN: none */
+    size_t n_elected;  /**< kills after which another member was seen leading */
+    double elect_median, elect_max; /**< kill to that sighting, s; NAN: none */
+    double step_gap_median;         /**< what a step costs in this run, s */
+} graft_sim_leader_summary_t;
+
+/** Sort v[0..n) and give its median and max (NAN for n == 0). */
+void graft_sim_median_max(double *v, size_t n, double *med_p, double *max_p);
+
+/**
+ * The longest stretch in which the job's step stood still among those that
+ * end after @p t_kill and begin before t_kill + GRAFT_SIM_STALL_WINDOW_S,
+ * counted from t_kill at the earliest; NAN without samples there.
+ */
+double graft_sim_stall_after(const graft_sim_result_t *res, double t_kill);
+
+/** The widest interval between two samples in that window: how finely the
+ *  stall was measured. NAN without samples there. */
+double graft_sim_stall_resolution(const graft_sim_result_t *res, double t_kill);
+
+/** 1 when no other injected failure lies within GRAFT_SIM_STALL_WINDOW_S of
+ *  injected[i], on either side. */
+int graft_sim_stall_isolated(const graft_sim_result_t *res, size_t i);
+
+/** Summarize the run's etcd_leader_kills into *s_p. */
+void graft_sim_leader_summary(const graft_sim_result_t *res, graft_sim_leader_summary_t *s_p);
 
 #endif /* GRAFT_SIM_LIVE_INT_H */

@@ -26,8 +26,18 @@ static void sim_run_usage(FILE *out)
             "  --seed S              seed of the trainer and of the failure schedule [1]\n"
             "  --mode strict|elastic strict: bit-exact final state; elastic: consistent [strict]\n"
             "  --random-failures N   N failures of mixed kinds at seeded random points [0]\n"
-            "  --schedule FILE       failure schedule (JSON)\n"
-            "  --etcd URL            use this etcd instead of an embedded one\n"
+            "  --schedule FILE       failure schedule (JSON), docs/SIM.md:\n"
+            "                        {\"events\":[{\"kind\":K, \"at_step\":N or \"at_ms\":T,\n"
+            "                        \"group\", \"rank\", \"duration_ms\", \"corrupt\"}]}; K is\n"
+            "                        kill_rank, kill_group, kill_donor, hang, disaster,\n"
+            "                        etcd_restart (embedded etcd of one member), partition\n"
+            "                        (--netns) or etcd_leader_kill (SIGKILL etcd's leader,\n"
+            "                        restart it after duration_ms; --etcd-members >= 3)\n"
+            "  --etcd URL[,URL...]   use this etcd (its members' endpoints) instead of an\n"
+            "                        embedded one\n"
+            "  --etcd-members N      members of the embedded etcd, on loopback [1]; with 3\n"
+            "                        or more, --random-failures draws etcd_leader_kill\n"
+            "                        instead of etcd_restart\n"
             "  --persist-root DIR    keep persistent checkpoints here\n"
             "  --persist-every K     persistent checkpoint every K steps (with --persist-root)\n"
             "  --netns               groups in network namespaces with shaped links\n"
@@ -56,6 +66,31 @@ static int sim_run_int(const char *flag, const char *v, long long lo, long long 
     return 0;
 }
 
+/* A comma-separated list of http:// or https:// URLs, as the library's
+ * endpoint list takes; prints the error itself. */
+static int sim_run_url_list(const char *list)
+{
+    int n = 0;
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len > 0) {
+            if (!((len > 7 && strncmp(p, "http://", 7) == 0) ||
+                  (len > 8 && strncmp(p, "https://", 8) == 0))) {
+                fprintf(stderr, "graft-sim run: error: --etcd: '%.*s' is not an http:// or "
+                                "https:// URL\n",
+                        (int)len, p);
+                return 0;
+            }
+            n++;
+        }
+        p += len + (p[len] == ',');
+    }
+    if (n == 0) {
+        fprintf(stderr, "graft-sim run: error: --etcd: no URL in '%s'\n", list);
+    }
+    return n > 0;
+}
+
 static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const char **trainer_p)
 {
     long long v;
@@ -70,7 +105,8 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
         }
         static const char *const with_value[] = {
             "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
-            "--random-failures", "--schedule", "--etcd", "--persist-root", "--persist-every",
+            "--random-failures", "--schedule", "--etcd", "--etcd-members", "--persist-root",
+            "--persist-every",
             "--json", "--plot", "--trainer"};
         int known = 0;
         for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
@@ -136,14 +172,15 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
             }
             o->schedule_path = val;
         } else if (strcmp(flag, "--etcd") == 0) {
-            if ((strncmp(val, "http://", 7) != 0 || val[7] == '\0') &&
-                (strncmp(val, "https://", 8) != 0 || val[8] == '\0')) {
-                fprintf(stderr, "graft-sim run: error: --etcd: '%s' is not an http:// or "
-                                "https:// URL\n",
-                        val);
+            if (!sim_run_url_list(val)) {
                 return 2;
             }
             o->etcd_url = val;
+        } else if (strcmp(flag, "--etcd-members") == 0) {
+            if (sim_run_int(flag, val, 1, 9, &v) != 0) {
+                return 2;
+            }
+            o->etcd_members = (int)v;
         } else if (strcmp(flag, "--persist-root") == 0) {
             if (val[0] == '\0') {
                 fprintf(stderr, "graft-sim run: error: --persist-root: empty path\n");
@@ -166,6 +203,16 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
             o->json_path = val;
         }
     }
+    if (o->etcd_members > 1 && o->etcd_url != NULL) {
+        fprintf(stderr, "graft-sim run: error: --etcd-members sizes the embedded etcd; it "
+                        "cannot be combined with --etcd\n");
+        return 2;
+    }
+    if (o->etcd_members > 1 && o->netns) {
+        fprintf(stderr, "graft-sim run: error: --netns runs one embedded etcd member; it "
+                        "cannot be combined with --etcd-members\n");
+        return 2;
+    }
     if (o->persist_every > 0 && o->persist_root == NULL) {
         fprintf(stderr, "graft-sim run: error: --persist-every needs --persist-root\n");
         return 2;
@@ -186,6 +233,7 @@ int graft_sim_run_main(int argc, char **argv)
     o.steps = 100;
     o.seed = 1;
     o.mode = GRAFT_SIM_LIVE_STRICT;
+    o.etcd_members = 1;
 
     const char *trainer = NULL;
     int rc = sim_run_parse(argc, argv, &o, &trainer);

@@ -12,7 +12,8 @@
 #include <string.h>
 
 static const char *const sim_kind_names[GRAFT_SIM_KIND_COUNT] = {
-    "kill_rank", "kill_group", "kill_donor", "hang", "disaster", "etcd_restart", "partition"};
+    "kill_rank", "kill_group", "kill_donor", "hang",
+    "disaster",  "etcd_restart", "partition", "etcd_leader_kill"};
 
 const char *graft_sim_kind_name(graft_sim_kind_t kind)
 {
@@ -82,7 +83,12 @@ static int sim_kind_possible(const graft_sim_live_opts_t *o, graft_sim_kind_t k)
     case GRAFT_SIM_KILL_DONOR:
         return o->groups >= 2;
     case GRAFT_SIM_ETCD_RESTART:
-        return o->etcd_url == NULL; /* only an etcd we started can be restarted */
+        /* Only an etcd we started can be restarted; a cluster loses one
+         * member at a time (etcd_leader_kill). */
+        return o->etcd_url == NULL && o->etcd_members <= 1;
+    case GRAFT_SIM_ETCD_LEADER_KILL:
+        /* The cluster must keep a quorum without its leader. */
+        return o->etcd_url == NULL && o->etcd_members >= 3;
     case GRAFT_SIM_PARTITION:
         return o->netns;
     default:
@@ -103,6 +109,10 @@ static long long sim_default_duration(graft_sim_kind_t k, uint64_t *rng)
         return 200 + sim_rng_below(rng, 400);
     case GRAFT_SIM_PARTITION:
         return 1500 + sim_rng_below(rng, 1000);
+    case GRAFT_SIM_ETCD_LEADER_KILL:
+        /* Down for about one election, so the member comes back to a
+         * cluster that has just elected another leader. */
+        return 1000 + sim_rng_below(rng, 1000);
     default:
         return 0;
     }
@@ -119,8 +129,9 @@ static graft_status_t sim_plan_random(const graft_sim_live_opts_t *o, long long 
 {
     static const graft_sim_kind_t cycle[] = {
         GRAFT_SIM_KILL_RANK, GRAFT_SIM_KILL_GROUP,   GRAFT_SIM_HANG,      GRAFT_SIM_KILL_RANK,
-        GRAFT_SIM_KILL_DONOR, GRAFT_SIM_ETCD_RESTART, GRAFT_SIM_KILL_RANK, GRAFT_SIM_KILL_GROUP,
-        GRAFT_SIM_HANG,      GRAFT_SIM_KILL_DONOR,   GRAFT_SIM_PARTITION};
+        GRAFT_SIM_KILL_DONOR, GRAFT_SIM_ETCD_RESTART, GRAFT_SIM_ETCD_LEADER_KILL,
+        GRAFT_SIM_KILL_RANK, GRAFT_SIM_KILL_GROUP, GRAFT_SIM_HANG, GRAFT_SIM_KILL_DONOR,
+        GRAFT_SIM_PARTITION};
     graft_status_t st = GRAFT_OK;
     graft_sim_kind_t *kinds = NULL;
     if (n <= 0) {
@@ -171,7 +182,7 @@ static graft_status_t sim_plan_random(const graft_sim_live_opts_t *o, long long 
             /* Every other disaster corrupts the newest checkpoint (the engine
              * always keeps one: a temporary root when none is given). */
             ev.corrupt = ndis++ % 2;
-        } else if (ev.kind == GRAFT_SIM_ETCD_RESTART) {
+        } else if (ev.kind == GRAFT_SIM_ETCD_RESTART || ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
             ev.group = -1;
             ev.rank = -1;
         } else if (ev.kind == GRAFT_SIM_KILL_GROUP || ev.kind == GRAFT_SIM_PARTITION) {
@@ -266,7 +277,10 @@ static graft_status_t sim_parse_event(const graft_sim_live_opts_t *o, json_t *e,
                         idx, kind,
                         ev.kind == GRAFT_SIM_PARTITION    ? "needs --netns"
                         : ev.kind == GRAFT_SIM_KILL_DONOR ? "needs at least 2 groups"
-                                                          : "needs the embedded etcd, not --etcd");
+                        : ev.kind == GRAFT_SIM_ETCD_LEADER_KILL
+                            ? "needs the embedded etcd with --etcd-members 3 or more"
+                        : o->etcd_url != NULL ? "needs the embedded etcd, not --etcd"
+                                              : "needs the embedded etcd of one member");
         return GRAFT_ENOTSUP;
     }
     long long g = sim_json_int(e, "group", -1), r = sim_json_int(e, "rank", -1);
@@ -309,7 +323,8 @@ static graft_status_t sim_parse_event(const graft_sim_live_opts_t *o, json_t *e,
     /* Unset targets are drawn from the seed, in event order. */
     ev.group = g >= 0 ? (int)g : (int)sim_rng_below(rng, o->groups);
     ev.rank = r >= 0 ? (int)r : (int)sim_rng_below(rng, o->ranks);
-    if (ev.kind == GRAFT_SIM_DISASTER || ev.kind == GRAFT_SIM_ETCD_RESTART) {
+    if (ev.kind == GRAFT_SIM_DISASTER || ev.kind == GRAFT_SIM_ETCD_RESTART ||
+        ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
         ev.group = ev.rank = -1;
     } else if (ev.kind == GRAFT_SIM_KILL_GROUP || ev.kind == GRAFT_SIM_PARTITION) {
         ev.rank = -1;

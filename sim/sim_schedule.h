@@ -27,6 +27,8 @@ typedef enum graft_sim_kind {
     GRAFT_SIM_DISASTER,      /**< SIGKILL every group (restore from disk) */
     GRAFT_SIM_ETCD_RESTART,  /**< stop etcd for duration_ms, start it again */
     GRAFT_SIM_PARTITION,     /**< cut a group off the network (--netns only) */
+    GRAFT_SIM_ETCD_LEADER_KILL, /**< SIGKILL etcd's leader, restart it after duration_ms
+                                     (--etcd-members >= 3) */
     GRAFT_SIM_KIND_COUNT
 } graft_sim_kind_t;
 
@@ -37,7 +39,7 @@ typedef struct graft_sim_event {
     int rank;              /**< target rank (kill_donor: the donor's rank) */
     long long at_step;     /**< fire once the job has committed this step; -1: unused */
     long long at_ms;       /**< fire this many ms after the start; -1: unused */
-    long long duration_ms; /**< hang, etcd_restart, partition */
+    long long duration_ms; /**< hang, etcd_restart, partition, etcd_leader_kill */
     int corrupt;           /**< disaster: corrupt the newest checkpoint first */
 } graft_sim_event_t;
 

@@ -340,12 +340,6 @@ static double sim_phase(const graft_sim_recovery_t *rc, int ph)
     return start >= 0 && end >= 0 && end >= start ? end - start : NAN;
 }
 
-static int sim_dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median and max of one phase over finished recoveries; n = count. */
 static void sim_phase_stats(const graft_sim_result_t *res, int ph, double *med, double *max,
                             size_t *n)
@@ -360,10 +354,8 @@ static void sim_phase_stats(const graft_sim_result_t *res, int ph, double *med, 
     }
     *n = k;
     *med = *max = NAN;
-    if (k > 0) {
-        qsort(v, k, sizeof(double), sim_dbl_cmp);
-        *med = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-        *max = v[k - 1];
+    if (v != NULL) {
+        graft_sim_median_max(v, k, med, max);
     }
     free(v);
 }
@@ -413,6 +405,16 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
         fprintf(out, "donors killed      %zu of %zu while serving, %zu of them mid-pull "
                 "(ballast %d MiB)\n", serving, by_kind[GRAFT_SIM_KILL_DONOR], mid,
                 res->ballast_mib);
+    }
+    if (by_kind[GRAFT_SIM_ETCD_LEADER_KILL] > 0) {
+        graft_sim_leader_summary_t ls;
+        graft_sim_leader_summary(res, &ls);
+        fprintf(out, "etcd leader kills  %zu; stall (longest stretch without a commit within "
+                "%.0f s of a kill) median %.3f s, max %.3f s over the %zu isolated ones; "
+                "another member led %.3f s after the kill (median; max %.3f s, %zu seen); "
+                "a step takes %.3f s (median)\n",
+                ls.n, GRAFT_SIM_STALL_WINDOW_S, ls.stall_median, ls.stall_max, ls.n_isolated,
+                ls.elect_median, ls.elect_max, ls.n_elected, ls.step_gap_median);
     }
     fprintf(out, "steps committed    %lld (lost and recomputed after rollbacks: %lld)\n",
             res->steps_committed, res->steps_lost);
@@ -485,6 +487,22 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
                                                         : json_boolean(in->donor_heal_ok));
             mid_serve += in->donor_mid_serve != 0;
         }
+        if (in->ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
+            json_object_set_new(e, "etcd_member", json_integer(in->etcd_member));
+            json_object_set_new(e, "etcd_new_leader", in->etcd_new_leader >= 0
+                                                          ? json_integer(in->etcd_new_leader)
+                                                          : json_null());
+            json_object_set_new(e, "election_seconds",
+                                sim_num_or_null(in->etcd_elected_t >= 0 ? in->etcd_elected_t - in->t
+                                                                        : NAN));
+            json_object_set_new(e, "member_restarted_t",
+                                sim_num_or_null(in->etcd_restart_t >= 0 ? in->etcd_restart_t : NAN));
+            json_object_set_new(e, "stall_seconds",
+                                sim_num_or_null(graft_sim_stall_after(res, in->t)));
+            json_object_set_new(e, "stall_resolution_seconds",
+                                sim_num_or_null(graft_sim_stall_resolution(res, in->t)));
+            json_object_set_new(e, "isolated", json_boolean(graft_sim_stall_isolated(res, i)));
+        }
         json_array_append_new(inj, e);
     }
     for (size_t i = 0; i < res->n_recoveries; i++) {
@@ -550,6 +568,23 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
     json_object_set_new(j, "bytes_transferred", json_integer((json_int_t)res->bytes_transferred));
     json_object_set_new(j, "kill_donor_mid_serve", json_integer(mid_serve));
     json_object_set_new(j, "ballast_mib", json_integer(res->ballast_mib));
+    /* The embedded etcd's size; an external one's is not known here. */
+    json_object_set_new(j, "etcd_members", o->etcd_url != NULL
+                                               ? json_null()
+                                               : json_integer(o->etcd_members > 1
+                                                                  ? o->etcd_members
+                                                                  : 1));
+    graft_sim_leader_summary_t ls;
+    graft_sim_leader_summary(res, &ls);
+    json_t *lk = json_pack("{s:I, s:I, s:{s:o, s:o}, s:I, s:{s:o, s:o}, s:o, s:f}", "n",
+                           (json_int_t)ls.n, "n_isolated", (json_int_t)ls.n_isolated,
+                           "stall_seconds", "median", sim_num_or_null(ls.stall_median), "max",
+                           sim_num_or_null(ls.stall_max), "n_elected", (json_int_t)ls.n_elected,
+                           "election_seconds", "median", sim_num_or_null(ls.elect_median), "max",
+                           sim_num_or_null(ls.elect_max), "step_gap_median_seconds",
+                           sim_num_or_null(ls.step_gap_median), "window_seconds",
+                           GRAFT_SIM_STALL_WINDOW_S);
+    json_object_set_new(j, "etcd_leader_kills", lk != NULL ? lk : json_null());
     json_object_set_new(j, "final_state_hash",
                         res->final_hash ? json_string(res->final_hash) : json_null());
     json_object_set_new(j, "reference_state_hash",

@@ -12,6 +12,11 @@
  *    library (build/testlib/bin/train_mlp) with its test-only switch
  *    GRAFT_TEST_SKIP_REGION (its heals leave one region as it was) makes
  *    the verdict FAILED with exit status 1.
+ *  - etcd: with --etcd-members 3 the leader of the embedded cluster is
+ *    killed mid-run (etcd_leader_kill) and the run still ends bit-exact,
+ *    each kill's stall measured; --etcd takes a comma-separated list (its
+ *    first member dead) for the trainers and the observer alike. The stall
+ *    measure itself is checked on made-up samples.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +30,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "etcd_fixture.h"
 #include "sim/sim_live_int.h"
 #include "sim/sim_schedule.h"
 
@@ -181,12 +188,23 @@ static void test_schedule_random_covers_every_kind(void **state)
         }
     }
     for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
-        if (k == GRAFT_SIM_PARTITION) {
-            assert_int_equal(by_kind[k], 0); /* no --netns */
+        if (k == GRAFT_SIM_PARTITION || k == GRAFT_SIM_ETCD_LEADER_KILL) {
+            assert_int_equal(by_kind[k], 0); /* no --netns, one etcd member */
         } else {
             assert_true(by_kind[k] > 0);
         }
     }
+    /* A cluster of 3 loses its leader instead of restarting whole. */
+    graft_sim_schedule_destroy(s);
+    o.etcd_members = 3;
+    assert_int_equal(graft_sim_schedule_plan(&o, NULL, &s, &err), GRAFT_OK);
+    memset(by_kind, 0, sizeof(by_kind));
+    for (size_t i = 0; i < s->n_events; i++) {
+        by_kind[s->events[i].kind]++;
+    }
+    assert_true(by_kind[GRAFT_SIM_ETCD_LEADER_KILL] > 0);
+    assert_int_equal(by_kind[GRAFT_SIM_ETCD_RESTART], 0);
+    o.etcd_members = 0;
     /* With an external etcd it cannot restart etcd; with one group there
      * is no donor to kill. */
     graft_sim_schedule_destroy(s);
@@ -268,6 +286,12 @@ static void test_schedule_malformed(void **state)
                "random_kill_rate_per_step");
     expect_bad(&o, "{\"events\":[{\"kind\":\"partition\",\"group\":1,\"at_step\":1}]}",
                GRAFT_ENOTSUP, "needs --netns");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"etcd_leader_kill\",\"at_step\":1}]}",
+               GRAFT_ENOTSUP, "--etcd-members 3 or more");
+    o.etcd_members = 3;
+    expect_bad(&o, "{\"events\":[{\"kind\":\"etcd_restart\",\"at_step\":1}]}", GRAFT_ENOTSUP,
+               "of one member");
+    o.etcd_members = 0;
     o.etcd_url = "http://127.0.0.1:1";
     expect_bad(&o, "{\"events\":[{\"kind\":\"etcd_restart\",\"at_step\":1}]}", GRAFT_ENOTSUP,
                "embedded etcd");
@@ -370,6 +394,20 @@ static void test_binary_rejects_bad_input(void **state)
     const char *netns[] = {"--netns", "--etcd", "http://127.0.0.1:1", NULL};
     assert_int_equal(run_sim(netns, NULL, &out), 2);
     assert_non_null(strstr(out, "--netns"));
+    free(out);
+
+    /* --etcd-members sizes the embedded etcd only; every URL of a list
+     * is checked. */
+    const char *both[] = {"--etcd-members", "3", "--etcd", "http://127.0.0.1:1", NULL};
+    assert_int_equal(run_sim(both, NULL, &out), 2);
+    assert_non_null(strstr(out, "--etcd-members"));
+    free(out);
+    const char *list[] = {"--etcd", "http://127.0.0.1:1,ftp://127.0.0.1:2", NULL};
+    assert_int_equal(run_sim(list, NULL, &out), 2);
+    assert_non_null(strstr(out, "'ftp://127.0.0.1:2' is not"));
+    free(out);
+    const char *zero[] = {"--etcd-members", "0", NULL};
+    assert_int_equal(run_sim(zero, NULL, &out), 2);
     free(out);
 
     char bad[PATH_MAX + 32];
@@ -990,6 +1028,199 @@ static void test_live_sigterm_cleans_up(void **state)
     assert_int_equal(count_processes_with(dir), 0);
 }
 
+/* ------------------------------------------------- etcd leader kills --- */
+
+/* What a live run of the shipped trainer is given: its --json path, its
+ * schedule file, and the environment naming the reference cache and the
+ * trainer. */
+typedef struct live_run {
+    char json[PATH_MAX + 32];
+    char sched[PATH_MAX + 32];
+    char cache_env[PATH_MAX + 32];
+    char trainer_env[PATH_MAX + 96];
+} live_run_t;
+
+/* Fills *lr for a run called name (NAME.json, NAME-sched.json holding
+ * sched_text, in tmpdir). */
+static void live_run_init(live_run_t *lr, const char *name, const char *sched_text)
+{
+    snprintf(lr->json, sizeof(lr->json), "%s/%s.json", tmpdir, name);
+    snprintf(lr->sched, sizeof(lr->sched), "%s/%s-sched.json", tmpdir, name);
+    snprintf(lr->cache_env, sizeof(lr->cache_env), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(lr->trainer_env, sizeof(lr->trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    FILE *f = fopen(lr->sched, "w");
+    assert_non_null(f);
+    assert_true(fputs(sched_text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * The stall measure on made-up samples: the step moves every 20 ms except
+ * from the sample at 1.98 s to the one at 3.10 s (a stall of 1.12 s); a
+ * leader kill at 1.9 s, seen replaced at 2.9 s.
+ */
+static void test_stall_measure(void **state)
+{
+    (void)state;
+    graft_sim_sample_t smp[400];
+    long long step = 0;
+    for (int i = 0; i < 400; i++) {
+        smp[i].t = i * 0.02;
+        step += smp[i].t < 1.99 || smp[i].t > 3.09;
+        smp[i].step = step;
+    }
+    graft_sim_injected_t inj[2];
+    memset(inj, 0, sizeof(inj));
+    inj[0].t = 1.9;
+    inj[0].ev.kind = GRAFT_SIM_ETCD_LEADER_KILL;
+    inj[0].etcd_elected_t = 2.9;
+    inj[1].t = 3.5; /* a kill_rank within the window: not isolated */
+    inj[1].ev.kind = GRAFT_SIM_KILL_RANK;
+    inj[1].etcd_elected_t = -1;
+    graft_sim_result_t res;
+    memset(&res, 0, sizeof(res));
+    res.samples = smp;
+    res.n_samples = 400;
+    res.injected = inj;
+    res.n_injected = 2;
+    assert_true(fabs(graft_sim_stall_after(&res, 1.9) - 1.12) < 1e-6);
+    assert_true(fabs(graft_sim_stall_resolution(&res, 1.9) - 0.02) < 1e-6);
+    assert_true(fabs(graft_sim_stall_after(&res, 4.0) - 0.02) < 1e-6); /* after it */
+    /* A kill inside the standstill owns only what is left of it. */
+    assert_true(fabs(graft_sim_stall_after(&res, 2.5) - 0.6) < 1e-6);
+    assert_true(isnan(graft_sim_stall_after(&res, 9.0)));              /* past the samples */
+    graft_sim_leader_summary_t ls;
+    graft_sim_leader_summary(&res, &ls);
+    assert_int_equal(ls.n, 1);
+    assert_int_equal(ls.n_isolated, 0);
+    assert_true(isnan(ls.stall_median));
+    assert_int_equal(ls.n_elected, 1);
+    assert_true(fabs(ls.elect_median - 1.0) < 1e-9);
+    assert_true(fabs(ls.step_gap_median - 0.02) < 1e-6);
+    inj[1].t = 5.0; /* outside the window now */
+    graft_sim_leader_summary(&res, &ls);
+    assert_int_equal(ls.n_isolated, 1);
+    assert_true(fabs(ls.stall_median - 1.12) < 1e-6);
+    assert_true(fabs(ls.stall_max - 1.12) < 1e-6);
+}
+
+/*
+ * A 3-member embedded etcd loses its leader three times (at steps 100,
+ * 500 and 1000, at most ~130 steps/s, so more than 3 s apart; SIGKILL,
+ * back 1.5 s later) while 3 groups train; a rank dies at step 560, soon
+ * after the second kill (during or just after its election), so its
+ * group re-forms the quorum through the surviving members. Bit-exact, and every kill was seen replaced and measured.
+ */
+static void test_live_etcd_leader_kills_bit_exact(void **state)
+{
+    (void)state;
+    live_run_t lr;
+    live_run_init(&lr, "leader",
+              "{\"events\":["
+              "{\"kind\":\"etcd_leader_kill\",\"at_step\":100,\"duration_ms\":1500},"
+              "{\"kind\":\"etcd_leader_kill\",\"at_step\":500,\"duration_ms\":1500},"
+              "{\"kind\":\"kill_rank\",\"group\":1,\"rank\":0,\"at_step\":560},"
+              "{\"kind\":\"etcd_leader_kill\",\"at_step\":1000,\"duration_ms\":1500}]}");
+    const char *args[] = {"--groups", "3", "--ranks", "1", "--steps", "1500", "--seed", "11",
+                          "--etcd-members", "3", "--schedule", lr.sched, "--json", lr.json,
+                          NULL};
+    const char *env[] = {lr.cache_env, lr.trainer_env, "GRAFT_SIM_TIMEOUT_S=120", NULL};
+    char *out = run_sim_ok(args, env);
+    assert_non_null(strstr(out, "(embedded cluster)"));
+    assert_non_null(strstr(out, "etcd leader kills  3;"));
+    free(out);
+    json_t *j = load_json(lr.json);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_injected_total")), 4);
+    assert_int_equal(json_integer_value(json_object_get(j, "etcd_members")), 3);
+    json_t *inj = json_object_get(j, "injected");
+    size_t kills = 0;
+    double best_reso = INFINITY;
+    for (size_t i = 0; i < json_array_size(inj); i++) {
+        json_t *e = json_array_get(inj, i);
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "etcd_leader_kill") != 0) {
+            continue;
+        }
+        kills++;
+        json_int_t m = json_integer_value(json_object_get(e, "etcd_member"));
+        assert_true(m >= 0 && m < 3);
+        assert_true(json_is_integer(json_object_get(e, "etcd_new_leader")));
+        double t = json_real_value(json_object_get(e, "t"));
+        double back = json_real_value(json_object_get(e, "member_restarted_t"));
+        double stall = json_real_value(json_object_get(e, "stall_seconds"));
+        double reso = json_real_value(json_object_get(e, "stall_resolution_seconds"));
+        assert_true(back >= t + 1.5);
+        /* A stall was measured (about one election mostly; a lease lost
+         * in the election can make it 3-18 s, docs/PERFORMANCE.md). */
+        if (!(stall > 0 && stall < 60)) {
+            fail_msg("kill %zu: stall %.3f s measured at %.3f s resolution", kills, stall, reso);
+        }
+        best_reso = reso < best_reso ? reso : best_reso;
+        /* Only the second kill had another failure within the window. */
+        if (json_is_true(json_object_get(e, "isolated")) != (kills != 2)) {
+            fail_msg("kill %zu at %.3f s: isolated %d", kills, t,
+                     json_is_true(json_object_get(e, "isolated")));
+        }
+    }
+    assert_int_equal(kills, 3);
+    /* The loop sampled the step finely through an election: it does not
+     * wait on a leaderless etcd (its reads took 0.3-0.6 s each there).
+     * Under load the loop lags anyway, so one kill of three suffices. */
+    if (!(best_reso < 0.5)) {
+        fail_msg("every kill's stall measured at %.3f s resolution or worse", best_reso);
+    }
+    json_t *lk = json_object_get(j, "etcd_leader_kills");
+    assert_int_equal(json_integer_value(json_object_get(lk, "n")), 3);
+    assert_int_equal(json_integer_value(json_object_get(lk, "n_isolated")), 2);
+    assert_int_equal(json_integer_value(json_object_get(lk, "n_elected")), 3);
+    json_t *stall = json_object_get(lk, "stall_seconds");
+    assert_true(json_is_real(json_object_get(stall, "median")));
+    print_message("etcd leader kills: stall median %.3f s, max %.3f s (isolated); election "
+                  "median %.3f s\n",
+                  json_real_value(json_object_get(stall, "median")),
+                  json_real_value(json_object_get(stall, "max")),
+                  json_real_value(json_object_get(json_object_get(lk, "election_seconds"),
+                                                  "median")));
+    json_decref(j);
+}
+
+/*
+ * --etcd with a comma-separated list whose first endpoint is dead: the
+ * trainers and the observer fail over to the live members of a 3-member
+ * cluster. The observer's part shows in the report: the recovery of the
+ * killed rank (seen in its view) and the bytes healed (from its reads of
+ * the event history).
+ */
+static graft_test_etcd_cluster_t list_cluster; /* teardown stops it after a failure */
+
+static void test_live_etcd_endpoint_list(void **state)
+{
+    (void)state;
+    graft_test_etcd_cluster_t *c = &list_cluster;
+    assert_int_equal(graft_test_etcd_cluster_start(c, 3), 0);
+    char list[1024];
+    snprintf(list, sizeof(list), "http://127.0.0.1:1,%s",
+             graft_etcd_cluster_endpoints(c->cluster));
+    live_run_t lr;
+    live_run_init(&lr, "list",
+                  "{\"events\":[{\"kind\":\"kill_rank\",\"group\":1,\"rank\":0,\"at_step\":40}]}");
+    const char *args[] = {"--groups", "2",    "--ranks", "1",        "--steps", "150",
+                          "--seed",   "12",   "--etcd",  list,       "--schedule", lr.sched,
+                          "--json",   lr.json, NULL};
+    const char *env[] = {lr.cache_env, lr.trainer_env, "GRAFT_SIM_TIMEOUT_S=60", NULL};
+    char *out = run_sim_ok(args, env);
+    free(out);
+    graft_test_etcd_cluster_stop(c);
+    json_t *j = load_json(lr.json);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_true(json_is_null(json_object_get(j, "etcd_members")));
+    json_t *recs = json_object_get(j, "recoveries");
+    assert_int_equal(json_array_size(recs), 1);
+    assert_true(json_is_true(json_object_get(json_array_get(recs, 0), "healed")));
+    assert_true(json_integer_value(json_object_get(j, "bytes_transferred")) > 0);
+    json_decref(j);
+}
+
 /* ---------------------------------------------------------------- main --- */
 
 static int setup(void **state)
@@ -1003,6 +1234,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (list_cluster.cluster != NULL) {
+        graft_test_etcd_cluster_stop(&list_cluster);
+    }
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     return system(cmd) == 0 ? 0 : -1;
@@ -1028,12 +1262,15 @@ int main(void)
         cmocka_unit_test(test_schedule_file_round_trip),
         cmocka_unit_test(test_schedule_malformed),
         cmocka_unit_test(test_verdict_epochs),
+        cmocka_unit_test(test_stall_measure),
         cmocka_unit_test(test_binary_rejects_bad_input),
         cmocka_unit_test(test_plan_only_is_deterministic),
         cmocka_unit_test(test_live_broken_heal_fails),
         cmocka_unit_test(test_live_shipped_trainer_ignores_switch),
         cmocka_unit_test(test_live_elastic_consistent),
         cmocka_unit_test(test_live_relays_bit_exact),
+        cmocka_unit_test(test_live_etcd_leader_kills_bit_exact),
+        cmocka_unit_test(test_live_etcd_endpoint_list),
         cmocka_unit_test(test_live_fifty_failures_bit_exact),
         cmocka_unit_test(test_live_sigterm_cleans_up),
         cmocka_unit_test(test_netns_teardown),
