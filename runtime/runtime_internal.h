@@ -261,6 +261,7 @@ GRAFT_WUR graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t r
 char *graft__rt_key_drift_folder(const graft_runtime_t *rt, uint64_t step, uint32_t rank);
 char *graft__rt_key_drift(const graft_runtime_t *rt, uint64_t step, uint32_t rank,
                           uint32_t group);
+char *graft__rt_key_progress(const graft_runtime_t *rt);
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step);
 char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step);
 char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank);
@@ -272,6 +273,10 @@ GRAFT_WUR graft_status_t graft__rt_drift_encode(const graft_runtime_t *rt, const
 GRAFT_WUR graft_status_t graft__rt_drift_decode(const graft_runtime_t *rt, const uint8_t *buf,
                                                 size_t len, uint32_t *group_p, uint64_t *hashes,
                                                 bool *have);
+/* The ProgressRecord of `progress`; decode: GRAFT_EMALFORMED, GRAFT_EFORMAT. */
+GRAFT_WUR graft_status_t graft__rt_progress_encode(uint64_t step, uint8_t **buf_p, size_t *len_p);
+GRAFT_WUR graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len,
+                                                   uint64_t *step_p);
 /* Write checkpoints/<step> (best effort: a failure is logged). */
 void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step,
                                      const char *status);

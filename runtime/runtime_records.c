@@ -1,9 +1,9 @@
 /*
  * The records the runtime keeps in etcd under /graft/<job>/ (docs/KEYS.md):
  * one function per key, and the encoding of each value. Values are
- * protobuf messages from proto/graft.proto: DriftRecord under drift/,
- * CheckpointRecord under checkpoints/, and under ckpt/ the persist shard
- * records (ShardInfo, encoded by persist/).
+ * protobuf messages from proto/graft.proto: ProgressRecord at progress,
+ * DriftRecord under drift/, CheckpointRecord under checkpoints/, and under
+ * ckpt/ the persist shard records (ShardInfo, encoded by persist/).
  */
 #include "runtime_internal.h"
 
@@ -44,6 +44,11 @@ graft_status_t graft_drift_key_folder(const char *job, char **folder_p)
         return GRAFT_ENOMEM;
     *folder_p = folder;
     return GRAFT_OK;
+}
+
+char *graft__rt_key_progress(const graft_runtime_t *rt)
+{
+    return graft__asprintf("%sprogress", rt->prefix);
 }
 
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step)
@@ -146,4 +151,26 @@ void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, ui
     }
     graft_free(buf);
     graft_free(key);
+}
+
+graft_status_t graft__rt_progress_encode(uint64_t step, uint8_t **buf_p, size_t *len_p)
+{
+    Graft__ProgressRecord rec = GRAFT__PROGRESS_RECORD__INIT;
+    rec.version = RECORD_VERSION;
+    rec.step = step;
+    return pack(&rec.base, buf_p, len_p);
+}
+
+graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len, uint64_t *step_p)
+{
+    bool oom = false;
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
+    Graft__ProgressRecord *rec = graft__progress_record__unpack(&pa, len, buf);
+    if (rec == NULL)
+        return oom ? GRAFT_ENOMEM : GRAFT_EMALFORMED;
+    graft_status_t st = rec->version != RECORD_VERSION ? GRAFT_EFORMAT : GRAFT_OK;
+    if (st == GRAFT_OK)
+        *step_p = rec->step;
+    graft__progress_record__free_unpacked(rec, &graft__pb_allocator);
+    return st;
 }

@@ -67,16 +67,21 @@ static graft_status_t job_progress(graft_runtime_t *rt, uint64_t *progress_step_
     graft_status_t st = GRAFT_ENOMEM;
     memset(&res, 0, sizeof(res));
     memset(&kv, 0, sizeof(kv));
-    pkey = graft__asprintf("%sprogress", rt->prefix);
+    pkey = graft__rt_key_progress(rt);
     ckey = graft__asprintf("%scheckpoints/", rt->prefix);
     if (pkey == NULL || ckey == NULL)
         goto out;
     st = graft_etcd_get(rt->etcd, pkey, &kv, NULL);
     if (st == GRAFT_OK) {
-        char text[24] = "";
-        memcpy(text, kv.value, GRAFT_MIN(kv.value_len, sizeof(text) - 1));
-        /* Unparsable text still says the job progressed. */
-        pstep = GRAFT_MAX(strtoull(text, NULL, 10), 1u);
+        /* A record that does not decode still says the job progressed. */
+        st = graft__rt_progress_decode(kv.value, kv.value_len, &pstep);
+        if (st == GRAFT_ENOMEM)
+            goto out;
+        if (st != GRAFT_OK)
+            GRAFT_WARN(GRAFT_RT_MOD, "%s: %s; taking the job as progressed", pkey,
+                       graft_status_string(st));
+        pstep = GRAFT_MAX(pstep, 1u);
+        st = GRAFT_OK;
     } else if (st != GRAFT_ENOTFOUND) {
         GRAFT_ERROR(GRAFT_RT_MOD, "cannot read %s: %s", pkey, graft_status_string(st));
         goto out;
@@ -101,16 +106,17 @@ out:
  * next commit. */
 static void publish_progress(graft_runtime_t *rt, uint64_t step)
 {
-    char text[24];
-    char *key = graft__asprintf("%sprogress", rt->prefix);
-    if (key == NULL)
-        return;
-    int n = snprintf(text, sizeof(text), "%" PRIu64, step);
-    graft_status_t st = graft_etcd_put(rt->etcd, key, text, (size_t)n, 0, NULL, NULL);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *key = graft__rt_key_progress(rt);
+    graft_status_t st = key == NULL ? GRAFT_ENOMEM : graft__rt_progress_encode(step, &buf, &len);
+    if (st == GRAFT_OK)
+        st = graft_etcd_put(rt->etcd, key, buf, len, 0, NULL, NULL);
     if (st == GRAFT_OK)
         rt->progress_published = true;
     else
-        GRAFT_WARN(GRAFT_RT_MOD, "cannot write %s: %s", key, graft_status_string(st));
+        GRAFT_WARN(GRAFT_RT_MOD, "cannot write the progress record: %s", graft_status_string(st));
+    graft_free(buf);
     graft_free(key);
 }
 

@@ -1426,6 +1426,18 @@ static void test_progressed_job_no_cold_start(void **state)
     char hash[17], start[16];
     read_final(a, &step, hash, start, &rec);
     assert_string_equal(start, "cold");
+    /* What says so: the progress key, a ProgressRecord of a committed step. */
+    char key[160];
+    graft_etcd_kv_t kv;
+    snprintf(key, sizeof(key), "/graft/%s/progress", j.name);
+    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    Graft__ProgressRecord *pr =
+        graft__progress_record__unpack(NULL, kv.value_len, (const uint8_t *)kv.value);
+    assert_non_null(pr);
+    assert_int_equal(pr->version, 1);
+    assert_true(pr->step >= 1 && pr->step <= 4);
+    graft__progress_record__free_unpacked(pr, NULL);
+    graft_etcd_kv_clear(&kv);
 
     const char *again[] = {"--steps", "8", NULL};
     const char *const want = graft_status_string(GRAFT_ESTATELOST);
