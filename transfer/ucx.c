@@ -2124,26 +2124,32 @@ drop:
     return UCS_OK;
 }
 
+ucs_status_t graft__ucx_connect(ucp_worker_h w, const struct sockaddr_in *sa,
+                                ucp_err_handler_cb_t err_cb, void *err_arg, ucp_ep_h *ep_p)
+{
+    ucp_ep_params_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    prm.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    prm.sockaddr.addr = (const struct sockaddr *)sa;
+    prm.sockaddr.addrlen = sizeof(*sa);
+    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    prm.err_handler.cb = err_cb;
+    prm.err_handler.arg = err_arg;
+    return ucp_ep_create(w, &prm, ep_p);
+}
+
 static graft_status_t donor_connect(pull_t *p, pdonor_t *d)
 {
     struct sockaddr_in sa;
-    ucp_ep_params_t prm;
     ucs_status_t st;
 
     if (graft__ucx_parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "bad donor address '%s'", p->o->donors[d->index]);
         return GRAFT_EINVAL;
     }
-    memset(&prm, 0, sizeof(prm));
-    prm.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    prm.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    prm.sockaddr.addr = (const struct sockaddr *)&sa;
-    prm.sockaddr.addrlen = sizeof(sa);
-    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    prm.err_handler.cb = recip_err_cb;
-    prm.err_handler.arg = d;
-    st = ucp_ep_create(d->worker, &prm, &d->uep);
+    st = graft__ucx_connect(d->worker, &sa, recip_err_cb, d, &d->uep);
     if (st != UCS_OK) {
         GRAFT_WARN(GRAFT__XFER_MOD, "connecting to %s: %s", p->o->donors[d->index],
                    ucs_status_string(st));

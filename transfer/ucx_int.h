@@ -16,6 +16,9 @@ graft_status_t graft__ucx_status(ucs_status_t st);
 GRAFT_WUR graft_status_t graft__ucx_parse_address(const char *s, struct sockaddr_in *sa);
 /* A single-threaded worker on @p ctx. */
 GRAFT_WUR graft_status_t graft__ucx_worker_create(ucp_context_h ctx, ucp_worker_h *w_p);
+/* A client connection to the listener at @p sa, with peer error handling. */
+ucs_status_t graft__ucx_connect(ucp_worker_h w, const struct sockaddr_in *sa,
+                                ucp_err_handler_cb_t err_cb, void *err_arg, ucp_ep_h *ep_p);
 /* The endpoint's UCX context (shared by its workers). */
 ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep);
 

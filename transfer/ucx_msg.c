@@ -116,17 +116,7 @@ static graft_status_t peer_get(graft_transfer_endpoint_t *ep, struct graft__msg_
         graft_free(p);
         return GRAFT_ENOMEM;
     }
-    ucp_ep_params_t prm;
-    memset(&prm, 0, sizeof(prm));
-    prm.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    prm.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    prm.sockaddr.addr = (const struct sockaddr *)&sa;
-    prm.sockaddr.addrlen = sizeof(sa);
-    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    prm.err_handler.cb = peer_err_cb;
-    prm.err_handler.arg = p;
-    ucs_status_t st = ucp_ep_create(s->worker, &prm, &p->uep);
+    ucs_status_t st = graft__ucx_connect(s->worker, &sa, peer_err_cb, p, &p->uep);
     if (st != UCS_OK) {
         GRAFT_DEBUG(GRAFT__XFER_MOD, "connecting to %s: %s", address, ucs_status_string(st));
         p->uep = NULL;
