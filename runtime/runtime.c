@@ -154,6 +154,8 @@ void graft_destroy(graft_runtime_t *rt)
         GRAFT_WARN(GRAFT_RT_MOD, "serve_end at destroy failed");
     graft_free(rt->peers);
     graft__rt_persist_close(rt);
+    if (rt->joined)
+        graft__rt_publish_progress(rt); /* where this process got to */
     graft_membership_quorum_free(rt->q);
     graft__rt_steady_free(rt);
     graft_membership_destroy(rt->m);

@@ -104,7 +104,9 @@ struct graft_runtime {
     bool round_restored;   /* this quorum fell back to a checkpoint of another step */
     bool vetoed;           /* graft_commit_veto() in this step: vote no */
     bool healthy_published;
-    bool progress_published; /* the job's progress key, once per process */
+    bool progress_published; /* the job's progress key, at least once per process */
+    uint64_t progress_step;    /* the step this process last wrote there */
+    uint64_t progress_ns;      /* and when */
     graft_quorum_t *q;     /* the open step's quorum; NULL between steps */
     bool q_steady;         /* q was agreed on the steady path, not in etcd */
     graft__steady_t *steady; /* runtime_steady.c; NULL until the first quorum */
@@ -171,6 +173,9 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
 /* The committed step (metrics and membership follow). */
 void graft__rt_set_step(graft_runtime_t *rt, uint64_t step);
+/* Write the job's progress record with this process's committed step
+ * (best effort; graft_destroy() calls it for the last step). */
+void graft__rt_publish_progress(graft_runtime_t *rt);
 
 /* runtime_heal.c: start pulling this rank's regions from rank `rank` of
  * the donor groups (a background thread; graft_heal_wait() joins it). */

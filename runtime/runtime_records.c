@@ -46,9 +46,15 @@ graft_status_t graft_drift_key_folder(const char *job, char **folder_p)
     return GRAFT_OK;
 }
 
+/* The one spelling of the progress key, for the runtime and for tools. */
+static char *progress_key(const char *prefix)
+{
+    return graft__asprintf("%sprogress", prefix);
+}
+
 char *graft__rt_key_progress(const graft_runtime_t *rt)
 {
-    return graft__asprintf("%sprogress", rt->prefix);
+    return progress_key(rt->prefix);
 }
 
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step)
@@ -172,5 +178,27 @@ graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len, uint64_
     if (st == GRAFT_OK)
         *step_p = rec->step;
     graft__progress_record__free_unpacked(rec, &graft__pb_allocator);
+    return st;
+}
+
+graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job, uint64_t *step_p)
+{
+    char *prefix = NULL;
+    graft_etcd_kv_t kv;
+    if (etcd == NULL || step_p == NULL)
+        return GRAFT_EINVAL;
+    graft_status_t st = graft_membership_job_prefix(job, &prefix);
+    if (st != GRAFT_OK)
+        return st;
+    char *key = progress_key(prefix);
+    graft_free(prefix);
+    if (key == NULL)
+        return GRAFT_ENOMEM;
+    memset(&kv, 0, sizeof(kv));
+    st = graft_etcd_get(etcd, key, &kv, NULL);
+    if (st == GRAFT_OK)
+        st = graft__rt_progress_decode(kv.value, kv.value_len, step_p);
+    graft_etcd_kv_clear(&kv);
+    graft_free(key);
     return st;
 }

@@ -101,23 +101,41 @@ out:
     return st;
 }
 
-/* Mark the job as having committed steps (see job_progress). Once per
- * process, so the steady state pays nothing; a failure is retried at the
- * next commit. */
-static void publish_progress(graft_runtime_t *rt, uint64_t step)
+/* The job's progress record (see job_progress): written by every process at
+ * its first committed step, then every PROGRESS_EVERY_NS by rank 0 of the
+ * quorum's first group, so that tools see where a job on the steady path is
+ * (its quorum record shows the epoch's first step), and at graft_destroy()
+ * by every process. A failure is retried at the next commit. */
+#define PROGRESS_EVERY_NS (10ull * 1000000000ull)
+
+void graft__rt_publish_progress(graft_runtime_t *rt)
 {
+    uint64_t step = graft_step(rt);
     uint8_t *buf = NULL;
     size_t len = 0;
+    if (step == 0 || step == rt->progress_step)
+        return;
     char *key = graft__rt_key_progress(rt);
     graft_status_t st = key == NULL ? GRAFT_ENOMEM : graft__rt_progress_encode(step, &buf, &len);
     if (st == GRAFT_OK)
         st = graft_etcd_put(rt->etcd, key, buf, len, 0, NULL, NULL);
-    if (st == GRAFT_OK)
+    if (st == GRAFT_OK) {
         rt->progress_published = true;
-    else
+        rt->progress_step = step;
+        rt->progress_ns = graft__now_ns();
+    } else {
         GRAFT_WARN(GRAFT_RT_MOD, "cannot write the progress record: %s", graft_status_string(st));
+    }
     graft_free(buf);
     graft_free(key);
+}
+
+static void progress_due(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    bool reporter = q->replica_rank == 0 && rt->rank == 0 &&
+                    graft__now_ns() - rt->progress_ns >= PROGRESS_EVERY_NS;
+    if (!rt->progress_published || reporter)
+        graft__rt_publish_progress(rt);
 }
 
 graft_status_t graft__rt_join(graft_runtime_t *rt)
@@ -516,8 +534,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
             st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, q->step + 1);
             rt->healthy_published = st == GRAFT_OK;
         }
-        if (!rt->progress_published)
-            publish_progress(rt, q->step + 1);
+        progress_due(rt, q);
     } else {
         /* A healed group holds the quorum's step even when the vote fails. */
         if (rt->state_valid && !rt->round_restored)

@@ -585,6 +585,23 @@ const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind);
 GRAFT_WUR graft_status_t graft_drift_key_folder(const char *job, char **folder_p);
 
 /**
+ * @brief A job's progress record (docs/KEYS.md): a step the job committed,
+ *        written at each process's first commit, every 10 s while it runs
+ *        and by each process as it ends. With the steady path the quorum
+ *        record shows the step its epoch began at, so this is where tools
+ *        read how far a job got.
+ * @param [in]  etcd    a client of the job's etcd.
+ * @param [in]  job     the job's name.
+ * @param [out] step_p  the step.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOTFOUND (no step committed yet),
+ *         GRAFT_EMALFORMED / GRAFT_EFORMAT (a record it cannot read), or the
+ *         etcd client's error.
+ */
+typedef struct graft_etcd graft_etcd_t; /* <graft/etcd.h> */
+GRAFT_WUR graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job,
+                                             uint64_t *step_p);
+
+/**
  * @brief Route the library's log messages (the same as graft_log_sink_set()).
  * @param [in] fn   the sink, or NULL for standard error.
  * @param [in] arg  passed to it.

@@ -168,10 +168,20 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                                                       groups[gi]),
                                                  "ranks", jranks));
     }
-    root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o}", "job", job, "revision",
+    /* How far the job got: the quorum record shows where its epoch began
+     * (steps of an unchanged epoch do not go through etcd). */
+    uint64_t progress = 0;
+    graft_status_t pst = graft_progress_read(c->etcd, job, &progress);
+    if (pst != GRAFT_OK && pst != GRAFT_ENOTFOUND) {
+        st = pst;
+        json_decref(jgroups);
+        goto out;
+    }
+    root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o}", "job", job, "revision",
                      (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
-                     (json_int_t)ng, "groups_healthy", (json_int_t)healthy, "quorum",
-                     q != NULL ? quorum_json(q) : json_null(), "groups", jgroups);
+                     (json_int_t)ng, "groups_healthy", (json_int_t)healthy, "progress_step",
+                     pst == GRAFT_OK ? json_integer((json_int_t)progress) : json_null(),
+                     "quorum", q != NULL ? quorum_json(q) : json_null(), "groups", jgroups);
     if (root == NULL)
         st = GRAFT_ENOMEM;
 out:
@@ -191,9 +201,13 @@ static void status_print(json_t *s)
            json_integer_value(json_object_get(s, "groups_healthy")),
            json_integer_value(json_object_get(s, "groups_known")),
            json_integer_value(json_object_get(s, "ranks_per_group")));
+    json_t *progress = json_object_get(s, "progress_step");
+    if (json_is_integer(progress))
+        printf("progress: step %" JSON_INTEGER_FORMAT " committed (reported every 10 s)\n",
+               json_integer_value(progress));
     if (json_is_object(q)) {
         printf("quorum id %" JSON_INTEGER_FORMAT " round %" JSON_INTEGER_FORMAT
-               " step %" JSON_INTEGER_FORMAT " members",
+               " formed at step %" JSON_INTEGER_FORMAT " members",
                json_integer_value(json_object_get(q, "id")),
                json_integer_value(json_object_get(q, "round")),
                json_integer_value(json_object_get(q, "step")));
