@@ -115,6 +115,7 @@ typedef struct sim_run {
     struct { int g, r; uint64_t until; } hangs[16];
     uint64_t etcd_up_at;         /* etcd stopped; restart due */
     int part_g;                  /* --netns: the group cut off, -1: none */
+    graft_sim_kind_t part_kind;  /* how: partition or isolate */
     uint64_t part_until;         /* when its link comes back */
     size_t etcd_rec;
     /* etcd_leader_kill: the member killed (SIZE_MAX: none down), when it
@@ -700,6 +701,14 @@ static void sim_leader_pending(sim_run_t *r, uint64_t now)
     }
 }
 
+/* --netns: cut (or restore) a group's traffic: all of it (partition), or
+ * only to the other groups, etcd still reachable (isolate). */
+static graft_status_t sim_cut(graft_sim_kind_t kind, int group, int cut)
+{
+    return kind == GRAFT_SIM_ISOLATE ? graft_sim_netns_isolate(sim_net, group, cut)
+                                     : graft_sim_netns_partition(sim_net, group, cut);
+}
+
 /* Tries to inject one event; 0 when its preconditions do not hold yet. */
 static int sim_inject(sim_run_t *r, size_t idx)
 {
@@ -840,20 +849,26 @@ static int sim_inject(sim_run_t *r, size_t idx)
     case GRAFT_SIM_ETCD_LEADER_KILL:
         return sim_kill_leader(r, idx, ev);
     case GRAFT_SIM_PARTITION:
+    case GRAFT_SIM_ISOLATE:
         if (sim_net == NULL) {
-            sim_fail(r, "partition needs --netns");
+            sim_fail(r, "%s needs --netns", graft_sim_kind_name(ev->kind));
             return 1;
         }
         if (!sim_group_alive(r, ev->group) || r->part_g >= 0 || r->donor_pending) {
             return 0;
         }
-        if (graft_sim_netns_partition(sim_net, ev->group, 1) != GRAFT_OK) {
-            sim_fail(r, "could not cut group %d off the network", ev->group);
+        if (sim_cut(ev->kind, ev->group, 1) != GRAFT_OK) {
+            sim_fail(r, "could not cut group %d off %s", ev->group,
+                     ev->kind == GRAFT_SIM_ISOLATE ? "its peers" : "the network");
             return 1;
         }
         sim_record_injected(r, idx, ev);
-        sim_open_recovery(r, ev->kind, "group", ev->group, -1);
+        /* An isolated group keeps its leases and processes: nothing of it
+         * dies, so there is no recovery to time, only the verdict. */
+        if (ev->kind == GRAFT_SIM_PARTITION)
+            sim_open_recovery(r, ev->kind, "group", ev->group, -1);
         r->part_g = ev->group;
+        r->part_kind = ev->kind;
         r->part_until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
         return 1;
     default:
@@ -867,12 +882,12 @@ static int sim_inject(sim_run_t *r, size_t idx)
  * the group computing again. */
 static void sim_heal_partition(sim_run_t *r)
 {
-    if (graft_sim_netns_partition(sim_net, r->part_g, 0) != GRAFT_OK) {
-        sim_fail(r, "could not restore the link of group %d", r->part_g);
+    if (sim_cut(r->part_kind, r->part_g, 0) != GRAFT_OK) {
+        sim_fail(r, "could not restore the links of group %d", r->part_g);
     }
     for (size_t k = 0; k < r->n_open; k++) {
         graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
-        if (rec->kind == GRAFT_SIM_PARTITION && rec->group == r->part_g && rec->t_restart < 0) {
+        if (rec->kind == r->part_kind && rec->group == r->part_g && rec->t_restart < 0) {
             rec->t_restart = sim_t(r);
             for (size_t i = 0; i < r->open[k].n; i++) {
                 r->open[k].commits0[i] = r->slots[r->open[k].slots[i]].commits;

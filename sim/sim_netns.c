@@ -349,3 +349,22 @@ graft_status_t graft_sim_netns_partition(graft_sim_netns_t *net, int group, int 
                ? GRAFT_OK
                : GRAFT_ESYS;
 }
+
+graft_status_t graft_sim_netns_isolate(graft_sim_netns_t *net, int group, int cut)
+{
+    if (net == NULL || group < 0 || group >= net->groups) {
+        return GRAFT_EINVAL;
+    }
+    const char *op = cut ? "add" : "del";
+    int bad = 0;
+    for (int x = 0; x < net->groups; x++) {
+        if (x == group) {
+            continue;
+        }
+        bad |= sim_netns_cmd(0, "ip -n %s-%d route %s blackhole 10.78.%d.%d/32", net->prefix,
+                             group + 1, op, net->subnet, x + 2) != 0;
+        bad |= sim_netns_cmd(0, "ip -n %s-%d route %s blackhole 10.78.%d.%d/32", net->prefix,
+                             x + 1, op, net->subnet, group + 2) != 0;
+    }
+    return bad ? GRAFT_ESYS : GRAFT_OK;
+}

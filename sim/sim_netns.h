@@ -74,4 +74,16 @@ const char *graft_sim_netns_etcd(const graft_sim_netns_t *net);
  */
 GRAFT_WUR graft_status_t graft_sim_netns_partition(graft_sim_netns_t *net, int group, int cut);
 
+/**
+ * @brief Cut (cut != 0) or restore the traffic between one group and the
+ *        other groups, leaving its link to the hub (and etcd) up: blackhole
+ *        routes to each other group's address in its namespace, and to its
+ *        address in theirs.
+ * @param [in] net    the namespaces.
+ * @param [in] group  0-based group.
+ * @param [in] cut    1 to cut, 0 to restore.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ESYS.
+ */
+GRAFT_WUR graft_status_t graft_sim_netns_isolate(graft_sim_netns_t *net, int group, int cut);
+
 #endif /* GRAFT_SIM_NETNS_H */

@@ -13,7 +13,8 @@
 
 static const char *const sim_kind_names[GRAFT_SIM_KIND_COUNT] = {
     "kill_rank", "kill_group", "kill_donor", "hang",
-    "disaster",  "etcd_restart", "partition", "etcd_leader_kill"};
+    "disaster",  "etcd_restart", "partition", "etcd_leader_kill",
+    "isolate"};
 
 const char *graft_sim_kind_name(graft_sim_kind_t kind)
 {
@@ -90,6 +91,7 @@ static int sim_kind_possible(const graft_sim_live_opts_t *o, graft_sim_kind_t k)
         /* The cluster must keep a quorum without its leader. */
         return o->etcd_url == NULL && o->etcd_members >= 3;
     case GRAFT_SIM_PARTITION:
+    case GRAFT_SIM_ISOLATE:
         return o->netns;
     default:
         return 1;
@@ -108,6 +110,7 @@ static long long sim_default_duration(graft_sim_kind_t k, uint64_t *rng)
     case GRAFT_SIM_ETCD_RESTART:
         return 200 + sim_rng_below(rng, 400);
     case GRAFT_SIM_PARTITION:
+    case GRAFT_SIM_ISOLATE:
         return 1500 + sim_rng_below(rng, 1000);
     case GRAFT_SIM_ETCD_LEADER_KILL:
         /* Down for about one election, so the member comes back to a
@@ -131,7 +134,7 @@ static graft_status_t sim_plan_random(const graft_sim_live_opts_t *o, long long 
         GRAFT_SIM_KILL_RANK, GRAFT_SIM_KILL_GROUP,   GRAFT_SIM_HANG,      GRAFT_SIM_KILL_RANK,
         GRAFT_SIM_KILL_DONOR, GRAFT_SIM_ETCD_RESTART, GRAFT_SIM_ETCD_LEADER_KILL,
         GRAFT_SIM_KILL_RANK, GRAFT_SIM_KILL_GROUP, GRAFT_SIM_HANG, GRAFT_SIM_KILL_DONOR,
-        GRAFT_SIM_PARTITION};
+        GRAFT_SIM_PARTITION, GRAFT_SIM_ISOLATE};
     graft_status_t st = GRAFT_OK;
     graft_sim_kind_t *kinds = NULL;
     if (n <= 0) {
@@ -185,7 +188,8 @@ static graft_status_t sim_plan_random(const graft_sim_live_opts_t *o, long long 
         } else if (ev.kind == GRAFT_SIM_ETCD_RESTART || ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
             ev.group = -1;
             ev.rank = -1;
-        } else if (ev.kind == GRAFT_SIM_KILL_GROUP || ev.kind == GRAFT_SIM_PARTITION) {
+        } else if (ev.kind == GRAFT_SIM_KILL_GROUP || ev.kind == GRAFT_SIM_PARTITION ||
+                   ev.kind == GRAFT_SIM_ISOLATE) {
             ev.rank = -1;
         }
         st = sim_plan_add(p, &ev);
@@ -275,7 +279,8 @@ static graft_status_t sim_parse_event(const graft_sim_live_opts_t *o, json_t *e,
     if (!sim_kind_possible(o, ev.kind)) {
         sim_sched_error(error_p, "events[%zu].kind: '%s' cannot be injected in this run (%s)",
                         idx, kind,
-                        ev.kind == GRAFT_SIM_PARTITION    ? "needs --netns"
+                        ev.kind == GRAFT_SIM_PARTITION || ev.kind == GRAFT_SIM_ISOLATE
+                            ? "needs --netns"
                         : ev.kind == GRAFT_SIM_KILL_DONOR ? "needs at least 2 groups"
                         : ev.kind == GRAFT_SIM_ETCD_LEADER_KILL
                             ? "needs the embedded etcd with --etcd-members 3 or more"
@@ -326,7 +331,8 @@ static graft_status_t sim_parse_event(const graft_sim_live_opts_t *o, json_t *e,
     if (ev.kind == GRAFT_SIM_DISASTER || ev.kind == GRAFT_SIM_ETCD_RESTART ||
         ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
         ev.group = ev.rank = -1;
-    } else if (ev.kind == GRAFT_SIM_KILL_GROUP || ev.kind == GRAFT_SIM_PARTITION) {
+    } else if (ev.kind == GRAFT_SIM_KILL_GROUP || ev.kind == GRAFT_SIM_PARTITION ||
+               ev.kind == GRAFT_SIM_ISOLATE) {
         ev.rank = -1;
     }
     if (ev.duration_ms < 0) {

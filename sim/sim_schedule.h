@@ -29,6 +29,8 @@ typedef enum graft_sim_kind {
     GRAFT_SIM_PARTITION,     /**< cut a group off the network (--netns only) */
     GRAFT_SIM_ETCD_LEADER_KILL, /**< SIGKILL etcd's leader, restart it after duration_ms
                                      (--etcd-members >= 3) */
+    GRAFT_SIM_ISOLATE,       /**< cut a group off its peers only: it still reaches etcd
+                                  (--netns only) */
     GRAFT_SIM_KIND_COUNT
 } graft_sim_kind_t;
 

@@ -188,7 +188,7 @@ static void test_schedule_random_covers_every_kind(void **state)
         }
     }
     for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
-        if (k == GRAFT_SIM_PARTITION || k == GRAFT_SIM_ETCD_LEADER_KILL) {
+        if (k == GRAFT_SIM_PARTITION || k == GRAFT_SIM_ISOLATE || k == GRAFT_SIM_ETCD_LEADER_KILL) {
             assert_int_equal(by_kind[k], 0); /* no --netns, one etcd member */
         } else {
             assert_true(by_kind[k] > 0);
@@ -946,6 +946,45 @@ static void test_netns_partition_bit_exact(void **state)
     json_decref(j);
 }
 
+/*
+ * --netns isolate: a group cut off from the other groups while it still
+ * reaches etcd. The members' steady path cannot agree steps with it, so
+ * they fall back to etcd, which still sees every group; no step commits
+ * without it (strict), nothing splits, and the run ends bit-exact.
+ */
+static void test_netns_isolate_bit_exact(void **state)
+{
+    (void)state;
+    if (!netns_usable()) {
+        print_message("skipped: needs root and 'ip netns'\n");
+        skip();
+    }
+    char json_path[PATH_MAX + 32], sched[PATH_MAX + 32], cache[PATH_MAX + 32],
+        trainer_env[PATH_MAX + 96];
+    snprintf(json_path, sizeof(json_path), "%s/isolate.json", tmpdir);
+    snprintf(sched, sizeof(sched), "%s/isolate-schedule.json", tmpdir);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    FILE *f = fopen(sched, "w");
+    assert_non_null(f);
+    fputs("{\"events\":[{\"kind\":\"isolate\",\"group\":1,\"at_step\":10,"
+          "\"duration_ms\":3000}]}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    const char *args[] = {"--netns", "--groups", "3", "--ranks", "1", "--steps", "60",
+                          "--schedule", sched, "--json", json_path, NULL};
+    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=90", NULL};
+    char *out = run_sim_ok(args, env);
+    free(out);
+    json_t *j = load_json(json_path);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    json_t *by = json_object_get(j, "failures_injected");
+    assert_int_equal(json_integer_value(json_object_get(by, "isolate")), 1);
+    assert_string_equal(json_string_value(json_object_get(j, "final_state_hash")),
+                        json_string_value(json_object_get(j, "reference_state_hash")));
+    json_decref(j);
+}
+
 /* Entries of @dir whose name starts with @prefix (all with ""). */
 static int count_entries(const char *dir, const char *prefix)
 {
@@ -1275,6 +1314,7 @@ int main(void)
         cmocka_unit_test(test_live_sigterm_cleans_up),
         cmocka_unit_test(test_netns_teardown),
         cmocka_unit_test(test_netns_partition_bit_exact),
+        cmocka_unit_test(test_netns_isolate_bit_exact),
     };
     if (getenv("TEST_FILTER") != NULL) {
         cmocka_set_test_filter(getenv("TEST_FILTER"));

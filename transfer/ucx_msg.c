@@ -175,6 +175,31 @@ graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *ad
     }
     if (p == NULL)
         goto out;
+    /* A send can complete at once with the message only copied into UCX,
+     * waiting for the new connection's wire-up; nothing drives this worker
+     * between sends, so it would wait there until the next one. Flush the
+     * connection: the message is then on its way. */
+    if (st == GRAFT_OK) {
+        memset(&prm, 0, sizeof(prm));
+        ucs_status_ptr_t fl = ucp_ep_flush_nbx(p->uep, &prm);
+        if (UCS_PTR_IS_ERR(fl)) {
+            st = graft__ucx_status(UCS_PTR_STATUS(fl));
+            p->failed = true;
+        } else if (fl != NULL) {
+            while ((us = ucp_request_check_status(fl)) == UCS_INPROGRESS && !p->failed &&
+                   graft__now_ns() < deadline_ns)
+                ucp_worker_progress(s->worker);
+            if (us == UCS_INPROGRESS) {
+                st = GRAFT_EPEER_TIMEOUT;
+                p->failed = true;
+            } else if (us != UCS_OK) {
+                st = graft__ucx_status(us);
+                p->failed = true;
+            }
+            if (ucp_request_check_status(fl) != UCS_INPROGRESS)
+                ucp_request_free(fl);
+        }
+    }
     /* Let an error callback of this send run before the caller sends again. */
     ucp_worker_progress(s->worker);
     if (st == GRAFT_OK && p->failed)
