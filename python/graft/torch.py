@@ -207,7 +207,9 @@ class DataPosition:
 
 class GradientAverager:
     """Averages gradients across the quorum's groups over a torch.distributed
-    gloo process group of its members (rank = replica rank).
+    process group of its members (rank = replica rank): gloo for tensors on
+    the CPU, or ``backend="nccl"`` for CUDA tensors (a CUDA build of torch
+    with NCCL and a GPU; refused with a clear error otherwise).
 
     The process group is rebuilt whenever the quorum id changes; its
     rendezvous address travels in the runtime's quorum blob (replica rank 0
@@ -217,9 +219,18 @@ class GradientAverager:
     (ranks_per_group 1). Call it after backward() and before step().
     """
 
-    def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0):
+    def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0, backend="gloo"):
         import datetime
 
+        import torch.distributed as dist
+
+        if backend not in ("gloo", "nccl"):
+            raise UsageError(-1, "graft: GradientAverager backend %r: gloo or nccl" % (backend,))
+        if backend == "nccl" and not (torch.cuda.is_available() and dist.is_nccl_available()):
+            raise UsageError(-1, "graft: GradientAverager backend 'nccl' needs a CUDA build of "
+                             "torch with NCCL and a visible GPU (this torch: cuda %s, nccl %s)"
+                             % (torch.cuda.is_available(), dist.is_nccl_available()))
+        self.backend = backend
         self.runtime = runtime
         self.host = host
         self.timeout = datetime.timedelta(seconds=timeout_s)
@@ -268,8 +279,13 @@ class GradientAverager:
         n = self._attempt.get(step, 0)
         self._attempt = {step: n + 1}
         prefix = "q%ds%dr%d" % (qid, step, n)
-        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(prefix, self._store), rank, world,
-                                        self.timeout)
+        store = dist.PrefixStore(prefix, self._store)
+        if self.backend == "nccl":
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = self.timeout
+            self.pg = dist.ProcessGroupNCCL(store, rank, world, opts)
+        else:
+            self.pg = dist.ProcessGroupGloo(store, rank, world, self.timeout)
         self.rebuilds += 1
 
     def all_gather(self, tensor):

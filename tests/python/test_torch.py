@@ -147,3 +147,25 @@ def test_failed_collective_votes_no(spawn, tmp_path):
         rebuilds, failures = o["avg"]
         assert failures == 1 and rebuilds == 2
         assert o["skipped"] == 1 and o["metrics"]["commits_failed"] == 1
+
+
+def test_averager_backends():
+    """gloo is the default; nccl is refused with a clear error where this
+    torch cannot run it (a CPU build, no GPU); anything else is refused."""
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    import graft.torch as gt
+
+    rt = object()  # the constructor only keeps it
+    assert gt.GradientAverager(rt).backend == "gloo"
+    with pytest.raises(graft.UsageError) as e:
+        gt.GradientAverager(rt, backend="mpi")
+    assert "gloo or nccl" in str(e.value)
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        assert gt.GradientAverager(rt, backend="nccl").backend == "nccl"
+    else:
+        with pytest.raises(graft.UsageError) as e:
+            gt.GradientAverager(rt, backend="nccl")
+        assert "CUDA build of torch with NCCL" in str(e.value)
