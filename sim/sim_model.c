@@ -100,6 +100,9 @@ void graft_sim_params_default(graft_sim_params_t *params_p)
         .gpu_mtbf_hours = SIM_LLAMA3_GPUS * SIM_LLAMA3_DAYS * 24.0 / SIM_LLAMA3_INTERRUPTIONS,
         .disaster_fraction = 0.02,
         .step_seconds = 6.0,
+        /* Assumed: 0.5 ms per round of the dissemination barrier, ceil(log2 128) = 7
+         * rounds (graft-sim model --bench-json replaces it with a measurement). */
+        .coordination_seconds = 7 * 0.5e-3,
         /* 405e9 parameters x 16 bytes (bf16 weights, fp32 master, Adam m
          * and v) spread over the 128 GPUs of one group. */
         .state_gb = 405e9 * 16.0 / 128.0 / 1e9,
@@ -112,8 +115,10 @@ void graft_sim_params_default(graft_sim_params_t *params_p)
         .quorum_seconds = 2.0,
         .donor_timeout_seconds = 5.0,
         .link_faults_per_hour = 0.01,
-        .checkpoint_seconds = 30.0,
-        .checkpoint_gb_s = 0.0,
+        /* Assumed: graft's blocking part is a memcpy of the state into pinned
+         * buffers, 10 GB/s per GPU (--bench-json with persist_bench measures it). */
+        .checkpoint_seconds = 0.0,
+        .checkpoint_gb_s = 10.0,
         .restart_seconds = 600.0,
         .restore_gb_s = 0.0,
         .horizon_days = 54.0,
@@ -168,6 +173,8 @@ graft_status_t graft_sim_params_check(const graft_sim_params_t *params, char *er
     SIM_CHECK(sim_check_double("gpu_mtbf_hours", p->gpu_mtbf_hours, 0, 1, INFINITY, err, errlen));
     SIM_CHECK(sim_check_double("disaster_fraction", p->disaster_fraction, 0, 0, 1, err, errlen));
     SIM_CHECK(sim_check_double("step_seconds", p->step_seconds, 0, 1, big, err, errlen));
+    SIM_CHECK(sim_check_double("coordination_seconds", p->coordination_seconds, 0, 0, big, err,
+                               errlen));
     SIM_CHECK(sim_check_double("state_gb", p->state_gb, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("link_gb_s", p->link_gb_s, 0, 1, big, err, errlen));
     SIM_CHECK(sim_check_double("nic_gb_s", p->nic_gb_s, 0, 1, big, err, errlen));
@@ -317,7 +324,8 @@ typedef struct sim_run {
     int *heal_of; /* group -> index in heals, or -1 */
     double *ev;   /* scratch: each heal's next event time */
 
-    double checkpoint_time, rework, downtime;
+    double step_eff; /* compute share of a step: step / (step + coordination) */
+    double checkpoint_time, rework, downtime, coordination_time;
     double failures, disasters, disk_restarts, p2p_recoveries, transfer_restarts,
         donor_losses, link_faults;
 } sim_run_t;
@@ -583,7 +591,10 @@ static void sim_advance(sim_run_t *r, double t_next)
     double dt = t_next - r->t;
     switch (r->mode) {
     case SIM_RUNNING:
-        r->work += dt;
+        /* Training time accrues at the compute share of each step; the
+         * rest of the step is graft's coordination. */
+        r->work += dt * r->step_eff;
+        r->coordination_time += dt * (1.0 - r->step_eff);
         break;
     case SIM_CHECKPOINTING:
         r->checkpoint_time += dt;
@@ -612,7 +623,7 @@ static void sim_run_once(sim_run_t *r)
         double t_int = INFINITY;
         switch (r->mode) {
         case SIM_RUNNING:
-            t_int = r->t + (r->next_ckpt_work - r->work);
+            t_int = r->t + (r->next_ckpt_work - r->work) / r->step_eff;
             break;
         case SIM_CHECKPOINTING:
         case SIM_RESTARTING:
@@ -731,6 +742,7 @@ graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
         r.horizon = horizon;
         r.mode = SIM_RUNNING;
         r.next_ckpt_work = interval_seconds;
+        r.step_eff = params->step_seconds / (params->step_seconds + params->coordination_seconds);
         sim_rng_seed(&r.fail_rng, seed, (uint64_t)run, 1);
         sim_rng_seed(&r.choice_rng, seed, (uint64_t)run, 2);
         sim_rng_seed(&r.link_rng, seed, (uint64_t)run, 3);
@@ -739,6 +751,7 @@ graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
         goodputs[run] = r.work / horizon;
         res.goodput += goodputs[run];
         res.checkpoint_frac += r.checkpoint_time / horizon;
+        res.coordination_frac += r.coordination_time / horizon;
         res.rework_frac += r.rework / horizon;
         res.downtime_frac += r.downtime / horizon;
         res.failures += r.failures;
@@ -752,6 +765,7 @@ graft_status_t graft_sim_model_simulate(const graft_sim_params_t *params,
     double n = params->runs;
     res.goodput /= n;
     res.checkpoint_frac /= n;
+    res.coordination_frac /= n;
     res.rework_frac /= n;
     res.downtime_frac /= n;
     res.failures /= n;

@@ -34,7 +34,9 @@ typedef struct graft_sim_params {
     int gpus_per_group;           /**< GPUs (ranks) per group */
     double gpu_mtbf_hours;        /**< mean time between failures of one GPU (with its share of host) */
     double disaster_fraction;     /**< share of failures that take down every group */
-    double step_seconds;          /**< one optimizer step */
+    double step_seconds;          /**< one optimizer step (compute) */
+    double coordination_seconds;  /**< graft's per-step coordination (quorum and commit vote)
+                                       added to every step */
     double state_gb;              /**< training state per GPU that a replacement must pull, GB */
     double link_gb_s;             /**< bandwidth of one donor link, GB/s */
     double nic_gb_s;              /**< recipient's ingress cap per GPU, GB/s */
@@ -63,6 +65,7 @@ typedef struct graft_sim_result {
     double goodput;           /**< committed training time / wall time, mean over runs */
     double goodput_stddev;    /**< sample standard deviation over runs (0 for one run) */
     double checkpoint_frac;   /**< share of wall time in blocking checkpoints */
+    double coordination_frac; /**< share of wall time in per-step coordination */
     double rework_frac;       /**< share of wall time spent on work that was lost */
     double downtime_frac;     /**< share of wall time stalled in detection and recovery */
     double failures;          /**< failures per run */

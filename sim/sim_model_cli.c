@@ -7,12 +7,15 @@
 #include "sim_params.h"
 #include "sim_report.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SIM_MAX_PARAM_FILES 16
+#define SIM_MAX_PARAMS 64
 
 typedef struct sim_model_opts {
     graft_sim_params_t params;
@@ -26,6 +29,9 @@ typedef struct sim_model_opts {
     int sweep_points;
     double interruptions, period_days;
     int mtbf_flag_given;
+    graft_sim_bench_t bench;              /* --bench-json figures */
+    const char *given[SIM_MAX_PARAMS];    /* parameter -> the flag or file that set it */
+    graft_sim_figure_t figs[GRAFT_SIM_NFIGS];
 } sim_model_opts_t;
 
 static void sim_model_usage(FILE *out)
@@ -39,6 +45,9 @@ static void sim_model_usage(FILE *out)
             "  --seed N                   random seed [1]\n"
             "  --params FILE              JSON object of parameters (keys as below with '_'),\n"
             "                             or a benchmark's --json output; repeatable; flags win\n"
+            "  --bench-json FILE          --json output of runtime_bench, membership_bench or\n"
+            "                             persist_bench (its last line); repeatable. Measured\n"
+            "                             figures replace assumed ones; flags and --params win\n"
             "  --json FILE                write the report as JSON\n"
             "  --plot FILE.svg            draw goodput vs checkpoint interval\n"
             "  --persist-every-seconds S  also report every strategy at this interval\n"
@@ -63,6 +72,85 @@ static int sim_parse_double(const char *flag, const char *v, double *out_p)
     }
     *out_p = d;
     return 0;
+}
+
+/* The parameters a --params file changed were given by it. */
+static void sim_mark_given(sim_model_opts_t *o, const graft_sim_params_t *before,
+                           const char *path)
+{
+    for (int i = 0; i < graft_sim_params_count(); i++) {
+        double a, b;
+        (void)graft_sim_params_get(before, i, &a);
+        (void)graft_sim_params_get(&o->params, i, &b);
+        if (a != b) {
+            o->given[i] = path;
+        }
+    }
+}
+
+/* Every figure with where it came from, so nobody mistakes an assumption
+ * for a measurement. */
+static void sim_figures_print(const sim_model_opts_t *o, const graft_sim_report_t *rep,
+                              FILE *out)
+{
+    fprintf(out, "figures (measured: a --bench-json file; given: a flag or --params file; "
+                 "assumed: the model's default):\n");
+    for (int i = 0; i < GRAFT_SIM_NFIGS; i++) {
+        const graft_sim_figure_t *f = &o->figs[i];
+        fprintf(out, "  %-31s %10.4g %-4s %-8s %s%s%s\n", f->name, f->value, f->unit,
+                graft_sim_origin_name(f->origin), f->source, f->source[0] != '\0' ? ": " : "",
+                f->basis);
+    }
+    for (int s = 0; s < GRAFT_SIM_NSTRATEGIES; s++) {
+        fprintf(out, "  %-20s per-step coordination takes %.3f%% of wall time at its best "
+                     "interval\n",
+                graft_sim_strategy_name((graft_sim_strategy_t)s),
+                100.0 * rep->optimum[s].best.coordination_frac);
+    }
+    fprintf(out, "\n");
+}
+
+/* Adds the figures and their origins to the report's JSON file. */
+static graft_status_t sim_figures_json(const sim_model_opts_t *o, const graft_sim_report_t *rep,
+                                       const char *path, char *err, size_t errlen)
+{
+    graft_status_t st = GRAFT_OK;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *figs = json_object();
+    if (root == NULL || figs == NULL) {
+        snprintf(err, errlen, "%s: cannot read back: %s", path, jerr.text);
+        st = GRAFT_EIO;
+        goto out;
+    }
+    for (int i = 0; i < GRAFT_SIM_NFIGS; i++) {
+        const graft_sim_figure_t *f = &o->figs[i];
+        json_t *fj = json_pack("{s:f, s:s, s:s, s:s, s:s}", "value", f->value, "unit", f->unit,
+                               "origin", graft_sim_origin_name(f->origin), "source", f->source,
+                               "basis", f->basis);
+        if (fj == NULL || json_object_set_new(figs, f->name, fj) != 0) {
+            snprintf(err, errlen, "%s: out of memory", path);
+            st = GRAFT_ENOMEM;
+            goto out;
+        }
+    }
+    json_t *strategies = json_object_get(root, "strategies");
+    for (size_t s = 0; s < json_array_size(strategies) && s < GRAFT_SIM_NSTRATEGIES; s++) {
+        json_t *best = json_object_get(json_array_get(strategies, s), "best");
+        if (json_is_object(best)) {
+            (void)json_object_set_new(best, "coordination_frac",
+                                      json_real(rep->optimum[s].best.coordination_frac));
+        }
+    }
+    if (json_object_set(root, "figures", figs) != 0 ||
+        json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(15)) != 0) {
+        snprintf(err, errlen, "%s: cannot write", path);
+        st = GRAFT_EIO;
+    }
+out:
+    json_decref(figs);
+    json_decref(root);
+    return st;
 }
 
 /* Returns 0, 1 when --help was asked for, or 2 on a usage error. */
@@ -108,9 +196,22 @@ static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
                         return 2;
                     }
                     o->param_files[o->nparam_files++] = value;
+                    graft_sim_params_t before = o->params;
                     st = graft_sim_params_load(&o->params, value, err, sizeof(err));
                     if (st != GRAFT_OK) {
                         fprintf(stderr, "graft-sim model: error: %s (%s)\n", err,
+                                graft_status_name(st));
+                        return 2;
+                    }
+                    sim_mark_given(o, &before, value);
+                }
+                continue;
+            }
+            if (strcmp(name, "bench-json") == 0) {
+                if (pass == 0) {
+                    st = graft_sim_bench_load(&o->bench, value, err, sizeof(err));
+                    if (st != GRAFT_OK) {
+                        fprintf(stderr, "graft-sim model: error: --bench-json %s (%s)\n", err,
                                 graft_status_name(st));
                         return 2;
                     }
@@ -195,6 +296,7 @@ static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
                 if (strcmp(name, "gpu-mtbf-hours") == 0) {
                     o->mtbf_flag_given = 1;
                 }
+                o->given[graft_sim_params_index(name)] = arg;
             }
         }
     }
@@ -213,6 +315,8 @@ static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
         o->params.gpu_mtbf_hours = (double)o->params.groups * o->params.gpus_per_group *
                                    o->period_days * 24.0 / o->interruptions;
     }
+    /* Groups and ranks are final: evaluate the measured curves there. */
+    graft_sim_bench_apply(&o->bench, &o->params, o->given, o->figs);
     st = graft_sim_params_check(&o->params, err, sizeof(err));
     if (st != GRAFT_OK) {
         fprintf(stderr, "graft-sim model: error: %s\n", err);
@@ -235,6 +339,7 @@ int graft_sim_model_main(int argc, char **argv)
     sim_model_opts_t o;
     graft_sim_report_t rep;
 
+    assert(graft_sim_params_count() <= SIM_MAX_PARAMS);
     memset(&o, 0, sizeof(o));
     memset(&rep, 0, sizeof(rep));
     graft_sim_params_default(&o.params);
@@ -281,9 +386,13 @@ int graft_sim_model_main(int argc, char **argv)
             goto out_free;
         }
     }
+    sim_figures_print(&o, &rep, stdout);
     graft_sim_report_print(&rep, stdout);
     if (o.json_path != NULL) {
         st = graft_sim_report_write_json(&rep, o.json_path, err, sizeof(err));
+        if (st == GRAFT_OK) {
+            st = sim_figures_json(&o, &rep, o.json_path, err, sizeof(err));
+        }
         if (st != GRAFT_OK) {
             fprintf(stderr, "graft-sim model: error: %s\n", err);
             goto out_free;

@@ -65,4 +65,107 @@ int graft_sim_params_count(void);
  */
 const char *graft_sim_params_get(const graft_sim_params_t *params, int i, double *value_p);
 
+/**
+ * @brief Index of a parameter by JSON key or flag name.
+ * @param [in] key  "quorum_seconds" or "quorum-seconds".
+ * @return 0 .. graft_sim_params_count() - 1, or -1 when there is none.
+ */
+int graft_sim_params_index(const char *key);
+
+/* ------------------------------------------------------------------------ */
+/* Figures measured by graft's benchmarks (graft-sim model --bench-json)     */
+/* ------------------------------------------------------------------------ */
+
+/** The figures the model takes from graft's own benchmarks. */
+typedef enum graft_sim_figure_id {
+    GRAFT_SIM_FIG_COORDINATION = 0, /**< coordination per step at G groups (coordination_seconds) */
+    GRAFT_SIM_FIG_FORMATION,        /**< quorum formation per failure at G x R (quorum_seconds) */
+    GRAFT_SIM_FIG_CHECKPOINT,       /**< blocking part of a checkpoint (checkpoint_*) */
+    GRAFT_SIM_FIG_HEAL,             /**< heal (pull) throughput of one donor link (link_gb_s) */
+    GRAFT_SIM_NFIGS
+} graft_sim_figure_id_t;
+
+/** Where a figure came from. */
+typedef enum graft_sim_origin {
+    GRAFT_SIM_ASSUMED = 0, /**< the model's stated assumption */
+    GRAFT_SIM_MEASURED,    /**< a --bench-json file */
+    GRAFT_SIM_GIVEN        /**< a flag or a --params file, which win over measurements */
+} graft_sim_origin_t;
+
+/** One figure of the report with its provenance. */
+typedef struct graft_sim_figure {
+    const char *name;          /**< "coordination_seconds_per_step", ... */
+    const char *unit;          /**< "s", "GB/s" */
+    double value;              /**< in unit */
+    graft_sim_origin_t origin; /**< measured, given or assumed */
+    char source[512];          /**< the file(s) or flag it came from; "" when assumed */
+    char basis[256];           /**< how it was derived (interpolated, extrapolated, assumed ...) */
+} graft_sim_figure_t;
+
+/** Most measured points per curve. */
+#define GRAFT_SIM_MAX_POINTS 64
+
+/** A measured point: a cost in ms at a size x, and the file it came from. */
+typedef struct graft_sim_point {
+    double groups, ranks; /**< size; ranks is 1 for the coordination curve */
+    double ms;            /**< the median */
+    const char *file;     /**< borrowed: the path given to graft_sim_bench_load() */
+} graft_sim_point_t;
+
+/** Everything read from --bench-json files; zero-initialise before use. */
+typedef struct graft_sim_bench {
+    int ncoord;                                    /**< steady path "peers" points */
+    graft_sim_point_t coord[GRAFT_SIM_MAX_POINTS]; /**< by groups */
+    int nform;                                     /**< membership formation points */
+    graft_sim_point_t form[GRAFT_SIM_MAX_POINTS];  /**< by groups x ranks */
+    double checkpoint_gb_s;                        /**< > 0 when measured (persist) */
+    const char *checkpoint_file;
+    double heal_gb_s; /**< > 0 when measured (runtime recovery) */
+    const char *heal_file;
+} graft_sim_bench_t;
+
+/**
+ * @brief Read one benchmark's --json output ("bench": "runtime",
+ *        "membership" or "persist"; see docs/SIM.md) and add its figures.
+ *        A steady size whose median is negative (the benchmark's mark of a
+ *        failed size) is ignored; a later point at the same size replaces an
+ *        earlier one.
+ * @param [in,out] bench  figures so far (unchanged on failure).
+ * @param [in]     path   the file; must outlive @p bench (it is the source).
+ * @param [out]    err    receives a message that starts with the file name.
+ * @param [in]     errlen size of @p err.
+ * @return GRAFT_OK, GRAFT_EIO, GRAFT_EFORMAT (not a benchmark's object, a
+ *         missing or malformed member, or no usable figure), GRAFT_EINVAL,
+ *         GRAFT_ERANGE, GRAFT_ENOTSUP (another benchmark), GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_sim_bench_load(graft_sim_bench_t *bench, const char *path,
+                                              char *err, size_t errlen);
+
+/**
+ * @brief Put the measured figures into @p params for its groups and ranks,
+ *        and say for every figure where it came from.
+ *
+ * Coordination: linear in log2(G) between the measured groups; beyond the
+ * largest, its cost per dissemination-barrier round times ceil(log2 G)
+ * rounds; below the smallest, the smallest. Formation: linear in log2(G R)
+ * between points; beyond the largest, linear in G R; below, the smallest.
+ * A figure whose parameter was given (@p given) keeps the given value.
+ * Unmeasured coordination is assumed at 0.5 ms per barrier round.
+ *
+ * @param [in]     bench   figures read (may be empty).
+ * @param [in,out] params  parameters; groups and gpus_per_group final.
+ * @param [in]     given   graft_sim_params_count() entries: for parameter i,
+ *                         the flag or file that set it, or NULL; may be NULL.
+ * @param [out]    figs    GRAFT_SIM_NFIGS figures.
+ */
+void graft_sim_bench_apply(const graft_sim_bench_t *bench, graft_sim_params_t *params,
+                           const char *const *given, graft_sim_figure_t *figs);
+
+/**
+ * @brief "measured", "given" or "assumed".
+ * @param [in] origin  the origin.
+ * @return a static string.
+ */
+const char *graft_sim_origin_name(graft_sim_origin_t origin);
+
 #endif /* GRAFT_SIM_PARAMS_H */

@@ -57,6 +57,8 @@ static graft_sim_params_t cr_params(double job_mtbf_s, double c, double detect, 
     p.gpu_mtbf_hours = job_mtbf_s / 3600.0;
     p.disaster_fraction = 0;
     p.checkpoint_seconds = c;
+    p.checkpoint_gb_s = 0;
+    p.coordination_seconds = 0;
     p.detect_seconds = detect;
     p.restart_seconds = restart;
     p.horizon_days = horizon_days;
@@ -67,8 +69,9 @@ static graft_sim_params_t cr_params(double job_mtbf_s, double c, double detect, 
 static void check_accounting(const graft_sim_result_t *r)
 {
     /* Every second of wall time is training kept, a checkpoint, lost work
-     * or downtime. */
-    double sum = r->goodput + r->checkpoint_frac + r->rework_frac + r->downtime_frac;
+     * or downtime, or per-step coordination. */
+    double sum = r->goodput + r->checkpoint_frac + r->rework_frac + r->downtime_frac +
+                 r->coordination_frac;
     assert_true(fabs(sum - 1.0) < 1e-9);
 }
 
@@ -153,7 +156,8 @@ static void test_p2p_renewal(void **state)
     (void)state;
     /* No checkpoints, no disasters: each failure costs the step in flight
      * (about half a step) plus one heal; heals overlapping is rare at this
-     * rate. Renewal: goodput ~ (M - step/2) / (M + heal). */
+     * rate. Renewal: goodput ~ (M - step/2) / (M + heal), of which the
+     * compute share step / (step + coordination) is training. */
     graft_sim_params_t p;
     graft_sim_params_default(&p);
     p.groups = 64;
@@ -169,7 +173,8 @@ static void test_p2p_renewal(void **state)
         double heal = graft_sim_p2p_recovery_seconds(&p, (graft_sim_strategy_t)s);
         assert_int_equal(graft_sim_model_simulate(&p, (graft_sim_strategy_t)s, INFINITY, 5, &r),
                          GRAFT_OK);
-        double expect = (m - p.step_seconds / 2) / (m + heal);
+        double expect = (m - p.step_seconds / 2) / (m + heal) * p.step_seconds /
+                        (p.step_seconds + p.coordination_seconds);
         print_message("# %s: simulated %.5f renewal %.5f (heal %.1f s)\n",
                       graft_sim_strategy_name((graft_sim_strategy_t)s), r.goodput, expect, heal);
         assert_true(fabs((1 - r.goodput) - (1 - expect)) < 0.05 * (1 - expect));
@@ -539,7 +544,8 @@ static void test_params_from_benchmarks(void **state)
     assert_true(fabs(opt.young_seconds -
                      graft_sim_young_seconds(graft_sim_checkpoint_cost(&m),
                                              opt.disk_mtbf_seconds)) < 1e-9);
-    assert_true(graft_sim_checkpoint_cost(&m) < orig.checkpoint_seconds);
+    assert_true(fabs(graft_sim_checkpoint_cost(&m) -
+                     m.state_gb / (16 * 1048576.0 / 1e9 / 2.318e-3)) < 1e-9);
 
     struct {
         const char *text;
@@ -838,6 +844,273 @@ static void test_binary_exit_status(void **state)
     assert_int_equal(run_binary(ok, err, sizeof(err)), 0);
 }
 
+/* ------------------------------------------------------ --bench-json --- */
+
+#define RT_STEADY_JSON                                                                         \
+    "{\"bench\":\"runtime\",\"etcd_put_median_ms\":1.2,\"steady\":["                           \
+    "{\"groups\":8,\"path\":\"peers\",\"median_ms\":0.3,\"etcd_requests_per_step\":0,"        \
+    "\"etcd_cpu_ms_per_step\":0},"                                                             \
+    "{\"groups\":8,\"path\":\"etcd\",\"median_ms\":40,\"etcd_requests_per_step\":30,"         \
+    "\"etcd_cpu_ms_per_step\":3},"                                                             \
+    "{\"groups\":32,\"path\":\"peers\",\"median_ms\":2.6,\"etcd_requests_per_step\":0,"       \
+    "\"etcd_cpu_ms_per_step\":0},"                                                             \
+    "{\"groups\":64,\"path\":\"peers\",\"median_ms\":-1,\"etcd_requests_per_step\":0,"        \
+    "\"etcd_cpu_ms_per_step\":0}],\"recovery\":[]}\n"
+
+/* Reads a figure of a model report's JSON: its value and origin. */
+static double json_figure(const char *path, const char *name, const char **origin_p,
+                          char *source, size_t srclen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    json_t *f = json_object_get(json_object_get(root, "figures"), name);
+    assert_non_null(f);
+    double v = json_real_value(json_object_get(f, "value"));
+    static char origin[16];
+    snprintf(origin, sizeof(origin), "%s", json_string_value(json_object_get(f, "origin")));
+    *origin_p = origin;
+    snprintf(source, srclen, "%s", json_string_value(json_object_get(f, "source")));
+    json_decref(root);
+    return v;
+}
+
+static void bench_path(char *buf, size_t len, const char *name, const char *text)
+{
+    snprintf(buf, len, "%s/%s", test_dir, name);
+    write_file(buf, text);
+}
+
+static void test_bench_json_curves(void **state)
+{
+    (void)state;
+    char rt[512], mem1[512], mem2[512], err[600];
+    graft_sim_bench_t b;
+    graft_sim_figure_t figs[GRAFT_SIM_NFIGS];
+    graft_sim_params_t p;
+
+    bench_path(rt, sizeof(rt), "bench-rt.json", "runtime_bench banner\n" RT_STEADY_JSON);
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(graft_sim_bench_load(&b, rt, err, sizeof(err)), GRAFT_OK);
+    /* The etcd path and the failed size (-1 at 64 groups) are left out. */
+    assert_int_equal(b.ncoord, 2);
+
+    struct {
+        int groups;
+        double ms;
+        const char *basis;
+    } coord[] = {
+        {4, 0.3, "clamped"},
+        {8, 0.3, "at the smallest"},
+        {16, 0.3 + 0.5 * (2.6 - 0.3), "interpolated"},
+        {32, 2.6, "interpolated"},
+        /* Beyond 32: 2.6 ms / 5 rounds per round, ceil(log2 128) = 7 rounds. */
+        {128, 2.6 / 5 * 7, "extrapolated beyond 32 groups"},
+    };
+    for (size_t i = 0; i < sizeof(coord) / sizeof(coord[0]); i++) {
+        graft_sim_params_default(&p);
+        p.groups = coord[i].groups;
+        graft_sim_bench_apply(&b, &p, NULL, figs);
+        graft_sim_figure_t *f = &figs[GRAFT_SIM_FIG_COORDINATION];
+        print_message("# %d groups: %g ms (%s)\n", coord[i].groups, f->value * 1e3, f->basis);
+        assert_true(fabs(p.coordination_seconds - coord[i].ms / 1e3) < 1e-12);
+        assert_true(f->value == p.coordination_seconds);
+        assert_int_equal(f->origin, GRAFT_SIM_MEASURED);
+        assert_string_equal(f->source, rt);
+        assert_non_null(strstr(f->basis, coord[i].basis));
+        /* Nothing measured the others. */
+        assert_int_equal(figs[GRAFT_SIM_FIG_FORMATION].origin, GRAFT_SIM_ASSUMED);
+        assert_int_equal(figs[GRAFT_SIM_FIG_CHECKPOINT].origin, GRAFT_SIM_ASSUMED);
+        assert_int_equal(figs[GRAFT_SIM_FIG_HEAL].origin, GRAFT_SIM_ASSUMED);
+    }
+
+    /* Formation: the default run's per-size map (1 rank per group; 256
+     * failed) and one --groups/--ranks run, by groups x ranks. */
+    bench_path(mem1, sizeof(mem1), "bench-mem1.json",
+               "{\"bench\":\"membership\",\"ranks_per_group\":1,\"ttl_ms\":2000,"
+               "\"detect_median_ms\":2100,\"form_median_ms\":{\"8\":5,\"64\":50,\"256\":-1},"
+               "\"requests_per_rank_step\":{\"8\":2,\"64\":2,\"256\":-1},\"fails\":1}");
+    bench_path(mem2, sizeof(mem2), "bench-mem2.json",
+               "{\"bench\":\"membership\",\"groups\":16,\"ranks_per_group\":8,\"steps\":10,"
+               "\"form_median_ms\":20,\"form_p99_ms\":30,\"requests_per_group_step\":2.5,"
+               "\"requests_per_rank_step\":0.4,\"bytes_read_per_rank_step\":300,\"fails\":0}");
+    assert_int_equal(graft_sim_bench_load(&b, mem1, err, sizeof(err)), GRAFT_OK);
+    assert_int_equal(graft_sim_bench_load(&b, mem2, err, sizeof(err)), GRAFT_OK);
+    assert_int_equal(b.nform, 3);
+    graft_sim_params_default(&p);
+    p.groups = 4;
+    p.gpus_per_group = 8; /* 32 ranks: 2/3 of the way from 8 to 64 in log2 */
+    graft_sim_bench_apply(&b, &p, NULL, figs);
+    assert_true(fabs(p.quorum_seconds - (5 + 2.0 / 3.0 * 45) / 1e3) < 1e-12);
+    assert_int_equal(figs[GRAFT_SIM_FIG_FORMATION].origin, GRAFT_SIM_MEASURED);
+    assert_non_null(strstr(figs[GRAFT_SIM_FIG_FORMATION].source, mem1));
+    assert_non_null(strstr(figs[GRAFT_SIM_FIG_FORMATION].source, mem2));
+    graft_sim_params_default(&p); /* 128 x 128: linear in G R beyond 16 x 8 */
+    graft_sim_bench_apply(&b, &p, NULL, figs);
+    assert_true(fabs(p.quorum_seconds - 20.0 * 16384 / 128 / 1e3) < 1e-12);
+    assert_non_null(strstr(figs[GRAFT_SIM_FIG_FORMATION].basis, "extrapolated linearly"));
+
+    /* A given parameter wins over the measurement. */
+    graft_sim_params_default(&p);
+    const char *given[64] = {0};
+    given[graft_sim_params_index("quorum_seconds")] = "--quorum-seconds";
+    graft_sim_bench_apply(&b, &p, given, figs);
+    assert_true(p.quorum_seconds == 2.0);
+    assert_int_equal(figs[GRAFT_SIM_FIG_FORMATION].origin, GRAFT_SIM_GIVEN);
+    assert_string_equal(figs[GRAFT_SIM_FIG_FORMATION].source, "--quorum-seconds");
+
+    /* Persist: the blocking snapshot per byte; runtime recovery: the heal. */
+    char per[512], rec[512];
+    bench_path(per, sizeof(per), "bench-persist.json",
+               "{\"bench\":\"persist\",\"mib\":1024,\"reps\":3,\"block_ms\":100,"
+               "\"memcpy_ms\":95,\"restore_MBps\":900}");
+    bench_path(rec, sizeof(rec), "bench-rec.json",
+               "{\"bench\":\"runtime\",\"steady\":[],\"recovery\":["
+               "{\"mib\":64,\"total_s\":2,\"detect_s\":1,\"quorum_s\":0.1,\"transfer_s\":0.5},"
+               "{\"mib\":256,\"total_s\":3,\"detect_s\":1,\"quorum_s\":0.1,\"transfer_s\":1}]}");
+    assert_int_equal(graft_sim_bench_load(&b, per, err, sizeof(err)), GRAFT_OK);
+    assert_int_equal(graft_sim_bench_load(&b, rec, err, sizeof(err)), GRAFT_OK);
+    graft_sim_params_default(&p);
+    graft_sim_bench_apply(&b, &p, NULL, figs);
+    double gbs = 1024 * 1048576.0 / 1e9 / 0.1;
+    assert_true(fabs(figs[GRAFT_SIM_FIG_CHECKPOINT].value - p.state_gb / gbs) < 1e-9);
+    assert_true(fabs(graft_sim_checkpoint_cost(&p) - p.state_gb / gbs) < 1e-9);
+    assert_int_equal(figs[GRAFT_SIM_FIG_CHECKPOINT].origin, GRAFT_SIM_MEASURED);
+    assert_string_equal(figs[GRAFT_SIM_FIG_CHECKPOINT].source, per);
+    assert_true(fabs(p.link_gb_s - 256 * 1048576.0 / 1e9) < 1e-12);
+    assert_int_equal(figs[GRAFT_SIM_FIG_HEAL].origin, GRAFT_SIM_MEASURED);
+    assert_string_equal(figs[GRAFT_SIM_FIG_HEAL].source, rec);
+    /* The runtime file without steady sizes kept the earlier curve. */
+    assert_int_equal(figs[GRAFT_SIM_FIG_COORDINATION].origin, GRAFT_SIM_MEASURED);
+}
+
+static void test_bench_json_command_line(void **state)
+{
+    (void)state;
+    char rt[512], slow[512], out[512], out2[512], src[600];
+    const char *origin;
+    bench_path(rt, sizeof(rt), "bench-rt.json", RT_STEADY_JSON);
+    snprintf(out, sizeof(out), "%s/out.json", test_dir);
+    snprintf(out2, sizeof(out2), "%s/out2.json", test_dir);
+
+    /* Without files: every figure assumed, the checkpoint a memcpy. */
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "1", "--sweep-points", "3",
+                                "--json", out, NULL),
+                     0);
+    graft_sim_params_t d;
+    graft_sim_params_default(&d);
+    const char *names[] = {"coordination_seconds_per_step", "formation_seconds_per_failure",
+                           "checkpoint_blocking_seconds", "heal_gb_s_per_donor_link"};
+    for (size_t i = 0; i < 4; i++) {
+        (void)json_figure(out, names[i], &origin, src, sizeof(src));
+        assert_string_equal(origin, "assumed");
+        assert_string_equal(src, "");
+    }
+    double c = json_figure(out, "checkpoint_blocking_seconds", &origin, src, sizeof(src));
+    assert_true(c != 30.0);
+    assert_true(fabs(c - d.state_gb / 10.0) < 1e-9);
+    double base = json_figure(out, "coordination_seconds_per_step", &origin, src, sizeof(src));
+    assert_true(fabs(base - 7 * 0.5e-3) < 1e-12);
+
+    /* Measured: 16 groups interpolate between 8 (0.3 ms) and 32 (2.6 ms). */
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "1", "--sweep-points", "3",
+                                "--groups", "16", "--bench-json", rt, "--json", out, NULL),
+                     0);
+    double v = json_figure(out, "coordination_seconds_per_step", &origin, src, sizeof(src));
+    assert_true(fabs(v - 1.45e-3) < 1e-12);
+    assert_string_equal(origin, "measured");
+    assert_string_equal(src, rt);
+    json_error_t jerr;
+    json_t *root = json_load_file(out, 0, &jerr);
+    assert_non_null(root);
+    assert_true(fabs(json_real_value(json_object_get(json_object_get(root, "params"),
+                                                     "coordination_seconds")) -
+                     1.45e-3) < 1e-12);
+    json_decref(root);
+
+    /* A slow coordination costs goodput, and it shows as its share. */
+    bench_path(slow, sizeof(slow), "bench-slow.json",
+               "{\"bench\":\"runtime\",\"steady\":[{\"groups\":8,\"path\":\"peers\","
+               "\"median_ms\":600},{\"groups\":32,\"path\":\"peers\",\"median_ms\":1200}]}");
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "1", "--sweep-points", "3",
+                                "--bench-json", slow, "--json", out2, NULL),
+                     0);
+    root = json_load_file(out2, 0, &jerr);
+    assert_non_null(root);
+    json_t *best = json_object_get(json_array_get(json_object_get(root, "strategies"), 2), "best");
+    double frac = json_real_value(json_object_get(best, "coordination_frac"));
+    /* 128 groups: 1200 / 5 x 7 = 1680 ms on a 6 s step. */
+    print_message("# coordination share %.4f\n", frac);
+    assert_true(frac > 0.8 * 1.68 / 7.68 && frac < 1.68 / 7.68 + 1e-9);
+    json_decref(root);
+
+    /* A flag wins over the measurement and says so. */
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "1", "--sweep-points", "3",
+                                "--bench-json", rt, "--coordination-seconds", "0.01", "--json",
+                                out, NULL),
+                     0);
+    v = json_figure(out, "coordination_seconds_per_step", &origin, src, sizeof(src));
+    assert_true(v == 0.01);
+    assert_string_equal(origin, "given");
+}
+
+static void test_bench_json_malformed(void **state)
+{
+    (void)state;
+    char path[512], err[600];
+    graft_sim_bench_t b, before;
+    struct {
+        const char *text;
+        graft_status_t want;
+        const char *in_err;
+    } bad[] = {
+        {"{not json", GRAFT_EFORMAT, "not JSON"},
+        {"{\"groups\":8}", GRAFT_EFORMAT, "no \"bench\""},
+        {"{\"bench\":\"etcd\",\"put_ms\":1}", GRAFT_ENOTSUP, "bench 'etcd'"},
+        {"{\"bench\":\"runtime\",\"steady\":{}}", GRAFT_EFORMAT, "'steady' is not an array"},
+        {"{\"bench\":\"runtime\",\"steady\":[{\"groups\":8,\"path\":\"peers\"}]}", GRAFT_EFORMAT,
+         "median_ms"},
+        {"{\"bench\":\"runtime\",\"steady\":[{\"groups\":8,\"path\":\"peers\",\"median_ms\":-1}]}",
+         GRAFT_EFORMAT, "no usable figure"},
+        {"{\"bench\":\"runtime\",\"steady\":[{\"path\":\"peers\",\"median_ms\":1}]}",
+         GRAFT_EFORMAT, "groups"},
+        {"{\"bench\":\"runtime\",\"recovery\":[{\"mib\":8,\"transfer_s\":0}]}", GRAFT_ERANGE,
+         "transfer_s"},
+        {"{\"bench\":\"membership\",\"ranks_per_group\":1,\"form_median_ms\":\"x\"}",
+         GRAFT_EFORMAT, "form_median_ms"},
+        {"{\"bench\":\"membership\",\"ranks_per_group\":1,\"form_median_ms\":{\"x\":1}}",
+         GRAFT_EFORMAT, "form_median_ms.x"},
+        {"{\"bench\":\"membership\",\"form_median_ms\":3,\"groups\":2}", GRAFT_EFORMAT,
+         "ranks_per_group"},
+        {"{\"bench\":\"persist\",\"mib\":16,\"block_ms\":0}", GRAFT_ERANGE, "block_ms"},
+    };
+    snprintf(path, sizeof(path), "%s/bench.json", test_dir);
+    memset(&b, 0, sizeof(b));
+    before = b;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_file(path, bad[i].text);
+        graft_status_t st = graft_sim_bench_load(&b, path, err, sizeof(err));
+        print_message("# %s -> %s: %s\n", bad[i].text, graft_status_name(st), err);
+        assert_int_equal(st, bad[i].want);
+        assert_true(strncmp(err, path, strlen(path)) == 0);
+        assert_non_null(strstr(err, bad[i].in_err));
+        assert_memory_equal(&b, &before, sizeof(b));
+    }
+
+    /* The binary: exit 2, and the message names the file. */
+    char errtext[4096];
+    write_file(path, "{\"bench\":\"runtime\",\"steady\":[{\"groups\":8,\"path\":\"peers\"}]}");
+    char *args[] = {"model", "--bench-json", path, NULL};
+    assert_int_equal(run_binary(args, errtext, sizeof(errtext)), 2);
+    assert_non_null(strstr(errtext, path));
+    assert_non_null(strstr(errtext, "median_ms"));
+    char missing[512];
+    snprintf(missing, sizeof(missing), "%s/missing.json", test_dir);
+    char *args2[] = {"model", "--bench-json", missing, NULL};
+    assert_int_equal(run_binary(args2, errtext, sizeof(errtext)), 2);
+    assert_non_null(strstr(errtext, missing));
+}
+
 static void test_closed_form_helpers(void **state)
 {
     (void)state;
@@ -865,7 +1138,10 @@ static int teardown_dir(void **state)
 {
     (void)state;
     const char *names[] = {"params.json",   "missing.json",  "out.json",   "out.svg",
-                           "cli-params.json", "schedule.json", "stderr.txt", "bench.json"};
+                           "cli-params.json", "schedule.json", "stderr.txt", "bench.json",
+                           "out2.json",       "bench-rt.json", "bench-mem1.json",
+                           "bench-mem2.json", "bench-persist.json", "bench-rec.json",
+                           "bench-slow.json"};
     char path[600];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", test_dir, names[i]);
@@ -892,6 +1168,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_model_command_line),
         cmocka_unit_test(test_run_command_line),
         cmocka_unit_test(test_binary_exit_status),
+        cmocka_unit_test(test_bench_json_curves),
+        cmocka_unit_test(test_bench_json_command_line),
+        cmocka_unit_test(test_bench_json_malformed),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
