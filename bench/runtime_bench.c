@@ -119,7 +119,10 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
         dt[1] = (double)mt.last_quorum_ns * 1e-9;
         dt[2] = (double)mt.last_commit_ns * 1e-9;
         dt[3] = (double)(mt.etcd_requests - m0.etcd_requests);
-        state[s % 512]++;
+        /* The update is a function of the committed step, as a trainer's
+         * is: a group that healed mid-run then goes on from the donors'
+         * state and step, and stays identical to them. */
+        state[graft_step(rt) % 512]++;
         if (s >= warm && write(fd, dt, sizeof(dt)) != sizeof(dt))
             _exit(3);
     }
