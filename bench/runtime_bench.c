@@ -525,7 +525,7 @@ int main(int argc, char **argv)
             printf("  %-8d %-6s %10.2f %9.2f %13.2f %13.2f %13.1f %13.2f %11.2f", groups_list[i],
                    paths[p], sr[i][p].med, sr[i][p].p99, sr[i][p].quorum_med,
                    sr[i][p].commit_med, sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms, put);
-            if (p == 1 && sr[i][1].med > 0)
+            if (p == 1 && sr[i][0].med > 0 && sr[i][1].med > 0)
                 printf(" %9.1fx", sr[i][0].med / sr[i][1].med);
             printf("\n");
         }

@@ -890,6 +890,39 @@ static void test_netns_teardown(void **state)
     assert_false(netns_exists(b));
 }
 
+/* graft-sim run --netns with G groups x 1 rank, N steps and a schedule of
+ * these events (JSON array text); checks that it ran in namespaces and
+ * ended bit-exact, and returns its report. */
+static json_t *netns_run(const char *name, const char *groups, const char *steps,
+                         const char *events)
+{
+    char json_path[PATH_MAX + 32], sched[PATH_MAX + 32], cache[PATH_MAX + 32],
+        trainer_env[PATH_MAX + 96], expect[64];
+    snprintf(json_path, sizeof(json_path), "%s/%s.json", tmpdir, name);
+    snprintf(sched, sizeof(sched), "%s/%s-schedule.json", tmpdir, name);
+    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+    FILE *f = fopen(sched, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"events\":%s}\n", events);
+    assert_int_equal(fclose(f), 0);
+    /* One rank per group: with two, the runtime's start-up (step 0) heal
+     * sometimes races the donor's serve_begin and the job stalls, with or
+     * without --netns (reported; not a namespace matter). */
+    const char *args[] = {"--netns", "--groups", groups, "--ranks", "1", "--steps", steps,
+                          "--schedule", sched, "--json", json_path, NULL};
+    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=90", NULL};
+    char *out = run_sim_ok(args, env);
+    snprintf(expect, sizeof(expect), "--netns: %s groups in namespaces", groups);
+    assert_non_null(strstr(out, expect));
+    free(out);
+    json_t *j = load_json(json_path);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_string_equal(json_string_value(json_object_get(j, "final_state_hash")),
+                        json_string_value(json_object_get(j, "reference_state_hash")));
+    return j;
+}
+
 /*
  * Groups in namespaces with shaped links: a partition cuts group 1 off for
  * 3 s (longer than the 1 s lease: it loses its membership, re-joins and must
@@ -902,29 +935,10 @@ static void test_netns_partition_bit_exact(void **state)
         print_message("skipped: needs root and 'ip netns'\n");
         skip();
     }
-    char json_path[PATH_MAX + 32], sched[PATH_MAX + 32], cache[PATH_MAX + 32],
-        trainer_env[PATH_MAX + 96];
-    snprintf(json_path, sizeof(json_path), "%s/netns.json", tmpdir);
-    snprintf(sched, sizeof(sched), "%s/netns-schedule.json", tmpdir);
-    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
-    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
-    FILE *f = fopen(sched, "w");
-    assert_non_null(f);
-    fputs("{\"events\":[{\"kind\":\"partition\",\"group\":1,\"at_step\":10,\"duration_ms\":3000},"
-          "{\"kind\":\"kill_rank\",\"group\":0,\"rank\":0,\"at_step\":60}]}\n",
-          f);
-    assert_int_equal(fclose(f), 0);
-    /* One rank per group: with two, the runtime's start-up (step 0) heal
-     * sometimes races the donor's serve_begin and the job stalls, with or
-     * without --netns (reported; not a namespace matter). */
-    const char *args[] = {"--netns", "--groups", "2", "--ranks", "1", "--steps", "80",
-                          "--schedule", sched, "--json", json_path, NULL};
-    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=60", NULL};
-    char *out = run_sim_ok(args, env);
-    assert_non_null(strstr(out, "--netns: 2 groups in namespaces"));
-    free(out);
-    json_t *j = load_json(json_path);
-    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    json_t *j = netns_run("netns", "2", "80",
+                          "[{\"kind\":\"partition\",\"group\":1,\"at_step\":10,"
+                          "\"duration_ms\":3000},"
+                          "{\"kind\":\"kill_rank\",\"group\":0,\"rank\":0,\"at_step\":60}]");
     json_t *by = json_object_get(j, "failures_injected");
     assert_int_equal(json_integer_value(json_object_get(by, "partition")), 1);
     assert_int_equal(json_integer_value(json_object_get(by, "kill_rank")), 1);
@@ -941,8 +955,6 @@ static void test_netns_partition_bit_exact(void **state)
         }
     }
     assert_true(seen);
-    assert_string_equal(json_string_value(json_object_get(j, "final_state_hash")),
-                        json_string_value(json_object_get(j, "reference_state_hash")));
     json_decref(j);
 }
 
@@ -959,29 +971,11 @@ static void test_netns_isolate_bit_exact(void **state)
         print_message("skipped: needs root and 'ip netns'\n");
         skip();
     }
-    char json_path[PATH_MAX + 32], sched[PATH_MAX + 32], cache[PATH_MAX + 32],
-        trainer_env[PATH_MAX + 96];
-    snprintf(json_path, sizeof(json_path), "%s/isolate.json", tmpdir);
-    snprintf(sched, sizeof(sched), "%s/isolate-schedule.json", tmpdir);
-    snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
-    snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
-    FILE *f = fopen(sched, "w");
-    assert_non_null(f);
-    fputs("{\"events\":[{\"kind\":\"isolate\",\"group\":1,\"at_step\":10,"
-          "\"duration_ms\":3000}]}\n",
-          f);
-    assert_int_equal(fclose(f), 0);
-    const char *args[] = {"--netns", "--groups", "3", "--ranks", "1", "--steps", "60",
-                          "--schedule", sched, "--json", json_path, NULL};
-    const char *env[] = {cache, trainer_env, "GRAFT_SIM_TIMEOUT_S=90", NULL};
-    char *out = run_sim_ok(args, env);
-    free(out);
-    json_t *j = load_json(json_path);
-    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    json_t *j = netns_run("isolate", "3", "60",
+                          "[{\"kind\":\"isolate\",\"group\":1,\"at_step\":10,"
+                          "\"duration_ms\":3000}]");
     json_t *by = json_object_get(j, "failures_injected");
     assert_int_equal(json_integer_value(json_object_get(by, "isolate")), 1);
-    assert_string_equal(json_string_value(json_object_get(j, "final_state_hash")),
-                        json_string_value(json_object_get(j, "reference_state_hash")));
     json_decref(j);
 }
 
