@@ -40,7 +40,7 @@
 #define STEADY_STASH 256u
 
 typedef struct steady_msg {
-    uint64_t id; /* quorum id and members hash, mixed */
+    uint64_t id; /* the epoch: quorum id, members hash and etcd round, mixed */
     int kind;
     uint64_t step;
     uint32_t group, rank, round;
@@ -203,6 +203,7 @@ static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, ui
     m.kind = (Graft__StepMessage__Kind)kind;
     m.quorum_id = e->id;
     m.members_hash = e->members_hash;
+    m.epoch_round = e->round;
     m.step = step;
     m.group = rt->group;
     m.rank = rt->rank;
@@ -218,6 +219,14 @@ static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, ui
     return graft_transfer_msg_send(rt->ep, to, buf, len, ms);
 }
 
+/* One number for an epoch, to tell stashed messages of different epochs
+ * apart (the same members formed again after a fallback are another
+ * epoch: another round). */
+static uint64_t epoch_key(uint64_t id, uint64_t members_hash, uint64_t round)
+{
+    return id ^ members_hash ^ (round * 0x9e3779b97f4a7c15ull);
+}
+
 /* Decode a received message; false for one that is not of this epoch. */
 static bool msg_decode(const graft_runtime_t *rt, const uint8_t *buf, size_t len, steady_msg_t *out)
 {
@@ -227,9 +236,10 @@ static bool msg_decode(const graft_runtime_t *rt, const uint8_t *buf, size_t len
         GRAFT_DEBUG(GRAFT_RT_MOD, "steady path: a message that does not decode dropped");
         return false;
     }
-    bool mine = m->version == 1 && m->quorum_id == e->id && m->members_hash == e->members_hash;
-    *out = (steady_msg_t){m->quorum_id ^ m->members_hash, m->kind, m->step, m->group, m->rank,
-                          m->barrier_round, m->ok};
+    bool mine = m->version == 1 && m->quorum_id == e->id &&
+                m->members_hash == e->members_hash && m->epoch_round == e->round;
+    *out = (steady_msg_t){epoch_key(m->quorum_id, m->members_hash, m->epoch_round), m->kind,
+                          m->step, m->group, m->rank, m->barrier_round, m->ok};
     graft__step_message__free_unpacked(m, &graft__pb_allocator);
     return mine;
 }
@@ -238,8 +248,8 @@ static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int ki
                         uint32_t group, uint32_t rank, uint32_t round)
 {
     const graft_quorum_t *e = rt->steady->epoch;
-    return m->id == (e->id ^ e->members_hash) && m->kind == kind && m->step == step &&
-           m->group == group && m->rank == rank && m->round == round;
+    return m->id == epoch_key(e->id, e->members_hash, e->round) && m->kind == kind &&
+           m->step == step && m->group == group && m->rank == rank && m->round == round;
 }
 
 typedef enum { EPOCH_HOLDS, EPOCH_CHANGED, EPOCH_NO_LEASE } epoch_state_t;
