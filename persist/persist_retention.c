@@ -8,6 +8,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 static int band_of(uint64_t distance)
 {
@@ -52,6 +54,20 @@ graft_status_t graft_persist_retention_plan(const graft_persist_retention_t *pol
             if (!keep[i] && best[band_of(newest - steps[i])] == newest - steps[i])
                 keep[i] = true;
     return GRAFT_OK;
+}
+
+/* Nothing was added to the incomplete directory for the policy's minimum
+ * age (a shard's rename or the manifest's would change its mtime). */
+static bool leftover_old_enough(const char *dir, const graft_persist_retention_t *policy)
+{
+    struct stat sb;
+    if (policy->leftover_min_age_ms == 0 || stat(dir, &sb) != 0)
+        return true;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t age_ms = ((int64_t)now.tv_sec - (int64_t)sb.st_mtim.tv_sec) * 1000 +
+                     ((int64_t)now.tv_nsec - (int64_t)sb.st_mtim.tv_nsec) / 1000000;
+    return age_ms >= (int64_t)policy->leftover_min_age_ms;
 }
 
 graft_status_t graft_persist_retention_apply(const char *root,
@@ -105,6 +121,10 @@ graft_status_t graft_persist_retention_apply(const char *root,
         if (dir == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
+        }
+        if (e[i].state != GRAFT_PERSIST_COMPLETE && !leftover_old_enough(dir, policy)) {
+            graft_free(dir); /* perhaps still being committed by another writer */
+            continue;
         }
         graft_status_t s1 = graft__persist_remove_dir(dir);
         graft_free(dir);

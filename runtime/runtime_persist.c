@@ -18,6 +18,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Checkpoints are committed by a different group each time, so a newer one
+ * can complete while an older one's committer still waits for its shards
+ * (up to twice the fence timeout, collect_and_commit()): its directory is
+ * not a leftover until then. */
+static uint32_t leftover_age_ms(const graft_runtime_t *rt)
+{
+    return (uint32_t)GRAFT_MIN(rt->cfg->fence_timeout_ms * 2 + 60000u, UINT32_MAX);
+}
+
 graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
 {
     if (rt->cfg->persist_root == NULL)
@@ -30,7 +39,8 @@ graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
         /* Recorded per shard in the manifest: which group wrote it. */
         .group = rt->group,
         .retention = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
-                      .milestone_every = rt->cfg->persist_milestone_every},
+                      .milestone_every = rt->cfg->persist_milestone_every,
+                      .leftover_min_age_ms = leftover_age_ms(rt)},
     };
     return graft_persist_writer_create(&pc, &rt->writer);
 }
@@ -175,7 +185,8 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
         goto out;
     }
     graft_persist_retention_t pol = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
-                                     .milestone_every = rt->cfg->persist_milestone_every};
+                                     .milestone_every = rt->cfg->persist_milestone_every,
+                                     .leftover_min_age_ms = leftover_age_ms(rt)};
     size_t deleted = 0;
     if (graft_persist_retention_apply(rt->cfg->persist_root, &pol, &deleted) != GRAFT_OK)
         GRAFT_WARN(GRAFT_RT_MOD, "retention under %s failed", rt->cfg->persist_root);

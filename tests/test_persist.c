@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -575,6 +576,22 @@ static void test_retention_apply(void **state)
     size_t deleted = 0;
     assert_int_equal(graft_persist_retention_apply(root, &pol, &deleted), GRAFT_OK);
     assert_int_equal(deleted, 4); /* 9, 8, 4 (3 is marked) and the leftover 5 */
+    assert_string_equal(pt_list_str(root), "11 10 3");
+    /* With a minimum age, an incomplete directory that was just written to
+     * (a commit still under way elsewhere) stays; one left alone for that
+     * long goes. */
+    pt_mkdir_step(root, 7);
+    pt_touch(root, 7, "shard-0-of-1");
+    graft_persist_retention_t aged = {.keep_last = 1, .leftover_min_age_ms = 60000};
+    assert_int_equal(graft_persist_retention_apply(root, &aged, &deleted), GRAFT_OK);
+    assert_int_equal(deleted, 0);
+    assert_string_equal(pt_list_str(root), "11 10 7 3");
+    char *d7 = pt_path(root, 7, "");
+    struct timespec old_times[2] = {{.tv_sec = time(NULL) - 120}, {.tv_sec = time(NULL) - 120}};
+    assert_int_equal(utimensat(AT_FDCWD, d7, old_times, 0), 0);
+    free(d7);
+    assert_int_equal(graft_persist_retention_apply(root, &aged, &deleted), GRAFT_OK);
+    assert_int_equal(deleted, 1);
     assert_string_equal(pt_list_str(root), "11 10 3");
     /* The newest valid checkpoint survives even when everything else is corrupt. */
     char *mf = pt_path(root, 10, "manifest.pb");

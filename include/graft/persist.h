@@ -144,6 +144,13 @@ typedef struct graft_persist_retention {
     uint32_t keep_last;       /**< keep the newest N valid checkpoints; 0 = no retention */
     uint64_t milestone_every; /**< keep steps that are multiples of M; 0 = none */
     bool geometric;           /**< thin the rest geometrically instead of deleting them */
+    /** An incomplete directory older than the newest valid checkpoint is a
+     *  crash's leftover, removed once nothing was added to it (its mtime)
+     *  for this long; 0: at once. Writers in several processes set it to
+     *  how long a commit may take, so that a checkpoint still being
+     *  committed elsewhere, when a newer one completed first, is not taken
+     *  for a leftover. */
+    uint32_t leftover_min_age_ms;
 } graft_persist_retention_t;
 
 /** Writer configuration. Zeroed fields take their defaults. */
