@@ -373,17 +373,25 @@ static void test_ckpt_good(void **state)
     assert_true(job_root[0] != '\0');
     json_t *ls = ctl_json((const char *[]){"--json", "ckpt", "ls", job_root, NULL});
     json_t *cks = json_object_get(ls, "checkpoints");
-    assert_true(json_array_size(cks) >= 2);
-    size_t i;
-    json_t *c;
+    size_t i, complete = 0;
+    json_t *c, *newest = NULL;
     json_array_foreach(cks, i, c) {
+        /* A writer the run killed can leave a directory without a
+         * manifest; retention removes it only once it is old enough not to
+         * be a commit still under way (docs/FORMAT.md). */
+        if (strcmp(json_string_value(json_object_get(c, "state")), "incomplete") == 0)
+            continue;
         assert_string_equal(json_string_value(json_object_get(c, "state")), "complete");
+        complete++;
+        if (newest == NULL)
+            newest = c;
         assert_int_equal(json_integer_value(json_object_get(c, "step")) % 20, 0);
         assert_int_equal(json_integer_value(json_object_get(c, "ranks")), SIM_RANKS);
         assert_true(json_integer_value(json_object_get(c, "step")) <= SIM_STEPS);
     }
-    assert_string_equal(json_string_value(json_object_get(json_array_get(cks, 0), "retention")),
-                        "newest");
+    assert_true(complete >= 2);
+    assert_non_null(newest);
+    assert_string_equal(json_string_value(json_object_get(newest, "retention")), "newest");
     json_t *v = ctl_json((const char *[]){"--json", "ckpt", "verify", job_root, NULL});
     assert_int_equal(json_integer_value(json_object_get(v, "faults")), 0);
     assert_int_equal((size_t)json_integer_value(json_object_get(v, "checked")),

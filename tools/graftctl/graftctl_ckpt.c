@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -66,9 +67,14 @@ static int check_root(const char *root)
     return GRAFTCTL_OK;
 }
 
+/* A directory that is not a complete checkpoint is pruned only once nothing
+ * was added to it for this long: a job may still be committing it. */
+#define GRAFTCTL_LEFTOVER_AGE_MS (10u * 60u * 1000u)
+
 static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
 {
     memset(a, 0, sizeof(*a));
+    a->policy.leftover_min_age_ms = GRAFTCTL_LEFTOVER_AGE_MS;
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         uint64_t v;
@@ -142,8 +148,27 @@ static const char *retention_class(const graft_persist_retention_t *p,
     return keep ? "kept" : "prunable";
 }
 
-static int plan(const graft_persist_retention_t *p, const graft_persist_entry_t *e, size_t n,
-                bool *keep)
+/* What retention does with a directory that is not a complete checkpoint
+ * (graft_persist_retention_apply): removed when older than the newest
+ * complete one and left alone for the policy's minimum age, so that a
+ * checkpoint a running job is still committing is never taken for a
+ * crash's leftover. */
+static bool leftover_dropped(const char *root, const graft_persist_retention_t *p,
+                             const graft_persist_entry_t *e, uint64_t newest_complete,
+                             bool any_complete)
+{
+    if (!any_complete || e->step >= newest_complete)
+        return false;
+    char dir[PATH_MAX];
+    struct stat sb;
+    snprintf(dir, sizeof(dir), "%s/step-%020" PRIu64, root, e->step);
+    if (p->leftover_min_age_ms == 0 || stat(dir, &sb) != 0)
+        return true;
+    return (time(NULL) - sb.st_mtime) * 1000 >= (time_t)p->leftover_min_age_ms;
+}
+
+static int plan(const char *root, const graft_persist_retention_t *p,
+                const graft_persist_entry_t *e, size_t n, bool *keep)
 {
     uint64_t *steps = calloc(n + 1, sizeof(*steps));
     bool *marked = calloc(n + 1, sizeof(*marked));
@@ -161,9 +186,18 @@ static int plan(const graft_persist_retention_t *p, const graft_persist_entry_t 
     }
     if (graft_persist_retention_plan(p, steps, marked, nv, k) != GRAFT_OK)
         goto out;
-    for (size_t i = 0, j = 0; i < n; i++)
+    uint64_t newest = 0;
+    for (size_t i = 0; i < n; i++)
         if (e[i].state == GRAFT_PERSIST_COMPLETE)
-            keep[i] = k[j++];
+            newest = e[i].step > newest ? e[i].step : newest;
+    for (size_t i = 0, j = 0; i < n; i++) {
+        if (e[i].state == GRAFT_PERSIST_COMPLETE) {
+            /* The newest complete one always stays, as retention keeps it. */
+            keep[i] = k[j++] || e[i].step == newest;
+        } else {
+            keep[i] = !leftover_dropped(root, p, &e[i], newest, nv > 0);
+        }
+    }
     rc = GRAFTCTL_OK;
 out:
     free(steps);
@@ -181,7 +215,7 @@ static int ckpt_ls(const graftctl_opts_t *o, const ckpt_args_t *a)
     if (rc != GRAFTCTL_OK)
         return rc;
     keep = calloc(n + 1, sizeof(*keep));
-    if (keep == NULL || plan(&a->policy, e, n, keep) != GRAFTCTL_OK) {
+    if (keep == NULL || plan(a->root, &a->policy, e, n, keep) != GRAFTCTL_OK) {
         fprintf(stderr, "graftctl ckpt ls: out of memory\n");
         rc = GRAFTCTL_FAIL;
         goto out;
@@ -407,7 +441,7 @@ static int ckpt_prune(const graftctl_opts_t *o, const ckpt_args_t *a)
     if (rc != GRAFTCTL_OK)
         return rc;
     keep = calloc(n + 1, sizeof(*keep));
-    if (keep == NULL || plan(&a->policy, e, n, keep) != GRAFTCTL_OK) {
+    if (keep == NULL || plan(a->root, &a->policy, e, n, keep) != GRAFTCTL_OK) {
         fprintf(stderr, "graftctl ckpt prune: out of memory\n");
         rc = GRAFTCTL_FAIL;
         goto out;
