@@ -368,30 +368,40 @@ static json_int_t newest_step(json_t *ls)
                                               "step"));
 }
 
+/* A writer the run killed can leave a directory without a manifest, which
+ * retention removes only once nothing was added to it for a while (it may
+ * be a commit still under way; docs/FORMAT.md): removed here by hand, as a
+ * later prune would, so that what follows is about the checkpoints. */
+static void drop_incomplete(const char *root)
+{
+    json_t *ls = ctl_json((const char *[]){"--json", "ckpt", "ls", root, NULL});
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(ls, "checkpoints"), i, c) {
+        if (strcmp(json_string_value(json_object_get(c, "state")), "incomplete") == 0)
+            sh("rm -rf '%s/step-%020lld'", root,
+               (long long)json_integer_value(json_object_get(c, "step")));
+    }
+    json_decref(ls);
+}
+
 static void test_ckpt_good(void **state)
 {
     assert_true(job_root[0] != '\0');
+    drop_incomplete(job_root);
     json_t *ls = ctl_json((const char *[]){"--json", "ckpt", "ls", job_root, NULL});
     json_t *cks = json_object_get(ls, "checkpoints");
-    size_t i, complete = 0;
-    json_t *c, *newest = NULL;
+    assert_true(json_array_size(cks) >= 2);
+    size_t i;
+    json_t *c;
     json_array_foreach(cks, i, c) {
-        /* A writer the run killed can leave a directory without a
-         * manifest; retention removes it only once it is old enough not to
-         * be a commit still under way (docs/FORMAT.md). */
-        if (strcmp(json_string_value(json_object_get(c, "state")), "incomplete") == 0)
-            continue;
         assert_string_equal(json_string_value(json_object_get(c, "state")), "complete");
-        complete++;
-        if (newest == NULL)
-            newest = c;
         assert_int_equal(json_integer_value(json_object_get(c, "step")) % 20, 0);
         assert_int_equal(json_integer_value(json_object_get(c, "ranks")), SIM_RANKS);
         assert_true(json_integer_value(json_object_get(c, "step")) <= SIM_STEPS);
     }
-    assert_true(complete >= 2);
-    assert_non_null(newest);
-    assert_string_equal(json_string_value(json_object_get(newest, "retention")), "newest");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(cks, 0), "retention")),
+                        "newest");
     json_t *v = ctl_json((const char *[]){"--json", "ckpt", "verify", job_root, NULL});
     assert_int_equal(json_integer_value(json_object_get(v, "faults")), 0);
     assert_int_equal((size_t)json_integer_value(json_object_get(v, "checked")),
@@ -487,6 +497,7 @@ static void test_ckpt_prune(void **state)
     char dir[PATH_MAX + 32];
     snprintf(dir, sizeof(dir), "%s/prune", tmpdir);
     sh("rm -rf '%s' && cp -a '%s' '%s'", dir, job_root, dir);
+    drop_incomplete(dir);
     json_t *before = ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
     size_t n = json_array_size(json_object_get(before, "checkpoints"));
     assert_true(n >= 3);

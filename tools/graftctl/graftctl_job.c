@@ -59,7 +59,7 @@ static json_t *quorum_json(const graft_quorum_t *q)
  * latest quorum: its leases are renewed while its training loop is not
  * announcing) or healthy. */
 static const char *group_health(const graft_membership_view_t *v, const graft_quorum_t *q,
-                                uint32_t group, uint32_t ranks)
+                                uint32_t group, uint32_t ranks, uint64_t progress)
 {
     uint32_t live = 0;
     bool busy = false;
@@ -76,7 +76,10 @@ static const char *group_health(const graft_membership_view_t *v, const graft_qu
         return "recovering";
     if (q != NULL && !in_list(q->members, q->n_members, group))
         return "hung";
-    if (q != NULL) {
+    /* A recipient of the latest quorum recovers until the job committed
+     * that quorum's step: steps after it go between the members (the
+     * steady path) and leave the quorum record as it was. */
+    if (q != NULL && progress <= q->step) {
         for (size_t i = 0; i < q->n_recoveries; i++)
             if (q->recoveries[i].recipient == group)
                 return "recovering";
@@ -137,6 +140,14 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         }
     }
     qsort(groups, ng, sizeof(groups[0]), cmp_u32);
+    /* How far the job got: the quorum record shows where its epoch began
+     * (steps of an unchanged epoch do not go through etcd). */
+    uint64_t progress = 0;
+    graft_status_t pst = graft_progress_read(c->etcd, job, &progress);
+    if (pst != GRAFT_OK && pst != GRAFT_ENOTFOUND) {
+        st = pst;
+        goto out;
+    }
 
     json_t *jgroups = json_array();
     size_t healthy = 0;
@@ -159,7 +170,7 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                   "lease_ttl_s", (json_int_t)ttl, "lease_id",
                                   (json_int_t)m->lease_id));
         }
-        const char *health = group_health(v, q, groups[gi], ranks);
+        const char *health = group_health(v, q, groups[gi], ranks, progress);
         healthy += strcmp(health, "healthy") == 0;
         json_array_append_new(jgroups, json_pack("{s:I,s:s,s:b,s:o}", "group",
                                                  (json_int_t)groups[gi], "health", health,
@@ -167,15 +178,6 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                                  q != NULL && in_list(q->members, q->n_members,
                                                                       groups[gi]),
                                                  "ranks", jranks));
-    }
-    /* How far the job got: the quorum record shows where its epoch began
-     * (steps of an unchanged epoch do not go through etcd). */
-    uint64_t progress = 0;
-    graft_status_t pst = graft_progress_read(c->etcd, job, &progress);
-    if (pst != GRAFT_OK && pst != GRAFT_ENOTFOUND) {
-        st = pst;
-        json_decref(jgroups);
-        goto out;
     }
     root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o}", "job", job, "revision",
                      (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
