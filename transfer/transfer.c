@@ -1,7 +1,7 @@
 /*
  * The transfer engine: configuration, the region table and its layout hash,
  * background chunk hashing for donors, the recipients' fence, and dispatch
- * to the transport backend (transfer/ucx.c).
+ * to the transport backend (transfer/ucx*.c).
  */
 #include "transfer_int.h"
 

@@ -1,6 +1,6 @@
 /*
  * Private state of the transfer engine, shared by the engine (transfer.c)
- * and its backends (ucx.c, nccl.c, cuda_staging.c). Not installed.
+ * and its backends (ucx*.c, nccl.c, cuda_staging.c). Not installed.
  */
 #ifndef GRAFT_TRANSFER_INT_H
 #define GRAFT_TRANSFER_INT_H

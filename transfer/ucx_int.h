@@ -1,5 +1,7 @@
 /*
- * Shared by the files of the UCX backend (ucx.c, ucx_msg.c). Not installed.
+ * Shared by the files of the UCX backend: ucx.c (endpoint, regions, host
+ * memory), ucx_wire.c (pieces both sides use), ucx_donor.c (serving),
+ * ucx_pull.c (pulling), ucx_msg.c (short messages). Not installed.
  */
 #ifndef GRAFT_UCX_INT_H
 #define GRAFT_UCX_INT_H
@@ -9,6 +11,108 @@
 #include <ucp/api/ucp.h>
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* A request bigger than this is refused unread. */
+#define REQUEST_MAX_BYTES (64u << 10)
+/* A manifest bigger than this is a protocol error. */
+#define MANIFEST_MAX_BYTES (512u << 20)
+/* Hashes per streamed manifest part. */
+#define HASHES_PER_PART 16384u
+/* How long teardown waits for UCX to finish closing. */
+#define TEARDOWN_NS (3000ull * 1000000ull)
+/* A queued recipient asks again this often; a donor forgets one that has
+ * not asked for QUEUE_STALE_NS (it gave up, or its process died). */
+#define QUEUE_ASK_NS (100ull * 1000000ull)
+#define QUEUE_STALE_NS (2000ull * 1000000ull)
+
+/* A peer's packed remote key: at most this long, unpacked from a copy
+ * followed by RKEY_PAD zero bytes (ucx_wire.c says why). */
+#define RKEY_MAX_BYTES 4096u
+#define RKEY_PAD 256u
+
+/* Header of a CHUNK_DATA message: the request's echo, its tag, a status. */
+typedef struct chunk_hdr {
+    uint64_t echo;
+    uint32_t tag;
+    int32_t status;
+} chunk_hdr_t;
+
+/* A received message waiting for the progress loop: AM callbacks run inside
+ * ucp_worker_progress(), where sending and ep management are best avoided. */
+typedef struct ucx_msg {
+    struct ucx_msg *next;
+    unsigned id;
+    ucp_ep_h reply_ep;
+    uint64_t header;
+    bool has_header;
+    bool too_large;
+    size_t len;
+    uint8_t data[];
+} ucx_msg_t;
+
+typedef struct msg_queue {
+    ucx_msg_t *head;
+    ucx_msg_t **tail;
+} msg_queue_t;
+
+/* One accepted connection (donor side), on a worker of its own: over
+ * shared memory every sender to a worker writes into its one receive FIFO,
+ * and a recipient killed in the middle of a write would leave an element
+ * that is never completed, blocking every other recipient behind it. */
+typedef struct ucx_conn {
+    struct ucx_conn *next;
+    ucp_worker_h worker;
+    int efd;
+    ucp_ep_h ep;
+    bool failed;
+    bool active;         /* manifest sent, hashes streaming */
+    bool final_sent;
+    uint64_t gen;        /* ep->serve_gen when activated */
+    uint64_t cursor;     /* next chunk whose hash is to be sent */
+    size_t region_cursor;
+    uint64_t echo;       /* AM header the recipient chose */
+    /* A manifest of fence_step went out and no TransferDone came back yet:
+     * if the connection is lost first, the loss counts for the fence. */
+    bool fence_owed;
+    uint64_t fence_step;
+    /* Answered GRAFT_EBUSY: waiting for admission, in queue_seq order. A
+     * queued recipient asks again every QUEUE_ASK_NS; one that stopped
+     * asking for QUEUE_STALE_NS holds no place. */
+    bool queued;
+    uint64_t queue_seq;
+    uint64_t asked_ns;
+} ucx_conn_t;
+
+struct graft__transport_state {
+    graft_transfer_endpoint_t *ep;
+    ucp_context_h ctx;
+    ucp_worker_h worker; /* the listener's; each connection has its own */
+    /* A connection's worker made ahead, while no connection is open: making
+     * one takes several milliseconds that a new recipient would wait. */
+    ucp_worker_h spare;
+    int spare_efd;
+    bool spare_failed; /* not retried until the next connection */
+    ucp_listener_h listener;
+    int efd;
+    struct pollfd *pfds; /* the progress thread's: this worker's and the connections' */
+    size_t pfds_cap;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
+    ucx_conn_t *conns;
+    uint64_t queue_seq; /* the last place given */
+    msg_queue_t msgs;
+    bool rkey_layout_unknown; /* our own keys do not have the layout checked */
+};
+
+/* ucx_wire.c */
+void graft__ucx_msgq_init(msg_queue_t *q);
+void graft__ucx_msgq_push(msg_queue_t *q, ucx_msg_t *m);
+ucx_msg_t *graft__ucx_msgq_pop(msg_queue_t *q);
+void graft__ucx_msgq_clear(msg_queue_t *q);
 
 /* A UCX status as graft's. */
 graft_status_t graft__ucx_status(ucs_status_t st);
@@ -21,6 +125,36 @@ ucs_status_t graft__ucx_connect(ucp_worker_h w, const struct sockaddr_in *sa,
                                 ucp_err_handler_cb_t err_cb, void *err_arg, ucp_ep_h *ep_p);
 /* The endpoint's UCX context (shared by its workers). */
 ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep);
+
+/* Resolve a host name or dotted address. */
+GRAFT_WUR graft_status_t graft__ucx_resolve_host(const char *name, struct in_addr *in);
+/* The listener's address: "host", "host:port" or an interface name, with
+ * @p port where the string names none. */
+GRAFT_WUR graft_status_t graft__ucx_listen_sockaddr(const char *s, uint16_t port,
+                                                    struct sockaddr_in *sa);
+/* Send active message @p id: @p len bytes packed at buf + 8, the 8-byte
+ * header at buf. Takes ownership of @p buf. */
+GRAFT_WUR graft_status_t graft__ucx_am_send_owned(ucp_ep_h uep, unsigned id, uint8_t *buf,
+                                                  size_t len, bool want_reply);
+/* Pack a protobuf message behind @p header and send it. */
+GRAFT_WUR graft_status_t graft__ucx_am_send(ucp_ep_h uep, unsigned id, uint64_t header,
+                                            const ProtobufCMessage *msg, bool want_reply);
+/* Whether a peer's packed remote key has the layout ucp_rkey_pack() makes
+ * (ucp_ep_rkey_unpack() trusts it); learn() calibrates on our own key. */
+bool graft__ucx_rkey_layout_ok(const uint8_t *k, size_t len);
+void graft__ucx_rkey_layout_learn(bool *unknown, const graft__region_t *r);
+GRAFT_WUR graft_status_t graft__ucx_set_am_handler(ucp_worker_h w, unsigned id,
+                                                   ucp_am_recv_callback_t cb, void *arg);
+
+/* ucx_donor.c */
+void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg);
+void *graft__ucx_progress_thread(void *arg);
+void graft__ucx_conn_close(ucx_conn_t *c);
+
+/* ucx_pull.c */
+GRAFT_WUR graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
+                                         const graft_transfer_pull_options_t *o,
+                                         graft_transfer_report_t *rep);
 
 /* ucx_msg.c: the sending half of the message channel. */
 graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *address,

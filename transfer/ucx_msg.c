@@ -2,7 +2,7 @@
  * UCX backend: sending short messages (graft_transfer_msg_send). One worker
  * of the endpoint's context, driven by the sending thread only while it
  * sends, and one connection per peer address, kept until the peer fails or
- * graft_transfer_msg_reset(). Receiving is the listener's: ucx.c hands each
+ * graft_transfer_msg_reset(). Receiving is the listener's: ucx_donor.c hands each
  * message to the inbox (msgbox.c).
  */
 #include "ucx_int.h"

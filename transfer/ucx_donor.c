@@ -1,0 +1,707 @@
+/*
+ * UCX backend, the donor's side. One listener worker driven by a progress
+ * thread accepts connections, each on a worker of its own. A connection's
+ * TransferRequest is answered with a manifest (or a refusal, or a place in
+ * the admission queue), its chunk hashes are streamed as the hashing
+ * threads finish them, chunk requests are served for pushes, and
+ * TransferDone messages and lost connections are counted for the fence.
+ * Recipients read regions with one-sided gets, so the donor's training
+ * thread never takes part.
+ */
+#include "ucx_int.h"
+
+#include "proto/graft.pb-c.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
+{
+    ucx_conn_t *c = arg;
+    (void)uep;
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "recipient connection failed: %s", ucs_status_string(status));
+    c->failed = true;
+}
+
+static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
+                                     void *data, size_t length, const ucp_am_recv_param_t *param);
+static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
+                                  void *data, size_t length, const ucp_am_recv_param_t *param);
+static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
+                                       void *data, size_t length,
+                                       const ucp_am_recv_param_t *param);
+static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
+                           size_t length, const ucp_am_recv_param_t *param);
+
+/* A worker for one connection, with the donor's message handlers. */
+static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker_h *w_p,
+                                         int *efd_p)
+{
+    ucp_worker_h w = NULL;
+    graft_status_t status = graft__ucx_worker_create(t->ctx, &w);
+    if (status == GRAFT_OK && ucp_worker_get_efd(w, efd_p) != UCS_OK)
+        status = GRAFT_ETRANSPORT;
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_DONE, donor_done_cb, t);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_MSG, msg_cb, t);
+    if (status != GRAFT_OK && w != NULL)
+        ucp_worker_destroy(w);
+    if (status == GRAFT_OK)
+        *w_p = w;
+    return status;
+}
+
+static graft_status_t conn_worker(graft__transport_state_t *t, ucx_conn_t *c)
+{
+    t->spare_failed = false;
+    if (t->spare != NULL) {
+        c->worker = t->spare;
+        c->efd = t->spare_efd;
+        t->spare = NULL;
+        return GRAFT_OK;
+    }
+    return conn_worker_create(t, &c->worker, &c->efd);
+}
+
+void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
+{
+    graft__transport_state_t *t = arg;
+    ucp_ep_params_t prm;
+    ucx_conn_t *c = graft__calloc(1, sizeof(*c));
+    ucs_status_t st;
+
+    if (c == NULL || conn_worker(t, c) != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "%s accepting a connection",
+                    c == NULL ? "out of memory" : "no UCX worker");
+        (void)ucp_listener_reject(t->listener, req);
+        goto fail;
+    }
+    memset(&prm, 0, sizeof(prm));
+    prm.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    prm.conn_request = req;
+    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    prm.err_handler.cb = donor_conn_err_cb;
+    prm.err_handler.arg = c;
+    st = ucp_ep_create(c->worker, &prm, &c->ep);
+    if (st != UCS_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "accepting a connection: %s", ucs_status_string(st));
+        goto fail;
+    }
+    c->next = t->conns;
+    t->conns = c;
+    return;
+fail:
+    if (c != NULL && c->worker != NULL)
+        ucp_worker_destroy(c->worker);
+    graft_free(c);
+}
+
+/* Requests and TransferDone: queued for the progress loop. */
+static ucs_status_t donor_am_enqueue(graft__transport_state_t *t, unsigned id, const void *header,
+                                     size_t header_length, void *data, size_t length,
+                                     const ucp_am_recv_param_t *param)
+{
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    bool too_large = rndv || length > REQUEST_MAX_BYTES;
+    ucx_msg_t *m = graft__malloc(sizeof(*m) + (too_large ? 0 : length));
+
+    if (m == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a request");
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    memset(m, 0, sizeof(*m));
+    m->id = id;
+    m->reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    m->has_header = header_length == sizeof(uint64_t);
+    if (m->has_header)
+        memcpy(&m->header, header, sizeof(uint64_t));
+    m->too_large = too_large;
+    m->len = too_large ? 0 : length;
+    if (!too_large && length > 0)
+        memcpy(m->data, data, length);
+    graft__ucx_msgq_push(&t->msgs, m);
+    /* A rendezvous request is refused: the sender's send completes with
+     * this status and the donor replies with an error. */
+    return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+}
+
+static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
+                                     void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    return donor_am_enqueue(arg, GRAFT__XFER_AM_REQUEST, header, header_length, data, length,
+                            param);
+}
+
+static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
+                                  void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    return donor_am_enqueue(arg, GRAFT__XFER_AM_DONE, header, header_length, data, length,
+                            param);
+}
+
+static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
+                                       void *data, size_t length,
+                                       const ucp_am_recv_param_t *param)
+{
+    return donor_am_enqueue(arg, GRAFT__XFER_AM_CHUNK_REQ, header, header_length, data, length,
+                            param);
+}
+
+/* A short message (graft_transfer_msg_send): into the endpoint's inbox. A
+ * rendezvous one is longer than any message and is refused. */
+static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
+                           size_t length, const ucp_am_recv_param_t *param)
+{
+    graft__transport_state_t *t = arg;
+    (void)header;
+    (void)header_length;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "a message of %zu bytes refused", length);
+        return UCS_ERR_MESSAGE_TRUNCATED;
+    }
+    graft__transfer_msg_deliver(t->ep, data, length);
+    return UCS_OK;
+}
+
+ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep)
+{
+    return ep->transport->ctx;
+}
+
+static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
+{
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (c->ep == uep)
+            return c;
+    }
+    return NULL;
+}
+
+/*
+ * Fill hash parts for chunks [c->cursor, end) into @p m. Caller holds
+ * ep->lock and has checked that the hashes belong to the conn's step.
+ */
+static graft_status_t fill_hash_parts(graft_transfer_endpoint_t *ep, ucx_conn_t *c, uint64_t end,
+                                      Graft__TransferManifest *m, Graft__ChunkHashes **parts,
+                                      Graft__ChunkHashes *part_store, size_t max_parts)
+{
+    size_t n = 0;
+    while (c->cursor < end && n < max_parts) {
+        while (c->region_cursor < ep->n_regions &&
+               c->cursor >= ep->regions[c->region_cursor].first_chunk +
+                                ep->regions[c->region_cursor].n_chunks)
+            c->region_cursor++;
+        assert(c->region_cursor < ep->n_regions);
+        const graft__region_t *r = &ep->regions[c->region_cursor];
+        uint64_t stop = GRAFT_MIN(end, r->first_chunk + r->n_chunks);
+        Graft__ChunkHashes *p = &part_store[n];
+        graft__chunk_hashes__init(p);
+        p->region = (uint32_t)c->region_cursor;
+        p->first_chunk = c->cursor - r->first_chunk;
+        p->n_hashes = (size_t)(stop - c->cursor);
+        p->hashes = &ep->hashes[c->cursor];
+        parts[n++] = p;
+        c->cursor = stop;
+    }
+    m->n_hash_parts = n;
+    m->hash_parts = parts;
+    return GRAFT_OK;
+}
+
+/* First contiguous chunk from @p from whose hash is not done yet, at most
+ * HASHES_PER_PART further. */
+static uint64_t hashed_prefix(graft_transfer_endpoint_t *ep, uint64_t from)
+{
+    uint64_t end = from, lim = GRAFT_MIN(ep->total_chunks, from + HASHES_PER_PART);
+    while (end < lim && atomic_load_explicit(&ep->hash_done[end], memory_order_acquire))
+        end++;
+    return end;
+}
+
+/* A refusal; for GRAFT_ESTEP it says which step the donor serves, if any. */
+static void reply_refusal(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why,
+                          bool serving, uint64_t serve_step)
+{
+    Graft__TransferManifest m;
+    graft__transfer_manifest__init(&m);
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.status = code;
+    m.error = (char *)why;
+    m.donor_serving = serving;
+    m.step = serve_step;
+    GRAFT_INFO(GRAFT__XFER_MOD, "refusing a transfer request: %s (%s)", why,
+               graft_status_name(code));
+    if (graft__ucx_am_send(uep, GRAFT__XFER_AM_MANIFEST, header, &m.base, false) != GRAFT_OK)
+        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a refusal");
+}
+
+static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why)
+{
+    reply_refusal(uep, header, code, why, false, 0);
+}
+
+/* Recipients of the current serve being served now: a manifest went out
+ * and no TransferDone came back. Caller holds ep->lock. */
+static uint32_t conns_admitted(graft__transport_state_t *t)
+{
+    uint32_t n = 0;
+    for (ucx_conn_t *o = t->conns; o != NULL; o = o->next)
+        n += o->active && o->fence_owed && !o->failed && o->gen == t->ep->serve_gen;
+    return n;
+}
+
+/* Place of @p c among the live queued recipients of @p step (their number
+ * when @p c is not queued yet). */
+static uint32_t queue_place(graft__transport_state_t *t, const ucx_conn_t *c, uint64_t step,
+                            uint64_t now)
+{
+    uint32_t n = 0;
+    for (ucx_conn_t *o = t->conns; o != NULL; o = o->next)
+        n += o != c && o->queued && !o->failed && o->fence_step == step &&
+             now - o->asked_ns < QUEUE_STALE_NS && (!c->queued || o->queue_seq < c->queue_seq);
+    return n;
+}
+
+/* Queue @p c for @p step and tell it its place. A queued recipient owes
+ * the fence like an admitted one: if it gives up (it finished from other
+ * donors), its closed connection counts. Caller holds ep->lock. */
+static void queue_reply(graft__transport_state_t *t, ucx_conn_t *c, uint64_t step,
+                        uint32_t place, uint32_t admitted, uint64_t now)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    char why[128];
+    if (!c->queued) {
+        c->queued = true;
+        c->queue_seq = ++t->queue_seq;
+    }
+    c->asked_ns = now;
+    c->fence_owed = true;
+    c->fence_step = step;
+    c->gen = ep->serve_gen;
+    if (ep->serving)
+        snprintf(why, sizeof(why), "queued at place %u; serving %u recipients at once", place,
+                 admitted);
+    else
+        snprintf(why, sizeof(why), "queued at place %u; serving step %llu once this donor "
+                 "holds it", place, (unsigned long long)step);
+    Graft__TransferManifest m;
+    graft__transfer_manifest__init(&m);
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.status = GRAFT_EBUSY;
+    m.error = why;
+    m.step = step;
+    m.donor_serving = ep->serving;
+    m.queue_position = place;
+    if (graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) != GRAFT_OK)
+        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a queue place");
+}
+
+/* Build and send the first manifest of a connection: regions, keys and
+ * whatever hashes are ready. Caller holds ep->lock. */
+static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c)
+{
+    Graft__TransferManifest m;
+    Graft__RegionManifest *rms = NULL, **rmp = NULL;
+    Graft__RegionDesc *descs = NULL;
+    Graft__ChunkHashes *store = NULL, **parts = NULL;
+    size_t nr = ep->n_regions;
+    graft_status_t status = GRAFT_ENOMEM;
+
+    rms = graft__calloc(nr + 1, sizeof(*rms));
+    rmp = graft__calloc(nr + 1, sizeof(*rmp));
+    descs = graft__calloc(nr + 1, sizeof(*descs));
+    store = graft__calloc(nr + 1, sizeof(*store));
+    parts = graft__calloc(nr + 1, sizeof(*parts));
+    if (rms == NULL || rmp == NULL || descs == NULL || store == NULL || parts == NULL)
+        goto out;
+
+    graft__transfer_manifest__init(&m);
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.status = GRAFT_OK;
+    m.step = ep->serve_step;
+    m.layout_hash = ep->layout_hash;
+    m.chunk_bytes = ep->chunk_bytes;
+    m.donor_group = ep->group;
+    for (size_t i = 0; i < nr; i++) {
+        const graft__region_t *r = &ep->regions[i];
+        graft__region_desc__init(&descs[i]);
+        descs[i].name = r->name;
+        descs[i].kind = (Graft__RegionKind)r->kind;
+        descs[i].dtype = r->dtype;
+        descs[i].device = (uint32_t)r->device;
+        descs[i].bytes = r->bytes;
+        graft__region_manifest__init(&rms[i]);
+        rms[i].region = &descs[i];
+        rms[i].remote_address = (uint64_t)(uintptr_t)r->host;
+        rms[i].rkey.data = r->rkey;
+        rms[i].rkey.len = r->rkey_len;
+        rmp[i] = &rms[i];
+    }
+    m.n_regions = nr;
+    m.regions = rmp;
+
+    c->cursor = 0;
+    c->region_cursor = 0;
+    c->final_sent = false;
+    status = fill_hash_parts(ep, c, hashed_prefix(ep, 0), &m, parts, store, nr + 1);
+    if (status != GRAFT_OK)
+        goto out;
+    if (c->cursor == ep->total_chunks) {
+        m.hashes_final = true;
+        c->final_sent = true;
+    }
+    status = graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false);
+    if (status == GRAFT_OK) {
+        c->active = true;
+        c->gen = ep->serve_gen;
+    }
+
+out:
+    graft_free(rms);
+    graft_free(rmp);
+    graft_free(descs);
+    graft_free(store);
+    graft_free(parts);
+    return status;
+}
+
+static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    Graft__TransferRequest *req = NULL;
+    ucx_conn_t *c;
+    char why[160];
+
+    if (msg->reply_ep == NULL) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "transfer request without a reply endpoint: dropped");
+        return;
+    }
+    c = conn_find(t, msg->reply_ep);
+    if (c == NULL || c->failed) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "transfer request on an unknown connection: dropped");
+        return;
+    }
+    c->echo = msg->has_header ? msg->header : 0;
+    c->active = false;
+    if (msg->too_large) {
+        reply_error(c->ep, c->echo, GRAFT_EPROTO, "request too large");
+        return;
+    }
+    bool oom = false;
+    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    req = graft__transfer_request__unpack(&pa, msg->len, msg->data);
+    if (req == NULL) {
+        if (oom)
+            reply_error(c->ep, c->echo, GRAFT_ENOMEM, "donor out of memory");
+        else
+            reply_error(c->ep, c->echo, GRAFT_EPROTO, "malformed TransferRequest");
+        return;
+    }
+    if (req->version != GRAFT__XFER_WIRE_VERSION) {
+        snprintf(why, sizeof(why), "unsupported request version %u", req->version);
+        reply_error(c->ep, c->echo, GRAFT_EFORMAT, why);
+        goto out;
+    }
+    if (strcmp(req->job_token, ep->job_token) != 0) {
+        reply_error(c->ep, c->echo, GRAFT_ETOKEN, "job token rejected");
+        goto out;
+    }
+    pthread_mutex_lock(&ep->lock);
+    bool expected = !ep->serving && ep->expecting && ep->expect_step == req->step;
+    if (!expected && (!ep->serving || ep->serve_step != req->step)) {
+        bool serving = ep->serving;
+        uint64_t serve_step = ep->serve_step;
+        if (serving)
+            snprintf(why, sizeof(why), "donor serves step %llu, not %llu",
+                     (unsigned long long)serve_step, (unsigned long long)req->step);
+        else
+            snprintf(why, sizeof(why), "donor is not serving (asked step %llu)",
+                     (unsigned long long)req->step);
+        pthread_mutex_unlock(&ep->lock);
+        reply_refusal(c->ep, c->echo, GRAFT_ESTEP, why, serving, serving ? serve_step : 0);
+        goto out;
+    }
+    if (req->layout_hash != ep->layout_hash) {
+        snprintf(why, sizeof(why), "layout hash %016llx differs from the donor's %016llx",
+                 (unsigned long long)req->layout_hash, (unsigned long long)ep->layout_hash);
+        pthread_mutex_unlock(&ep->lock);
+        reply_error(c->ep, c->echo, GRAFT_ELAYOUT, why);
+        goto out;
+    }
+    /* First come, first served: at most max_recipients at once. */
+    uint64_t now = graft__now_ns();
+    uint32_t admitted = conns_admitted(t);
+    uint32_t place = queue_place(t, c, req->step, now);
+    if (expected || admitted >= ep->max_recipients || place >= ep->max_recipients - admitted) {
+        queue_reply(t, c, req->step, place, admitted, now);
+        pthread_mutex_unlock(&ep->lock);
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u queued at place %u for step %llu",
+                    req->recipient_group, req->rank, place, (unsigned long long)req->step);
+        goto out;
+    }
+    c->queued = false;
+    if (send_manifest(ep, c) != GRAFT_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a manifest");
+    } else {
+        c->fence_owed = true;
+        c->fence_step = req->step;
+        ep->serve_peak = GRAFT_MAX(ep->serve_peak, admitted + 1);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "serving group %u rank %u at step %llu", req->recipient_group,
+                req->rank, (unsigned long long)req->step);
+out:
+    graft__transfer_request__free_unpacked(req, &graft__transfer_pb_alloc);
+}
+
+static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
+{
+    Graft__TransferDone *d;
+    if (msg->too_large) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "oversized TransferDone dropped");
+        return;
+    }
+    d = graft__transfer_done__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    if (d == NULL || d->version != GRAFT__XFER_WIRE_VERSION) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "malformed TransferDone dropped");
+        graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+        return;
+    }
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u done with step %llu (%s)", d->recipient_group,
+                d->rank, (unsigned long long)d->step, d->ok ? "ok" : "failed");
+    /* One count per served connection: a TransferDone on a connection that
+     * got no manifest, or a second one, is not counted; one on a connection
+     * already reaped was counted when it was lost. */
+    ucx_conn_t *c = msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
+    if (c != NULL && c->fence_owed) {
+        c->fence_owed = false;
+        graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
+    }
+    graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+}
+
+static void chunk_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    graft_free(user_data);
+    ucp_request_free(request);
+}
+
+/* Push one chunk: a rendezvous active message straight from the region. */
+static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    Graft__ChunkRequest *req = NULL;
+    ucx_conn_t *c = msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
+    chunk_hdr_t *h;
+    const void *src = NULL;
+    size_t len = 0;
+    ucp_request_param_t prm;
+    ucs_status_ptr_t sreq;
+
+    if (c == NULL || c->failed) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "chunk request on an unknown connection: dropped");
+        return;
+    }
+    h = graft__calloc(1, sizeof(*h));
+    if (h == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory answering a chunk request");
+        return;
+    }
+    h->echo = msg->has_header ? msg->header : 0;
+    h->status = GRAFT_OK;
+    if (!msg->too_large)
+        req = graft__chunk_request__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    if (req == NULL || req->version != GRAFT__XFER_WIRE_VERSION) {
+        h->status = GRAFT_EPROTO;
+    } else {
+        h->tag = req->tag;
+        pthread_mutex_lock(&ep->lock);
+        if (!c->active || !ep->serving || c->gen != ep->serve_gen) {
+            h->status = GRAFT_ESTEP;
+        } else if (req->region >= ep->n_regions ||
+                   req->chunk >= ep->regions[req->region].n_chunks) {
+            h->status = GRAFT_EPROTO;
+        } else {
+            const graft__region_t *r = &ep->regions[req->region];
+            src = (const char *)r->host + req->chunk * ep->chunk_bytes;
+            len = (size_t)graft__region_chunk_len(ep, r, req->chunk);
+        }
+        pthread_mutex_unlock(&ep->lock);
+    }
+    graft__chunk_request__free_unpacked(req, &graft__transfer_pb_alloc);
+    if (h->status != GRAFT_OK)
+        GRAFT_INFO(GRAFT__XFER_MOD, "refusing a chunk request (%s)", graft_status_name(h->status));
+
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = chunk_send_cb;
+    prm.user_data = h;
+    /* Rendezvous: the recipient's UCX pulls the bytes zero-copy where the
+     * transport can. The region stays valid until serve_end (contract). */
+    prm.flags = len > 0 ? UCP_AM_SEND_FLAG_RNDV : 0;
+    sreq = ucp_am_send_nbx(c->ep, GRAFT__XFER_AM_CHUNK_DATA, h, sizeof(*h), src, len, &prm);
+    if (sreq == NULL) {
+        graft_free(h);
+    } else if (UCS_PTR_IS_ERR(sreq)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "sending a chunk: %s",
+                   ucs_status_string(UCS_PTR_STATUS(sreq)));
+        graft_free(h);
+    }
+}
+
+/* Send each active connection the hashes finished since its last part. */
+static void stream_hashes(graft__transport_state_t *t)
+{
+    graft_transfer_endpoint_t *ep = t->ep;
+    pthread_mutex_lock(&ep->lock);
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (!c->active || c->failed || c->final_sent)
+            continue;
+        if (!ep->serving || c->gen != ep->serve_gen) {
+            c->active = false;
+            continue;
+        }
+        uint64_t end = hashed_prefix(ep, c->cursor);
+        if (end == c->cursor && end < ep->total_chunks)
+            continue;
+        Graft__TransferManifest m;
+        Graft__ChunkHashes store[8], *parts[8];
+        graft__transfer_manifest__init(&m);
+        m.version = GRAFT__XFER_WIRE_VERSION;
+        m.step = ep->serve_step;
+        m.layout_hash = ep->layout_hash;
+        m.chunk_bytes = ep->chunk_bytes;
+        m.donor_group = ep->group;
+        uint64_t cursor0 = c->cursor;
+        size_t region0 = c->region_cursor;
+        if (fill_hash_parts(ep, c, end, &m, parts, store, GRAFT_ARRAY_SIZE(store)) != GRAFT_OK)
+            continue;
+        m.hashes_final = c->cursor == ep->total_chunks;
+        if (graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) !=
+            GRAFT_OK) {
+            /* Try again on the next round. */
+            c->cursor = cursor0;
+            c->region_cursor = region0;
+            continue;
+        }
+        c->final_sent = m.hashes_final;
+    }
+    pthread_mutex_unlock(&ep->lock);
+}
+
+/* Close a connection by force and destroy its worker (frees nothing else). */
+void graft__ucx_conn_close(ucx_conn_t *c)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t req;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    req = ucp_ep_close_nbx(c->ep, &prm);
+    if (UCS_PTR_IS_PTR(req)) {
+        uint64_t deadline = graft__now_ns() + TEARDOWN_NS;
+        while (ucp_request_check_status(req) == UCS_INPROGRESS && graft__now_ns() < deadline)
+            ucp_worker_progress(c->worker);
+        ucp_request_free(req);
+    }
+    ucp_worker_destroy(c->worker);
+}
+
+static void reap_conns(graft__transport_state_t *t)
+{
+    ucx_conn_t **pp = &t->conns;
+    while (*pp != NULL) {
+        ucx_conn_t *c = *pp;
+        if (c->failed) {
+            *pp = c->next;
+            if (c->fence_owed) {
+                /* The recipient died or dropped this donor before it said
+                 * it was done, or left the queue (it finished from other
+                 * donors): it will not read any more, so the fence need
+                 * not wait for it (fence_timeout_ms used to). */
+                if (c->queued)
+                    GRAFT_DEBUG(GRAFT__XFER_MOD, "a queued recipient of step %llu left",
+                                (unsigned long long)c->fence_step);
+                else
+                    GRAFT_WARN(GRAFT__XFER_MOD, "a recipient of step %llu was lost before it "
+                               "was done; the fence counts it",
+                               (unsigned long long)c->fence_step);
+                graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
+            }
+            graft__ucx_conn_close(c);
+            graft_free(c);
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+/* Arm every worker for a wake-up and wait on their descriptors, at most
+ * 1 ms so that hashes finished by the hashing threads go out promptly. */
+static void progress_sleep(graft__transport_state_t *t)
+{
+    size_t n = 1;
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next)
+        n++;
+    if (n > t->pfds_cap) {
+        struct pollfd *grown = graft__realloc(t->pfds, n * sizeof(*grown));
+        if (grown == NULL)
+            return; /* spin this round */
+        t->pfds = grown;
+        t->pfds_cap = n;
+    }
+    if (ucp_worker_arm(t->worker) == UCS_ERR_BUSY)
+        return;
+    t->pfds[0] = (struct pollfd){.fd = t->efd, .events = POLLIN};
+    n = 1;
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
+            return;
+        t->pfds[n++] = (struct pollfd){.fd = c->efd, .events = POLLIN};
+    }
+    if (poll(t->pfds, n, 1) < 0 && errno != EINTR) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "poll: %s", strerror(errno));
+        graft__sleep_ns(1000000);
+    }
+}
+
+void *graft__ucx_progress_thread(void *arg)
+{
+    graft__transport_state_t *t = arg;
+    while (!atomic_load(&t->stop)) {
+        ucx_msg_t *m;
+        while (ucp_worker_progress(t->worker) != 0) {
+        }
+        for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+            while (ucp_worker_progress(c->worker) != 0) {
+            }
+        }
+        while ((m = graft__ucx_msgq_pop(&t->msgs)) != NULL) {
+            if (m->id == GRAFT__XFER_AM_REQUEST)
+                handle_request(t, m);
+            else if (m->id == GRAFT__XFER_AM_CHUNK_REQ)
+                handle_chunk_req(t, m);
+            else
+                handle_done(t, m);
+            graft_free(m);
+        }
+        reap_conns(t);
+        stream_hashes(t);
+        if (t->spare == NULL && t->conns == NULL && !t->spare_failed)
+            t->spare_failed = conn_worker_create(t, &t->spare, &t->spare_efd) != GRAFT_OK;
+        progress_sleep(t);
+    }
+    return NULL;
+}

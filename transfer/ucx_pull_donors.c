@@ -1,0 +1,494 @@
+/*
+ * UCX backend, the recipient's pull: each donor. Its connection (a worker
+ * of its own), the request, the manifest it answers with (checked against
+ * the endpoint's regions and the other donors'), its streamed hash parts,
+ * a place in its admission queue or a refusal to retry, and its failure,
+ * which gives its chunks to the other donors.
+ */
+#include "ucx_pull.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
+{
+    pdonor_t *d = arg;
+    (void)uep;
+    d->err_flag = true;
+    d->err_status = status;
+}
+
+/*
+ * UCX 1.13 has no query for an endpoint's transports (ucp_ep_query knows
+ * only names and socket addresses), so they are read from the text that
+ * ucp_ep_print_info() writes, whose lane lines look like
+ *   "#                 lane[1]:  2:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0"
+ * and become "sysv/memory:am,am_bw" (the connection manager's lane,
+ * "lane[0]: cm ...", is left out). Only a diagnostic: a line of another
+ * shape is skipped.
+ */
+static void lanes_describe(ucp_ep_h uep, char *out, size_t size)
+{
+    char text[4096], line[512];
+    size_t used = 0;
+    FILE *f;
+
+    out[0] = '\0';
+    memset(text, 0, sizeof(text));
+    f = fmemopen(text, sizeof(text) - 1, "w");
+    if (f == NULL)
+        return;
+    ucp_ep_print_info(uep, f);
+    fclose(f);
+    FILE *in = fmemopen(text, strlen(text), "r");
+    if (in == NULL)
+        return;
+    while (fgets(line, sizeof(line), in) != NULL) {
+        char tl[64], rest[256], desc[192], *tok, *save = NULL;
+        const char *lane = strstr(line, "lane[");
+        const char *arrow = strstr(line, "->");
+        if (lane == NULL || arrow == NULL ||
+            sscanf(strchr(lane, ':') + 1, " %*u:%63s", tl) != 1)
+            continue;
+        char *dot = strrchr(tl, '.');
+        if (dot != NULL && dot > strchr(tl, '/'))
+            *dot = '\0';
+        size_t n = (size_t)snprintf(desc, sizeof(desc), "%s", tl);
+        /* After the arrow: the remote md, then what the lane is used for. */
+        snprintf(rest, sizeof(rest), "%s", arrow + 2);
+        tok = strtok_r(rest, " \t\n", &save); /* the remote md */
+        for (int k = 0; tok != NULL && n < sizeof(desc); k++) {
+            tok = strtok_r(NULL, " \t\n", &save);
+            if (tok == NULL)
+                break;
+            char *hash = strchr(tok, '#');
+            if (hash != NULL)
+                *hash = '\0';
+            n += (size_t)snprintf(desc + n, sizeof(desc) - n, "%c%s", k == 0 ? ':' : ',', tok);
+        }
+        if (n >= sizeof(desc) || used + (used > 0) + n >= size)
+            break; /* cut at a lane boundary */
+        used += (size_t)snprintf(out + used, size - used, "%s%s", used > 0 ? " " : "", desc);
+    }
+    fclose(in);
+}
+
+void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force)
+{
+    ucp_request_param_t prm;
+    ucs_status_ptr_t req;
+    if (d->uep == NULL)
+        return;
+    /* Only a connection the donor answered on is wired up: UCX 1.13's
+     * ucp_ep_print_info() of one still on its connection-manager lane reads
+     * freed memory (an interface name from getifaddrs; AddressSanitizer). */
+    if (d->answered)
+        lanes_describe(d->uep, p->rep->donors[d->index].transports,
+                       sizeof(p->rep->donors[d->index].transports));
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    req = ucp_ep_close_nbx(d->uep, &prm);
+    d->uep = NULL;
+    if (UCS_PTR_IS_PTR(req))
+        d->close_req = req;
+}
+
+/* Close a donor's connection by force. A push read whose bytes have not
+ * started to arrive has no UCX request that the close could complete: give
+ * it up here. Ones being received complete (with an error) through the
+ * close, like gets. */
+void graft__ucx_donor_force_close(pull_t *p, pdonor_t *d)
+{
+    for (size_t i = 0; i < p->n_slots; i++) {
+        pslot_t *s = &p->slots[i];
+        if (p->o->read == GRAFT_TRANSFER_READ_PUSH && s->busy && !s->done &&
+            s->donor == d->index && !s->recv_started) {
+            s->st = UCS_ERR_CANCELED;
+            s->done = true;
+        }
+    }
+    d->close_when_drained = false;
+    graft__ucx_ep_close_start(p, d, true);
+}
+
+/*
+ * Drop a donor: its unverified chunks go back to the queue; chunks it has
+ * in flight follow when UCX completes them, so no late write can land on a
+ * reassigned chunk. A donor whose transport failed or that stalled is
+ * closed by force at once (that completes its requests with an error). A
+ * donor that is alive but unusable (refusal, bad hash, protocol error) is
+ * closed gracefully once its reads drained: UCX 1.13 aborts a donor that
+ * receives a read request on an endpoint the recipient force-closed.
+ */
+void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
+{
+    if (d->state == D_FAILED)
+        return;
+    GRAFT_WARN(GRAFT__XFER_MOD, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
+               graft_status_string(why));
+    d->state = D_FAILED;
+    p->rep->donors[d->index].status = why;
+    for (uint64_t c = 0; c < p->n_chunks; c++) {
+        if (p->chunks[c].state == CH_FETCHED && p->chunks[c].donor == (int8_t)d->index) {
+            p->chunks[c].state = CH_PENDING;
+            q_push(p, c);
+            p->rep->donors[d->index].reassigned++;
+        }
+    }
+    if (d->err_flag || why == GRAFT_EPEER_TIMEOUT)
+        graft__ucx_donor_force_close(p, d);
+    else
+        d->close_when_drained = true;
+}
+
+/* Graceful closes of dropped donors whose reads have drained. */
+void graft__ucx_donors_close_drained(pull_t *p)
+{
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->close_when_drained && d->inflight == 0) {
+            d->close_when_drained = false;
+            graft__ucx_ep_close_start(p, d, false);
+        }
+    }
+}
+
+/* First manifest of a donor: check it against our table, unpack keys. */
+static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    if (m->status != 0) {
+        graft_status_t st = (graft_status_t)m->status;
+        if (graft_status_class(st) != GRAFT_CLASS_PEER && st != GRAFT_EFORMAT &&
+            st != GRAFT_ENOMEM)
+            st = GRAFT_EPROTO;
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u refused: %s (%s)", d->index,
+                   m->error != NULL ? m->error : "", graft_status_name(st));
+        return st;
+    }
+    if (m->step != p->o->step || m->layout_hash != ep->layout_hash ||
+        m->chunk_bytes != ep->chunk_bytes || m->n_regions != ep->n_regions) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: manifest does not match the request "
+                   "(step %llu, chunk %llu bytes, %zu regions)", d->index,
+                   (unsigned long long)m->step, (unsigned long long)m->chunk_bytes, m->n_regions);
+        return GRAFT_EPROTO;
+    }
+    d->rkeys = graft__calloc(ep->n_regions + 1, sizeof(*d->rkeys));
+    d->raddr = graft__calloc(ep->n_regions + 1, sizeof(*d->raddr));
+    d->lptr = graft__calloc(ep->n_regions + 1, sizeof(*d->lptr));
+    d->hash = graft__calloc(p->n_chunks + 1, sizeof(*d->hash));
+    d->known = graft__calloc(p->n_chunks + 1, sizeof(*d->known));
+    if (d->rkeys == NULL || d->raddr == NULL || d->lptr == NULL || d->hash == NULL ||
+        d->known == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < ep->n_regions; i++) {
+        const Graft__RegionManifest *rm = m->regions[i];
+        const graft__region_t *r = &ep->regions[i];
+        if (rm->region == NULL || rm->region->name == NULL ||
+            strcmp(rm->region->name, r->name) != 0 || rm->region->bytes != r->bytes) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: region %zu differs from '%s'", d->index, i,
+                       r->name);
+            return GRAFT_EPROTO;
+        }
+        d->raddr[i] = rm->remote_address;
+        if (r->bytes == 0)
+            continue;
+        if (rm->rkey.len == 0 || rm->rkey.len > RKEY_MAX_BYTES ||
+            (!p->ep->transport->rkey_layout_unknown &&
+             !graft__ucx_rkey_layout_ok(rm->rkey.data, rm->rkey.len))) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s' is malformed (%zu bytes)",
+                       d->index, r->name, rm->rkey.len);
+            return GRAFT_EPROTO;
+        }
+        uint8_t key[RKEY_MAX_BYTES + RKEY_PAD];
+        memcpy(key, rm->rkey.data, rm->rkey.len);
+        memset(key + rm->rkey.len, 0, RKEY_PAD);
+        ucs_status_t st = ucp_ep_rkey_unpack(d->uep, key, &d->rkeys[i]);
+        if (st != UCS_OK) {
+            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s': %s", d->index, r->name,
+                       ucs_status_string(st));
+            return GRAFT_EPROTO;
+        }
+        void *lp = NULL;
+        if (ucp_rkey_ptr(d->rkeys[i], rm->remote_address, &lp) == UCS_OK) {
+            if (!graft__ucx_range_mapped(lp, r->bytes)) {
+                GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: '%s' at %#llx lies outside the memory its "
+                           "key maps", d->index, r->name, (unsigned long long)rm->remote_address);
+                return GRAFT_EPROTO;
+            }
+            d->lptr[i] = lp;
+        }
+    }
+    d->state = D_READY;
+    return GRAFT_OK;
+}
+
+static graft_status_t hash_parts_apply(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    for (size_t i = 0; i < m->n_hash_parts; i++) {
+        const Graft__ChunkHashes *h = m->hash_parts[i];
+        if (h->region >= ep->n_regions)
+            return GRAFT_EPROTO;
+        const graft__region_t *r = &ep->regions[h->region];
+        if (h->first_chunk > r->n_chunks || h->n_hashes > r->n_chunks - h->first_chunk)
+            return GRAFT_EPROTO;
+        for (size_t k = 0; k < h->n_hashes; k++) {
+            uint64_t c = r->first_chunk + h->first_chunk + k;
+            uint64_t v = h->hashes[k];
+            if (d->known[c] && d->hash[c] != v)
+                return GRAFT_EPROTO;
+            d->hash[c] = v;
+            d->known[c] = 1;
+            if (p->ref_donor[c] < 0) {
+                p->ref_donor[c] = (int8_t)d->index;
+                p->ref_hash[c] = v;
+            } else if (p->ref_hash[c] != v) {
+                graft__ucx_drift_report(p, c, (uint32_t)p->ref_donor[c], d->index,
+                                        p->ref_hash[c], v);
+                return GRAFT_OK;
+            }
+            if (p->chunks[c].state == CH_FETCHED && p->chunks[c].donor == (int8_t)d->index)
+                graft__ucx_chunk_verify(p, c);
+            if (d->state == D_FAILED)
+                return GRAFT_OK;
+        }
+    }
+    if (m->hashes_final) {
+        for (uint64_t c = 0; c < p->n_chunks; c++) {
+            if (!d->known[c])
+                return GRAFT_EPROTO;
+        }
+        d->final = true;
+    }
+    return GRAFT_OK;
+}
+
+static graft_status_t donor_send_request(pull_t *p, pdonor_t *d);
+
+/* Stop the clock of a donor's queue. */
+void graft__ucx_queue_leave(pull_t *p, pdonor_t *d)
+{
+    if (!d->queued)
+        return;
+    d->queued = false;
+    p->rep->donors[d->index].queued_ns += graft__now_ns() - d->queued_since_ns;
+}
+
+/* A donor that queued us (it serves others first, or serves the step once
+ * its own pull ends): ask again every QUEUE_ASK_NS. Each answer shows it
+ * is alive, so the connect deadline starts over; the stall timeout counts
+ * from admission (the first manifest). */
+static bool queued_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    uint64_t now = graft__now_ns();
+    if (m->status != GRAFT_EBUSY || m->step != p->o->step)
+        return false;
+    if (!d->queued) {
+        d->queued = true;
+        d->queued_since_ns = now;
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u: %s", d->index, m->error != NULL ? m->error : "");
+    }
+    d->connect_deadline = now + (uint64_t)p->connect_ms * 1000000ull;
+    d->retry_at_ns = now + QUEUE_ASK_NS;
+    return true;
+}
+
+/* A donor that refused our step because it does not serve it yet (not
+ * serving, or an older step) is likely about to begin: the quorum has
+ * reached it a moment later than us. Ask again, backing off from 10 ms to
+ * 200 ms, until the connect deadline; then its refusal is the answer. */
+static bool step_refusal_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    uint64_t now = graft__now_ns();
+    if (m->status != GRAFT_ESTEP || (m->donor_serving && m->step >= p->o->step))
+        return false;
+    d->retry_ns = d->retry_ns == 0 ? 10000000ull : GRAFT_MIN(2 * d->retry_ns, 200000000ull);
+    if (now + d->retry_ns >= d->connect_deadline)
+        return false;
+    d->retry_at_ns = now + d->retry_ns;
+    d->refused = GRAFT_ESTEP;
+    GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u does not serve step %llu yet (%s): asking again",
+                d->index, (unsigned long long)p->o->step, m->error != NULL ? m->error : "");
+    return true;
+}
+
+/* Send the requests whose back-off is over. */
+void graft__ucx_donors_retry(pull_t *p)
+{
+    uint64_t now = graft__now_ns();
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        if (d->state != D_CONNECTING || d->retry_at_ns == 0 || now < d->retry_at_ns)
+            continue;
+        d->retry_at_ns = 0;
+        graft_status_t st = donor_send_request(p, d);
+        if (st != GRAFT_OK)
+            graft__ucx_donor_fail(p, d, st);
+    }
+}
+
+void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
+{
+    uint64_t idx = msg->header & 0xff;
+    Graft__TransferManifest *m;
+    graft_status_t st;
+
+    if (!msg->has_header || (msg->header >> 8) != p->nonce || idx >= p->n_donors) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "manifest for another pull dropped");
+        return;
+    }
+    pdonor_t *d = &p->donors[idx];
+    d->answered = true;
+    if (d->state == D_FAILED)
+        return;
+    bool oom = false;
+    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    m = graft__transfer_manifest__unpack(&pa, msg->len, msg->data);
+    if (m == NULL && oom) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory decoding a manifest");
+        if (p->status == GRAFT_OK)
+            p->status = GRAFT_ENOMEM;
+        goto out;
+    }
+    if (m == NULL || m->version != GRAFT__XFER_WIRE_VERSION) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a malformed manifest", d->index);
+        graft__ucx_donor_fail(p, d, GRAFT_EPROTO);
+        goto out;
+    }
+    d->last_ns = graft__now_ns();
+    if (d->state == D_CONNECTING && (queued_retry(p, d, m) || step_refusal_retry(p, d, m)))
+        goto out;
+    if (d->state == D_CONNECTING) {
+        graft__ucx_queue_leave(p, d);
+        st = manifest_accept(p, d, m);
+        if (st == GRAFT_ENOMEM) {
+            GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory accepting a manifest");
+            if (p->status == GRAFT_OK)
+                p->status = GRAFT_ENOMEM;
+            goto out;
+        }
+        if (st != GRAFT_OK) {
+            graft__ucx_donor_fail(p, d, st);
+            goto out;
+        }
+        GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u: manifest with %zu hash parts%s", d->index,
+                    m->n_hash_parts, m->hashes_final ? " (final)" : "");
+    } else if (m->n_regions != 0 || m->status != 0) {
+        graft__ucx_donor_fail(p, d, GRAFT_EPROTO);
+        goto out;
+    }
+    st = hash_parts_apply(p, d, m);
+    if (st != GRAFT_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent bad chunk hashes", d->index);
+        graft__ucx_donor_fail(p, d, st);
+    }
+out:
+    graft__transfer_manifest__free_unpacked(m, &graft__transfer_pb_alloc);
+}
+
+static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
+{
+    ucx_msg_t *m = user_data;
+    pull_t *p = (pull_t *)m->reply_ep; /* stashed owner, see graft__ucx_recip_am_cb */
+    m->reply_ep = NULL;
+    if (status == UCS_OK && length == m->len)
+        graft__ucx_msgq_push(&p->msgs, m);
+    else
+        graft_free(m);
+    ucp_request_free(request);
+}
+
+ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header_length,
+                                    void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    pdonor_t *d = arg;
+    pull_t *p = d->pull;
+    ucx_msg_t *m;
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+
+    if (length > MANIFEST_MAX_BYTES || header_length != sizeof(uint64_t)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "oversized or headerless manifest dropped");
+        return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+    }
+    uint64_t echo;
+    memcpy(&echo, header, sizeof(echo));
+    if ((echo & 0xff) != d->index) {
+        /* Each donor has its own worker: it can only speak for itself. */
+        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a manifest as donor %u; dropped", d->index,
+                   (unsigned)(echo & 0xff));
+        return rndv ? UCS_ERR_CANCELED : UCS_OK;
+    }
+    m = graft__malloc(sizeof(*m) + length);
+    if (m == NULL) {
+        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a manifest");
+        if (p->status == GRAFT_OK)
+            p->status = GRAFT_ENOMEM;
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    memset(m, 0, sizeof(*m));
+    m->id = GRAFT__XFER_AM_MANIFEST;
+    m->has_header = true;
+    memcpy(&m->header, header, sizeof(uint64_t));
+    m->len = length;
+    if (!rndv) {
+        memcpy(m->data, data, length);
+        graft__ucx_msgq_push(&p->msgs, m);
+        return UCS_OK;
+    }
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.recv_am = rndv_recv_cb;
+    prm.user_data = m;
+    m->reply_ep = (ucp_ep_h)(void *)p;
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(d->worker, data, m->data, length, &prm);
+    if (req == NULL) {
+        m->reply_ep = NULL;
+        graft__ucx_msgq_push(&p->msgs, m);
+    } else if (UCS_PTR_IS_ERR(req)) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "receiving a manifest: %s",
+                   ucs_status_string(UCS_PTR_STATUS(req)));
+        graft_free(m);
+    }
+    return UCS_OK;
+}
+
+graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d)
+{
+    struct sockaddr_in sa;
+    ucs_status_t st;
+
+    if (graft__ucx_parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "bad donor address '%s'", p->o->donors[d->index]);
+        return GRAFT_EINVAL;
+    }
+    st = graft__ucx_connect(d->worker, &sa, recip_err_cb, d, &d->uep);
+    if (st != UCS_OK) {
+        GRAFT_WARN(GRAFT__XFER_MOD, "connecting to %s: %s", p->o->donors[d->index],
+                   ucs_status_string(st));
+        d->uep = NULL;
+        return GRAFT_EPEER_UNREACHABLE;
+    }
+    return donor_send_request(p, d);
+}
+
+/* Ask the donor for the pull's step (again, after a step refusal). */
+static graft_status_t donor_send_request(pull_t *p, pdonor_t *d)
+{
+    graft_transfer_endpoint_t *ep = p->ep;
+    Graft__TransferRequest req;
+    graft__transfer_request__init(&req);
+    req.version = GRAFT__XFER_WIRE_VERSION;
+    req.job_token = ep->job_token;
+    req.step = p->o->step;
+    req.layout_hash = ep->layout_hash;
+    req.recipient_group = ep->group;
+    req.rank = ep->rank;
+    req.request_id = p->nonce;
+    return graft__ucx_am_send(d->uep, GRAFT__XFER_AM_REQUEST, (p->nonce << 8) | d->index, &req.base,
+                       true);
+}
