@@ -3,18 +3,9 @@
  * supervisor with G x R trainers, the injector walking the planned schedule,
  * and an observer that follows the job.
  *
- * How the step of the job is known: from the trainers' --hash-log files
- * (one "step hash" line per applied commit): the runtime publishes a
- * member's committed step in etcd only when it turns healthy, so etcd alone
- * cannot say "the job is at step s". etcd gives what it holds reliably: the
- * member records in an observer's watch-driven view (which incarnation of
- * each rank is live), the latest quorum, and the job's event history (the
- * runtime's recovery_done events: bytes pulled, donors lost). Recoveries
- * are timed from both: a failed rank is detected when its incarnation's
- * record is gone, has rejoined when a new incarnation's record appears, and
- * is healed when it has logged a commit since. After the run the hash logs
- * also give steps_committed, steps_lost and the disasters' steps
- * (sim_verdict.c).
+ * The observer lives in sim_observe.c, the injector in sim_inject.c and the
+ * fault-free reference in sim_reference.c; this file runs them: one run's
+ * setup, loop and teardown, and the entry point.
  */
 #include "sim_live.h"
 #include "sim_live_int.h"
@@ -24,9 +15,7 @@
 #include <graft/etcd.h>
 #include <graft/membership.h>
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -34,17 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define SIM_TICK_US 20000
 #define SIM_LEASE_TTL_MS 1000
-#define SIM_GAP_NS 50000000ull /* between two injections */
-#define SIM_DONOR_WAIT_NS 8000000000ull
 #define SIM_DONOR_TICK_US 2000 /* role-log polling while a kill_donor waits */
 /* The trainers' ballast (--blob-mib) when the plan kills donors: big enough
  * that a pull outlasts the time from the donor's "serving" line to its
@@ -54,87 +38,11 @@
 #define SIM_STEP_MS 5
 
 /* --netns: the namespaces of this run (NULL without --netns). */
-static graft_sim_netns_t *sim_net;
+graft_sim_netns_t *graft_sim_net;
 /* The trainers' --blob-mib, the same for the reference (0: none). */
-static int sim_ballast_mib;
+int graft_sim_ballast_mib;
 /* Milliseconds of simulated compute per trainer step (GRAFT_SIM_STEP_MS). */
 static int sim_step_ms;
-
-typedef struct sim_slot {
-    int present;          /* a member record is in the view */
-    uint64_t incarnation; /* of that record */
-    long long step;       /* last step in the rank's --hash-log, -1: none yet */
-    uint64_t commits;     /* lines read from it */
-    long off;             /* bytes of it consumed */
-    long role_off;        /* bytes of its --role-log consumed */
-} sim_slot_t;
-
-/* An open recovery's per-slot bookkeeping. */
-typedef struct sim_open {
-    size_t rec;            /* index into res->recoveries */
-    int *slots;            /* slot indices it covers */
-    uint64_t *inc0;        /* their incarnation when they failed (0: none) */
-    int *starts0;          /* supervisor starts when they failed */
-    size_t n;
-    uint64_t *commits0;    /* their commit counts when every slot was back */
-    uint64_t total0;       /* etcd: all commits when etcd was back */
-} sim_open_t;
-
-typedef struct sim_run {
-    const graft_sim_live_opts_t *o;
-    const graft_sim_schedule_t *sched;
-    graft_etcd_cluster_t *cluster; /* NULL with --etcd */
-    graft_etcd_server_t *server;   /* its one member (etcd_restart); else NULL */
-    const char *endpoint;          /* comma-separated */
-    char **endpoints;              /* the same, split for the observer's client */
-    size_t n_endpoints;
-    char job[64];
-    char dir[PATH_MAX];
-    const char *persist_root;
-    graft_sim_sup_t *sup;
-    graft_membership_t *obs;
-    graft_etcd_config_t ecfg;
-    graft_sim_result_t *res;
-    uint64_t t0;
-    int nslots;
-    sim_slot_t *slots;
-    long long job_step;
-    int healthy;
-    uint64_t quorum_id;
-    graft_quorum_t *quorum;
-    sim_open_t *open;
-    size_t n_open, cap_open;
-    size_t next_step_ev, next_time_ev, n_step_ev;
-    uint64_t last_inject_ns;
-    /* pending parts of events that take time */
-    int donor_pending;           /* kill_donor waiting for its recipient's heal to start */
-    graft_sim_event_t donor_ev;
-    uint64_t donor_since;
-    size_t donor_inj;
-    int hang_n;
-    struct { int g, r; uint64_t until; } hangs[16];
-    uint64_t etcd_up_at;         /* etcd stopped; restart due */
-    int part_g;                  /* --netns: the group cut off, -1: none */
-    graft_sim_kind_t part_kind;  /* how: partition or isolate */
-    uint64_t part_until;         /* when its link comes back */
-    size_t etcd_rec;
-    /* etcd_leader_kill: the member killed (SIZE_MAX: none down), when it
-     * restarts, and its entry in res->injected while the next leader is
-     * unseen or the member down (SIZE_MAX: none) */
-    size_t lk_member;
-    uint64_t lk_up_at;
-    size_t lk_inj;
-    uint64_t event_seq;
-    uint64_t last_events_ns;
-    int tty;
-    uint64_t last_progress_ns;
-    int progress_len;
-} sim_run_t;
-
-static double sim_t(const sim_run_t *r)
-{
-    return (double)(graft_sim_now_ns() - r->t0) / 1e9;
-}
 
 /* ------------------------------------------------------------ result --- */
 
@@ -157,7 +65,7 @@ void graft_sim_result_clear(graft_sim_result_t *res)
     memset(res, 0, sizeof(*res));
 }
 
-static int sim_grow(void **arr, size_t *cap, size_t n, size_t elem)
+int graft_sim_grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
     if (n < *cap) {
         return 0;
@@ -175,11 +83,11 @@ static int sim_grow(void **arr, size_t *cap, size_t n, size_t elem)
 /* SIGINT, SIGTERM and SIGHUP stop a run at its next tick; it then cleans
  * up like any other end (trainers, etcd, namespaces, temp directories) and
  * exits 128 + the signal. */
-static volatile sig_atomic_t sim_stop_signal;
+volatile sig_atomic_t graft_sim_stop_signal;
 
 static void sim_on_stop_signal(int sig)
 {
-    sim_stop_signal = sig;
+    graft_sim_stop_signal = sig;
 }
 
 static void sim_catch_stop_signals(void)
@@ -193,8 +101,7 @@ static void sim_catch_stop_signals(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
-static void sim_fail(sim_run_t *r, const char *fmt, ...) GRAFT_PRINTF(2, 3);
-static void sim_fail(sim_run_t *r, const char *fmt, ...)
+void graft_sim_run_fail(graft_sim_run_t *r, const char *fmt, ...)
 {
     if (r->res->error != NULL) {
         return;
@@ -207,863 +114,9 @@ static void sim_fail(sim_run_t *r, const char *fmt, ...)
     va_end(ap);
 }
 
-/* --------------------------------------------------------- observing --- */
-
-static void sim_observe(sim_run_t *r)
-{
-    graft_membership_view_t *v = NULL;
-    if (graft_membership_view_get(r->obs, &v) != GRAFT_OK) {
-        return;
-    }
-    for (int i = 0; i < r->nslots; i++) {
-        r->slots[i].present = 0;
-    }
-    long long top = -1;
-    for (size_t i = 0; i < v->n_members; i++) {
-        const graft_member_t *m = &v->members[i];
-        if ((int)m->group >= r->o->groups || (int)m->rank >= r->o->ranks) {
-            continue;
-        }
-        sim_slot_t *s = &r->slots[(int)m->group * r->o->ranks + (int)m->rank];
-        s->present = 1;
-        s->incarnation = m->incarnation;
-        if ((long long)m->committed_step > top) {
-            top = (long long)m->committed_step;
-        }
-    }
-    (void)top;
-    r->healthy = (int)v->n_healthy_groups;
-    graft_membership_view_free(v);
-    graft_quorum_t *q = NULL;
-    if (graft_membership_quorum_latest(r->obs, &q) == GRAFT_OK) {
-        graft_membership_quorum_free(r->quorum);
-        r->quorum = q;
-        r->quorum_id = q->id;
-    }
-    /* Steps come from the trainers' --hash-log files (one "step hash" line
-     * per applied commit): the runtime publishes a member's committed step
-     * in etcd only when it turns healthy, so etcd alone cannot say "the
-     * job is at step s". The job's step is the highest step any rank has
-     * committed since the last restore. */
-    long long job = -1;
-    for (int i = 0; i < r->nslots; i++) {
-        sim_slot_t *s = &r->slots[i];
-        FILE *f = fopen(graft_sim_sup_commits_path(r->sup, i / r->o->ranks, i % r->o->ranks),
-                        "r");
-        if (f != NULL && fseek(f, s->off, SEEK_SET) == 0) {
-            char line[256];
-            while (fgets(line, sizeof(line), f) != NULL) {
-                long long st = -1;
-                if (strchr(line, '\n') == NULL) {
-                    break; /* being written: read it whole next time */
-                }
-                s->off += (long)strlen(line);
-                if (sscanf(line, "%lld", &st) == 1 && st >= 0) {
-                    s->step = st;
-                    s->commits++;
-                }
-            }
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-        if (s->step > job) {
-            job = s->step;
-        }
-    }
-    if (job >= 0) {
-        r->job_step = job;
-    }
-    graft_sim_result_t *res = r->res;
-    if (sim_grow((void **)&res->samples, &res->cap_samples, res->n_samples,
-                 sizeof(*res->samples)) == 0) {
-        graft_sim_sample_t *smp = &res->samples[res->n_samples++];
-        smp->t = sim_t(r);
-        smp->step = r->job_step;
-        smp->healthy = r->healthy;
-        smp->quorum_id = r->quorum_id;
-    }
-}
-
-/*
- * Did a kill_donor land during the pull? The recipient's heal says: the
- * runtime's detail of a heal names each donor the pull dropped ("; donor
- * group G lost (why) after C chunks, K reassigned"). The heal of the rank
- * the killed donor served, at the step it served, that lost that donor with
- * chunks read from it or in flight (C + K > 0) was hit mid-pull.
- */
-static void sim_match_donor_loss(sim_run_t *r, const graft_event_t *e)
-{
-    for (size_t i = 0; i < r->res->n_injected; i++) {
-        graft_sim_injected_t *in = &r->res->injected[i];
-        if (in->ev.kind != GRAFT_SIM_KILL_DONOR || in->donor_step < 0 ||
-            in->donor_heal_ok >= 0 || (int)e->group != in->ev.group ||
-            (int)e->rank != in->donor_rank || (long long)e->step != in->donor_step) {
-            continue;
-        }
-        char needle[64];
-        snprintf(needle, sizeof(needle), "; donor group %d lost (", in->donor_group);
-        const char *lost = strstr(e->detail, needle);
-        const char *after = lost != NULL ? strstr(lost, ") after ") : NULL;
-        unsigned long long chunks = 0, reassigned = 0;
-        in->donor_heal_ok = e->ok ? 1 : 0;
-        in->donor_mid_serve =
-            after != NULL &&
-            sscanf(after, ") after %llu chunks, %llu reassigned", &chunks, &reassigned) == 2 &&
-            chunks + reassigned > 0;
-        return;
-    }
-}
-
-/* The runtime records every heal in the job's event history with its
- * bytes ("N donors, B bytes: success"); read it incrementally, because
- * the history keeps only the newest events. */
-static void sim_read_events(sim_run_t *r, int force)
-{
-    uint64_t now = graft_sim_now_ns();
-    if (!force && now - r->last_events_ns < 500000000ull) {
-        return;
-    }
-    /* While the cluster has no leader after an etcd_leader_kill a read can
-     * only time out, holding up the loop that samples the job's step (and
-     * so overstating the stall): wait until another member leads. */
-    if (!force && r->lk_inj != SIZE_MAX && r->res->injected[r->lk_inj].etcd_elected_t < 0) {
-        return;
-    }
-    r->last_events_ns = now;
-    graft_event_t *evs = NULL;
-    size_t n = 0;
-    if (graft_membership_events_read(r->obs, r->event_seq, &evs, &n) != GRAFT_OK) {
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (evs[i].seq > r->event_seq) {
-            r->event_seq = evs[i].seq;
-        }
-        unsigned long long donors = 0, bytes = 0;
-        if (evs[i].kind == GRAFT_EVENT_RECOVERY_DONE && evs[i].ok && evs[i].detail != NULL &&
-            sscanf(evs[i].detail, "%llu donors, %llu bytes", &donors, &bytes) == 2) {
-            r->res->bytes_transferred += bytes;
-            r->res->heals_reported++;
-        }
-        if (evs[i].kind == GRAFT_EVENT_RECOVERY_DONE && evs[i].detail != NULL) {
-            sim_match_donor_loss(r, &evs[i]);
-        }
-    }
-    graft_membership_events_free(evs, n);
-}
-
-/* -------------------------------------------------------- recoveries --- */
-
-static void sim_open_recovery(sim_run_t *r, graft_sim_kind_t kind, const char *role, int group,
-                              int rank)
-{
-    graft_sim_result_t *res = r->res;
-    if (sim_grow((void **)&res->recoveries, &res->cap_recoveries, res->n_recoveries,
-                 sizeof(*res->recoveries)) != 0 ||
-        sim_grow((void **)&r->open, &r->cap_open, r->n_open, sizeof(*r->open)) != 0) {
-        return;
-    }
-    graft_sim_recovery_t *rec = &res->recoveries[res->n_recoveries];
-    memset(rec, 0, sizeof(*rec));
-    rec->kind = kind;
-    rec->role = role;
-    rec->group = group;
-    rec->rank = rank;
-    rec->t_fail = sim_t(r);
-    rec->t_detect = rec->t_restart = rec->t_rejoin = rec->t_healed = -1.0;
-    rec->step_at_fail = r->job_step;
-    rec->restored_step = -1;
-    rec->corrupted_step = -1;
-    sim_open_t *op = &r->open[r->n_open];
-    memset(op, 0, sizeof(*op));
-    op->rec = res->n_recoveries;
-    size_t cap = (size_t)r->nslots;
-    op->slots = calloc(cap, sizeof(int));
-    op->inc0 = calloc(cap, sizeof(uint64_t));
-    op->starts0 = calloc(cap, sizeof(int));
-    op->commits0 = calloc(cap, sizeof(uint64_t));
-    if (op->slots == NULL || op->inc0 == NULL || op->starts0 == NULL || op->commits0 == NULL) {
-        free(op->slots);
-        free(op->inc0);
-        free(op->starts0);
-        free(op->commits0);
-        return;
-    }
-    for (int i = 0; i < r->nslots; i++) {
-        int g = i / r->o->ranks, k = i % r->o->ranks;
-        if ((group >= 0 && g != group) || (rank >= 0 && k != rank)) {
-            continue;
-        }
-        op->slots[op->n] = i;
-        op->inc0[op->n] = r->slots[i].present ? r->slots[i].incarnation : 0;
-        op->starts0[op->n] = graft_sim_sup_starts(r->sup, g, k);
-        op->n++;
-    }
-    if (role != NULL && strcmp(role, "etcd") == 0) {
-        /* Nothing restarts: healed once a quorum forms again after etcd
-         * is back (the rejoin is set when it restarts). */
-        op->n = 0;
-        rec->t_detect = rec->t_fail;
-    }
-    res->n_recoveries++;
-    r->n_open++;
-}
-
-static void sim_close_open(sim_run_t *r, size_t i)
-{
-    free(r->open[i].slots);
-    free(r->open[i].inc0);
-    free(r->open[i].starts0);
-    free(r->open[i].commits0);
-    r->open[i] = r->open[--r->n_open];
-}
-
-/*
- * A recovery is detected when no failed slot's old incarnation is in the
- * view, restarted when the supervisor started every replacement, rejoined
- * when every slot has a record of a new incarnation, and healed when each
- * of them has applied a commit since (see below).
- */
-static void sim_track_recoveries(sim_run_t *r)
-{
-    double now = sim_t(r);
-    uint64_t total = 0;
-    for (int i = 0; i < r->nslots; i++) {
-        total += r->slots[i].commits;
-    }
-    for (size_t i = 0; i < r->n_open;) {
-        sim_open_t *op = &r->open[i];
-        graft_sim_recovery_t *rec = &r->res->recoveries[op->rec];
-        int gone = 1, restarted = 1, back = 1, committed = 1;
-        for (size_t k = 0; k < op->n; k++) {
-            const sim_slot_t *s = &r->slots[op->slots[k]];
-            int g = op->slots[k] / r->o->ranks, rk = op->slots[k] % r->o->ranks;
-            int same = s->present && s->incarnation == op->inc0[k];
-            gone &= !same;
-            restarted &= graft_sim_sup_starts(r->sup, g, rk) > op->starts0[k];
-            back &= s->present && !same;
-            committed &= s->commits > op->commits0[k];
-        }
-        if (rec->t_detect < 0 && gone) {
-            rec->t_detect = now;
-        }
-        /* A hang ends at SIGCONT, a partition when its link is back. */
-        int timed = rec->kind == GRAFT_SIM_HANG || rec->kind == GRAFT_SIM_PARTITION;
-        if (rec->t_restart < 0 && restarted && op->n > 0 && !timed) {
-            rec->t_restart = now;
-        }
-        int just_back = 0;
-        if (rec->t_rejoin < 0 && op->n > 0 && back && rec->t_detect >= 0 &&
-            rec->t_restart >= 0) {
-            rec->t_rejoin = now;
-            for (size_t k = 0; k < op->n; k++) {
-                op->commits0[k] = r->slots[op->slots[k]].commits;
-            }
-            just_back = 1;
-        }
-        /* Healed: every failed rank applied a commit after it was back,
-         * which needs its state installed (or, for etcd, any commit after
-         * etcd came back). `committed` above compared with the counts
-         * before they were taken at the rejoin, so not in the same tick:
-         * it would count the killed incarnation's commits and make every
-         * heal phase 0. */
-        int healed = rec->t_rejoin >= 0 && !just_back &&
-                     (op->n > 0 ? committed : total > op->total0);
-        if (timed && rec->t_detect < 0 && rec->t_restart >= 0 && committed) {
-            /* Resumed before anyone noticed (shorter than the lease): the
-             * hang cost time but no recovery; no detect or rejoin phase. */
-            healed = 1;
-        }
-        if (healed) {
-            rec->t_healed = now;
-            rec->done = 1;
-            sim_close_open(r, i);
-            continue;
-        }
-        i++;
-    }
-}
-
-/* --------------------------------------------------------- injecting --- */
-
-static int sim_alive(sim_run_t *r, int g, int k)
-{
-    return graft_sim_sup_state(r->sup, g, k) == GRAFT_SIM_PROC_RUNNING;
-}
-
-static int sim_group_alive(sim_run_t *r, int g)
-{
-    for (int k = 0; k < r->o->ranks; k++) {
-        if (!sim_alive(r, g, k)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static void sim_kill(sim_run_t *r, int g, int k)
-{
-    if (graft_sim_sup_signal(r->sup, g, k, SIGKILL) != GRAFT_OK) {
-        /* it died on its own meanwhile: the supervisor restarts it anyway */
-    }
-}
-
-/* How many complete checkpoints (a step directory with its manifest.pb,
- * written once every shard is durable) the run's persistent tier holds;
- * the newest one's directory name goes to newest (may be NULL). */
-static int sim_complete_checkpoints(const sim_run_t *r, char *newest, size_t cap)
-{
-    DIR *d = opendir(r->persist_root);
-    struct dirent *e;
-    int n = 0;
-    if (newest != NULL) {
-        newest[0] = '\0';
-    }
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        char mf[PATH_MAX + 600];
-        snprintf(mf, sizeof(mf), "%s/%s/manifest.pb", r->persist_root, e->d_name);
-        if (strncmp(e->d_name, "step-", 5) != 0 || access(mf, F_OK) != 0) {
-            continue;
-        }
-        n++;
-        if (newest != NULL && strlen(e->d_name) < cap && strcmp(e->d_name, newest) > 0) {
-            snprintf(newest, cap, "%s", e->d_name);
-        }
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    return n;
-}
-
-/*
- * Flip one byte in the middle of ONE shard of the newest complete
- * checkpoint (one with its manifest.pb) so that its restore must fail
- * verification and fall back. One shard, as a real bad disk block or
- * torn copy would: the runtime verifies every shard of a checkpoint before
- * any rank restores it (docs/RUNTIME.md), so every rank of a group skips
- * the whole checkpoint, not only the rank whose shard is bad. Which shard
- * comes from the seed and the event's place in the plan. Returns the
- * checkpoint's step, -1 when none was corrupted.
- */
-static long long sim_corrupt_newest(sim_run_t *r, size_t plan_index)
-{
-    char best[256] = "";
-    if (sim_complete_checkpoints(r, best, sizeof(best)) == 0) {
-        return -1;
-    }
-    int rank = (int)((r->o->seed + plan_index) % (uint64_t)r->o->ranks);
-    char f[PATH_MAX + 600];
-    snprintf(f, sizeof(f), "%s/%s/shard-%d-of-%d", r->persist_root, best, rank, r->o->ranks);
-    int fd = open(f, O_RDWR);
-    struct stat sb;
-    int corrupted = 0;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
-        off_t at = sb.st_size / 2;
-        unsigned char b = 0;
-        if (pread(fd, &b, 1, at) == 1) {
-            b ^= 0xff;
-            corrupted = pwrite(fd, &b, 1, at) == 1;
-        }
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    if (!corrupted) {
-        fprintf(stderr, "graft-sim: warning: could not corrupt %s: %s\n", f, strerror(errno));
-        return -1;
-    }
-    if (!r->tty) {
-        printf("graft-sim: corrupted shard %d of %d of the newest checkpoint %s\n", rank,
-               r->o->ranks, best);
-    }
-    return strtoll(best + 5, NULL, 10);
-}
-
-/* Every rank is dead: where each hash log ends now separates the commits
- * of before the disaster from those after it (its replacements append to
- * the same file). */
-static void sim_note_disaster(sim_run_t *r)
-{
-    graft_sim_result_t *res = r->res;
-    long *offs = realloc(res->disaster_offs,
-                         (res->n_disasters + 1) * (size_t)r->nslots * sizeof(long));
-    if (offs == NULL) {
-        sim_fail(r, "out of memory");
-        return;
-    }
-    res->disaster_offs = offs;
-    for (int i = 0; i < r->nslots; i++) {
-        struct stat sb;
-        const char *cp = graft_sim_sup_commits_path(r->sup, i / r->o->ranks, i % r->o->ranks);
-        offs[res->n_disasters * (size_t)r->nslots + (size_t)i] =
-            stat(cp, &sb) == 0 ? (long)sb.st_size : 0;
-    }
-    res->n_disasters++;
-}
-
-static void sim_record_injected(sim_run_t *r, size_t plan_index, const graft_sim_event_t *ev)
-{
-    graft_sim_result_t *res = r->res;
-    if (sim_grow((void **)&res->injected, &res->cap_injected, res->n_injected,
-                 sizeof(*res->injected)) != 0) {
-        return;
-    }
-    graft_sim_injected_t *in = &res->injected[res->n_injected++];
-    in->t = sim_t(r);
-    in->plan_index = plan_index;
-    in->ev = *ev;
-    in->donor_group = -1;
-    in->donor_rank = -1;
-    in->donor_step = -1;
-    in->donor_t = -1.0;
-    in->donor_serving = 0;
-    in->donor_mid_serve = 0;
-    in->donor_heal_ok = -1;
-    in->etcd_member = -1;
-    in->etcd_new_leader = -1;
-    in->etcd_elected_t = -1.0;
-    in->etcd_restart_t = -1.0;
-    r->last_inject_ns = graft_sim_now_ns();
-    if (!r->tty) {
-        printf("graft-sim: t=%.2fs step %lld: inject %s", in->t, r->job_step,
-               graft_sim_kind_name(ev->kind));
-        if (ev->group >= 0) {
-            printf(" group %d", ev->group);
-        }
-        if (ev->rank >= 0 && ev->kind != GRAFT_SIM_KILL_DONOR) {
-            printf(" rank %d", ev->rank);
-        }
-        printf("\n");
-        fflush(stdout);
-    }
-}
-
-/*
- * etcd_leader_kill: SIGKILL the member that leads now (each member's
- * maintenance status says), to be restarted after duration_ms. Not while
- * an earlier one is down or its successor not yet seen: the cluster keeps
- * its quorum only one member short, and each kill is measured alone.
- */
-static int sim_kill_leader(sim_run_t *r, size_t idx, const graft_sim_event_t *ev)
-{
-    size_t leader = SIZE_MAX;
-    if (r->cluster == NULL || r->lk_member != SIZE_MAX || r->lk_inj != SIZE_MAX ||
-        graft_etcd_cluster_leader(r->cluster, &leader) != GRAFT_OK) {
-        return 0; /* no leader right now: try again on the next tick */
-    }
-    sim_record_injected(r, idx, ev);
-    graft_sim_injected_t *in = &r->res->injected[r->res->n_injected - 1];
-    in->etcd_member = (int)leader;
-    if (graft_etcd_server_kill(graft_etcd_cluster_member(r->cluster, leader)) != GRAFT_OK) {
-        sim_fail(r, "could not kill etcd member %zu", leader);
-        return 1;
-    }
-    r->lk_member = leader;
-    r->lk_inj = r->res->n_injected - 1;
-    r->lk_up_at = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
-    return 1;
-}
-
-/* How long a killed leader's restart waits, past its duration_ms, for
- * the others to elect a leader. */
-#define SIM_LEADER_RESTART_GRACE_NS 5000000000ull
-
-/*
- * After an etcd_leader_kill: note when a member leads again, and restart
- * the killed one when its time is up (at once with now == UINT64_MAX, at
- * the end of the run). The restart waits until it answers /health, which
- * needs a leader: so it also waits for the others' election (a grace
- * later it goes ahead), lest the engine's loop, and with it the sampling
- * of the job's step, stand still until the election ends.
- */
-static void sim_leader_pending(sim_run_t *r, uint64_t now)
-{
-    size_t leader;
-    graft_sim_injected_t *in = &r->res->injected[r->lk_inj];
-    if (r->lk_member != SIZE_MAX && now >= r->lk_up_at &&
-        (in->etcd_elected_t >= 0 || now - r->lk_up_at >= SIM_LEADER_RESTART_GRACE_NS)) {
-        if (graft_etcd_server_restart(graft_etcd_cluster_member(r->cluster, r->lk_member)) !=
-            GRAFT_OK) {
-            sim_fail(r, "could not restart etcd member %zu", r->lk_member);
-        }
-        in->etcd_restart_t = sim_t(r);
-        r->lk_member = SIZE_MAX;
-    }
-    if (now != UINT64_MAX && in->etcd_elected_t < 0 &&
-        graft_etcd_cluster_leader(r->cluster, &leader) == GRAFT_OK) {
-        in->etcd_elected_t = sim_t(r);
-        in->etcd_new_leader = (int)leader;
-    }
-    if (r->lk_member == SIZE_MAX && (in->etcd_elected_t >= 0 || now == UINT64_MAX)) {
-        r->lk_inj = SIZE_MAX;
-    }
-}
-
-/* --netns: cut (or restore) a group's traffic: all of it (partition), or
- * only to the other groups, etcd still reachable (isolate). */
-static graft_status_t sim_cut(graft_sim_kind_t kind, int group, int cut)
-{
-    return kind == GRAFT_SIM_ISOLATE ? graft_sim_netns_isolate(sim_net, group, cut)
-                                     : graft_sim_netns_partition(sim_net, group, cut);
-}
-
-/* Tries to inject one event; 0 when its preconditions do not hold yet. */
-static int sim_inject(sim_run_t *r, size_t idx)
-{
-    const graft_sim_event_t *ev = &r->sched->events[idx];
-    int G = r->o->groups, R = r->o->ranks;
-    switch (ev->kind) {
-    case GRAFT_SIM_KILL_RANK:
-        if (!sim_alive(r, ev->group, ev->rank)) {
-            return 0;
-        }
-        sim_record_injected(r, idx, ev);
-        sim_open_recovery(r, ev->kind, "rank", ev->group, ev->rank);
-        sim_kill(r, ev->group, ev->rank);
-        return 1;
-    case GRAFT_SIM_KILL_GROUP:
-    case GRAFT_SIM_KILL_DONOR:
-        if (!sim_group_alive(r, ev->group) || r->donor_pending) {
-            return 0;
-        }
-        if (ev->kind == GRAFT_SIM_KILL_DONOR && r->n_open > 0) {
-            /* Not while another recovery is open: a group still healing
-             * is no copy of its ranks' state, and killing a donor rank on
-             * top can leave some rank's state in no group (seen with 3 x 3,
-             * a kill_rank then a kill_donor a step apart, before the first
-             * checkpoint: the job was lost by design). */
-            return 0;
-        }
-        if (ev->kind == GRAFT_SIM_KILL_DONOR && G <= 2) {
-            /* With two groups the donor's rank holds the last copy of its
-             * shard once the other group is dead: like a disaster, not
-             * before the persistent tier holds a checkpoint to restore
-             * (otherwise the job is lost by design, GRAFT_ESTATELOST). */
-            if (sim_complete_checkpoints(r, NULL, 0) < 1) {
-                return 0;
-            }
-        }
-        sim_record_injected(r, idx, ev);
-        sim_open_recovery(r, ev->kind, "group", ev->group, -1);
-        for (int k = 0; k < R; k++) {
-            sim_kill(r, ev->group, k);
-        }
-        if (ev->kind == GRAFT_SIM_KILL_DONOR) {
-            r->donor_pending = 1;
-            r->donor_ev = *ev;
-            r->donor_since = graft_sim_now_ns();
-            r->donor_inj = r->res->n_injected - 1;
-            /* Only serves that begin from now on count. */
-            for (int i = 0; i < r->nslots; i++) {
-                struct stat sb;
-                const char *rp = graft_sim_sup_role_path(r->sup, i / R, i % R);
-                r->slots[i].role_off = stat(rp, &sb) == 0 ? (long)sb.st_size : 0;
-            }
-        }
-        return 1;
-    case GRAFT_SIM_HANG:
-        if (!sim_alive(r, ev->group, ev->rank) ||
-            r->hang_n == (int)(sizeof(r->hangs) / sizeof(r->hangs[0]))) {
-            return 0;
-        }
-        if (graft_sim_sup_signal(r->sup, ev->group, ev->rank, SIGSTOP) != GRAFT_OK) {
-            return 0;
-        }
-        sim_record_injected(r, idx, ev);
-        sim_open_recovery(r, ev->kind, "rank", ev->group, ev->rank);
-        r->hangs[r->hang_n].g = ev->group;
-        r->hangs[r->hang_n].r = ev->rank;
-        r->hangs[r->hang_n].until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
-        r->hang_n++;
-        return 1;
-    case GRAFT_SIM_DISASTER:
-        for (int g = 0; g < G; g++) {
-            if (!sim_group_alive(r, g)) {
-                return 0;
-            }
-        }
-        if (r->donor_pending || r->hang_n > 0 || r->part_g >= 0) {
-            return 0;
-        }
-        /* Not before the persistent tier holds a checkpoint to restore
-         * (two when one is to be corrupted): a disaster before that loses
-         * the job by design (GRAFT_ESTATELOST), which is not what the event
-         * is meant to show. A checkpoint of step s is written in the
-         * background after s commits, so a step count alone cannot tell. */
-        if (sim_complete_checkpoints(r, NULL, 0) < (ev->corrupt ? 2 : 1)) {
-            return 0;
-        }
-        sim_record_injected(r, idx, ev);
-        sim_open_recovery(r, ev->kind, "job", -1, -1);
-        for (int g = 0; g < G; g++) {
-            for (int k = 0; k < R; k++) {
-                sim_kill(r, g, k);
-            }
-        }
-        {
-            /* The kills are asynchronous: wait for the reaps, so that no
-             * writer still finishing a checkpoint races the corruption and
-             * the hash logs hold every commit of before the disaster. */
-            for (int tries = 0; tries < 200; tries++) {
-                if (graft_sim_sup_poll(r->sup) != GRAFT_OK) {
-                    break;
-                }
-                int any = 0;
-                for (int g = 0; g < G; g++) {
-                    for (int k = 0; k < R; k++) {
-                        any |= graft_sim_sup_state(r->sup, g, k) == GRAFT_SIM_PROC_RUNNING &&
-                               graft_sim_sup_starts(r->sup, g, k) ==
-                                   r->open[r->n_open - 1].starts0[g * R + k];
-                    }
-                }
-                if (!any) {
-                    break;
-                }
-                usleep(5000);
-            }
-            sim_note_disaster(r);
-            if (ev->corrupt) {
-                long long cs = sim_corrupt_newest(r, idx);
-                graft_sim_result_t *res = r->res;
-                if (res->n_recoveries > 0 &&
-                    res->recoveries[res->n_recoveries - 1].kind == GRAFT_SIM_DISASTER) {
-                    res->recoveries[res->n_recoveries - 1].corrupted_step = cs;
-                }
-            }
-        }
-        return 1;
-    case GRAFT_SIM_ETCD_RESTART:
-        if (r->server == NULL || r->etcd_up_at != 0) {
-            return 0;
-        }
-        sim_record_injected(r, idx, ev);
-        sim_open_recovery(r, ev->kind, "etcd", -1, -1);
-        r->etcd_rec = r->res->n_recoveries - 1;
-        if (graft_etcd_server_stop(r->server) != GRAFT_OK) {
-            sim_fail(r, "could not stop etcd");
-        }
-        r->etcd_up_at = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
-        return 1;
-    case GRAFT_SIM_ETCD_LEADER_KILL:
-        return sim_kill_leader(r, idx, ev);
-    case GRAFT_SIM_PARTITION:
-    case GRAFT_SIM_ISOLATE:
-        if (sim_net == NULL) {
-            sim_fail(r, "%s needs --netns", graft_sim_kind_name(ev->kind));
-            return 1;
-        }
-        if (!sim_group_alive(r, ev->group) || r->part_g >= 0 || r->donor_pending) {
-            return 0;
-        }
-        if (sim_cut(ev->kind, ev->group, 1) != GRAFT_OK) {
-            sim_fail(r, "could not cut group %d off %s", ev->group,
-                     ev->kind == GRAFT_SIM_ISOLATE ? "its peers" : "the network");
-            return 1;
-        }
-        sim_record_injected(r, idx, ev);
-        /* An isolated group keeps its leases and processes: nothing of it
-         * dies, so there is no recovery to time, only the verdict. */
-        if (ev->kind == GRAFT_SIM_PARTITION)
-            sim_open_recovery(r, ev->kind, "group", ev->group, -1);
-        r->part_g = ev->group;
-        r->part_kind = ev->kind;
-        r->part_until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
-        return 1;
-    default:
-        sim_fail(r, "cannot inject %s in this build", graft_sim_kind_name(ev->kind));
-        return 1;
-    }
-}
-
-/* --netns: the partitioned group's link comes back. Like a resumed hang,
- * the recovery's restart phase ends here, and commits from here on show
- * the group computing again. */
-static void sim_heal_partition(sim_run_t *r)
-{
-    if (sim_cut(r->part_kind, r->part_g, 0) != GRAFT_OK) {
-        sim_fail(r, "could not restore the links of group %d", r->part_g);
-    }
-    for (size_t k = 0; k < r->n_open; k++) {
-        graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
-        if (rec->kind == r->part_kind && rec->group == r->part_g && rec->t_restart < 0) {
-            rec->t_restart = sim_t(r);
-            for (size_t i = 0; i < r->open[k].n; i++) {
-                r->open[k].commits0[i] = r->slots[r->open[k].slots[i]].commits;
-            }
-        }
-    }
-    r->part_g = -1;
-}
-
-/* Kill (g, k) as the donor of the pending kill_donor; step: the step it
- * was serving, -1 when killed on the fallback. */
-static void sim_kill_donor(sim_run_t *r, int g, int k, long long step)
-{
-    graft_sim_injected_t *in = &r->res->injected[r->donor_inj];
-    sim_kill(r, g, k);
-    sim_open_recovery(r, GRAFT_SIM_KILL_DONOR, "donor", g, k);
-    in->donor_group = g;
-    in->donor_rank = k;
-    in->donor_step = step;
-    in->donor_serving = step >= 0;
-    in->donor_t = sim_t(r);
-    r->donor_pending = 0;
-    if (!r->tty) {
-        if (step >= 0) {
-            printf("graft-sim: t=%.2fs: killed donor group %d rank %d while it serves step %lld "
-                   "to group %d\n", in->donor_t, g, k, step, r->donor_ev.group);
-        } else {
-            printf("graft-sim: t=%.2fs: no serve to group %d seen in %.0f s; killed group %d "
-                   "rank %d as its likely donor\n", in->donor_t, r->donor_ev.group,
-                   (double)SIM_DONOR_WAIT_NS / 1e9, g, k);
-        }
-        fflush(stdout);
-    }
-}
-
-/* Work of events that spans time: hangs to resume, etcd to restart, the
- * donor of a kill_donor to kill if no serve was seen in time. */
-static void sim_pending(sim_run_t *r)
-{
-    uint64_t now = graft_sim_now_ns();
-    for (int i = 0; i < r->hang_n;) {
-        if (now >= r->hangs[i].until) {
-            if (graft_sim_sup_signal(r->sup, r->hangs[i].g, r->hangs[i].r, SIGCONT) != GRAFT_OK) {
-                /* it was killed meanwhile; nothing to resume */
-            }
-            for (size_t k = 0; k < r->n_open; k++) {
-                graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
-                if (rec->kind == GRAFT_SIM_HANG && rec->group == r->hangs[i].g &&
-                    rec->rank == r->hangs[i].r && rec->t_restart < 0) {
-                    rec->t_restart = sim_t(r);
-                    /* Commits from here on show the rank computing again. */
-                    r->open[k].commits0[0] = r->slots[r->open[k].slots[0]].commits;
-                }
-            }
-            r->hangs[i] = r->hangs[--r->hang_n];
-            continue;
-        }
-        i++;
-    }
-    if (r->part_g >= 0 && now >= r->part_until) {
-        sim_heal_partition(r);
-    }
-    if (r->lk_inj != SIZE_MAX) {
-        sim_leader_pending(r, now);
-    }
-    if (r->etcd_up_at != 0 && now >= r->etcd_up_at) {
-        if (graft_etcd_server_restart(r->server) != GRAFT_OK) {
-            sim_fail(r, "could not restart etcd");
-        }
-        r->etcd_up_at = 0;
-        if (r->etcd_rec < r->res->n_recoveries) {
-            graft_sim_recovery_t *rec = &r->res->recoveries[r->etcd_rec];
-            rec->t_restart = rec->t_rejoin = sim_t(r);
-            uint64_t total = 0;
-            for (int i = 0; i < r->nslots; i++) {
-                total += r->slots[i].commits;
-            }
-            for (size_t k = 0; k < r->n_open; k++) {
-                if (r->open[k].rec == r->etcd_rec) {
-                    r->open[k].total0 = total;
-                }
-            }
-        }
-    }
-    if (r->donor_pending && r->job_step >= r->o->steps) {
-        /* The job reached its last step: the trainers are finishing, and
-         * a rank killed now would be replaced with no donor left to serve
-         * it. The donor part is reported as not killed. */
-        r->donor_pending = 0;
-    }
-    if (r->donor_pending && now - r->donor_since > SIM_DONOR_WAIT_NS) {
-        /* No serve seen in time (the recipient may have healed from a
-         * checkpoint, or its pull never reached this rank): kill the next
-         * group's rank as the donor it most likely was, and say so. */
-        int g = (r->donor_ev.group + 1) % r->o->groups;
-        int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
-        if (sim_alive(r, g, k)) {
-            sim_kill_donor(r, g, k, -1);
-        }
-    }
-}
-
-/*
- * kill_donor: the donor is killed once its transfer endpoint serves the
- * recipient, i.e. when a "<step> serving <group> <rank>" line appears in a
- * role log (train_mlp --role-log), <group> being the recipient group and
- * <rank> the planned rank. The endpoint logs it after it sent that
- * recipient rank its manifest, so the pull reads from it from then on; with
- * the ballast the pull lasts long enough for the kill (a few ms later) to
- * land during it. Whether it did is what the recipient's heal says (see
- * sim_read_events). Called every SIM_DONOR_TICK_US while one is pending.
- */
-static void sim_donor_poll(sim_run_t *r)
-{
-    int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
-    for (int g = 0; g < r->o->groups && r->donor_pending; g++) {
-        if (g == r->donor_ev.group) {
-            continue;
-        }
-        sim_slot_t *sl = &r->slots[g * r->o->ranks + k];
-        FILE *f = fopen(graft_sim_sup_role_path(r->sup, g, k), "r");
-        if (f == NULL) {
-            continue;
-        }
-        char line[768];
-        long long step = -1;
-        if (fseek(f, sl->role_off, SEEK_SET) == 0) {
-            while (step < 0 && fgets(line, sizeof(line), f) != NULL) {
-                long long st = -1;
-                int rg = -1, rk = -1;
-                if (strchr(line, '\n') == NULL) {
-                    break; /* being written: read it whole next time */
-                }
-                sl->role_off += (long)strlen(line);
-                if (sscanf(line, "%lld serving %d %d", &st, &rg, &rk) == 3 &&
-                    rg == r->donor_ev.group && rk == k) {
-                    step = st;
-                }
-            }
-        }
-        fclose(f);
-        if (step >= 0 && sim_alive(r, g, k)) {
-            sim_kill_donor(r, g, k, step);
-        }
-    }
-}
-
-static void sim_injector(sim_run_t *r)
-{
-    uint64_t now = graft_sim_now_ns();
-    /* Nothing once a trainer has finished, or once any rank committed the
-     * last step: the others finish right after, and a rank killed then
-     * would be replaced with no donor left to serve it (the replacement
-     * would wait for a quorum that never comes). */
-    if (now - r->last_inject_ns < SIM_GAP_NS || graft_sim_sup_done(r->sup) > 0 ||
-        r->job_step >= r->o->steps) {
-        return;
-    }
-    if (r->next_step_ev < r->n_step_ev &&
-        r->job_step >= r->sched->events[r->next_step_ev].at_step) {
-        if (sim_inject(r, r->next_step_ev)) {
-            r->next_step_ev++;
-            return;
-        }
-    }
-    if (r->next_time_ev < r->sched->n_events &&
-        (double)(now - r->t0) / 1e6 >= (double)r->sched->events[r->next_time_ev].at_ms) {
-        if (sim_inject(r, r->next_time_ev)) {
-            r->next_time_ev++;
-        }
-    }
-}
-
 /* ---------------------------------------------------------- progress --- */
 
-static void sim_progress(sim_run_t *r, int final)
+static void sim_progress(graft_sim_run_t *r, int final)
 {
     uint64_t now = graft_sim_now_ns();
     uint64_t every = r->tty ? 200000000ull : 2000000000ull;
@@ -1076,8 +129,8 @@ static void sim_progress(sim_run_t *r, int final)
     int n = snprintf(line, sizeof(line),
                      "t=%5.1fs step %lld/%lld  healthy %d/%d  quorum %" PRIu64
                      "  recoveries %zu (%zu open)  failures %zu/%zu",
-                     sim_t(r), r->job_step, r->o->steps, r->healthy, r->o->groups, r->quorum_id,
-                     r->res->n_recoveries - open, open, r->res->n_injected,
+                     graft_sim_run_elapsed(r), r->job_step, r->o->steps, r->healthy, r->o->groups,
+                     r->quorum_id, r->res->n_recoveries - open, open, r->res->n_injected,
                      r->sched->n_events);
     if (r->tty) {
         int pad = r->progress_len > n ? r->progress_len - n : 0;
@@ -1120,7 +173,7 @@ static char *sim_env(const char *k, const char *fmt, ...)
     return s;
 }
 
-static const char *sim_trainer_path(char *buf, size_t len)
+const char *graft_sim_trainer_path(char *buf, size_t len)
 {
     const char *t = getenv("GRAFT_SIM_TRAINER");
     if (t != NULL && t[0] != '\0') {
@@ -1151,7 +204,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
                                    graft_sim_result_t *res)
 {
     graft_status_t st = GRAFT_OK;
-    sim_run_t r;
+    graft_sim_run_t r;
     memset(&r, 0, sizeof(r));
     memset(res, 0, sizeof(*res));
     r.o = o;
@@ -1172,15 +225,15 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
              (uint64_t)time(NULL));
     char *env[16] = {0};
     char trainer_buf[PATH_MAX];
-    const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
+    const char *trainer = graft_sim_trainer_path(trainer_buf, sizeof(trainer_buf));
     /* --netns: trainers start through the wrapper that enters their
      * group's namespace, and reach etcd on the hub address. */
     char net_endpoint[128];
     const char *trainer_endpoint = endpoint;
-    if (sim_net != NULL) {
+    if (graft_sim_net != NULL) {
         const char *port = strrchr(endpoint, ':');
-        snprintf(net_endpoint, sizeof(net_endpoint), "http://%s%s", graft_sim_netns_hub(sim_net),
-                 port != NULL ? port : "");
+        snprintf(net_endpoint, sizeof(net_endpoint), "http://%s%s",
+                 graft_sim_netns_hub(graft_sim_net), port != NULL ? port : "");
         trainer_endpoint = net_endpoint;
     }
     const char *dir_base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -1268,8 +321,8 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     char ballast[24], step_ms[24];
     const char *extra[5] = {NULL, NULL, NULL, NULL, NULL};
     size_t n_extra = 0;
-    if (sim_ballast_mib > 0) {
-        snprintf(ballast, sizeof(ballast), "%d", sim_ballast_mib);
+    if (graft_sim_ballast_mib > 0) {
+        snprintf(ballast, sizeof(ballast), "%d", graft_sim_ballast_mib);
         extra[n_extra++] = "--blob-mib";
         extra[n_extra++] = ballast;
     }
@@ -1279,7 +332,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         extra[n_extra++] = step_ms;
     }
     sc.extra_args = extra;
-    res->ballast_mib = sim_ballast_mib;
+    res->ballast_mib = graft_sim_ballast_mib;
     if (access(trainer, X_OK) != 0) {
         fprintf(stderr, "graft-sim run: error: trainer %s: %s (set GRAFT_SIM_TRAINER or build "
                         "examples/train_mlp)\n",
@@ -1287,8 +340,8 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         st = GRAFT_ENOTFOUND;
         goto out;
     }
-    if (sim_net != NULL) {
-        sc.trainer = graft_sim_netns_trainer(sim_net);
+    if (graft_sim_net != NULL) {
+        sc.trainer = graft_sim_netns_trainer(graft_sim_net);
     }
     r.t0 = graft_sim_now_ns();
     st = graft_sim_sup_create(&sc, &r.sup);
@@ -1303,26 +356,28 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     uint64_t timeout_ns = (uint64_t)(tmo != NULL ? atoi(tmo) : 600) * 1000000000ull;
     uint64_t first_done_ns = 0;
     for (;;) {
-        if (sim_stop_signal != 0) {
-            sim_fail(&r, "stopped by %s", strsignal(sim_stop_signal));
+        if (graft_sim_stop_signal != 0) {
+            graft_sim_run_fail(&r, "stopped by %s", strsignal(graft_sim_stop_signal));
             break;
         }
         st = graft_sim_sup_poll(r.sup);
         if (st != GRAFT_OK) {
             if (st == GRAFT_ERANGE) {
-                sim_fail(&r, "the supervisor gave up: a rank was started more than %d times "
-                             "(its trainer log says why)", sc.max_restarts);
+                graft_sim_run_fail(&r,
+                                   "the supervisor gave up: a rank was started more than %d times "
+                                   "(its trainer log says why)",
+                                   sc.max_restarts);
             } else {
-                sim_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
+                graft_sim_run_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
             }
             st = GRAFT_OK;
             break;
         }
-        sim_observe(&r);
-        sim_read_events(&r, 0);
-        sim_track_recoveries(&r);
-        sim_pending(&r);
-        sim_injector(&r);
+        graft_sim_observe(&r);
+        graft_sim_observe_events(&r, 0);
+        graft_sim_recovery_track(&r);
+        graft_sim_inject_pending(&r);
+        graft_sim_inject_due(&r);
         if (r.res->error != NULL) {
             break;
         }
@@ -1344,35 +399,35 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
             break;
         }
         if (graft_sim_now_ns() - r.t0 > timeout_ns) {
-            sim_fail(&r, "timed out after %.0f s at step %lld", (double)timeout_ns / 1e9,
-                     r.job_step);
+            graft_sim_run_fail(&r, "timed out after %.0f s at step %lld", (double)timeout_ns / 1e9,
+                               r.job_step);
             break;
         }
         if (r.donor_pending) {
             /* A serve is short: watch for it closely. */
             for (int i = 0; i < SIM_TICK_US / SIM_DONOR_TICK_US && r.donor_pending; i++) {
                 usleep(SIM_DONOR_TICK_US);
-                sim_donor_poll(&r);
+                graft_sim_inject_donor_poll(&r);
             }
         } else {
             usleep(SIM_TICK_US);
         }
     }
     if (r.etcd_up_at != 0 && graft_etcd_server_restart(r.server) != GRAFT_OK) {
-        sim_fail(&r, "could not restart etcd");
+        graft_sim_run_fail(&r, "could not restart etcd");
     }
     if (r.lk_member != SIZE_MAX) {
         /* The run ended before the killed member's time was up. */
-        sim_leader_pending(&r, UINT64_MAX);
+        graft_sim_inject_leader_pending(&r, UINT64_MAX);
     }
     if (r.part_g >= 0) {
-        sim_heal_partition(&r);
+        graft_sim_inject_heal_partition(&r);
     }
-    sim_observe(&r);
-    sim_read_events(&r, 1);
-    sim_track_recoveries(&r);
+    graft_sim_observe(&r);
+    graft_sim_observe_events(&r, 1);
+    graft_sim_recovery_track(&r);
     sim_progress(&r, 1);
-    res->wall_s = sim_t(&r);
+    res->wall_s = graft_sim_run_elapsed(&r);
     res->n_skipped = (r.n_step_ev - r.next_step_ev) + (sched->n_events - r.next_time_ev);
     if (r.donor_pending) {
         res->n_skipped++;
@@ -1399,7 +454,7 @@ out:
     graft_membership_destroy(r.obs);
     graft_membership_quorum_free(r.quorum);
     while (r.n_open > 0) {
-        sim_close_open(&r, 0);
+        graft_sim_recovery_close(&r, 0);
     }
     free(r.open);
     free(r.slots);
@@ -1436,55 +491,10 @@ out:
     return st;
 }
 
-/* -------------------------------------------------------- reference --- */
-
-static void sim_ref_key(const graft_sim_live_opts_t *o, char *key, size_t len)
-{
-    char trainer_buf[PATH_MAX];
-    const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
-    struct stat sb;
-    memset(&sb, 0, sizeof(sb));
-    if (stat(trainer, &sb) != 0) {
-        memset(&sb, 0, sizeof(sb));
-    }
-    char desc[PATH_MAX + 256];
-    /* Everything that decides the final state: the shape, the steps, the
-     * seed, the mode, which trainer binary (path, size, mtime) and its
-     * ballast (the blob is part of the state). */
-    int n = snprintf(desc, sizeof(desc), "v1 g=%d r=%d steps=%lld seed=%" PRIu64
-                     " mode=%d trainer=%s size=%lld mtime=%lld.%09ld blob=%d",
-                     o->groups, o->ranks, o->steps, o->seed, (int)o->mode, trainer,
-                     (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec,
-                     sim_ballast_mib);
-    snprintf(key, len, "%016" PRIx64, (uint64_t)XXH3_64bits(desc, (size_t)n));
-}
-
-static char *sim_cache_path(const graft_sim_live_opts_t *o)
-{
-    char key[32];
-    sim_ref_key(o, key, sizeof(key));
-    const char *dir = getenv("GRAFT_SIM_CACHE_DIR");
-    char *p = NULL;
-    if (dir != NULL && dir[0] != '\0') {
-        if (asprintf(&p, "%s/ref-%s.txt", dir, key) < 0) {
-            p = NULL;
-        }
-        return p;
-    }
-    const char *home = getenv("XDG_CACHE_HOME");
-    if (home != NULL && home[0] != '\0') {
-        if (asprintf(&p, "%s/graft-sim/ref-%s.txt", home, key) < 0) {
-            p = NULL;
-        }
-    } else if (asprintf(&p, "%s/.cache/graft-sim/ref-%s.txt",
-                        getenv("HOME") ? getenv("HOME") : "/tmp", key) < 0) {
-        p = NULL;
-    }
-    return p;
-}
+/* ------------------------------------------------------------- entry --- */
 
 /* Creates the directories above path (not path itself). */
-static void sim_mkdirs(const char *path)
+void graft_sim_mkdirs(const char *path)
 {
     char *buf = strdup(path);
     for (char *s = buf != NULL ? buf + 1 : NULL; s != NULL && *s; s++) {
@@ -1496,140 +506,6 @@ static void sim_mkdirs(const char *path)
     }
     free(buf);
 }
-
-/*
- * The fault-free reference: every rank r of the trainer run alone with the
- * same seed (--no-graft, GRAFT_RANK=r). The trainer's data parallelism has
- * every group compute the same global batch, so one group alone ends where
- * G fault-free groups end; the runtime is not involved at all, which is
- * what makes it a reference.
- */
-static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const char *dir,
-                                        char **hash_p)
-{
-    graft_status_t st = GRAFT_OK;
-    char trainer_buf[PATH_MAX];
-    const char *trainer = sim_trainer_path(trainer_buf, sizeof(trainer_buf));
-    graft_sim_result_t ref;
-    memset(&ref, 0, sizeof(ref));
-    ref.groups = 1;
-    ref.ranks = o->ranks;
-    ref.completed = 1;
-    ref.rank_hashes = calloc((size_t)o->ranks, sizeof(char *));
-    if (ref.rank_hashes == NULL) {
-        return GRAFT_ENOMEM;
-    }
-    for (int k = 0; k < o->ranks && st == GRAFT_OK; k++) {
-        char hp[PATH_MAX + 64], steps[32], seed[32], rank[32], blob[32];
-        snprintf(hp, sizeof(hp), "%s/ref-hash-r%d.txt", dir, k);
-        snprintf(steps, sizeof(steps), "%lld", o->steps);
-        snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
-        snprintf(rank, sizeof(rank), "%d", k);
-        snprintf(blob, sizeof(blob), "%d", sim_ballast_mib);
-        pid_t pid = fork();
-        if (pid < 0) {
-            st = GRAFT_ESYS;
-            break;
-        }
-        if (pid == 0) {
-            /* Dies with graft-sim, like the supervised trainers. */
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            setenv("GRAFT_RANK", rank, 1);
-            int devnull = open("/dev/null", O_WRONLY);
-            if (devnull >= 0) {
-                dup2(devnull, 1);
-            }
-            execl(trainer, trainer, "--no-graft", "--steps", steps, "--seed", seed,
-                  "--state-hash-out", hp, "--blob-mib", blob, (char *)NULL);
-            _exit(127);
-        }
-        int ws = 0;
-        if (sim_stop_signal != 0) {
-            kill(pid, SIGKILL); /* the signal came before the wait */
-        }
-        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-            if (sim_stop_signal != 0) {
-                kill(pid, SIGKILL);
-            }
-        }
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-            if (sim_stop_signal == 0) {
-                fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n",
-                        k);
-            }
-            st = GRAFT_EIO;
-            break;
-        }
-        FILE *f = fopen(hp, "r");
-        char buf[256] = "";
-        if (f != NULL) {
-            if (fgets(buf, sizeof(buf), f) == NULL) {
-                buf[0] = '\0';
-            }
-            fclose(f);
-        }
-        buf[strcspn(buf, " \t\r\n")] = '\0';
-        ref.rank_hashes[k] = strdup(buf);
-    }
-    const char *why = NULL;
-    if (st == GRAFT_OK) {
-        (void)graft_sim_verdict_judge(o, &ref, NULL, &why);
-        if (ref.final_hash == NULL) {
-            st = GRAFT_EIO;
-        } else {
-            *hash_p = ref.final_hash;
-            ref.final_hash = NULL;
-        }
-    }
-    graft_sim_result_clear(&ref);
-    return st;
-}
-
-/* The reference hash: from the cache, or from a fault-free run stored there. */
-static char *sim_reference(const graft_sim_live_opts_t *o, const char *tmp_dir, int *cached_p)
-{
-    char *path = sim_cache_path(o);
-    char *hash = NULL;
-    *cached_p = 0;
-    FILE *f = path != NULL ? fopen(path, "r") : NULL;
-    if (f != NULL) {
-        char buf[256];
-        if (fgets(buf, sizeof(buf), f) != NULL) {
-            buf[strcspn(buf, " \t\r\n")] = '\0';
-            if (buf[0] != '\0') {
-                hash = strdup(buf);
-                *cached_p = 1;
-            }
-        }
-        fclose(f);
-    }
-    if (hash != NULL) {
-        goto out;
-    }
-    if (sim_reference_run(o, tmp_dir, &hash) != GRAFT_OK || hash == NULL) {
-        if (sim_stop_signal == 0) {
-            fprintf(stderr, "graft-sim run: error: the fault-free reference did not complete\n");
-        }
-        goto out;
-    }
-    if (path != NULL) {
-        sim_mkdirs(path);
-        char tmp[PATH_MAX + 32];
-        snprintf(tmp, sizeof(tmp), "%s.%d", path, (int)getpid());
-        FILE *w = fopen(tmp, "w");
-        if (w != NULL) {
-            fprintf(w, "%s\n", hash);
-            if (fclose(w) != 0 || rename(tmp, path) != 0) {
-                unlink(tmp);
-            }
-        }
-    }
-out:
-    free(path);
-    return hash;
-}
-
-/* ------------------------------------------------------------- entry --- */
 
 static char *sim_read_file(const char *path)
 {
@@ -1663,7 +539,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     graft_sim_result_t res;
     memset(&res, 0, sizeof(res));
     signal(SIGPIPE, SIG_IGN);
-    sim_stop_signal = 0;
+    graft_sim_stop_signal = 0;
     sim_catch_stop_signals();
 
     if (o.netns && o.etcd_url != NULL) {
@@ -1690,10 +566,10 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         goto out;
     }
     /* Ballast only where it is needed: a plan that kills donors. */
-    sim_ballast_mib = 0;
+    graft_sim_ballast_mib = 0;
     for (size_t i = 0; i < sched->n_events; i++) {
         if (sched->events[i].kind == GRAFT_SIM_KILL_DONOR) {
-            sim_ballast_mib = SIM_BALLAST_MIB;
+            graft_sim_ballast_mib = SIM_BALLAST_MIB;
         }
     }
     const char *bm = getenv("GRAFT_SIM_BALLAST_MIB");
@@ -1706,7 +582,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
             rc = 2;
             goto out;
         }
-        sim_ballast_mib = (int)v;
+        graft_sim_ballast_mib = (int)v;
     }
     /* Simulated compute per step. Without it a steady step of the example
      * trainer takes well under a millisecond (the steady path involves no
@@ -1747,7 +623,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     char run_root[PATH_MAX + 16];
     if (o.persist_root != NULL) {
         snprintf(run_root, sizeof(run_root), "%s", o.persist_root);
-        sim_mkdirs(run_root);
+        graft_sim_mkdirs(run_root);
         mkdir(run_root, 0755);
     } else {
         snprintf(run_root, sizeof(run_root), "%s/run", tmp_persist);
@@ -1764,7 +640,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         char tbuf[PATH_MAX];
         const char *rate = getenv("GRAFT_SIM_NETNS_RATE");
         st = graft_sim_netns_create(o.groups, rate != NULL && rate[0] ? rate : "1gbit",
-                                    sim_trainer_path(tbuf, sizeof(tbuf)), &sim_net);
+                                    graft_sim_trainer_path(tbuf, sizeof(tbuf)), &graft_sim_net);
         if (st != GRAFT_OK) {
             if (st == GRAFT_ENOTSUP || st == GRAFT_EINVAL) {
                 rc = 2;
@@ -1774,10 +650,10 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         /* The namespaces' own handlers tore them down during the build;
          * from here the run's cleanup does. */
         sim_catch_stop_signals();
-        eopts.binary = graft_sim_netns_etcd(sim_net);
+        eopts.binary = graft_sim_netns_etcd(graft_sim_net);
         printf("graft-sim run: --netns: %d groups in namespaces gsim%d-1..%d, links %s, hub %s\n",
                o.groups, (int)getpid(), o.groups, rate != NULL && rate[0] ? rate : "1gbit",
-               graft_sim_netns_hub(sim_net));
+               graft_sim_netns_hub(graft_sim_net));
     }
     const char *endpoint = o.etcd_url;
     if (endpoint == NULL) {
@@ -1800,7 +676,7 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
     fflush(stdout);
     int cached = 0;
     if (o.mode == GRAFT_SIM_LIVE_STRICT) {
-        ref = sim_reference(&o, tmp_persist, &cached);
+        ref = graft_sim_reference_hash(&o, tmp_persist, &cached);
         if (ref == NULL) {
             goto out;
         }
@@ -1843,8 +719,8 @@ out:
     fflush(stdout);
     graft_sim_result_clear(&res);
     graft_etcd_cluster_destroy(cluster);
-    graft_sim_netns_destroy(sim_net);
-    sim_net = NULL;
+    graft_sim_netns_destroy(graft_sim_net);
+    graft_sim_net = NULL;
     if (tmp_persist[0] != '\0' && strstr(tmp_persist, "XXXXXX") == NULL) {
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_persist);
@@ -1857,10 +733,10 @@ out:
     free(err);
     free(ref);
     free(plot);
-    if (sim_stop_signal != 0) {
+    if (graft_sim_stop_signal != 0) {
         fprintf(stderr, "graft-sim run: stopped by %s; trainers, etcd and temporary "
-                        "directories were cleaned up\n", strsignal(sim_stop_signal));
-        rc = 128 + sim_stop_signal;
+                        "directories were cleaned up\n", strsignal(graft_sim_stop_signal));
+        rc = 128 + graft_sim_stop_signal;
     }
     return rc;
 }

@@ -1,9 +1,9 @@
 /*
  * Live mode of graft-sim (`graft-sim run`): the options its command line
  * has validated, and the entry point that runs them. The command line lives
- * in sim_run_cli.c; the live engine (sim_live.c, with sim_schedule.c,
- * sim_supervisor.c, sim_verdict.c and sim_timeline.c) implements
- * graft_sim_live_run().
+ * in sim_run_cli.c; the live engine (sim_live.c, sim_observe.c,
+ * sim_inject.c and sim_reference.c, with sim_schedule.c, sim_supervisor.c,
+ * sim_verdict.c and sim_timeline.c) implements graft_sim_live_run().
  */
 #ifndef GRAFT_SIM_LIVE_H
 #define GRAFT_SIM_LIVE_H

@@ -1,13 +1,22 @@
 /*
- * What one live run records, shared by the engine (sim_live.c), the verdict
- * and report (sim_verdict.c) and the timeline plot (sim_timeline.c).
+ * What one live run records, shared by the engine (sim_live.c with
+ * sim_observe.c, sim_inject.c and sim_reference.c), the verdict and report
+ * (sim_verdict.c) and the timeline plot (sim_timeline.c); and, at the end,
+ * the engine's own state, shared by its parts.
  */
 #ifndef GRAFT_SIM_LIVE_INT_H
 #define GRAFT_SIM_LIVE_INT_H
 
+#include "sim_netns.h"
 #include "sim_schedule.h"
+#include "sim_supervisor.h"
+
+#include <graft/etcd.h>
+#include <graft/membership.h>
 
 #include <jansson.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -154,5 +163,155 @@ int graft_sim_stall_isolated(const graft_sim_result_t *res, size_t i);
 
 /** Summarize the run's etcd_leader_kills into *s_p. */
 void graft_sim_leader_summary(const graft_sim_result_t *res, graft_sim_leader_summary_t *s_p);
+
+/* ------------------------------------------------------- the engine --- */
+
+/*
+ * The parts of the live engine: sim_live.c sets a run up and runs its loop,
+ * which calls the observer (sim_observe.c) and the injector (sim_inject.c)
+ * every tick; sim_reference.c gives a strict run its fault-free reference.
+ */
+
+/* What the observer knows of one (group, rank): slot group * ranks + rank. */
+typedef struct graft_sim_slot {
+    int present;          /* a member record is in the view */
+    uint64_t incarnation; /* of that record */
+    long long step;       /* last step in the rank's --hash-log, -1: none yet */
+    uint64_t commits;     /* lines read from it */
+    long off;             /* bytes of it consumed */
+    long role_off;        /* bytes of its --role-log consumed */
+} graft_sim_slot_t;
+
+/* An open recovery's per-slot bookkeeping. */
+typedef struct graft_sim_open {
+    size_t rec;            /* index into res->recoveries */
+    int *slots;            /* slot indices it covers */
+    uint64_t *inc0;        /* their incarnation when they failed (0: none) */
+    int *starts0;          /* supervisor starts when they failed */
+    size_t n;
+    uint64_t *commits0;    /* their commit counts when every slot was back */
+    uint64_t total0;       /* etcd: all commits when etcd was back */
+} graft_sim_open_t;
+
+/* One run of the engine (sim_run_once() in sim_live.c). */
+typedef struct graft_sim_run {
+    const graft_sim_live_opts_t *o;
+    const graft_sim_schedule_t *sched;
+    graft_etcd_cluster_t *cluster; /* NULL with --etcd */
+    graft_etcd_server_t *server;   /* its one member (etcd_restart); else NULL */
+    const char *endpoint;          /* comma-separated */
+    char **endpoints;              /* the same, split for the observer's client */
+    size_t n_endpoints;
+    char job[64];
+    char dir[PATH_MAX];
+    const char *persist_root;
+    graft_sim_sup_t *sup;
+    graft_membership_t *obs;
+    graft_etcd_config_t ecfg;
+    graft_sim_result_t *res;
+    uint64_t t0;
+    int nslots;
+    graft_sim_slot_t *slots;
+    long long job_step;
+    int healthy;
+    uint64_t quorum_id;
+    graft_quorum_t *quorum;
+    graft_sim_open_t *open;
+    size_t n_open, cap_open;
+    size_t next_step_ev, next_time_ev, n_step_ev;
+    uint64_t last_inject_ns;
+    /* pending parts of events that take time */
+    int donor_pending;           /* kill_donor waiting for its recipient's heal to start */
+    graft_sim_event_t donor_ev;
+    uint64_t donor_since;
+    size_t donor_inj;
+    int hang_n;
+    struct { int g, r; uint64_t until; } hangs[16];
+    uint64_t etcd_up_at;         /* etcd stopped; restart due */
+    int part_g;                  /* --netns: the group cut off, -1: none */
+    graft_sim_kind_t part_kind;  /* how: partition or isolate */
+    uint64_t part_until;         /* when its link comes back */
+    size_t etcd_rec;
+    /* etcd_leader_kill: the member killed (SIZE_MAX: none down), when it
+     * restarts, and its entry in res->injected while the next leader is
+     * unseen or the member down (SIZE_MAX: none) */
+    size_t lk_member;
+    uint64_t lk_up_at;
+    size_t lk_inj;
+    uint64_t event_seq;
+    uint64_t last_events_ns;
+    int tty;
+    uint64_t last_progress_ns;
+    int progress_len;
+} graft_sim_run_t;
+
+/** Seconds since the run started. */
+static inline double graft_sim_run_elapsed(const graft_sim_run_t *r)
+{
+    return (double)(graft_sim_now_ns() - r->t0) / 1e9;
+}
+
+/* sim_live.c */
+
+/** --netns: the namespaces of this run (NULL without --netns). */
+extern graft_sim_netns_t *graft_sim_net;
+/** The trainers' --blob-mib, the same for the reference (0: none). */
+extern int graft_sim_ballast_mib;
+/** The signal that stops the run at its next tick (SIGINT, SIGTERM, SIGHUP); 0: none. */
+extern volatile sig_atomic_t graft_sim_stop_signal;
+
+/** Make room in *arr (*cap elements of elem bytes) for element n; 0, or -1 when out of
+ *  memory (*arr unchanged). */
+int graft_sim_grow(void **arr, size_t *cap, size_t n, size_t elem);
+
+/** Record why the run failed; the first reason wins. */
+void graft_sim_run_fail(graft_sim_run_t *r, const char *fmt, ...) GRAFT_PRINTF(2, 3);
+
+/** The trainer: GRAFT_SIM_TRAINER, else train_mlp beside graft-sim (written into buf). */
+const char *graft_sim_trainer_path(char *buf, size_t len);
+
+/** Create the directories above path (not path itself). */
+void graft_sim_mkdirs(const char *path);
+
+/* sim_observe.c */
+
+/** Read the membership view, the latest quorum and the hash logs; take a sample. */
+void graft_sim_observe(graft_sim_run_t *r);
+
+/** Read the job's new events (every 0.5 s at most unless @p force). */
+void graft_sim_observe_events(graft_sim_run_t *r, int force);
+
+/** Open a recovery from a failure of @p kind injected now (-1 group or rank: all). */
+void graft_sim_recovery_open(graft_sim_run_t *r, graft_sim_kind_t kind, const char *role,
+                             int group, int rank);
+
+/** Stop following open recovery @p i (its record stays in res->recoveries). */
+void graft_sim_recovery_close(graft_sim_run_t *r, size_t i);
+
+/** Time the open recoveries' phases from what was observed; close the healed ones. */
+void graft_sim_recovery_track(graft_sim_run_t *r);
+
+/* sim_inject.c */
+
+/** Inject the next planned failure when it is due and its preconditions hold. */
+void graft_sim_inject_due(graft_sim_run_t *r);
+
+/** End what takes time: hangs, partitions, etcd and etcd members down, a kill_donor. */
+void graft_sim_inject_pending(graft_sim_run_t *r);
+
+/** A kill_donor pending: kill the donor once it serves the recipient. */
+void graft_sim_inject_donor_poll(graft_sim_run_t *r);
+
+/** After an etcd_leader_kill (now == UINT64_MAX: the run ended, restart at once). */
+void graft_sim_inject_leader_pending(graft_sim_run_t *r, uint64_t now);
+
+/** --netns: restore the links of the group cut off. */
+void graft_sim_inject_heal_partition(graft_sim_run_t *r);
+
+/* sim_reference.c */
+
+/** The reference state hash (malloc'd; NULL on failure), *cached_p 1 when from the cache. */
+char *graft_sim_reference_hash(const graft_sim_live_opts_t *o, const char *tmp_dir,
+                               int *cached_p);
 
 #endif /* GRAFT_SIM_LIVE_INT_H */
