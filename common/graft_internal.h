@@ -29,6 +29,8 @@ void graft__log(graft_log_level_t level, const char *module, const char *fmt, ..
     GRAFT_PRINTF(3, 4);
 bool graft__log_enabled(graft_log_level_t level);
 
+/* @p mod is the module's tag, GRAFT_MOD_<MODULE> ("persist", "transfer", ...),
+ * defined in the module's internal header. */
 #define GRAFT_LOG_AT(lvl, mod, ...)                                                      \
     do {                                                                                 \
         if (graft__log_enabled(lvl))                                                     \

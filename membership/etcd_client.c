@@ -21,7 +21,7 @@ graft_status_t graft__etcd_curl_init(void)
 {
     pthread_once(&curl_once, curl_init_once);
     if (curl_init_rc != CURLE_OK) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "curl_global_init: %s", curl_easy_strerror(curl_init_rc));
         return GRAFT_ESYS;
     }
     return GRAFT_OK;
@@ -49,19 +49,19 @@ graft_status_t graft_etcd_create(const graft_etcd_config_t *config, graft_etcd_t
 
     if (config == NULL || etcd_p == NULL || config->n_endpoints == 0 ||
         config->endpoints == NULL) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd client needs at least one endpoint");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd client needs at least one endpoint");
         goto out;
     }
     for (size_t i = 0; i < config->n_endpoints; i++) {
         const char *e = config->endpoints[i];
         if (e == NULL || (strncmp(e, "http://", 7) != 0 && strncmp(e, "https://", 8) != 0)) {
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd endpoint '%s' is not an http(s) URL",
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd endpoint '%s' is not an http(s) URL",
                         e ? e : "(null)");
             goto out;
         }
     }
     if ((config->username == NULL) != (config->password == NULL)) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd username and password go together");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd username and password go together");
         goto out;
     }
     st = graft__etcd_curl_init();
@@ -239,7 +239,7 @@ void graft__etcd_endpoint_answered(graft_etcd_t *etcd, size_t index)
 {
     pthread_mutex_lock(&etcd->lock);
     if (etcd->current != index)
-        GRAFT_INFO(GRAFT_ETCD_LOG, "etcd: now using %s", etcd->endpoints[index]);
+        GRAFT_INFO(GRAFT_MOD_ETCD, "etcd: now using %s", etcd->endpoints[index]);
     etcd->current = index;
     pthread_mutex_unlock(&etcd->lock);
 }
@@ -419,7 +419,7 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
         if (attempt > etcd->max_retries && !(leaderless && graft__now_ns() < election_end))
             break;
         if (attempt > 0) {
-            GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: retry %u after %u ms%s", path, attempt, backoff,
+            GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: retry %u after %u ms%s", path, attempt, backoff,
                         leaderless ? " (no leader)" : "");
             graft__sleep_ns((uint64_t)backoff * 1000000ull);
             backoff = backoff > UINT32_MAX / 2 ? backoff : backoff * 2;
@@ -454,7 +454,7 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
                              graft__etcd_error_is_leaderless(sink->body.data ? sink->body.data : "",
                                                              sink->body.len);
             if (rc == CURLE_OK && (code == 503 || no_leader)) {
-                GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: %ld%s", url, code,
+                GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %ld%s", url, code,
                             no_leader ? " (no leader)" : "");
                 leaderless |= no_leader;
                 st = GRAFT_EUNREACHABLE;
@@ -472,7 +472,7 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
                 goto err_headers;
             }
             if (sink->too_big) {
-                GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd %s: answer over %u bytes", url,
+                GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd %s: answer over %u bytes", url,
                             GRAFT_ETCD_MAX_RESPONSE);
                 st = GRAFT_EMALFORMED;
                 goto err_headers;
@@ -492,14 +492,14 @@ static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char
                                       k + 1 < etcd->n_endpoints;
             if (!graft__etcd_curl_retryable(rc) && !connect_timeout && !repeatable_timeout) {
                 st = graft__etcd_curl_status(rc);
-                GRAFT_WARN(GRAFT_ETCD_LOG, "etcd %s: %s", url, curl_easy_strerror(rc));
+                GRAFT_WARN(GRAFT_MOD_ETCD, "etcd %s: %s", url, curl_easy_strerror(rc));
                 goto err_headers;
             }
-            GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: %s", url, curl_easy_strerror(rc));
+            GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %s", url, curl_easy_strerror(rc));
             st = GRAFT_EUNREACHABLE;
         }
     }
-    GRAFT_WARN(GRAFT_ETCD_LOG, "etcd %s: no endpoint answered after %u attempts", path,
+    GRAFT_WARN(GRAFT_MOD_ETCD, "etcd %s: no endpoint answered after %u attempts", path,
                etcd->max_retries + 1);
 
 err_headers:
@@ -557,7 +557,7 @@ static graft_status_t authenticate(graft_etcd_t *etcd, uint64_t seen_gen)
         goto out;
     st = parse_body(&sink, &resp);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd authenticate: malformed answer (HTTP %ld)", code);
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate: malformed answer (HTTP %ld)", code);
         goto out;
     }
     if (code != 200) {
@@ -567,14 +567,14 @@ static graft_status_t authenticate(graft_etcd_t *etcd, uint64_t seen_gen)
         if (st != GRAFT_EUNREACHABLE && st != GRAFT_EETCD_TIMEOUT)
             st = GRAFT_EAUTH;
         const json_t *m = json_object_get(resp, "message");
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd authenticate as '%s': %s", etcd->username,
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate as '%s': %s", etcd->username,
                     json_is_string(m) ? json_string_value(m) : "refused");
         goto out;
     }
     const json_t *tok = json_object_get(resp, "token");
     if (!json_is_string(tok) || json_string_length(tok) == 0 ||
         strpbrk(json_string_value(tok), "\r\n") != NULL) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd authenticate: answer without a usable token");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate: answer without a usable token");
         st = GRAFT_EMALFORMED;
         goto out;
     }
@@ -645,7 +645,7 @@ graft_status_t graft__etcd_call(graft_etcd_t *etcd, const char *path, json_t *re
             goto out;
         st = parse_body(&sink, &resp);
         if (st != GRAFT_OK) {
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd %s: answer is not JSON (HTTP %ld, %zu bytes)", path,
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd %s: answer is not JSON (HTTP %ld, %zu bytes)", path,
                         code, sink.body.len);
             goto out;
         }
@@ -657,7 +657,7 @@ graft_status_t graft__etcd_call(graft_etcd_t *etcd, const char *path, json_t *re
         }
         /* A token expires on the server's schedule: get a new one, once. */
         if (etcd->username != NULL && round == 0 && graft__etcd_error_is_bad_token(resp)) {
-            GRAFT_INFO(GRAFT_ETCD_LOG, "etcd %s: token rejected, authenticating again", path);
+            GRAFT_INFO(GRAFT_MOD_ETCD, "etcd %s: token rejected, authenticating again", path);
             json_decref(resp);
             resp = NULL;
             continue;
@@ -666,10 +666,10 @@ graft_status_t graft__etcd_call(graft_etcd_t *etcd, const char *path, json_t *re
         const json_t *m = json_object_get(resp, "message");
         /* Not-found and compacted answers are ordinary outcomes for callers. */
         if (st == GRAFT_ENOTFOUND || st == GRAFT_ECOMPACTED)
-            GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd %s: %s", path,
+            GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %s", path,
                         json_is_string(m) ? json_string_value(m) : "error");
         else
-            GRAFT_WARN(GRAFT_ETCD_LOG, "etcd %s: HTTP %ld: %s", path, code,
+            GRAFT_WARN(GRAFT_MOD_ETCD, "etcd %s: HTTP %ld: %s", path, code,
                        json_is_string(m) ? json_string_value(m) : "error");
         goto out;
     }
@@ -757,7 +757,7 @@ graft_status_t graft_etcd_range(graft_etcd_t *etcd, const char *key,
         goto err_req;
     st = graft__etcd_range_decode(resp, result_p);
     if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd range: %s", graft_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd range: %s", graft_status_string(st));
     json_decref(resp);
 err_req:
     json_decref(req);
@@ -1091,7 +1091,7 @@ graft_status_t graft_etcd_txn(graft_etcd_t *etcd, const graft_etcd_compare_t *cm
     st = ok ? graft__etcd_txn_decode(resp, success, n_success, &r)
             : graft__etcd_txn_decode(resp, failure, n_failure, &r);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd txn: %s", graft_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd txn: %s", graft_status_string(st));
         graft_etcd_txn_result_clear(&r);
         goto err_resp;
     }
@@ -1139,7 +1139,7 @@ graft_status_t graft_etcd_lease_grant(graft_etcd_t *etcd, int64_t ttl_s, int64_t
         (st = graft__etcd_json_int64(resp, "TTL", &ttl)) != GRAFT_OK)
         goto out;
     if ((json_is_string(err) && json_string_length(err) > 0) || id <= 0) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd lease grant: %s",
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd lease grant: %s",
                     json_is_string(err) ? json_string_value(err) : "no lease id in the answer");
         st = id <= 0 ? GRAFT_EMALFORMED : GRAFT_EETCD;
         goto out;
@@ -1166,7 +1166,7 @@ graft_status_t graft_etcd_lease_keepalive(graft_etcd_t *etcd, int64_t lease, int
     const json_t *res = json_object_get(resp, "result");
     if (!json_is_object(res)) {
         st = GRAFT_EMALFORMED;
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd lease keep-alive: answer without a result");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd lease keep-alive: answer without a result");
         goto out;
     }
     if ((st = graft__etcd_json_int64(res, "TTL", &ttl)) != GRAFT_OK)
@@ -1247,7 +1247,7 @@ graft_status_t graft_etcd_member_status(graft_etcd_t *etcd, graft_etcd_member_st
         (st = graft__etcd_json_uint64(resp, "raftTerm", &ms.raft_term)) != GRAFT_OK ||
         (st = graft__etcd_json_int64(hdr, "revision", &ms.revision)) != GRAFT_OK ||
         ms.member_id == 0) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd maintenance status: unexpected answer");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd maintenance status: unexpected answer");
         st = GRAFT_EMALFORMED;
         goto err_resp;
     }

@@ -16,7 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define GRAFT_ETCD_LOG "etcd"
+#define GRAFT_MOD_ETCD "etcd"
 
 /* A response body larger than this is refused: etcd's own limit on a
  * request is 1.5 MiB, and a range over a whole job's keys stays far below. */

@@ -54,7 +54,7 @@ static int free_port(graft_status_t *st_p)
         return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "socket: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "socket: %s", strerror(errno));
         *st_p = GRAFT_ESYS;
         return -1;
     }
@@ -63,7 +63,7 @@ static int free_port(graft_status_t *st_p)
     socklen_t len = sizeof(a);
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
         getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "bind 127.0.0.1:0: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "bind 127.0.0.1:0: %s", strerror(errno));
         *st_p = GRAFT_ESYS;
     } else {
         port = ntohs(a.sin_port);
@@ -97,7 +97,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     (void)flag;
     (void)ftw;
     if (remove(path) != 0 && errno != ENOENT)
-        GRAFT_WARN(GRAFT_ETCD_LOG, "remove %s: %s", path, strerror(errno));
+        GRAFT_WARN(GRAFT_MOD_ETCD, "remove %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -179,7 +179,7 @@ static void log_tail(const graft_etcd_server_t *s)
     }
     fclose(f);
     for (int i = n > 4 ? n - 4 : 0; i < n; i++)
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd log: %s", last[i % 4]);
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd log: %s", last[i % 4]);
 }
 
 /* Fork and exec etcd without waiting for it; s->pid is set on success. */
@@ -235,7 +235,7 @@ static graft_status_t spawn(graft_etcd_server_t *s)
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "fork: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "fork: %s", strerror(errno));
         st = GRAFT_ESYS;
         goto out;
     }
@@ -265,7 +265,7 @@ static graft_status_t wait_healthy(graft_etcd_server_t *s)
         pid_t w = waitpid(pid, &wst, WNOHANG);
         if (w == pid) {
             s->pid = -1;
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd exited during start-up (status %d); log %s", wst,
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd exited during start-up (status %d); log %s", wst,
                         s->log_path);
             log_tail(s);
             st = GRAFT_ESYS;
@@ -276,12 +276,12 @@ static graft_status_t wait_healthy(graft_etcd_server_t *s)
             break;
         }
         if (graft__now_ns() > deadline) {
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd on %s not healthy after %u ms; log %s",
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd on %s not healthy after %u ms; log %s",
                         s->endpoint, s->start_timeout_ms, s->log_path);
             log_tail(s);
             st = GRAFT_ETIMEOUT;
             if (graft_etcd_server_stop(s) != GRAFT_OK)
-                GRAFT_WARN(GRAFT_ETCD_LOG, "etcd: could not stop pid %d", (int)pid);
+                GRAFT_WARN(GRAFT_MOD_ETCD, "etcd: could not stop pid %d", (int)pid);
             break;
         }
         graft__sleep_ns(20 * 1000000ull);
@@ -326,7 +326,7 @@ static graft_status_t server_new(const graft_etcd_server_opts_t *opts, const cha
     s->start_timeout_ms = opts->start_timeout_ms ? opts->start_timeout_ms : 20000;
     s->binary = find_binary(opts->binary ? opts->binary : "etcd");
     if (s->binary == NULL) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "no etcd binary '%s' (install etcd-server)",
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "no etcd binary '%s' (install etcd-server)",
                     opts->binary ? opts->binary : "etcd");
         st = GRAFT_ENOTFOUND;
         goto err_server;
@@ -343,7 +343,7 @@ static graft_status_t server_new(const graft_etcd_server_opts_t *opts, const cha
     }
     if ((opts->cert_file == NULL) != (opts->key_file == NULL) ||
         (opts->trusted_ca_file != NULL && opts->cert_file == NULL)) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "embedded etcd: TLS needs a certificate and its key");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "embedded etcd: TLS needs a certificate and its key");
         st = GRAFT_EINVAL;
         goto err_server;
     }
@@ -356,7 +356,7 @@ static graft_status_t server_new(const graft_etcd_server_opts_t *opts, const cha
     if (s->work_dir == NULL)
         goto err_server;
     if (mkdtemp(s->work_dir) == NULL) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "mkdtemp %s: %s", s->work_dir, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "mkdtemp %s: %s", s->work_dir, strerror(errno));
         graft_free(s->work_dir);
         s->work_dir = NULL;
         st = GRAFT_ESYS;
@@ -383,7 +383,7 @@ static graft_status_t server_new(const graft_etcd_server_opts_t *opts, const cha
         s->peer_port = -1;
     }
     if (st != GRAFT_OK || s->client_port <= 0 || s->peer_port <= 0) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "embedded etcd: no free loopback port");
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "embedded etcd: no free loopback port");
         st = GRAFT_ESYS;
         goto err_server;
     }
@@ -424,7 +424,7 @@ graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t *opts,
         graft_etcd_server_destroy(s);
         return st;
     }
-    GRAFT_INFO(GRAFT_ETCD_LOG, "embedded etcd pid %d on %s, data %s", (int)s->pid, s->endpoint,
+    GRAFT_INFO(GRAFT_MOD_ETCD, "embedded etcd pid %d on %s, data %s", (int)s->pid, s->endpoint,
                s->data_dir);
     *server_p = s;
     return GRAFT_OK;
@@ -458,7 +458,7 @@ graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server)
         return GRAFT_OK;
     pid_t pid = server->pid;
     if (kill(pid, SIGTERM) != 0 && errno != ESRCH) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "kill %d: %s", (int)pid, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "kill %d: %s", (int)pid, strerror(errno));
         return GRAFT_ESYS;
     }
     /* etcd shuts down in well under a second; do not let a wedged one
@@ -470,11 +470,11 @@ graft_status_t graft_etcd_server_stop(graft_etcd_server_t *server)
         if (w == pid || (w < 0 && errno == ECHILD))
             break;
         if (w < 0 && errno != EINTR) {
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "waitpid %d: %s", (int)pid, strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "waitpid %d: %s", (int)pid, strerror(errno));
             return GRAFT_ESYS;
         }
         if (graft__now_ns() > deadline) {
-            GRAFT_WARN(GRAFT_ETCD_LOG, "etcd pid %d ignored SIGTERM; killing it", (int)pid);
+            GRAFT_WARN(GRAFT_MOD_ETCD, "etcd pid %d ignored SIGTERM; killing it", (int)pid);
             kill(pid, SIGKILL);
             while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
             }
@@ -494,7 +494,7 @@ graft_status_t graft_etcd_server_kill(graft_etcd_server_t *server)
         return GRAFT_OK;
     pid_t pid = server->pid;
     if (kill(pid, SIGKILL) != 0 && errno != ESRCH) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "kill %d: %s", (int)pid, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "kill %d: %s", (int)pid, strerror(errno));
         return GRAFT_ESYS;
     }
     int wst;
@@ -518,7 +518,7 @@ void graft_etcd_server_destroy(graft_etcd_server_t *server)
     if (server == NULL)
         return;
     if (graft_etcd_server_stop(server) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_ETCD_LOG, "etcd: stop failed during destroy");
+        GRAFT_WARN(GRAFT_MOD_ETCD, "etcd: stop failed during destroy");
     remove_tree(server->work_dir);
     graft_free(server->work_dir);
     graft_free(server->data_dir);
@@ -590,7 +590,7 @@ graft_status_t graft_etcd_cluster_start(const graft_etcd_server_opts_t *opts, si
         opts = &defaults;
     if (cluster_p == NULL || n_members == 0 || n_members > CLUSTER_MAX_MEMBERS ||
         (n_members > 1 && opts->data_dir != NULL)) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "embedded etcd cluster: 1 to %d members, and a data "
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "embedded etcd cluster: 1 to %d members, and a data "
                     "directory of its own for each", CLUSTER_MAX_MEMBERS);
         goto out;
     }
@@ -630,7 +630,7 @@ graft_status_t graft_etcd_cluster_start(const graft_etcd_server_opts_t *opts, si
         if (st != GRAFT_OK)
             goto err_cluster;
     }
-    GRAFT_INFO(GRAFT_ETCD_LOG, "embedded etcd cluster of %zu on %s", n_members, c->endpoints);
+    GRAFT_INFO(GRAFT_MOD_ETCD, "embedded etcd cluster of %zu on %s", n_members, c->endpoints);
     *cluster_p = c;
     return GRAFT_OK;
 
@@ -709,7 +709,7 @@ void graft_etcd_cluster_destroy(graft_etcd_cluster_t *cluster)
      * a lost peer into a directory being removed. */
     for (size_t i = 0; i < cluster->n_members; i++)
         if (graft_etcd_server_stop(cluster->members[i]) != GRAFT_OK)
-            GRAFT_WARN(GRAFT_ETCD_LOG, "etcd: stop of member %zu failed", i);
+            GRAFT_WARN(GRAFT_MOD_ETCD, "etcd: stop of member %zu failed", i);
     for (size_t i = 0; i < cluster->n_members; i++)
         graft_etcd_server_destroy(cluster->members[i]);
     graft_free(cluster->members);

@@ -82,7 +82,7 @@ static graft_status_t handle_line(graft_etcd_watch_t *w, const char *line, size_
     graft_etcd_watch_msg_t m;
     graft_status_t st = graft__etcd_watch_msg_decode(line, len, &m);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd watch %s: undecodable line of %zu bytes: %.80s",
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd watch %s: undecodable line of %zu bytes: %.80s",
                     w->prefix, len, line);
         return st;
     }
@@ -102,20 +102,20 @@ static graft_status_t handle_line(graft_etcd_watch_t *w, const char *line, size_
         break;
     case GRAFT_ETCD_WATCH_MSG_CANCELED:
         if (m.compact_revision > 0) {
-            GRAFT_INFO(GRAFT_ETCD_LOG, "etcd watch %s: revision %lld compacted (at %lld)",
+            GRAFT_INFO(GRAFT_MOD_ETCD, "etcd watch %s: revision %lld compacted (at %lld)",
                        w->prefix, (long long)w->next_rev, (long long)m.compact_revision);
             w->compacted = true;
             w->compact_rev = m.compact_revision;
             st = GRAFT_ECOMPACTED;
         } else {
-            GRAFT_WARN(GRAFT_ETCD_LOG, "etcd watch %s: canceled by etcd", w->prefix);
+            GRAFT_WARN(GRAFT_MOD_ETCD, "etcd watch %s: canceled by etcd", w->prefix);
             st = GRAFT_EETCD;
         }
         break;
     case GRAFT_ETCD_WATCH_MSG_ERROR:
         st = m.error;
         w->force_auth = m.bad_token;
-        GRAFT_WARN(GRAFT_ETCD_LOG, "etcd watch %s: %s", w->prefix, graft_status_string(st));
+        GRAFT_WARN(GRAFT_MOD_ETCD, "etcd watch %s: %s", w->prefix, graft_status_string(st));
         break;
     }
     graft__etcd_watch_msg_clear(&m);
@@ -166,7 +166,7 @@ static size_t stream_write(char *ptr, size_t size, size_t nmemb, void *arg)
         graft__etcd_watch_split(&w->line, ptr, n, GRAFT_ETCD_MAX_WATCH_LINE, stream_line, w);
     if (st != GRAFT_OK) {
         if (st == GRAFT_EMALFORMED && w->line.len > GRAFT_ETCD_MAX_WATCH_LINE)
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd watch %s: no line end in %zu bytes", w->prefix,
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd watch %s: no line end in %zu bytes", w->prefix,
                         w->line.len);
         w->stream_err = st;
         return 0; /* aborts the transfer */
@@ -251,7 +251,7 @@ static graft_status_t connect_stream(graft_etcd_watch_t *w)
     if (curl_multi_add_handle(w->multi, w->easy) != CURLM_OK)
         goto err_conn;
     w->last_data_ns = graft__now_ns();
-    GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd watch %s: streaming from %s at revision %lld", w->prefix,
+    GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd watch %s: streaming from %s at revision %lld", w->prefix,
                 w->url, (long long)w->next_rev);
     graft_free(auth);
     return GRAFT_OK;
@@ -290,7 +290,7 @@ static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
     }
     if (was_created) {
         /* etcd went away after serving us: try again at once. */
-        GRAFT_INFO(GRAFT_ETCD_LOG, "etcd watch %s: stream ended (%s); reconnecting from %lld",
+        GRAFT_INFO(GRAFT_MOD_ETCD, "etcd watch %s: stream ended (%s); reconnecting from %lld",
                    w->prefix, curl_easy_strerror(rc), (long long)w->next_rev);
         w->reconnect_at_ns = 0;
         w->backoff_ms = 0;
@@ -299,7 +299,7 @@ static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
     }
     w->last_err = rc == CURLE_OK ? (code == 503 ? GRAFT_EUNREACHABLE : GRAFT_EMALFORMED)
                                  : graft__etcd_curl_status(rc);
-    GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd watch %s: %s: %s (HTTP %ld)", w->prefix,
+    GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd watch %s: %s: %s (HTTP %ld)", w->prefix,
                 w->etcd->endpoints[w->endpoint], curl_easy_strerror(rc), code);
     next_endpoint(w);
 }
@@ -328,13 +328,13 @@ static void stream_check_idle(graft_etcd_watch_t *w, uint64_t now)
     if (w->easy == NULL || limit_ms == 0 || now - w->last_data_ns < (uint64_t)limit_ms * 1000000ull)
         return;
     if (w->created) {
-        GRAFT_INFO(GRAFT_ETCD_LOG, "etcd watch %s: nothing for %u ms; re-opening from revision "
+        GRAFT_INFO(GRAFT_MOD_ETCD, "etcd watch %s: nothing for %u ms; re-opening from revision "
                    "%lld", w->prefix, limit_ms, (long long)w->next_rev);
         disconnect(w);
         w->reconnect_at_ns = 0;
         return;
     }
-    GRAFT_DEBUG(GRAFT_ETCD_LOG, "etcd watch %s: %s did not confirm the watch within %u ms",
+    GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd watch %s: %s did not confirm the watch within %u ms",
                 w->prefix, w->etcd->endpoints[w->endpoint], limit_ms);
     disconnect(w);
     w->last_err = GRAFT_EETCD_TIMEOUT;
@@ -413,7 +413,7 @@ static graft_status_t wait_created(graft_etcd_watch_t *w)
         }
         if (graft__now_ns() >= deadline) {
             graft_status_t st = w->last_err != GRAFT_OK ? w->last_err : GRAFT_EETCD_TIMEOUT;
-            GRAFT_ERROR(GRAFT_ETCD_LOG, "etcd watch %s: not established: %s", w->prefix,
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd watch %s: not established: %s", w->prefix,
                         graft_status_string(st));
             return st;
         }

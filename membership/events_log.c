@@ -101,7 +101,7 @@ graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
     st = GRAFT_ETIMEOUT;
 out:
     if (st != GRAFT_OK)
-        GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s: event %s not recorded: %s", m->job,
+        GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: event %s not recorded: %s", m->job,
                    graft_event_kind_string(ev->kind), graft_status_string(st));
     graft_free(seq_key);
     return st;
@@ -158,7 +158,7 @@ graft_status_t graft_membership_events_read(graft_membership_t *m, uint64_t afte
             st = GRAFT_EMALFORMED;
         }
         if (st != GRAFT_OK) {
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "skipping event record %s (%zu bytes): %s", kv->key,
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "skipping event record %s (%zu bytes): %s", kv->key,
                        kv->value_len, graft_status_string(st));
             pthread_mutex_lock(&m->mu);
             m->view.malformed++;

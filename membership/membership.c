@@ -188,7 +188,7 @@ static void report_malformed(graft_membership_t *m, graft__mview_t *v, const gra
                              graft_status_t st)
 {
     v->malformed++;
-    GRAFT_WARN(GRAFT_MSHIP_MOD,
+    GRAFT_WARN(GRAFT_MOD_MEMBERSHIP,
                "skipping record %s (mod_revision %" PRId64 ", %zu bytes) of job %s: %s", kv->key,
                kv->mod_revision, kv->value_len, m->job, graft_status_string(st));
 }
@@ -365,7 +365,7 @@ static void view_apply_events(graft_membership_t *m, const graft_etcd_event_t *e
     for (size_t i = 0; i < n; i++) {
         graft_status_t st = view_apply(m, &m->view, evs[i].type == GRAFT_ETCD_EVENT_PUT, &evs[i].kv);
         if (st != GRAFT_OK)
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "view of job %s: cannot apply %s: %s", m->job,
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "view of job %s: cannot apply %s: %s", m->job,
                         evs[i].kv.key, graft_status_string(st));
     }
     m->view.version++;
@@ -406,7 +406,7 @@ static void *watch_main(void *arg)
                 pthread_mutex_lock(&m->mu);
                 m->view.resyncs++;
                 pthread_mutex_unlock(&m->mu);
-                GRAFT_INFO(GRAFT_MSHIP_MOD, "view %s resynced at revision %" PRId64, w->prefix,
+                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "view %s resynced at revision %" PRId64, w->prefix,
                            rev);
             } else {
                 sleep_unless_stopped(m, 100000000ull);
@@ -418,7 +418,7 @@ static void *watch_main(void *arg)
         st = graft_etcd_watch_next(w->w, VIEW_POLL_MS, &evs, &n);
         if (st == GRAFT_OK) {
             if (outage)
-                GRAFT_INFO(GRAFT_MSHIP_MOD, "view %s: etcd reachable again", w->prefix);
+                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "view %s: etcd reachable again", w->prefix);
             outage = false;
             if (n > 0)
                 view_apply_events(m, evs, n);
@@ -427,13 +427,13 @@ static void *watch_main(void *arg)
         }
         graft_etcd_events_free(evs, n);
         if (st == GRAFT_ECOMPACTED) {
-            GRAFT_INFO(GRAFT_MSHIP_MOD, "view %s: watch revision compacted (at %" PRId64
+            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "view %s: watch revision compacted (at %" PRId64
                        "); resyncing", w->prefix, graft_etcd_watch_compact_revision(w->w));
             need_resync = true;
             continue;
         }
         if (!outage)
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "view %s: watch failed: %s; retrying", w->prefix,
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "view %s: watch failed: %s; retrying", w->prefix,
                        graft_status_string(st));
         outage = true;
         atomic_fetch_add(&m->n_etcd_errors, 1);
@@ -460,7 +460,7 @@ static graft_status_t watch_open(graft_membership_t *m, char *prefix, graft__mke
         st = graft_etcd_watch_create(m->ops, prefix, rev + 1, &w->w);
     }
     if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot read or watch %s: %s", m->job, prefix,
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: cannot read or watch %s: %s", m->job, prefix,
                     graft_status_string(st));
     return st;
 }
@@ -530,7 +530,7 @@ static graft_status_t join_once(graft_membership_t *m, graft_etcd_t *c)
     if (st != GRAFT_OK) {
         GRAFT__MSHIP_REQ(m);
         if (graft_etcd_lease_revoke(c, lease) != GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_MSHIP_MOD, "revoking unused lease %" PRId64 " failed", lease);
+            GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "revoking unused lease %" PRId64 " failed", lease);
         return st;
     }
     pthread_mutex_lock(&m->mu);
@@ -554,7 +554,7 @@ static void append_simple_event(graft_membership_t *m, graft_event_kind_t kind, 
     ev.incarnation = inc;
     ev.detail = (char *)detail;
     if (graft__mship_event_put(m, &ev) != GRAFT_OK)
-        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "event %s not recorded", graft_event_kind_string(kind));
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "event %s not recorded", graft_event_kind_string(kind));
 }
 
 void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_status_t why)
@@ -570,7 +570,7 @@ void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_statu
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     atomic_fetch_add(&m->n_lease_losses, 1);
-    GRAFT_ERROR(GRAFT_MSHIP_MOD,
+    GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP,
                 "job %s group %" PRIu32 " rank %" PRIu32 ": lease %" PRId64
                 " lost (incarnation %" PRIu64 "): %s; re-joining as a new incarnation",
                 m->job, m->cfg.group, m->cfg.rank, lease, inc, graft_status_string(why));
@@ -594,7 +594,7 @@ static void rejoin(graft_membership_t *m)
         graft_status_t st = join_once(m, m->ka);
         if (st == GRAFT_OK)
             break;
-        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "re-join failed: %s", graft_status_string(st));
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "re-join failed: %s", graft_status_string(st));
         sleep_unless_stopped(m, backoff);
         backoff = GRAFT_MIN(backoff * 2, 1000000000ull);
     }
@@ -603,7 +603,7 @@ static void rejoin(graft_membership_t *m)
     pthread_mutex_lock(&m->mu);
     uint64_t inc = m->incarnation;
     pthread_mutex_unlock(&m->mu);
-    GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+    GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
                ": re-joined as incarnation %" PRIu64, m->job, m->cfg.group, m->cfg.rank, inc);
     char detail[96];
     snprintf(detail, sizeof(detail), "lost incarnation %" PRIu64, old_inc);
@@ -643,7 +643,7 @@ static void *keepalive_main(void *arg)
         if (st == GRAFT_OK) {
             atomic_store(&m->lease_renewed_ns, sent);
             if (outage)
-                GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: lease %" PRId64 " renewed again", m->job,
+                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: lease %" PRId64 " renewed again", m->job,
                            lease);
             outage = false;
             last_ok = graft__now_ns();
@@ -660,7 +660,7 @@ static void *keepalive_main(void *arg)
             continue;
         }
         if (!outage)
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s: cannot renew lease %" PRId64 ": %s; retrying",
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: cannot renew lease %" PRId64 ": %s; retrying",
                        m->job, lease, graft_status_string(st));
         outage = true;
     }
@@ -682,18 +682,18 @@ static graft_status_t make_client(const graft_etcd_config_t *base, uint32_t time
 static graft_status_t check_config(const graft_membership_config_t *c)
 {
     if (c == NULL || c->etcd == NULL || !job_name_ok(c->job)) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "membership config: job must be [A-Za-z0-9_.-]{1,64} and "
-                                     "etcd must be set");
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "membership config: job must be [A-Za-z0-9_.-]{1,64} and "
+                                          "etcd must be set");
         return GRAFT_EINVAL;
     }
     uint32_t R = c->ranks_per_group == 0 ? 1 : c->ranks_per_group;
     if (!c->observer && c->rank >= R) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "membership config: rank %" PRIu32
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "membership config: rank %" PRIu32
                     " outside ranks_per_group %" PRIu32, c->rank, R);
         return GRAFT_EINVAL;
     }
     if (c->state > GRAFT_MEMBER_LEAVING) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "membership config: unknown state %d", (int)c->state);
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "membership config: unknown state %d", (int)c->state);
         return GRAFT_EINVAL;
     }
     return GRAFT_OK;
@@ -754,7 +754,7 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     }
     pthread_condattr_destroy(&ca);
     if (rc != 0) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_cond_init: %s", strerror(rc));
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "pthread_cond_init: %s", strerror(rc));
         st = GRAFT_ESYS;
         goto out_free;
     }
@@ -775,7 +775,7 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     if (!m->cfg.observer) {
         st = join_once(m, m->ops);
         if (st != GRAFT_OK) {
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
                         ": cannot join: %s", m->job, m->cfg.group, m->cfg.rank,
                         graft_status_string(st));
             goto out_free;
@@ -794,7 +794,7 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
         goto out_free;
     for (size_t i = 0; i < m->n_watches; i++) {
         if (pthread_create(&m->watches[i].thread, NULL, watch_main, &m->watches[i]) != 0) {
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "pthread_create: %s", strerror(errno));
             st = GRAFT_ESYS;
             goto out_free;
         }
@@ -802,7 +802,7 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     }
     if (!m->cfg.observer) {
         if (pthread_create(&m->ka_thread, NULL, keepalive_main, m) != 0) {
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "pthread_create: %s", strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "pthread_create: %s", strerror(errno));
             st = GRAFT_ESYS;
             goto out_free;
         }
@@ -840,7 +840,7 @@ graft_status_t graft_membership_leave(graft_membership_t *m)
     if (st == GRAFT_ENOTFOUND)
         st = GRAFT_OK;
     if (st != GRAFT_OK)
-        GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s: revoking lease %" PRId64 " on leave failed: %s; "
+        GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: revoking lease %" PRId64 " on leave failed: %s; "
                    "it expires within its TTL", m->job, lease, graft_status_string(st));
     return st;
 }
@@ -865,7 +865,7 @@ void graft_membership_destroy(graft_membership_t *m)
         bool joined = m->joined && !m->left;
         pthread_mutex_unlock(&m->mu);
         if (joined && graft_membership_leave(m) != GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_MSHIP_MOD, "leave on destroy failed");
+            GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "leave on destroy failed");
     }
     for (size_t i = 0; i < m->n_watches; i++) {
         graft_etcd_watch_destroy(m->watches[i].w);

@@ -31,7 +31,7 @@ graft_status_t graft_membership_blob_put(graft_membership_t *m, uint64_t quorum_
     st = graft_etcd_txn(m->ops, &cmp, 1, ops, quorum_id > 4 ? 2 : 1, NULL, 0, &res);
     if (st != GRAFT_OK) {
         atomic_fetch_add(&m->n_etcd_errors, 1);
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot publish blob of quorum %" PRIu64 ": %s",
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: cannot publish blob of quorum %" PRIu64 ": %s",
                     m->job, quorum_id, graft_status_string(st));
         goto out;
     }
@@ -123,7 +123,7 @@ graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t ro
     st = graft_etcd_put(m->ops, key, data, len, lease, NULL, NULL);
     if (st != GRAFT_OK) {
         atomic_fetch_add(&m->n_etcd_errors, 1);
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot publish the slot of groups %" PRIu32
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: cannot publish the slot of groups %" PRIu32
                     " -> %" PRIu32 " in round %" PRIu64 ": %s", m->job, donor, recipient,
                     round, graft_status_string(st));
     }

@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define GRAFT_MSHIP_MOD "membership"
+#define GRAFT_MOD_MEMBERSHIP "membership"
 #define GRAFT_MSHIP_RECORD_VERSION 1u
 #define GRAFT_MSHIP_BLOB_MAX (64u * 1024u)
 

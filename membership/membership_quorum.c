@@ -55,7 +55,7 @@ graft_status_t graft__mship_txn_retry(graft_membership_t *m, const graft_etcd_co
         graft_status_t st = graft_etcd_txn(m->ops, cmps, n_cmps, ops, n_ops, fail, n_fail, res_p);
         if (st == GRAFT_OK) {
             if (warned)
-                GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s: %s written after retrying", m->job, what);
+                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: %s written after retrying", m->job, what);
             return GRAFT_OK;
         }
         atomic_fetch_add(&m->n_etcd_errors, 1);
@@ -64,19 +64,19 @@ graft_status_t graft__mship_txn_retry(graft_membership_t *m, const graft_etcd_co
             return GRAFT_ELEASE;
         }
         if (graft_status_class(st) != GRAFT_CLASS_JOB || st == GRAFT_ETOOLARGE) {
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s: cannot write %s: %s", m->job, what,
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: cannot write %s: %s", m->job, what,
                         graft_status_string(st));
             return st;
         }
         uint64_t now = graft__now_ns();
         if (now >= deadline_ns) {
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
                         ": gave up writing %s: %s", m->job, m->cfg.group, m->cfg.rank, what,
                         graft_status_string(st));
             return st;
         }
         if (!warned)
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
                        ": cannot write %s: %s; retrying with backoff", m->job, m->cfg.group,
                        m->cfg.rank, what, graft_status_string(st));
         warned = true;
@@ -107,7 +107,7 @@ static graft_status_t decode_ready(graft_membership_t *m, const graft_etcd_range
             (out[n].group != k.group || out[n].rank != k.rank || out[n].round != k.number))
             st = GRAFT_EMALFORMED;
         if (st != GRAFT_OK) {
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "skipping ready record %s (mod_revision %" PRId64
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "skipping ready record %s (mod_revision %" PRId64
                        ", %zu bytes): %s", kv->key, kv->mod_revision, kv->value_len,
                        graft_status_string(st));
             pthread_mutex_lock(&m->mu);
@@ -463,7 +463,7 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
     pthread_mutex_unlock(&m->mu);
     if (f.q != NULL && res.succeeded) {
         atomic_fetch_add(&m->n_quorum_fast, 1);
-        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
                     " on the fast path", m->job, f.q->round, f.q->id);
         view_adopt(m, f.q, res.revision);
         *formed_p = f.q;
@@ -471,7 +471,8 @@ static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t c
         goto out;
     }
     if (f.q != NULL)
-        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32 ": round %" PRIu64
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP,
+                    "job %s group %" PRIu32 " rank %" PRIu32 ": round %" PRIu64
                     " not complete at announcement: compare-and-swap path", m->job, m->cfg.group,
                     m->cfg.rank, round);
     if (res.n_ranges != 1) {
@@ -558,7 +559,7 @@ static void formation_events(graft_membership_t *m, const graft_quorum_t *q, boo
     ev.ok = true;
     ev.detail = (char *)(new_id ? "new member set" : "same member set");
     if (graft__mship_event_put(m, &ev) != GRAFT_OK)
-        GRAFT_DEBUG(GRAFT_MSHIP_MOD, "quorum event not recorded");
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "quorum event not recorded");
     for (size_t i = 0; i < q->n_recoveries; i++) {
         char detail[64];
         graft_event_t rev = ev;
@@ -571,7 +572,7 @@ static void formation_events(graft_membership_t *m, const graft_quorum_t *q, boo
                  q->recoveries[i].recipient, q->recoveries[i].donors[0]);
         rev.detail = detail;
         if (graft__mship_event_put(m, &rev) != GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_MSHIP_MOD, "recovery event not recorded");
+            GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "recovery event not recorded");
     }
 }
 
@@ -711,7 +712,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
              * announce for the next one and come back as a recipient. */
             uint64_t next = cur->round + 1;
             pthread_mutex_unlock(&m->mu);
-            GRAFT_INFO(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 ": round %" PRIu64
+            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 ": round %" PRIu64
                        " formed without this group; announcing for round %" PRIu64, m->job,
                        m->cfg.group, round, next);
             round = next;
@@ -744,7 +745,8 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
         if (m->race_poll_ns > 0)
             wake = GRAFT_MIN(wake, last_read + m->race_poll_ns);
         if (d.action == GRAFT__QUORUM_SHORT) {
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s round %" PRIu64 ": only %zu of %zu live groups "
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP,
+                       "job %s round %" PRIu64 ": only %zu of %zu live groups "
                        "ready after the join timeout, %" PRIu32 " needed: no quorum",
                        m->job, round, d.n_ready_groups, d.n_live_groups, m->cfg.min_groups);
             st = GRAFT_ENOQUORUM;
@@ -758,7 +760,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             st = form_cas(m, formed, quorum_mod, &won, &revision, &current);
             if (st == GRAFT_OK && won) {
                 view_adopt(m, formed, revision);
-                GRAFT_DEBUG(GRAFT_MSHIP_MOD, "job %s: formed round %" PRIu64 " id %" PRIu64
+                GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
                             " with %zu groups", m->job, formed->round, formed->id,
                             formed->n_members);
                 formation_events(m, formed, !prev_known || prev_id != formed->id);
@@ -801,7 +803,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             if (st == GRAFT_ENOMEM)
                 goto out;
             if (st != GRAFT_OK)
-                GRAFT_DEBUG(GRAFT_MSHIP_MOD, "formation attempt failed: %s",
+                GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "formation attempt failed: %s",
                             graft_status_string(st));
             else
                 lost_at_mod = quorum_mod; /* the watch will bring the winner's record */
@@ -809,7 +811,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
         }
         graft_membership_quorum_free(formed);
         if (graft__now_ns() >= deadline) {
-            GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
                        ": no quorum for round %" PRIu64 " within %" PRIu32 " ms", m->job,
                        m->cfg.group, m->cfg.rank, round, timeout_ms);
             st = GRAFT_ETIMEOUT;

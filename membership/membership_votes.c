@@ -285,7 +285,7 @@ static graft_status_t record_missing(graft_membership_t *m, const graft_quorum_t
             goto out;
         }
     }
-    GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " round %" PRIu64 ": votes appeared "
+    GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " round %" PRIu64 ": votes appeared "
                "and vanished while recording the missing ones: no", m->job, m->cfg.group,
                q->round);
     snprintf(why, why_len, "votes still incomplete after recording the missing ones");
@@ -325,7 +325,8 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
     if (q->round < last) {
         /* Its key of that round is gone: voting again could write a yes
          * where the group already decided. */
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " rank %" PRIu32 ": vote for round %"
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP,
+                    "job %s group %" PRIu32 " rank %" PRIu32 ": vote for round %"
                     PRIu64 " after voting in round %" PRIu64, m->job, m->cfg.group, m->cfg.rank,
                     q->round, last);
         return GRAFT_ESTATE;
@@ -361,7 +362,7 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
         st = GRAFT_EMALFORMED;
     graft_etcd_txn_result_clear(&res);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " cannot commit step %" PRIu64
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " cannot commit step %" PRIu64
                     ": vote not recorded (%s)", m->job, m->cfg.group, q->step,
                     graft_status_string(st));
         goto out;
@@ -404,7 +405,7 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
             guess[k] = guess[k] != VOTE_UNSEEN ? guess[k] : seen[k];
         st = record_missing(m, q, lease, guess, timeout_ms, why, sizeof(why), &decision);
         if (st != GRAFT_OK) {
-            GRAFT_ERROR(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " cannot commit step %" PRIu64
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " cannot commit step %" PRIu64
                         ": missing votes not recorded (%s)", m->job, m->cfg.group, q->step,
                         graft_status_string(st));
             goto out;
@@ -412,7 +413,7 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
     }
     *decision_p = decision;
     if (!decision) {
-        GRAFT_WARN(GRAFT_MSHIP_MOD, "job %s group %" PRIu32 " step %" PRIu64 ": commit vote "
+        GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " step %" PRIu64 ": commit vote "
                    "failed (%s)", m->job, m->cfg.group, q->step, why);
         if (m->cfg.rank == 0) {
             graft_event_t ev = {0};
@@ -425,7 +426,7 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
             ev.ok = false;
             ev.detail = why;
             if (graft__mship_event_put(m, &ev) != GRAFT_OK)
-                GRAFT_DEBUG(GRAFT_MSHIP_MOD, "vote event not recorded");
+                GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "vote event not recorded");
         }
     }
 out:

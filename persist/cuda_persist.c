@@ -19,7 +19,7 @@ static graft_status_t device_ready(void)
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        GRAFT_ERROR(GP_MOD, "device region: no usable CUDA device (%s)",
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "device region: no usable CUDA device (%s)",
                     e != cudaSuccess ? cudaGetErrorString(e) : "none found");
         return GRAFT_ENOTSUP;
     }
@@ -36,7 +36,7 @@ static graft_status_t copy(void *dst, const void *src, size_t n, bool to_host)
     size_t cap = n < GP_BOUNCE_BYTES ? n : GP_BOUNCE_BYTES;
     if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
         cudaHostAlloc(&bounce, cap, cudaHostAllocDefault) != cudaSuccess) {
-        GRAFT_ERROR(GP_MOD, "cuda: cannot set up a pinned copy of %zu bytes", n);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "cuda: cannot set up a pinned copy of %zu bytes", n);
         st = GRAFT_ENOMEM;
         goto out;
     }
@@ -57,7 +57,7 @@ static graft_status_t copy(void *dst, const void *src, size_t n, bool to_host)
                 e = cudaStreamSynchronize(stream);
         }
         if (e != cudaSuccess) {
-            GRAFT_ERROR(GP_MOD, "cuda copy: %s", cudaGetErrorString(e));
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "cuda copy: %s", cudaGetErrorString(e));
             st = GRAFT_EIO;
             goto out;
         }

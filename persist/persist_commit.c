@@ -47,7 +47,7 @@ static graft_status_t global_regions(Graft__ShardInfo **sh, uint32_t ranks,
             const Graft__RegionDesc *a = out[k]->region, *b = g->region;
             if (a->kind != b->kind || a->dtype != b->dtype || a->bytes != b->bytes ||
                 a->device != b->device) {
-                GRAFT_ERROR(GP_MOD, "commit: ranks disagree on region %s", a->name);
+                GRAFT_ERROR(GRAFT_MOD_PERSIST, "commit: ranks disagree on region %s", a->name);
                 graft_free(out);
                 return GRAFT_ELAYOUT;
             }
@@ -85,8 +85,9 @@ graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ra
         }
         sh[r] = graft__shard_info__unpack(&graft__pb_allocator, lens[r], infos[r]);
         if (sh[r] == NULL || sh[r]->version != 1 || sh[r]->step != step || sh[r]->ranks != ranks) {
-            GRAFT_ERROR(GP_MOD, "commit step %llu: shard record %u is malformed or for another "
-                                "checkpoint",
+            GRAFT_ERROR(GRAFT_MOD_PERSIST,
+                        "commit step %llu: shard record %u is malformed or for another "
+                        "checkpoint",
                         (unsigned long long)step, r);
             st = GRAFT_EPROTO;
             goto out;
@@ -96,7 +97,7 @@ graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ra
     qsort(sh, ranks, sizeof(*sh), cmp_rank);
     for (uint32_t r = 0; r < ranks; r++)
         if (sh[r]->rank != r) {
-            GRAFT_ERROR(GP_MOD, "commit step %llu: no record for rank %u",
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "commit step %llu: no record for rank %u",
                         (unsigned long long)step, r);
             st = GRAFT_EPROTO;
             goto out;
@@ -135,19 +136,20 @@ graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ra
         sh[r]->n_global_regions = 0;
     st = graft__manifest_check(&m, why, sizeof(why));
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GP_MOD, "commit step %llu: %s", (unsigned long long)step, why);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "commit step %llu: %s", (unsigned long long)step, why);
         st = st == GRAFT_ECORRUPT ? GRAFT_ELAYOUT : st;
         goto out_restore;
     }
     if (graft__persist_manifest_exists(root, step)) {
-        GRAFT_ERROR(GP_MOD, "commit: step %llu already has a manifest", (unsigned long long)step);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST,
+                    "commit: step %llu already has a manifest", (unsigned long long)step);
         st = GRAFT_EEXIST;
         goto out_restore;
     }
     /* Shards must be durable and exactly what their records describe. */
     st = graft__checkpoint_verify(dir, &m, false, why, sizeof(why));
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GP_MOD, "commit step %llu: %s", (unsigned long long)step, why);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "commit step %llu: %s", (unsigned long long)step, why);
         st = GRAFT_ECORRUPT;
         goto out_restore;
     }
@@ -245,7 +247,7 @@ out:
         char *dir = graft__persist_step_dir(w->root, j->step);
         if (dir != NULL && !graft__persist_manifest_exists(w->root, j->step) &&
             graft__persist_remove_dir(dir) != GRAFT_OK)
-            GRAFT_WARN(GP_MOD, "could not remove the failed checkpoint %s", dir);
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "could not remove the failed checkpoint %s", dir);
         graft_free(dir);
     }
     for (uint32_t r = 0; recs != NULL && r < j->ranks; r++)
@@ -265,13 +267,13 @@ void graft__persist_commit_job(graft_persist_writer_t *w, gp_job_t *j)
     res.snapshot_ns = j->snapshot_ns;
     uint64_t t0 = graft__now_ns();
     res.status = commit_local(w, j, &res);
-    GRAFT_DEBUG(GP_MOD, "step %llu: commit %.1f ms", (unsigned long long)j->step,
+    GRAFT_DEBUG(GRAFT_MOD_PERSIST, "step %llu: commit %.1f ms", (unsigned long long)j->step,
                 (double)(graft__now_ns() - t0) / 1e6);
     res.write_ns = graft__now_ns() - j->start_ns;
     size_t deleted = 0;
     if (res.status == GRAFT_OK && w->retention.keep_last > 0 &&
         graft_persist_retention_apply(w->root, &w->retention, &deleted) != GRAFT_OK)
-        GRAFT_WARN(GP_MOD, "retention under %s failed", w->root);
+        GRAFT_WARN(GRAFT_MOD_PERSIST, "retention under %s failed", w->root);
     res.second_tier_status = GRAFT_OK;
     if (res.status == GRAFT_OK && w->second_root != NULL) {
         graft_status_t st = graft__persist_mkdirs(w->second_root);
@@ -282,12 +284,12 @@ void graft__persist_commit_job(graft_persist_writer_t *w, gp_job_t *j)
         if (st != GRAFT_OK) {
             char *dir = graft__persist_step_dir(w->second_root, j->step);
             if (dir != NULL && graft__persist_remove_dir(dir) != GRAFT_OK)
-                GRAFT_WARN(GP_MOD, "could not remove %s", dir);
+                GRAFT_WARN(GRAFT_MOD_PERSIST, "could not remove %s", dir);
             graft_free(dir);
         }
         if (st == GRAFT_OK && w->retention.keep_last > 0 &&
             graft_persist_retention_apply(w->second_root, &w->retention, &deleted) != GRAFT_OK)
-            GRAFT_WARN(GP_MOD, "retention under %s failed", w->second_root);
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "retention under %s failed", w->second_root);
         res.second_tier_status = st;
     }
     pthread_mutex_lock(&w->mu);

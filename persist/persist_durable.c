@@ -18,7 +18,7 @@
 static graft_status_t io_failed(const char *what, const char *path)
 {
     int e = errno;
-    GRAFT_ERROR(GP_MOD, "%s %s: %s", what, path, strerror(e));
+    GRAFT_ERROR(GRAFT_MOD_PERSIST, "%s %s: %s", what, path, strerror(e));
     return e == ENOSPC || e == EDQUOT || e == EFBIG ? GRAFT_ENOSPC : GRAFT_EIO;
 }
 
@@ -58,7 +58,7 @@ graft_status_t graft__persist_mkdirs(const char *path)
             if (st != GRAFT_OK)
                 break;
         } else if (errno != EEXIST) {
-            GRAFT_ERROR(GP_MOD, "mkdir %s: %s", copy, strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "mkdir %s: %s", copy, strerror(errno));
             st = errno == ENOSPC ? GRAFT_ENOSPC : GRAFT_ESYS;
             break;
         }

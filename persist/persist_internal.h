@@ -20,7 +20,7 @@
 
 #include <zstd.h>
 
-#define GP_MOD "persist"
+#define GRAFT_MOD_PERSIST "persist"
 
 #define GP_SHARD_MAGIC "GRAFTSH1"
 #define GP_FOOTER_MAGIC "GRAFTEND"

@@ -381,7 +381,7 @@ graft_status_t graft__manifest_write(const char *dir, const Graft__CheckpointMan
     char *text = NULL;
     json_t *j = manifest_json(m);
     if (j == NULL) {
-        GRAFT_ERROR(GP_MOD, "building %s/" GP_MANIFEST_JSON ": out of memory", dir);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "building %s/" GP_MANIFEST_JSON ": out of memory", dir);
         return GRAFT_ENOMEM;
     }
     text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -455,7 +455,7 @@ graft_status_t graft__persist_remove_dir(const char *dir)
         /* From here on the checkpoint is merely incomplete. */
         st = graft__persist_fsync_dir(dir);
     } else if (errno != ENOENT) {
-        GRAFT_ERROR(GP_MOD, "unlink %s: %s", mf, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "unlink %s: %s", mf, strerror(errno));
         st = GRAFT_ESYS;
     }
     graft_free(mf);
@@ -463,7 +463,7 @@ graft_status_t graft__persist_remove_dir(const char *dir)
         return st;
     DIR *d = opendir(dir);
     if (d == NULL) {
-        GRAFT_ERROR(GP_MOD, "opendir %s: %s", dir, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "opendir %s: %s", dir, strerror(errno));
         return GRAFT_ESYS;
     }
     struct dirent *de;
@@ -476,14 +476,14 @@ graft_status_t graft__persist_remove_dir(const char *dir)
             break;
         }
         if (unlink(p) != 0 && errno != ENOENT) {
-            GRAFT_ERROR(GP_MOD, "unlink %s: %s", p, strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "unlink %s: %s", p, strerror(errno));
             st = GRAFT_ESYS;
         }
         graft_free(p);
     }
     closedir(d);
     if (st == GRAFT_OK && rmdir(dir) != 0) {
-        GRAFT_ERROR(GP_MOD, "rmdir %s: %s", dir, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "rmdir %s: %s", dir, strerror(errno));
         st = GRAFT_ESYS;
     }
     return st;
@@ -501,7 +501,7 @@ static graft_status_t copy_file(const char *from, const char *to_dir, const char
         goto done;
     in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0) {
-        GRAFT_ERROR(GP_MOD, "copy %s -> %s: %s", src, f.tmp, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "copy %s -> %s: %s", src, f.tmp, strerror(errno));
         st = GRAFT_EIO;
         goto done;
     }
@@ -510,7 +510,7 @@ static graft_status_t copy_file(const char *from, const char *to_dir, const char
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            GRAFT_ERROR(GP_MOD, "read %s: %s", src, strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "read %s: %s", src, strerror(errno));
             st = GRAFT_EIO;
             break;
         }
@@ -547,7 +547,7 @@ graft_status_t graft__persist_copy_checkpoint(const char *from_root, const char 
     }
     st = graft__manifest_read(from, step, &m, why, sizeof(why));
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GP_MOD, "second tier: %s: %s", from, why);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "second tier: %s: %s", from, why);
         goto out;
     }
     st = graft__persist_mkdirs(to);
@@ -568,7 +568,7 @@ graft_status_t graft__persist_copy_checkpoint(const char *from_root, const char 
     if (st == GRAFT_OK)
         st = graft__checkpoint_verify(to, m2, true, why, sizeof(why));
     if (st != GRAFT_OK)
-        GRAFT_ERROR(GP_MOD, "second tier: %s does not verify: %s", to, why);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "second tier: %s does not verify: %s", to, why);
 out:
     graft__manifest_free(m);
     graft__manifest_free(m2);
@@ -595,7 +595,7 @@ graft_status_t graft_persist_manifest_json(const char *root, uint64_t step, char
     }
     st = graft__manifest_read(dir, step, &m, why, sizeof(why));
     if (st != GRAFT_OK) {
-        GRAFT_DEBUG(GP_MOD, "%s: %s", dir, why);
+        GRAFT_DEBUG(GRAFT_MOD_PERSIST, "%s: %s", dir, why);
         goto out;
     }
     /* The same rendering, keys sorted and indented, as the writer's sidecar. */

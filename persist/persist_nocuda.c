@@ -11,7 +11,7 @@ graft_status_t graft__persist_d2h(void *dst, const void *src, size_t n)
     (void)dst;
     (void)src;
     (void)n;
-    GRAFT_ERROR(GP_MOD, "device region: this build has no CUDA");
+    GRAFT_ERROR(GRAFT_MOD_PERSIST, "device region: this build has no CUDA");
     return GRAFT_ENOTSUP;
 }
 
@@ -20,7 +20,7 @@ graft_status_t graft__persist_h2d(void *dst, const void *src, size_t n)
     (void)dst;
     (void)src;
     (void)n;
-    GRAFT_ERROR(GP_MOD, "device region: this build has no CUDA");
+    GRAFT_ERROR(GRAFT_MOD_PERSIST, "device region: this build has no CUDA");
     return GRAFT_ENOTSUP;
 }
 #endif

@@ -85,7 +85,7 @@ static bool chunk_encode(ZSTD_CCtx *cctx, const uint8_t *raw, size_t len, int le
             return false;
         if (ZSTD_isError(n)) {
             /* Not fatal: the chunk is stored instead. */
-            GRAFT_WARN(GP_MOD, "zstd: %s; chunk stored", ZSTD_getErrorName(n));
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "zstd: %s; chunk stored", ZSTD_getErrorName(n));
         } else if (n < len) {
             e->codec = GP_CODEC_ZSTD;
             s->stored = s->out;
@@ -124,7 +124,7 @@ static void *helper_main(void *arg)
          * waits for is ever held by a helper. Linux nice values are per
          * thread. */
         if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0)
-            GRAFT_DEBUG(GP_MOD, "setpriority: %s", strerror(errno));
+            GRAFT_DEBUG(GRAFT_MOD_PERSIST, "setpriority: %s", strerror(errno));
     }
     /* NULL (out of memory): this helper's chunks are stored */
     ZSTD_CCtx *cctx = ZSTD_createCCtx();
@@ -166,7 +166,7 @@ graft_status_t graft__persist_pool_prepare(graft_persist_writer_t *w)
         /* the background thread compresses what no helper took */
         w->cctx = ZSTD_createCCtx();
         if (w->cctx == NULL) {
-            GRAFT_ERROR(GP_MOD, "out of memory for a zstd context");
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "out of memory for a zstd context");
             return GRAFT_ENOMEM;
         }
     }
@@ -174,7 +174,7 @@ graft_status_t graft__persist_pool_prepare(graft_persist_writer_t *w)
         w->own.out = graft__malloc(need);
         w->own.out_cap = w->own.out ? need : 0;
         if (w->own.out == NULL) {
-            GRAFT_ERROR(GP_MOD, "out of memory for compression buffers");
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "out of memory for compression buffers");
             return GRAFT_ENOMEM;
         }
     }
@@ -187,20 +187,22 @@ graft_status_t graft__persist_pool_prepare(graft_persist_writer_t *w)
                 s->out_cap = s->out ? need : 0;
             }
             if (s->out == NULL) {
-                GRAFT_ERROR(GP_MOD, "out of memory for compression buffers");
+                GRAFT_ERROR(GRAFT_MOD_PERSIST, "out of memory for compression buffers");
                 return GRAFT_ENOMEM;
             }
         }
         h->pool = p;
         if (sem_init(&h->wake, 0, 0) != 0) {
-            GRAFT_WARN(GP_MOD, "sem_init: %s; %u of %u compression helpers", strerror(errno),
+            GRAFT_WARN(GRAFT_MOD_PERSIST,
+                       "sem_init: %s; %u of %u compression helpers", strerror(errno),
                        p->started, w->threads);
             break;
         }
         int rc = pthread_create(&h->tid, NULL, helper_main, h);
         if (rc != 0) {
             sem_destroy(&h->wake);
-            GRAFT_WARN(GP_MOD, "pthread_create: %s; %u of %u compression helpers", strerror(rc),
+            GRAFT_WARN(GRAFT_MOD_PERSIST,
+                       "pthread_create: %s; %u of %u compression helpers", strerror(rc),
                        p->started, w->threads);
             break;
         }

@@ -30,7 +30,7 @@ static graft_status_t scan(const char *root, uint64_t **steps_p, size_t *n_p)
     if (d == NULL) {
         if (errno == ENOENT)
             return GRAFT_OK;
-        GRAFT_ERROR(GP_MOD, "opendir %s: %s", root, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "opendir %s: %s", root, strerror(errno));
         return GRAFT_ESYS;
     }
     graft_status_t st = GRAFT_OK;
@@ -364,7 +364,7 @@ graft_status_t graft_persist_restore(const char *root, const graft_persist_resto
     if (params->step != 0) {
         st = restore_step(root, params->step, params, &res, why, sizeof(why));
         if (st != GRAFT_OK)
-            GRAFT_ERROR(GP_MOD, "restore: %s", why);
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "restore: %s", why);
         goto out;
     }
     uint64_t *steps;
@@ -388,7 +388,7 @@ graft_status_t graft_persist_restore(const char *root, const graft_persist_resto
         /* A directory without a manifest was never a checkpoint: not worth
          * a warning, but still listed among the skipped. */
         if (s1 != GRAFT_ENOTFOUND)
-            GRAFT_WARN(GP_MOD, "restore: skipping %s (%s)", why, graft_status_name(s1));
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "restore: skipping %s (%s)", why, graft_status_name(s1));
         res.skipped++;
         size_t used = strlen(res.skipped_reasons);
         if (used + 1 < sizeof(res.skipped_reasons))
@@ -399,7 +399,7 @@ graft_status_t graft_persist_restore(const char *root, const graft_persist_resto
     if (st == GRAFT_ENOCHECKPOINT && all_layout)
         st = GRAFT_ELAYOUT;
     if (st == GRAFT_ENOCHECKPOINT)
-        GRAFT_ERROR(GP_MOD, "restore: no checkpoint under %s verifies", root);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "restore: no checkpoint under %s verifies", root);
 out:
     if (result_p != NULL)
         *result_p = res;

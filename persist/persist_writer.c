@@ -59,13 +59,13 @@ static graft_status_t regions_check(const graft_persist_region_t *regions, size_
             (r->ptr == NULL && r->bytes > 0) || goff > gsize || r->bytes > gsize - goff ||
             (r->device != GRAFT_PERSIST_DEVICE_HOST && r->device != GRAFT_PERSIST_DEVICE_CUDA) ||
             r->bytes > UINT64_MAX - total) {
-            GRAFT_ERROR(GP_MOD, "region %zu (%s): invalid description", i,
+            GRAFT_ERROR(GRAFT_MOD_PERSIST, "region %zu (%s): invalid description", i,
                         r->name ? r->name : "(null)");
             return GRAFT_EINVAL;
         }
         for (size_t j = 0; j < i; j++)
             if (strcmp(regions[j].name, r->name) == 0) {
-                GRAFT_ERROR(GP_MOD, "region %s listed twice", r->name);
+                GRAFT_ERROR(GRAFT_MOD_PERSIST, "region %s listed twice", r->name);
                 return GRAFT_EINVAL;
             }
         total += r->bytes;
@@ -86,14 +86,14 @@ graft_status_t graft__persist_space_check(const char *root, uint64_t need)
 {
     struct statvfs sv;
     if (statvfs(root, &sv) != 0) {
-        GRAFT_ERROR(GP_MOD, "statvfs %s: %s", root, strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "statvfs %s: %s", root, strerror(errno));
         return GRAFT_ESYS;
     }
     /* Room for the manifest and the file system's own blocks. */
     uint64_t margin = (1ull << 16) + 4ull * sv.f_frsize;
     uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
     if (avail < need || avail - need < margin) {
-        GRAFT_ERROR(GP_MOD, "%s: %llu bytes free, a checkpoint needs %llu", root,
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "%s: %llu bytes free, a checkpoint needs %llu", root,
                     (unsigned long long)avail, (unsigned long long)(need + margin));
         return GRAFT_ENOSPC;
     }
@@ -194,7 +194,7 @@ static void pace(int fd, gp_pace_t *pc, uint64_t from, uint64_t to)
     if (!pc->on || to <= from)
         return;
     if (sync_file_range(fd, (off64_t)from, (off64_t)(to - from), SYNC_FILE_RANGE_WRITE) != 0) {
-        GRAFT_DEBUG(GP_MOD, "sync_file_range: %s; writeback not paced", strerror(errno));
+        GRAFT_DEBUG(GRAFT_MOD_PERSIST, "sync_file_range: %s; writeback not paced", strerror(errno));
         pc->on = false;
         return;
     }
@@ -204,7 +204,7 @@ static void pace(int fd, gp_pace_t *pc, uint64_t from, uint64_t to)
     if (sync_file_range(fd, (off64_t)pc->flushed, (off64_t)(upto - pc->flushed),
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                             SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
-        GRAFT_DEBUG(GP_MOD, "sync_file_range: %s; writeback not paced", strerror(errno));
+        GRAFT_DEBUG(GRAFT_MOD_PERSIST, "sync_file_range: %s; writeback not paced", strerror(errno));
         pc->on = false;
         return;
     }
@@ -358,7 +358,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     st = graft__tmpfile_sync(&f);
     if (st != GRAFT_OK)
         goto out;
-    GRAFT_DEBUG(GP_MOD,
+    GRAFT_DEBUG(GRAFT_MOD_PERSIST,
                 "%s: %llu raw bytes, %llu stored, %u of %llu chunks compressed (%u dropped "
                 "half-done): write %.1f ms, fsync %.1f ms",
                 f.tmp, (unsigned long long)j->raw_bytes, (unsigned long long)stored_total,
@@ -367,7 +367,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     /* Never replace a shard of a checkpoint that has been committed since
      * this save was queued: its manifest records the old file. */
     if (graft__persist_manifest_exists(w->root, j->step)) {
-        GRAFT_ERROR(GP_MOD, "step %llu was committed meanwhile; not replacing %s",
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "step %llu was committed meanwhile; not replacing %s",
                     (unsigned long long)j->step, f.final);
         st = GRAFT_EEXIST;
         goto out;
@@ -476,7 +476,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     pthread_cond_init(&w->cv_work, NULL);
     pthread_cond_init(&w->cv_done, NULL);
     if (sem_init(&w->hp.done, 0, 0) != 0) {
-        GRAFT_ERROR(GP_MOD, "sem_init: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "sem_init: %s", strerror(errno));
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv_work);
         pthread_cond_destroy(&w->cv_done);
@@ -484,7 +484,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
         goto err;
     }
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
-        GRAFT_ERROR(GP_MOD, "pthread_create: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "pthread_create: %s", strerror(errno));
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv_work);
         pthread_cond_destroy(&w->cv_done);
@@ -637,7 +637,7 @@ static graft_status_t save_ranks(graft_persist_writer_t *w, uint64_t step, uint3
                    q->rank < first + count;
     pthread_mutex_unlock(&w->mu);
     if (pending || graft__persist_manifest_exists(w->root, step)) {
-        GRAFT_ERROR(GP_MOD, "step %llu is already %s under %s", (unsigned long long)step,
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "step %llu is already %s under %s", (unsigned long long)step,
                     pending ? "being checkpointed" : "checkpointed", w->root);
         st = GRAFT_EEXIST;
         goto out;

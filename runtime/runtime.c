@@ -66,7 +66,7 @@ static graft_status_t endpoint_open(graft_runtime_t *rt)
     };
     graft_status_t st = graft_transfer_endpoint_create(&tc, &rt->ep);
     if (st == GRAFT_EINVAL)
-        GRAFT_ERROR(GRAFT_RT_MOD, "config: transfer_address '%s'%s%s%s: not usable (an IPv4 "
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "config: transfer_address '%s'%s%s%s: not usable (an IPv4 "
                     "address or interface name, optionally with :port; the wildcard needs "
                     "transfer_advertise)", addr, tc.advertise_address ? ", transfer_advertise '" : "",
                     tc.advertise_address ? tc.advertise_address : "",
@@ -83,7 +83,7 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
         return GRAFT_EINVAL;
     st = graft_config_validate(config, &err);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "%s", err != NULL ? err : "invalid configuration");
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s", err != NULL ? err : "invalid configuration");
         graft_free(err);
         return st;
     }
@@ -108,7 +108,7 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft_etcd_endpoints_split(rt->cfg->etcd_endpoints, &rt->endpoints, &rt->n_endpoints);
     if (st != GRAFT_OK) {
         if (st == GRAFT_EINVAL)
-            GRAFT_ERROR(GRAFT_RT_MOD, "config: etcd_endpoints: no endpoint in '%s'",
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "config: etcd_endpoints: no endpoint in '%s'",
                         rt->cfg->etcd_endpoints);
         goto fail;
     }
@@ -151,7 +151,7 @@ void graft_destroy(graft_runtime_t *rt)
     }
     graft__rt_nccl_serve_join(rt); /* NCCL pairs end by their timeout at the latest */
     if (rt->serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "serve_end at destroy failed");
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end at destroy failed");
     graft_free(rt->peers);
     graft__rt_persist_close(rt);
     if (rt->joined)
@@ -184,13 +184,13 @@ graft_status_t graft_region_register(graft_runtime_t *rt, const graft_region_t *
         strlen(region->name) > 200 || region->ptr == NULL || region->bytes == 0 ||
         region->kind < GRAFT_REGION_PARAM || region->kind > GRAFT_REGION_BLOB ||
         (region->device != GRAFT_DEVICE_HOST && region->device != GRAFT_DEVICE_CUDA)) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "region_register: invalid region '%s'",
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "region_register: invalid region '%s'",
                     region != NULL && region->name != NULL ? region->name : "(null)");
         return GRAFT_EINVAL;
     }
     if (region->global_bytes != 0 && (region->global_offset > region->global_bytes ||
                                       region->bytes > region->global_bytes - region->global_offset)) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "region_register: '%s': [%" PRIu64 ", +%" PRIu64
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "region_register: '%s': [%" PRIu64 ", +%" PRIu64
                     ") lies outside global_bytes %" PRIu64, region->name, region->global_offset,
                     region->bytes, region->global_bytes);
         return GRAFT_EINVAL;

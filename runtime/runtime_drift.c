@@ -25,7 +25,7 @@ static graft_status_t publish(graft_runtime_t *rt, uint64_t step, const uint64_t
     if (st == GRAFT_OK) {
         st = graft_etcd_put(rt->etcd, key, buf, len, 0, NULL, NULL);
         if (st != GRAFT_OK)
-            GRAFT_ERROR(GRAFT_RT_MOD, "drift check: cannot write %s: %s", key,
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "drift check: cannot write %s: %s", key,
                         graft_status_string(st));
     }
     graft_free(buf);
@@ -40,7 +40,7 @@ static graft_status_t parse_record(graft_runtime_t *rt, const graft_etcd_kv_t *k
 {
     graft_status_t st = graft__rt_drift_decode(rt, kv->value, kv->value_len, group_p, hashes, have);
     if (st != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "drift check: malformed record %s skipped", kv->key);
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "drift check: malformed record %s skipped", kv->key);
     return st;
 }
 
@@ -78,7 +78,7 @@ graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *
         if (st == GRAFT_OK && res.n_kvs >= g)
             break;
         if (graft__now_ns() >= deadline) {
-            GRAFT_WARN(GRAFT_RT_MOD, "drift check of step %" PRIu64 ": %zu of %zu groups "
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "drift check of step %" PRIu64 ": %zu of %zu groups "
                        "reported; comparing those", q->step, st == GRAFT_OK ? res.n_kvs : 0, g);
             break;
         }
@@ -132,7 +132,7 @@ graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *
         snprintf(msg, sizeof(msg), "step %" PRIu64 " rank %" PRIu32 ": regions differ across "
                  "groups: %s%s", q->step, rt->rank, detail,
                  i_differ ? " (this group differs from the majority)" : "");
-        GRAFT_ERROR(GRAFT_RT_MOD, "replica drift: group %" PRIu32 " %s", rt->group, msg);
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "replica drift: group %" PRIu32 " %s", rt->group, msg);
         graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_DRIFT, .status = GRAFT_EDRIFT,
                                     .step = q->step, .quorum_id = q->id, .detail = msg};
         graft__rt_emit(rt, &ev);
@@ -151,7 +151,7 @@ graft_status_t graft__rt_drift_check(graft_runtime_t *rt, const graft_quorum_t *
         char *old =
             graft__rt_key_drift_folder(rt, q->step - rt->cfg->drift_check_every, rt->rank);
         if (old != NULL && graft_etcd_delete(rt->etcd, old, true, NULL, NULL) != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "could not delete %s", old);
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "could not delete %s", old);
         graft_free(old);
     }
 out:

@@ -63,10 +63,10 @@ static void *heal_main(void *arg)
         rt->relay_served = st == GRAFT_OK;
         if (!rt->relay_served) {
             if (rt->heal_status == GRAFT_OK)
-                GRAFT_ERROR(GRAFT_RT_MOD, "relay: cannot serve step %" PRIu64 ": %s",
+                GRAFT_ERROR(GRAFT_MOD_RUNTIME, "relay: cannot serve step %" PRIu64 ": %s",
                             rt->q->step, graft_status_string(st));
             if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-                GRAFT_DEBUG(GRAFT_RT_MOD, "relay: no serve to withdraw");
+                GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "relay: no serve to withdraw");
         }
     }
     return NULL;
@@ -135,7 +135,7 @@ graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
     if (st != GRAFT_OK)
         goto out;
     if (rt->n_heal_donors == 0) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32
                     ": no donor of step %" PRIu64 " is in the view", rt->group, rt->rank,
                     rt->q->step);
         st = GRAFT_ENODONOR;
@@ -144,7 +144,7 @@ graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
     rt->state_valid = false; /* the pull overwrites the regions */
     graft__rt_skip_save(rt);
     if (pthread_create(&rt->heal_thread, NULL, heal_main, rt) != 0) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "pthread_create: %s", strerror(errno));
         st = GRAFT_ESYS;
         goto out;
     }
@@ -209,7 +209,7 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
         st = rt->fp_fn(rt->fp_arg, &fp);
         verify_ns = graft__now_ns() - t;
         if (st != GRAFT_OK)
-            GRAFT_ERROR(GRAFT_RT_MOD, "fingerprint of the healed state failed: %s",
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "fingerprint of the healed state failed: %s",
                         graft_status_string(st));
     }
     if (st == GRAFT_EDRIFT)
@@ -236,7 +236,7 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
     }
     pthread_mutex_unlock(&rt->mu);
     if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": heal failed: %s",
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": heal failed: %s",
                     rt->group, rt->rank, detail);
     graft_runtime_event_t ev = {
         .kind = GRAFT_RUNTIME_EVENT_RECOVERY,

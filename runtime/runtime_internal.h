@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define GRAFT_RT_MOD "runtime"
+#define GRAFT_MOD_RUNTIME "runtime"
 
 typedef struct graft__rt_region {
     graft_region_t r; /* r.name points to name below */

@@ -67,7 +67,7 @@ static graft_status_t uid_exchange(bool publish, uint8_t *uid, size_t uid_bytes,
     st = graft_membership_pair_blob_get(rt->m, p->round, p->donor, p->recipient,
                                         pair_timeout_ms(rt), &data, &len);
     if (st == GRAFT_OK && len != uid_bytes) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "NCCL id of groups %" PRIu32 " -> %" PRIu32 " in round %"
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "NCCL id of groups %" PRIu32 " -> %" PRIu32 " in round %"
                     PRIu64 " has %zu bytes, not %zu", p->donor, p->recipient, p->round,
                     len, uid_bytes);
         st = GRAFT_EPROTO;
@@ -75,7 +75,7 @@ static graft_status_t uid_exchange(bool publish, uint8_t *uid, size_t uid_bytes,
     if (st == GRAFT_OK)
         memcpy(uid, data, uid_bytes);
     else if (st != GRAFT_EPROTO)
-        GRAFT_ERROR(GRAFT_RT_MOD, "no NCCL id from group %" PRIu32 " for step %" PRIu64 ": %s",
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "no NCCL id from group %" PRIu32 " for step %" PRIu64 ": %s",
                     p->donor, step, graft_status_string(st));
     graft_free(data);
     return st;
@@ -126,7 +126,7 @@ graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quoru
         graft__rt_pair_t *p = &rt->pairs[rt->n_pairs++];
         pair_init(p, rt, q->round, q->step, rt->group, rt->peers[i].group);
         if (pthread_create(&p->thread, NULL, serve_main, p) != 0) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "pthread_create: %s", strerror(errno));
             return GRAFT_ESYS; /* the recipient's pair times out */
         }
         p->started = true;
@@ -142,12 +142,13 @@ void graft__rt_nccl_serve_join(graft_runtime_t *rt)
             continue;
         pthread_join(p->thread, NULL);
         if (p->status != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": NCCL pair with group %"
+            GRAFT_WARN(GRAFT_MOD_RUNTIME,
+                       "group %" PRIu32 " rank %" PRIu32 ": NCCL pair with group %"
                        PRIu32 " failed: %s", rt->group, rt->rank, p->recipient,
                        graft_status_string(p->status));
         if (graft_membership_pair_blob_delete(rt->m, p->round, p->donor, p->recipient) !=
             GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_RT_MOD, "NCCL id slot of round %" PRIu64 " left to the lease",
+            GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "NCCL id slot of round %" PRIu64 " left to the lease",
                         p->round);
     }
     graft_free(rt->pairs);

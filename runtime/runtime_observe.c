@@ -128,6 +128,7 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
     };
     graft_status_t st = graft_membership_event_append(rt->m, &ev);
     if (st != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "could not record a %s event: %s", graft_event_kind_string(kind),
+        GRAFT_WARN(GRAFT_MOD_RUNTIME,
+                   "could not record a %s event: %s", graft_event_kind_string(kind),
                    graft_status_string(st));
 }

@@ -105,17 +105,17 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
     graft_free(pr);
     if (st == GRAFT_ENOCHECKPOINT) {
         if (res.skipped > 0)
-            GRAFT_WARN(GRAFT_RT_MOD, "no checkpoint under %s verifies:\n%s",
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "no checkpoint under %s verifies:\n%s",
                        rt->cfg->persist_root, res.skipped_reasons);
         return st;
     }
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "restore from %s failed: %s", rt->cfg->persist_root,
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "restore from %s failed: %s", rt->cfg->persist_root,
                     graft_status_string(st));
         return st;
     }
     if (res.skipped > 0)
-        GRAFT_WARN(GRAFT_RT_MOD, "restored step %" PRIu64 " after skipping %" PRIu32
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "restored step %" PRIu64 " after skipping %" PRIu32
                    " newer checkpoints:\n%s", res.step, res.skipped, res.skipped_reasons);
     pthread_mutex_lock(&rt->mu);
     rt->metrics.restores++;
@@ -153,14 +153,14 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
         if (st == GRAFT_OK && res.n_kvs >= rt->ranks)
             break;
         if (atomic_load(&rt->ckpt_superseded)) {
-            GRAFT_WARN(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": %zu of %" PRIu32
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": %zu of %" PRIu32
                        " shards durable when the next checkpoint began: given up", step,
                        st == GRAFT_OK ? res.n_kvs : 0, rt->ranks);
             st = GRAFT_ECANCELED;
             goto out;
         }
         if (graft__now_ns() >= deadline) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": %zu of %" PRIu32
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": %zu of %" PRIu32
                         " shards durable before the timeout", step,
                         st == GRAFT_OK ? res.n_kvs : 0, rt->ranks);
             st = GRAFT_ETIMEOUT;
@@ -180,7 +180,7 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
                                   &opts);
     }
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": manifest not written: %s", step,
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": manifest not written: %s", step,
                     graft_status_string(st));
         goto out;
     }
@@ -189,11 +189,11 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
                                      .leftover_min_age_ms = leftover_age_ms(rt)};
     size_t deleted = 0;
     if (graft_persist_retention_apply(rt->cfg->persist_root, &pol, &deleted) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "retention under %s failed", rt->cfg->persist_root);
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "retention under %s failed", rt->cfg->persist_root);
     int64_t ndel = 0;
     /* The shard records did their job; the checkpoint record stays. */
     if (graft_etcd_delete(etcd, prefix, true, &ndel, NULL) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "could not delete %s", prefix);
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "could not delete %s", prefix);
 out:
     graft_etcd_range_result_clear(&res);
     graft_free(prefix);
@@ -220,7 +220,7 @@ static void *ckpt_main(void *arg)
             uint32_t r = rt->rank;
             st = graft_persist_shard_wait(rt->writer, c->step, r, &info, &len);
             if (st != GRAFT_OK) {
-                GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": shard %" PRIu32
+                GRAFT_ERROR(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": shard %" PRIu32
                             " not durable: %s", c->step, r, graft_status_string(st));
                 goto out;
             }
@@ -231,7 +231,8 @@ static void *ckpt_main(void *arg)
             }
             st = graft_etcd_put(etcd, key, info, len, 0, NULL, NULL);
             if (st != GRAFT_OK) {
-                GRAFT_ERROR(GRAFT_RT_MOD, "cannot publish %s: %s", key, graft_status_string(st));
+                GRAFT_ERROR(GRAFT_MOD_RUNTIME,
+                            "cannot publish %s: %s", key, graft_status_string(st));
                 goto out;
             }
             pthread_mutex_lock(&rt->mu);
@@ -314,7 +315,8 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
         uint64_t snap = graft__now_ns() - t0;
         graft_free(pr);
         if (st != GRAFT_OK) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "checkpoint %" PRIu64 ": shard %" PRIu32 " not taken: %s",
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME,
+                        "checkpoint %" PRIu64 ": shard %" PRIu32 " not taken: %s",
                         step, rt->rank, graft_status_string(st));
             pthread_mutex_lock(&rt->mu);
             rt->metrics.checkpoints_failed++;
@@ -328,7 +330,7 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
         pthread_mutex_unlock(&rt->mu);
     }
     if (pthread_create(&rt->ckpt_thread, NULL, ckpt_main, rt) != 0) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "pthread_create: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "pthread_create: %s", strerror(errno));
         return GRAFT_ESYS;
     }
     rt->ckpt_running = true;

@@ -153,7 +153,7 @@ void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, ui
     if (key != NULL && pack(&rec.base, &buf, &len) == GRAFT_OK) {
         graft_status_t st = graft_etcd_put(etcd, key, buf, len, 0, NULL, NULL);
         if (st != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "cannot write %s: %s", key, graft_status_string(st));
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "cannot write %s: %s", key, graft_status_string(st));
     }
     graft_free(buf);
     graft_free(key);

@@ -121,7 +121,7 @@ graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *
 {
     graft_status_t st = graft_transfer_serve_begin(rt->ep, q->step);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "cannot serve step %" PRIu64 ": %s", q->step,
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "cannot serve step %" PRIu64 ": %s", q->step,
                     graft_status_string(st));
         return st;
     }
@@ -139,7 +139,7 @@ graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *
 {
     graft_status_t st = graft_transfer_serve_expect(rt->ep, q->step);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "cannot announce the serve of step %" PRIu64 ": %s", q->step,
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "cannot announce the serve of step %" PRIu64 ": %s", q->step,
                     graft_status_string(st));
         return st;
     }
@@ -157,7 +157,7 @@ void graft__rt_relay_abandon(graft_runtime_t *rt)
     if (!rt->relay || rt->relay_served)
         return;
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-        GRAFT_DEBUG(GRAFT_RT_MOD, "relay: the announced serve was withdrawn already");
+        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "relay: the announced serve was withdrawn already");
     rt->serving = false;
     rt->relay = false;
     graft__rt_peers_free(rt);
@@ -187,7 +187,8 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
             break;
         uint32_t gone = fence_units_gone(rt, graft__now_ns() - start);
         if (gone > 0 && graft_transfer_fence_count(rt->ep, q->step) + gone >= rt->n_recipients) {
-            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
+            GRAFT_WARN(GRAFT_MOD_RUNTIME,
+                       "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
                        ": %" PRIu32 " of %" PRIu32 " recipients done, the rest left the job; "
                        "not waiting for them", rt->group, rt->rank, q->step,
                        graft_transfer_fence_count(rt->ep, q->step), rt->n_recipients);
@@ -197,7 +198,7 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
         if (graft__now_ns() >= vote_check) {
             vote_check = graft__now_ns() + FENCE_VOTE_CHECK_NS;
             if (fence_peers_finished(rt, q)) {
-                GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %"
+                GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": fence of step %"
                            PRIu64 ": %" PRIu32 " of %" PRIu32 " recipients done, every one "
                            "has voted or left; not waiting for the rest", rt->group, rt->rank,
                            q->step, graft_transfer_fence_count(rt->ep, q->step),
@@ -210,7 +211,7 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
     if (st != GRAFT_OK) {
         /* A recipient that died or stalled must not hold the job: it
          * verifies every chunk, so bytes changed under it are caught. */
-        GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
                    ": %" PRIu32 " of %" PRIu32 " recipients done after %" PRIu64 " ms",
                    rt->group, rt->rank, q->step, graft_transfer_fence_count(rt->ep, q->step),
                    rt->n_recipients, rt->cfg->fence_timeout_ms);
@@ -220,7 +221,7 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
     }
     graft__rt_nccl_serve_join(rt); /* they read the regions until they end */
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_RT_MOD, "serve_end: not serving");
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end: not serving");
     rt->serving = false;
     graft__rt_peers_free(rt);
 }

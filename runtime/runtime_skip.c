@@ -29,7 +29,7 @@ graft_status_t graft__rt_skip_init(graft_runtime_t *rt)
     if (name == NULL)
         return GRAFT_OK;
     if (name[0] == '\0') {
-        GRAFT_ERROR(GRAFT_RT_MOD, "%s is set but empty: name a region", SKIP_ENV);
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s is set but empty: name a region", SKIP_ENV);
         return GRAFT_EINVAL;
     }
     rt->skip_name = graft__strdup(name);
@@ -45,7 +45,7 @@ graft_status_t graft__rt_skip_resolve(graft_runtime_t *rt)
         if (strcmp(r->name, rt->skip_name) != 0)
             continue;
         if (r->device != GRAFT_DEVICE_HOST) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "%s=%s: only host regions can be skipped", SKIP_ENV,
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s=%s: only host regions can be skipped", SKIP_ENV,
                         rt->skip_name);
             return GRAFT_ENOTSUP;
         }
@@ -53,14 +53,15 @@ graft_status_t graft__rt_skip_resolve(graft_runtime_t *rt)
         if (rt->skip_save == NULL)
             return GRAFT_ENOMEM;
         rt->skip_idx = i;
-        GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": %s=%s: every heal of this"
+        GRAFT_WARN(GRAFT_MOD_RUNTIME,
+                   "group %" PRIu32 " rank %" PRIu32 ": %s=%s: every heal of this"
                    " process leaves region %s as it was (a deliberately broken recovery)",
                    rt->group, rt->rank, SKIP_ENV, rt->skip_name, rt->skip_name);
         return GRAFT_OK;
     }
     /* A misspelt name would make a "broken heal" test pass for the wrong
      * reason, so it is an error rather than a no-op. */
-    GRAFT_ERROR(GRAFT_RT_MOD, "%s=%s: no region of that name is registered", SKIP_ENV,
+    GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s=%s: no region of that name is registered", SKIP_ENV,
                 rt->skip_name);
     return GRAFT_EINVAL;
 }
@@ -79,7 +80,7 @@ void graft__rt_skip_restore(graft_runtime_t *rt)
         return;
     const graft_region_t *r = &rt->regions[rt->skip_idx].r;
     memcpy(r->ptr, rt->skip_save, r->bytes);
-    GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": heal left region %s as it"
+    GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": heal left region %s as it"
                " was (%s)", rt->group, rt->rank, r->name, SKIP_ENV);
 }
 

@@ -233,7 +233,7 @@ static bool msg_decode(const graft_runtime_t *rt, const uint8_t *buf, size_t len
     const graft_quorum_t *e = rt->steady->epoch;
     Graft__StepMessage *m = graft__step_message__unpack(&graft__pb_allocator, len, buf);
     if (m == NULL) {
-        GRAFT_DEBUG(GRAFT_RT_MOD, "steady path: a message that does not decode dropped");
+        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "steady path: a message that does not decode dropped");
         return false;
     }
     bool mine = m->version == 1 && m->quorum_id == e->id &&
@@ -376,7 +376,7 @@ static bool group_agree(graft_runtime_t *rt, int ask, int answer, uint64_t step,
     /* The answer goes out even when it is no, so the ranks need not time out. */
     for (uint32_t r = 1; r < rt->ranks; r++)
         if (msg_send(rt, s->ranks[r], answer, step, 0, all, deadline) != GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_RT_MOD, "steady path: rank %" PRIu32 " unreachable", r);
+            GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "steady path: rank %" PRIu32 " unreachable", r);
     return all;
 }
 
@@ -460,7 +460,7 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed,
     }
     s->ready = false;
     if (!all) {
-        GRAFT_INFO(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64
                    " through etcd: %s", rt->group, rt->rank, step, why != NULL ? why : "no");
         pthread_mutex_lock(&rt->mu);
         rt->metrics.steady_fallbacks++;

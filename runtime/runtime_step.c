@@ -78,17 +78,17 @@ static graft_status_t job_progress(graft_runtime_t *rt, uint64_t *progress_step_
         if (st == GRAFT_ENOMEM)
             goto out;
         if (st != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "%s: %s; taking the job as progressed", pkey,
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "%s: %s; taking the job as progressed", pkey,
                        graft_status_string(st));
         pstep = GRAFT_MAX(pstep, 1u);
         st = GRAFT_OK;
     } else if (st != GRAFT_ENOTFOUND) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "cannot read %s: %s", pkey, graft_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "cannot read %s: %s", pkey, graft_status_string(st));
         goto out;
     }
     st = graft_etcd_range(rt->etcd, ckey, &ro, &res);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "cannot read %s: %s", ckey, graft_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "cannot read %s: %s", ckey, graft_status_string(st));
         goto out;
     }
     *progress_step_p = pstep;
@@ -124,7 +124,8 @@ void graft__rt_publish_progress(graft_runtime_t *rt)
         rt->progress_step = step;
         rt->progress_ns = graft__now_ns();
     } else {
-        GRAFT_WARN(GRAFT_RT_MOD, "cannot write the progress record: %s", graft_status_string(st));
+        GRAFT_WARN(GRAFT_MOD_RUNTIME,
+                   "cannot write the progress record: %s", graft_status_string(st));
     }
     graft_free(buf);
     graft_free(key);
@@ -142,7 +143,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
 {
     graft_status_t st;
     if (rt->n_regions == 0) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "graft_quorum: register the regions first");
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "graft_quorum: register the regions first");
         return GRAFT_EINVAL;
     }
     st = graft__rt_skip_resolve(rt);
@@ -167,7 +168,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
     };
     st = graft_membership_create(&mc, &rt->m);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": cannot join job %s: %s",
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": cannot join job %s: %s",
                     rt->group, rt->rank, rt->cfg->job, graft_status_string(st));
         return st;
     }
@@ -205,7 +206,8 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         if (st != GRAFT_OK)
             return st;
         if (pstep > 0 || n_ckpt > 0) {
-            GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": job %s has committed "
+            GRAFT_WARN(GRAFT_MOD_RUNTIME,
+                       "group %" PRIu32 " rank %" PRIu32 ": job %s has committed "
                        "steps (progress at step %" PRIu64 ", %" PRId64 " checkpoint records) "
                        "but no donor and no valid checkpoint: not a cold start; the state must "
                        "come from a group at the first quorum", rt->group, rt->rank, rt->cfg->job,
@@ -219,7 +221,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
     pthread_mutex_lock(&rt->mu);
     rt->start_kind = kind;
     pthread_mutex_unlock(&rt->mu);
-    GRAFT_INFO(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": start: %s at step %" PRIu64,
+    GRAFT_INFO(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": start: %s at step %" PRIu64,
                rt->group, rt->rank,
                kind == GRAFT_START_PEER ? "pull from donors"
                : kind == GRAFT_START_RESTORE ? "restored" : "cold", step);
@@ -255,7 +257,7 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
             return st; /* logged by the restore; the regions may be half written */
     }
     if (st == GRAFT_ENOCHECKPOINT) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": no valid state for "
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": no valid state for "
                     "step %" PRIu64 " of quorum %" PRIu64 ": no up-to-date group can serve it "
                     "and %s%s; the job's committed state is lost (refusing to train on "
                     "unverified state or to start the job over)", rt->group, rt->rank, q->step,
@@ -272,7 +274,8 @@ static graft_status_t fallback(graft_runtime_t *rt, const graft_quorum_t *q)
     if (rt->metrics.commits == 0)
         rt->start_kind = GRAFT_START_RESTORE; /* nothing committed from another start */
     pthread_mutex_unlock(&rt->mu);
-    GRAFT_WARN(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": no up-to-date group for step %"
+    GRAFT_WARN(GRAFT_MOD_RUNTIME,
+               "group %" PRIu32 " rank %" PRIu32 ": no up-to-date group for step %"
                PRIu64 " of quorum %" PRIu64 "; restored checkpoint step %" PRIu64 " from %s%s",
                rt->group, rt->rank, q->step, q->id, step, rt->cfg->persist_root,
                rt->round_restored ? "; rejoining at that step" : "");
@@ -335,7 +338,7 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
         goto out;
     }
     if (q->must_recover) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "quorum %" PRIu64 " says recover but assigns no donors",
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "quorum %" PRIu64 " says recover but assigns no donors",
                     q->id);
         st = GRAFT_ENODONOR;
         goto out;
@@ -373,7 +376,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     for (; q == NULL;) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
-            GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32
                         ": no quorum within %" PRIu64 " ms: %s", rt->group, rt->rank,
                         rt->cfg->quorum_timeout_ms, graft_status_string(st));
             return st != GRAFT_OK ? st : GRAFT_ETIMEOUT;
@@ -387,7 +390,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         if (st != GRAFT_ENOQUORUM && st != GRAFT_ELEASE && st != GRAFT_ETIMEOUT &&
             graft_status_class(st) != GRAFT_CLASS_JOB)
             return st;
-        GRAFT_DEBUG(GRAFT_RT_MOD, "quorum round: %s; trying again", graft_status_string(st));
+        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "quorum round: %s; trying again", graft_status_string(st));
     }
     assert(is_member(q, rt->group));
     uint64_t formed_ns = graft__now_ns();
@@ -417,7 +420,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
          * connections the steady path opens ahead. */
         graft_status_t sst = graft__rt_steady_enter(rt, q);
         if (sst != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "steady path off for this epoch: %s",
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "steady path off for this epoch: %s",
                        graft_status_string(sst));
     }
     if (fatal) {
@@ -427,7 +430,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         graft_membership_quorum_free(q);
         return st;
     }
-    GRAFT_DEBUG(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": quorum round %" PRIu64
+    GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": quorum round %" PRIu64
                 " id %" PRIu64 " step %" PRIu64 " (mine %" PRIu64 ") %zu groups: %s",
                 rt->group, rt->rank, q->round, q->id, q->step, committed, q->n_members,
                 rt->heal_running ? "healing" : rt->serving ? "serving" : "computing");
@@ -513,13 +516,14 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     }
     graft__rt_steady_done(rt, decision);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": commit vote of step %" PRIu64
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME,
+                    "group %" PRIu32 " rank %" PRIu32 ": commit vote of step %" PRIu64
                     ": %s", rt->group, rt->rank, q->step, graft_status_string(st));
         decision = false;
         if (ret == GRAFT_OK)
             ret = st;
     }
-    GRAFT_DEBUG(GRAFT_RT_MOD, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64
+    GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": step %" PRIu64
                 " voted %s, group decided %s", rt->group, rt->rank, q->step, ok ? "yes" : reason,
                 decision ? "apply" : "no");
     if (decision) {
@@ -527,7 +531,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
          * which is what the regions hold until the optimizer step. */
         graft_status_t pst = graft__rt_persist_at_commit(rt, q);
         if (pst != GRAFT_OK)
-            GRAFT_WARN(GRAFT_RT_MOD, "checkpoint of step %" PRIu64 " not taken: %s", q->step,
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint of step %" PRIu64 " not taken: %s", q->step,
                        graft_status_string(pst));
         graft__rt_set_step(rt, q->step + 1);
         if (!rt->healthy_published) {

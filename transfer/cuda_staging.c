@@ -31,12 +31,12 @@ graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p)
     cudaError_t e;
 
     if (graft__cuda_devices() == 0) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA memory needs a GPU; none found");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "CUDA memory needs a GPU; none found");
         return GRAFT_ENOTSUP;
     }
     e = cudaHostAlloc(&p, bytes != 0 ? bytes : 1, cudaHostAllocPortable);
     if (e != cudaSuccess) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "cudaHostAlloc(%llu): %s", (unsigned long long)bytes,
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "cudaHostAlloc(%llu): %s", (unsigned long long)bytes,
                     cudaGetErrorString(e));
         return e == cudaErrorMemoryAllocation ? GRAFT_ENOMEM : GRAFT_ETRANSPORT;
     }
@@ -90,7 +90,7 @@ graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, boo
     goto out;
 
 cuda_err:
-    GRAFT_ERROR(GRAFT__XFER_MOD, "staging %llu bytes %s the device: %s",
+    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "staging %llu bytes %s the device: %s",
                 (unsigned long long)bytes, to_device ? "to" : "from", cudaGetErrorString(e));
     status = GRAFT_ETRANSPORT;
 out:

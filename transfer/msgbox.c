@@ -17,7 +17,7 @@ typedef struct graft__msg {
 void graft__transfer_msg_deliver(graft_transfer_endpoint_t *ep, const void *data, size_t len)
 {
     if (len == 0 || len > GRAFT_TRANSFER_MSG_MAX) {
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "a message of %zu bytes dropped", len);
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a message of %zu bytes dropped", len);
         return;
     }
     graft__msg_t *m = graft__malloc(sizeof(*m) + len);
@@ -26,7 +26,7 @@ void graft__transfer_msg_deliver(graft_transfer_endpoint_t *ep, const void *data
     if (m == NULL || full) {
         /* The first of a run is worth a line; the count says the rest. */
         if (ep->msgs_dropped++ == 0)
-            GRAFT_WARN(GRAFT__XFER_MOD, "message dropped: %s",
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "message dropped: %s",
                        full ? "the inbox is full" : "out of memory");
         pthread_mutex_unlock(&ep->msg_lock);
         graft_free(m);

@@ -58,7 +58,7 @@ static graft_status_t pair_wait(pair_t *p, bool stream_too)
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(p->comm, &async);
         if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "NCCL: %s",
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "NCCL: %s",
                         ncclGetErrorString(r != ncclSuccess ? r : async));
             return GRAFT_ETRANSPORT;
         }
@@ -69,12 +69,12 @@ static graft_status_t pair_wait(pair_t *p, bool stream_too)
             if (e == cudaSuccess)
                 return GRAFT_OK;
             if (e != cudaErrorNotReady) {
-                GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA stream: %s", cudaGetErrorString(e));
+                GRAFT_ERROR(GRAFT_MOD_TRANSFER, "CUDA stream: %s", cudaGetErrorString(e));
                 return GRAFT_ETRANSPORT;
             }
         }
         if (graft__now_ns() > p->deadline_ns) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "NCCL pair transfer timed out after %u ms",
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "NCCL pair transfer timed out after %u ms",
                         p->o->timeout_ms != 0 ? p->o->timeout_ms : DEFAULT_TIMEOUT_MS);
             return GRAFT_ETIMEOUT;
         }
@@ -100,28 +100,28 @@ static graft_status_t pair_open(pair_t *p, int rank, uint64_t step)
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&p->d_buf, (2 * HDR_WORDS + p->n_hashes + 1) * sizeof(uint64_t));
     if (e != cudaSuccess) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA: %s", cudaGetErrorString(e));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "CUDA: %s", cudaGetErrorString(e));
         return GRAFT_ETRANSPORT;
     }
     memset(&uid, 0, sizeof(uid));
     if (rank == 0) {
         r = ncclGetUniqueId(&uid);
         if (r != ncclSuccess) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ncclGetUniqueId: %s", ncclGetErrorString(r));
             return GRAFT_ETRANSPORT;
         }
     }
     status = o->exchange(rank == 0, (uint8_t *)uid.internal, sizeof(uid.internal), step,
                          o->exchange_arg);
     if (status != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "NCCL id exchange: %s", graft_status_string(status));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "NCCL id exchange: %s", graft_status_string(status));
         return status;
     }
     /* Non-blocking: a peer that never shows up is cut off by the deadline. */
     cfg.blocking = 0;
     r = ncclCommInitRankConfig(&p->comm, 2, uid, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ncclCommInitRankConfig: %s", ncclGetErrorString(r));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ncclCommInitRankConfig: %s", ncclGetErrorString(r));
         p->comm = NULL;
         return GRAFT_ETRANSPORT;
     }
@@ -156,7 +156,7 @@ static graft_status_t pair_headers(pair_t *p, int rank, uint64_t step)
      * pair_wait() below waits for the stream. */
     e = cudaMemcpyAsync(p->d_buf, mine, sizeof(mine), cudaMemcpyHostToDevice, p->stream);
     if (e != cudaSuccess) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA: %s", cudaGetErrorString(e));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "CUDA: %s", cudaGetErrorString(e));
         return GRAFT_ETRANSPORT;
     }
     (void)ncclGroupStart();
@@ -168,7 +168,7 @@ static graft_status_t pair_headers(pair_t *p, int rank, uint64_t step)
         return status;
     e = cudaMemcpy(theirs, p->d_buf + HDR_WORDS, sizeof(theirs), cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "CUDA: %s", cudaGetErrorString(e));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "CUDA: %s", cudaGetErrorString(e));
         return GRAFT_ETRANSPORT;
     }
     if (theirs[0] != HDR_MAGIC)
@@ -283,7 +283,7 @@ static graft_status_t verify(pair_t *p, graft_transfer_report_t *rep)
         for (uint64_t c = 0; c < r->n_chunks && status == GRAFT_OK; c++, k++) {
             uint64_t len = graft__region_chunk_len(ep, r, c);
             if (XXH3_64bits((const char *)r->host + c * ep->chunk_bytes, len) != h[k]) {
-                GRAFT_ERROR(GRAFT__XFER_MOD, "NCCL pull: chunk %llu of '%s' fails its hash",
+                GRAFT_ERROR(GRAFT_MOD_TRANSFER, "NCCL pull: chunk %llu of '%s' fails its hash",
                             (unsigned long long)c, r->name);
                 snprintf(rep->drift.region, sizeof(rep->drift.region), "%s", r->name);
                 rep->drift.chunk = c;

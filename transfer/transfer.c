@@ -89,7 +89,7 @@ graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *con
     ep->max_recipients = config->max_recipients != 0 ? config->max_recipients
                                                       : GRAFT_TRANSFER_DEFAULT_MAX_RECIPIENTS;
     if (ep->hash_threads > 64) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "hash_threads %u is more than 64", ep->hash_threads);
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "hash_threads %u is more than 64", ep->hash_threads);
         status = GRAFT_EINVAL;
         goto err_free;
     }
@@ -200,7 +200,7 @@ static graft_status_t host_alloc_plain(const graft_transfer_endpoint_t *ep, uint
     a->ptr = (void *)(((uintptr_t)a->raw + HOST_PLAIN_ALIGN - 1) & ~(uintptr_t)(HOST_PLAIN_ALIGN - 1));
     a->bytes = bytes;
     if (!atomic_exchange(&said, true))
-        GRAFT_INFO(GRAFT__XFER_MOD,
+        GRAFT_INFO(GRAFT_MOD_TRANSFER,
                    "transport %s cannot allocate shareable memory: host blocks are plain "
                    "aligned memory, mapped like any other region",
                    ep->ops->name);
@@ -249,10 +249,10 @@ graft_status_t graft_transfer_host_free(graft_transfer_endpoint_t *ep, void *ptr
             break;
     }
     if (*link == NULL) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "host_free(%p): not a block of this endpoint", ptr);
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "host_free(%p): not a block of this endpoint", ptr);
         status = GRAFT_EINVAL;
     } else if ((*link)->n_regions > 0) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "host_free(%p): %u registered regions still use it", ptr,
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "host_free(%p): %u registered regions still use it", ptr,
                     (*link)->n_regions);
         status = GRAFT_ESTATE;
     } else {
@@ -285,7 +285,7 @@ static graft_status_t host_alloc_find(graft_transfer_endpoint_t *ep,
         if (lo < base || lo - base >= a->bytes)
             continue;
         if (region->bytes > a->bytes - (lo - base)) {
-            GRAFT_ERROR(GRAFT__XFER_MOD,
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER,
                         "region '%s' (%llu bytes at %p) runs past the end of host block %p "
                         "(%llu bytes)",
                         region->name, (unsigned long long)region->bytes, region->ptr, a->ptr,
@@ -424,7 +424,7 @@ graft_status_t graft_transfer_serve_expect(graft_transfer_endpoint_t *ep, uint64
         fence_restart(ep, step);
     }
     pthread_mutex_unlock(&ep->lock);
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "will serve step %llu: its requests queue until then",
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "will serve step %llu: its requests queue until then",
                 (unsigned long long)step);
     return GRAFT_OK;
 }
@@ -489,7 +489,7 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
     for (n = 0; n < ep->hash_threads; n++) {
         int rc = pthread_create(&tids[n], NULL, hash_thread, ep);
         if (rc != 0) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "pthread_create: %s", strerror(rc));
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "pthread_create: %s", strerror(rc));
             status = GRAFT_ESYS;
             break;
         }
@@ -498,10 +498,10 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
     ep->n_hash_tids = n;
     if (status != GRAFT_OK) {
         if (graft_transfer_serve_end(ep) != GRAFT_OK)
-            GRAFT_WARN(GRAFT__XFER_MOD, "serve_end after a failed serve_begin");
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "serve_end after a failed serve_begin");
         return status;
     }
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "serving step %llu: %llu chunks, %llu bytes",
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "serving step %llu: %llu chunks, %llu bytes",
                 (unsigned long long)step, (unsigned long long)ep->total_chunks,
                 (unsigned long long)ep->total_bytes);
     return GRAFT_OK;
@@ -585,7 +585,7 @@ void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, ui
         s->done++;
         pthread_cond_broadcast(&ep->cond);
     } else {
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "a recipient of an earlier serve of step %llu is not "
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a recipient of an earlier serve of step %llu is not "
                     "counted", (unsigned long long)step);
     }
     pthread_mutex_unlock(&ep->lock);
@@ -683,13 +683,13 @@ graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
         if (options->nccl == NULL || options->n_donors != 1) {
             status = GRAFT_EINVAL;
         } else if (graft__cuda_devices() == 0) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend needs a GPU; none found");
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend needs a GPU; none found");
             status = GRAFT_ENOTSUP;
         } else {
             status = graft__nccl_ops.pull(ep, options, rep);
         }
 #else
-        GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend is not in this build");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend is not in this build");
         status = GRAFT_ENOTSUP;
 #endif
     } else if (options->backend == GRAFT_TRANSFER_BACKEND_UCX) {
@@ -716,13 +716,13 @@ graft_status_t graft_transfer_serve_nccl(graft_transfer_endpoint_t *ep, uint64_t
         return GRAFT_EINVAL;
 #ifdef GRAFT_HAVE_CUDA
     if (graft__cuda_devices() == 0) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend needs a GPU; none found");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend needs a GPU; none found");
         return GRAFT_ENOTSUP;
     }
     return graft__nccl_ops.serve_pair(ep, step, options);
 #else
     (void)step;
-    GRAFT_ERROR(GRAFT__XFER_MOD, "the NCCL backend is not in this build");
+    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend is not in this build");
     return GRAFT_ENOTSUP;
 #endif
 }

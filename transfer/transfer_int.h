@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GRAFT__XFER_MOD "transfer"
+#define GRAFT_MOD_TRANSFER "transfer"
 #define GRAFT__XFER_WIRE_VERSION 1u
 
 /* Active-message ids on a transfer connection. */

@@ -42,7 +42,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
             return status;
     }
     if (advertised.s_addr == htonl(INADDR_ANY)) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, ep->advertise_address != NULL
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, ep->advertise_address != NULL
                     ? "advertised address '%s' is the wildcard: peers cannot reach it"
                     : "listening on '%s' (the wildcard) needs an advertised address",
                     ep->advertise_address != NULL ? ep->advertise_address : ep->listen_address);
@@ -63,10 +63,10 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     /* With peer error handling UCX skips shared memory unless told that it
      * may rely on it; the user's explicit choice wins. */
     if (setenv("UCX_MM_ERROR_HANDLING", "y", 0) != 0)
-        GRAFT_WARN(GRAFT__XFER_MOD, "setenv: %s", strerror(errno));
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "setenv: %s", strerror(errno));
     st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_config_read: %s", ucs_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_config_read: %s", ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err;
     }
@@ -78,7 +78,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     st = ucp_init(&p, cfg, &t->ctx);
     ucp_config_release(cfg);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_init: %s", ucs_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_init: %s", ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err;
     }
@@ -87,7 +87,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
         goto err;
     st = ucp_worker_get_efd(t->worker, &t->efd);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_worker_get_efd: %s", ucs_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_worker_get_efd: %s", ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err;
     }
@@ -100,7 +100,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     lp.conn_handler.arg = t;
     st = ucp_listener_create(t->worker, &lp, &t->listener);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "listening on %s (port %u): %s", ep->listen_address,
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "listening on %s (port %u): %s", ep->listen_address,
                     (unsigned)ntohs(sa.sin_port), ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err;
@@ -108,7 +108,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
     st = ucp_listener_query(t->listener, &la);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_listener_query: %s", ucs_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_listener_query: %s", ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err;
     }
@@ -117,12 +117,12 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
 
     rc = pthread_create(&t->thread, NULL, graft__ucx_progress_thread, t);
     if (rc != 0) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "pthread_create: %s", strerror(rc));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "pthread_create: %s", strerror(rc));
         status = GRAFT_ESYS;
         goto err;
     }
     t->thread_started = true;
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "endpoint listening on %s", ep->address);
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "endpoint listening on %s", ep->address);
     return GRAFT_OK;
 
 err:
@@ -177,7 +177,7 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
     /* Blocks the caller did not free: their mappings die with the context. */
     for (graft__host_alloc_t *a = ep->host_allocs; a != NULL; a = a->next) {
         if (a->memh != NULL) {
-            GRAFT_DEBUG(GRAFT__XFER_MOD, "host block %p (%llu bytes) freed with the endpoint",
+            GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "host block %p (%llu bytes) freed with the endpoint",
                        a->ptr, (unsigned long long)a->bytes);
             (void)ucp_mem_unmap(t->ctx, a->memh);
             a->memh = NULL;
@@ -205,7 +205,7 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
         if (status != GRAFT_OK)
             return status;
 #else
-        GRAFT_ERROR(GRAFT__XFER_MOD, "region '%s': CUDA memory is not supported by this build",
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "region '%s': CUDA memory is not supported by this build",
                     r->name);
         return GRAFT_ENOTSUP;
 #endif
@@ -218,7 +218,7 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
         r->memh = r->alloc->memh;
         st = ucp_rkey_pack(t->ctx, r->memh, &r->rkey, &r->rkey_len);
         if (st != UCS_OK) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_rkey_pack of region '%s': %s", r->name,
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_rkey_pack of region '%s': %s", r->name,
                         ucs_status_string(st));
             r->memh = NULL;
             return GRAFT_ETRANSPORT;
@@ -232,13 +232,13 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
     mp.length = r->bytes;
     st = ucp_mem_map(t->ctx, &mp, (ucp_mem_h *)&r->memh);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map of region '%s' (%llu bytes): %s", r->name,
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_mem_map of region '%s' (%llu bytes): %s", r->name,
                     (unsigned long long)r->bytes, ucs_status_string(st));
         goto err_shadow;
     }
     st = ucp_rkey_pack(t->ctx, r->memh, &r->rkey, &r->rkey_len);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_rkey_pack of region '%s': %s", r->name,
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_rkey_pack of region '%s': %s", r->name,
                     ucs_status_string(st));
         (void)ucp_mem_unmap(t->ctx, r->memh);
         r->memh = NULL;
@@ -276,7 +276,7 @@ static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t byt
     ucs_status_t st;
 
     if ((uint64_t)(size_t)bytes != bytes) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "host block of %llu bytes is too large",
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "host block of %llu bytes is too large",
                     (unsigned long long)bytes);
         return GRAFT_ENOMEM;
     }
@@ -289,7 +289,7 @@ static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t byt
     mp.memory_type = UCS_MEMORY_TYPE_HOST;
     st = ucp_mem_map(t->ctx, &mp, &memh);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map(ALLOCATE, %llu bytes): %s",
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_mem_map(ALLOCATE, %llu bytes): %s",
                     (unsigned long long)bytes, ucs_status_string(st));
         return st == UCS_ERR_NO_MEMORY || st == UCS_ERR_EXCEEDS_LIMIT ? GRAFT_ENOMEM
                                                                        : GRAFT_ETRANSPORT;
@@ -297,13 +297,13 @@ static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t byt
     attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
     st = ucp_mem_query(memh, &attr);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_query: %s", ucs_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_mem_query: %s", ucs_status_string(st));
         status = GRAFT_ETRANSPORT;
         goto err_unmap;
     }
     /* The documented alignment; UCX's allocators all return whole pages. */
     if (((uintptr_t)attr.address & 63u) != 0 || attr.length < bytes) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_mem_map(ALLOCATE) gave %p, %zu bytes", attr.address,
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_mem_map(ALLOCATE) gave %p, %zu bytes", attr.address,
                     attr.length);
         status = GRAFT_ETRANSPORT;
         goto err_unmap;
@@ -311,7 +311,7 @@ static graft_status_t ucx_host_alloc(graft_transfer_endpoint_t *ep, uint64_t byt
     a->ptr = attr.address;
     a->bytes = attr.length;
     a->memh = memh;
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "host block %p: %zu bytes", attr.address, attr.length);
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "host block %p: %zu bytes", attr.address, attr.length);
     return GRAFT_OK;
 
 err_unmap:
@@ -325,7 +325,7 @@ static void ucx_host_free(graft_transfer_endpoint_t *ep, graft__host_alloc_t *a)
     if (a->memh != NULL) {
         ucs_status_t st = ucp_mem_unmap(t->ctx, a->memh);
         if (st != UCS_OK)
-            GRAFT_WARN(GRAFT__XFER_MOD, "ucp_mem_unmap of host block %p: %s", a->ptr,
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "ucp_mem_unmap of host block %p: %s", a->ptr,
                        ucs_status_string(st));
     }
     a->memh = NULL;

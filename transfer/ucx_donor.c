@@ -23,7 +23,7 @@ static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
     ucx_conn_t *c = arg;
     (void)uep;
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "recipient connection failed: %s", ucs_status_string(status));
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "recipient connection failed: %s", ucs_status_string(status));
     c->failed = true;
 }
 
@@ -80,7 +80,7 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
     ucs_status_t st;
 
     if (c == NULL || conn_worker(t, c) != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "%s accepting a connection",
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "%s accepting a connection",
                     c == NULL ? "out of memory" : "no UCX worker");
         (void)ucp_listener_reject(t->listener, req);
         goto fail;
@@ -94,7 +94,7 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
     prm.err_handler.arg = c;
     st = ucp_ep_create(c->worker, &prm, &c->ep);
     if (st != UCS_OK) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "accepting a connection: %s", ucs_status_string(st));
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "accepting a connection: %s", ucs_status_string(st));
         goto fail;
     }
     c->next = t->conns;
@@ -116,7 +116,7 @@ static ucs_status_t donor_am_enqueue(graft__transport_state_t *t, unsigned id, c
     ucx_msg_t *m = graft__malloc(sizeof(*m) + (too_large ? 0 : length));
 
     if (m == NULL) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a request");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory receiving a request");
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
     }
     memset(m, 0, sizeof(*m));
@@ -166,7 +166,7 @@ static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, 
     (void)header;
     (void)header_length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "a message of %zu bytes refused", length);
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a message of %zu bytes refused", length);
         return UCS_ERR_MESSAGE_TRUNCATED;
     }
     graft__transfer_msg_deliver(t->ep, data, length);
@@ -239,10 +239,10 @@ static void reply_refusal(ucp_ep_h uep, uint64_t header, graft_status_t code, co
     m.error = (char *)why;
     m.donor_serving = serving;
     m.step = serve_step;
-    GRAFT_INFO(GRAFT__XFER_MOD, "refusing a transfer request: %s (%s)", why,
+    GRAFT_INFO(GRAFT_MOD_TRANSFER, "refusing a transfer request: %s (%s)", why,
                graft_status_name(code));
     if (graft__ucx_am_send(uep, GRAFT__XFER_AM_MANIFEST, header, &m.base, false) != GRAFT_OK)
-        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a refusal");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a refusal");
 }
 
 static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why)
@@ -303,7 +303,7 @@ static void queue_reply(graft__transport_state_t *t, ucx_conn_t *c, uint64_t ste
     m.donor_serving = ep->serving;
     m.queue_position = place;
     if (graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) != GRAFT_OK)
-        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a queue place");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a queue place");
 }
 
 /* Build and send the first manifest of a connection: regions, keys and
@@ -383,12 +383,12 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     char why[160];
 
     if (msg->reply_ep == NULL) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "transfer request without a reply endpoint: dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "transfer request without a reply endpoint: dropped");
         return;
     }
     c = conn_find(t, msg->reply_ep);
     if (c == NULL || c->failed) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "transfer request on an unknown connection: dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "transfer request on an unknown connection: dropped");
         return;
     }
     c->echo = msg->has_header ? msg->header : 0;
@@ -445,20 +445,20 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     if (expected || admitted >= ep->max_recipients || place >= ep->max_recipients - admitted) {
         queue_reply(t, c, req->step, place, admitted, now);
         pthread_mutex_unlock(&ep->lock);
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u queued at place %u for step %llu",
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "group %u rank %u queued at place %u for step %llu",
                     req->recipient_group, req->rank, place, (unsigned long long)req->step);
         goto out;
     }
     c->queued = false;
     if (send_manifest(ep, c) != GRAFT_OK) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "could not send a manifest");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a manifest");
     } else {
         c->fence_owed = true;
         c->fence_step = req->step;
         ep->serve_peak = GRAFT_MAX(ep->serve_peak, admitted + 1);
     }
     pthread_mutex_unlock(&ep->lock);
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "serving group %u rank %u at step %llu", req->recipient_group,
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "serving group %u rank %u at step %llu", req->recipient_group,
                 req->rank, (unsigned long long)req->step);
 out:
     graft__transfer_request__free_unpacked(req, &graft__transfer_pb_alloc);
@@ -468,16 +468,16 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
 {
     Graft__TransferDone *d;
     if (msg->too_large) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "oversized TransferDone dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "oversized TransferDone dropped");
         return;
     }
     d = graft__transfer_done__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
     if (d == NULL || d->version != GRAFT__XFER_WIRE_VERSION) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "malformed TransferDone dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "malformed TransferDone dropped");
         graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
         return;
     }
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "group %u rank %u done with step %llu (%s)", d->recipient_group,
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "group %u rank %u done with step %llu (%s)", d->recipient_group,
                 d->rank, (unsigned long long)d->step, d->ok ? "ok" : "failed");
     /* One count per served connection: a TransferDone on a connection that
      * got no manifest, or a second one, is not counted; one on a connection
@@ -510,12 +510,12 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
     ucs_status_ptr_t sreq;
 
     if (c == NULL || c->failed) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "chunk request on an unknown connection: dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "chunk request on an unknown connection: dropped");
         return;
     }
     h = graft__calloc(1, sizeof(*h));
     if (h == NULL) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory answering a chunk request");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory answering a chunk request");
         return;
     }
     h->echo = msg->has_header ? msg->header : 0;
@@ -541,7 +541,8 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
     }
     graft__chunk_request__free_unpacked(req, &graft__transfer_pb_alloc);
     if (h->status != GRAFT_OK)
-        GRAFT_INFO(GRAFT__XFER_MOD, "refusing a chunk request (%s)", graft_status_name(h->status));
+        GRAFT_INFO(GRAFT_MOD_TRANSFER,
+                   "refusing a chunk request (%s)", graft_status_name(h->status));
 
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -555,7 +556,7 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
     if (sreq == NULL) {
         graft_free(h);
     } else if (UCS_PTR_IS_ERR(sreq)) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "sending a chunk: %s",
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "sending a chunk: %s",
                    ucs_status_string(UCS_PTR_STATUS(sreq)));
         graft_free(h);
     }
@@ -632,10 +633,10 @@ static void reap_conns(graft__transport_state_t *t)
                  * donors): it will not read any more, so the fence need
                  * not wait for it (fence_timeout_ms used to). */
                 if (c->queued)
-                    GRAFT_DEBUG(GRAFT__XFER_MOD, "a queued recipient of step %llu left",
+                    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a queued recipient of step %llu left",
                                 (unsigned long long)c->fence_step);
                 else
-                    GRAFT_WARN(GRAFT__XFER_MOD, "a recipient of step %llu was lost before it "
+                    GRAFT_WARN(GRAFT_MOD_TRANSFER, "a recipient of step %llu was lost before it "
                                "was done; the fence counts it",
                                (unsigned long long)c->fence_step);
                 graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
@@ -672,7 +673,7 @@ static void progress_sleep(graft__transport_state_t *t)
         t->pfds[n++] = (struct pollfd){.fd = c->efd, .events = POLLIN};
     }
     if (poll(t->pfds, n, 1) < 0 && errno != EINTR) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "poll: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "poll: %s", strerror(errno));
         graft__sleep_ns(1000000);
     }
 }

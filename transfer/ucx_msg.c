@@ -29,7 +29,7 @@ static void peer_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
     msg_peer_t *p = arg;
     (void)uep;
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "message connection to %s failed: %s", p->address,
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "message connection to %s failed: %s", p->address,
                 ucs_status_string(status));
     p->failed = true;
 }
@@ -118,7 +118,7 @@ static graft_status_t peer_get(graft_transfer_endpoint_t *ep, struct graft__msg_
     }
     ucs_status_t st = graft__ucx_connect(s->worker, &sa, peer_err_cb, p, &p->uep);
     if (st != UCS_OK) {
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "connecting to %s: %s", address, ucs_status_string(st));
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "connecting to %s: %s", address, ucs_status_string(st));
         p->uep = NULL;
         peer_close(s->worker, p);
         return GRAFT_EPEER_UNREACHABLE;
@@ -207,7 +207,7 @@ graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *ad
 out:
     pthread_mutex_unlock(&s->mu);
     if (st != GRAFT_OK)
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "message to %s: %s", address, graft_status_string(st));
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "message to %s: %s", address, graft_status_string(st));
     return st;
 }
 

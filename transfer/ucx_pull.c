@@ -25,7 +25,7 @@ void graft__ucx_chunk_verify(pull_t *p, uint64_t c)
     if (!d->known[c])
         return;
     if (ch->got != d->hash[c]) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "chunk %llu of region '%s' from donor %u does not match "
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "chunk %llu of region '%s' from donor %u does not match "
                    "its hash", (unsigned long long)(c - chunk_region(p, c)->first_chunk),
                    chunk_region(p, c)->name, d->index);
         graft__ucx_donor_fail(p, d, GRAFT_EHASH);
@@ -52,7 +52,7 @@ void graft__ucx_drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint
     p->rep->drift.donor_b = b;
     p->rep->drift.hash_a = ha;
     p->rep->drift.hash_b = hb;
-    GRAFT_ERROR(GRAFT__XFER_MOD, "replica drift: region '%s' chunk %llu: donor %u has %016llx, "
+    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "replica drift: region '%s' chunk %llu: donor %u has %016llx, "
                 "donor %u has %016llx", r->name, (unsigned long long)p->rep->drift.chunk, a,
                 (unsigned long long)ha, b, (unsigned long long)hb);
 }
@@ -83,7 +83,7 @@ static void chunk_prefault(const uint8_t *lp, uint64_t len)
     uintptr_t hi = ((uintptr_t)lp + (uintptr_t)len + page - 1) & ~(page - 1);
     if (madvise((void *)lo, hi - lo, MADV_POPULATE_READ) != 0 && errno == EINVAL &&
         !atomic_exchange(&unsupported, true))
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "madvise(MADV_POPULATE_READ): %s", strerror(errno));
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "madvise(MADV_POPULATE_READ): %s", strerror(errno));
 }
 
 /* Whether [lp, lp + len) is mapped in this process, without touching it.
@@ -176,7 +176,7 @@ static ucs_status_t recip_chunk_cb(void *arg, const void *header, size_t header_
     return UCS_OK;
 
 drop:
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "unexpected chunk data dropped");
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "unexpected chunk data dropped");
     return UCS_OK;
 }
 
@@ -276,7 +276,7 @@ static void slots_reap(pull_t *p)
             continue;
         }
         if (s->st == UCS_ERR_NO_MEMORY && p->status == GRAFT_OK) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory reading a chunk");
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory reading a chunk");
             p->status = GRAFT_ENOMEM;
         }
         ch->state = CH_PENDING;
@@ -326,7 +326,7 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
         return true;
     }
     if (p->o->timeout_ms != 0 && now - start_ns > (uint64_t)p->o->timeout_ms * 1000000ull) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "pull timed out after %u ms", p->o->timeout_ms);
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "pull timed out after %u ms", p->o->timeout_ms);
         p->status = GRAFT_ETIMEOUT;
         return true;
     }
@@ -340,7 +340,7 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
             graft__ucx_donor_fail(p, d, d->refused != GRAFT_OK ? d->refused : GRAFT_EPEER_TIMEOUT);
         if (d->state == D_READY && (d->inflight > 0 || (!d->final && !p->o->skip_verify)) &&
             now - d->last_ns > (uint64_t)p->stall_ms * 1000000ull) {
-            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u made no progress for %u ms", d->index,
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u made no progress for %u ms", d->index,
                        p->stall_ms);
             graft__ucx_donor_fail(p, d, GRAFT_EPEER_TIMEOUT);
         }
@@ -360,7 +360,7 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
     if (p->done_chunks == p->n_chunks && !waiting_hashes)
         return true;
     if (!live) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "no usable donor left with %llu of %llu chunks missing",
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "no usable donor left with %llu of %llu chunks missing",
                     (unsigned long long)(p->n_chunks - p->done_chunks),
                     (unsigned long long)p->n_chunks);
         p->status = GRAFT_ENODONOR;
@@ -391,7 +391,7 @@ static void pull_teardown(pull_t *p)
         done.rank = p->ep->rank;
         if (graft__ucx_am_send(d->uep, GRAFT__XFER_AM_DONE, (p->nonce << 8) | i, &done.base,
                                true) != GRAFT_OK)
-            GRAFT_WARN(GRAFT__XFER_MOD, "could not tell donor %zu that the pull is done", i);
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not tell donor %zu that the pull is done", i);
     }
     /* Let reads still in flight finish before closing (see graft__ucx_donor_fail). */
     deadline = graft__now_ns() + TEARDOWN_NS;
@@ -427,7 +427,7 @@ static void pull_teardown(pull_t *p)
         if (!busy)
             break;
         if (graft__now_ns() > deadline) {
-            GRAFT_WARN(GRAFT__XFER_MOD, "closing donor connections took too long");
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "closing donor connections took too long");
             break;
         }
     }
@@ -587,7 +587,7 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
     pull_teardown(&p);
     rep->elapsed_ns = graft__now_ns() - start;
     if (status == GRAFT_OK)
-        GRAFT_INFO(GRAFT__XFER_MOD, "pulled %llu bytes from %zu donors in %.3f s",
+        GRAFT_INFO(GRAFT_MOD_TRANSFER, "pulled %llu bytes from %zu donors in %.3f s",
                    (unsigned long long)p.total_bytes, p.n_donors, rep->elapsed_ns / 1e9);
 
 out_workers:

@@ -127,7 +127,7 @@ void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
 {
     if (d->state == D_FAILED)
         return;
-    GRAFT_WARN(GRAFT__XFER_MOD, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
+    GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
                graft_status_string(why));
     d->state = D_FAILED;
     p->rep->donors[d->index].status = why;
@@ -165,13 +165,13 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
         if (graft_status_class(st) != GRAFT_CLASS_PEER && st != GRAFT_EFORMAT &&
             st != GRAFT_ENOMEM)
             st = GRAFT_EPROTO;
-        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u refused: %s (%s)", d->index,
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u refused: %s (%s)", d->index,
                    m->error != NULL ? m->error : "", graft_status_name(st));
         return st;
     }
     if (m->step != p->o->step || m->layout_hash != ep->layout_hash ||
         m->chunk_bytes != ep->chunk_bytes || m->n_regions != ep->n_regions) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: manifest does not match the request "
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: manifest does not match the request "
                    "(step %llu, chunk %llu bytes, %zu regions)", d->index,
                    (unsigned long long)m->step, (unsigned long long)m->chunk_bytes, m->n_regions);
         return GRAFT_EPROTO;
@@ -189,7 +189,7 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
         const graft__region_t *r = &ep->regions[i];
         if (rm->region == NULL || rm->region->name == NULL ||
             strcmp(rm->region->name, r->name) != 0 || rm->region->bytes != r->bytes) {
-            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: region %zu differs from '%s'", d->index, i,
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: region %zu differs from '%s'", d->index, i,
                        r->name);
             return GRAFT_EPROTO;
         }
@@ -199,7 +199,7 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
         if (rm->rkey.len == 0 || rm->rkey.len > RKEY_MAX_BYTES ||
             (!p->ep->transport->rkey_layout_unknown &&
              !graft__ucx_rkey_layout_ok(rm->rkey.data, rm->rkey.len))) {
-            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s' is malformed (%zu bytes)",
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: remote key of '%s' is malformed (%zu bytes)",
                        d->index, r->name, rm->rkey.len);
             return GRAFT_EPROTO;
         }
@@ -208,14 +208,15 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
         memset(key + rm->rkey.len, 0, RKEY_PAD);
         ucs_status_t st = ucp_ep_rkey_unpack(d->uep, key, &d->rkeys[i]);
         if (st != UCS_OK) {
-            GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: remote key of '%s': %s", d->index, r->name,
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: remote key of '%s': %s", d->index, r->name,
                        ucs_status_string(st));
             return GRAFT_EPROTO;
         }
         void *lp = NULL;
         if (ucp_rkey_ptr(d->rkeys[i], rm->remote_address, &lp) == UCS_OK) {
             if (!graft__ucx_range_mapped(lp, r->bytes)) {
-                GRAFT_WARN(GRAFT__XFER_MOD, "donor %u: '%s' at %#llx lies outside the memory its "
+                GRAFT_WARN(GRAFT_MOD_TRANSFER,
+                           "donor %u: '%s' at %#llx lies outside the memory its "
                            "key maps", d->index, r->name, (unsigned long long)rm->remote_address);
                 return GRAFT_EPROTO;
             }
@@ -290,7 +291,7 @@ static bool queued_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *
     if (!d->queued) {
         d->queued = true;
         d->queued_since_ns = now;
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u: %s", d->index, m->error != NULL ? m->error : "");
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u: %s", d->index, m->error != NULL ? m->error : "");
     }
     d->connect_deadline = now + (uint64_t)p->connect_ms * 1000000ull;
     d->retry_at_ns = now + QUEUE_ASK_NS;
@@ -311,7 +312,7 @@ static bool step_refusal_retry(pull_t *p, pdonor_t *d, const Graft__TransferMani
         return false;
     d->retry_at_ns = now + d->retry_ns;
     d->refused = GRAFT_ESTEP;
-    GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u does not serve step %llu yet (%s): asking again",
+    GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u does not serve step %llu yet (%s): asking again",
                 d->index, (unsigned long long)p->o->step, m->error != NULL ? m->error : "");
     return true;
 }
@@ -338,7 +339,7 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
     graft_status_t st;
 
     if (!msg->has_header || (msg->header >> 8) != p->nonce || idx >= p->n_donors) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "manifest for another pull dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "manifest for another pull dropped");
         return;
     }
     pdonor_t *d = &p->donors[idx];
@@ -349,13 +350,13 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
     ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
     m = graft__transfer_manifest__unpack(&pa, msg->len, msg->data);
     if (m == NULL && oom) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory decoding a manifest");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory decoding a manifest");
         if (p->status == GRAFT_OK)
             p->status = GRAFT_ENOMEM;
         goto out;
     }
     if (m == NULL || m->version != GRAFT__XFER_WIRE_VERSION) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a malformed manifest", d->index);
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u sent a malformed manifest", d->index);
         graft__ucx_donor_fail(p, d, GRAFT_EPROTO);
         goto out;
     }
@@ -366,7 +367,7 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
         graft__ucx_queue_leave(p, d);
         st = manifest_accept(p, d, m);
         if (st == GRAFT_ENOMEM) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory accepting a manifest");
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory accepting a manifest");
             if (p->status == GRAFT_OK)
                 p->status = GRAFT_ENOMEM;
             goto out;
@@ -375,7 +376,7 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
             graft__ucx_donor_fail(p, d, st);
             goto out;
         }
-        GRAFT_DEBUG(GRAFT__XFER_MOD, "donor %u: manifest with %zu hash parts%s", d->index,
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u: manifest with %zu hash parts%s", d->index,
                     m->n_hash_parts, m->hashes_final ? " (final)" : "");
     } else if (m->n_regions != 0 || m->status != 0) {
         graft__ucx_donor_fail(p, d, GRAFT_EPROTO);
@@ -383,7 +384,7 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
     }
     st = hash_parts_apply(p, d, m);
     if (st != GRAFT_OK) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent bad chunk hashes", d->index);
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u sent bad chunk hashes", d->index);
         graft__ucx_donor_fail(p, d, st);
     }
 out:
@@ -411,20 +412,20 @@ ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header
     bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
 
     if (length > MANIFEST_MAX_BYTES || header_length != sizeof(uint64_t)) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "oversized or headerless manifest dropped");
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "oversized or headerless manifest dropped");
         return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
     }
     uint64_t echo;
     memcpy(&echo, header, sizeof(echo));
     if ((echo & 0xff) != d->index) {
         /* Each donor has its own worker: it can only speak for itself. */
-        GRAFT_WARN(GRAFT__XFER_MOD, "donor %u sent a manifest as donor %u; dropped", d->index,
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u sent a manifest as donor %u; dropped", d->index,
                    (unsigned)(echo & 0xff));
         return rndv ? UCS_ERR_CANCELED : UCS_OK;
     }
     m = graft__malloc(sizeof(*m) + length);
     if (m == NULL) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "out of memory receiving a manifest");
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory receiving a manifest");
         if (p->status == GRAFT_OK)
             p->status = GRAFT_ENOMEM;
         return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
@@ -450,7 +451,7 @@ ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header
         m->reply_ep = NULL;
         graft__ucx_msgq_push(&p->msgs, m);
     } else if (UCS_PTR_IS_ERR(req)) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "receiving a manifest: %s",
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "receiving a manifest: %s",
                    ucs_status_string(UCS_PTR_STATUS(req)));
         graft_free(m);
     }
@@ -463,12 +464,12 @@ graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d)
     ucs_status_t st;
 
     if (graft__ucx_parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "bad donor address '%s'", p->o->donors[d->index]);
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "bad donor address '%s'", p->o->donors[d->index]);
         return GRAFT_EINVAL;
     }
     st = graft__ucx_connect(d->worker, &sa, recip_err_cb, d, &d->uep);
     if (st != UCS_OK) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "connecting to %s: %s", p->o->donors[d->index],
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "connecting to %s: %s", p->o->donors[d->index],
                    ucs_status_string(st));
         d->uep = NULL;
         return GRAFT_EPEER_UNREACHABLE;

@@ -106,7 +106,7 @@ static graft_status_t resolve_host_q(const char *name, struct in_addr *in, bool 
     if (inet_pton(AF_INET, name, in) == 1)
         return GRAFT_OK;
     if (getifaddrs(&ifs) != 0) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "getifaddrs: %s", strerror(errno));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "getifaddrs: %s", strerror(errno));
         return GRAFT_ESYS;
     }
     for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
@@ -121,7 +121,7 @@ static graft_status_t resolve_host_q(const char *name, struct in_addr *in, bool 
     }
     freeifaddrs(ifs);
     if (status != GRAFT_OK && !quiet)
-        GRAFT_ERROR(GRAFT__XFER_MOD, found_if ? "interface '%s' has no IPv4 address"
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, found_if ? "interface '%s' has no IPv4 address"
                                               : "'%s' is neither an IPv4 address nor an interface",
                     name);
     return status;
@@ -146,7 +146,7 @@ graft_status_t graft__ucx_listen_sockaddr(const char *s, uint16_t port, struct s
 
     memset(sa, 0, sizeof(*sa));
     if (strlen(s) >= sizeof(host) || s[0] == '\0') {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "bad listen address '%s'", s);
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "bad listen address '%s'", s);
         return GRAFT_EINVAL;
     }
     snprintf(host, sizeof(host), "%s", s);
@@ -157,7 +157,7 @@ graft_status_t graft__ucx_listen_sockaddr(const char *s, uint16_t port, struct s
         host[colon - s] = '\0';
         if (errno != 0 || end == colon + 1 || *end != '\0' || p > 65535 || host[0] == '\0' ||
             (port != 0 && p != 0 && p != port)) {
-            GRAFT_ERROR(GRAFT__XFER_MOD, "bad listen address '%s' (port %u configured)", s,
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "bad listen address '%s' (port %u configured)", s,
                         (unsigned)port);
             return GRAFT_EINVAL;
         }
@@ -203,7 +203,7 @@ graft_status_t graft__ucx_am_send_owned(ucp_ep_h uep, unsigned id, uint8_t *buf,
         return GRAFT_OK;
     }
     if (UCS_PTR_IS_ERR(req)) {
-        GRAFT_WARN(GRAFT__XFER_MOD, "am send: %s", ucs_status_string(UCS_PTR_STATUS(req)));
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "am send: %s", ucs_status_string(UCS_PTR_STATUS(req)));
         graft_free(buf);
         return graft__ucx_status(UCS_PTR_STATUS(req));
     }
@@ -261,7 +261,7 @@ void graft__ucx_rkey_layout_learn(bool *unknown, const graft__region_t *r)
 {
     if (!*unknown && !graft__ucx_rkey_layout_ok(r->rkey, r->rkey_len)) {
         *unknown = true;
-        GRAFT_WARN(GRAFT__XFER_MOD, "UCX packs remote keys in an unknown layout (%zu bytes for "
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "UCX packs remote keys in an unknown layout (%zu bytes for "
                    "region '%s'): donors' keys are unpacked unchecked", r->rkey_len, r->name);
     }
 }
@@ -278,7 +278,7 @@ graft_status_t graft__ucx_set_am_handler(ucp_worker_h w, unsigned id,
     hp.arg = arg;
     ucs_status_t st = ucp_worker_set_am_recv_handler(w, &hp);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_worker_set_am_recv_handler: %s",
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_worker_set_am_recv_handler: %s",
                     ucs_status_string(st));
         return GRAFT_ETRANSPORT;
     }
@@ -293,7 +293,7 @@ graft_status_t graft__ucx_worker_create(ucp_context_h ctx, ucp_worker_h *w_p)
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     ucs_status_t st = ucp_worker_create(ctx, &wp, w_p);
     if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT__XFER_MOD, "ucp_worker_create: %s", ucs_status_string(st));
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_worker_create: %s", ucs_status_string(st));
         return GRAFT_ETRANSPORT;
     }
     return GRAFT_OK;
