@@ -42,6 +42,24 @@ bool graft__log_enabled(graft_log_level_t level);
 #define GRAFT_DEBUG(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_DEBUG, mod, __VA_ARGS__)
 #define GRAFT_TRACE(mod, ...) GRAFT_LOG_AT(GRAFT_LOG_TRACE, mod, __VA_ARGS__)
 
+/* Device memory (common/cuda_copy.c; common/nocuda.c in a build without
+ * CUDA, where no device is usable). */
+#define GRAFT_MOD_CUDA "cuda"
+/* Number of CUDA devices; 0 without a GPU or without CUDA. */
+int graft__cuda_devices(void);
+/* GRAFT_OK when a device is usable, else GRAFT_ENOTSUP with the reason
+ * logged: asked before anything is read or written. */
+GRAFT_WUR graft_status_t graft__cuda_usable(void);
+/* Pinned host memory (the transfer engine's shadows of device regions). */
+GRAFT_WUR graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p);
+void graft__cuda_host_free(void *host);
+/* Copy @p bytes between device memory and host memory (pinned or not),
+ * pipelined in pieces over two private streams (never the trainer's), on
+ * the device that holds the memory; the calling thread's current device is
+ * left as it was. A CUDA error is GRAFT_EIO. */
+GRAFT_WUR graft_status_t graft__cuda_copy(void *dst, const void *src, uint64_t bytes,
+                                          bool to_device);
+
 /* Clocks. */
 uint64_t graft__now_ns(void);      /* CLOCK_MONOTONIC */
 uint64_t graft__wall_ns(void);     /* CLOCK_REALTIME */

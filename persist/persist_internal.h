@@ -164,9 +164,6 @@ bool graft__persist_parse_step_dir(const char *name, uint64_t *step_p);
 GRAFT_WUR graft_status_t graft__persist_copy_checkpoint(const char *from_root, const char *to_root,
                                                         uint64_t step);
 
-/* Device copies (persist/cuda_persist.c with CUDA, else persist_nocuda.c). */
-GRAFT_WUR graft_status_t graft__persist_d2h(void *dst, const void *src, size_t n);
-GRAFT_WUR graft_status_t graft__persist_h2d(void *dst, const void *src, size_t n);
 
 /* Test hook: when > 0, counts down at each durable-write step and SIGKILLs
  * the process when it reaches zero. */

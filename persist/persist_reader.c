@@ -217,7 +217,7 @@ static graft_status_t copy_piece(restore_ctx_t *c, size_t s, const Graft__ShardR
                 return GRAFT_ENOMEM;
             st = graft__shard_read(f, src, c->bounce, len, c->why, sizeof(c->why));
             if (st == GRAFT_OK)
-                st = graft__persist_h2d(dst, c->bounce, (size_t)len);
+                st = graft__cuda_copy(dst, c->bounce, len, true);
         } else {
             st = graft__shard_read(f, src, dst, len, c->why, sizeof(c->why));
         }
@@ -347,7 +347,7 @@ static graft_status_t params_check(const graft_persist_restore_params_t *p)
             return GRAFT_EINVAL;
         device |= r->device == GRAFT_PERSIST_DEVICE_CUDA && selected(p, r);
     }
-    return device ? graft__persist_h2d(NULL, NULL, 0) : GRAFT_OK;
+    return device ? graft__cuda_usable() : GRAFT_OK;
 }
 
 graft_status_t graft_persist_restore(const char *root, const graft_persist_restore_params_t *params,

@@ -578,7 +578,7 @@ static graft_status_t snapshot(graft_persist_writer_t *w, uint64_t step, uint32_
         if (r->bytes == 0)
             continue;
         if (r->device == GRAFT_PERSIST_DEVICE_CUDA) {
-            st = graft__persist_d2h(j->staging->buf + off, r->ptr, (size_t)r->bytes);
+            st = graft__cuda_copy(j->staging->buf + off, r->ptr, r->bytes, false);
             if (st != GRAFT_OK)
                 goto err;
         } else {
@@ -622,7 +622,7 @@ static graft_status_t save_ranks(graft_persist_writer_t *w, uint64_t step, uint3
             goto out;
         if (has_device(regions[i], nregions[i])) {
             /* Ask the device layer first so nothing is half-done. */
-            st = graft__persist_d2h(NULL, NULL, 0);
+            st = graft__cuda_usable();
             if (st != GRAFT_OK)
                 goto out;
         }

@@ -279,7 +279,7 @@ static graft_status_t verify(pair_t *p, graft_transfer_report_t *rep)
         graft__region_t *r = &ep->regions[i];
         if (r->device != GRAFT_TRANSFER_CUDA)
             continue;
-        status = graft__cuda_stage(r->host, r->ptr, r->bytes, false);
+        status = graft__cuda_copy(r->host, r->ptr, r->bytes, false);
         for (uint64_t c = 0; c < r->n_chunks && status == GRAFT_OK; c++, k++) {
             uint64_t len = graft__region_chunk_len(ep, r, c);
             if (XXH3_64bits((const char *)r->host + c * ep->chunk_bytes, len) != h[k]) {

@@ -458,17 +458,15 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
         goto err_free;
     }
 
-#ifdef GRAFT_HAVE_CUDA
     /* Device regions are served from their pinned shadows: refresh them. */
     for (size_t i = 0; i < ep->n_regions; i++) {
         graft__region_t *r = &ep->regions[i];
         if (r->device != GRAFT_TRANSFER_CUDA)
             continue;
-        status = graft__cuda_stage(r->host, r->ptr, r->bytes, false);
+        status = graft__cuda_copy(r->host, r->ptr, r->bytes, false);
         if (status != GRAFT_OK)
             goto err_free;
     }
-#endif
     pthread_mutex_lock(&ep->lock);
     ep->hashes = hashes;
     ep->hash_done = done;
@@ -727,9 +725,7 @@ graft_status_t graft_transfer_serve_nccl(graft_transfer_endpoint_t *ep, uint64_t
 #endif
 }
 
-#ifndef GRAFT_HAVE_CUDA
 int graft_transfer_cuda_device_count(void)
 {
-    return 0;
+    return graft__cuda_devices();
 }
-#endif

@@ -1,6 +1,6 @@
 /*
  * Private state of the transfer engine, shared by the engine (transfer.c)
- * and its backends (ucx*.c, nccl.c, cuda_staging.c). Not installed.
+ * and its backends (ucx*.c, nccl.c). Not installed.
  */
 #ifndef GRAFT_TRANSFER_INT_H
 #define GRAFT_TRANSFER_INT_H
@@ -94,17 +94,6 @@ extern const struct graft_transport_ops graft__ucx_ops;
 
 #ifdef GRAFT_HAVE_CUDA
 extern const struct graft_transport_ops graft__nccl_ops;
-
-/* CUDA helpers (cuda_staging.c). Device memory reaches UCX through a pinned
- * host shadow of each CUDA region. */
-int graft__cuda_devices(void);
-GRAFT_WUR graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p);
-void graft__cuda_host_free(void *host);
-/* Copy between a device region and its pinned shadow, pipelined in pieces
- * over two streams so that consecutive pieces overlap, on the device that
- * holds the region; the calling thread's current device is left as it was. */
-GRAFT_WUR graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes,
-                                           bool to_device);
 #endif
 
 /* A recipient count per step, for the fence: of the serve (serve_gen)

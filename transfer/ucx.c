@@ -141,12 +141,10 @@ static void ucx_region_unmap(graft_transfer_endpoint_t *ep, graft__region_t *r)
         (void)ucp_mem_unmap(t->ctx, r->memh);
     r->rkey = NULL;
     r->memh = NULL;
-#ifdef GRAFT_HAVE_CUDA
     if (r->device == GRAFT_TRANSFER_CUDA && r->host != r->ptr) {
         graft__cuda_host_free(r->host);
         r->host = r->ptr;
     }
-#endif
 }
 
 static void ucx_fini(graft_transfer_endpoint_t *ep)
@@ -198,17 +196,14 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
     ucs_status_t st;
 
     if (r->device == GRAFT_TRANSFER_CUDA) {
-#ifdef GRAFT_HAVE_CUDA
         /* Debian's UCX has no CUDA support: the network reads and writes a
          * pinned host shadow, staged from/to the device around transfers. */
         graft_status_t status = graft__cuda_host_alloc(r->bytes, &r->host);
-        if (status != GRAFT_OK)
+        if (status != GRAFT_OK) {
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "region '%s': no pinned host shadow for its device "
+                        "memory", r->name);
             return status;
-#else
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "region '%s': CUDA memory is not supported by this build",
-                    r->name);
-        return GRAFT_ENOTSUP;
-#endif
+        }
     }
     if (r->bytes == 0)
         return GRAFT_OK;
@@ -248,12 +243,10 @@ static graft_status_t ucx_region_map(graft_transfer_endpoint_t *ep, graft__regio
     return GRAFT_OK;
 
 err_shadow:
-#ifdef GRAFT_HAVE_CUDA
     if (r->device == GRAFT_TRANSFER_CUDA) {
         graft__cuda_host_free(r->host);
         r->host = r->ptr;
     }
-#endif
     return GRAFT_ETRANSPORT;
 }
 

@@ -576,14 +576,12 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
     status = p.status;
     if (status == GRAFT_OK && p.done_chunks != p.n_chunks)
         status = GRAFT_EINTERNAL;
-#ifdef GRAFT_HAVE_CUDA
     /* Verified bytes of device regions sit in their pinned shadows. */
     for (size_t r = 0; r < ep->n_regions && status == GRAFT_OK; r++) {
         graft__region_t *reg = &ep->regions[r];
         if (reg->device == GRAFT_TRANSFER_CUDA && !o->host_only)
-            status = graft__cuda_stage(reg->ptr, reg->host, reg->bytes, true);
+            status = graft__cuda_copy(reg->ptr, reg->host, reg->bytes, true);
     }
-#endif
     pull_teardown(&p);
     rep->elapsed_ns = graft__now_ns() - start;
     if (status == GRAFT_OK)

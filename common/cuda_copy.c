@@ -1,10 +1,12 @@
 /*
- * CUDA helpers of the transfer engine: pinned host shadows for device
- * regions and pipelined copies between a region and its shadow. Debian's
- * UCX has no CUDA support, so device memory reaches the network through
- * these shadows. Built only when CUDA and NCCL are found.
+ * The library's one host-staged CUDA copy, and pinned host memory. The
+ * transfer engine serves and fills device regions through pinned host
+ * shadows (Debian's UCX has no CUDA support); the persistent tier snapshots
+ * device regions into its staging buffers and restores them from shards.
+ * Built only when CUDA and NCCL are found; common/nocuda.c stands in
+ * otherwise.
  */
-#include "transfer_int.h"
+#include "graft_internal.h"
 
 #include <cuda_runtime.h>
 
@@ -20,9 +22,16 @@ int graft__cuda_devices(void)
     return n;
 }
 
-int graft_transfer_cuda_device_count(void)
+graft_status_t graft__cuda_usable(void)
 {
-    return graft__cuda_devices();
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        GRAFT_ERROR(GRAFT_MOD_CUDA, "device memory: no usable CUDA device (%s)",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return GRAFT_ENOTSUP;
+    }
+    return GRAFT_OK;
 }
 
 graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p)
@@ -30,15 +39,14 @@ graft_status_t graft__cuda_host_alloc(uint64_t bytes, void **host_p)
     void *p = NULL;
     cudaError_t e;
 
-    if (graft__cuda_devices() == 0) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "CUDA memory needs a GPU; none found");
-        return GRAFT_ENOTSUP;
-    }
+    graft_status_t st = graft__cuda_usable();
+    if (st != GRAFT_OK)
+        return st;
     e = cudaHostAlloc(&p, bytes != 0 ? bytes : 1, cudaHostAllocPortable);
     if (e != cudaSuccess) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "cudaHostAlloc(%llu): %s", (unsigned long long)bytes,
+        GRAFT_ERROR(GRAFT_MOD_CUDA, "cudaHostAlloc(%llu): %s", (unsigned long long)bytes,
                     cudaGetErrorString(e));
-        return e == cudaErrorMemoryAllocation ? GRAFT_ENOMEM : GRAFT_ETRANSPORT;
+        return e == cudaErrorMemoryAllocation ? GRAFT_ENOMEM : GRAFT_EIO;
     }
     *host_p = p;
     return GRAFT_OK;
@@ -50,7 +58,7 @@ void graft__cuda_host_free(void *host)
         (void)cudaFreeHost(host);
 }
 
-graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, bool to_device)
+graft_status_t graft__cuda_copy(void *dst, const void *src, uint64_t bytes, bool to_device)
 {
     cudaStream_t streams[2] = {NULL, NULL};
     enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
@@ -75,7 +83,9 @@ graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, boo
     }
     /* Alternate pieces between two streams: one piece's copy overlaps the
      * next one's launch and the copy engines stay busy (double buffering
-     * of the pinned shadow). */
+     * of the pinned shadow). Pageable host memory (the persistent tier's
+     * staging) is copied the same way; CUDA stages it through its own
+     * pinned buffers. */
     for (uint64_t off = 0, i = 0; off < bytes; off += STAGE_PIECE, i++) {
         uint64_t n = GRAFT_MIN(STAGE_PIECE, bytes - off);
         e = cudaMemcpyAsync((char *)dst + off, (const char *)src + off, n, kind, streams[i & 1]);
@@ -90,9 +100,9 @@ graft_status_t graft__cuda_stage(void *dst, const void *src, uint64_t bytes, boo
     goto out;
 
 cuda_err:
-    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "staging %llu bytes %s the device: %s",
+    GRAFT_ERROR(GRAFT_MOD_CUDA, "copying %llu bytes %s the device: %s",
                 (unsigned long long)bytes, to_device ? "to" : "from", cudaGetErrorString(e));
-    status = GRAFT_ETRANSPORT;
+    status = GRAFT_EIO;
 out:
     for (int i = 0; i < 2; i++) {
         if (streams[i] != NULL)
