@@ -176,7 +176,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
     uint64_t joined_ns = graft__now_ns();
     rt->heal_detect_ns = joined_ns - rt->start_ns;
 
-    /* The start-up decision (DESIGN.md): donors, else disk, else cold. */
+    /* The start-up decision (docs/RUNTIME.md): donors, else disk, else cold. */
     graft_start_kind_t kind = GRAFT_START_COLD;
     uint64_t step = 0;
     if (donors_exist(rt)) {

@@ -4,8 +4,8 @@
  *
  * A trainer creates one runtime per rank from a ::graft_config_t, registers
  * the regions of its training state, and calls graft_quorum() at the start
- * of each step and graft_commit() before the optimizer step (see DESIGN.md,
- * "The step protocol").
+ * of each step and graft_commit() before the optimizer step (see
+ * docs/RUNTIME.md, "The step protocol").
  *
  * Sections, from simple to advanced:
  *  - Configuration: every setting by name, from code or from the
