@@ -11,7 +11,7 @@
  *
  * Covered elsewhere: the etcd range answer and one watch line
  * (test_etcd_json.c), a whole checkpoint save and restore (test_persist.c),
- * pulls with the transfer messages on the wire (test_transfer.c).
+ * pulls with the transfer messages on the wire (test_transfer_faults.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>

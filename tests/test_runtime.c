@@ -945,7 +945,7 @@ static void test_kill_donor_during_heal(void **state)
      * out; on a loaded machine the recipient may not have asked it for a
      * chunk yet. The same pull still lost it and finished from the other
      * donor (checked above and by recovery_failures below); the chunk-level
-     * resume is then not exercised here (test_transfer's failover tests
+     * resume is then not exercised here (test_transfer_faults' failover tests
      * assert it), so say so rather than fail. */
     if (reassigned == 0 && chunks == 0)
         print_message("donor group 2 was lost before the pull read from it (%s)", line);

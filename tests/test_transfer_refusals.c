@@ -1,0 +1,279 @@
+/*
+ * What a donor refuses, precisely, while it keeps serving correct requests:
+ * recipients of another job, step, layout or chunk size, addresses where
+ * nobody listens or that are no address; and strangers that send it junk,
+ * over raw TCP and as a raw UCX client (malformed, truncated and foreign
+ * requests, on the request and on the push-read path). Every test runs in
+ * every group of tf_run_wire(); the fixture is in test_transfer_util.h.
+ */
+#include "test_transfer_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <ucp/api/ucp.h>
+
+#include "proto/graft.pb-c.h"
+
+/* A refusal is precise and the donor keeps serving correct requests. */
+static void test_refusals(void **state)
+{
+    tf_t *f = *state;
+    tf_donor_opts_t o = tf_opts(tf_small_layout, TF_N_SMALL, 256u << 10);
+    graft_transfer_pull_options_t *po = &f->po;
+    const graft_transfer_report_t *rep = &f->rep;
+    static const tf_region_t other_layout[] = {{"weights", 1000}};
+
+    tf_donors_start(f, &o, 1);
+
+    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, "wrong-token", false);
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ETOKEN);
+    assert_false(rep->installed);
+    tf_recipient_destroy(f);
+
+    tf_recipient_of(f, &o);
+    /* A donor at an older step may be about to move on: asked again until
+     * the connect deadline, then its refusal is the answer. */
+    po->step = STEP + 1;
+    po->connect_timeout_ms = 400;
+    double t0 = graft_test_now_s();
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ESTEP);
+    assert_true(graft_test_now_s() - t0 >= 0.2);
+    po->step = STEP;
+    po->connect_timeout_ms = 0;
+    tf_recipient_destroy(f);
+
+    tf_recipient_create(f, other_layout, 1, 256u << 10, TOKEN, false);
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ELAYOUT);
+    tf_recipient_destroy(f);
+
+    /* A different chunk size is caught by the recipient. */
+    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 128u << 10, TOKEN, false);
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_EPROTO);
+    tf_recipient_destroy(f);
+
+    /* Nobody listening. */
+    tf_recipient_of(f, &o);
+    const char *nobody[1] = {"127.0.0.1:1"};
+    po->donors = nobody;
+    po->connect_timeout_ms = 2000;
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(graft_status_class(rep->donors[0].status), GRAFT_CLASS_PEER);
+    const char *bad[1] = {"not-an-address"};
+    po->donors = bad;
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_EINVAL);
+
+    po->donors = f->addrs;
+    tf_pull_verified(f);
+    tf_recipient_destroy(f);
+    tf_donors_stop(f, 1);
+}
+
+/* ---- a raw UCX client of a donor ------------------------------------------ */
+
+typedef struct raw_client {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+    int replies;
+    int32_t last_status;
+} raw_client_t;
+
+static ucs_status_t raw_reply_cb(void *arg, const void *header, size_t header_length, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_client_t *c = arg;
+    (void)header;
+    (void)header_length;
+    (void)param;
+    Graft__TransferManifest *m = graft__transfer_manifest__unpack(NULL, length, data);
+    c->last_status = m != NULL ? m->status : 1;
+    graft__transfer_manifest__free_unpacked(m, NULL);
+    c->replies++;
+    return UCS_OK;
+}
+
+/* Push-read answers: a 16-byte header (echo, tag, status) and no bytes
+ * when refused. */
+static ucs_status_t raw_chunk_cb(void *arg, const void *header, size_t header_length, void *data,
+                                 size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_client_t *c = arg;
+    (void)data;
+    (void)param;
+    int32_t st = 1;
+    if (header_length == 16 && length == 0)
+        memcpy(&st, (const char *)header + 12, sizeof(st));
+    c->last_status = st;
+    c->replies++;
+    return UCS_OK;
+}
+
+static void raw_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)arg;
+    (void)ep;
+    (void)status;
+}
+
+static void raw_connect(raw_client_t *c, const char *addr)
+{
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    char host[32];
+    const char *colon = strrchr(addr, ':');
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+    memset(c, 0, sizeof(*c));
+    assert_int_equal(ucp_init(&p, NULL, &c->ctx), UCS_OK);
+    assert_int_equal(ucp_worker_create(c->ctx, &wp, &c->worker), UCS_OK);
+    ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                               UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                               UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                 .id = 12,
+                                 .cb = raw_reply_cb,
+                                 .arg = c};
+    assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
+    hp.id = 15;
+    hp.cb = raw_chunk_cb;
+    assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+                          .sockaddr = {.addr = (struct sockaddr *)&sa, .addrlen = sizeof(sa)},
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = raw_err_cb}};
+    assert_int_equal(ucp_ep_create(c->worker, &ep, &c->ep), UCS_OK);
+}
+
+/* Send @p len bytes as active message @p id and wait for the refusal. */
+static int32_t raw_send_id(raw_client_t *c, unsigned id, const void *data, size_t len)
+{
+    static uint64_t header = 0;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_AM_SEND_FLAG_REPLY};
+    int before = c->replies;
+    ucs_status_ptr_t req = ucp_am_send_nbx(c->ep, id, &header, sizeof(header), data, len, &prm);
+    assert_false(UCS_PTR_IS_ERR(req));
+    for (int i = 0; i < 2000000 && c->replies == before; i++) {
+        ucp_worker_progress(c->worker);
+        if (i % 1000 == 999)
+            usleep(1000);
+    }
+    if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req);
+    assert_int_equal(c->replies, before + 1);
+    return c->last_status;
+}
+
+static int32_t raw_send(raw_client_t *c, const void *data, size_t len)
+{
+    return raw_send_id(c, 11, data, len);
+}
+
+static void raw_close(raw_client_t *c)
+{
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t req = ucp_ep_close_nbx(c->ep, &prm);
+    if (UCS_PTR_IS_PTR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS)
+            ucp_worker_progress(c->worker);
+        ucp_request_free(req);
+    }
+    ucp_worker_destroy(c->worker);
+    ucp_cleanup(c->ctx);
+}
+
+static void test_garbage_clients(void **state)
+{
+    tf_t *f = *state;
+    tf_donor_opts_t o = tf_opts(tf_small_layout, TF_N_SMALL, 256u << 10);
+    tf_donor_t *d;
+
+    tf_donors_start(f, &o, 1);
+    d = &f->d[0];
+
+    /* A raw TCP client that sends junk to the listener and hangs up. */
+    {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        const char *colon = strrchr(d->addr, ':');
+        sa.sin_port = htons((uint16_t)atoi(colon + 1));
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        for (int k = 0; k < 3; k++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            assert_true(fd >= 0);
+            assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+            uint8_t junk[4096];
+            tf_fill_pattern(junk, sizeof(junk), 99 + (uint64_t)k);
+            (void)!write(fd, junk, k == 0 ? 3 : sizeof(junk));
+            usleep(50000);
+            close(fd);
+        }
+    }
+
+    /* A UCX client: junk, a truncated request, a request without a token. */
+    raw_client_t c;
+    raw_connect(&c, d->addr);
+    uint8_t junk[300];
+    tf_fill_pattern(junk, sizeof(junk), 7);
+    assert_int_equal(raw_send(&c, junk, sizeof(junk)), GRAFT_EPROTO);
+
+    Graft__TransferRequest req = GRAFT__TRANSFER_REQUEST__INIT;
+    req.version = 1;
+    req.job_token = (char *)TOKEN;
+    req.step = STEP;
+    req.layout_hash = 0x1234567890abcdefull;
+    uint8_t packed[256];
+    size_t n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n - 3), GRAFT_EPROTO);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ELAYOUT);
+    req.version = 9;
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_EFORMAT);
+    assert_int_equal(raw_send(&c, "", 0), GRAFT_EFORMAT);
+    req.version = 1;
+    req.job_token = (char *)"";
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ETOKEN);
+    req.job_token = (char *)TOKEN;
+    req.step = STEP + 1;
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ESTEP);
+
+    /* Push reads: junk, and a well-formed request without a manifest. */
+    assert_int_equal(raw_send_id(&c, 14, junk, sizeof(junk)), GRAFT_EPROTO);
+    Graft__ChunkRequest cr = GRAFT__CHUNK_REQUEST__INIT;
+    cr.version = 1;
+    cr.region = 0;
+    cr.chunk = 0;
+    n = graft__chunk_request__pack(&cr, packed);
+    assert_int_equal(raw_send_id(&c, 14, packed, n), GRAFT_ESTEP);
+    raw_close(&c);
+
+    /* The donor is unaffected. */
+    tf_recipient_of(f, &o);
+    tf_pull_verified(f);
+    tf_recipient_destroy(f);
+    tf_donors_stop(f, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TF_TEST(test_refusals),
+        TF_TEST(test_garbage_clients),
+    };
+    return tf_run_wire("refusals", tests, ARRAY_SIZE(tests));
+}
