@@ -1,8 +1,6 @@
 /*
  * The protobuf-c allocator every module decodes with: it goes through
  * graft's allocation hooks, so allocation-failure tests reach the decoders.
- * (transfer/ still has its own copy, graft__transfer_pb_alloc, and can
- * switch to this one.)
  */
 #ifndef GRAFT_PB_ALLOC_H
 #define GRAFT_PB_ALLOC_H

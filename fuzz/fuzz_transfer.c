@@ -41,24 +41,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *msg = data + 1;
     size_t len = size - 1;
     bool oom = false;
-    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
     switch (data[0] % 5) {
     case 0: {
         Graft__TransferRequest *r = graft__transfer_request__unpack(&pa, len, msg);
         if (r != NULL) {
             sink += r->job_token != NULL ? strlen(r->job_token) : 0;
-            graft__transfer_request__free_unpacked(r, &graft__transfer_pb_alloc);
+            graft__transfer_request__free_unpacked(r, &graft__pb_allocator);
         }
         break;
     }
     case 1: {
-        Graft__TransferDone *d = graft__transfer_done__unpack(&graft__transfer_pb_alloc, len, msg);
-        graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+        Graft__TransferDone *d = graft__transfer_done__unpack(&graft__pb_allocator, len, msg);
+        graft__transfer_done__free_unpacked(d, &graft__pb_allocator);
         break;
     }
     case 2: {
-        Graft__ChunkRequest *c = graft__chunk_request__unpack(&graft__transfer_pb_alloc, len, msg);
-        graft__chunk_request__free_unpacked(c, &graft__transfer_pb_alloc);
+        Graft__ChunkRequest *c = graft__chunk_request__unpack(&graft__pb_allocator, len, msg);
+        graft__chunk_request__free_unpacked(c, &graft__pb_allocator);
         break;
     }
     case 4: {
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Graft__StepMessage *m = graft__step_message__unpack(&pa, len, msg);
         if (m != NULL) {
             sink += m->step + m->group + m->rank + m->barrier_round + (uint64_t)m->kind;
-            graft__step_message__free_unpacked(m, &graft__transfer_pb_alloc);
+            graft__step_message__free_unpacked(m, &graft__pb_allocator);
         }
         break;
     }
@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Graft__TransferManifest *m = graft__transfer_manifest__unpack(&pa, len, msg);
         if (m != NULL) {
             walk_manifest(m);
-            graft__transfer_manifest__free_unpacked(m, &graft__transfer_pb_alloc);
+            graft__transfer_manifest__free_unpacked(m, &graft__pb_allocator);
         }
         break;
     }

@@ -405,7 +405,7 @@ static graft_status_t dec_xfer_manifest(void *ctx)
 {
     bytes_t *b = ctx;
     bool oom = false;
-    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
     Graft__TransferManifest *m = graft__transfer_manifest__unpack(&pa, b->len, b->data);
     if (m == NULL) {
         assert_true(oom);
@@ -414,7 +414,7 @@ static graft_status_t dec_xfer_manifest(void *ctx)
     assert_false(oom);
     assert_int_equal(m->n_regions, 2);
     assert_string_equal(m->regions[1]->region->name, "optim");
-    graft__transfer_manifest__free_unpacked(m, &graft__transfer_pb_alloc);
+    graft__transfer_manifest__free_unpacked(m, &graft__pb_allocator);
     return GRAFT_OK;
 }
 
@@ -422,7 +422,7 @@ static graft_status_t dec_xfer_request(void *ctx)
 {
     bytes_t *b = ctx;
     bool oom = false;
-    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
     Graft__TransferRequest *r = graft__transfer_request__unpack(&pa, b->len, b->data);
     if (r == NULL) {
         assert_true(oom);
@@ -430,7 +430,7 @@ static graft_status_t dec_xfer_request(void *ctx)
     }
     assert_false(oom);
     assert_int_equal(r->step, 57);
-    graft__transfer_request__free_unpacked(r, &graft__transfer_pb_alloc);
+    graft__transfer_request__free_unpacked(r, &graft__pb_allocator);
     return GRAFT_OK;
 }
 

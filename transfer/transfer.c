@@ -11,30 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* allocator_data, when set, points at a bool that records a failed
- * allocation, so a decoder's NULL can be told apart from malformed input. */
-static void *pb_alloc_fn(void *arg, size_t size)
-{
-    void *p = graft__malloc(size);
-    if (p == NULL && arg != NULL)
-        *(bool *)arg = true;
-    return p;
-}
-
-static void pb_free_fn(void *arg, void *ptr)
-{
-    (void)arg;
-    graft_free(ptr);
-}
-
-struct ProtobufCAllocator graft__transfer_pb_alloc = {pb_alloc_fn, pb_free_fn, NULL};
-
-struct ProtobufCAllocator graft__transfer_pb_alloc_tracked(bool *oom)
-{
-    struct ProtobufCAllocator a = {pb_alloc_fn, pb_free_fn, oom};
-    return a;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Life cycle                                                               */
 /* ------------------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include <graft/transfer.h>
 
 #include "graft_internal.h"
+#include "pb_alloc.h"
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -189,11 +190,5 @@ static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *
  * generation @p gen (ep->serve_gen while it was served); one of an earlier
  * serve of the same step is not counted. */
 void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, uint64_t gen);
-
-/* protobuf-c allocator that goes through graft's allocation hooks. */
-#include <protobuf-c/protobuf-c.h>
-extern struct ProtobufCAllocator graft__transfer_pb_alloc;
-/* The same allocator, setting *oom when an allocation fails. */
-struct ProtobufCAllocator graft__transfer_pb_alloc_tracked(bool *oom);
 
 #endif /* GRAFT_TRANSFER_INT_H */

@@ -398,7 +398,7 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         return;
     }
     bool oom = false;
-    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
     req = graft__transfer_request__unpack(&pa, msg->len, msg->data);
     if (req == NULL) {
         if (oom)
@@ -461,7 +461,7 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "serving group %u rank %u at step %llu", req->recipient_group,
                 req->rank, (unsigned long long)req->step);
 out:
-    graft__transfer_request__free_unpacked(req, &graft__transfer_pb_alloc);
+    graft__transfer_request__free_unpacked(req, &graft__pb_allocator);
 }
 
 static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
@@ -471,10 +471,10 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "oversized TransferDone dropped");
         return;
     }
-    d = graft__transfer_done__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+    d = graft__transfer_done__unpack(&graft__pb_allocator, msg->len, msg->data);
     if (d == NULL || d->version != GRAFT__XFER_WIRE_VERSION) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "malformed TransferDone dropped");
-        graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+        graft__transfer_done__free_unpacked(d, &graft__pb_allocator);
         return;
     }
     GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "group %u rank %u done with step %llu (%s)", d->recipient_group,
@@ -487,7 +487,7 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
         c->fence_owed = false;
         graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
     }
-    graft__transfer_done__free_unpacked(d, &graft__transfer_pb_alloc);
+    graft__transfer_done__free_unpacked(d, &graft__pb_allocator);
 }
 
 static void chunk_send_cb(void *request, ucs_status_t status, void *user_data)
@@ -521,7 +521,7 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
     h->echo = msg->has_header ? msg->header : 0;
     h->status = GRAFT_OK;
     if (!msg->too_large)
-        req = graft__chunk_request__unpack(&graft__transfer_pb_alloc, msg->len, msg->data);
+        req = graft__chunk_request__unpack(&graft__pb_allocator, msg->len, msg->data);
     if (req == NULL || req->version != GRAFT__XFER_WIRE_VERSION) {
         h->status = GRAFT_EPROTO;
     } else {
@@ -539,7 +539,7 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
         }
         pthread_mutex_unlock(&ep->lock);
     }
-    graft__chunk_request__free_unpacked(req, &graft__transfer_pb_alloc);
+    graft__chunk_request__free_unpacked(req, &graft__pb_allocator);
     if (h->status != GRAFT_OK)
         GRAFT_INFO(GRAFT_MOD_TRANSFER,
                    "refusing a chunk request (%s)", graft_status_name(h->status));

@@ -347,7 +347,7 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
     if (d->state == D_FAILED)
         return;
     bool oom = false;
-    ProtobufCAllocator pa = graft__transfer_pb_alloc_tracked(&oom);
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
     m = graft__transfer_manifest__unpack(&pa, msg->len, msg->data);
     if (m == NULL && oom) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory decoding a manifest");
@@ -388,7 +388,7 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
         graft__ucx_donor_fail(p, d, st);
     }
 out:
-    graft__transfer_manifest__free_unpacked(m, &graft__transfer_pb_alloc);
+    graft__transfer_manifest__free_unpacked(m, &graft__pb_allocator);
 }
 
 static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
