@@ -1,6 +1,6 @@
 /*
- * Private parts of the etcd client shared by etcd_client.c (requests,
- * key-value, leases), etcd_json.c (encoding and decoding of the JSON
+ * Private parts of the etcd client shared by etcd_client.c (the handle and
+ * the request path), etcd_kv.c (key-value, txn, leases), etcd_json.c (encoding and decoding of the JSON
  * gateway's messages) and etcd_watch.c (streaming watches). Not installed;
  * tests include it to exercise the decoders with malformed input.
  */
