@@ -1189,10 +1189,20 @@ static void test_live_etcd_leader_kills_bit_exact(void **state)
             fail_msg("kill %zu: stall %.3f s measured at %.3f s resolution", kills, stall, reso);
         }
         best_reso = reso < best_reso ? reso : best_reso;
-        /* Only the second kill had another failure within the window. */
-        if (json_is_true(json_object_get(e, "isolated")) != (kills != 2)) {
-            fail_msg("kill %zu at %.3f s: isolated %d", kills, t,
-                     json_is_true(json_object_get(e, "isolated")));
+        /* Isolated: no other injected failure within the stall window
+         * of the kill. Whether the
+         * kill_rank 60 steps after the second kill falls inside depends on
+         * the step rate (not under AddressSanitizer), so it is computed
+         * from the report's own times. */
+        bool alone = true;
+        for (size_t k = 0; k < json_array_size(inj); k++) {
+            double tk = json_real_value(json_object_get(json_array_get(inj, k), "t"));
+            if (k != i && fabs(tk - t) < GRAFT_SIM_STALL_WINDOW_S)
+                alone = false;
+        }
+        if (json_is_true(json_object_get(e, "isolated")) != alone) {
+            fail_msg("kill %zu at %.3f s: isolated %d, expected %d", kills, t,
+                     json_is_true(json_object_get(e, "isolated")), alone);
         }
     }
     assert_int_equal(kills, 3);
