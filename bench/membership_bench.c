@@ -15,10 +15,12 @@
  *    goal of 3 per group.
  *
  *   membership_bench [--json] [--quick] [--kills N] [--steps N] [--groups N]
- *                    [--ranks R]
+ *                    [--ranks R] [--events N]
  *
  * --groups N measures formation for N groups only (no kills); --ranks R
- * gives every group R ranks in the formation measurements.
+ * gives every group R ranks in the formation measurements; --events N
+ * measures only what a best-effort event record costs the call that writes
+ * it (N appends), beside a plain put.
  *
  * Internally re-executes itself with --child to host the ranks it kills.
  */
@@ -347,12 +349,61 @@ out:
     return rc;
 }
 
+/* --------------------------------------------------------- event append --- */
+
+/*
+ * What a best-effort event record costs the call that writes it: a failed
+ * commit vote (its group's rank 0), graft_destroy() (the leave event) and a
+ * formation that changed the members wait for one. Beside it, a plain put
+ * through the same client: the floor of any etcd write.
+ */
+static int bench_events(int n, double *append_med, double *append_p99, double *put_med,
+                        double *put_p99)
+{
+    graft_etcd_config_t e = etcd_config();
+    graft_membership_config_t c = {0};
+    graft_membership_t *m = NULL;
+    graft_etcd_t *etcd = NULL;
+    double *a = calloc((size_t)n, sizeof(double)), *p = calloc((size_t)n, sizeof(double));
+    int rc = -1;
+    c.job = "bench-events";
+    c.etcd = &e;
+    c.ranks_per_group = 1;
+    c.lease_ttl_s = 10;
+    if (a == NULL || p == NULL || graft_membership_create(&c, &m) != GRAFT_OK ||
+        graft_etcd_create(&e, &etcd) != GRAFT_OK)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        graft_event_t ev = {.kind = GRAFT_EVENT_VOTE_RESULT, .step = (uint64_t)i,
+                            .detail = (char *)"membership_bench"};
+        double t0 = now_ms();
+        if (graft_membership_event_append(m, &ev) != GRAFT_OK)
+            goto out;
+        a[i] = now_ms() - t0;
+        t0 = now_ms();
+        if (graft_etcd_put(etcd, "/bench-events/put", "x", 1, 0, NULL, NULL) != GRAFT_OK)
+            goto out;
+        p[i] = now_ms() - t0;
+    }
+    *append_med = pct(a, (size_t)n, 0.5);
+    *append_p99 = pct(a, (size_t)n, 0.99);
+    *put_med = pct(p, (size_t)n, 0.5);
+    *put_p99 = pct(p, (size_t)n, 0.99);
+    rc = 0;
+out:
+    graft_etcd_destroy(etcd);
+    graft_membership_destroy(m);
+    free(a);
+    free(p);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--child") == 0)
         return argc == 4 ? child_main(argv) : 2;
     bool json = false, quick = false;
-    int kills = 20, steps = 8, only = 0, ranks = 1;
+    int kills = 20, steps = 8, only = 0, ranks = 1, events = 0;
     const graft_bench_arg_t cli[] = {
         GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
         GRAFT_BENCH_ARG("quick", GRAFT_BENCH_FLAG, &quick),
@@ -360,9 +411,11 @@ int main(int argc, char **argv)
         GRAFT_BENCH_ARG("steps", GRAFT_BENCH_INT, &steps),
         GRAFT_BENCH_ARG("groups", GRAFT_BENCH_INT, &only),
         GRAFT_BENCH_ARG("ranks", GRAFT_BENCH_INT, &ranks),
+        GRAFT_BENCH_ARG("events", GRAFT_BENCH_INT, &events),
     };
     if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
-                         "[--json] [--quick] [--kills N] [--steps N] [--groups N] [--ranks R]") !=
+                         "[--json] [--quick] [--kills N] [--steps N] [--groups N] [--ranks R] "
+                         "[--events N]") !=
         0)
         return 2;
     if (quick) {
@@ -383,6 +436,26 @@ int main(int argc, char **argv)
     if (graft_test_etcd_start(&T, NULL) != 0)
         return 1;
     endpoint = graft_etcd_server_endpoint(T.server);
+    if (events > 0) {
+        double am = 0, ap = 0, pm = 0, pp = 0;
+        int erc = bench_events(events, &am, &ap, &pm, &pp);
+        graft_test_etcd_stop(&T);
+        if (erc != 0) {
+            fprintf(stderr, "membership_bench: event appends failed\n");
+            return 1;
+        }
+        printf("best-effort event record, %d sequential appends (one rank)\n", events);
+        printf("  %-22s %10s %10s\n", "", "median ms", "p99 ms");
+        printf("  %-22s %10.2f %10.2f\n", "event append (txn)", am, ap);
+        printf("  %-22s %10.2f %10.2f\n", "plain put (the floor)", pm, pp);
+        printf("  ratio of medians: %.2fx\n", pm > 0 ? am / pm : 0);
+        if (json)
+            printf("{\"bench\":\"membership_events\",\"appends\":%d,"
+                   "\"event_append_ms_median\":%.3f,\"event_append_ms_p99\":%.3f,"
+                   "\"put_ms_median\":%.3f,\"put_ms_p99\":%.3f,\"ratio\":%.2f}\n",
+                   events, am, ap, pm, pp, pm > 0 ? am / pm : 0);
+        return 0;
+    }
     if (only > 0) {
         form_result_t f;
         int frc = bench_formation((uint32_t)only, (uint32_t)ranks, steps, &f);
