@@ -131,6 +131,11 @@ def test_metrics_agree_with_the_report(dashboard, sim):
     _, _, state = http_get(dashboard + "/api/state")
     state = json.loads(state)
     assert state["checkpoints"], "the checkpoint root is learnt from the checkpoint events"
-    assert all(c["state"] == "complete" for c in state["checkpoints"])
-    last = max(c["step"] for c in state["checkpoints"])
+    # A writer killed by the run can leave an incomplete directory, which
+    # retention keeps for a while (docs/FORMAT.md); nothing is corrupt.
+    states = {c["state"] for c in state["checkpoints"]}
+    assert states <= {"complete", "incomplete"}, states
+    complete = [c for c in state["checkpoints"] if c["state"] == "complete"]
+    assert complete
+    last = max(c["step"] for c in complete)
     assert fams["graft_checkpoint_last_step"].samples[0].value >= last
