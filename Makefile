@@ -12,6 +12,10 @@ ifeq ($(SAN),1)
 BUILD ?= build/san
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
+else ifeq ($(TSAN),1)
+BUILD ?= build/tsan
+SAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+OPT := -O1
 else
 BUILD ?= build
 SAN_FLAGS :=
@@ -105,7 +109,7 @@ PYTEST_DIRS :=
 PYTEST_DIRS += tests/dashboard
 PYTEST_DIRS += tests/python
 
-.PHONY: all lib demo check tests bench clean info deps layering
+.PHONY: all lib demo check check-tsan tests bench clean info deps layering
 .DEFAULT_GOAL := all
 
 all: lib $(BIN_PROGS) $(BENCH_PROGS)
@@ -191,6 +195,16 @@ check: deps
 	@$(MAKE) --no-print-directory all tests layering
 	@$(if $(strip $(PYTEST_DIRS)),BUILD=$(BUILD) sh scripts/python-env.sh)
 	@BUILD=$(BUILD) SAN=$(SAN) PYTEST_DIRS="$(PYTEST_DIRS)" sh scripts/run-tests.sh $(TEST_PROGS)
+
+# ThreadSanitizer tier (TSAN=1): the threaded parts that run under it (see
+# docs/ARCHITECTURE.md, "Build conventions", for what does not and why).
+TSAN_RUNTIME_FILTER := test_steady*
+TSAN_TESTS := test_etcd test_membership test_membership_failures test_persist test_persist_fsync \
+	test_transfer_msg test_runtime
+check-tsan: deps
+	@$(MAKE) --no-print-directory TSAN=1 $(addprefix build/tsan/tests/,$(TSAN_TESTS))
+	@BUILD=build/tsan TSAN=1 TEST_FILTER="$(TSAN_RUNTIME_FILTER)" sh scripts/run-tests.sh \
+		$(addprefix build/tsan/tests/,$(TSAN_TESTS))
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -5,7 +5,7 @@
 # A program that crashes or times out counts as one more failure.
 #
 # Environment: TEST_TIMEOUT (seconds per program, default 600), SAN=1 when
-# the programs were built with sanitizers, TESTS_FILTER (substring of the
+# the programs were built with sanitizers, TSAN=1 with ThreadSanitizer, TESTS_FILTER (substring of the
 # program name to run only some), PYTEST_DIRS (folders of pytest suites,
 # run after the programs with $PYTHON, default build/venv/bin/python; each
 # pytest test counts as one test in the total).
@@ -27,6 +27,10 @@ if [ "${SAN:-0}" = 1 ]; then
     export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:protect_shadow_gap=0}"
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+fi
+if [ "${TSAN:-0}" = 1 ]; then
+    export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+    export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1 allocator_may_return_null=1 second_deadlock_stack=1}"
 fi
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/graft-tests.XXXXXX")
