@@ -60,6 +60,19 @@ void graft__cuda_host_free(void *host);
 GRAFT_WUR graft_status_t graft__cuda_copy(void *dst, const void *src, uint64_t bytes,
                                           bool to_device);
 
+/* Cryptography (common/crypto.c, libcrypto). A MAC is HMAC-SHA256. */
+#define GRAFT_MOD_CRYPTO "crypto"
+#define GRAFT_MAC_BYTES 32u
+/* Nonces of the transfer handshake. */
+#define GRAFT_NONCE_BYTES 16u
+GRAFT_WUR graft_status_t graft__random_bytes(void *buf, size_t n);
+GRAFT_WUR graft_status_t graft__hmac_sha256(const void *key, size_t key_len, const void *msg,
+                                            size_t msg_len, uint8_t out[GRAFT_MAC_BYTES]);
+/* @p a (a_len bytes from a peer) equals @p b, compared in constant time. */
+bool graft__mac_equal(const void *a, size_t a_len, const uint8_t b[GRAFT_MAC_BYTES]);
+/* Append @p v big-endian at buf[at]; returns the new length (MAC inputs). */
+size_t graft__mac_put_u64(uint8_t *buf, size_t at, uint64_t v);
+
 /* Clocks. */
 uint64_t graft__now_ns(void);      /* CLOCK_MONOTONIC */
 uint64_t graft__wall_ns(void);     /* CLOCK_REALTIME */

@@ -19,9 +19,11 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -fPIC $(WARN) $(FUZZ_SAN) \
 	$(PKG_CFLAGS) $(CUDA_CFLAGS)
 FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
 FUZZ_PROGS := $(FUZZ_SRCS:fuzz/%.c=$(FUZZ_BUILD)/bin/%)
-# The decoders live below runtime/, so the runtime is left out.
-FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(filter-out runtime/%,$(LIB_SRCS))) \
-	$(FUZZ_BUILD)/obj/proto/graft.pb-c.o
+# The decoders live below runtime/, so the runtime is left out, but for the
+# files of its own decoders of outside bytes (steady-path messages, records).
+FUZZ_RT_SRCS := runtime/runtime_stepmsg.c runtime/runtime_records.c
+FUZZ_LIB_OBJS := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(filter-out runtime/%,$(LIB_SRCS)) \
+	$(FUZZ_RT_SRCS)) $(FUZZ_BUILD)/obj/proto/graft.pb-c.o
 FUZZ_LIB := $(FUZZ_BUILD)/libgraft-fuzz.a
 
 .PHONY: fuzz fuzz-build fuzz-seeds
@@ -41,13 +43,13 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJS)
 
 $(FUZZ_BUILD)/bin/%: fuzz/%.c fuzz/harness_init.c fuzz/fuzz_common.h $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -I. -Imembership -Ipersist -Itransfer -fsanitize=fuzzer \
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -I. -Imembership -Ipersist -Itransfer -Iruntime -fsanitize=fuzzer \
 		-o $@ $< fuzz/harness_init.c $(FUZZ_LIB) $(LDLIBS_ALL)
 
 # The seed writer is an ordinary program against the ordinary library.
 $(BUILD)/fuzz/make_seeds: fuzz/make_seeds.c $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Imembership -Ipersist -Itransfer $(LDFLAGS_ALL) -o $@ $< $(LIB_A) \
+	$(CC) $(CFLAGS_ALL) -Imembership -Ipersist -Itransfer -Iruntime $(LDFLAGS_ALL) -o $@ $< $(LIB_A) \
 		$(LDLIBS_ALL)
 
 fuzz-seeds: $(BUILD)/fuzz/make_seeds

@@ -42,11 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 1;
     bool oom = false;
     ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0: {
         Graft__TransferRequest *r = graft__transfer_request__unpack(&pa, len, msg);
         if (r != NULL) {
-            sink += r->job_token != NULL ? strlen(r->job_token) : 0;
+            sink += r->nonce.len + r->mac.len + r->step;
             graft__transfer_request__free_unpacked(r, &graft__pb_allocator);
         }
         break;
@@ -67,6 +67,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m != NULL) {
             sink += m->step + m->group + m->rank + m->barrier_round + (uint64_t)m->kind;
             graft__step_message__free_unpacked(m, &graft__pb_allocator);
+        }
+        break;
+    }
+    case 5: {
+        /* The donor's challenge, the first message a recipient reads. */
+        Graft__TransferChallenge *c = graft__transfer_challenge__unpack(&pa, len, msg);
+        if (c != NULL) {
+            sink += c->nonce.len + c->version;
+            graft__transfer_challenge__free_unpacked(c, &graft__pb_allocator);
         }
         break;
     }

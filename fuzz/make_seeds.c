@@ -9,6 +9,7 @@
 #include "etcd_internal.h"
 #include "membership_internal.h"
 #include "persist_internal.h"
+#include "runtime_internal.h"
 #include "transfer_int.h"
 
 #include <errno.h>
@@ -222,13 +223,24 @@ static void transfer_seeds(void)
 {
     Graft__TransferRequest req = GRAFT__TRANSFER_REQUEST__INIT;
     req.version = GRAFT__XFER_WIRE_VERSION;
-    req.job_token = "job-token";
+    static uint8_t nonce[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    static uint8_t mac[32] = {7};
+    req.nonce.data = nonce;
+    req.nonce.len = sizeof(nonce);
+    req.mac.data = mac;
+    req.mac.len = sizeof(mac);
     req.step = 57;
     req.layout_hash = 0x1234abcdull;
     req.recipient_group = 1;
     req.rank = 0;
     req.request_id = 99;
     pack_seed("request", 0, &req.base);
+
+    Graft__TransferChallenge ch = GRAFT__TRANSFER_CHALLENGE__INIT;
+    ch.version = GRAFT__XFER_WIRE_VERSION;
+    ch.nonce.data = nonce;
+    ch.nonce.len = sizeof(nonce);
+    pack_seed("challenge", 5, &ch.base);
 
     Graft__TransferDone done = GRAFT__TRANSFER_DONE__INIT;
     done.version = GRAFT__XFER_WIRE_VERSION;
@@ -365,6 +377,25 @@ static void shard_record_seeds(void)
         die(cmd);
 }
 
+/* fuzz_runtime_msg: a steady-path message under the harness's secret
+ * (byte 0 even) and a job secret record (byte 0 odd). */
+static void runtime_seeds(void)
+{
+    static const uint8_t secret[] = "fuzz-secret-of-sixteen-bytes-or-more";
+    graft__step_msg_t m = {.kind = 4, .quorum_id = 7, .members_hash = 0x1234, .epoch_round = 3,
+                           .step = 57, .group = 1, .rank = 0, .round = 0, .ok = true};
+    uint8_t buf[256], even = 0, odd = 1;
+    size_t len = 0;
+    if (graft__rt_step_encode(secret, sizeof(secret) - 1, &m, buf, sizeof(buf), &len) != GRAFT_OK)
+        die("step message");
+    seed("fuzz_runtime_msg", "vote", &even, 1, buf, len);
+    uint8_t *rec = NULL;
+    if (graft__rt_secret_encode(secret, 32, &rec, &len) != GRAFT_OK)
+        die("secret record");
+    seed("fuzz_runtime_msg", "secret", &odd, 1, rec, len);
+    graft_free(rec);
+}
+
 int main(void)
 {
     if (mkdir("fuzz/corpus", 0755) != 0 && errno != EEXIST)
@@ -374,5 +405,6 @@ int main(void)
     transfer_seeds();
     persist_seeds();
     shard_record_seeds();
+    runtime_seeds();
     return 0;
 }

@@ -70,7 +70,7 @@ static const field_t fields[] = {
     UINT(transfer_max_recipients, 1, 1024, "4"),
     CHOICE(transfer_backend, backend_names),
     UINT(cuda_device, 0, 1023, "0"),
-    STR(job_token),
+    STR(job_secret_file),
     STR(persist_root),
     UINT(persist_every, 1, UINT32_MAX, "100"),
     UINT(persist_keep_last, 1, 1u << 20, "3"),

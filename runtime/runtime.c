@@ -26,7 +26,7 @@ static graft_status_t config_copy(const graft_config_t *src, graft_config_t **ds
     *c = *src;
     char **slots[] = {&c->job,       &c->etcd_endpoints, &c->etcd_user, &c->etcd_password,
                       &c->etcd_ca,   &c->etcd_cert,      &c->etcd_key,  &c->transfer_address,
-                      &c->transfer_advertise, &c->job_token, &c->persist_root,
+                      &c->transfer_advertise, &c->job_secret_file, &c->persist_root,
                       &c->persist_second_root};
     const char *vals[GRAFT_ARRAY_SIZE(slots)];
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(slots); i++) {
@@ -58,7 +58,8 @@ static graft_status_t endpoint_open(graft_runtime_t *rt)
     graft_transfer_config_t tc = {
         .listen_address = addr[0] != '\0' ? addr : "127.0.0.1",
         .advertise_address = adv != NULL && adv[0] != '\0' ? adv : NULL,
-        .job_token = rt->cfg->job_token != NULL ? rt->cfg->job_token : rt->cfg->job,
+        .job_secret = rt->secret,
+        .job_secret_len = rt->secret_len,
         .group = rt->group,
         .rank = rt->rank,
         .chunk_bytes = rt->cfg->transfer_chunk_bytes,
@@ -124,6 +125,11 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft_etcd_create(&rt->etcd_cfg, &rt->etcd);
     if (st != GRAFT_OK)
         goto fail;
+    /* The endpoint keys its handshake with the job secret: it comes first
+     * (from etcd unless the environment or a file gives it). */
+    st = graft__rt_secret_load(rt);
+    if (st != GRAFT_OK)
+        goto fail;
     st = endpoint_open(rt);
     if (st != GRAFT_OK)
         goto fail;
@@ -169,6 +175,7 @@ void graft_destroy(graft_runtime_t *rt)
     graft__rt_skip_free(rt);
     graft_etcd_endpoints_free(rt->endpoints, rt->n_endpoints);
     graft_free(rt->prefix);
+    explicit_bzero(rt->secret, sizeof(rt->secret));
     graft_config_destroy(rt->cfg);
     pthread_mutex_destroy(&rt->mu);
     pthread_mutex_destroy(&rt->ev_mu);

@@ -37,7 +37,7 @@ struct graft_config {
     uint64_t transfer_max_recipients;
     graft_transfer_backend_t transfer_backend;
     uint64_t cuda_device;
-    char *job_token;
+    char *job_secret_file; /* the secret itself is never a setting (docs/SECURITY.md) */
     char *persist_root;
     uint64_t persist_every;
     uint64_t persist_keep_last;

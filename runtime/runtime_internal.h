@@ -80,6 +80,10 @@ struct graft_runtime {
     size_t n_endpoints;
     graft_etcd_t *etcd;
     char *prefix;          /* "/graft/<job>/" */
+    /* The job secret (runtime_secret.c): keys the transfer handshake and
+     * the steady path's MACs; wiped at graft_destroy(). */
+    uint8_t secret[GRAFT_TRANSFER_SECRET_MAX_BYTES];
+    size_t secret_len;
 
     graft_transfer_endpoint_t *ep;
     graft_membership_t *m;
@@ -114,6 +118,7 @@ struct graft_runtime {
     bool serving;
     uint32_t n_recipients;
     graft__rt_peer_t *peers; /* the recipients this rank serves */
+    uint64_t refused_seen;   /* graft_transfer_refused_count() last recorded */
     size_t n_peers;
     bool cold_sync;        /* step-0 initial sync in this quorum */
     /* A relay (runtime_fanout.c): serves rt->peers once its heal ends;
@@ -195,6 +200,40 @@ void graft__rt_relay_abandon(graft_runtime_t *rt);
 /* graft_commit(): the fence, then the serve's end. */
 void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q);
 
+/* runtime_secret.c: the job secret from GRAFT_JOB_SECRET, job_secret_file
+ * or the job's record in etcd, in that order (docs/SECURITY.md), into
+ * rt->secret. GRAFT_EINVAL (a secret too short or too long, a file that is
+ * missing or open to group or others: logged naming where it came from,
+ * never its content); an etcd error; GRAFT_EMALFORMED, GRAFT_EFORMAT (a
+ * record in etcd it cannot read). */
+GRAFT_WUR graft_status_t graft__rt_secret_load(graft_runtime_t *rt);
+
+/* runtime_stepmsg.c: the steady path's message (StepMessage) and its MAC,
+ * apart from the code that sends and waits for them. */
+typedef struct graft__step_msg {
+    int kind; /* Graft__StepMessage__Kind */
+    uint64_t quorum_id, members_hash, epoch_round, step;
+    uint32_t group, rank, round; /* round: the barrier round */
+    bool ok;
+} graft__step_msg_t;
+/* HMAC-SHA256 under the job secret over "graft/step/v1" and each field
+ * (kind, quorum_id, members_hash, epoch_round, step, group, rank, round,
+ * ok) as a big-endian u64. */
+GRAFT_WUR graft_status_t graft__rt_step_mac(const uint8_t *secret, size_t secret_len,
+                                            const graft__step_msg_t *m,
+                                            uint8_t out[GRAFT_MAC_BYTES]);
+/* m with its MAC into buf (cap bytes); GRAFT_ERANGE when it does not fit. */
+GRAFT_WUR graft_status_t graft__rt_step_encode(const uint8_t *secret, size_t secret_len,
+                                               const graft__step_msg_t *m, uint8_t *buf,
+                                               size_t cap, size_t *len_p);
+/* A received message, *m_p only when authentic: GRAFT_OK; GRAFT_ETOKEN
+ * (no MAC, or a wrong one: forged, or keyed with another secret);
+ * GRAFT_EPROTO (not a StepMessage); GRAFT_EFORMAT (another version);
+ * GRAFT_ENOMEM. */
+GRAFT_WUR graft_status_t graft__rt_step_decode(const uint8_t *secret, size_t secret_len,
+                                               const uint8_t *buf, size_t len,
+                                               graft__step_msg_t *m_p);
+
 /* runtime_steady.c: steps agreed between the members, without etcd. */
 /* After a quorum formed in etcd: remember its epoch and the members'
  * addresses (with steady_path = peers). */
@@ -270,6 +309,15 @@ char *graft__rt_key_progress(const graft_runtime_t *rt);
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step);
 char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step);
 char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank);
+char *graft__rt_key_secret(const graft_runtime_t *rt);
+/* The JobSecret record of `secret`; the caller wipes and frees *buf_p. */
+GRAFT_WUR graft_status_t graft__rt_secret_encode(const uint8_t *secret, size_t len,
+                                                 uint8_t **buf_p, size_t *len_p);
+/* Decode a JobSecret into secret (cap bytes): GRAFT_EMALFORMED (not one,
+ * or a secret shorter than GRAFT_TRANSFER_SECRET_MIN_BYTES or longer than cap),
+ * GRAFT_EFORMAT (another version), GRAFT_ENOMEM. */
+GRAFT_WUR graft_status_t graft__rt_secret_decode(const uint8_t *buf, size_t len, uint8_t *secret,
+                                                 size_t cap, size_t *len_p);
 /* A DriftRecord of this rank's region hashes (indexed like rt->regions). */
 GRAFT_WUR graft_status_t graft__rt_drift_encode(const graft_runtime_t *rt, const uint64_t *hashes,
                                                 uint8_t **buf_p, size_t *len_p);

@@ -2,8 +2,9 @@
  * The records the runtime keeps in etcd under /graft/<job>/ (docs/KEYS.md):
  * one function per key, and the encoding of each value. Values are
  * protobuf messages from proto/graft.proto: ProgressRecord at progress,
- * DriftRecord under drift/, CheckpointRecord under checkpoints/, and under
- * ckpt/ the persist shard records (ShardInfo, encoded by persist/).
+ * JobSecret at secret, DriftRecord under drift/, CheckpointRecord under
+ * checkpoints/, and under ckpt/ the persist shard records (ShardInfo,
+ * encoded by persist/).
  */
 #include "runtime_internal.h"
 
@@ -70,6 +71,12 @@ char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step)
 char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank)
 {
     return graft__asprintf("%sckpt/%020" PRIu64 "/shard/%" PRIu32, rt->prefix, step, rank);
+}
+
+/* Who may read this key is who may read the job (docs/SECURITY.md). */
+char *graft__rt_key_secret(const graft_runtime_t *rt)
+{
+    return graft__asprintf("%ssecret", rt->prefix);
 }
 
 /* -------------------------------------------------------------- values --- */
@@ -200,5 +207,38 @@ graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job, uint64_t
         st = graft__rt_progress_decode(kv.value, kv.value_len, step_p);
     graft_etcd_kv_clear(&kv);
     graft_free(key);
+    return st;
+}
+
+graft_status_t graft__rt_secret_encode(const uint8_t *secret, size_t len, uint8_t **buf_p,
+                                       size_t *len_p)
+{
+    Graft__JobSecret rec = GRAFT__JOB_SECRET__INIT;
+    rec.version = RECORD_VERSION;
+    rec.secret.data = (uint8_t *)secret;
+    rec.secret.len = len;
+    return pack(&rec.base, buf_p, len_p);
+}
+
+graft_status_t graft__rt_secret_decode(const uint8_t *buf, size_t len, uint8_t *secret, size_t cap,
+                                       size_t *len_p)
+{
+    bool oom = false;
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
+    Graft__JobSecret *rec = graft__job_secret__unpack(&pa, len, buf);
+    if (rec == NULL)
+        return oom ? GRAFT_ENOMEM : GRAFT_EMALFORMED;
+    graft_status_t st = GRAFT_OK;
+    if (rec->version != RECORD_VERSION)
+        st = rec->version == 0 ? GRAFT_EMALFORMED : GRAFT_EFORMAT;
+    else if (rec->secret.len < GRAFT_TRANSFER_SECRET_MIN_BYTES || rec->secret.len > cap)
+        st = GRAFT_EMALFORMED;
+    if (st == GRAFT_OK) {
+        memcpy(secret, rec->secret.data, rec->secret.len);
+        *len_p = rec->secret.len;
+    }
+    if (rec->secret.data != NULL)
+        explicit_bzero(rec->secret.data, rec->secret.len);
+    graft__job_secret__free_unpacked(rec, &graft__pb_allocator);
     return st;
 }

@@ -113,13 +113,50 @@ static bool fence_peers_finished(graft_runtime_t *rt, const graft_quorum_t *q)
     return true;
 }
 
+/* Only the recipients the round's plan gives this group (rt->peers, from
+ * the quorum record) may pull this step: any other holder of the job
+ * secret is refused (docs/SECURITY.md). */
+static graft_status_t serve_only_recipients(graft_runtime_t *rt)
+{
+    uint32_t *groups = graft__calloc(rt->n_peers + 1, sizeof(*groups));
+    if (groups == NULL)
+        return GRAFT_ENOMEM;
+    for (size_t i = 0; i < rt->n_peers; i++)
+        groups[i] = rt->peers[i].group;
+    /* Serving nobody: an empty list would lift the restriction, so name a
+     * group that cannot exist. */
+    size_t n = rt->n_peers;
+    if (n == 0)
+        groups[n++] = UINT32_MAX;
+    graft_status_t st = graft_transfer_serve_recipients(rt->ep, groups, n);
+    graft_free(groups);
+    return st;
+}
+
+/* Requests refused for who sent them (no proof of the job secret, or not a
+ * recipient of the step) since the last look: one event in the job's
+ * history per serve that saw any, for the operator. */
+static void refusals_record(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    uint64_t n = graft_transfer_refused_count(rt->ep);
+    if (n == rt->refused_seen)
+        return;
+    char detail[128];
+    snprintf(detail, sizeof(detail), "%" PRIu64 " transfer request(s) refused while serving: "
+             "no proof of the job secret, or not a recipient of the step", n - rt->refused_seen);
+    rt->refused_seen = n;
+    graft__rt_job_event(rt, GRAFT_EVENT_ERROR, q->step, false, 0, detail);
+}
+
 /* Serve q's step to rt->peers: over UCX (every region, or the host ones
  * when CUDA regions go over NCCL pairs) and over NCCL to the peers that
  * pair with this rank. rt->n_recipients becomes the number of completions
  * the fence waits for. */
 graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    graft_status_t st = graft_transfer_serve_begin(rt->ep, q->step);
+    graft_status_t st = serve_only_recipients(rt);
+    if (st == GRAFT_OK)
+        st = graft_transfer_serve_begin(rt->ep, q->step);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "cannot serve step %" PRIu64 ": %s", q->step,
                     graft_status_string(st));
@@ -137,7 +174,9 @@ graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *
  * state is in (heal_main). */
 graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    graft_status_t st = graft_transfer_serve_expect(rt->ep, q->step);
+    graft_status_t st = serve_only_recipients(rt);
+    if (st == GRAFT_OK)
+        st = graft_transfer_serve_expect(rt->ep, q->step);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "cannot announce the serve of step %" PRIu64 ": %s", q->step,
                     graft_status_string(st));
@@ -222,6 +261,7 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
     graft__rt_nccl_serve_join(rt); /* they read the regions until they end */
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end: not serving");
+    refusals_record(rt, q);
     rt->serving = false;
     graft__rt_peers_free(rt);
 }

@@ -21,12 +21,14 @@
  * says no. Any no, timeout or transport error ends the epoch for this rank:
  * the step is taken through etcd, which forms the next epoch without
  * whoever is missing.
+ *
+ * Every message carries a MAC under the job secret (runtime_stepmsg.c); one
+ * without a valid MAC is dropped before it is looked at, so a process that
+ * does not hold the secret can neither say yes nor no for a member.
  */
 #include "runtime_internal.h"
 
 #include "proto/graft.pb-c.h"
-
-#include "pb_alloc.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -38,6 +40,8 @@
 #define STEADY_DRAIN_MS 500u
 /* Early messages kept for a later phase of the epoch. */
 #define STEADY_STASH 256u
+/* Dropped messages (no valid MAC) are logged at most this often. */
+#define STEADY_REJECT_LOG_NS 1000000000ull
 
 typedef struct steady_msg {
     uint64_t id; /* the epoch: quorum id, members hash and etcd round, mixed */
@@ -55,6 +59,8 @@ struct graft__steady {
     bool ready;            /* the last step ended so that the next may go this way */
     steady_msg_t stash[STEADY_STASH];
     size_t n_stash;
+    uint64_t rejected_log_ns;  /* when dropped messages were last logged */
+    uint64_t rejected_unlogged; /* dropped since */
 };
 
 static void steady_clear(graft__steady_t *s)
@@ -197,22 +203,23 @@ static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, ui
                                uint32_t round, bool ok, uint64_t deadline)
 {
     const graft_quorum_t *e = rt->steady->epoch;
-    Graft__StepMessage m = GRAFT__STEP_MESSAGE__INIT;
+    const graft__step_msg_t m = {
+        .kind = kind,
+        .quorum_id = e->id,
+        .members_hash = e->members_hash,
+        .epoch_round = e->round,
+        .step = step,
+        .group = rt->group,
+        .rank = rt->rank,
+        .round = round,
+        .ok = ok,
+    };
     uint8_t buf[256];
-    m.version = 1;
-    m.kind = (Graft__StepMessage__Kind)kind;
-    m.quorum_id = e->id;
-    m.members_hash = e->members_hash;
-    m.epoch_round = e->round;
-    m.step = step;
-    m.group = rt->group;
-    m.rank = rt->rank;
-    m.barrier_round = round;
-    m.ok = ok;
-    size_t len = graft__step_message__get_packed_size(&m);
-    if (len > sizeof(buf))
-        return GRAFT_EINVAL;
-    graft__step_message__pack(&m, buf);
+    size_t len = 0;
+    graft_status_t st = graft__rt_step_encode(rt->secret, rt->secret_len, &m, buf, sizeof(buf),
+                                              &len);
+    if (st != GRAFT_OK)
+        return st;
     uint64_t now = graft__now_ns();
     uint32_t ms = now >= deadline ? 1 : (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1,
                                                            UINT32_MAX);
@@ -227,21 +234,49 @@ static uint64_t epoch_key(uint64_t id, uint64_t members_hash, uint64_t round)
     return id ^ members_hash ^ (round * 0x9e3779b97f4a7c15ull);
 }
 
-/* Decode a received message; false for one that is not of this epoch. */
-static bool msg_decode(const graft_runtime_t *rt, const uint8_t *buf, size_t len, steady_msg_t *out)
+/* A message without a valid MAC: counted, and logged at most once a
+ * second (a flood of them must not flood the log too). */
+static void msg_rejected(graft_runtime_t *rt)
+{
+    graft__steady_t *s = rt->steady;
+    uint64_t now = graft__now_ns();
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.steady_rejected++;
+    pthread_mutex_unlock(&rt->mu);
+    s->rejected_unlogged++;
+    if (s->rejected_log_ns != 0 && now - s->rejected_log_ns < STEADY_REJECT_LOG_NS)
+        return;
+    GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": steady path: %" PRIu64
+               " message(s) without a valid MAC dropped (forged, or sent with another job "
+               "secret)", rt->group, rt->rank, s->rejected_unlogged);
+    s->rejected_unlogged = 0;
+    s->rejected_log_ns = now;
+}
+
+typedef enum { MSG_DROPPED, MSG_OTHER_EPOCH, MSG_OF_EPOCH } msg_class_t;
+
+/* Decode and authenticate a received message. Only an authentic one is
+ * written to *out; MSG_OF_EPOCH when it names this epoch. */
+static msg_class_t msg_decode(graft_runtime_t *rt, const uint8_t *buf, size_t len,
+                              steady_msg_t *out)
 {
     const graft_quorum_t *e = rt->steady->epoch;
-    Graft__StepMessage *m = graft__step_message__unpack(&graft__pb_allocator, len, buf);
-    if (m == NULL) {
-        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "steady path: a message that does not decode dropped");
-        return false;
+    graft__step_msg_t m;
+    graft_status_t st = graft__rt_step_decode(rt->secret, rt->secret_len, buf, len, &m);
+    if (st == GRAFT_ETOKEN) {
+        msg_rejected(rt);
+        return MSG_DROPPED;
     }
-    bool mine = m->version == 1 && m->quorum_id == e->id &&
-                m->members_hash == e->members_hash && m->epoch_round == e->round;
-    *out = (steady_msg_t){epoch_key(m->quorum_id, m->members_hash, m->epoch_round), m->kind,
-                          m->step, m->group, m->rank, m->barrier_round, m->ok};
-    graft__step_message__free_unpacked(m, &graft__pb_allocator);
-    return mine;
+    if (st != GRAFT_OK) {
+        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "steady path: a message dropped: %s",
+                    graft_status_string(st));
+        return MSG_DROPPED;
+    }
+    *out = (steady_msg_t){epoch_key(m.quorum_id, m.members_hash, m.epoch_round), m.kind, m.step,
+                          m.group, m.rank, m.round, m.ok};
+    return m.quorum_id == e->id && m.members_hash == e->members_hash && m.epoch_round == e->round
+               ? MSG_OF_EPOCH
+               : MSG_OTHER_EPOCH;
 }
 
 static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int kind, uint64_t step,
@@ -325,10 +360,15 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
             }
             continue;
         }
-        quiet_since = 0;
+        if (st != GRAFT_OK)
+            continue;
+        /* Only a member's message shows that members are still talking:
+         * forged ones must not keep a wait from giving up. */
         steady_msg_t m;
-        if (st != GRAFT_OK || !msg_decode(rt, buf, len, &m) || m.step < step ||
-            m.kind == GRAFT__STEP_MESSAGE__KIND__CONNECT)
+        msg_class_t c = msg_decode(rt, buf, len, &m);
+        if (c != MSG_DROPPED)
+            quiet_since = 0;
+        if (c != MSG_OF_EPOCH || m.step < step || m.kind == GRAFT__STEP_MESSAGE__KIND__CONNECT)
             continue;
         if (msg_matches(rt, &m, kind, step, group, rank, round)) {
             *ok_p = m.ok;

@@ -472,7 +472,11 @@ static void test_transfer_messages(void **state)
 
     Graft__TransferRequest req = GRAFT__TRANSFER_REQUEST__INIT;
     req.version = 1;
-    req.job_token = "token";
+    static uint8_t nonce[16] = {1}, mac[32] = {2};
+    req.nonce.data = nonce;
+    req.nonce.len = sizeof(nonce);
+    req.mac.data = mac;
+    req.mac.len = sizeof(mac);
     req.step = 57;
     pack(&req.base, &b);
     assert_true(torture("transfer request", dec_xfer_request, &b, false) > 0);

@@ -33,6 +33,7 @@
 
 #include "etcd_fixture.h"
 #include "runtime/runtime_internal.h"
+#include "test_runtime_util.h"
 #include "proto/graft.pb-c.h"
 
 #include <jansson.h>
@@ -43,7 +44,6 @@
 #define MAX_PROCS 16
 
 static char trainer[1100];
-static graft_test_etcd_t etcd;
 
 typedef struct proc {
     pid_t pid;
@@ -1470,95 +1470,7 @@ static void test_progressed_job_no_cold_start(void **state)
 
 /* ------------------------------------------- two runtimes, one process --- */
 
-/* A runtime of group `group` of a 2-group strict job, against the test's
- * etcd, with timeouts short enough for a test, and setting `name` to
- * `value` when name is not NULL. */
-static graft_runtime_t *make_rt_set(const char *job, int group, const char *name,
-                                    const char *value)
-{
-    graft_config_t *c = NULL;
-    graft_runtime_t *rt = NULL;
-    char g[16];
-    snprintf(g, sizeof(g), "%d", group);
-    assert_int_equal(graft_config_create(&c), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "groups", "2", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "group", g, NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
-                                      NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "lease_ttl_ms", "2000", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "join_timeout_ms", "1000", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "fence_timeout_ms", "5000", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "stall_timeout_ms", "2000", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "quorum_timeout_ms", "30000", NULL), GRAFT_OK);
-    if (name != NULL)
-        assert_int_equal(graft_config_set(c, name, value, NULL), GRAFT_OK);
-    assert_int_equal(graft_init(c, &rt), GRAFT_OK);
-    graft_config_destroy(c);
-    return rt;
-}
-
-static graft_runtime_t *make_rt(const char *job, int group)
-{
-    return make_rt_set(job, group, NULL, NULL);
-}
-
-/* Two host regions "a" and "b", filled with va and vb. */
-static void register_ab(graft_runtime_t *rt, uint64_t *a, uint64_t *b, size_t n, uint64_t va,
-                        uint64_t vb)
-{
-    for (size_t i = 0; i < n; i++) {
-        a[i] = va;
-        b[i] = vb;
-    }
-    graft_region_t ra = {"a", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, a, n * 8, 0, 0};
-    graft_region_t rb = {"b", GRAFT_REGION_OPTIM, 0, GRAFT_DEVICE_HOST, b, n * 8, 0, 0};
-    assert_int_equal(graft_region_register(rt, &ra), GRAFT_OK);
-    assert_int_equal(graft_region_register(rt, &rb), GRAFT_OK);
-}
-
-/* One step of one runtime, run on its own thread: cmocka's assertions
- * belong to the main thread, so it records what happened instead. */
-typedef struct peer {
-    graft_runtime_t *rt;
-    const char *publish;  /* publish this blob after the heal (NULL: do not) */
-    bool read_blob;       /* wait for the quorum's blob, then try to publish */
-    graft_status_t q_st, heal_st, pub_st, get_st, late_pub_st, commit_st;
-    graft_step_info_t info;
-    char blob[64];
-    size_t blob_len;
-    bool apply;
-} peer_t;
-
-static void *peer_step(void *arg)
-{
-    peer_t *p = arg;
-    p->q_st = graft_quorum(p->rt, &p->info);
-    if (p->q_st != GRAFT_OK)
-        return NULL;
-    p->heal_st = graft_heal_wait(p->rt);
-    if (p->publish != NULL)
-        p->pub_st = graft_quorum_blob_publish(p->rt, p->publish, strlen(p->publish));
-    if (p->read_blob) {
-        p->get_st = graft_quorum_blob_get(p->rt, p->info.quorum_id, 20000, p->blob,
-                                          sizeof(p->blob) - 1, &p->blob_len);
-        p->late_pub_st = graft_quorum_blob_publish(p->rt, "late", 4);
-    }
-    p->commit_st = graft_commit(p->rt, &p->apply);
-    return NULL;
-}
-
-/* One step of both runtimes at once (p1 on its own thread); both must
- * have formed the quorum. */
-static void step_pair(peer_t *p0, peer_t *p1)
-{
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, peer_step, p1), 0);
-    peer_step(p0);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(p0->q_st, GRAFT_OK);
-    assert_int_equal(p1->q_st, GRAFT_OK);
-}
+/* make_rt(), register_ab(), peer_step(), step_pair(): test_runtime_util.h. */
 
 static void expect_blob(graft_runtime_t *rt, uint64_t quorum_id, const char *want)
 {

@@ -16,6 +16,9 @@
 
 /* ---- local API checks ---------------------------------------------------- */
 
+/* An endpoint made by hand: the defaults and the tests' secret. */
+static const graft_transfer_config_t tf_config = {TF_SECRET};
+
 static void test_api_misuse(void **state)
 {
     (void)state;
@@ -23,14 +26,19 @@ static void test_api_misuse(void **state)
     uint8_t buf[64];
     graft_transfer_region_t r = {.name = "a", .kind = GRAFT_TRANSFER_REGION_PARAM, .ptr = buf,
                                  .bytes = sizeof(buf)};
-    graft_transfer_config_t bad = {.listen_address = "not-an-ip"};
+    graft_transfer_config_t bad = {.listen_address = "not-an-ip", TF_SECRET};
     uint64_t h0, h1;
 
     assert_int_equal(graft_transfer_endpoint_create(NULL, NULL), GRAFT_EINVAL);
     assert_int_equal(graft_transfer_endpoint_create(&bad, &ep), GRAFT_EINVAL);
     assert_null(ep);
+    /* No secret, or one too short to be one: refused. */
+    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_EINVAL);
+    graft_transfer_config_t weak = {.job_secret = "job-name", .job_secret_len = 8};
+    assert_int_equal(graft_transfer_endpoint_create(&weak, &ep), GRAFT_EINVAL);
+    assert_null(ep);
     graft_transfer_endpoint_destroy(NULL);
-    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    assert_int_equal(graft_transfer_endpoint_create(&tf_config, &ep), GRAFT_OK);
     assert_non_null(strchr(graft_transfer_endpoint_address(ep), ':'));
     assert_int_equal(graft_transfer_layout_hash(ep, &h0), GRAFT_OK);
     assert_int_equal(graft_transfer_region_register(ep, &r), GRAFT_OK);
@@ -76,7 +84,7 @@ static void test_alloc_failures(void **state)
 
     for (int n = 0; n < 64 && !completed; n++) {
         graft_transfer_endpoint_t *ep = NULL;
-        graft_transfer_config_t cfg = {.chunk_bytes = 4096};
+        graft_transfer_config_t cfg = {.chunk_bytes = 4096, TF_SECRET};
         graft_transfer_region_t ra = {.name = "a", .kind = 1, .ptr = a, .bytes = sizeof(a)};
         graft_transfer_region_t rb = {.name = "b", .kind = 2, .ptr = b, .bytes = sizeof(b)};
         graft_status_t st;
@@ -112,7 +120,7 @@ static void test_host_alloc(void **state)
     uint8_t foreign[64];
     void *untouched = (void *)0x1;
 
-    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    assert_int_equal(graft_transfer_endpoint_create(&tf_config, &ep), GRAFT_OK);
     assert_int_equal(graft_transfer_host_alloc(NULL, 64, (void **)&a), GRAFT_EINVAL);
     assert_int_equal(graft_transfer_host_alloc(ep, 64, NULL), GRAFT_EINVAL);
     assert_int_equal(graft_transfer_host_alloc(ep, 0, &untouched), GRAFT_EINVAL);
@@ -177,7 +185,7 @@ static void test_host_alloc_failures(void **state)
     graft_transfer_endpoint_t *ep = NULL;
     bool completed = false;
 
-    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    assert_int_equal(graft_transfer_endpoint_create(&tf_config, &ep), GRAFT_OK);
     for (int n = 0; n < 16 && !completed; n++) {
         void *p = (void *)0x1;
         graft_test_alloc_fail_after(n);
@@ -199,7 +207,10 @@ static void test_host_alloc_failures(void **state)
 static graft_status_t address_for(const graft_transfer_config_t *cfg, char *addr, size_t size)
 {
     graft_transfer_endpoint_t *ep = NULL;
-    graft_status_t st = graft_transfer_endpoint_create(cfg, &ep);
+    graft_transfer_config_t with_secret = *cfg;
+    with_secret.job_secret = SECRET;
+    with_secret.job_secret_len = sizeof(SECRET) - 1;
+    graft_status_t st = graft_transfer_endpoint_create(&with_secret, &ep);
     if (st == GRAFT_OK)
         snprintf(addr, size, "%s", graft_transfer_endpoint_address(ep));
     else
@@ -303,7 +314,8 @@ typedef struct env_probe {
 static void env_child(const char *addr, int fd)
 {
     env_probe_t res = {.status = GRAFT_EINTERNAL};
-    graft_transfer_config_t cfg = {.job_token = TOKEN, .chunk_bytes = 256u << 10, .group = 2};
+    graft_transfer_config_t cfg = {.job_secret = SECRET, .job_secret_len = strlen(SECRET),
+                                   .chunk_bytes = 256u << 10, .group = 2};
     graft_transfer_endpoint_t *ep = NULL;
     uint8_t *mem[TF_N_SMALL] = {0};
     graft_transfer_report_t rep;

@@ -52,7 +52,9 @@ static bool io_full(int fd, void *buf, size_t n, bool wr)
 /* CUDA regions with the pattern (donor) or zeroes (recipient). */
 static graft_transfer_endpoint_t *gpu_endpoint(bool donor, void *dev[2])
 {
-    graft_transfer_config_t cfg = {.chunk_bytes = CHUNK, .job_token = "gpu"};
+    graft_transfer_config_t cfg = {.chunk_bytes = CHUNK,
+                                   .job_secret = "job-secret-of-the-gpu-tests",
+                                   .job_secret_len = strlen("job-secret-of-the-gpu-tests")};
     graft_transfer_endpoint_t *ep = NULL;
     if (graft_transfer_endpoint_create(&cfg, &ep) != GRAFT_OK)
         return NULL;
@@ -213,7 +215,9 @@ static void test_nccl_misuse(void **state)
                                         .backend = GRAFT_TRANSFER_BACKEND_NCCL};
     graft_transfer_nccl_options_t no = {0};
 
-    assert_int_equal(graft_transfer_endpoint_create(NULL, &ep), GRAFT_OK);
+    graft_transfer_config_t cfg = {.job_secret = "job-secret-of-the-gpu-tests",
+                                   .job_secret_len = strlen("job-secret-of-the-gpu-tests")};
+    assert_int_equal(graft_transfer_endpoint_create(&cfg, &ep), GRAFT_OK);
     assert_int_equal(graft_transfer_serve_nccl(ep, 1, NULL), GRAFT_EINVAL);
     assert_int_equal(graft_transfer_serve_nccl(ep, 1, &no), GRAFT_EINVAL);
 #ifdef GRAFT_HAVE_CUDA

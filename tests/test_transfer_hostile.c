@@ -1,6 +1,7 @@
 /*
  * Hostile donors: a process that speaks the wire protocol over raw UCX and
- * answers a recipient with bad contents (junk or truncated manifests, bad
+ * answers a recipient with bad contents (a manifest without the proof that
+ * it holds the job secret, junk or truncated manifests, bad
  * remote keys, hashes out of range, short or unasked-for chunks, silence,
  * another donor's voice, addresses past its blocks), and a TCP listener
  * that is no UCX at all. The recipient must end with a precise error for
@@ -17,6 +18,7 @@
 #include <ucp/api/ucp.h>
 
 #include "proto/graft.pb-c.h"
+#include "transfer/transfer_int.h"
 
 /* A donor that speaks the wire protocol over raw UCX and answers with bad
  * contents. The recipient must end with a precise error for it, install
@@ -34,7 +36,13 @@ enum hostile_mode {
     H_SILENT,      /* accepts the connection, never answers */
     H_IMPERSONATE, /* a valid manifest (zero hashes) sent as the next donor */
     H_BAD_ADDR,    /* keys of UCX-allocated blocks, addresses 1 TiB past them */
+    H_NO_PROOF,    /* a valid manifest without the MAC of the job secret (a stranger) */
 };
+
+/* Every connection's challenge: any nonce will do for the test. */
+static const uint8_t hostile_nonce[GRAFT_NONCE_BYTES] = {0x33, 0x33, 0x33, 0x33, 0x33, 0x33,
+                                                         0x33, 0x33, 0x33, 0x33, 0x33, 0x33,
+                                                         0x33, 0x33, 0x33, 0x33};
 
 #define HOSTILE_CHUNK (256u << 10)
 #define HOSTILE_QUEUE 64
@@ -55,9 +63,11 @@ typedef struct hostile {
     size_t brkey_len[TF_N_SMALL];
     ucp_ep_h conns[64];
     int n_conns;
+    int n_challenged; /* conns[0..n_challenged) were sent their challenge */
     int n_req;
     ucp_ep_h req_ep[HOSTILE_QUEUE];
     uint64_t req_hdr[HOSTILE_QUEUE];
+    uint8_t req_nonce[HOSTILE_QUEUE][GRAFT_NONCE_BYTES]; /* the recipient's */
     int n_creq;
     ucp_ep_h creq_ep[HOSTILE_QUEUE];
     uint64_t creq_hdr[HOSTILE_QUEUE];
@@ -92,14 +102,15 @@ static ucs_status_t hostile_request_cb(void *arg, const void *header, size_t hea
                                        const ucp_am_recv_param_t *param)
 {
     hostile_t *h = arg;
-    (void)data;
-    (void)length;
-    if (header_length == 8 && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
-        h->n_req < HOSTILE_QUEUE) {
+    Graft__TransferRequest *req = graft__transfer_request__unpack(NULL, length, data);
+    if (req != NULL && req->nonce.len == GRAFT_NONCE_BYTES && header_length == 8 &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && h->n_req < HOSTILE_QUEUE) {
         h->req_ep[h->n_req] = param->reply_ep;
         memcpy(&h->req_hdr[h->n_req], header, 8);
+        memcpy(h->req_nonce[h->n_req], req->nonce.data, GRAFT_NONCE_BYTES);
         h->n_req++;
     }
+    graft__transfer_request__free_unpacked(req, NULL);
     return UCS_OK;
 }
 
@@ -151,8 +162,11 @@ static uint64_t chunks_of(uint64_t bytes)
     return (bytes + HOSTILE_CHUNK - 1) / HOSTILE_CHUNK;
 }
 
-/* The manifest @mode answers a request with, packed into @buf. */
-static size_t hostile_manifest(hostile_t *h, uint8_t *buf, size_t size)
+/* The manifest @mode answers request @p i with, packed into @buf. Unless
+ * the mode says otherwise it proves the job secret as a donor does: this
+ * donor is an insider gone wrong, and what is tested is what comes after
+ * the handshake. */
+static size_t hostile_manifest(hostile_t *h, int i_req, uint8_t *buf, size_t size)
 {
     enum { NR = TF_N_SMALL };
     Graft__TransferManifest m = GRAFT__TRANSFER_MANIFEST__INIT;
@@ -173,6 +187,14 @@ static size_t hostile_manifest(hostile_t *h, uint8_t *buf, size_t size)
     m.layout_hash = h->layout_hash;
     m.chunk_bytes = HOSTILE_CHUNK;
     m.donor_group = 9;
+    uint8_t proof[GRAFT_MAC_BYTES];
+    if (graft__xfer_donor_mac((const uint8_t *)SECRET, strlen(SECRET), h->req_nonce[i_req],
+                              hostile_nonce, STEP, h->layout_hash, proof) != GRAFT_OK)
+        return 0;
+    if (h->mode != H_NO_PROOF) {
+        m.mac.data = proof;
+        m.mac.len = sizeof(proof);
+    }
     for (size_t i = 0; i < NR; i++) {
         graft__region_desc__init(&descs[i]);
         descs[i].name = (char *)tf_small_layout[i].name;
@@ -231,10 +253,19 @@ static size_t hostile_manifest(hostile_t *h, uint8_t *buf, size_t size)
 static void hostile_answer(hostile_t *h)
 {
     static uint8_t buf[8192];
+    for (; h->n_challenged < h->n_conns; h->n_challenged++) {
+        Graft__TransferChallenge ch = GRAFT__TRANSFER_CHALLENGE__INIT;
+        ch.version = 1;
+        ch.nonce.data = (uint8_t *)hostile_nonce;
+        ch.nonce.len = sizeof(hostile_nonce);
+        uint64_t hdr = 0;
+        size_t len = graft__transfer_challenge__pack(&ch, buf);
+        hostile_send(h, h->conns[h->n_challenged], GRAFT__XFER_AM_CHALLENGE, &hdr, 8, buf, len);
+    }
     for (int i = 0; i < h->n_req; i++) {
         if (h->mode == H_SILENT)
             continue;
-        size_t len = hostile_manifest(h, buf, sizeof(buf));
+        size_t len = hostile_manifest(h, i, buf, sizeof(buf));
         uint64_t hdr = h->req_hdr[i];
         if (h->mode == H_IMPERSONATE)
             hdr ^= 1; /* the request's echo names donor 0: speak as donor 1 */
@@ -335,7 +366,7 @@ static int hostile_main(uint64_t layout_hash, int cmd_fd, int resp_fd)
         if (poll(&pfd, 1, 0) > 0) {
             int32_t mode;
             if (!tf_read_full(cmd_fd, &mode, sizeof(mode), 1000) || mode < H_GARBAGE ||
-                mode > H_BAD_ADDR)
+                mode > H_NO_PROOF)
                 break;
             h->mode = mode;
             h->n_req = h->n_creq = 0;
@@ -423,6 +454,7 @@ static void test_hostile_donor(void **state)
         {H_CHUNK_LEN, GRAFT_EPROTO, GRAFT_EHASH, false},
         {H_CHUNK_TAG, GRAFT_EPEER_TIMEOUT, GRAFT_EHASH, false},
         {H_SILENT, GRAFT_EPEER_TIMEOUT, GRAFT_EPEER_TIMEOUT, true},
+        {H_NO_PROOF, GRAFT_ETOKEN, GRAFT_ETOKEN, true},
     };
     tf_donor_opts_t o = tf_opts(tf_small_layout, TF_N_SMALL, HOSTILE_CHUNK);
     const graft_transfer_report_t *rep = &f->rep;

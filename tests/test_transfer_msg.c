@@ -17,7 +17,9 @@
 
 static graft_transfer_endpoint_t *endpoint(uint32_t group)
 {
-    graft_transfer_config_t cfg = {.listen_address = "127.0.0.1", .group = group};
+    graft_transfer_config_t cfg = {.listen_address = "127.0.0.1", .group = group,
+                                   .job_secret = "job-secret-of-the-message-tests",
+                                   .job_secret_len = strlen("job-secret-of-the-message-tests")};
     graft_transfer_endpoint_t *ep = NULL;
     assert_int_equal(graft_transfer_endpoint_create(&cfg, &ep), GRAFT_OK);
     return ep;

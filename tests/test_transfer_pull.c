@@ -229,7 +229,7 @@ static void test_pull_host_mem(void **state)
 
     o.host_mem = true;
     tf_donors_start(f, &o, 2);
-    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, TOKEN, true);
+    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, SECRET, true);
     for (int round = 0; round < 2; round++) {
         tf_recipient_zero(f);
         assert_int_equal(tf_pull(f), GRAFT_OK);

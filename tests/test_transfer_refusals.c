@@ -3,7 +3,9 @@
  * recipients of another job, step, layout or chunk size, addresses where
  * nobody listens or that are no address; and strangers that send it junk,
  * over raw TCP and as a raw UCX client (malformed, truncated and foreign
- * requests, on the request and on the push-read path). Every test runs in
+ * requests, on the request and on the push-read path): one that knows the
+ * job's step but not its secret, one that signs with a wrong secret, and
+ * one that replays a request signed for another connection get nothing. Every test runs in
  * every group of tf_run_wire(); the fixture is in test_transfer_util.h.
  */
 #include "test_transfer_util.h"
@@ -15,6 +17,7 @@
 #include <ucp/api/ucp.h>
 
 #include "proto/graft.pb-c.h"
+#include "transfer/transfer_int.h"
 
 /* A refusal is precise and the donor keeps serving correct requests. */
 static void test_refusals(void **state)
@@ -27,10 +30,28 @@ static void test_refusals(void **state)
 
     tf_donors_start(f, &o, 1);
 
-    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, "wrong-token", false);
+    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, "a-wrong-job-secret", false);
     assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
     assert_int_equal(rep->donors[0].status, GRAFT_ETOKEN);
     assert_false(rep->installed);
+    tf_recipient_destroy(f);
+
+    /* A donor that serves only group 7 refuses the right secret from group
+     * 2 (the fixture's recipients), and serves it once 2 is named. */
+    int32_t out[2];
+    tf_donor_ask(&f->d[0], 'G', 7, 1, 5000, out);
+    assert_int_equal(out[0], GRAFT_OK);
+    tf_recipient_of(f, &o);
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ENOTRECIPIENT);
+    assert_false(rep->installed);
+    tf_donor_ask(&f->d[0], 'G', 2, 1, 5000, out);
+    tf_pull_verified(f);
+    tf_donor_ask(&f->d[0], 'G', 0, 0, 5000, out);
+    /* Both refusals for who asked were counted (the runtime records an
+     * event for them). */
+    tf_donor_ask(&f->d[0], 'X', 0, 0, 5000, out);
+    assert_int_equal(out[0], 2);
     tf_recipient_destroy(f);
 
     tf_recipient_of(f, &o);
@@ -46,13 +67,13 @@ static void test_refusals(void **state)
     po->connect_timeout_ms = 0;
     tf_recipient_destroy(f);
 
-    tf_recipient_create(f, other_layout, 1, 256u << 10, TOKEN, false);
+    tf_recipient_create(f, other_layout, 1, 256u << 10, SECRET, false);
     assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
     assert_int_equal(rep->donors[0].status, GRAFT_ELAYOUT);
     tf_recipient_destroy(f);
 
     /* A different chunk size is caught by the recipient. */
-    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 128u << 10, TOKEN, false);
+    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 128u << 10, SECRET, false);
     assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
     assert_int_equal(rep->donors[0].status, GRAFT_EPROTO);
     tf_recipient_destroy(f);
@@ -83,7 +104,25 @@ typedef struct raw_client {
     ucp_ep_h ep;
     int replies;
     int32_t last_status;
+    bool challenged; /* the donor's challenge came: its nonce */
+    uint8_t donor_nonce[GRAFT_NONCE_BYTES];
 } raw_client_t;
+
+static ucs_status_t raw_challenge_cb(void *arg, const void *header, size_t header_length,
+                                     void *data, size_t length, const ucp_am_recv_param_t *param)
+{
+    raw_client_t *c = arg;
+    (void)header;
+    (void)header_length;
+    (void)param;
+    Graft__TransferChallenge *ch = graft__transfer_challenge__unpack(NULL, length, data);
+    if (ch != NULL && ch->nonce.len == GRAFT_NONCE_BYTES) {
+        memcpy(c->donor_nonce, ch->nonce.data, GRAFT_NONCE_BYTES);
+        c->challenged = true;
+    }
+    graft__transfer_challenge__free_unpacked(ch, NULL);
+    return UCS_OK;
+}
 
 static ucs_status_t raw_reply_cb(void *arg, const void *header, size_t header_length, void *data,
                                  size_t length, const ucp_am_recv_param_t *param)
@@ -147,6 +186,9 @@ static void raw_connect(raw_client_t *c, const char *addr)
     hp.id = 15;
     hp.cb = raw_chunk_cb;
     assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
+    hp.id = GRAFT__XFER_AM_CHALLENGE;
+    hp.cb = raw_challenge_cb;
+    assert_int_equal(ucp_worker_set_am_recv_handler(c->worker, &hp), UCS_OK);
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
@@ -155,6 +197,34 @@ static void raw_connect(raw_client_t *c, const char *addr)
                           .err_mode = UCP_ERR_HANDLING_MODE_PEER,
                           .err_handler = {.cb = raw_err_cb}};
     assert_int_equal(ucp_ep_create(c->worker, &ep, &c->ep), UCS_OK);
+    /* A donor challenges every connection it accepts. */
+    for (int i = 0; i < 2000000 && !c->challenged; i++) {
+        ucp_worker_progress(c->worker);
+        if (i % 1000 == 999)
+            usleep(1000);
+    }
+    assert_true(c->challenged);
+}
+
+/* Sign @p req for client @p c's connection with @p secret, as a recipient
+ * does (transfer_auth.c); @p nonce_mac holds the recipient's nonce and
+ * receives the MAC. */
+static void raw_sign(const raw_client_t *c, const char *secret, Graft__TransferRequest *req,
+                     uint8_t nonce[GRAFT_NONCE_BYTES], uint8_t mac[GRAFT_MAC_BYTES])
+{
+    graft__xfer_request_fields_t fields = {.step = req->step,
+                                           .layout_hash = req->layout_hash,
+                                           .request_id = req->request_id,
+                                           .group = req->recipient_group,
+                                           .rank = req->rank};
+    memset(nonce, 0x5a, GRAFT_NONCE_BYTES);
+    assert_int_equal(graft__xfer_request_mac((const uint8_t *)secret, strlen(secret),
+                                             c->donor_nonce, nonce, &fields, mac),
+                     GRAFT_OK);
+    req->nonce.data = nonce;
+    req->nonce.len = GRAFT_NONCE_BYTES;
+    req->mac.data = mac;
+    req->mac.len = GRAFT_MAC_BYTES;
 }
 
 /* Send @p len bytes as active message @p id and wait for the refusal. */
@@ -223,7 +293,8 @@ static void test_garbage_clients(void **state)
         }
     }
 
-    /* A UCX client: junk, a truncated request, a request without a token. */
+    /* A UCX client: junk, a truncated request, one that knows the job's
+     * step but not its secret. */
     raw_client_t c;
     raw_connect(&c, d->addr);
     uint8_t junk[300];
@@ -232,25 +303,39 @@ static void test_garbage_clients(void **state)
 
     Graft__TransferRequest req = GRAFT__TRANSFER_REQUEST__INIT;
     req.version = 1;
-    req.job_token = (char *)TOKEN;
     req.step = STEP;
     req.layout_hash = 0x1234567890abcdefull;
-    uint8_t packed[256];
+    uint8_t packed[256], nonce[GRAFT_NONCE_BYTES], mac[GRAFT_MAC_BYTES];
     size_t n = graft__transfer_request__pack(&req, packed);
     assert_int_equal(raw_send(&c, packed, n - 3), GRAFT_EPROTO);
-    assert_int_equal(raw_send(&c, packed, n), GRAFT_ELAYOUT);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ETOKEN);
     req.version = 9;
     n = graft__transfer_request__pack(&req, packed);
     assert_int_equal(raw_send(&c, packed, n), GRAFT_EFORMAT);
     assert_int_equal(raw_send(&c, "", 0), GRAFT_EFORMAT);
     req.version = 1;
-    req.job_token = (char *)"";
+    /* Signed with a wrong secret (the job's name, say): refused. */
+    raw_sign(&c, "the-job-name-is-not-a-secret", &req, nonce, mac);
     n = graft__transfer_request__pack(&req, packed);
     assert_int_equal(raw_send(&c, packed, n), GRAFT_ETOKEN);
-    req.job_token = (char *)TOKEN;
+    /* A MAC of the wrong length: refused. */
+    req.mac.len = GRAFT_MAC_BYTES - 1;
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ETOKEN);
+    /* Signed with the secret, the checks that follow speak. */
+    raw_sign(&c, SECRET, &req, nonce, mac);
+    n = graft__transfer_request__pack(&req, packed);
+    assert_int_equal(raw_send(&c, packed, n), GRAFT_ELAYOUT);
     req.step = STEP + 1;
+    raw_sign(&c, SECRET, &req, nonce, mac);
     n = graft__transfer_request__pack(&req, packed);
     assert_int_equal(raw_send(&c, packed, n), GRAFT_ESTEP);
+    /* The same signed bytes on another connection (another challenge): a
+     * replay, refused. */
+    raw_client_t c2;
+    raw_connect(&c2, d->addr);
+    assert_int_equal(raw_send(&c2, packed, n), GRAFT_ETOKEN);
+    raw_close(&c2);
 
     /* Push reads: junk, and a well-formed request without a manifest. */
     assert_int_equal(raw_send_id(&c, 14, junk, sizeof(junk)), GRAFT_EPROTO);

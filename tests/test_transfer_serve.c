@@ -12,7 +12,7 @@
  * recipient made for it. */
 static void pull_small(tf_t *f)
 {
-    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, TOKEN, false);
+    tf_recipient_create(f, tf_small_layout, TF_N_SMALL, 256u << 10, SECRET, false);
     assert_int_equal(tf_pull(f), GRAFT_OK);
     tf_recipient_destroy(f);
 }

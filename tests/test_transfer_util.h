@@ -44,7 +44,10 @@
 #include "bench_stats.h"
 
 #define STEP 42
-#define TOKEN "job-token-1"
+/* The job secret donors and recipients share (at least 16 bytes). */
+#define SECRET "job-secret-of-the-transfer-tests"
+/* A config's secret fields, for endpoints made by hand. */
+#define TF_SECRET .job_secret = SECRET, .job_secret_len = sizeof(SECRET) - 1
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 /* Donor slots of a fixture: the most any test runs at once. */
 #define TF_MAX_DONORS 4
@@ -69,7 +72,7 @@ typedef struct tf_donor_opts {
     const tf_region_t *layout;
     size_t n_regions;
     uint64_t chunk;
-    const char *token;
+    const char *secret;
     uint64_t step;
     int flip_region; /* -1: identical state */
     uint64_t flip_offset;
@@ -211,13 +214,13 @@ static inline uint64_t tf_host_block_bytes(const tf_region_t *layout, size_t n)
 }
 
 /* Options for a donor of @layout (@n regions, chunks of @chunk bytes) that
- * serves step STEP of job TOKEN, its state unchanged. */
+ * serves step STEP with the job secret SECRET, its state unchanged. */
 static inline tf_donor_opts_t tf_opts(const tf_region_t *layout, size_t n, uint64_t chunk)
 {
     tf_donor_opts_t o = {.layout = layout,
                          .n_regions = n,
                          .chunk = chunk,
-                         .token = TOKEN,
+                         .secret = SECRET,
                          .step = STEP,
                          .flip_region = -1};
     return o;
@@ -241,6 +244,12 @@ static inline bool tf_donor_answer(graft_transfer_endpoint_t *ep, const tf_donor
         break;
     case 'P': /* the most recipients served at once */
         out[0] = (int32_t)graft_transfer_serve_peak(ep);
+        break;
+    case 'X': /* requests refused for who sent them */
+        out[0] = (int32_t)graft_transfer_refused_count(ep);
+        break;
+    case 'G': /* serve only group @cmd[1] (@cmd[2] == 1), or any group (0) */
+        out[0] = graft_transfer_serve_recipients(ep, &cmd[1], cmd[2] == 1 ? 1 : 0);
         break;
     case 'F': /* wait for @cmd[1] recipients, at most @cmd[2] ms */
         out[0] = graft_transfer_fence_wait(ep, o->step, cmd[1], cmd[2]);
@@ -277,7 +286,8 @@ static inline bool tf_donor_schedule(graft_transfer_endpoint_t *ep, const tf_don
 /* The donor process: serve until told to quit; answer commands. */
 static inline int tf_donor_main(const tf_donor_opts_t *o, int cmd_fd, int resp_fd)
 {
-    graft_transfer_config_t cfg = {.job_token = o->token, .chunk_bytes = o->chunk, .group = 1,
+    graft_transfer_config_t cfg = {.job_secret = o->secret, .job_secret_len = strlen(o->secret),
+                                   .chunk_bytes = o->chunk, .group = 1,
                                    .listen_address = o->listen,
                                    .advertise_address = o->advertise,
                                    .max_recipients = o->max_recipients};
@@ -460,7 +470,9 @@ static inline void tf_donors_stop(tf_t *f, int n)
 /* Send donor @d command @op with arguments @a and @b, and read its answer
  * into @out (2 words) within @timeout_ms. Ops: 'M' flips a bit of byte @b
  * of region @a (after hashing), 'R' serves the step again, 'P' answers the
- * most recipients served at once, 'F' waits for the fence (tf_fence()). */
+ * most recipients served at once, 'X' answers the requests refused for who
+ * sent them, 'G' serves only group @a (@b == 1) or any
+ * group (@b == 0), 'F' waits for the fence (tf_fence()). */
 static inline void tf_donor_ask(tf_donor_t *d, uint32_t op, uint32_t a, uint32_t b, int timeout_ms,
                                 int32_t out[2])
 {
@@ -492,12 +504,13 @@ static inline void tf_fence_is(tf_donor_t *d, uint32_t expected, uint32_t timeou
 /* ---- the fixture: the recipient ------------------------------------------- */
 
 /* The recipient f->r: @n regions of @layout, zeroed, chunks of @chunk
- * bytes, job @token; with @host_mem the regions lie in one block of
+ * bytes, job secret @secret; with @host_mem the regions lie in one block of
  * graft_transfer_host_alloc(). */
 static inline void tf_recipient_create(tf_t *f, const tf_region_t *layout, size_t n,
-                                       uint64_t chunk, const char *token, bool host_mem)
+                                       uint64_t chunk, const char *secret, bool host_mem)
 {
-    graft_transfer_config_t cfg = {.job_token = token, .chunk_bytes = chunk, .group = 2};
+    graft_transfer_config_t cfg = {.job_secret = secret, .job_secret_len = strlen(secret),
+                                   .chunk_bytes = chunk, .group = 2};
     tf_recipient_t *r = &f->r;
     uint8_t *block = NULL;
     assert_null(r->mem); /* one recipient at a time */
@@ -523,10 +536,10 @@ static inline void tf_recipient_create(tf_t *f, const tf_region_t *layout, size_
 }
 
 /* The recipient of what donors of @o serve: their layout, chunk size and
- * token, in malloc'ed memory. */
+ * secret, in malloc'ed memory. */
 static inline void tf_recipient_of(tf_t *f, const tf_donor_opts_t *o)
 {
-    tf_recipient_create(f, o->layout, o->n_regions, o->chunk, o->token, false);
+    tf_recipient_create(f, o->layout, o->n_regions, o->chunk, o->secret, false);
 }
 
 /* Whether every region holds what the donors wrote. */

@@ -48,10 +48,21 @@ graft_status_t graft_transfer_endpoint_create(const graft_transfer_config_t *con
         return GRAFT_ENOMEM;
     ep->listen_address =
         graft__strdup(config->listen_address != NULL ? config->listen_address : "127.0.0.1");
-    ep->job_token = graft__strdup(config->job_token != NULL ? config->job_token : "");
+    if (config->job_secret == NULL || config->job_secret_len < GRAFT_TRANSFER_SECRET_MIN_BYTES ||
+        config->job_secret_len > GRAFT_TRANSFER_SECRET_MAX_BYTES) {
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "a transfer endpoint needs a job secret of %u to %u bytes "
+                    "(%zu given)", GRAFT_TRANSFER_SECRET_MIN_BYTES,
+                    GRAFT_TRANSFER_SECRET_MAX_BYTES,
+                    config->job_secret != NULL ? config->job_secret_len : 0);
+        graft_free(ep->listen_address);
+        graft_free(ep);
+        return GRAFT_EINVAL;
+    }
+    memcpy(ep->job_secret, config->job_secret, config->job_secret_len);
+    ep->job_secret_len = config->job_secret_len;
     if (config->advertise_address != NULL)
         ep->advertise_address = graft__strdup(config->advertise_address);
-    if (ep->listen_address == NULL || ep->job_token == NULL ||
+    if (ep->listen_address == NULL ||
         (config->advertise_address != NULL && ep->advertise_address == NULL)) {
         status = GRAFT_ENOMEM;
         goto err_free;
@@ -104,7 +115,8 @@ err_mutex:
 err_free:
     graft_free(ep->listen_address);
     graft_free(ep->advertise_address);
-    graft_free(ep->job_token);
+    explicit_bzero(ep->job_secret, sizeof(ep->job_secret));
+    graft_free(ep->recipients);
     graft_free(ep);
     return status;
 }
@@ -143,7 +155,8 @@ void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep)
     pthread_mutex_destroy(&ep->lock);
     graft_free(ep->listen_address);
     graft_free(ep->advertise_address);
-    graft_free(ep->job_token);
+    explicit_bzero(ep->job_secret, sizeof(ep->job_secret));
+    graft_free(ep->recipients);
     graft_free(ep);
 }
 
@@ -487,6 +500,38 @@ err_free:
     return status;
 }
 
+graft_status_t graft_transfer_serve_recipients(graft_transfer_endpoint_t *ep,
+                                               const uint32_t *groups, size_t n)
+{
+    uint32_t *copy = NULL;
+    if (ep == NULL || (n > 0 && groups == NULL) || n > 65536)
+        return GRAFT_EINVAL;
+    if (n > 0) {
+        copy = graft__malloc(n * sizeof(*copy));
+        if (copy == NULL)
+            return GRAFT_ENOMEM;
+        memcpy(copy, groups, n * sizeof(*copy));
+    }
+    pthread_mutex_lock(&ep->lock);
+    uint32_t *old = ep->recipients;
+    ep->recipients = copy;
+    ep->n_recipients = n;
+    pthread_mutex_unlock(&ep->lock);
+    graft_free(old);
+    return GRAFT_OK;
+}
+
+bool graft__transfer_serves_group(const graft_transfer_endpoint_t *ep, uint32_t group)
+{
+    if (ep->n_recipients == 0)
+        return true;
+    for (size_t i = 0; i < ep->n_recipients; i++) {
+        if (ep->recipients[i] == group)
+            return true;
+    }
+    return false;
+}
+
 graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep)
 {
     uint64_t *hashes;
@@ -587,6 +632,11 @@ uint32_t graft_transfer_serve_peak(graft_transfer_endpoint_t *ep)
     n = ep->serve_peak;
     pthread_mutex_unlock(&ep->lock);
     return n;
+}
+
+uint64_t graft_transfer_refused_count(graft_transfer_endpoint_t *ep)
+{
+    return ep != NULL ? atomic_load(&ep->refused) : 0;
 }
 
 graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep, uint64_t step,

@@ -28,6 +28,7 @@
 #define GRAFT__XFER_AM_CHUNK_REQ 14u  /* recipient -> donor: ChunkRequest (push reads) */
 #define GRAFT__XFER_AM_CHUNK_DATA 15u /* donor -> recipient: a chunk's bytes (push reads) */
 #define GRAFT__XFER_AM_MSG 16u        /* any peer -> endpoint: a short message (msgbox.c) */
+#define GRAFT__XFER_AM_CHALLENGE 17u  /* donor -> recipient: TransferChallenge */
 
 /* One block from graft_transfer_host_alloc(). Regions that lie inside it
  * reuse its mapping instead of mapping their memory a second time. */
@@ -115,7 +116,8 @@ struct graft_transfer_endpoint {
     char *listen_address;
     char *advertise_address; /* NULL: publish the listening address */
     uint16_t port;
-    char *job_token;
+    uint8_t job_secret[GRAFT_TRANSFER_SECRET_MAX_BYTES];
+    size_t job_secret_len;
     uint32_t group;
     uint32_t rank;
     uint64_t chunk_bytes;
@@ -147,7 +149,11 @@ struct graft_transfer_endpoint {
      * then its requests queue. */
     bool expecting;
     uint64_t expect_step;
+    /* graft_transfer_serve_recipients(): the groups served; none = any. */
+    uint32_t *recipients;
+    size_t n_recipients;
     uint32_t serve_peak; /* most recipients admitted at once */
+    atomic_uint_fast64_t refused; /* requests refused for who sent them */
     uint64_t serve_gen; /* bumped by every begin/end: stale connections stop */
     uint64_t *hashes;   /* one per chunk, valid where hash_done is set */
     atomic_uchar *hash_done;
@@ -190,5 +196,27 @@ static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *
  * generation @p gen (ep->serve_gen while it was served); one of an earlier
  * serve of the same step is not counted. */
 void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, uint64_t gen);
+
+/* Whether the serve admits recipient group @p group
+ * (graft_transfer_serve_recipients()). Caller holds ep->lock. */
+bool graft__transfer_serves_group(const graft_transfer_endpoint_t *ep, uint32_t group);
+
+/* transfer_auth.c: the handshake's MACs (docs/SECURITY.md). */
+typedef struct graft__xfer_request_fields {
+    uint64_t step, layout_hash, request_id;
+    uint32_t group, rank;
+} graft__xfer_request_fields_t;
+/* The recipient's: over the donor's nonce, its own, and what it asks. */
+GRAFT_WUR graft_status_t graft__xfer_request_mac(const uint8_t *secret, size_t secret_len,
+                                                 const uint8_t *donor_nonce,
+                                                 const uint8_t *recipient_nonce,
+                                                 const graft__xfer_request_fields_t *f,
+                                                 uint8_t out[GRAFT_MAC_BYTES]);
+/* The donor's: over the recipient's nonce, its own, the step and layout. */
+GRAFT_WUR graft_status_t graft__xfer_donor_mac(const uint8_t *secret, size_t secret_len,
+                                               const uint8_t *recipient_nonce,
+                                               const uint8_t *donor_nonce, uint64_t step,
+                                               uint64_t layout_hash,
+                                               uint8_t out[GRAFT_MAC_BYTES]);
 
 #endif /* GRAFT_TRANSFER_INT_H */

@@ -92,6 +92,10 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
     prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     prm.err_handler.cb = donor_conn_err_cb;
     prm.err_handler.arg = c;
+    if (graft__random_bytes(c->nonce, sizeof(c->nonce)) != GRAFT_OK) {
+        (void)ucp_listener_reject(t->listener, req);
+        goto fail;
+    }
     st = ucp_ep_create(c->worker, &prm, &c->ep);
     if (st != UCS_OK) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "accepting a connection: %s", ucs_status_string(st));
@@ -99,6 +103,15 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
     }
     c->next = t->conns;
     t->conns = c;
+    /* The challenge: a recipient's request must carry a MAC over it. */
+    Graft__TransferChallenge ch = GRAFT__TRANSFER_CHALLENGE__INIT;
+    ch.version = GRAFT__XFER_WIRE_VERSION;
+    ch.nonce.data = c->nonce;
+    ch.nonce.len = sizeof(c->nonce);
+    c->challenged =
+        graft__ucx_am_send(c->ep, GRAFT__XFER_AM_CHALLENGE, 0, &ch.base, false) == GRAFT_OK;
+    if (!c->challenged)
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a new connection its challenge");
     return;
 fail:
     if (c != NULL && c->worker != NULL)
@@ -331,6 +344,15 @@ static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c
     m.step = ep->serve_step;
     m.layout_hash = ep->layout_hash;
     m.chunk_bytes = ep->chunk_bytes;
+    /* Our proof of the secret, over the nonces of this connection. */
+    uint8_t proof[GRAFT_MAC_BYTES];
+    status = graft__xfer_donor_mac(ep->job_secret, ep->job_secret_len, c->peer_nonce, c->nonce,
+                                   c->auth_step, ep->layout_hash, proof);
+    if (status != GRAFT_OK)
+        goto out;
+    status = GRAFT_ENOMEM;
+    m.mac.data = proof;
+    m.mac.len = sizeof(proof);
     m.donor_group = ep->group;
     for (size_t i = 0; i < nr; i++) {
         const graft__region_t *r = &ep->regions[i];
@@ -375,6 +397,28 @@ out:
     return status;
 }
 
+/* Whether @p req carries the MAC that only a holder of the job secret can
+ * make for this connection's challenge; if so, remember its nonce for the
+ * manifest's own MAC. */
+static bool request_authentic(graft_transfer_endpoint_t *ep, ucx_conn_t *c,
+                              const Graft__TransferRequest *req)
+{
+    uint8_t want[GRAFT_MAC_BYTES];
+    graft__xfer_request_fields_t f = {.step = req->step,
+                                      .layout_hash = req->layout_hash,
+                                      .request_id = req->request_id,
+                                      .group = req->recipient_group,
+                                      .rank = req->rank};
+    if (!c->challenged || req->nonce.len != GRAFT_NONCE_BYTES ||
+        graft__xfer_request_mac(ep->job_secret, ep->job_secret_len, c->nonce, req->nonce.data, &f,
+                                want) != GRAFT_OK ||
+        !graft__mac_equal(req->mac.data, req->mac.len, want))
+        return false;
+    memcpy(c->peer_nonce, req->nonce.data, GRAFT_NONCE_BYTES);
+    c->auth_step = req->step;
+    return true;
+}
+
 static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
 {
     graft_transfer_endpoint_t *ep = t->ep;
@@ -412,8 +456,12 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         reply_error(c->ep, c->echo, GRAFT_EFORMAT, why);
         goto out;
     }
-    if (strcmp(req->job_token, ep->job_token) != 0) {
-        reply_error(c->ep, c->echo, GRAFT_ETOKEN, "job token rejected");
+    if (!request_authentic(ep, c, req)) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "a transfer request from a peer claiming group %u rank %u "
+                   "failed authentication (wrong job secret, or a replay)",
+                   req->recipient_group, req->rank);
+        atomic_fetch_add(&ep->refused, 1);
+        reply_error(c->ep, c->echo, GRAFT_ETOKEN, "request not authenticated with the job secret");
         goto out;
     }
     pthread_mutex_lock(&ep->lock);
@@ -429,6 +477,15 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
                      (unsigned long long)req->step);
         pthread_mutex_unlock(&ep->lock);
         reply_refusal(c->ep, c->echo, GRAFT_ESTEP, why, serving, serving ? serve_step : 0);
+        goto out;
+    }
+    if (!graft__transfer_serves_group(ep, req->recipient_group)) {
+        snprintf(why, sizeof(why), "group %u is not a recipient of step %llu",
+                 req->recipient_group, (unsigned long long)req->step);
+        pthread_mutex_unlock(&ep->lock);
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "refused: %s", why);
+        atomic_fetch_add(&ep->refused, 1);
+        reply_error(c->ep, c->echo, GRAFT_ENOTRECIPIENT, why);
         goto out;
     }
     if (req->layout_hash != ep->layout_hash) {

@@ -84,6 +84,12 @@ typedef struct ucx_conn {
     bool queued;
     uint64_t queue_seq;
     uint64_t asked_ns;
+    /* The handshake (transfer_auth.c): our nonce, sent as the connection
+     * was accepted, and the recipient's, from its authenticated request. */
+    uint8_t nonce[GRAFT_NONCE_BYTES];
+    bool challenged;
+    uint8_t peer_nonce[GRAFT_NONCE_BYTES];
+    uint64_t auth_step; /* the step of that request: the manifest's MAC covers it */
 } ucx_conn_t;
 
 struct graft__transport_state {

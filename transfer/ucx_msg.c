@@ -129,6 +129,19 @@ static graft_status_t peer_get(graft_transfer_endpoint_t *ep, struct graft__msg_
     return GRAFT_OK;
 }
 
+static ucs_status_t challenge_ignored_cb(void *arg, const void *header, size_t header_length,
+                                         void *data, size_t length,
+                                         const ucp_am_recv_param_t *param)
+{
+    (void)arg;
+    (void)header;
+    (void)header_length;
+    (void)data;
+    (void)length;
+    (void)param;
+    return UCS_OK;
+}
+
 graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *address,
                                    const void *msg, size_t len, uint64_t deadline_ns)
 {
@@ -137,8 +150,14 @@ graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *ad
         return GRAFT_ENOMEM;
     pthread_mutex_lock(&s->mu);
     graft_status_t st = GRAFT_OK;
-    if (s->worker == NULL)
+    if (s->worker == NULL) {
         st = graft__ucx_worker_create(graft__ucx_context(ep), &s->worker);
+        /* A listener challenges every connection (the transfer handshake);
+         * a message sender has nothing to prove and drops it. */
+        if (st == GRAFT_OK)
+            st = graft__ucx_set_am_handler(s->worker, GRAFT__XFER_AM_CHALLENGE,
+                                           challenge_ignored_cb, NULL);
+    }
     msg_peer_t *p = NULL;
     if (st == GRAFT_OK)
         st = peer_get(ep, s, address, &p);

@@ -538,6 +538,9 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
             status = graft__ucx_set_am_handler(d->worker, GRAFT__XFER_AM_MANIFEST,
                                                graft__ucx_recip_am_cb, d);
         if (status == GRAFT_OK)
+            status = graft__ucx_set_am_handler(d->worker, GRAFT__XFER_AM_CHALLENGE,
+                                               graft__ucx_recip_challenge_cb, d);
+        if (status == GRAFT_OK)
             status = graft__ucx_set_am_handler(d->worker, GRAFT__XFER_AM_CHUNK_DATA,
                                                recip_chunk_cb, d);
         if (status != GRAFT_OK)
@@ -560,7 +563,7 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
         ucx_msg_t *m;
         pull_progress(&p);
         while ((m = graft__ucx_msgq_pop(&p.msgs)) != NULL) {
-            graft__ucx_handle_manifest(&p, m);
+            graft__ucx_handle_donor_msg(&p, m);
             graft_free(m);
         }
         slots_reap(&p);

@@ -46,6 +46,10 @@ typedef struct pdonor {
     graft_status_t refused; /* its last refusal, reported if it never serves */
     bool answered;          /* a message came back: the connection is wired up */
     bool queued;            /* answered GRAFT_EBUSY: waiting for admission */
+    /* The handshake (transfer_auth.c): the donor's challenge, and ours. */
+    bool challenged;
+    uint8_t donor_nonce[GRAFT_NONCE_BYTES];
+    uint8_t nonce[GRAFT_NONCE_BYTES];
     uint64_t queued_since_ns;
     void *close_req;
     bool close_when_drained;
@@ -122,7 +126,7 @@ void graft__ucx_drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint
 bool graft__ucx_range_mapped(const uint8_t *lp, uint64_t len);
 
 /* ucx_pull_donors.c: each donor. */
-/* Connect to donor @p d and send it the request. */
+/* Connect to donor @p d; the request goes once its challenge came. */
 GRAFT_WUR graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d);
 /* Give up on @p d for @p why: its chunks go back to the queue. */
 void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why);
@@ -133,12 +137,17 @@ void graft__ucx_donors_close_drained(pull_t *p);
 /* Send the requests whose back-off is over. */
 void graft__ucx_donors_retry(pull_t *p);
 void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force);
-/* A manifest (first or a hash part) or a refusal from a donor. */
-void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg);
+/* A donor's message: its challenge, a manifest (first or a hash part) or a
+ * refusal. */
+void graft__ucx_handle_donor_msg(pull_t *p, ucx_msg_t *msg);
 /* Stop the clock of a donor's queue. */
 void graft__ucx_queue_leave(pull_t *p, pdonor_t *d);
 /* Active messages from a donor (manifests): queued for the pull's loop. */
 ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header_length,
                                     void *data, size_t length, const ucp_am_recv_param_t *param);
+/* A donor's challenge: queued for the pull's loop. */
+ucs_status_t graft__ucx_recip_challenge_cb(void *arg, const void *header, size_t header_length,
+                                           void *data, size_t length,
+                                           const ucp_am_recv_param_t *param);
 
 #endif /* GRAFT_UCX_PULL_H */

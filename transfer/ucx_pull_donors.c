@@ -323,7 +323,8 @@ void graft__ucx_donors_retry(pull_t *p)
     uint64_t now = graft__now_ns();
     for (size_t i = 0; i < p->n_donors; i++) {
         pdonor_t *d = &p->donors[i];
-        if (d->state != D_CONNECTING || d->retry_at_ns == 0 || now < d->retry_at_ns)
+        if (d->state != D_CONNECTING || !d->challenged || d->retry_at_ns == 0 ||
+            now < d->retry_at_ns)
             continue;
         d->retry_at_ns = 0;
         graft_status_t st = donor_send_request(p, d);
@@ -332,10 +333,51 @@ void graft__ucx_donors_retry(pull_t *p)
     }
 }
 
-void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
+/* The donor's challenge: remember its nonce and send the request, whose
+ * MAC covers it. A second challenge on the connection is a protocol error. */
+static void handle_challenge(pull_t *p, pdonor_t *d, ucx_msg_t *msg)
+{
+    bool oom = false;
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
+    Graft__TransferChallenge *ch = graft__transfer_challenge__unpack(&pa, msg->len, msg->data);
+    graft_status_t st = GRAFT_EPROTO;
+    if (ch == NULL && oom) {
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory decoding a challenge");
+        if (p->status == GRAFT_OK)
+            p->status = GRAFT_ENOMEM;
+        return;
+    }
+    if (ch == NULL || ch->version != GRAFT__XFER_WIRE_VERSION ||
+        ch->nonce.len != GRAFT_NONCE_BYTES || d->challenged) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) sent a malformed or second challenge",
+                   d->index, p->o->donors[d->index]);
+    } else {
+        memcpy(d->donor_nonce, ch->nonce.data, GRAFT_NONCE_BYTES);
+        d->challenged = true;
+        st = donor_send_request(p, d);
+    }
+    graft__transfer_challenge__free_unpacked(ch, &graft__pb_allocator);
+    if (st == GRAFT_ENOMEM && p->status == GRAFT_OK)
+        p->status = GRAFT_ENOMEM;
+    if (st != GRAFT_OK)
+        graft__ucx_donor_fail(p, d, st);
+}
+
+/* Whether the first manifest proves that the donor holds the job secret. */
+static bool donor_authentic(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+{
+    uint8_t want[GRAFT_MAC_BYTES];
+    return d->challenged &&
+           graft__xfer_donor_mac(p->ep->job_secret, p->ep->job_secret_len, d->nonce,
+                                 d->donor_nonce, p->o->step, p->ep->layout_hash,
+                                 want) == GRAFT_OK &&
+           graft__mac_equal(m->mac.data, m->mac.len, want);
+}
+
+void graft__ucx_handle_donor_msg(pull_t *p, ucx_msg_t *msg)
 {
     uint64_t idx = msg->header & 0xff;
-    Graft__TransferManifest *m;
+    Graft__TransferManifest *m = NULL;
     graft_status_t st;
 
     if (!msg->has_header || (msg->header >> 8) != p->nonce || idx >= p->n_donors) {
@@ -346,6 +388,10 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
     d->answered = true;
     if (d->state == D_FAILED)
         return;
+    if (msg->id == GRAFT__XFER_AM_CHALLENGE) {
+        handle_challenge(p, d, msg);
+        return;
+    }
     bool oom = false;
     ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
     m = graft__transfer_manifest__unpack(&pa, msg->len, msg->data);
@@ -365,6 +411,12 @@ void graft__ucx_handle_manifest(pull_t *p, ucx_msg_t *msg)
         goto out;
     if (d->state == D_CONNECTING) {
         graft__ucx_queue_leave(p, d);
+        if (m->status == GRAFT_OK && !donor_authentic(p, d, m)) {
+            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) did not prove it holds the job secret: "
+                       "its manifest is not used", d->index, p->o->donors[d->index]);
+            graft__ucx_donor_fail(p, d, GRAFT_ETOKEN);
+            goto out;
+        }
         st = manifest_accept(p, d, m);
         if (st == GRAFT_ENOMEM) {
             GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory accepting a manifest");
@@ -401,6 +453,37 @@ static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void
     else
         graft_free(m);
     ucp_request_free(request);
+}
+
+ucs_status_t graft__ucx_recip_challenge_cb(void *arg, const void *header, size_t header_length,
+                                           void *data, size_t length,
+                                           const ucp_am_recv_param_t *param)
+{
+    pdonor_t *d = arg;
+    pull_t *p = d->pull;
+    (void)header;
+    (void)header_length;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length > REQUEST_MAX_BYTES) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "oversized challenge from donor %u dropped", d->index);
+        return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 ? UCS_ERR_MESSAGE_TRUNCATED
+                                                                    : UCS_OK;
+    }
+    ucx_msg_t *m = graft__malloc(sizeof(*m) + length);
+    if (m == NULL) {
+        if (p->status == GRAFT_OK)
+            p->status = GRAFT_ENOMEM;
+        return UCS_OK;
+    }
+    memset(m, 0, sizeof(*m));
+    m->id = GRAFT__XFER_AM_CHALLENGE;
+    /* Each donor has its own worker: the challenge is this donor's. */
+    m->has_header = true;
+    m->header = (p->nonce << 8) | d->index;
+    m->len = length;
+    if (length > 0)
+        memcpy(m->data, data, length);
+    graft__ucx_msgq_push(&p->msgs, m);
+    return UCS_OK;
 }
 
 ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header_length,
@@ -474,7 +557,8 @@ graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d)
         d->uep = NULL;
         return GRAFT_EPEER_UNREACHABLE;
     }
-    return donor_send_request(p, d);
+    /* The request waits for the donor's challenge (handle_challenge). */
+    return graft__random_bytes(d->nonce, sizeof(d->nonce));
 }
 
 /* Ask the donor for the pull's step (again, after a step refusal). */
@@ -484,12 +568,25 @@ static graft_status_t donor_send_request(pull_t *p, pdonor_t *d)
     Graft__TransferRequest req;
     graft__transfer_request__init(&req);
     req.version = GRAFT__XFER_WIRE_VERSION;
-    req.job_token = ep->job_token;
     req.step = p->o->step;
     req.layout_hash = ep->layout_hash;
     req.recipient_group = ep->group;
     req.rank = ep->rank;
     req.request_id = p->nonce;
-    return graft__ucx_am_send(d->uep, GRAFT__XFER_AM_REQUEST, (p->nonce << 8) | d->index, &req.base,
-                       true);
+    uint8_t mac[GRAFT_MAC_BYTES];
+    graft__xfer_request_fields_t f = {.step = req.step,
+                                      .layout_hash = req.layout_hash,
+                                      .request_id = req.request_id,
+                                      .group = req.recipient_group,
+                                      .rank = req.rank};
+    graft_status_t st = graft__xfer_request_mac(ep->job_secret, ep->job_secret_len, d->donor_nonce,
+                                                d->nonce, &f, mac);
+    if (st != GRAFT_OK)
+        return st;
+    req.nonce.data = d->nonce;
+    req.nonce.len = sizeof(d->nonce);
+    req.mac.data = mac;
+    req.mac.len = sizeof(mac);
+    return graft__ucx_am_send(d->uep, GRAFT__XFER_AM_REQUEST, (p->nonce << 8) | d->index,
+                              &req.base, true);
 }

@@ -79,7 +79,7 @@ typedef enum graft_status_class {
     X(EPEER_UNREACHABLE, -301, PEER, "peer unreachable")                                 \
     X(EPEER_TIMEOUT, -302, PEER, "peer timed out")                                       \
     X(EPROTO, -303, PEER, "malformed or unexpected message")                             \
-    X(ETOKEN, -304, PEER, "job token rejected")                                          \
+    X(ETOKEN, -304, PEER, "job secret not proven (transfer handshake)")                  \
     X(ESTEP, -305, PEER, "step mismatch")                                                \
     X(ELAYOUT, -306, PEER, "layout hash mismatch")                                       \
     X(ETRANSPORT, -307, PEER, "transport error")                                         \
@@ -99,7 +99,8 @@ typedef enum graft_status_class {
     X(EETCD, -506, JOB, "etcd returned an error")                                        \
     X(ENOQUORUM, -507, JOB, "not enough groups for a quorum")                            \
     X(ENOCHECKPOINT, -508, JOB, "no valid checkpoint")                                   \
-    X(ESTATELOST, -509, JOB, "job state lost: no up-to-date group and no valid checkpoint")
+    X(ESTATELOST, -509, JOB, "job state lost: no up-to-date group and no valid checkpoint") \
+    X(ENOTRECIPIENT, -309, PEER, "not a recipient the donor serves at this step")
 
 /** Status code returned by every fallible graft function. */
 typedef enum graft_status {

@@ -104,7 +104,7 @@ extern "C" {
  * | transfer_max_recipients | GRAFT_TRANSFER_MAX_RECIPIENTS | 4 (served at once) |
  * | transfer_backend    | GRAFT_TRANSFER_BACKEND    | ucx (or nccl)           |
  * | cuda_device         | GRAFT_CUDA_DEVICE         | 0                       |
- * | job_token           | GRAFT_JOB_TOKEN           | (the job name)          |
+ * | job_secret_file     | GRAFT_JOB_SECRET_FILE     | (none: see below)       |
  * | persist_root        | GRAFT_PERSIST_ROOT        | (none: no disk tier)    |
  * | persist_every       | GRAFT_PERSIST_EVERY       | 100 (steps)             |
  * | persist_keep_last   | GRAFT_PERSIST_KEEP_LAST   | 3                       |
@@ -130,6 +130,15 @@ extern "C" {
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].
+ *
+ * The job secret (docs/SECURITY.md) keys the transfer handshake and the
+ * steady path's messages; it is not a setting, so no dump of the settings
+ * shows it. graft_init() takes it from the environment variable
+ * GRAFT_JOB_SECRET (16 to 256 bytes) when set; else from job_secret_file, a
+ * regular file that only its owner may read or write (mode & 077 == 0,
+ * refused otherwise; 16 to 256 bytes, a trailing newline is not part of
+ * it); else from the job's record /graft/<job>/secret in etcd, 32 random
+ * bytes that the job's first process creates and every other one reads.
  *
  * steady_path peers: once a quorum has formed in etcd, the steps that change
  * nothing but the step number (same groups, same processes) are agreed
@@ -226,14 +235,20 @@ typedef struct graft_region {
 } graft_region_t;
 
 /**
- * @brief Create this rank's runtime: validates the configuration, opens the
+ * @brief Create this rank's runtime: validates the configuration, takes
+ *        the job secret (see the configuration above; from etcd when
+ *        neither GRAFT_JOB_SECRET nor job_secret_file gives it), opens the
  *        etcd client and the transfer endpoint. Joining the job happens at
  *        the first graft_quorum(), once the regions are known.
  * @param [in]  config  a configuration; copied, may be destroyed afterwards.
  * @param [out] rt_p    the runtime.
- * @return GRAFT_OK; GRAFT_EINVAL (the configuration does not validate: the
- *         error is logged naming the field); GRAFT_ENOMEM; GRAFT_ETRANSPORT
- *         (the transfer endpoint could not listen).
+ * @return GRAFT_OK; GRAFT_EINVAL (the configuration does not validate, or
+ *         the job secret is unusable: too short or too long, or a
+ *         job_secret_file that is missing or open to group or others; the
+ *         error is logged naming the field or the file, never the secret);
+ *         GRAFT_ENOMEM; GRAFT_ETRANSPORT (the transfer endpoint could not
+ *         listen); an etcd error, GRAFT_EMALFORMED or GRAFT_EFORMAT (the
+ *         secret was to come from etcd and could not be read or created).
  */
 GRAFT_WUR graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p);
 
@@ -522,6 +537,7 @@ typedef struct graft_metrics {
     uint64_t steady_steps;        /**< steps agreed with the members, without etcd */
     uint64_t steady_fallbacks;    /**< steady-path attempts that went to etcd instead */
     uint64_t etcd_requests;       /**< etcd requests of the membership layer, keep-alives excluded */
+    uint64_t steady_rejected;     /**< steady-path messages dropped: no valid MAC (docs/SECURITY.md) */
 } graft_metrics_t;
 
 /**

@@ -12,11 +12,15 @@
  *
  * A donor calls graft_transfer_serve_begin() for a step: chunk hashes
  * (XXH3-64, chunk size configurable) are computed by background threads
- * while recipients already read. A recipient that connects presents the job
- * token, the step and the layout hash; a mismatch is refused with
- * ::GRAFT_ETOKEN, ::GRAFT_ESTEP or ::GRAFT_ELAYOUT. Otherwise the donor
- * answers with a manifest (per region: remote address, packed rkey) and then
- * streams the chunk hashes as they are computed.
+ * while recipients already read. As it accepts a connection the donor sends
+ * a fresh nonce; the recipient's request carries its own nonce, the step,
+ * the layout hash and an HMAC-SHA256 over all of them keyed with the job
+ * secret, which itself never crosses the wire (docs/SECURITY.md). A wrong
+ * MAC, step or layout is refused with ::GRAFT_ETOKEN, ::GRAFT_ESTEP or
+ * ::GRAFT_ELAYOUT. Otherwise the donor
+ * answers with a manifest (per region: remote address, packed rkey) carrying
+ * its own MAC over both nonces, so the recipient knows the donor holds the
+ * secret too, and then streams the chunk hashes as they are computed.
  *
  * A recipient calls graft_transfer_pull() with 1..k donor addresses. Chunks
  * are striped across all donors, at most `window` per donor in flight, and
@@ -91,7 +95,11 @@ typedef struct graft_transfer_config {
     const char *listen_address;
     uint16_t port;              /**< 0 = let the system pick (or the port in
                                      listen_address; both given must agree) */
-    const char *job_token;      /**< must match between donor and recipient; default "" */
+    /** The job's secret, at least GRAFT_TRANSFER_SECRET_MIN_BYTES bytes
+     *  (copied): donor and recipient each prove they hold it with an HMAC
+     *  over fresh nonces, so it never crosses the wire. Required. */
+    const void *job_secret;
+    size_t job_secret_len;
     uint32_t group;             /**< this rank's replica group (sent in requests) */
     uint32_t rank;              /**< this rank's index in its group */
     uint64_t chunk_bytes;       /**< default GRAFT_TRANSFER_DEFAULT_CHUNK_BYTES */
@@ -106,14 +114,20 @@ typedef struct graft_transfer_config {
     uint32_t max_recipients;
 } graft_transfer_config_t;
 
+/** The shortest and the longest job secret an endpoint accepts. */
+#define GRAFT_TRANSFER_SECRET_MIN_BYTES 16u
+#define GRAFT_TRANSFER_SECRET_MAX_BYTES 256u
+
 /** Default graft_transfer_config_t::max_recipients. */
 #define GRAFT_TRANSFER_DEFAULT_MAX_RECIPIENTS 4
 
 /**
  * @brief Create an endpoint: UCX context, worker, progress thread, listener.
- * @param [in]  config  configuration; strings are copied. NULL = defaults.
+ * @param [in]  config  configuration; strings and the secret are copied.
+ *                      It must carry the job secret.
  * @param [out] ep_p    the endpoint, on success.
- * @return GRAFT_OK, GRAFT_EINVAL (bad address or port, no such interface or
+ * @return GRAFT_OK, GRAFT_EINVAL (no job secret or a shorter one than
+ *         GRAFT_TRANSFER_SECRET_MIN_BYTES, bad address or port, no such interface or
  *         one without an IPv4 address, 0.0.0.0 without an advertised
  *         address, a wildcard advertised address), GRAFT_ENOMEM,
  *         GRAFT_ETRANSPORT (UCX failed, e.g. the port is taken), GRAFT_ESYS
@@ -267,6 +281,20 @@ GRAFT_WUR graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *e
 GRAFT_WUR graft_status_t graft_transfer_serve_expect(graft_transfer_endpoint_t *ep, uint64_t step);
 
 /**
+ * @brief Serve only recipients of these groups (the groups the quorum
+ *        names as recipients of the step): a request from any other group
+ *        is refused with GRAFT_ENOTRECIPIENT, even when it proves the job
+ *        secret. The list stays until changed; @p n == 0 lifts it (any
+ *        holder of the secret is served, the default).
+ * @param [in] ep      the endpoint.
+ * @param [in] groups  @p n group ids (copied).
+ * @param [in] n       how many; at most 65536.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_transfer_serve_recipients(graft_transfer_endpoint_t *ep,
+                                                         const uint32_t *groups, size_t n);
+
+/**
  * @brief Stop exposing the regions: new requests are refused with
  *        GRAFT_ESTEP; reads already granted may still land until the
  *        recipients are done (use graft_transfer_fence_wait() first). Waits
@@ -305,6 +333,16 @@ uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step
  * @return the count (0 for NULL).
  */
 uint32_t graft_transfer_serve_peak(graft_transfer_endpoint_t *ep);
+
+/**
+ * @brief Transfer requests this endpoint refused for who sent them, over its
+ *        whole life: no valid MAC of the job secret (GRAFT_ETOKEN) or a group
+ *        that is not a recipient of the step (GRAFT_ENOTRECIPIENT). The
+ *        runtime records an event when it grows.
+ * @param [in] ep  the endpoint.
+ * @return the count (0 for NULL).
+ */
+uint64_t graft_transfer_refused_count(graft_transfer_endpoint_t *ep);
 
 /* ------------------------------------------------------------------------ */
 /* Pulling (recipient)                                                      */

@@ -106,6 +106,7 @@ typedef struct graft_metrics {
     uint64_t steady_steps;
     uint64_t steady_fallbacks;
     uint64_t etcd_requests;
+    uint64_t steady_rejected;
 } graft_metrics_t;
 void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
 

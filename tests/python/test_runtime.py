@@ -50,6 +50,29 @@ def test_environment_and_keywords(job_env, monkeypatch):
         assert rt.step == 0 and rt.start_kind == "undecided"
 
 
+def test_job_secret_file_owner_only(job_env, tmp_path, monkeypatch):
+    """The job secret from a file (docs/SECURITY.md): refused while group or
+    others may read it, used at 0600; job_token is no setting any more."""
+    monkeypatch.delenv("GRAFT_JOB_SECRET", raising=False)
+    path = tmp_path / "secret"
+    path.write_text("a-job-secret-of-more-than-16-bytes\n")
+    settings = dict(env=False, job=job_env["GRAFT_JOB"], group=0, groups=1,
+                    etcd_endpoints=job_env["GRAFT_ETCD_ENDPOINTS"], job_secret_file=str(path))
+    path.chmod(0o644)
+    with pytest.raises(graft.UsageError) as e:
+        graft.Runtime(**settings)
+    assert e.value.name == "GRAFT_EINVAL"
+    path.chmod(0o600)
+    with graft.Runtime(**settings) as rt:
+        rt.register("w", np.zeros(16), "param")
+        rt.quorum()
+        assert rt.commit()
+        assert rt.metrics()["steady_rejected"] == 0
+    with pytest.raises(graft.Error) as e:
+        graft.Runtime(env=False, job="j", group=0, groups=1, job_token="public")
+    assert e.value.name == "GRAFT_ENOTFOUND"
+
+
 def test_register_rejects_bad_memory(job_env):
     with graft.Runtime(env=False, job=job_env["GRAFT_JOB"], group=0, groups=1,
                        etcd_endpoints=job_env["GRAFT_ETCD_ENDPOINTS"]) as rt:

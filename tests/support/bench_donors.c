@@ -9,6 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The job secret of the benchmarks' donors and recipients. */
+#define BENCH_SECRET "job-secret-of-the-benchmarks"
+
 static void fill(uint64_t *p, uint64_t words, uint64_t seed)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -32,7 +35,8 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
     static const char *names[2] = {"params", "optim"};
     graft_transfer_config_t ec = {.listen_address = listen,
                                   .chunk_bytes = s->chunk,
-                                  .job_token = "bench",
+                                  .job_secret = BENCH_SECRET,
+                                  .job_secret_len = strlen(BENCH_SECRET),
                                   .hash_threads = 2};
     graft_transfer_endpoint_t *ep = NULL;
     uint8_t *block = NULL;
