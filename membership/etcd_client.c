@@ -558,7 +558,17 @@ static graft_status_t authenticate(graft_etcd_t *etcd, uint64_t seen_gen)
         goto out;
     st = parse_body(&sink, &resp);
     if (st != GRAFT_OK) {
-        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate: malformed answer (HTTP %ld)", code);
+        /* Not JSON: the gateway's own refusal in plain text, e.g. etcd 3.4
+         * with client certificate authentication refuses a certificate
+         * with a CommonName on its JSON gateway. Say what it said. */
+        int n = (int)GRAFT_MIN(sink.body.len, 200);
+        while (n > 0 && (sink.body.data[n - 1] == '\n' || sink.body.data[n - 1] == '\r'))
+            n--;
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate: HTTP %ld, not a JSON answer: '%.*s'%s",
+                    code, n, sink.body.data != NULL ? sink.body.data : "",
+                    strstr(sink.body.data != NULL ? sink.body.data : "", "CommonName") != NULL
+                        ? " (with etcd users, use a client certificate without a CommonName)"
+                        : "");
         goto out;
     }
     if (code != 200) {

@@ -588,6 +588,137 @@ static void test_steady_forged_no(void **state)
     graft_destroy(rt0);
 }
 
+/* ------------------------------------------ etcd with TLS and auth --- */
+
+/* A runtime of group @p group of a 2-group job on the etcd at @p ep (https
+ * with client certificates, all under @p dir), logged in as @p user. */
+static graft_status_t make_rt_auth(const char *job, int group, const char *ep, const char *dir,
+                                   const char *user, const char *password, graft_runtime_t **rt_p)
+{
+    char ca[320], crt[320], key[320];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(crt, sizeof(crt), "%s/job.crt", dir);
+    snprintf(key, sizeof(key), "%s/job.key", dir);
+    graft_config_t *c = NULL;
+    char g[16];
+    snprintf(g, sizeof(g), "%d", group);
+    const char *set[][2] = {
+        {"job", job}, {"groups", "2"}, {"group", g}, {"etcd_endpoints", ep}, {"etcd_ca", ca},
+        {"etcd_cert", crt}, {"etcd_key", key}, {"etcd_user", user}, {"etcd_password", password}, {"lease_ttl_ms", "2000"},
+        {"join_timeout_ms", "1000"}, {"fence_timeout_ms", "5000"}, {"stall_timeout_ms", "2000"},
+        {"quorum_timeout_ms", "30000"},
+    };
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
+        assert_int_equal(graft_config_set(c, set[i][0], set[i][1], NULL), GRAFT_OK);
+    graft_status_t st = graft_init(c, rt_p);
+    graft_config_destroy(c);
+    return st;
+}
+
+/* The job on an etcd with TLS (certificates made here with openssl) and
+ * authentication on: the job's user makes and reads the secret, and its
+ * groups heal; a user without a role on the job, or no user at all, cannot
+ * read the secret and cannot start a process of the job. */
+static void test_secret_behind_etcd_auth_tls(void **state)
+{
+    (void)state;
+    static uint64_t a0[N], b0[N], a1[N], b1[N];
+    char dir[300], ca[320], scrt[320], skey[320], ccrt[320], ckey[320], job[64], key[128];
+    char grant[128];
+    snprintf(dir, sizeof(dir), "%s/tls", tmpdir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(graft_test_tls_certs(dir), 0);
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(scrt, sizeof(scrt), "%s/server.crt", dir);
+    snprintf(skey, sizeof(skey), "%s/server.key", dir);
+    /* etcd 3.4's JSON gateway refuses a client certificate with a
+     * CommonName once users are on: the job's certificate has none. */
+    char cmd[1400];
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+             "-keyout job.key -out job.csr -subj /O=graft-job >/dev/null 2>&1 && "
+             "openssl x509 -req -in job.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+             "-out job.crt -days 1 >/dev/null 2>&1",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(ccrt, sizeof(ccrt), "%s/job.crt", dir);
+    snprintf(ckey, sizeof(ckey), "%s/job.key", dir);
+    static const char *const args[] = {"--auth-token=simple", "--bcrypt-cost=4", NULL};
+    graft_etcd_server_opts_t so = {.cert_file = scrt, .key_file = skey, .trusted_ca_file = ca,
+                                   .extra_args = args};
+    graft_etcd_server_t *server = NULL;
+    assert_int_equal(graft_etcd_server_start(&so, &server), GRAFT_OK);
+    const char *ep = graft_etcd_server_endpoint(server);
+    assert_non_null(strstr(ep, "https://"));
+
+    job_name(job, sizeof(job), "secret-tls");
+    snprintf(grant, sizeof(grant), "/graft/%s/", job);
+    setenv("ETCDCTL_CACERT", ca, 1);
+    setenv("ETCDCTL_CERT", ccrt, 1);
+    setenv("ETCDCTL_KEY", ckey, 1);
+    const char *const role_root[] = {"role", "add", "root", NULL};
+    (void)graft_test_etcdctl(ep, NULL, 0, role_root); /* may exist already */
+    const char *const setup_cmds[][7] = {
+        {"user", "add", "root:rootpw", NULL},
+        {"user", "grant-role", "root", "root", NULL},
+        {"user", "add", "trainer:trainerpw", NULL},
+        {"role", "add", "jobrw", NULL},
+        {"role", "grant-permission", "jobrw", "--prefix=true", "readwrite", grant, NULL},
+        {"user", "grant-role", "trainer", "jobrw", NULL},
+        {"user", "add", "stranger:strangerpw", NULL},
+        {"auth", "enable", NULL},
+    };
+    for (size_t i = 0; i < sizeof(setup_cmds) / sizeof(setup_cmds[0]); i++)
+        assert_int_equal(graft_test_etcdctl(ep, NULL, 0, setup_cmds[i]), 0);
+    unsetenv("ETCDCTL_CACERT");
+    unsetenv("ETCDCTL_CERT");
+    unsetenv("ETCDCTL_KEY");
+
+    graft_runtime_t *rt0 = NULL, *rt1 = NULL, *bad = NULL;
+    assert_int_equal(make_rt_auth(job, 0, ep, dir, "trainer", "trainerpw", &rt0), GRAFT_OK);
+    assert_int_equal(make_rt_auth(job, 1, ep, dir, "trainer", "trainerpw", &rt1), GRAFT_OK);
+    register_ab(rt0, a0, b0, N, 1, 2);
+    register_ab(rt1, a1, b1, N, 5, 6);
+    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
+    step_pair(&p0, &p1);
+    assert_int_equal(p1.heal_st, GRAFT_OK);
+    assert_true(p0.apply && p1.apply);
+    assert_filled(a1, 1);
+    assert_filled(b1, 2);
+
+    /* The job's user reads the record; a stranger and nobody do not. */
+    snprintf(key, sizeof(key), "/graft/%s/secret", job);
+    const char *eps[] = {ep};
+    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1, .ca_file = ca,
+                              .cert_file = ccrt, .key_file = ckey, .username = "trainer",
+                              .password = "trainerpw"};
+    graft_etcd_t *cl = NULL;
+    graft_etcd_kv_t kv = {0};
+    assert_int_equal(graft_etcd_create(&ec, &cl), GRAFT_OK);
+    assert_int_equal(graft_etcd_get(cl, key, &kv, NULL), GRAFT_OK);
+    assert_true(kv.value_len > 32);
+    graft_etcd_kv_clear(&kv);
+    graft_etcd_destroy(cl);
+    ec.username = "stranger";
+    ec.password = "strangerpw";
+    assert_int_equal(graft_etcd_create(&ec, &cl), GRAFT_OK);
+    assert_int_not_equal(graft_etcd_get(cl, key, &kv, NULL), GRAFT_OK);
+    assert_null(kv.value);
+    graft_etcd_destroy(cl);
+    ec.username = ec.password = NULL;
+    assert_int_equal(graft_etcd_create(&ec, &cl), GRAFT_OK);
+    assert_int_not_equal(graft_etcd_get(cl, key, &kv, NULL), GRAFT_OK);
+    graft_etcd_destroy(cl);
+    /* Nor can the stranger start a process of the job. */
+    assert_int_not_equal(make_rt_auth(job, 1, ep, dir, "stranger", "strangerpw", &bad), GRAFT_OK);
+    assert_null(bad);
+
+    graft_destroy(rt1);
+    graft_destroy(rt0);
+    graft_etcd_server_destroy(server);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -597,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_other_secret_cannot_heal),
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_steady_forged_no),
+        cmocka_unit_test(test_secret_behind_etcd_auth_tls),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
