@@ -109,7 +109,7 @@ PYTEST_DIRS :=
 PYTEST_DIRS += tests/dashboard
 PYTEST_DIRS += tests/python
 
-.PHONY: all lib demo check check-tsan tests bench clean info deps layering
+.PHONY: all lib demo soak check check-tsan tests bench clean info deps layering
 .DEFAULT_GOAL := all
 
 all: lib $(BIN_PROGS) $(BENCH_PROGS)
@@ -205,6 +205,13 @@ check-tsan: deps
 	@$(MAKE) --no-print-directory TSAN=1 $(addprefix build/tsan/tests/,$(TSAN_TESTS))
 	@BUILD=build/tsan TSAN=1 TEST_FILTER="$(TSAN_RUNTIME_FILTER)" sh scripts/run-tests.sh \
 		$(addprefix build/tsan/tests/,$(TSAN_TESTS))
+
+# A long graft-sim run (1000 random failures by default) with the memory and
+# descriptors of its processes watched; SOAK_ARGS go to scripts/soak.py
+# (--help). Outside CI: it takes about half an hour (docs/PERFORMANCE.md).
+soak: deps
+	@$(MAKE) --no-print-directory all
+	@python3 scripts/soak.py --build $(BUILD) $(SOAK_ARGS)
 
 demo: deps
 	@$(MAKE) --no-print-directory all
