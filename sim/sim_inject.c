@@ -2,12 +2,14 @@
  * The live engine's injector (sim_live.c runs it every tick): fires the
  * planned failures at the trainers, the etcd members and the network
  * namespaces, once each one's preconditions hold, and ends those that take
- * time (a hang resumed, a link restored, etcd restarted, a donor killed).
+ * time (a hang resumed, a link restored, etcd restarted, a donor killed or
+ * cut off its recipient).
  */
 #include "sim_live_int.h"
 
 #include <graft/etcd.h>
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -160,6 +162,7 @@ static void sim_record_injected(graft_sim_run_t *r, size_t plan_index, const gra
     in->etcd_new_leader = -1;
     in->etcd_elected_t = -1.0;
     in->etcd_restart_t = -1.0;
+    in->link_restored_t = -1.0;
     r->last_inject_ns = graft_sim_now_ns();
     if (!r->tty) {
         printf("graft-sim: t=%.2fs step %lld: inject %s", in->t, r->job_step,
@@ -167,7 +170,8 @@ static void sim_record_injected(graft_sim_run_t *r, size_t plan_index, const gra
         if (ev->group >= 0) {
             printf(" group %d", ev->group);
         }
-        if (ev->rank >= 0 && ev->kind != GRAFT_SIM_KILL_DONOR) {
+        if (ev->rank >= 0 && ev->kind != GRAFT_SIM_KILL_DONOR &&
+            ev->kind != GRAFT_SIM_CUT_DONOR) {
             printf(" rank %d", ev->rank);
         }
         printf("\n");
@@ -236,12 +240,73 @@ void graft_sim_inject_leader_pending(graft_sim_run_t *r, uint64_t now)
     }
 }
 
-/* --netns: cut (or restore) a group's traffic: all of it (partition), or
- * only to the other groups, etcd still reachable (isolate). */
-static graft_status_t sim_cut(graft_sim_kind_t kind, int group, int cut)
+/* --netns: start (on) or end a network fault on a group's link: all its
+ * traffic cut (partition), only that to the other groups (isolate, etcd
+ * still reachable), only that to one group, peer (cut_donor), or the link
+ * reshaped (netem, throttle) and back to the run's tbf. */
+static graft_status_t sim_link_set(graft_sim_kind_t kind, int group, int peer, int on)
 {
-    return kind == GRAFT_SIM_ISOLATE ? graft_sim_netns_isolate(graft_sim_net, group, cut)
-                                     : graft_sim_netns_partition(graft_sim_net, group, cut);
+    switch (kind) {
+    case GRAFT_SIM_PARTITION:
+        return graft_sim_netns_partition(graft_sim_net, group, on);
+    case GRAFT_SIM_ISOLATE:
+        return graft_sim_netns_isolate(graft_sim_net, group, on);
+    case GRAFT_SIM_CUT_DONOR:
+        return graft_sim_netns_cut_pair(graft_sim_net, group, peer, on);
+    case GRAFT_SIM_NETEM:
+        return graft_sim_netns_shape(graft_sim_net, group,
+                                     on ? GRAFT_SIM_LINK_NETEM : GRAFT_SIM_LINK_BASE);
+    case GRAFT_SIM_THROTTLE:
+        return graft_sim_netns_shape(graft_sim_net, group,
+                                     on ? GRAFT_SIM_LINK_THROTTLE : GRAFT_SIM_LINK_BASE);
+    default:
+        return GRAFT_EINVAL;
+    }
+}
+
+/* The network fault just started becomes the active one, until its end. */
+static void sim_link_hold(graft_sim_run_t *r, graft_sim_kind_t kind, int group, int peer,
+                          size_t inj, long long duration_ms)
+{
+    assert(r->link.group < 0);
+    r->link.kind = kind;
+    r->link.group = group;
+    r->link.peer = peer;
+    r->link.inj = inj;
+    r->link.until = graft_sim_now_ns() + (uint64_t)duration_ms * 1000000ull;
+}
+
+/*
+ * partition, isolate, netem, throttle: one network fault at a time, and
+ * none while a kill_donor or cut_donor waits for its donor (a cut needs
+ * the slot). A partition or isolate waits for its group to run (a
+ * partition is timed as a recovery); a reshaped link needs no process, so
+ * a throttle planned right after a kill_group of its group (same step)
+ * slows the replacement's heal.
+ */
+static int sim_inject_link(graft_sim_run_t *r, size_t idx, const graft_sim_event_t *ev)
+{
+    if (r->link.group >= 0 || r->donor_pending) {
+        return 0;
+    }
+    if ((ev->kind == GRAFT_SIM_PARTITION || ev->kind == GRAFT_SIM_ISOLATE) &&
+        !sim_group_alive(r, ev->group)) {
+        return 0;
+    }
+    if (sim_link_set(ev->kind, ev->group, -1, 1) != GRAFT_OK) {
+        graft_sim_run_fail(r, "could not start %s on the link of group %d (the failed command "
+                              "is logged above)",
+                           graft_sim_kind_name(ev->kind), ev->group);
+        return 1;
+    }
+    sim_record_injected(r, idx, ev);
+    /* Nothing of an isolated or reshaped group dies: there is no recovery
+     * to time, only the verdict. */
+    if (ev->kind == GRAFT_SIM_PARTITION) {
+        graft_sim_recovery_open(r, ev->kind, "group", ev->group, -1);
+    }
+    sim_link_hold(r, ev->kind, ev->group, -1, r->res->n_injected - 1, ev->duration_ms);
+    return 1;
 }
 
 /* Tries to inject one event; 0 when its preconditions do not hold yet. */
@@ -260,15 +325,25 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
         return 1;
     case GRAFT_SIM_KILL_GROUP:
     case GRAFT_SIM_KILL_DONOR:
+    case GRAFT_SIM_CUT_DONOR: {
+        int donor = ev->kind != GRAFT_SIM_KILL_GROUP;
+        if (ev->kind == GRAFT_SIM_CUT_DONOR && graft_sim_net == NULL) {
+            graft_sim_run_fail(r, "cut_donor needs --netns");
+            return 1;
+        }
         if (!sim_group_alive(r, ev->group) || r->donor_pending) {
             return 0;
         }
-        if (ev->kind == GRAFT_SIM_KILL_DONOR && r->n_open > 0) {
+        if (ev->kind == GRAFT_SIM_CUT_DONOR && r->link.group >= 0) {
+            return 0; /* its cut will need the one network-fault slot */
+        }
+        if (donor && r->n_open > 0) {
             /* Not while another recovery is open: a group still healing
              * is no copy of its ranks' state, and killing a donor rank on
              * top can leave some rank's state in no group (seen with 3 x 3,
              * a kill_rank then a kill_donor a step apart, before the first
-             * checkpoint: the job was lost by design). */
+             * checkpoint: the job was lost by design). A cut_donor
+             * waits alike: its recipient's heal must be the only one. */
             return 0;
         }
         if (ev->kind == GRAFT_SIM_KILL_DONOR && G <= 2) {
@@ -285,7 +360,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
         for (int k = 0; k < R; k++) {
             sim_kill(r, ev->group, k);
         }
-        if (ev->kind == GRAFT_SIM_KILL_DONOR) {
+        if (donor) {
             r->donor_pending = 1;
             r->donor_ev = *ev;
             r->donor_since = graft_sim_now_ns();
@@ -298,6 +373,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
             }
         }
         return 1;
+    }
     case GRAFT_SIM_HANG:
         if (!sim_alive(r, ev->group, ev->rank) ||
             r->hang_n == (int)(sizeof(r->hangs) / sizeof(r->hangs[0]))) {
@@ -319,7 +395,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
                 return 0;
             }
         }
-        if (r->donor_pending || r->hang_n > 0 || r->part_g >= 0) {
+        if (r->donor_pending || r->hang_n > 0 || r->link.group >= 0) {
             return 0;
         }
         /* Not before the persistent tier holds a checkpoint to restore
@@ -385,60 +461,81 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
         return sim_kill_leader(r, idx, ev);
     case GRAFT_SIM_PARTITION:
     case GRAFT_SIM_ISOLATE:
+    case GRAFT_SIM_NETEM:
+    case GRAFT_SIM_THROTTLE:
         if (graft_sim_net == NULL) {
             graft_sim_run_fail(r, "%s needs --netns", graft_sim_kind_name(ev->kind));
             return 1;
         }
-        if (!sim_group_alive(r, ev->group) || r->part_g >= 0 || r->donor_pending) {
-            return 0;
-        }
-        if (sim_cut(ev->kind, ev->group, 1) != GRAFT_OK) {
-            graft_sim_run_fail(r, "could not cut group %d off %s", ev->group,
-                               ev->kind == GRAFT_SIM_ISOLATE ? "its peers" : "the network");
-            return 1;
-        }
-        sim_record_injected(r, idx, ev);
-        /* An isolated group keeps its leases and processes: nothing of it
-         * dies, so there is no recovery to time, only the verdict. */
-        if (ev->kind == GRAFT_SIM_PARTITION)
-            graft_sim_recovery_open(r, ev->kind, "group", ev->group, -1);
-        r->part_g = ev->group;
-        r->part_kind = ev->kind;
-        r->part_until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
-        return 1;
+        return sim_inject_link(r, idx, ev);
     default:
         graft_sim_run_fail(r, "cannot inject %s in this build", graft_sim_kind_name(ev->kind));
         return 1;
     }
 }
 
-/* --netns: the partitioned group's link comes back. Like a resumed hang,
- * the recovery's restart phase ends here, and commits from here on show
- * the group computing again. */
-void graft_sim_inject_heal_partition(graft_sim_run_t *r)
+/* --netns: the active network fault ends. After a partition, like a
+ * resumed hang, the recovery's restart phase ends here, and commits from
+ * here on show the group computing again. */
+void graft_sim_inject_link_restore(graft_sim_run_t *r)
 {
-    if (sim_cut(r->part_kind, r->part_g, 0) != GRAFT_OK) {
-        graft_sim_run_fail(r, "could not restore the links of group %d", r->part_g);
+    graft_sim_link_fault_t *lf = &r->link;
+    if (sim_link_set(lf->kind, lf->group, lf->peer, 0) != GRAFT_OK) {
+        graft_sim_run_fail(r, "could not end %s on the link of group %d (the failed command is "
+                              "logged above)",
+                           graft_sim_kind_name(lf->kind), lf->group);
+    }
+    double t = graft_sim_run_elapsed(r);
+    if (lf->inj < r->res->n_injected) {
+        r->res->injected[lf->inj].link_restored_t = t;
+    }
+    if (!r->tty) {
+        printf("graft-sim: t=%.2fs: %s on the link of group %d", t, graft_sim_kind_name(lf->kind),
+               lf->group);
+        if (lf->peer >= 0) {
+            printf(" to group %d", lf->peer);
+        }
+        printf(" ended\n");
+        fflush(stdout);
     }
     for (size_t k = 0; k < r->n_open; k++) {
         graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
-        if (rec->kind == r->part_kind && rec->group == r->part_g && rec->t_restart < 0) {
+        if (lf->kind == GRAFT_SIM_PARTITION && rec->kind == lf->kind && rec->group == lf->group &&
+            rec->t_restart < 0) {
             rec->t_restart = graft_sim_run_elapsed(r);
             for (size_t i = 0; i < r->open[k].n; i++) {
                 r->open[k].commits0[i] = r->slots[r->open[k].slots[i]].commits;
             }
         }
     }
-    r->part_g = -1;
+    lf->group = -1;
+    lf->peer = -1;
 }
 
-/* Kill (g, k) as the donor of the pending kill_donor; step: the step it
- * was serving, -1 when killed on the fallback. */
-static void sim_kill_donor(graft_sim_run_t *r, int g, int k, long long step)
+/* The donor (g, k) of the pending kill_donor is killed, or, for a
+ * cut_donor, its group cut off the recipient group for duration_ms (both
+ * keep running and reach etcd and the other groups: the recipient's pull
+ * stalls on this donor until it drops it and moves its chunks to the
+ * others, or fails and heals again). step: the step it was serving, -1
+ * when acting on the fallback. */
+static void sim_act_on_donor(graft_sim_run_t *r, int g, int k, long long step)
 {
     graft_sim_injected_t *in = &r->res->injected[r->donor_inj];
-    sim_kill(r, g, k);
-    graft_sim_recovery_open(r, GRAFT_SIM_KILL_DONOR, "donor", g, k);
+    int cut = r->donor_ev.kind == GRAFT_SIM_CUT_DONOR;
+    if (cut) {
+        if (sim_link_set(GRAFT_SIM_CUT_DONOR, r->donor_ev.group, g, 1) != GRAFT_OK) {
+            graft_sim_run_fail(r, "cut_donor: could not cut group %d off group %d (the failed "
+                                  "command is logged above)",
+                               g, r->donor_ev.group);
+            r->donor_pending = 0;
+            return;
+        }
+        sim_link_hold(r, GRAFT_SIM_CUT_DONOR, r->donor_ev.group, g, r->donor_inj,
+                      r->donor_ev.duration_ms);
+    } else {
+        sim_kill(r, g, k);
+        graft_sim_recovery_open(r, GRAFT_SIM_KILL_DONOR, "donor", g, k);
+    }
     in->donor_group = g;
     in->donor_rank = k;
     in->donor_step = step;
@@ -446,13 +543,14 @@ static void sim_kill_donor(graft_sim_run_t *r, int g, int k, long long step)
     in->donor_t = graft_sim_run_elapsed(r);
     r->donor_pending = 0;
     if (!r->tty) {
+        const char *what = cut ? "cut off" : "killed";
         if (step >= 0) {
-            printf("graft-sim: t=%.2fs: killed donor group %d rank %d while it serves step %lld "
-                   "to group %d\n", in->donor_t, g, k, step, r->donor_ev.group);
+            printf("graft-sim: t=%.2fs: %s donor group %d rank %d while it serves step %lld "
+                   "to group %d\n", in->donor_t, what, g, k, step, r->donor_ev.group);
         } else {
-            printf("graft-sim: t=%.2fs: no serve to group %d seen in %.0f s; killed group %d "
+            printf("graft-sim: t=%.2fs: no serve to group %d seen in %.0f s; %s group %d "
                    "rank %d as its likely donor\n", in->donor_t, r->donor_ev.group,
-                   (double)SIM_DONOR_WAIT_NS / 1e9, g, k);
+                   (double)SIM_DONOR_WAIT_NS / 1e9, what, g, k);
         }
         fflush(stdout);
     }
@@ -482,8 +580,8 @@ void graft_sim_inject_pending(graft_sim_run_t *r)
         }
         i++;
     }
-    if (r->part_g >= 0 && now >= r->part_until) {
-        graft_sim_inject_heal_partition(r);
+    if (r->link.group >= 0 && now >= r->link.until) {
+        graft_sim_inject_link_restore(r);
     }
     if (r->lk_inj != SIZE_MAX) {
         graft_sim_inject_leader_pending(r, now);
@@ -515,25 +613,28 @@ void graft_sim_inject_pending(graft_sim_run_t *r)
     }
     if (r->donor_pending && now - r->donor_since > SIM_DONOR_WAIT_NS) {
         /* No serve seen in time (the recipient may have healed from a
-         * checkpoint, or its pull never reached this rank): kill the next
-         * group's rank as the donor it most likely was, and say so. */
+         * checkpoint, or its pull never reached this rank): kill or cut
+         * the next group's rank as the donor it most likely was, and say
+         * so. */
         int g = (r->donor_ev.group + 1) % r->o->groups;
         int k = r->donor_ev.rank >= 0 ? r->donor_ev.rank : 0;
         if (sim_alive(r, g, k)) {
-            sim_kill_donor(r, g, k, -1);
+            sim_act_on_donor(r, g, k, -1);
         }
     }
 }
 
 /*
- * kill_donor: the donor is killed once its transfer endpoint serves the
- * recipient, i.e. when a "<step> serving <group> <rank>" line appears in a
- * role log (train_mlp --role-log), <group> being the recipient group and
- * <rank> the planned rank. The endpoint logs it after it sent that
- * recipient rank its manifest, so the pull reads from it from then on; with
- * the ballast the pull lasts long enough for the kill (a few ms later) to
- * land during it. Whether it did is what the recipient's heal says (see
- * graft_sim_observe_events). Called every SIM_DONOR_TICK_US while one is pending.
+ * kill_donor, cut_donor: the donor is killed (or cut off) once its
+ * transfer endpoint serves the recipient, i.e. when a "<step> serving
+ * <group> <rank>" line appears in a role log (train_mlp --role-log),
+ * <group> being the recipient group and <rank> the planned rank. The
+ * endpoint logs it after it sent that recipient rank its manifest, so the
+ * pull reads from it from then on; with the ballast the pull lasts long
+ * enough for the kill or the cut (a few ms later) to land during it.
+ * Whether it did is what the recipient's heal says (see
+ * graft_sim_observe_events). Called every SIM_DONOR_TICK_US while one is
+ * pending.
  */
 void graft_sim_inject_donor_poll(graft_sim_run_t *r)
 {
@@ -565,7 +666,7 @@ void graft_sim_inject_donor_poll(graft_sim_run_t *r)
         }
         fclose(f);
         if (step >= 0 && sim_alive(r, g, k)) {
-            sim_kill_donor(r, g, k, step);
+            sim_act_on_donor(r, g, k, step);
         }
     }
 }

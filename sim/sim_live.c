@@ -218,7 +218,9 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     r.persist_root = persist_root;
     r.tty = isatty(STDOUT_FILENO) && strcmp(tag, "ref") != 0;
     r.nslots = o->groups * o->ranks;
-    r.part_g = -1;
+    r.link.group = -1;
+    r.link.peer = -1;
+    r.link.inj = SIZE_MAX;
     res->groups = o->groups;
     res->ranks = o->ranks;
     snprintf(r.job, sizeof(r.job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
@@ -420,8 +422,8 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         /* The run ended before the killed member's time was up. */
         graft_sim_inject_leader_pending(&r, UINT64_MAX);
     }
-    if (r.part_g >= 0) {
-        graft_sim_inject_heal_partition(&r);
+    if (r.link.group >= 0) {
+        graft_sim_inject_link_restore(&r);
     }
     graft_sim_observe(&r);
     graft_sim_observe_events(&r, 1);
@@ -528,6 +530,17 @@ static char *sim_read_file(const char *path)
     return buf;
 }
 
+/* Whether the plan has an event of this kind. */
+static int sim_plan_has(const graft_sim_schedule_t *sched, graft_sim_kind_t kind)
+{
+    for (size_t i = 0; i < sched->n_events; i++) {
+        if (sched->events[i].kind == kind) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int graft_sim_live_run(const graft_sim_live_opts_t *opts)
 {
     int rc = 1;
@@ -565,13 +578,12 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         rc = 2;
         goto out;
     }
-    /* Ballast only where it is needed: a plan that kills donors. */
-    graft_sim_ballast_mib = 0;
-    for (size_t i = 0; i < sched->n_events; i++) {
-        if (sched->events[i].kind == GRAFT_SIM_KILL_DONOR) {
-            graft_sim_ballast_mib = SIM_BALLAST_MIB;
-        }
-    }
+    /* Ballast only where it is needed: a plan that kills donors or cuts
+     * them off (the pull must outlast the reaction to the serve). */
+    graft_sim_ballast_mib = sim_plan_has(sched, GRAFT_SIM_KILL_DONOR) ||
+                                    sim_plan_has(sched, GRAFT_SIM_CUT_DONOR)
+                                ? SIM_BALLAST_MIB
+                                : 0;
     const char *bm = getenv("GRAFT_SIM_BALLAST_MIB");
     if (bm != NULL && bm[0] != '\0') {
         char *end = NULL;
@@ -650,6 +662,23 @@ int graft_sim_live_run(const graft_sim_live_opts_t *opts)
         /* The namespaces' own handlers tore them down during the build;
          * from here the run's cleanup does. */
         sim_catch_stop_signals();
+        if (sim_plan_has(sched, GRAFT_SIM_NETEM)) {
+            st = graft_sim_netns_probe(graft_sim_net, GRAFT_SIM_LINK_NETEM);
+            char q[160];
+            graft_sim_netns_shape_text(graft_sim_net, GRAFT_SIM_LINK_NETEM, q, sizeof(q));
+            if (st == GRAFT_ENOTSUP) {
+                fprintf(stderr, "graft-sim run: error: --netns: the schedule has netem, but this "
+                                "kernel has no netem qdisc (sch_netem, CONFIG_NET_SCH_NETEM): "
+                                "'tc qdisc replace ... root %s' failed\n", q);
+                rc = 2;
+                goto out;
+            }
+            if (st != GRAFT_OK) {
+                fprintf(stderr, "graft-sim run: error: --netns: the links' tbf could not be "
+                                "restored after trying netem: %s\n", graft_status_string(st));
+                goto out;
+            }
+        }
         eopts.binary = graft_sim_netns_etcd(graft_sim_net);
         printf("graft-sim run: --netns: %d groups in namespaces gsim%d-1..%d, links %s, hub %s\n",
                o.groups, (int)getpid(), o.groups, rate != NULL && rate[0] ? rate : "1gbit",

@@ -47,15 +47,20 @@ typedef struct graft_sim_sample {
 typedef struct graft_sim_injected {
     double t;
     size_t plan_index;
-    graft_sim_event_t ev; /**< kill_donor: ev.rank/.group as planned */
-    int donor_group;      /**< kill_donor: the donor actually killed, else -1 */
-    int donor_rank;       /**< kill_donor: its rank */
-    long long donor_step; /**< kill_donor: the step it was serving (-1: killed on the fallback) */
-    double donor_t;       /**< kill_donor: when it was killed, s since start */
-    int donor_serving;    /**< kill_donor: killed on its endpoint's "serving" signal */
-    int donor_mid_serve;  /**< kill_donor: the recipient's heal of donor_step reported
-                               that donor lost with chunks read or in flight */
-    int donor_heal_ok;    /**< kill_donor: that heal's outcome; -1: not seen */
+    graft_sim_event_t ev; /**< kill_donor, cut_donor: ev.rank/.group as planned */
+    int donor_group;      /**< kill_donor: the donor actually killed; cut_donor: the donor
+                               group cut off the recipient; else -1 */
+    int donor_rank;       /**< kill_donor, cut_donor: the donor rank seen serving (or
+                               picked on the fallback) */
+    long long donor_step; /**< kill_donor, cut_donor: the step it was serving (-1: acted
+                               on the fallback) */
+    double donor_t;       /**< kill_donor, cut_donor: when it was killed or cut, s */
+    int donor_serving;    /**< kill_donor, cut_donor: acted on its endpoint's "serving"
+                               signal */
+    int donor_mid_serve;  /**< kill_donor, cut_donor: the recipient's heal of donor_step
+                               reported that donor lost with chunks read or in flight */
+    int donor_heal_ok;    /**< kill_donor, cut_donor: that heal's outcome; -1: not seen */
+    double link_restored_t; /**< --netns kinds: when the link was restored, s; <0: not yet */
     int etcd_member;      /**< etcd_leader_kill: the member killed (the leader), else -1 */
     int etcd_new_leader;  /**< etcd_leader_kill: the member that led next; -1: not seen */
     double etcd_elected_t; /**< etcd_leader_kill: when it was seen leading, s; <0: not seen */
@@ -193,6 +198,16 @@ typedef struct graft_sim_open {
     uint64_t total0;       /* etcd: all commits when etcd was back */
 } graft_sim_open_t;
 
+/* --netns: the one network fault active at a time, and what its restore
+ * undoes (graft_sim_inject_link_restore). */
+typedef struct graft_sim_link_fault {
+    graft_sim_kind_t kind; /* partition, isolate, netem, throttle or cut_donor */
+    int group;             /* the group whose link it is; -1: none active */
+    int peer;              /* cut_donor: the donor group cut off group; else -1 */
+    size_t inj;            /* its entry in res->injected */
+    uint64_t until;        /* when it is restored */
+} graft_sim_link_fault_t;
+
 /* One run of the engine (sim_run_once() in sim_live.c). */
 typedef struct graft_sim_run {
     const graft_sim_live_opts_t *o;
@@ -221,16 +236,15 @@ typedef struct graft_sim_run {
     size_t next_step_ev, next_time_ev, n_step_ev;
     uint64_t last_inject_ns;
     /* pending parts of events that take time */
-    int donor_pending;           /* kill_donor waiting for its recipient's heal to start */
+    int donor_pending;           /* kill_donor or cut_donor waiting for its recipient's
+                                    heal to start (donor_ev.kind says which) */
     graft_sim_event_t donor_ev;
     uint64_t donor_since;
     size_t donor_inj;
     int hang_n;
     struct { int g, r; uint64_t until; } hangs[16];
     uint64_t etcd_up_at;         /* etcd stopped; restart due */
-    int part_g;                  /* --netns: the group cut off, -1: none */
-    graft_sim_kind_t part_kind;  /* how: partition or isolate */
-    uint64_t part_until;         /* when its link comes back */
+    graft_sim_link_fault_t link; /* --netns: the network fault active */
     size_t etcd_rec;
     /* etcd_leader_kill: the member killed (SIZE_MAX: none down), when it
      * restarts, and its entry in res->injected while the next leader is
@@ -296,17 +310,20 @@ void graft_sim_recovery_track(graft_sim_run_t *r);
 /** Inject the next planned failure when it is due and its preconditions hold. */
 void graft_sim_inject_due(graft_sim_run_t *r);
 
-/** End what takes time: hangs, partitions, etcd and etcd members down, a kill_donor. */
+/** End what takes time: hangs, network faults, etcd and etcd members down, a
+ *  kill_donor or cut_donor. */
 void graft_sim_inject_pending(graft_sim_run_t *r);
 
-/** A kill_donor pending: kill the donor once it serves the recipient. */
+/** A kill_donor or cut_donor pending: kill or cut the donor once it serves the
+ *  recipient. */
 void graft_sim_inject_donor_poll(graft_sim_run_t *r);
 
 /** After an etcd_leader_kill (now == UINT64_MAX: the run ended, restart at once). */
 void graft_sim_inject_leader_pending(graft_sim_run_t *r, uint64_t now);
 
-/** --netns: restore the links of the group cut off. */
-void graft_sim_inject_heal_partition(graft_sim_run_t *r);
+/** --netns: end the active network fault (r->link): links up, routes removed,
+ *  the base shape back. */
+void graft_sim_inject_link_restore(graft_sim_run_t *r);
 
 /* sim_reference.c */
 

@@ -22,12 +22,37 @@
 
 #define SIM_NETNS_MAX_GROUPS 200
 #define SIM_NETNS_MAX_ARGS 24
+#define SIM_NETNS_RATE_MAX 64
+
+/*
+ * The shapes of a link (graft_sim_link_shape_t), as tc qdisc arguments.
+ *
+ * Base: tbf at the run's rate with a 1 MB bucket and at most 50 ms of
+ * queue, as scripts/netns.sh.
+ *
+ * netem, at the same rate: 20 ms +- 5 ms of delay each way (a link between
+ * racks or across a campus, ~40 ms round trip), 1 % loss (TCP retransmits,
+ * after 200 ms at least: a lease renewal or a chunk late, not lost), and
+ * reordering: 10 % of packets (correlated 50 % with the previous one) go
+ * out at once, ahead of delayed ones. The jitter reorders too. A limit of
+ * 10000 packets holds a round trip at 1gbit even in 1500-byte packets, so
+ * netem's own queue drops nothing beyond the 1 %.
+ *
+ * Throttle: 10 Mbit/s (a 16 MiB ballast takes ~13 s) with a small bucket
+ * and at most 20 ms of queue, so that a heal filling the link delays the
+ * group's lease renewals by tens of ms, not by a second (a 1 MB bucket at
+ * 10 Mbit/s would queue 0.8 s).
+ */
+#define SIM_NETNS_BASE_FMT "tbf rate %s burst 1mb latency 50ms"
+#define SIM_NETNS_NETEM_FMT "netem limit 10000 rate %s delay 20ms 5ms loss 1%% reorder 10%% 50%%"
+#define SIM_NETNS_THROTTLE "tbf rate 10mbit burst 32kb latency 20ms"
 
 struct graft_sim_netns {
     char prefix[32];   /* gsim<pid> */
     int groups;
     int subnet;        /* S in 10.78.S.0/24 */
     char hub[32];      /* 10.78.S.1 */
+    char rate[SIM_NETNS_RATE_MAX]; /* the links' tc rate */
     char dir[PATH_MAX];
     char trainer[PATH_MAX + 32];
     char etcd[PATH_MAX + 32];
@@ -204,7 +229,40 @@ static int sim_netns_scripts(graft_sim_netns_t *n, const char *trainer)
     return sim_netns_write_script(n->etcd, text);
 }
 
-static int sim_netns_build(graft_sim_netns_t *n, const char *rate)
+const char *graft_sim_netns_shape_text(const graft_sim_netns_t *net, graft_sim_link_shape_t shape,
+                                       char *buf, size_t len)
+{
+    switch (shape) {
+    case GRAFT_SIM_LINK_NETEM:
+        snprintf(buf, len, SIM_NETNS_NETEM_FMT, net->rate);
+        break;
+    case GRAFT_SIM_LINK_THROTTLE:
+        snprintf(buf, len, "%s", SIM_NETNS_THROTTLE);
+        break;
+    default:
+        snprintf(buf, len, SIM_NETNS_BASE_FMT, net->rate);
+        break;
+    }
+    return buf;
+}
+
+/* tc qdisc VERB (add, replace) of a shape at the root of both ends of group
+ * g's link: eth0 in its namespace, p<g+1> in the hub. 0, or the first
+ * failing command's status. */
+static int sim_netns_qdisc(const graft_sim_netns_t *n, int g, const char *verb,
+                           graft_sim_link_shape_t shape, int quiet)
+{
+    char q[160];
+    graft_sim_netns_shape_text(n, shape, q, sizeof(q));
+    int rc = sim_netns_cmd(quiet, "tc -n %s-%d qdisc %s dev eth0 root %s", n->prefix, g + 1, verb,
+                           q);
+    if (rc == 0) {
+        rc = sim_netns_cmd(quiet, "tc -n %s-0 qdisc %s dev p%d root %s", n->prefix, verb, g + 1, q);
+    }
+    return rc;
+}
+
+static int sim_netns_build(graft_sim_netns_t *n)
 {
     const char *p = n->prefix;
     int S = n->subnet;
@@ -230,10 +288,7 @@ static int sim_netns_build(graft_sim_netns_t *n, const char *rate)
             sim_netns_cmd(0, "ip -n %s-0 link set p%d up", p, i) != 0 ||
             sim_netns_cmd(0, "ip -n %s-%d addr add 10.78.%d.%d/24 dev eth0", p, i, S, g + 2) != 0 ||
             sim_netns_cmd(0, "ip -n %s-%d link set eth0 up", p, i) != 0 ||
-            sim_netns_cmd(0, "tc -n %s-%d qdisc add dev eth0 root tbf rate %s burst 1mb latency 50ms",
-                          p, i, rate) != 0 ||
-            sim_netns_cmd(0, "tc -n %s-0 qdisc add dev p%d root tbf rate %s burst 1mb latency 50ms",
-                          p, i, rate) != 0) {
+            sim_netns_qdisc(n, g, "add", GRAFT_SIM_LINK_BASE, 0) != 0) {
             return -1;
         }
     }
@@ -246,7 +301,8 @@ graft_status_t graft_sim_netns_create(int groups, const char *rate, const char *
     graft_status_t st = GRAFT_OK;
     graft_sim_netns_t *n = NULL;
     if (groups < 1 || groups > SIM_NETNS_MAX_GROUPS || rate == NULL || trainer == NULL ||
-        strchr(rate, ' ') != NULL || strchr(trainer, '\'') != NULL || net_p == NULL) {
+        strchr(rate, ' ') != NULL || strlen(rate) >= SIM_NETNS_RATE_MAX ||
+        strchr(trainer, '\'') != NULL || net_p == NULL) {
         return GRAFT_EINVAL;
     }
     if (geteuid() != 0) {
@@ -267,6 +323,7 @@ graft_status_t graft_sim_netns_create(int groups, const char *rate, const char *
         return GRAFT_ENOMEM;
     }
     n->groups = groups;
+    snprintf(n->rate, sizeof(n->rate), "%s", rate);
     n->subnet = 1 + (int)(getpid() % 250);
     snprintf(n->prefix, sizeof(n->prefix), "gsim%ld", (long)getpid());
     snprintf(n->hub, sizeof(n->hub), "10.78.%d.1", n->subnet);
@@ -294,7 +351,7 @@ graft_status_t graft_sim_netns_create(int groups, const char *rate, const char *
     signal(SIGINT, sim_netns_on_signal);
     signal(SIGTERM, sim_netns_on_signal);
     signal(SIGHUP, sim_netns_on_signal);
-    if (sim_netns_build(n, rate) != 0) {
+    if (sim_netns_build(n) != 0) {
         st = GRAFT_ESYS;
         goto fail;
     }
@@ -350,21 +407,58 @@ graft_status_t graft_sim_netns_partition(graft_sim_netns_t *net, int group, int 
                : GRAFT_ESYS;
 }
 
+/* Blackhole routes between groups a and b, both ways (cut) or removed;
+ * 0, or 1 when a command failed. */
+static int sim_netns_blackhole(const graft_sim_netns_t *net, int a, int b, int cut)
+{
+    const char *op = cut ? "add" : "del";
+    int bad = sim_netns_cmd(0, "ip -n %s-%d route %s blackhole 10.78.%d.%d/32", net->prefix,
+                            a + 1, op, net->subnet, b + 2) != 0;
+    bad |= sim_netns_cmd(0, "ip -n %s-%d route %s blackhole 10.78.%d.%d/32", net->prefix, b + 1,
+                         op, net->subnet, a + 2) != 0;
+    return bad;
+}
+
 graft_status_t graft_sim_netns_isolate(graft_sim_netns_t *net, int group, int cut)
 {
     if (net == NULL || group < 0 || group >= net->groups) {
         return GRAFT_EINVAL;
     }
-    const char *op = cut ? "add" : "del";
     int bad = 0;
     for (int x = 0; x < net->groups; x++) {
-        if (x == group) {
-            continue;
+        if (x != group) {
+            bad |= sim_netns_blackhole(net, group, x, cut);
         }
-        bad |= sim_netns_cmd(0, "ip -n %s-%d route %s blackhole 10.78.%d.%d/32", net->prefix,
-                             group + 1, op, net->subnet, x + 2) != 0;
-        bad |= sim_netns_cmd(0, "ip -n %s-%d route %s blackhole 10.78.%d.%d/32", net->prefix,
-                             x + 1, op, net->subnet, group + 2) != 0;
     }
     return bad ? GRAFT_ESYS : GRAFT_OK;
+}
+
+graft_status_t graft_sim_netns_cut_pair(graft_sim_netns_t *net, int a, int b, int cut)
+{
+    if (net == NULL || a < 0 || a >= net->groups || b < 0 || b >= net->groups || a == b) {
+        return GRAFT_EINVAL;
+    }
+    return sim_netns_blackhole(net, a, b, cut) ? GRAFT_ESYS : GRAFT_OK;
+}
+
+graft_status_t graft_sim_netns_shape(graft_sim_netns_t *net, int group,
+                                     graft_sim_link_shape_t shape)
+{
+    if (net == NULL || group < 0 || group >= net->groups) {
+        return GRAFT_EINVAL;
+    }
+    return sim_netns_qdisc(net, group, "replace", shape, 0) == 0 ? GRAFT_OK : GRAFT_ESYS;
+}
+
+graft_status_t graft_sim_netns_probe(graft_sim_netns_t *net, graft_sim_link_shape_t shape)
+{
+    if (net == NULL) {
+        return GRAFT_EINVAL;
+    }
+    if (sim_netns_qdisc(net, 0, "replace", shape, 1) != 0) {
+        /* Half of it may have been applied: back to the base shape. */
+        return graft_sim_netns_shape(net, 0, GRAFT_SIM_LINK_BASE) == GRAFT_OK ? GRAFT_ENOTSUP
+                                                                               : GRAFT_ESYS;
+    }
+    return graft_sim_netns_shape(net, 0, GRAFT_SIM_LINK_BASE);
 }

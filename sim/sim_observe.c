@@ -102,18 +102,19 @@ void graft_sim_observe(graft_sim_run_t *r)
 }
 
 /*
- * Did a kill_donor land during the pull? The recipient's heal says: the
- * runtime's detail of a heal names each donor the pull dropped ("; donor
- * group G lost (why) after C chunks, K reassigned"). The heal of the rank
- * the killed donor served, at the step it served, that lost that donor with
- * chunks read from it or in flight (C + K > 0) was hit mid-pull.
+ * Did a kill_donor (or a cut_donor) land during the pull? The recipient's
+ * heal says: the runtime's detail of a heal names each donor the pull
+ * dropped ("; donor group G lost (why) after C chunks, K reassigned"). The
+ * heal of the rank the killed (or cut) donor served, at the step it served,
+ * that lost that donor with chunks read from it or in flight (C + K > 0)
+ * was hit mid-pull.
  */
 static void sim_match_donor_loss(graft_sim_run_t *r, const graft_event_t *e)
 {
     for (size_t i = 0; i < r->res->n_injected; i++) {
         graft_sim_injected_t *in = &r->res->injected[i];
-        if (in->ev.kind != GRAFT_SIM_KILL_DONOR || in->donor_step < 0 ||
-            in->donor_heal_ok >= 0 || (int)e->group != in->ev.group ||
+        if ((in->ev.kind != GRAFT_SIM_KILL_DONOR && in->ev.kind != GRAFT_SIM_CUT_DONOR) ||
+            in->donor_step < 0 || in->donor_heal_ok >= 0 || (int)e->group != in->ev.group ||
             (int)e->rank != in->donor_rank || (long long)e->step != in->donor_step) {
             continue;
         }

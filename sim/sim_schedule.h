@@ -31,17 +31,23 @@ typedef enum graft_sim_kind {
                                      (--etcd-members >= 3) */
     GRAFT_SIM_ISOLATE,       /**< cut a group off its peers only: it still reaches etcd
                                   (--netns only) */
+    GRAFT_SIM_NETEM,         /**< delay, jitter, loss and reordering on a group's link for
+                                  duration_ms (--netns only) */
+    GRAFT_SIM_THROTTLE,      /**< a group's link down to 10 Mbit/s for duration_ms
+                                  (--netns only) */
+    GRAFT_SIM_CUT_DONOR,     /**< kill a group, then cut the donor group serving its heal
+                                  off it for duration_ms (--netns, >= 3 groups) */
     GRAFT_SIM_KIND_COUNT
 } graft_sim_kind_t;
 
 /** One planned failure. Exactly one of at_step and at_ms is >= 0. */
 typedef struct graft_sim_event {
     graft_sim_kind_t kind;
-    int group;             /**< target group (kill_donor: the recipient) */
-    int rank;              /**< target rank (kill_donor: the donor's rank) */
+    int group;             /**< target group (kill_donor, cut_donor: the recipient) */
+    int rank;              /**< target rank (kill_donor, cut_donor: the donor's rank) */
     long long at_step;     /**< fire once the job has committed this step; -1: unused */
     long long at_ms;       /**< fire this many ms after the start; -1: unused */
-    long long duration_ms; /**< hang, etcd_restart, partition, etcd_leader_kill */
+    long long duration_ms; /**< hang, etcd_restart, etcd_leader_kill and the --netns kinds */
     int corrupt;           /**< disaster: corrupt the newest checkpoint first */
 } graft_sim_event_t;
 

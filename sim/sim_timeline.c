@@ -23,7 +23,7 @@
 
 static const char *const sim_tl_colors[GRAFT_SIM_KIND_COUNT] = {
     "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#000000", "#2ca02c", "#17becf", "#bcbd22",
-    "#e377c2"};
+    "#e377c2", "#7f7f7f", "#aec7e8", "#98df8a"};
 
 int graft_sim_timeline_svg(const char *path, const graft_sim_live_opts_t *o,
                            const graft_sim_result_t *res, const char *verdict)

@@ -395,15 +395,19 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
         }
     }
     fprintf(out, "bytes transferred  %llu\n", res->bytes_transferred);
-    if (by_kind[GRAFT_SIM_KILL_DONOR] > 0) {
+    for (int cut = 0; cut <= 1; cut++) {
+        graft_sim_kind_t kind = cut ? GRAFT_SIM_CUT_DONOR : GRAFT_SIM_KILL_DONOR;
         size_t serving = 0, mid = 0;
+        if (by_kind[kind] == 0) {
+            continue;
+        }
         for (size_t i = 0; i < res->n_injected; i++) {
             const graft_sim_injected_t *in = &res->injected[i];
-            serving += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_serving;
-            mid += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_mid_serve;
+            serving += in->ev.kind == kind && in->donor_serving;
+            mid += in->ev.kind == kind && in->donor_mid_serve;
         }
-        fprintf(out, "donors killed      %zu of %zu while serving, %zu of them mid-pull "
-                "(ballast %d MiB)\n", serving, by_kind[GRAFT_SIM_KILL_DONOR], mid,
+        fprintf(out, "donors %-11s %zu of %zu while serving, %zu of them mid-pull "
+                "(ballast %d MiB)\n", cut ? "cut off" : "killed", serving, by_kind[kind], mid,
                 res->ballast_mib);
     }
     if (by_kind[GRAFT_SIM_ETCD_LEADER_KILL] > 0) {
@@ -472,7 +476,7 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
         }
         json_object_set_new(e, "t", sim_num_or_null(in->t));
         json_object_set_new(e, "plan_index", json_integer((json_int_t)in->plan_index));
-        if (in->ev.kind == GRAFT_SIM_KILL_DONOR) {
+        if (in->ev.kind == GRAFT_SIM_KILL_DONOR || in->ev.kind == GRAFT_SIM_CUT_DONOR) {
             json_object_set_new(e, "donor_group",
                                 in->donor_group >= 0 ? json_integer(in->donor_group) : json_null());
             json_object_set_new(e, "donor_rank",
@@ -480,12 +484,22 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
             json_object_set_new(e, "donor_t", sim_num_or_null(in->donor_t < 0 ? NAN : in->donor_t));
             json_object_set_new(e, "donor_serving_step",
                                 in->donor_step >= 0 ? json_integer(in->donor_step) : json_null());
-            json_object_set_new(e, "donor_killed_serving", json_boolean(in->donor_serving));
+            json_object_set_new(e,
+                                in->ev.kind == GRAFT_SIM_CUT_DONOR ? "donor_cut_serving"
+                                                                   : "donor_killed_serving",
+                                json_boolean(in->donor_serving));
             json_object_set_new(e, "donor_mid_serve", json_boolean(in->donor_mid_serve));
             json_object_set_new(e, "donor_heal_ok", in->donor_heal_ok < 0
                                                         ? json_null()
                                                         : json_boolean(in->donor_heal_ok));
-            mid_serve += in->donor_mid_serve != 0;
+            mid_serve += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_mid_serve;
+        }
+        if (in->ev.kind == GRAFT_SIM_PARTITION || in->ev.kind == GRAFT_SIM_ISOLATE ||
+            in->ev.kind == GRAFT_SIM_NETEM || in->ev.kind == GRAFT_SIM_THROTTLE ||
+            in->ev.kind == GRAFT_SIM_CUT_DONOR) {
+            json_object_set_new(e, "link_restored_t", sim_num_or_null(in->link_restored_t >= 0
+                                                                          ? in->link_restored_t
+                                                                          : NAN));
         }
         if (in->ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
             json_object_set_new(e, "etcd_member", json_integer(in->etcd_member));

@@ -17,6 +17,9 @@
  *    each kill's stall measured; --etcd takes a comma-separated list (its
  *    first member dead) for the trainers and the observer alike. The stall
  *    measure itself is checked on made-up samples.
+ *  - --netns (as root): namespaces never outlive a run; a partition, an
+ *    isolated group, a throttled link under a heal, netem (where the kernel
+ *    has it) and a donor cut off its recipient mid-pull all end bit-exact.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -188,7 +191,9 @@ static void test_schedule_random_covers_every_kind(void **state)
         }
     }
     for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
-        if (k == GRAFT_SIM_PARTITION || k == GRAFT_SIM_ISOLATE || k == GRAFT_SIM_ETCD_LEADER_KILL) {
+        if (k == GRAFT_SIM_PARTITION || k == GRAFT_SIM_ISOLATE || k == GRAFT_SIM_NETEM ||
+            k == GRAFT_SIM_THROTTLE || k == GRAFT_SIM_CUT_DONOR ||
+            k == GRAFT_SIM_ETCD_LEADER_KILL) {
             assert_int_equal(by_kind[k], 0); /* no --netns, one etcd member */
         } else {
             assert_true(by_kind[k] > 0);
@@ -298,6 +303,84 @@ static void test_schedule_malformed(void **state)
     o.groups = 1;
     expect_bad(&o, "{\"events\":[{\"kind\":\"kill_donor\",\"at_step\":1}]}", GRAFT_ENOTSUP,
                "2 groups");
+}
+
+/*
+ * The network kinds: with --netns a random plan draws partition, isolate,
+ * throttle and cut_donor (cut_donor only with 3 groups or more: the
+ * recipient needs another donor), never netem (it needs a kernel module a
+ * --netns host may lack; a schedule file asks for it); a schedule file's
+ * netem and throttle target a group (a rank given is dropped), cut_donor a
+ * group and the donor's rank, each with a default duration (cut_donor's past
+ * the 5 s donor stall timeout); without --netns or with 2 groups they are
+ * refused with the reason.
+ */
+static void test_schedule_network_kinds(void **state)
+{
+    (void)state;
+    graft_sim_live_opts_t o = base_opts();
+    o.netns = 1;
+    o.random_failures = 50;
+    graft_sim_schedule_t *s = NULL;
+    char *err = NULL;
+    size_t by_kind[GRAFT_SIM_KIND_COUNT] = {0};
+    assert_int_equal(graft_sim_schedule_plan(&o, NULL, &s, &err), GRAFT_OK);
+    for (size_t i = 0; i < s->n_events; i++) {
+        by_kind[s->events[i].kind]++;
+    }
+    assert_true(by_kind[GRAFT_SIM_PARTITION] > 0);
+    assert_true(by_kind[GRAFT_SIM_ISOLATE] > 0);
+    assert_true(by_kind[GRAFT_SIM_THROTTLE] > 0);
+    assert_true(by_kind[GRAFT_SIM_CUT_DONOR] > 0);
+    assert_int_equal(by_kind[GRAFT_SIM_NETEM], 0);
+    graft_sim_schedule_destroy(s);
+    o.groups = 2;
+    assert_int_equal(graft_sim_schedule_plan(&o, NULL, &s, &err), GRAFT_OK);
+    for (size_t i = 0; i < s->n_events; i++) {
+        assert_int_not_equal(s->events[i].kind, GRAFT_SIM_CUT_DONOR);
+    }
+    graft_sim_schedule_destroy(s);
+
+    o.groups = 4;
+    o.random_failures = 0;
+    assert_int_equal(graft_sim_schedule_plan(&o,
+                                             "{\"events\":["
+                                             "{\"kind\":\"netem\",\"group\":2,\"rank\":1,"
+                                             "\"at_step\":5},"
+                                             "{\"kind\":\"throttle\",\"group\":1,\"at_step\":6},"
+                                             "{\"kind\":\"cut_donor\",\"group\":3,\"rank\":1,"
+                                             "\"at_step\":7}]}",
+                                             &s, &err),
+                     GRAFT_OK);
+    assert_int_equal(s->n_events, 3);
+    assert_int_equal(s->events[0].kind, GRAFT_SIM_NETEM);
+    assert_int_equal(s->events[0].group, 2);
+    assert_int_equal(s->events[0].rank, -1);
+    assert_true(s->events[0].duration_ms >= 2000);
+    assert_int_equal(s->events[1].kind, GRAFT_SIM_THROTTLE);
+    assert_int_equal(s->events[1].rank, -1);
+    assert_true(s->events[1].duration_ms >= 3000);
+    assert_int_equal(s->events[2].kind, GRAFT_SIM_CUT_DONOR);
+    assert_int_equal(s->events[2].group, 3);
+    assert_int_equal(s->events[2].rank, 1);
+    assert_true(s->events[2].duration_ms > 5000);
+    graft_sim_schedule_destroy(s);
+    free(err);
+
+    expect_bad(&o, "{\"events\":[{\"kind\":\"cut_donor\",\"group\":1,\"at_step\":1,"
+                   "\"duration_ms\":-5}]}",
+               GRAFT_EINVAL, "non-negative");
+    o.groups = 2;
+    expect_bad(&o, "{\"events\":[{\"kind\":\"cut_donor\",\"group\":1,\"at_step\":1}]}",
+               GRAFT_ENOTSUP, "at least 3 groups");
+    o.groups = 4;
+    o.netns = 0;
+    expect_bad(&o, "{\"events\":[{\"kind\":\"cut_donor\",\"group\":1,\"at_step\":1}]}",
+               GRAFT_ENOTSUP, "needs --netns");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"netem\",\"group\":1,\"at_step\":1}]}",
+               GRAFT_ENOTSUP, "needs --netns");
+    expect_bad(&o, "{\"events\":[{\"kind\":\"throttle\",\"group\":1,\"at_step\":1}]}",
+               GRAFT_ENOTSUP, "needs --netns");
 }
 
 /* ------------------------------------------------ the verdict's logs --- */
@@ -979,6 +1062,152 @@ static void test_netns_isolate_bit_exact(void **state)
     json_decref(j);
 }
 
+/* Whether this kernel has the netem qdisc (CONFIG_NET_SCH_NETEM): tried on
+ * a veth in a namespace of its own. */
+static int netem_usable(void)
+{
+    char cmd[512];
+    long pid = (long)getpid();
+    snprintf(cmd, sizeof(cmd),
+             "ip netns add graft-netem-%ld >/dev/null 2>&1 || exit 1; "
+             "ip -n graft-netem-%ld link add va type veth peer name vb >/dev/null 2>&1 && "
+             "tc -n graft-netem-%ld qdisc add dev va root netem delay 1ms >/dev/null 2>&1; "
+             "rc=$?; ip netns del graft-netem-%ld; exit $rc",
+             pid, pid, pid, pid);
+    return system(cmd) == 0;
+}
+
+/* The entry of the report's injected list of this kind (the first). */
+static json_t *injected_of(json_t *report, const char *kind)
+{
+    json_t *inj = json_object_get(report, "injected");
+    for (size_t i = 0; i < json_array_size(inj); i++) {
+        json_t *e = json_array_get(inj, i);
+        if (strcmp(json_string_value(json_object_get(e, "kind")), kind) == 0) {
+            return e;
+        }
+    }
+    fail_msg("no %s in the report's injected list", kind);
+    return NULL;
+}
+
+static double json_num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) {
+        fail_msg("%s: not a number", key);
+    }
+    return json_number_value(v);
+}
+
+/*
+ * --netns link faults in one run, 4 groups x 1 rank, 150 steps:
+ *  - kill_group of group 1, and in the same step a throttle of its link to
+ *    10 Mbit/s for 5 s: the replacement's heal of the 16 MiB ballast (on
+ *    for the cut_donor) runs over the throttled link until it is restored
+ *    (~13 s at 10 Mbit/s, ~0.2 s at 1 Gbit/s), so the heal takes over 1 s;
+ *  - netem (delay, jitter, loss, reordering) on group 2's link for 3 s,
+ *    where the kernel has the netem qdisc; where it has not, a schedule with
+ *    netem exits 2 naming sch_netem before anything runs;
+ *  - cut_donor: group 3 killed, and the first donor group seen serving its
+ *    replacement cut off group 3 (only) for 6 s, past the 5 s donor stall
+ *    timeout: the pull fails over to the other donors (or fails and heals
+ *    again).
+ * The run ends bit-exact, every kind is in the injected list, each link
+ * was restored, and the cut happened while the donor served.
+ */
+static void test_netns_link_faults_bit_exact(void **state)
+{
+    (void)state;
+    if (!netns_usable()) {
+        print_message("skipped: needs root and 'ip netns'\n");
+        skip();
+    }
+    int netem = netem_usable();
+    if (!netem) {
+        char sched[PATH_MAX + 32], cache[PATH_MAX + 32], trainer_env[PATH_MAX + 96];
+        snprintf(sched, sizeof(sched), "%s/netem-schedule.json", tmpdir);
+        snprintf(cache, sizeof(cache), "GRAFT_SIM_CACHE_DIR=%s/cache", tmpdir);
+        snprintf(trainer_env, sizeof(trainer_env), "GRAFT_SIM_TRAINER=%s", trainer_bin);
+        FILE *f = fopen(sched, "w");
+        assert_non_null(f);
+        fprintf(f, "{\"events\":[{\"kind\":\"netem\",\"group\":0,\"at_step\":5}]}\n");
+        assert_int_equal(fclose(f), 0);
+        const char *args[] = {"--netns", "--groups", "2", "--ranks", "1", "--steps", "20",
+                              "--schedule", sched, NULL};
+        const char *env[] = {cache, trainer_env, NULL};
+        char *out = NULL;
+        assert_int_equal(run_sim(args, env, &out), 2);
+        assert_non_null(strstr(out, "sch_netem"));
+        free(out);
+        print_message("this kernel has no netem qdisc: the run below leaves netem out\n");
+    }
+    char events[1024];
+    snprintf(events, sizeof(events),
+             "[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":10},"
+             "{\"kind\":\"throttle\",\"group\":1,\"at_step\":10,\"duration_ms\":5000},"
+             "%s"
+             "{\"kind\":\"cut_donor\",\"group\":3,\"rank\":0,\"at_step\":50,"
+             "\"duration_ms\":6000}]",
+             netem ? "{\"kind\":\"netem\",\"group\":2,\"at_step\":30,\"duration_ms\":3000},"
+                   : "");
+    /* 150 steps: netem slows every step to a round trip over its link
+     * (~40 ms), so the cut_donor at step 50 still finds steps to go once
+     * the netem's 3 s are over (one network fault at a time). */
+    json_t *j = netns_run("linkfaults", "4", "150", events);
+    json_t *by = json_object_get(j, "failures_injected");
+    assert_int_equal(json_integer_value(json_object_get(by, "kill_group")), 1);
+    assert_int_equal(json_integer_value(json_object_get(by, "throttle")), 1);
+    assert_int_equal(json_integer_value(json_object_get(by, "netem")), netem);
+    assert_int_equal(json_integer_value(json_object_get(by, "cut_donor")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "failures_not_reached")), 0);
+
+    /* The throttle came right after the kill, on the same group, and
+     * lasted its 5 s; the replacement's heal crossed the slow link. */
+    json_t *kill = injected_of(j, "kill_group");
+    json_t *thr = injected_of(j, "throttle");
+    assert_int_equal(json_integer_value(json_object_get(thr, "group")), 1);
+    assert_true(json_num(thr, "t") - json_num(kill, "t") < 1.0);
+    assert_true(json_num(thr, "link_restored_t") >= json_num(thr, "t") + 4.9);
+    json_t *recs = json_object_get(j, "recoveries");
+    int seen_kill = 0, seen_cut = 0;
+    for (size_t i = 0; i < json_array_size(recs); i++) {
+        json_t *rec = json_array_get(recs, i);
+        const char *kind = json_string_value(json_object_get(rec, "kind"));
+        assert_true(json_is_true(json_object_get(rec, "healed")));
+        if (strcmp(kind, "kill_group") == 0) {
+            seen_kill = 1;
+            assert_true(json_num(json_object_get(rec, "seconds"), "heal") > 1.0);
+        }
+        seen_cut |= strcmp(kind, "cut_donor") == 0;
+    }
+    assert_true(seen_kill && seen_cut);
+
+    if (netem) {
+        json_t *ne = injected_of(j, "netem");
+        assert_int_equal(json_integer_value(json_object_get(ne, "group")), 2);
+        assert_true(json_num(ne, "link_restored_t") >= json_num(ne, "t") + 2.9);
+    }
+
+    /* The cut landed while a donor served group 3's replacement, and
+     * only after the kill; its routes were removed 6 s later. */
+    json_t *cut = injected_of(j, "cut_donor");
+    json_int_t donor = json_integer_value(json_object_get(cut, "donor_group"));
+    assert_true(json_is_integer(json_object_get(cut, "donor_group")));
+    assert_true(donor >= 0 && donor <= 2);
+    assert_true(json_is_true(json_object_get(cut, "donor_cut_serving")));
+    assert_true(json_integer_value(json_object_get(cut, "donor_serving_step")) >= 50);
+    assert_true(json_num(cut, "donor_t") >= json_num(cut, "t"));
+    assert_true(json_num(cut, "link_restored_t") >= json_num(cut, "donor_t") + 5.9);
+    print_message("cut_donor: donor group %lld cut off mid-pull: %s, heal ok: %s\n",
+                  (long long)donor,
+                  json_is_true(json_object_get(cut, "donor_mid_serve")) ? "yes" : "no",
+                  json_is_null(json_object_get(cut, "donor_heal_ok"))   ? "not seen"
+                  : json_is_true(json_object_get(cut, "donor_heal_ok")) ? "yes"
+                                                                        : "no");
+    json_decref(j);
+}
+
 /* Entries of @dir whose name starts with @prefix (all with ""). */
 static int count_entries(const char *dir, const char *prefix)
 {
@@ -1304,6 +1533,7 @@ int main(void)
         cmocka_unit_test(test_schedule_random_covers_every_kind),
         cmocka_unit_test(test_schedule_file_round_trip),
         cmocka_unit_test(test_schedule_malformed),
+        cmocka_unit_test(test_schedule_network_kinds),
         cmocka_unit_test(test_verdict_epochs),
         cmocka_unit_test(test_stall_measure),
         cmocka_unit_test(test_binary_rejects_bad_input),
@@ -1319,6 +1549,7 @@ int main(void)
         cmocka_unit_test(test_netns_teardown),
         cmocka_unit_test(test_netns_partition_bit_exact),
         cmocka_unit_test(test_netns_isolate_bit_exact),
+        cmocka_unit_test(test_netns_link_faults_bit_exact),
     };
     if (getenv("TEST_FILTER") != NULL) {
         cmocka_set_test_filter(getenv("TEST_FILTER"));
