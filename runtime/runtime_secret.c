@@ -176,5 +176,19 @@ graft_status_t graft__rt_secret_load(graft_runtime_t *rt)
     }
     if (file != NULL && file[0] != '\0')
         return secret_from_file(rt, file);
-    return secret_from_etcd(rt);
+    /* A process started while etcd is away (restarting, electing a leader)
+     * waits for it as its first quorum would, up to quorum_timeout_ms,
+     * instead of failing its start. */
+    uint64_t deadline = graft__now_ns() + rt->cfg->quorum_timeout_ms * 1000000ull;
+    uint64_t backoff = 50000000ull;
+    for (;;) {
+        graft_status_t st = secret_from_etcd(rt);
+        if ((st != GRAFT_EUNREACHABLE && st != GRAFT_EETCD_TIMEOUT) ||
+            graft__now_ns() + backoff >= deadline)
+            return st;
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "job secret: etcd not answering (%s); asking again in %llu "
+                   "ms", graft_status_string(st), (unsigned long long)(backoff / 1000000ull));
+        graft__sleep_ns(backoff);
+        backoff = GRAFT_MIN(backoff * 2, 1000000000ull);
+    }
 }

@@ -248,7 +248,9 @@ typedef struct graft_region {
  *         error is logged naming the field or the file, never the secret);
  *         GRAFT_ENOMEM; GRAFT_ETRANSPORT (the transfer endpoint could not
  *         listen); an etcd error, GRAFT_EMALFORMED or GRAFT_EFORMAT (the
- *         secret was to come from etcd and could not be read or created).
+ *         secret was to come from etcd and could not be read or created;
+ *         an etcd that does not answer is asked again, with back-off, for
+ *         up to quorum_timeout_ms first).
  */
 GRAFT_WUR graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p);
 
