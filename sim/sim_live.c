@@ -271,6 +271,12 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     env[e++] = sim_env("GRAFT_JOIN_TIMEOUT_MS", "%d", 1000);
     env[e++] = sim_env("GRAFT_PERSIST_ROOT", "%s", proot);
     env[e++] = sim_env("GRAFT_PERSIST_EVERY", "%lld", o->persist_every);
+    /* Without --netns the trainers talk over loopback only: keep UCX off
+     * the host's other interfaces, whose coming and going (another job's
+     * veths) made every new UCX worker fail with "No such device" in a
+     * soak run. The caller's own choice wins. */
+    if (graft_sim_net == NULL && getenv("UCX_NET_DEVICES") == NULL)
+        env[e++] = sim_env("UCX_NET_DEVICES", "%s", "lo");
     for (int i = 0; i < e; i++) {
         if (env[i] == NULL) {
             st = GRAFT_ENOMEM;
