@@ -292,6 +292,13 @@ graft_status_t graft__ucx_worker_create(ucp_context_h ctx, ucp_worker_h *w_p)
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     ucs_status_t st = ucp_worker_create(ctx, &wp, w_p);
+    /* A worker opens every network interface UCX may use; one that goes
+     * away meanwhile (a container's veth) fails the whole creation with
+     * "No such device". The next try sees the interfaces as they are. */
+    for (int i = 0; i < 10 && st == UCS_ERR_NO_DEVICE; i++) {
+        graft__sleep_ns(20000000ull);
+        st = ucp_worker_create(ctx, &wp, w_p);
+    }
     if (st != UCS_OK) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_worker_create: %s", ucs_status_string(st));
         return GRAFT_ETRANSPORT;
