@@ -89,8 +89,11 @@ def main():
            "--random-failures", str(a.failures), "--json", report]
     print("soak:", " ".join(cmd), flush=True)
     log = open(os.path.join(out, "sim.log"), "w")
+    env = dict(os.environ)
+    # graft-sim gives up after 600 s by default; a soak takes longer.
+    env.setdefault("GRAFT_SIM_TIMEOUT_S", str(max(600, a.failures * 6)))
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     seen = {}  # pid -> {"comm", "first", "samples": [(t, rss, fds)]}
     last_note = 0.0
     while proc.poll() is None:
