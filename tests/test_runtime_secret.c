@@ -100,6 +100,20 @@ static void assert_filled(const uint64_t *r, uint64_t v)
             fail_msg("word %zu holds %" PRIu64 ", not %" PRIu64, i, r[i], v);
 }
 
+/* The first step of group 0 (regions "a" = 1, "b" = 2) and group 1, whose
+ * regions a1, b1 are then healed from group 0 and committed by both. */
+static void first_step_heals(graft_runtime_t *rt0, graft_runtime_t *rt1, const uint64_t *a1,
+                             const uint64_t *b1)
+{
+    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
+    step_pair(&p0, &p1);
+    assert_true(p1.info.healing);
+    assert_int_equal(p1.heal_st, GRAFT_OK);
+    assert_true(p0.apply && p1.apply);
+    assert_filled(a1, 1);
+    assert_filled(b1, 2);
+}
+
 /* ------------------------------------------------------------- codecs --- */
 
 /* Each decoder with each of its allocations failed in turn: GRAFT_ENOMEM
@@ -302,13 +316,7 @@ static void test_secret_from_etcd_shared(void **state)
 
     register_ab(rt0, a0, b0, N, 1, 2);
     register_ab(rt1, a1, b1, N, 5, 6);
-    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
-    assert_true(p1.info.healing);
-    assert_int_equal(p1.heal_st, GRAFT_OK);
-    assert_true(p0.apply && p1.apply);
-    assert_filled(a1, 1);
-    assert_filled(b1, 2);
+    first_step_heals(rt0, rt1, a1, b1);
 
     /* A replacement of group 1 heals from group 0. */
     graft_destroy(rt1);
@@ -431,13 +439,7 @@ static void test_secret_file(void **state)
     unsetenv("GRAFT_JOB_SECRET");
     register_ab(rt0, a0, b0, N, 1, 2);
     register_ab(rt1, a1, b1, N, 5, 6);
-    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
-    assert_true(p1.info.healing);
-    assert_int_equal(p1.heal_st, GRAFT_OK);
-    assert_true(p0.apply && p1.apply);
-    assert_filled(a1, 1);
-    assert_filled(b1, 2);
+    first_step_heals(rt0, rt1, a1, b1);
     assert_int_equal(etcd_secret(job, none), 0); /* the file's secret never goes to etcd */
     graft_destroy(rt1);
     graft_destroy(rt0);
@@ -680,12 +682,7 @@ static void test_secret_behind_etcd_auth_tls(void **state)
     assert_int_equal(make_rt_auth(job, 1, ep, dir, "trainer", "trainerpw", &rt1), GRAFT_OK);
     register_ab(rt0, a0, b0, N, 1, 2);
     register_ab(rt1, a1, b1, N, 5, 6);
-    peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
-    assert_int_equal(p1.heal_st, GRAFT_OK);
-    assert_true(p0.apply && p1.apply);
-    assert_filled(a1, 1);
-    assert_filled(b1, 2);
+    first_step_heals(rt0, rt1, a1, b1);
 
     /* The job's user reads the record; a stranger and nobody do not. */
     snprintf(key, sizeof(key), "/graft/%s/secret", job);
