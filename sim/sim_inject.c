@@ -47,8 +47,11 @@ static void sim_kill(graft_sim_run_t *r, int g, int k)
 }
 
 /* How many complete checkpoints (a step directory with its manifest.pb,
- * written once every shard is durable) the run's persistent tier holds;
- * the newest one's directory name goes to newest (may be NULL). */
+ * written once every shard is durable) the run's persistent tier holds
+ * that a disaster has not corrupted; the newest one's directory name goes
+ * to newest (may be NULL). A soak run counted corrupted ones: after
+ * several corrupting disasters every retained checkpoint was bad and the
+ * next disaster lost the job by design. */
 static int sim_complete_checkpoints(const graft_sim_run_t *r, char *newest, size_t cap)
 {
     DIR *d = opendir(r->persist_root);
@@ -61,6 +64,14 @@ static int sim_complete_checkpoints(const graft_sim_run_t *r, char *newest, size
         char mf[PATH_MAX + 600];
         snprintf(mf, sizeof(mf), "%s/%s/manifest.pb", r->persist_root, e->d_name);
         if (strncmp(e->d_name, "step-", 5) != 0 || access(mf, F_OK) != 0) {
+            continue;
+        }
+        long long step = strtoll(e->d_name + 5, NULL, 10);
+        int bad = 0;
+        for (int i = 0; i < r->n_corrupted; i++) {
+            bad |= r->corrupted[i] == step;
+        }
+        if (bad) {
             continue;
         }
         n++;
@@ -115,7 +126,11 @@ static long long sim_corrupt_newest(graft_sim_run_t *r, size_t plan_index)
         printf("graft-sim: corrupted shard %d of %d of the newest checkpoint %s\n", rank,
                r->o->ranks, best);
     }
-    return strtoll(best + 5, NULL, 10);
+    long long step = strtoll(best + 5, NULL, 10);
+    if (r->n_corrupted < (int)(sizeof(r->corrupted) / sizeof(r->corrupted[0]))) {
+        r->corrupted[r->n_corrupted++] = step;
+    }
+    return step;
 }
 
 /* Every rank is dead: where each hash log ends now separates the commits

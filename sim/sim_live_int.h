@@ -220,6 +220,10 @@ typedef struct graft_sim_run {
     char job[64];
     char dir[PATH_MAX];
     const char *persist_root;
+    /* Checkpoints a disaster corrupted (their step directories' steps):
+     * no longer restorable, so no longer counted before the next one. */
+    long long corrupted[256];
+    int n_corrupted;
     graft_sim_sup_t *sup;
     graft_membership_t *obs;
     graft_etcd_config_t ecfg;
