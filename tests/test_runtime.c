@@ -228,12 +228,26 @@ static int log_lines(const char *path)
     return n;
 }
 
+/* The last lines of a process's captured stderr, for a failure's message
+ * (CI keeps the test's output, not the job's directory). */
+static void print_err_tail(const proc_t *p)
+{
+    char cmd[sizeof(p->err) + 32];
+    if (p->err[0] == '\0' || access(p->err, F_OK) != 0)
+        return;
+    snprintf(cmd, sizeof(cmd), "tail -n 40 '%s' >&2", p->err);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(could not read %s)\n", p->err);
+}
+
 static void wait_log(const proc_t *p, int lines, double timeout_s)
 {
     double end = now_s() + timeout_s;
     while (log_lines(p->log) < lines) {
-        if (now_s() > end)
+        if (now_s() > end) {
+            print_err_tail(p);
             fail_msg("%s did not reach %d commits", p->log, lines);
+        }
         usleep(10000);
     }
 }
