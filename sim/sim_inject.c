@@ -46,6 +46,29 @@ static void sim_kill(graft_sim_run_t *r, int g, int k)
     }
 }
 
+/* Whether a group other than g is whole, running and not in an open
+ * recovery (healing, hung, restoring after a disaster): a copy of every
+ * rank's state that a failure in g leaves standing. Failures due at once
+ * (a soak plans several per step) could otherwise take every copy and lose
+ * the job by design, which is not what they are meant to show. */
+static int sim_other_copy(graft_sim_run_t *r, int g)
+{
+    for (int h = 0; h < r->o->groups; h++) {
+        if (h == g || !sim_group_alive(r, h)) {
+            continue;
+        }
+        int busy = 0;
+        for (size_t k = 0; k < r->n_open && !busy; k++) {
+            const graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
+            busy = rec->group == h || rec->kind == GRAFT_SIM_DISASTER;
+        }
+        if (!busy) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* How many complete checkpoints (a step directory with its manifest.pb,
  * written once every shard is durable) the run's persistent tier holds
  * that a disaster has not corrupted; the newest one's directory name goes
@@ -331,7 +354,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
     int G = r->o->groups, R = r->o->ranks;
     switch (ev->kind) {
     case GRAFT_SIM_KILL_RANK:
-        if (!sim_alive(r, ev->group, ev->rank)) {
+        if (!sim_alive(r, ev->group, ev->rank) || !sim_other_copy(r, ev->group)) {
             return 0;
         }
         sim_record_injected(r, idx, ev);
@@ -346,7 +369,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
             graft_sim_run_fail(r, "cut_donor needs --netns");
             return 1;
         }
-        if (!sim_group_alive(r, ev->group) || r->donor_pending) {
+        if (!sim_group_alive(r, ev->group) || r->donor_pending || !sim_other_copy(r, ev->group)) {
             return 0;
         }
         if (ev->kind == GRAFT_SIM_CUT_DONOR && r->link.group >= 0) {
@@ -390,7 +413,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
         return 1;
     }
     case GRAFT_SIM_HANG:
-        if (!sim_alive(r, ev->group, ev->rank) ||
+        if (!sim_alive(r, ev->group, ev->rank) || !sim_other_copy(r, ev->group) ||
             r->hang_n == (int)(sizeof(r->hangs) / sizeof(r->hangs[0]))) {
             return 0;
         }
@@ -450,13 +473,18 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
                 usleep(5000);
             }
             sim_note_disaster(r);
+            graft_sim_result_t *res = r->res;
+            graft_sim_recovery_t none, *rec = &none;
+            if (res->n_recoveries > 0 &&
+                res->recoveries[res->n_recoveries - 1].kind == GRAFT_SIM_DISASTER) {
+                rec = &res->recoveries[res->n_recoveries - 1];
+            }
             if (ev->corrupt) {
-                long long cs = sim_corrupt_newest(r, idx);
-                graft_sim_result_t *res = r->res;
-                if (res->n_recoveries > 0 &&
-                    res->recoveries[res->n_recoveries - 1].kind == GRAFT_SIM_DISASTER) {
-                    res->recoveries[res->n_recoveries - 1].corrupted_step = cs;
-                }
+                rec->corrupted_step = sim_corrupt_newest(r, idx);
+            }
+            char good[256];
+            if (sim_complete_checkpoints(r, good, sizeof(good)) > 0) {
+                rec->checkpoint_step = strtoll(good + 5, NULL, 10);
             }
         }
         return 1;
@@ -686,6 +714,34 @@ void graft_sim_inject_donor_poll(graft_sim_run_t *r)
     }
 }
 
+/*
+ * The first due event from *next on whose preconditions hold is injected;
+ * 1 when one was. An event held back (a disaster waiting for every group to
+ * be whole, a kill_donor waiting for the open recoveries to close) does not
+ * hold back the due events planned after it: they go ahead, and it stays
+ * due and is tried again on every tick. *next moves past the injected ones.
+ */
+static int sim_inject_first_due(graft_sim_run_t *r, size_t *next, size_t end, uint64_t now)
+{
+    int injected = 0;
+    for (size_t i = *next; i < end && !injected; i++) {
+        const graft_sim_event_t *ev = &r->sched->events[i];
+        int due = ev->at_step >= 0 ? r->job_step >= ev->at_step
+                                   : (double)(now - r->t0) / 1e6 >= (double)ev->at_ms;
+        if (!due) {
+            break; /* planned in order: nothing later is due either */
+        }
+        if (!r->ev_done[i] && sim_inject(r, i)) {
+            r->ev_done[i] = 1;
+            injected = 1;
+        }
+    }
+    while (*next < end && r->ev_done[*next]) {
+        (*next)++;
+    }
+    return injected;
+}
+
 void graft_sim_inject_due(graft_sim_run_t *r)
 {
     uint64_t now = graft_sim_now_ns();
@@ -697,17 +753,16 @@ void graft_sim_inject_due(graft_sim_run_t *r)
         r->job_step >= r->o->steps) {
         return;
     }
-    if (r->next_step_ev < r->n_step_ev &&
-        r->job_step >= r->sched->events[r->next_step_ev].at_step) {
-        if (sim_inject(r, r->next_step_ev)) {
-            r->next_step_ev++;
-            return;
-        }
+    if (!sim_inject_first_due(r, &r->next_step_ev, r->n_step_ev, now)) {
+        sim_inject_first_due(r, &r->next_time_ev, r->sched->n_events, now);
     }
-    if (r->next_time_ev < r->sched->n_events &&
-        (double)(now - r->t0) / 1e6 >= (double)r->sched->events[r->next_time_ev].at_ms) {
-        if (sim_inject(r, r->next_time_ev)) {
-            r->next_time_ev++;
-        }
+}
+
+size_t graft_sim_inject_not_reached(const graft_sim_run_t *r)
+{
+    size_t n = r->donor_pending ? 1 : 0;
+    for (size_t i = 0; i < r->sched->n_events; i++) {
+        n += !r->ev_done[i];
     }
+    return n;
 }

@@ -360,6 +360,11 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         r.n_step_ev++;
     }
     r.next_time_ev = r.n_step_ev;
+    r.ev_done = calloc(sched->n_events + 1, 1);
+    if (r.ev_done == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
+    }
     const char *tmo = getenv("GRAFT_SIM_TIMEOUT_S");
     uint64_t timeout_ns = (uint64_t)(tmo != NULL ? atoi(tmo) : 600) * 1000000000ull;
     uint64_t first_done_ns = 0;
@@ -436,10 +441,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     graft_sim_recovery_track(&r);
     sim_progress(&r, 1);
     res->wall_s = graft_sim_run_elapsed(&r);
-    res->n_skipped = (r.n_step_ev - r.next_step_ev) + (sched->n_events - r.next_time_ev);
-    if (r.donor_pending) {
-        res->n_skipped++;
-    }
+    res->n_skipped = graft_sim_inject_not_reached(&r);
     res->rank_hashes = calloc((size_t)r.nslots, sizeof(char *));
     for (int i = 0; res->rank_hashes != NULL && i < r.nslots; i++) {
         FILE *f = fopen(graft_sim_sup_hash_path(r.sup, i / o->ranks, i % o->ranks), "r");
@@ -466,6 +468,7 @@ out:
     }
     free(r.open);
     free(r.slots);
+    free(r.ev_done);
     graft_etcd_endpoints_free(r.endpoints, r.n_endpoints);
     for (int i = 0; i < 16; i++) {
         free(env[i]);

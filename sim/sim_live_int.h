@@ -32,6 +32,9 @@ typedef struct graft_sim_recovery {
                                   before the first commit logged after it) */
     long long corrupted_step; /**< disaster with corrupt: the checkpoint whose shard was
                                    corrupted (-1: none) */
+    long long checkpoint_step; /**< disaster: the newest complete checkpoint not corrupted
+                                    when every rank was dead, the one the job should
+                                    restart from (-1: none) */
     int done;
 } graft_sim_recovery_t;
 
@@ -238,6 +241,7 @@ typedef struct graft_sim_run {
     graft_sim_open_t *open;
     size_t n_open, cap_open;
     size_t next_step_ev, next_time_ev, n_step_ev;
+    unsigned char *ev_done;      /* per planned event: injected */
     uint64_t last_inject_ns;
     /* pending parts of events that take time */
     int donor_pending;           /* kill_donor or cut_donor waiting for its recipient's
@@ -311,8 +315,13 @@ void graft_sim_recovery_track(graft_sim_run_t *r);
 
 /* sim_inject.c */
 
-/** Inject the next planned failure when it is due and its preconditions hold. */
+/** Inject the first planned failure that is due and whose preconditions
+ *  hold; one held back does not hold back those planned after it. */
 void graft_sim_inject_due(graft_sim_run_t *r);
+
+/** Planned failures not injected (a kill_donor whose donor part is still
+ *  pending counts once more). */
+size_t graft_sim_inject_not_reached(const graft_sim_run_t *r);
 
 /** End what takes time: hangs, network faults, etcd and etcd members down, a
  *  kill_donor or cut_donor. */

@@ -192,6 +192,7 @@ void graft_sim_recovery_open(graft_sim_run_t *r, graft_sim_kind_t kind, const ch
     rec->step_at_fail = r->job_step;
     rec->restored_step = -1;
     rec->corrupted_step = -1;
+    rec->checkpoint_step = -1;
     graft_sim_open_t *op = &r->open[r->n_open];
     memset(op, 0, sizeof(*op));
     op->rec = res->n_recoveries;

@@ -540,6 +540,11 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
         if (rc->corrupted_step >= 0) {
             json_object_set_new(e, "corrupted_step", json_integer(rc->corrupted_step));
         }
+        if (rc->kind == GRAFT_SIM_DISASTER) {
+            json_object_set_new(e, "checkpoint_step", rc->checkpoint_step >= 0
+                                                          ? json_integer(rc->checkpoint_step)
+                                                          : json_null());
+        }
         json_object_set_new(e, "healed", json_boolean(rc->done));
         for (int ph = 0; ph < SIM_NPHASES; ph++) {
             json_object_set_new(ps, sim_phases[ph], sim_num_or_null(sim_phase(rc, ph)));
