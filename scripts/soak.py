@@ -10,8 +10,14 @@ least --min-life seconds), how much each grew between its first sample
 after a warm-up and its last one, beside the limits it is judged by, and
 one JSON object on the last line (--json FILE writes it too).
 
-Exit status: 0 when the verdict is bit-exact and nothing grew beyond the
-limits; 1 otherwise; 2 on bad usage.
+It also checks what the failures must not cost: every checkpoint the run
+left complete verifies (`graftctl ckpt verify`), except those graft-sim
+corrupted on purpose, which must fail it; and every disaster restarted the
+job from the newest checkpoint that was intact when every rank was dead,
+so no committed step was lost beyond that documented rollback.
+
+Exit status: 0 when the verdict is bit-exact, every check holds and nothing
+grew beyond the limits; 1 otherwise; 2 on bad usage.
 """
 import argparse
 import json
@@ -56,14 +62,70 @@ def sample(pid):
         return None
 
 
+def check_rollbacks(recoveries):
+    """Disasters that restarted the job from before the newest checkpoint
+    that was intact when every rank was dead (the documented rollback)."""
+    disasters = [x for x in recoveries if x.get("kind") == "disaster"]
+    beyond = []
+    for i, x in enumerate(disasters):
+        want, got = x.get("checkpoint_step"), x.get("restored_step")
+        if got is None and i + 1 < len(disasters):
+            continue  # the next disaster came before any commit
+        if want is None or got is None or got < want:
+            beyond.append(f"disaster at t={x.get('t_fail')}: restarted from step {got}, "
+                          f"newest intact checkpoint {want}")
+    return {"disasters": len(disasters), "beyond": beyond}
+
+
+def verify_checkpoints(build, root, recoveries):
+    """graftctl ckpt verify on each checkpoint left under root: those
+    graft-sim corrupted must fail, every other one must pass."""
+    graftctl = os.path.join(build, "bin", "graftctl")
+    corrupted = {x["corrupted_step"] for x in recoveries if "corrupted_step" in x}
+    res = {"verified": 0, "failed_as_corrupted": 0, "faults": []}
+    # The run's checkpoints sit in a folder of its job's name under root.
+    jobs = [os.path.join(root, d) for d in sorted(os.listdir(root))
+            if os.path.isdir(os.path.join(root, d))]
+    if len(jobs) != 1:
+        res["faults"].append(f"{root}: {len(jobs)} job folders, expected 1")
+        return res
+    root = jobs[0]
+    ls = subprocess.run([graftctl, "--json", "ckpt", "ls", root], capture_output=True, text=True)
+    try:
+        listed = json.loads(ls.stdout)
+    except ValueError:
+        res["faults"].append(f"graftctl ckpt ls exited {ls.returncode}: {ls.stderr.strip()}")
+        return res
+    for c in listed.get("checkpoints", []):
+        if c.get("state") != "complete":
+            continue  # a write the last kills cut short: never restored
+        step = c.get("step")
+        v = subprocess.run([graftctl, "ckpt", "verify", root, str(step)], capture_output=True,
+                           text=True)
+        if step in corrupted:
+            if v.returncode == 0:
+                res["faults"].append(f"step {step}: corrupted by graft-sim, yet it verified")
+            else:
+                res["failed_as_corrupted"] += 1
+        elif v.returncode == 0:
+            res["verified"] += 1
+        else:
+            res["faults"].append(f"step {step}: {(v.stdout + v.stderr).strip()[-300:]}")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build", help="build directory [build]")
     ap.add_argument("--failures", type=int, default=1000, help="random failures [1000]")
     ap.add_argument("--groups", type=int, default=3, help="replica groups [3]")
     ap.add_argument("--ranks", type=int, default=1, help="ranks per group [1]")
-    ap.add_argument("--steps-per-failure", type=int, default=30,
-                    help="optimizer steps per planned failure [30]")
+    ap.add_argument("--steps-per-failure", type=float, default=2.0,
+                    help="optimizer steps per planned failure [2]: with few, failures come "
+                         "due while others still heal and overlap, as graft-sim allows "
+                         "(one whole group always stands)")
+    ap.add_argument("--persist-every", type=int, default=20,
+                    help="a persistent checkpoint every this many steps [20]")
     ap.add_argument("--seed", default="7", help="seed of the run [7]")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples [5]")
     ap.add_argument("--warmup", type=float, default=60.0,
@@ -75,23 +137,28 @@ def main():
                     help="most growth of resident memory allowed per process [16 MiB]")
     ap.add_argument("--fd-limit", type=int, default=8,
                     help="most growth of open descriptors allowed per process [8]")
+    ap.add_argument("--minutes", type=float, default=30.0,
+                    help="graft-sim gives up after this long [30]")
     ap.add_argument("--json", help="also write the result here")
     a = ap.parse_args()
     if a.failures < 1 or a.groups < 2 or a.ranks < 1 or a.interval <= 0:
         ap.error("need --failures >= 1, --groups >= 2, --ranks >= 1, --interval > 0")
 
     out = os.path.join(a.build, "soak")
-    os.makedirs(out, exist_ok=True)
+    ckpts = os.path.join(out, "checkpoints")
+    if os.path.isdir(ckpts):
+        subprocess.run(["rm", "-rf", ckpts], check=True)
+    os.makedirs(ckpts)
     report = os.path.join(out, "report.json")
     sim = os.path.join(a.build, "bin", "graft-sim")
     cmd = [sim, "run", "--groups", str(a.groups), "--ranks", str(a.ranks),
-           "--steps", str(a.failures * a.steps_per_failure), "--seed", a.seed,
-           "--random-failures", str(a.failures), "--json", report]
+           "--steps", str(max(100, int(a.failures * a.steps_per_failure))), "--seed", a.seed,
+           "--random-failures", str(a.failures), "--persist-root", ckpts,
+           "--persist-every", str(a.persist_every), "--json", report]
     print("soak:", " ".join(cmd), flush=True)
     log = open(os.path.join(out, "sim.log"), "w")
     env = dict(os.environ)
-    # graft-sim gives up after 600 s by default; a soak takes longer.
-    env.setdefault("GRAFT_SIM_TIMEOUT_S", str(max(600, a.failures * 6)))
+    env["GRAFT_SIM_TIMEOUT_S"] = str(int(a.minutes * 60))
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     seen = {}  # pid -> {"comm", "first", "samples": [(t, rss, fds)]}
@@ -112,13 +179,16 @@ def main():
     rc = proc.returncode
     wall = time.monotonic() - t0
 
-    verdict, injected = None, 0
+    verdict, injected, r = None, 0, {}
     try:
         with open(report) as f:
             r = json.load(f)
         verdict, injected = r.get("verdict"), r.get("failures_injected_total", 0)
     except (OSError, ValueError):
         pass
+    kinds = r.get("failures_injected") or {}
+    rollbacks = check_rollbacks(r.get("recoveries") or [])
+    checkpoints = verify_checkpoints(a.build, ckpts, r.get("recoveries") or [])
 
     rows = []
     for pid, rec in seen.items():
@@ -151,9 +221,19 @@ def main():
     print(f"limits: resident memory +{a.rss_limit_mib:g} MiB, descriptors +{a.fd_limit} per "
           f"process, counted from {a.warmup:g} s after it was first seen; trainers that lived "
           f"at least {a.min_life:g} s")
+    print(f"failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    print(f"disasters: {rollbacks['disasters']}, each restarted from the newest intact "
+          f"checkpoint: {'yes' if not rollbacks['beyond'] else 'NO'}"
+          + "".join(f"\n  {x}" for x in rollbacks["beyond"]))
+    print(f"checkpoints left: {checkpoints['verified']} verified, {checkpoints['failed_as_corrupted']}"
+          f" corrupted by graft-sim and refused, faults: {len(checkpoints['faults'])}"
+          + "".join(f"\n  {x}" for x in checkpoints["faults"]))
     ok = rc == 0 and verdict == "bit-exact" and injected >= a.failures and rows and \
-        all(x["flat"] for x in rows)
+        all(x["flat"] for x in rows) and not rollbacks["beyond"] and \
+        not checkpoints["faults"] and checkpoints["verified"] > 0
     result = {"bench": "soak", "failures_planned": a.failures, "failures_injected": injected,
+              "failures_by_kind": kinds, "disasters": rollbacks["disasters"],
+              "rollbacks_beyond_checkpoint": rollbacks["beyond"], "checkpoints": checkpoints,
               "verdict": verdict, "sim_exit": rc, "wall_s": round(wall, 1),
               "groups": a.groups, "ranks": a.ranks, "rss_limit_mib": a.rss_limit_mib,
               "fd_limit": a.fd_limit, "processes": rows, "ok": bool(ok)}
