@@ -29,7 +29,8 @@
  *   --step-delay-ms MS    sleep MS per step (simulated compute)
  *   --blob-mib N          add an N MiB blob region to the state
  *   --die-when-serving MS SIGKILL this process MS ms after it starts serving
- *   --die-at-step N       SIGKILL this process when step N starts
+ *   --die-at-step N       SIGKILL this process when step N starts, once the
+ *                         persistent checkpoint it last started is durable
  *   --checkpoint-at N     call graft_checkpoint_now() after step N commits
  *   --corrupt-at-step N   flip a parameter bit after step N (drift injection)
  *   --no-graft            train alone without the runtime (the reference)
@@ -520,8 +521,14 @@ int main(int argc, char **argv)
     while (graft_step(rt) < o.steps || graft_start_kind(rt) == GRAFT_START_UNDECIDED) {
         graft_step_info_t info;
         bool apply = false;
-        if (o.die_at_step > 0 && graft_step(rt) == o.die_at_step)
+        if (o.die_at_step > 0 && graft_step(rt) == o.die_at_step) {
+            /* The checkpoints a restart finds are then known, however
+             * slowly the background writer ran. */
+            st = graft_checkpoint_wait(rt);
+            if (st != GRAFT_OK)
+                fprintf(stderr, "train_mlp: graft_checkpoint_wait: %s\n", graft_status_string(st));
             raise(SIGKILL);
+        }
         st = graft_quorum(rt, &info);
         if (st != GRAFT_OK) {
             fprintf(stderr, "train_mlp: graft_quorum: %s\n", graft_status_string(st));
