@@ -116,6 +116,24 @@ static void first_step_heals(graft_runtime_t *rt0, graft_runtime_t *rt1, const u
 
 /* ------------------------------------------------------------- codecs --- */
 
+/* The wire form of m as graft__rt_step_encode() would pack it, without the
+ * MAC (the caller sets or leaves it), for messages made wrong on purpose. */
+static Graft__StepMessage step_message_of(const graft__step_msg_t *m)
+{
+    Graft__StepMessage pm = GRAFT__STEP_MESSAGE__INIT;
+    pm.version = 1;
+    pm.kind = (Graft__StepMessage__Kind)m->kind;
+    pm.quorum_id = m->quorum_id;
+    pm.members_hash = m->members_hash;
+    pm.epoch_round = m->epoch_round;
+    pm.step = m->step;
+    pm.group = m->group;
+    pm.rank = m->rank;
+    pm.barrier_round = m->round;
+    pm.ok = m->ok;
+    return pm;
+}
+
 /* Each decoder with each of its allocations failed in turn: GRAFT_ENOMEM
  * or the answer, never another status, nothing left allocated. */
 static void decode_under_alloc_failures(const uint8_t *rec, size_t rec_len, const uint8_t *msg,
@@ -247,17 +265,7 @@ static void test_step_mac(void **state)
     /* Each field changed under the right MAC (a "yes" made a "no", another
      * step, another sender, ...). */
     for (int field = 0; field < 9; field++) {
-        Graft__StepMessage pm = GRAFT__STEP_MESSAGE__INIT;
-        pm.version = 1;
-        pm.kind = (Graft__StepMessage__Kind)m.kind;
-        pm.quorum_id = m.quorum_id;
-        pm.members_hash = m.members_hash;
-        pm.epoch_round = m.epoch_round;
-        pm.step = m.step;
-        pm.group = m.group;
-        pm.rank = m.rank;
-        pm.barrier_round = m.round;
-        pm.ok = m.ok;
+        Graft__StepMessage pm = step_message_of(&m);
         pm.mac.data = mac;
         pm.mac.len = sizeof(mac);
         len = graft__step_message__pack(&pm, buf);
@@ -492,14 +500,7 @@ static void send_no(graft_transfer_endpoint_t *ep, const epoch_seen_t *e, uint64
             assert_int_equal(graft__rt_step_encode(secret, secret_len, &m, buf, sizeof(buf), &len),
                              GRAFT_OK);
         } else {
-            Graft__StepMessage pm = GRAFT__STEP_MESSAGE__INIT;
-            pm.version = 1;
-            pm.kind = (Graft__StepMessage__Kind)m.kind;
-            pm.quorum_id = m.quorum_id;
-            pm.members_hash = m.members_hash;
-            pm.epoch_round = m.epoch_round;
-            pm.step = m.step;
-            pm.group = m.group;
+            Graft__StepMessage pm = step_message_of(&m);
             len = graft__step_message__pack(&pm, buf);
         }
         assert_int_equal(graft_transfer_msg_send(ep, e->address[to], buf, len, 5000), GRAFT_OK);
