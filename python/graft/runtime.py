@@ -29,26 +29,31 @@ Event = collections.namedtuple(
 METRIC_FIELDS = [f for f, _ in ffi.typeof("graft_metrics_t").fields]
 
 
+DEVICE_HOST, DEVICE_CUDA = 0, 1  # graft_device_t
+
+
 def _memory(obj):
-    """(address, bytes, dtype name, owner) of a contiguous host array or tensor."""
+    """(address, bytes, dtype name, owner, graft device) of a contiguous host
+    array, host tensor or CUDA tensor."""
     mod = type(obj).__module__
     if mod.startswith("torch"):
-        if obj.device.type != "cpu":
-            raise UsageError(-2, "graft: only CPU tensors can be registered from Python "
+        if obj.device.type not in ("cpu", "cuda"):
+            raise UsageError(-2, "graft: only CPU and CUDA tensors can be registered "
                              "(this one is on %s)" % obj.device)
         if not obj.is_contiguous():
             raise UsageError(-1, "graft: the tensor is not contiguous; register "
                              "t.contiguous() kept alive by the caller")
         nbytes = obj.numel() * obj.element_size()
-        return obj.data_ptr(), nbytes, str(obj.dtype).replace("torch.", ""), obj
+        device = DEVICE_CUDA if obj.device.type == "cuda" else DEVICE_HOST
+        return obj.data_ptr(), nbytes, str(obj.dtype).replace("torch.", ""), obj, device
     if mod.startswith("numpy") and hasattr(obj, "__array_interface__"):
         if not obj.flags["C_CONTIGUOUS"]:
             raise UsageError(-1, "graft: the array is not C-contiguous; register "
                              "np.ascontiguousarray(a) kept alive by the caller")
         if not obj.flags["WRITEABLE"]:
             raise UsageError(-1, "graft: the array is read-only; a heal writes into it")
-        return obj.ctypes.data, obj.nbytes, obj.dtype.name, obj
-    raise UsageError(-1, "graft: register takes a numpy array or a CPU torch tensor, "
+        return obj.ctypes.data, obj.nbytes, obj.dtype.name, obj, DEVICE_HOST
+    raise UsageError(-1, "graft: register takes a numpy array or a CPU or CUDA torch tensor, "
                      "not %s" % type(obj).__name__)
 
 
@@ -144,7 +149,7 @@ class Runtime:
                 raise UsageError(-1, "graft: unknown region kind %r (one of %s)"
                                  % (kind, ", ".join(KINDS)))
             kind = KINDS[kind]
-        addr, nbytes, dname, owner = _memory(obj)
+        addr, nbytes, dname, owner, device = _memory(obj)
         if nbytes == 0:
             raise UsageError(-1, "graft: region %r is empty" % name)
         cname = ffi.new("char[]", name.encode())
@@ -152,7 +157,7 @@ class Runtime:
         reg.name = cname
         reg.kind = kind
         reg.dtype = dtype if dtype is not None else DTYPES.get(dname, 0)
-        reg.device = 0
+        reg.device = device
         reg.ptr = ffi.cast("void *", addr)
         reg.bytes = nbytes
         reg.global_offset = global_offset

@@ -96,12 +96,15 @@ class ObjectState:
 
 
 def rng_state():
-    """The RNG states of Python's random, numpy and (when imported) torch."""
+    """The RNG states of Python's random, numpy and (when imported) torch,
+    with every CUDA device's once this process uses CUDA."""
     st = {"random": random.getstate(), "numpy": np.random.get_state()}
     try:
         import torch
 
         st["torch"] = torch.get_rng_state()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            st["torch_cuda"] = torch.cuda.get_rng_state_all()
     except ImportError:
         pass
     return st
@@ -115,3 +118,5 @@ def set_rng_state(st):
         import torch
 
         torch.set_rng_state(st["torch"])
+        if "torch_cuda" in st:
+            torch.cuda.set_rng_state_all(st["torch_cuda"])

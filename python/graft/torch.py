@@ -14,6 +14,7 @@ optimizer's lazily created state so a replacement registers the same region
 table before its first quorum. Python-object state (RNG states, a scheduler,
 a sampler position) travels in a bounded ObjectState region.
 """
+import os
 import torch
 
 from graft.errors import Error, GroupError, PeerError, UsageError
@@ -281,6 +282,11 @@ class GradientAverager:
         prefix = "q%ds%dr%d" % (qid, step, n)
         store = dist.PrefixStore(prefix, self._store)
         if self.backend == "nccl":
+            # A collective that times out must raise in wait() (and the
+            # communicator be aborted), not have NCCL's watchdog end the
+            # process: the trainer vetoes the step and goes on.
+            os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
             opts = dist.ProcessGroupNCCL.Options()
             opts._timeout = self.timeout
             self.pg = dist.ProcessGroupNCCL(store, rank, world, opts)

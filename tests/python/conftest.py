@@ -83,7 +83,8 @@ class Worker:
         e.update(env)
         e["GRAFT_GROUP"] = str(group)
         e["GRAFT_GROUPS"] = str(groups)
-        e["PYTHONPATH"] = os.path.join(ROOT, "python")
+        e["PYTHONPATH"] = os.pathsep.join(
+            [os.path.join(ROOT, "python")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
         self.out = out
         self.proc = subprocess.Popen(
             [sys.executable, WORKER, "--out", str(out)] + [str(a) for a in args],

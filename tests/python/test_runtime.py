@@ -83,8 +83,11 @@ def test_register_rejects_bad_memory(job_env):
         ro.setflags(write=False)
         with pytest.raises(graft.UsageError, match="read-only"):
             rt.register("ro", ro, "param")
-        with pytest.raises(graft.UsageError, match="numpy array or a CPU torch tensor"):
+        with pytest.raises(graft.UsageError, match="numpy array or a CPU or CUDA torch tensor"):
             rt.register("l", [1, 2, 3], "param")
+        torch = pytest.importorskip("torch")
+        with pytest.raises(graft.UsageError, match="only CPU and CUDA tensors"):
+            rt.register("m", torch.zeros(4, device="meta"), "param")
         with pytest.raises(graft.UsageError, match="region name"):
             rt.register(7, a, "param")
         with pytest.raises(graft.UsageError, match="kind"):

@@ -24,6 +24,8 @@ def _assert_identical(outs):
         for (_, a), (_, b) in zip(o["optim"], ref["optim"]):
             assert a.tobytes() == b.tobytes()
         assert np.array_equal(o["torch_rng"], ref["torch_rng"])
+        if ref.get("cuda_rng") is not None:
+            assert np.array_equal(o["cuda_rng"], ref["cuda_rng"])
         assert np.array_equal(o["numpy_rng"], ref["numpy_rng"])
         assert o["random_rng"] == ref["random_rng"]
         assert o["sched"] == ref["sched"] and o["lr"] == ref["lr"]

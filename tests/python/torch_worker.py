@@ -27,9 +27,16 @@ def main():
     ap.add_argument("--stall-average-at", type=int, default=-1,
                     help="sleep 7 s before averaging at this step (past the collective's timeout)")
     ap.add_argument("--average", action="store_true",
-                    help="each group trains on its own data; gradients are averaged over gloo")
+                    help="each group trains on its own data; gradients are averaged over "
+                         "--backend")
+    ap.add_argument("--backend", default="gloo", help="the averager's backend [gloo]")
+    ap.add_argument("--device", default="cpu",
+                    help="where the model and its optimizer state live (cpu, cuda) [cpu]")
     a = ap.parse_args()
 
+    if a.device == "cuda":
+        # cuBLAS is deterministic only with a fixed workspace.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     group = int(os.environ["GRAFT_GROUP"])
@@ -39,7 +46,7 @@ def main():
     np.random.seed(a.seed + group)
     random.seed(a.seed + group)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                torch.nn.Linear(16, 1))
+                                torch.nn.Linear(16, 1)).to(a.device)
     adam = torch.optim.Adam(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(adam, step_size=5, gamma=0.9)
 
@@ -48,7 +55,7 @@ def main():
         rt, adam,
         objects=lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()},
         load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])))
-    avg = graft.torch.GradientAverager(rt, timeout_s=5) if a.average else None
+    avg = graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend) if a.average else None
     skipped = 0
     while rt.step < a.steps:
         info = opt.zero_grad()
@@ -60,6 +67,7 @@ def main():
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(32, 8, generator=g) + torch.from_numpy(
             np.random.randn(32, 8).astype(np.float32)) * 0.01
+        x = x.to(a.device)
         y = x.sum(dim=1, keepdim=True)
         loss = torch.nn.functional.mse_loss(model(x), y) * (1.0 + 0.01 * random.random())
         loss.backward()
@@ -90,9 +98,10 @@ def main():
         "start": rt.start_kind,
         "skipped": skipped,
         "metrics": rt.metrics(),
-        "params": [p.detach().numpy().copy() for p in model.parameters()],
-        "optim": [(n, t.numpy().copy()) for n, t in graft.torch._state_tensors(adam)],
+        "params": [p.detach().cpu().numpy().copy() for p in model.parameters()],
+        "optim": [(n, t.cpu().numpy().copy()) for n, t in graft.torch._state_tensors(adam)],
         "torch_rng": torch.get_rng_state().numpy().copy(),
+        "cuda_rng": (torch.cuda.get_rng_state().numpy().copy() if a.device == "cuda" else None),
         "numpy_rng": np.random.get_state()[1].copy(),
         "random_rng": random.getstate(),
         "sched": sched.state_dict(),
