@@ -6,11 +6,13 @@
  *
  *   transfer_bench [--bytes N] [--chunk N] [--reps R] [--window W]
  *                  [--tls tcp,shm] [--read get|push|both]
- *                  [--alloc graft|malloc|both] [--json]
+ *                  [--alloc graft,malloc,cuda|both] [--json]
  *
  * For each transport, read protocol (one-sided get, or donor push) and
  * kind of region memory (malloc, as a trainer's own memory and the
- * default, or one block from graft_transfer_host_alloc() on every side):
+ * default; one block from graft_transfer_host_alloc() on every side; or
+ * CUDA device memory on every side, staged through pinned host buffers,
+ * in builds with CUDA on a machine with a GPU; "both" is graft,malloc):
  * fork 3 donors holding N bytes (two regions), then pull from 1, 2 and 3
  * of them (median of R runs, hashing on), once from 1
  * with verification off, then run ucx_perftest server+client with the same
@@ -23,6 +25,7 @@
 #include "bench_args.h"
 #include "bench_donors.h"
 #include "bench_stats.h"
+#include "gpu_support.h"
 
 #include <graft/transfer.h>
 
@@ -49,7 +52,7 @@ typedef struct cfg {
     bool json;
     char tls[64];
     char read[16];
-    char alloc[16];
+    char alloc[32];
 } cfg_t;
 
 typedef struct result {
@@ -158,6 +161,16 @@ static double perftest(const cfg_t *c, const char *test, bool eh)
     return gbps;
 }
 
+/* Whether @name is one of the comma-separated items of @list. */
+static bool in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+            return true;
+    return false;
+}
+
 static double best_of(double a, double b)
 {
     return a > b ? a : b;
@@ -182,7 +195,8 @@ static int run_tls(const cfg_t *c, const char *name, const char *read, const cha
     graft_bench_state_t bs = {.bytes = c->bytes,
                               .chunk = c->chunk,
                               .step = STEP,
-                              .host_alloc = strcmp(alloc, "graft") == 0};
+                              .host_alloc = strcmp(alloc, "graft") == 0,
+                              .cuda = strcmp(alloc, "cuda") == 0};
     if (graft_bench_donors_start(&bs, d, MAX_DONORS, NULL, NULL) != 0)
         goto out;
     ep = graft_bench_endpoint(&bs, NULL, false, mem);
@@ -226,8 +240,7 @@ static int run_tls(const cfg_t *c, const char *name, const char *read, const cha
     rc = 0;
 out:
     graft_transfer_endpoint_destroy(ep);
-    free(mem[0]);
-    free(mem[1]);
+    graft_bench_mem_free(&bs, mem);
     graft_bench_donors_stop(d, MAX_DONORS);
     return rc;
 }
@@ -253,28 +266,47 @@ int main(int argc, char **argv)
     snprintf(c.alloc, sizeof(c.alloc), "malloc");
     if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
                          "[--bytes N] [--chunk N] [--reps R] [--window W] [--tls tcp,shm] "
-                         "[--read get|push|both] [--alloc graft|malloc|both] [--json]") != 0)
+                         "[--read get|push|both] [--alloc graft,malloc,cuda|both] [--json]") != 0)
         return 2;
+    if (strcmp(c.alloc, "both") == 0)
+        snprintf(c.alloc, sizeof(c.alloc), "graft,malloc");
+    static const char *allocs[3] = {"graft", "malloc", "cuda"};
+    int n_alloc = 0;
+    for (int a = 0; a < 3; a++)
+        n_alloc += in_list(c.alloc, allocs[a]);
     if (c.bytes < 2 * c.chunk || c.chunk == 0 || c.reps < 1 || c.reps > 32 || c.window == 0 ||
-        (strcmp(c.alloc, "graft") != 0 && strcmp(c.alloc, "malloc") != 0 &&
-         strcmp(c.alloc, "both") != 0)) {
+        n_alloc == 0) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
+    if (in_list(c.alloc, "cuda")) {
+        /* Its recipient uses CUDA in this process, which then cannot fork
+         * the donors of another run. */
+        if (strchr(c.tls, ',') != NULL || strcmp(c.read, "both") == 0) {
+            fprintf(stderr, "transfer_bench: --alloc cuda takes one --tls and one --read\n");
+            return 2;
+        }
+        if (graft_test_gpu_count() == 0) {
+            fprintf(stderr, "transfer_bench: --alloc cuda needs a build with CUDA and a visible "
+                            "GPU\n");
+            return 2;
+        }
+    }
     signal(SIGPIPE, SIG_IGN);
 
-    char tls_list[64];
-    snprintf(tls_list, sizeof(tls_list), "%s", c.tls);
+    /* By kind of memory, CUDA last: donors are forked processes, and a
+     * process that has used CUDA cannot fork usable ones. */
     static char names[MAX_RESULTS][16];
-    for (char *save = NULL, *tok = strtok_r(tls_list, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        static const char *reads[2] = {"get", "push"};
-        static const char *allocs[2] = {"graft", "malloc"};
-        for (int r = 0; r < 2; r++) {
-            if (strcmp(c.read, "both") != 0 && strcmp(c.read, reads[r]) != 0)
-                continue;
-            for (int a = 0; a < 2 && n_res < MAX_RESULTS; a++) {
-                if (strcmp(c.alloc, "both") != 0 && strcmp(c.alloc, allocs[a]) != 0)
+    static const char *reads[2] = {"get", "push"};
+    for (int a = 0; a < 3; a++) {
+        if (!in_list(c.alloc, allocs[a]))
+            continue;
+        char tls_list[64];
+        snprintf(tls_list, sizeof(tls_list), "%s", c.tls);
+        for (char *save = NULL, *tok = strtok_r(tls_list, ",", &save); tok != NULL;
+             tok = strtok_r(NULL, ",", &save)) {
+            for (int r = 0; r < 2 && n_res < MAX_RESULTS; r++) {
+                if (strcmp(c.read, "both") != 0 && strcmp(c.read, reads[r]) != 0)
                     continue;
                 memset(&res[n_res], 0, sizeof(res[n_res]));
                 snprintf(names[n_res], sizeof(names[n_res]), "%s", tok);

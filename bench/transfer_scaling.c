@@ -300,8 +300,7 @@ int main(int argc, char **argv)
     }
 out:
     graft_transfer_endpoint_destroy(ep);
-    free(mem[0]);
-    free(mem[1]);
+    graft_bench_mem_free(&bs, mem);
     graft_bench_donors_stop(d, c.max_donors);
     teardown();
     g_owner = 0;

@@ -9,6 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef GRAFT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 /* The job secret of the benchmarks' donors and recipients. */
 #define BENCH_SECRET "job-secret-of-the-benchmarks"
 
@@ -27,6 +31,50 @@ static uint64_t region_bytes(const graft_bench_state_t *s, int i)
 {
     uint64_t a = (s->bytes / 4 * 3) & ~7ull;
     return i == 0 ? a : s->bytes - a;
+}
+
+/* n bytes of CUDA device memory holding what fill() or zeros give; NULL
+ * on any failure (or in a build without CUDA). */
+static void *cuda_region(uint64_t n, bool donor, uint64_t seed)
+{
+#ifdef GRAFT_HAVE_CUDA
+    void *d = NULL, *h = NULL;
+    if (cudaMalloc(&d, n) != cudaSuccess)
+        return NULL;
+    if (!donor)
+        return cudaMemset(d, 0, n) == cudaSuccess ? d : (cudaFree(d), NULL);
+    h = malloc(n + 8);
+    bool ok = h != NULL;
+    if (ok) {
+        fill(h, n / 8, seed);
+        ok = cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    free(h);
+    if (!ok) {
+        cudaFree(d);
+        d = NULL;
+    }
+    return d;
+#else
+    (void)n;
+    (void)donor;
+    (void)seed;
+    fprintf(stderr, "bench: CUDA regions need a build with CUDA\n");
+    return NULL;
+#endif
+}
+
+void graft_bench_mem_free(const graft_bench_state_t *s, void *mem[2])
+{
+    for (int i = 0; i < 2; i++) {
+#ifdef GRAFT_HAVE_CUDA
+        if (s->cuda && mem[i] != NULL)
+            cudaFree(mem[i]);
+        else
+#endif
+            free(mem[i]);
+        mem[i] = NULL;
+    }
 }
 
 graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, const char *listen,
@@ -51,7 +99,9 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
     for (int i = 0; i < 2; i++) {
         uint64_t n = region_bytes(s, i);
         uint8_t *p;
-        if (!s->host_alloc) {
+        if (s->cuda) {
+            p = mem[i] = cuda_region(n, donor, (uint64_t)i + 1);
+        } else if (!s->host_alloc) {
             mem[i] = malloc(n + 8);
             p = mem[i];
         } else {
@@ -59,13 +109,17 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
         }
         if (p == NULL)
             goto fail;
-        if (donor)
+        if (s->cuda)
+            ; /* filled or zeroed on the device */
+        else if (donor)
             fill((uint64_t *)p, n / 8, (uint64_t)i + 1);
         else
             memset(p, 0, n); /* touched, as a trainer's memory is */
         graft_transfer_region_t r = {.name = names[i],
                                      .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
                                                     : GRAFT_TRANSFER_REGION_OPTIM,
+                                     .device = s->cuda ? GRAFT_TRANSFER_CUDA
+                                                       : GRAFT_TRANSFER_HOST,
                                      .ptr = p,
                                      .bytes = n};
         if (graft_transfer_region_register(ep, &r) != GRAFT_OK)
@@ -74,9 +128,7 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
     return ep;
 fail:
     graft_transfer_endpoint_destroy(ep);
-    free(mem[0]);
-    free(mem[1]);
-    mem[0] = mem[1] = NULL;
+    graft_bench_mem_free(s, mem);
     return NULL;
 }
 
@@ -98,8 +150,7 @@ static int donor_main(const graft_bench_state_t *s, int index, graft_bench_donor
     (void)!read(cmd_fd, &q, 1);
     int rc = graft_transfer_serve_end(ep) == GRAFT_OK ? 0 : 1;
     graft_transfer_endpoint_destroy(ep);
-    free(mem[0]);
-    free(mem[1]);
+    graft_bench_mem_free(s, mem);
     return rc;
 }
 

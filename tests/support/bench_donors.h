@@ -28,6 +28,10 @@ typedef struct graft_bench_state {
      * memory is; true: both lie in one block from graft_transfer_host_alloc(),
      * which the endpoint frees. */
     bool host_alloc;
+    /* Each region in CUDA device memory (cudaMalloc; builds with CUDA and a
+     * GPU only): what the transfer engine stages through pinned host
+     * buffers. A process that forks donors must not have used CUDA yet. */
+    bool cuda;
 } graft_bench_state_t;
 
 /* Runs first in donor @index (0-based) after the fork: returns the address
@@ -35,11 +39,15 @@ typedef struct graft_bench_state {
 typedef const char *(*graft_bench_donor_setup_fn)(int index, void *arg, bool *failed_p);
 
 /* An endpoint (listening on @listen, or the default when NULL) with the
- * two regions registered; their malloc'ed memory is returned in mem[0..1]
- * for the caller to free(); with s->host_alloc mem[0..1] are NULL and the
- * endpoint frees its block. NULL on any failure. */
+ * two regions registered; their memory is returned in mem[0..1] for
+ * graft_bench_mem_free() once the endpoint is destroyed (with s->host_alloc
+ * mem[0..1] are NULL and the endpoint frees its block). NULL on any
+ * failure. */
 graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, const char *listen,
                                                 bool donor, void *mem[2]);
+
+/* Free what graft_bench_endpoint() returned in mem[0..1]; sets them NULL. */
+void graft_bench_mem_free(const graft_bench_state_t *s, void *mem[2]);
 
 /* Fork @n donors serving @s; each dies with the caller. 0 or -1. */
 int graft_bench_donors_start(const graft_bench_state_t *s, graft_bench_donor_t *d, int n,
