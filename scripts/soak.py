@@ -5,10 +5,12 @@ Runs `graft-sim run` with many random failures (default 1000) and samples,
 every few seconds, the resident memory and the open descriptors of every
 process of the run: graft-sim itself, its embedded etcd, and each trainer.
 At the end it prints, for the processes that lived long enough to say
-something (graft-sim and etcd for the whole run, trainers that survived at
-least --min-life seconds), how much each grew between its first sample
-after a warm-up and its last one, beside the limits it is judged by, and
-one JSON object on the last line (--json FILE writes it too).
+something (graft-sim for the whole run, any other process that lived at
+least --min-life seconds: the failure mix restarts trainers and etcd every
+few seconds), how much each grew between its first sample after a warm-up
+and its last one, beside the limits it is judged by, how many processes of
+each kind it saw and the longest life among them, and one JSON object on
+the last line (--json FILE writes it too).
 
 It also checks what the failures must not cost: every checkpoint the run
 left complete verifies (`graftctl ckpt verify`), except those graft-sim
@@ -132,7 +134,8 @@ def main():
                     help="a process's first sample counted is this many seconds after it "
                          "was first seen [60]")
     ap.add_argument("--min-life", type=float, default=120.0,
-                    help="trainers watched are those that lived this long [120]")
+                    help="besides graft-sim, the processes judged are those that lived this "
+                         "long [120]")
     ap.add_argument("--rss-limit-mib", type=float, default=16.0,
                     help="most growth of resident memory allowed per process [16 MiB]")
     ap.add_argument("--fd-limit", type=int, default=8,
@@ -190,12 +193,13 @@ def main():
     rollbacks = check_rollbacks(r.get("recoveries") or [])
     checkpoints = verify_checkpoints(a.build, ckpts, r.get("recoveries") or [])
 
-    rows = []
+    rows, lives = [], {}
     for pid, rec in seen.items():
         s = rec["samples"]
         life = s[-1][0] - rec["first"]
-        whole_run = pid == proc.pid or rec["comm"] == "etcd"
-        if not whole_run and life < a.min_life:
+        n, longest = lives.get(rec["comm"], (0, 0.0))
+        lives[rec["comm"]] = (n + 1, max(longest, life))
+        if pid != proc.pid and life < a.min_life:
             continue
         counted = [x for x in s if x[0] >= rec["first"] + a.warmup] or s[-1:]
         rss_growth = (counted[-1][1] - counted[0][1]) / 1024.0
@@ -219,8 +223,10 @@ def main():
               f"{x['fds_first']:>4}->{x['fds_last']:<4} {x['fd_growth']:>6}  "
               f"{'yes' if x['flat'] else 'NO'}")
     print(f"limits: resident memory +{a.rss_limit_mib:g} MiB, descriptors +{a.fd_limit} per "
-          f"process, counted from {a.warmup:g} s after it was first seen; trainers that lived "
-          f"at least {a.min_life:g} s")
+          f"process, counted from {a.warmup:g} s after it was first seen; graft-sim, and every "
+          f"other process that lived at least {a.min_life:g} s")
+    print("processes seen: " + ", ".join(f"{c} {n} (longest {l:.0f} s)"
+                                         for c, (n, l) in sorted(lives.items())))
     print(f"failures by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     print(f"disasters: {rollbacks['disasters']}, each restarted from the newest intact "
           f"checkpoint: {'yes' if not rollbacks['beyond'] else 'NO'}"
@@ -236,7 +242,10 @@ def main():
               "rollbacks_beyond_checkpoint": rollbacks["beyond"], "checkpoints": checkpoints,
               "verdict": verdict, "sim_exit": rc, "wall_s": round(wall, 1),
               "groups": a.groups, "ranks": a.ranks, "rss_limit_mib": a.rss_limit_mib,
-              "fd_limit": a.fd_limit, "processes": rows, "ok": bool(ok)}
+              "fd_limit": a.fd_limit, "processes": rows,
+              "seen": {c: {"count": n, "longest_life_s": round(l, 1)}
+                       for c, (n, l) in lives.items()},
+              "ok": bool(ok)}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)
