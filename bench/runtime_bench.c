@@ -155,6 +155,8 @@ static int etcd_pid;
 
 /* Medians and p99 of one step (quorum + commit), and medians of the two
  * calls apart, so a change can be traced to the call it affects. */
+#define MAX_GROUPS 256 /* one process each */
+
 typedef struct steady_row {
     double med, p99, quorum_med, commit_med;
     double etcd_cpu_ms; /* etcd's CPU time per step, all groups together */
@@ -168,7 +170,9 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     snprintf(job, sizeof(job), "bench-steady-%d-%d", (int)getpid(), job_seq++);
     if (pipe(fds) != 0)
         return -1;
-    pid_t pids[64];
+    if (groups < 1 || groups > MAX_GROUPS || steps < 1)
+        return -1;
+    pid_t pids[MAX_GROUPS];
     double cpu0 = cpu_s(etcd_pid);
     fflush(stdout); /* or a child's exit prints the table again */
     for (int g = 0; g < groups; g++) {
@@ -180,8 +184,6 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     }
     close(fds[1]);
     size_t n = (size_t)groups * (size_t)steps, got = 0;
-    if (groups < 1 || groups > 64 || steps < 1)
-        return -1;
     double *v = calloc(n, sizeof(*v)), *vq = calloc(n, sizeof(*vq)),
            *vc = calloc(n, sizeof(*vc));
     double rec[4], requests = 0;
