@@ -109,11 +109,9 @@ graft_transfer_endpoint_t *graft_bench_endpoint(const graft_bench_state_t *s, co
         }
         if (p == NULL)
             goto fail;
-        if (s->cuda)
-            ; /* filled or zeroed on the device */
-        else if (donor)
+        if (!s->cuda && donor) /* CUDA memory was filled or zeroed above */
             fill((uint64_t *)p, n / 8, (uint64_t)i + 1);
-        else
+        else if (!s->cuda)
             memset(p, 0, n); /* touched, as a trainer's memory is */
         graft_transfer_region_t r = {.name = names[i],
                                      .kind = i == 0 ? GRAFT_TRANSFER_REGION_PARAM
