@@ -129,6 +129,12 @@ def main():
     ap.add_argument("--persist-every", type=int, default=20,
                     help="a persistent checkpoint every this many steps [20]")
     ap.add_argument("--seed", default="7", help="seed of the run [7]")
+    ap.add_argument("--netns", action="store_true",
+                    help="groups in network namespaces (root): the mix then holds partition, "
+                         "isolate, throttle and cut_donor too")
+    ap.add_argument("--etcd-members", type=int, default=1,
+                    help="members of the embedded etcd [1]; with 3 or more the mix kills "
+                         "etcd's leader instead of restarting etcd")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples [5]")
     ap.add_argument("--warmup", type=float, default=60.0,
                     help="a process's first sample counted is this many seconds after it "
@@ -157,7 +163,8 @@ def main():
     cmd = [sim, "run", "--groups", str(a.groups), "--ranks", str(a.ranks),
            "--steps", str(max(100, int(a.failures * a.steps_per_failure))), "--seed", a.seed,
            "--random-failures", str(a.failures), "--persist-root", ckpts,
-           "--persist-every", str(a.persist_every), "--json", report]
+           "--persist-every", str(a.persist_every), "--json", report,
+           "--etcd-members", str(a.etcd_members)] + (["--netns"] if a.netns else [])
     print("soak:", " ".join(cmd), flush=True)
     log = open(os.path.join(out, "sim.log"), "w")
     env = dict(os.environ)
