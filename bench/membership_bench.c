@@ -204,6 +204,20 @@ static size_t bench_kills(const char *self, int n_kills, double *lat)
 
 /* ------------------------------------------------------------ formation --- */
 
+/* --delegate: a group's ranks hand their ready records and votes to rank 0
+ * through this mailbox (the runtime sends them over the transfer
+ * endpoints), which writes the group's records in one transaction each. */
+#define GATHER_MS 200
+enum { BOX_READY = 0, BOX_VOTE = 1 };
+typedef struct mailbox {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    graft_membership_delegate_t d[2][64];
+    int tag[2][64];       /* the step + 1 each slot is for; 0: empty */
+    uint64_t announced[64]; /* per rank: round + 1 the leader announced it in (0: not yet) */
+    int announced_step[64];
+} mailbox_t;
+
 /* One rank of one group. */
 typedef struct grp {
     graft_membership_t *m;
@@ -215,7 +229,114 @@ typedef struct grp {
     int fails;
     pthread_barrier_t *bar;
     graft_membership_stats_t after_first;
+    mailbox_t *box; /* NULL: every rank writes its own records */
+    uint32_t R;
 } grp_t;
+
+static void box_wait(mailbox_t *b, double until_ms)
+{
+    double left = until_ms - now_ms();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = (long)(left > 0 ? left * 1e6 : 0) + ts.tv_nsec;
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+}
+
+/* The leader takes what its ranks posted for this step, waiting up to
+ * GATHER_MS for all of them. */
+static size_t box_gather(grp_t *gr, int kind, int s, graft_membership_delegate_t *out)
+{
+    mailbox_t *b = gr->box;
+    double until = now_ms() + GATHER_MS;
+    size_t n = 0;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        n = 0;
+        for (uint32_t r = 1; r < gr->R; r++)
+            n += b->tag[kind][r] == s + 1;
+        if (n == gr->R - 1 || now_ms() >= until)
+            break;
+        box_wait(b, until);
+    }
+    n = 0;
+    for (uint32_t r = 1; r < gr->R; r++)
+        if (b->tag[kind][r] == s + 1) {
+            out[n++] = b->d[kind][r];
+            b->tag[kind][r] = 0;
+        }
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}
+
+typedef struct announce_ack {
+    grp_t *gr;
+    const graft_membership_delegate_t *dl;
+    size_t n;
+    int s;
+} announce_ack_t;
+
+static void on_announced(void *arg, uint64_t round, bool written)
+{
+    announce_ack_t *a = arg;
+    mailbox_t *b = a->gr->box;
+    pthread_mutex_lock(&b->mu);
+    for (size_t i = 0; i < a->n; i++) {
+        b->announced[a->dl[i].rank] = written ? round + 1 : 1;
+        b->announced_step[a->dl[i].rank] = a->s + 1;
+    }
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+static graft_status_t quorum_delegated(grp_t *gr, int s, graft_quorum_t **q)
+{
+    mailbox_t *b = gr->box;
+    graft_membership_round_opts_t o = {0};
+    graft_membership_delegate_t dl[64];
+    if (gr->r == 0) {
+        announce_ack_t ack = {gr, dl, box_gather(gr, BOX_READY, s, dl), s};
+        o.delegates = dl;
+        o.n_delegates = ack.n;
+        o.announced = on_announced;
+        o.arg = &ack;
+        return graft_membership_quorum_wait_opts(gr->m, gr->committed, 60000, &o, q);
+    }
+    graft_membership_delegate_t d;
+    if (graft_membership_ready_delegate(gr->m, gr->committed, &d) == GRAFT_OK) {
+        double until = now_ms() + 2 * GATHER_MS;
+        pthread_mutex_lock(&b->mu);
+        b->d[BOX_READY][gr->r] = d;
+        b->tag[BOX_READY][gr->r] = s + 1;
+        pthread_cond_broadcast(&b->cv);
+        while (b->announced_step[gr->r] != s + 1 && now_ms() < until)
+            box_wait(b, until);
+        if (b->announced_step[gr->r] == s + 1 && b->announced[gr->r] > 1)
+            o.announced_round = b->announced[gr->r] - 1;
+        pthread_mutex_unlock(&b->mu);
+    }
+    return graft_membership_quorum_wait_opts(gr->m, gr->committed, 60000, &o, q);
+}
+
+static graft_status_t vote_delegated(grp_t *gr, int s, const graft_quorum_t *q, bool *d_p)
+{
+    mailbox_t *b = gr->box;
+    graft_membership_vote_opts_t o = {0};
+    graft_membership_delegate_t dl[64];
+    if (gr->r == 0) {
+        o.n_delegates = box_gather(gr, BOX_VOTE, s, dl);
+        o.delegates = dl;
+    } else if (graft_membership_vote_delegate(gr->m, q, true, NULL, &dl[0]) == GRAFT_OK) {
+        pthread_mutex_lock(&b->mu);
+        b->d[BOX_VOTE][gr->r] = dl[0];
+        b->tag[BOX_VOTE][gr->r] = s + 1;
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        o.delegated_wait_ms = 2 * GATHER_MS;
+    }
+    return graft_membership_commit_vote_opts(gr->m, q, true, NULL, 60000, &o, d_p);
+}
 
 static void *grp_main(void *arg)
 {
@@ -228,12 +349,17 @@ static void *grp_main(void *arg)
         graft_quorum_t *q = NULL;
         gr->t_call[s] = now_ms();
         gr->w_call[s] = wall_ms();
-        graft_status_t st = graft_membership_quorum_wait(gr->m, gr->committed, 60000, &q);
+        graft_status_t st = gr->box != NULL
+                                ? quorum_delegated(gr, s, &q)
+                                : graft_membership_quorum_wait(gr->m, gr->committed, 60000, &q);
         gr->t_ret[s] = now_ms();
         if (st == GRAFT_OK) {
             gr->w_formed[s] = (double)q->formed_unix_ms;
             bool d = false;
-            if (graft_membership_commit_vote(gr->m, q, true, NULL, 60000, &d) == GRAFT_OK && d)
+            graft_status_t vst = gr->box != NULL
+                                     ? vote_delegated(gr, s, q, &d)
+                                     : graft_membership_commit_vote(gr->m, q, true, NULL, 60000, &d);
+            if (vst == GRAFT_OK && d)
                 gr->committed = q->step + 1;
             else
                 gr->fails++;
@@ -256,10 +382,16 @@ typedef struct form_result {
     int fails;
 } form_result_t;
 
-static int bench_formation(uint32_t groups, uint32_t ranks, int steps, form_result_t *out)
+static int bench_formation(uint32_t groups, uint32_t ranks, int steps, bool delegate,
+                           form_result_t *out)
 {
     char job[48];
-    snprintf(job, sizeof(job), "bench-form-%ux%u", groups, ranks);
+    snprintf(job, sizeof(job), "bench-form-%ux%u%s", groups, ranks, delegate ? "d" : "");
+    mailbox_t *boxes = delegate && ranks > 1 ? calloc(groups, sizeof(*boxes)) : NULL;
+    for (uint32_t g = 0; boxes != NULL && g < groups; g++) {
+        pthread_mutex_init(&boxes[g].mu, NULL);
+        pthread_cond_init(&boxes[g].cv, NULL);
+    }
     graft_etcd_config_t e = etcd_config();
     uint32_t n_ranks = groups * ranks;
     grp_t *gr = calloc(n_ranks, sizeof(*gr));
@@ -281,6 +413,8 @@ static int bench_formation(uint32_t groups, uint32_t ranks, int steps, form_resu
         gr[i].steps = steps;
         gr[i].committed = 1;
         gr[i].bar = &bar;
+        gr[i].box = boxes != NULL ? &boxes[c.group] : NULL;
+        gr[i].R = ranks;
         gr[i].t_call = calloc((size_t)steps, sizeof(double));
         gr[i].t_ret = calloc((size_t)steps, sizeof(double));
         gr[i].w_call = calloc((size_t)steps, sizeof(double));
@@ -346,6 +480,7 @@ out:
     pthread_barrier_destroy(&bar);
     free(th);
     free(gr);
+    free(boxes);
     return rc;
 }
 
@@ -457,23 +592,37 @@ int main(int argc, char **argv)
         return 0;
     }
     if (only > 0) {
-        form_result_t f;
-        int frc = bench_formation((uint32_t)only, (uint32_t)ranks, steps, &f);
+        /* With R > 1 both ways are measured in the same run: every rank
+         * writing its own records, and the leaders writing their groups'. */
+        form_result_t f[2];
+        int frc = 0, modes = ranks > 1 ? 2 : 1;
+        for (int d = 0; d < modes && frc == 0; d++)
+            frc = bench_formation((uint32_t)only, (uint32_t)ranks, steps, d == 1, &f[d]);
         graft_test_etcd_stop(&T);
-        printf("%d groups x %d ranks: formation median %.1f ms (record written after %.0f ms), "
-               "p99 %.1f ms, %.2f requests/group/step, %.2f requests/rank/step, "
-               "%.0f bytes read/rank/step, %d fails\n",
-               only, ranks, f.median_ms, f.to_form_ms, f.p99_ms, f.requests_per_group_step,
-               f.requests_per_rank_step, f.bytes_per_rank_step, f.fails);
-        if (json)
+        if (frc != 0)
+            return 1;
+        printf("%d groups x %d ranks, one etcd round per step (what a change of members costs)\n",
+               only, ranks);
+        printf("  %-16s %10s %10s %10s %14s %13s %16s %6s\n", "records", "median ms", "p99 ms",
+               "written ms", "req/group/step", "req/rank/step", "bytes/rank/step", "fails");
+        for (int d = 0; d < modes; d++)
+            printf("  %-16s %10.1f %10.1f %10.0f %14.2f %13.2f %16.0f %6d\n",
+                   d == 0 ? "each rank's own" : "leader's batch", f[d].median_ms, f[d].p99_ms,
+                   f[d].to_form_ms, f[d].requests_per_group_step, f[d].requests_per_rank_step,
+                   f[d].bytes_per_rank_step, f[d].fails);
+        if (json) {
             printf("{\"bench\":\"membership\",\"groups\":%d,\"ranks_per_group\":%d,"
-                   "\"steps\":%d,\"form_median_ms\":%.2f,\"form_p99_ms\":%.2f,"
-                   "\"requests_per_group_step\":%.2f,\"requests_per_rank_step\":%.2f,"
-                   "\"bytes_read_per_rank_step\":%.0f,"
-                   "\"requests_goal_per_group\":3,\"fails\":%d}\n",
-                   only, ranks, steps, f.median_ms, f.p99_ms, f.requests_per_group_step,
-                   f.requests_per_rank_step, f.bytes_per_rank_step, f.fails);
-        return frc != 0;
+                   "\"steps\":%d", only, ranks, steps);
+            for (int d = 0; d < modes; d++)
+                printf(",\"%s\":{\"form_median_ms\":%.2f,\"form_p99_ms\":%.2f,"
+                       "\"requests_per_group_step\":%.2f,\"requests_per_rank_step\":%.2f,"
+                       "\"bytes_read_per_rank_step\":%.0f,\"fails\":%d}",
+                       d == 0 ? "own" : "delegated", f[d].median_ms, f[d].p99_ms,
+                       f[d].requests_per_group_step, f[d].requests_per_rank_step,
+                       f[d].bytes_per_rank_step, f[d].fails);
+            printf(",\"requests_goal_per_group\":3}\n");
+        }
+        return f[0].fails + (modes > 1 ? f[1].fails : 0) != 0;
     }
 
     double *lat = calloc((size_t)kills, sizeof(double));
@@ -487,7 +636,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int i = 0; i < 3; i++) {
         int st = sizes[i] == 256 ? (steps < 4 ? steps : 4) : steps;
-        if (bench_formation(sizes[i], (uint32_t)ranks, st, &fr[i]) != 0) {
+        if (bench_formation(sizes[i], (uint32_t)ranks, st, ranks > 1, &fr[i]) != 0) {
             rc = 1;
             fr[i] = (form_result_t){-1, -1, -1, -1, -1, -1, -1};
         }
@@ -500,7 +649,8 @@ int main(int argc, char **argv)
     printf("  median %.0f ms   p99 %.0f ms   max %.0f ms   | TTL %d ms, bound TTL+TTL/3 %.0f ms\n\n",
            det_med, det_p99, det_max, KILL_TTL_S * 1000, limit);
     printf("quorum formation after the last ready (quorum + commit vote per step, %d rank%s "
-           "per group)\n", ranks, ranks == 1 ? "" : "s");
+           "per group%s)\n", ranks, ranks == 1 ? "" : "s",
+           ranks > 1 ? ", each group's records written by its leader" : "");
     printf("  %6s  %10s  %10s  %12s  %14s  %13s  %6s\n", "groups", "median ms", "p99 ms",
            "written ms", "req/group/step", "req/rank/step", "fails");
     for (int i = 0; i < 3; i++)

@@ -273,12 +273,50 @@ GRAFT_WUR graft_status_t graft__mship_check_joined(graft_membership_t *m, int64_
 /* Run a transaction without compares that matter to the caller's retry
  * (puts on the rank's lease, maybe a read), retrying with backoff until
  * deadline_ns while etcd cannot be reached; an unknown lease is reported as
- * GRAFT_ELEASE. `what` names the records in messages. */
+ * GRAFT_ELEASE. With lease 0 the puts are on several ranks' leases, and an
+ * unknown one is returned as GRAFT_ENOTFOUND for the caller to sort out.
+ * `what` names the records in messages. */
 GRAFT_WUR graft_status_t graft__mship_txn_retry(graft_membership_t *m,
                                                 const graft_etcd_compare_t *cmps, size_t n_cmps,
                                                 const graft_etcd_op_t *ops, size_t n_ops,
                                                 const graft_etcd_op_t *fail, size_t n_fail,
                                                 int64_t lease, uint64_t deadline_ns,
                                                 const char *what, graft_etcd_txn_result_t *res_p);
+
+/* ------------------------------------------------ rounds (announce.c) --- */
+
+/* Does q include group g? */
+bool graft__mship_has_group(const graft_quorum_t *q, uint32_t g);
+
+/* The view's member records as the decision's input. Called with m->mu
+ * held. */
+GRAFT_WUR graft_status_t graft__mship_snapshot_members(graft_membership_t *m,
+                                                       graft__qmember_t **mem_p);
+
+/* Are the live groups of (sorted) mem exactly the members of prev? */
+bool graft__mship_same_live_groups(const graft__qmember_t *mem, size_t n, uint32_t R,
+                                   const graft_quorum_t *prev);
+
+/* Put a round this rank formed into its view at once. */
+void graft__mship_view_adopt(graft_membership_t *m, const graft_quorum_t *q, int64_t revision);
+
+/* Read the round's ready records. */
+GRAFT_WUR graft_status_t graft__mship_read_ready(graft_membership_t *m, uint64_t round,
+                                                 graft__ready_t **ready_p, size_t *n_p);
+
+/* EINVAL unless the delegates are other ranks of this group, each once,
+ * and at most GRAFT_MEMBERSHIP_MAX_DELEGATES. */
+GRAFT_WUR graft_status_t graft__mship_delegates_check(const graft_membership_t *m,
+                                                      const graft_membership_delegate_t *dl,
+                                                      size_t n);
+
+/* Announce ready for a round (with the delegates' records, as a leader);
+ * membership_announce.c has the details. */
+GRAFT_WUR graft_status_t graft__mship_announce(graft_membership_t *m, uint64_t round,
+                                               uint64_t committed,
+                                               const graft_membership_delegate_t *dl, size_t n_dl,
+                                               uint64_t deadline_ns, graft__ready_t **ready_p,
+                                               size_t *n_p, graft_quorum_t **formed_p,
+                                               bool *delegated_p);
 
 #endif /* GRAFT_MEMBERSHIP_INTERNAL_H */

@@ -59,6 +59,8 @@ graft_status_t graft__mship_txn_retry(graft_membership_t *m, const graft_etcd_co
             return GRAFT_OK;
         }
         atomic_fetch_add(&m->n_etcd_errors, 1);
+        if (st == GRAFT_ENOTFOUND && lease == 0)
+            return st; /* several ranks' leases: the caller tells whose */
         if (st == GRAFT_ENOTFOUND) {
             graft__mship_lease_failed(m, lease, st);
             return GRAFT_ELEASE;
@@ -85,134 +87,6 @@ graft_status_t graft__mship_txn_retry(graft_membership_t *m, const graft_etcd_co
     }
 }
 
-/* The ready records of a read; garbage is reported, counted and skipped. */
-static graft_status_t decode_ready(graft_membership_t *m, const graft_etcd_range_result_t *r,
-                                   graft__ready_t **ready_p, size_t *n_p)
-{
-    graft__ready_t *out = graft__malloc((r->n_kvs + 1) * sizeof(*out));
-    size_t n = 0;
-    if (out == NULL)
-        return GRAFT_ENOMEM;
-    for (size_t i = 0; i < r->n_kvs; i++) {
-        const graft_etcd_kv_t *kv = &r->kvs[i];
-        graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
-        graft_status_t st = k.kind == GRAFT__MKEY_READY
-                                ? graft__mship_ready_decode(kv->value, kv->value_len, &out[n])
-                                : GRAFT_EMALFORMED;
-        if (st == GRAFT_ENOMEM) {
-            graft_free(out);
-            return st;
-        }
-        if (st == GRAFT_OK &&
-            (out[n].group != k.group || out[n].rank != k.rank || out[n].round != k.number))
-            st = GRAFT_EMALFORMED;
-        if (st != GRAFT_OK) {
-            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "skipping ready record %s (mod_revision %" PRId64
-                       ", %zu bytes): %s", kv->key, kv->mod_revision, kv->value_len,
-                       graft_status_string(st));
-            pthread_mutex_lock(&m->mu);
-            m->view.malformed++;
-            pthread_mutex_unlock(&m->mu);
-            continue;
-        }
-        out[n].mod_revision = kv->mod_revision;
-        n++;
-    }
-    *ready_p = out;
-    *n_p = n;
-    return GRAFT_OK;
-}
-
-static bool has_group(const graft_quorum_t *q, uint32_t g)
-{
-    for (size_t i = 0; i < q->n_members; i++)
-        if (q->members[i] == g)
-            return true;
-    return false;
-}
-
-/* Copy the view's member records into the decision's input. Called with
- * m->mu held. */
-static graft_status_t snapshot_members(graft_membership_t *m, graft__qmember_t **mem_p)
-{
-    const graft__mview_t *v = &m->view;
-    graft__qmember_t *mem = graft__malloc((v->n_members + 1) * sizeof(*mem));
-    if (mem == NULL)
-        return GRAFT_ENOMEM;
-    for (size_t i = 0; i < v->n_members; i++)
-        mem[i] = (graft__qmember_t){v->members[i].group, v->members[i].rank,
-                                    v->members[i].incarnation};
-    *mem_p = mem;
-    return GRAFT_OK;
-}
-
-/*
- * The steady-state fast path (docs/KEYS.md): when the live groups are
- * exactly the previous round's members, with the same processes, and this
- * rank is one step on, the round it announces for will be the previous one
- * one step on, provided every other rank announces the same. The announcing
- * transaction then carries that round as its success branch, guarded by one
- * compare per other rank (its ready record for this round is byte for byte
- * the expected one: same incarnation, one step on) and one on the quorum
- * key (still the previous round). Only the transaction that completes the
- * set can pass, so the round is formed without a second write. Any
- * difference takes the compare-and-swap path as before: a rank late, dead
- * or re-joined, or a group whose vote failed, fails a compare; a group that
- * left or joined makes the view differ, so no fast path is tried.
- */
-typedef struct fast_path {
-    graft_quorum_t *q; /* the round to form, or NULL: not eligible */
-    uint8_t *qbuf;
-    size_t qlen;
-    char *qkey;
-    graft_etcd_compare_t *cmps;
-    size_t n_cmps;
-    char **keys; /* the compares' keys and values, owned */
-    uint8_t **values;
-} fast_path_t;
-
-/* Every announcer of a steady round sends one compare per other member
- * rank, so a round carries (G·R)² compares in all, and etcd's JSON gateway
- * decodes each of them: at 32 ranks that cost etcd more CPU than the
- * formation transaction it saves (docs/PERFORMANCE.md, runtime section).
- * Past this many member ranks rounds take the compare-and-swap path. (etcd
- * itself refuses more than --max-txn-ops = 128 compares.) */
-#define FAST_MAX_CMPS 16u
-
-static void fast_path_clear(fast_path_t *f)
-{
-    for (size_t i = 0; f->keys != NULL && i < f->n_cmps; i++) {
-        graft_free(f->keys[i]);
-        graft_free(f->values[i]);
-    }
-    graft_free(f->keys);
-    graft_free(f->values);
-    graft_free(f->cmps);
-    graft_free(f->qkey);
-    graft_free(f->qbuf);
-    graft_membership_quorum_free(f->q);
-    memset(f, 0, sizeof(*f));
-}
-
-/* Are the live groups of (sorted) mem exactly the members of prev? */
-static bool same_live_groups(const graft__qmember_t *mem, size_t n, uint32_t R,
-                             const graft_quorum_t *prev)
-{
-    size_t gi = 0;
-    for (size_t i = 0; i < n;) {
-        size_t j = i;
-        while (j < n && mem[j].group == mem[i].group)
-            j++;
-        if (j - i == R) {
-            if (gi >= prev->n_members || prev->members[gi] != mem[i].group)
-                return false;
-            gi++;
-        }
-        i = j;
-    }
-    return gi == prev->n_members;
-}
-
 graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum_t *q,
                                        graft_membership_health_t *h_p)
 {
@@ -227,7 +101,7 @@ graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum
     const graft_quorum_t *cur = m->view.quorum;
     bool same_round = cur != NULL && cur->round == q->round && cur->id == q->id;
     size_t n = m->view.n_members;
-    graft_status_t st = snapshot_members(m, &mem);
+    graft_status_t st = graft__mship_snapshot_members(m, &mem);
     pthread_mutex_unlock(&m->mu);
     if (st != GRAFT_OK)
         return st;
@@ -245,276 +119,12 @@ graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum
     for (size_t i = 0; i < n; i++)
         if (mem[i].rank < R)
             mem[k++] = mem[i];
-    h.epoch_intact = same_round && same_live_groups(mem, k, R, q) &&
+    h.epoch_intact = same_round && graft__mship_same_live_groups(mem, k, R, q) &&
                      graft__quorum_members_hash(mem, k, q->members, q->n_members) ==
                          q->members_hash;
     graft_free(mem);
     *h_p = h;
     return GRAFT_OK;
-}
-
-/* Fill *f when the fast path applies to this announcement; f->q stays NULL
- * when it does not. Only allocation failures are errors. */
-static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, uint64_t committed,
-                                        uint64_t inc, fast_path_t *f)
-{
-    graft_status_t st = GRAFT_OK;
-    graft_quorum_t *prev = NULL, *q = NULL;
-    graft__qmember_t *mem = NULL;
-    size_t n = 0, k = 0;
-    int64_t prev_mod = 0;
-    uint32_t R = m->cfg.ranks_per_group;
-    bool self_seen = false;
-    memset(f, 0, sizeof(*f));
-    pthread_mutex_lock(&m->mu);
-    const graft_quorum_t *cur = m->view.quorum;
-    bool maybe = !m->fast_path_off && cur != NULL && m->view.quorum_mod > 0 && cur->round + 1 == round &&
-                 cur->step + 1 == committed && has_group(cur, m->cfg.group) &&
-                 cur->n_members * (size_t)R <= FAST_MAX_CMPS;
-    if (maybe) {
-        prev_mod = m->view.quorum_mod;
-        n = m->view.n_members;
-        st = graft__mship_quorum_copy(cur, &prev);
-        if (st == GRAFT_OK)
-            st = snapshot_members(m, &mem);
-    }
-    pthread_mutex_unlock(&m->mu);
-    if (!maybe || st != GRAFT_OK)
-        goto out;
-    /* As in the decision: ranks outside 0..R-1 make no group live. */
-    for (size_t i = 0; i < n; i++)
-        if (mem[i].rank < R)
-            mem[k++] = mem[i];
-    n = k;
-    if (!same_live_groups(mem, n, R, prev) ||
-        graft__quorum_members_hash(mem, n, prev->members, prev->n_members) != prev->members_hash)
-        goto out;
-    f->cmps = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->cmps));
-    f->keys = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->keys));
-    f->values = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->values));
-    f->qkey = graft__mship_key(m, "quorum");
-    if (f->cmps == NULL || f->keys == NULL || f->values == NULL || f->qkey == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    f->cmps[f->n_cmps++] = (graft_etcd_compare_t){f->qkey, GRAFT_ETCD_CMP_MOD,
-                                                  GRAFT_ETCD_CMP_EQUAL, prev_mod, NULL, 0};
-    for (size_t i = 0; i < n; i++) {
-        if (!has_group(prev, mem[i].group))
-            continue;
-        if (mem[i].group == m->cfg.group && mem[i].rank == m->cfg.rank) {
-            /* The view must know this very process, or the hash was of
-             * another incarnation's record. */
-            self_seen = mem[i].incarnation == inc;
-            continue;
-        }
-        graft__ready_t r = {mem[i].group, mem[i].rank, mem[i].incarnation, round, committed, 0, 0};
-        size_t len = 0;
-        size_t c = f->n_cmps;
-        f->keys[c] = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round,
-                                      mem[i].group, mem[i].rank);
-        if (f->keys[c] == NULL) {
-            st = GRAFT_ENOMEM;
-            goto out;
-        }
-        f->n_cmps++; /* counted now so that fast_path_clear frees the key */
-        st = graft__mship_ready_encode(&r, &f->values[c], &len);
-        if (st != GRAFT_OK)
-            goto out;
-        f->cmps[c] = (graft_etcd_compare_t){f->keys[c], GRAFT_ETCD_CMP_VALUE,
-                                            GRAFT_ETCD_CMP_EQUAL, 0, f->values[c], len};
-    }
-    if (!self_seen)
-        goto out;
-    q = graft__calloc(1, sizeof(*q));
-    if (q == NULL || (q->members = graft__malloc(prev->n_members * sizeof(uint32_t))) == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    /* What graft__quorum_decide() gives for this set: same members and
-     * processes, so the same id; everyone at the max, so no recoveries. */
-    memcpy(q->members, prev->members, prev->n_members * sizeof(uint32_t));
-    q->n_members = prev->n_members;
-    q->id = prev->id;
-    q->round = round;
-    q->step = committed;
-    q->max_committed_step = committed;
-    q->min_groups = m->cfg.min_groups;
-    q->members_hash = prev->members_hash;
-    q->formed_unix_ms = graft__wall_ns() / 1000000u;
-    st = graft__mship_quorum_encode(q, &f->qbuf, &f->qlen);
-    if (st != GRAFT_OK)
-        goto out;
-    f->q = q;
-    q = NULL;
-out:
-    graft_membership_quorum_free(q);
-    graft_membership_quorum_free(prev);
-    graft_free(mem);
-    if (f->q == NULL) {
-        /* Not eligible (or out of memory): nothing of it is kept. */
-        fast_path_clear(f);
-    }
-    return st;
-}
-
-/* Put a round this rank formed into its view at once: its next
- * announcement can come before the watch delivers the record, and must
- * count from this round (and may take the fast path again). */
-static void view_adopt(graft_membership_t *m, const graft_quorum_t *q, int64_t revision)
-{
-    graft_quorum_t *copy = NULL;
-    if (graft__mship_quorum_copy(q, &copy) != GRAFT_OK)
-        return; /* the watch brings it a little later */
-    pthread_mutex_lock(&m->mu);
-    if (revision > m->view.quorum_mod) {
-        graft_membership_quorum_free(m->view.quorum);
-        m->view.quorum = copy;
-        copy = NULL;
-        m->view.quorum_mod = revision;
-        m->view.version++;
-        pthread_cond_broadcast(&m->cv);
-    }
-    pthread_mutex_unlock(&m->mu);
-    graft_membership_quorum_free(copy);
-}
-
-static graft_status_t read_ready(graft_membership_t *m, uint64_t round, graft__ready_t **ready_p,
-                                 size_t *n_p);
-
-/* Member records in the view that can make a group live (rank < R). Called
- * with m->mu held. */
-static size_t live_ranks(const graft_membership_t *m)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < m->view.n_members; i++)
-        n += m->view.members[i].rank < m->cfg.ranks_per_group;
-    return n;
-}
-
-/* Write this rank's ready record for a round, drop its record of the round
- * before, and read every ready record of the round, in one transaction: the
- * read sees the write, so of the ranks announcing concurrently the last one
- * always sees the complete set. One folder per round keeps each read to the
- * ranks that announced before (about G²/2 records per round in all, not G²).
- * With formed_p, the transaction also tries the fast path; *formed_p is the
- * round it formed, or NULL (then the ready records are read as usual). */
-static graft_status_t announce(graft_membership_t *m, uint64_t round, uint64_t committed,
-                               uint64_t deadline_ns, graft__ready_t **ready_p, size_t *n_p,
-                               graft_quorum_t **formed_p)
-{
-    int64_t lease = 0;
-    uint64_t inc = 0;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    char *key = NULL, *prefix = NULL, *old = NULL;
-    graft_etcd_txn_result_t res = {0};
-    fast_path_t f = {0};
-    *ready_p = NULL;
-    *n_p = 0;
-    graft_status_t st = graft__mship_check_joined(m, &lease, &inc);
-    if (st != GRAFT_OK)
-        return st;
-    pthread_mutex_lock(&m->mu);
-    uint64_t old_round = m->ready_round;
-    pthread_mutex_unlock(&m->mu);
-    /* No wall-clock time in the record: the fast path compares records
-     * byte for byte with what the other ranks expect. */
-    graft__ready_t r = {m->cfg.group, m->cfg.rank, inc, round, committed, 0, 0};
-    st = graft__mship_ready_encode(&r, &buf, &len);
-    if (st != GRAFT_OK)
-        goto out;
-    if (formed_p != NULL) {
-        *formed_p = NULL;
-        st = fast_path_prepare(m, round, committed, inc, &f);
-        if (st != GRAFT_OK)
-            goto out;
-    }
-    key = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round, m->cfg.group,
-                           m->cfg.rank);
-    prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
-    old = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, old_round, m->cfg.group,
-                           m->cfg.rank);
-    if (key == NULL || prefix == NULL || old == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    bool drop_old = old_round != 0 && old_round != round;
-    /* The read counts the round's records only: an announcer gets O(1)
-     * bytes back, not the O(G·R) records before it. The one whose count
-     * reaches the live ranks reads them (read_ready) and decides. */
-    graft_etcd_op_t ops[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false, false},
-                              {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true, true},
-                              {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false, false}};
-    if (f.q != NULL) {
-        graft_etcd_op_t form[3] = {{GRAFT_ETCD_OP_PUT, key, buf, len, lease, false, false},
-                                   {GRAFT_ETCD_OP_PUT, f.qkey, f.qbuf, f.qlen, 0, false, false},
-                                   {GRAFT_ETCD_OP_DELETE, old, NULL, 0, 0, false, false}};
-        st = graft__mship_txn_retry(m, f.cmps, f.n_cmps, form, drop_old ? 3 : 2, ops, drop_old ? 3 : 2, lease,
-                       deadline_ns, "ready record", &res);
-    } else {
-        st = graft__mship_txn_retry(m, NULL, 0, ops, drop_old ? 3 : 2, NULL, 0, lease, deadline_ns,
-                       "ready record", &res);
-    }
-    if (st != GRAFT_OK)
-        goto out;
-    pthread_mutex_lock(&m->mu);
-    m->ready_round = round;
-    pthread_mutex_unlock(&m->mu);
-    if (f.q != NULL && res.succeeded) {
-        atomic_fetch_add(&m->n_quorum_fast, 1);
-        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
-                    " on the fast path", m->job, f.q->round, f.q->id);
-        view_adopt(m, f.q, res.revision);
-        *formed_p = f.q;
-        f.q = NULL;
-        goto out;
-    }
-    if (f.q != NULL)
-        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP,
-                    "job %s group %" PRIu32 " rank %" PRIu32 ": round %" PRIu64
-                    " not complete at announcement: compare-and-swap path", m->job, m->cfg.group,
-                    m->cfg.rank, round);
-    if (res.n_ranges != 1) {
-        st = GRAFT_EMALFORMED;
-        goto out;
-    }
-    pthread_mutex_lock(&m->mu);
-    int64_t live = (int64_t)live_ranks(m);
-    pthread_mutex_unlock(&m->mu);
-    if (res.ranges[0].count >= live)
-        st = read_ready(m, round, ready_p, n_p);
-out:
-    fast_path_clear(&f);
-    graft_etcd_txn_result_clear(&res);
-    graft_free(old);
-    graft_free(prefix);
-    graft_free(key);
-    graft_free(buf);
-    return st;
-}
-
-/* Read the round's ready records (after the join timeout, or when members
- * change). */
-static graft_status_t read_ready(graft_membership_t *m, uint64_t round, graft__ready_t **ready_p,
-                                 size_t *n_p)
-{
-    graft_etcd_range_result_t res = {0};
-    graft_etcd_range_opts_t opts = {0};
-    char *prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
-    graft_status_t st;
-    if (prefix == NULL)
-        return GRAFT_ENOMEM;
-    opts.prefix = true;
-    GRAFT__MSHIP_REQ(m);
-    st = graft_etcd_range(m->ops, prefix, &opts, &res);
-    if (st == GRAFT_OK)
-        st = decode_ready(m, &res, ready_p, n_p);
-    else
-        atomic_fetch_add(&m->n_etcd_errors, 1);
-    graft_etcd_range_result_clear(&res);
-    graft_free(prefix);
-    return st;
 }
 
 /* Build the caller's copy of a quorum that includes its group. */
@@ -625,9 +235,68 @@ out:
     return st;
 }
 
+/* The round a rank announces for next. */
+static uint64_t next_round(graft_membership_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    uint64_t round = GRAFT_MAX(m->last_round, m->view.quorum != NULL ? m->view.quorum->round : 0) + 1;
+    pthread_mutex_unlock(&m->mu);
+    return round;
+}
+
+graft_status_t graft_membership_ready_delegate(graft_membership_t *m, uint64_t committed_step,
+                                               graft_membership_delegate_t *d_p)
+{
+    int64_t lease;
+    uint64_t inc;
+    if (m == NULL || d_p == NULL)
+        return GRAFT_EINVAL;
+    graft_status_t st = graft__mship_check_joined(m, &lease, &inc);
+    if (st != GRAFT_OK)
+        return st;
+    memset(d_p, 0, sizeof(*d_p));
+    d_p->rank = m->cfg.rank;
+    d_p->incarnation = inc;
+    d_p->lease = lease;
+    d_p->round = next_round(m);
+    d_p->step = committed_step;
+    pthread_mutex_lock(&m->mu);
+    d_p->prev_round = m->ready_round;
+    pthread_mutex_unlock(&m->mu);
+    return GRAFT_OK;
+}
+
+/* Delegates must be other ranks of this group, each once, and few enough
+ * for one transaction. */
+graft_status_t graft__mship_delegates_check(const graft_membership_t *m,
+                                            const graft_membership_delegate_t *dl, size_t n)
+{
+    if (n > 0 && dl == NULL)
+        return GRAFT_EINVAL;
+    if (n > GRAFT_MEMBERSHIP_MAX_DELEGATES)
+        return GRAFT_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (dl[i].rank >= m->cfg.ranks_per_group || dl[i].rank == m->cfg.rank || dl[i].lease == 0)
+            return GRAFT_EINVAL;
+        for (size_t j = 0; j < i; j++)
+            if (dl[j].rank == dl[i].rank)
+                return GRAFT_EINVAL;
+    }
+    return GRAFT_OK;
+}
+
 graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t committed_step,
                                             uint32_t timeout_ms, graft_quorum_t **quorum_p)
 {
+    return graft_membership_quorum_wait_opts(m, committed_step, timeout_ms, NULL, quorum_p);
+}
+
+graft_status_t graft_membership_quorum_wait_opts(graft_membership_t *m, uint64_t committed_step,
+                                                 uint32_t timeout_ms,
+                                                 const graft_membership_round_opts_t *opts,
+                                                 graft_quorum_t **quorum_p)
+{
+    static const graft_membership_round_opts_t none = {0};
     graft_status_t st;
     int64_t lease;
     uint64_t inc;
@@ -635,20 +304,44 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
     size_t n_ready = 0;
     if (m == NULL || quorum_p == NULL)
         return GRAFT_EINVAL;
-    st = graft__mship_check_joined(m, &lease, &inc);
+    if (opts == NULL)
+        opts = &none;
+    st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
     if (st != GRAFT_OK)
         return st;
+    st = graft__mship_check_joined(m, &lease, &inc);
+    if (st != GRAFT_OK) {
+        if (opts->announced != NULL)
+            opts->announced(opts->arg, 0, false);
+        return st;
+    }
     uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
     uint64_t join_ns = (uint64_t)m->cfg.join_timeout_ms * 1000000ull;
 
+    uint64_t round = next_round(m);
     pthread_mutex_lock(&m->mu);
-    uint64_t round = GRAFT_MAX(m->last_round, m->view.quorum != NULL ? m->view.quorum->round : 0) + 1;
     uint64_t gen = m->view.members_gen;
     pthread_mutex_unlock(&m->mu);
     graft_quorum_t *fast = NULL;
-    st = announce(m, round, committed_step, deadline, &ready, &n_ready, &fast);
-    if (st != GRAFT_OK)
-        return st;
+    if (opts->announced_round != 0) {
+        /* The leader wrote this rank's record: its round is the one. */
+        round = opts->announced_round;
+        pthread_mutex_lock(&m->mu);
+        m->ready_round = round;
+        pthread_mutex_unlock(&m->mu);
+    } else {
+        /* A leader announces for the latest round any of its ranks saw. */
+        for (size_t i = 0; i < opts->n_delegates; i++)
+            round = GRAFT_MAX(round, opts->delegates[i].round);
+        bool delegated = false;
+        st = graft__mship_announce(m, round, committed_step, opts->delegates,
+                                   opts->n_delegates, deadline, &ready, &n_ready, &fast,
+                                   &delegated);
+        if (opts->announced != NULL)
+            opts->announced(opts->arg, st == GRAFT_OK ? round : 0, st == GRAFT_OK && delegated);
+        if (st != GRAFT_OK)
+            return st;
+    }
     if (fast != NULL) {
         pthread_mutex_lock(&m->mu);
         st = result_for_me(m, fast, quorum_p);
@@ -683,7 +376,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             pthread_mutex_lock(&m->mu);
             gen = m->view.members_gen;
             pthread_mutex_unlock(&m->mu);
-            st = read_ready(m, round, &fresh, &n_fresh);
+            st = graft__mship_read_ready(m, round, &fresh, &n_fresh);
             if (st == GRAFT_ENOMEM)
                 goto out;
             if (st == GRAFT_OK) {
@@ -703,7 +396,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
         }
         const graft_quorum_t *cur = m->view.quorum;
         if (cur != NULL && cur->round >= round) {
-            if (cur->round == round && has_group(cur, m->cfg.group)) {
+            if (cur->round == round && graft__mship_has_group(cur, m->cfg.group)) {
                 st = result_for_me(m, cur, quorum_p);
                 pthread_mutex_unlock(&m->mu);
                 goto out;
@@ -718,7 +411,8 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             round = next;
             graft_free(ready);
             ready = NULL;
-            st = announce(m, round, committed_step, deadline, &ready, &n_ready, NULL);
+            st = graft__mship_announce(m, round, committed_step, NULL, 0, deadline, &ready, &n_ready, NULL,
+                                       NULL);
             if (st != GRAFT_OK)
                 goto out;
             announced = last_read = graft__now_ns();
@@ -726,7 +420,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             lost_at_mod = -1;
             continue;
         }
-        st = snapshot_members(m, &mem);
+        st = graft__mship_snapshot_members(m, &mem);
         graft__qinput_t in = {mem, m->view.n_members, ready, n_ready, m->cfg.ranks_per_group,
                               m->cfg.min_groups, round, read_after_deadline, m->view.quorum,
                               graft__wall_ns() / 1000000u};
@@ -759,12 +453,12 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             formed->duration_us = (graft__now_ns() - announced) / 1000u;
             st = form_cas(m, formed, quorum_mod, &won, &revision, &current);
             if (st == GRAFT_OK && won) {
-                view_adopt(m, formed, revision);
+                graft__mship_view_adopt(m, formed, revision);
                 GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
                             " with %zu groups", m->job, formed->round, formed->id,
                             formed->n_members);
                 formation_events(m, formed, !prev_known || prev_id != formed->id);
-                if (has_group(formed, m->cfg.group)) {
+                if (graft__mship_has_group(formed, m->cfg.group)) {
                     pthread_mutex_lock(&m->mu);
                     st = result_for_me(m, formed, quorum_p);
                     pthread_mutex_unlock(&m->mu);
@@ -781,7 +475,8 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
                 graft_membership_quorum_free(formed);
                 graft_free(ready);
                 ready = NULL;
-                st = announce(m, round, committed_step, deadline, &ready, &n_ready, NULL);
+                st = graft__mship_announce(m, round, committed_step, NULL, 0, deadline, &ready, &n_ready, NULL,
+                                       NULL);
                 if (st != GRAFT_OK)
                     goto out;
                 announced = last_read = graft__now_ns();
@@ -792,7 +487,7 @@ graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t comm
             graft_membership_quorum_free(formed);
             formed = NULL;
             if (st == GRAFT_OK && current != NULL && current->round == round &&
-                has_group(current, m->cfg.group)) {
+                graft__mship_has_group(current, m->cfg.group)) {
                 pthread_mutex_lock(&m->mu);
                 st = result_for_me(m, current, quorum_p);
                 pthread_mutex_unlock(&m->mu);

@@ -90,23 +90,43 @@ static int tally(const uint8_t *seen, uint32_t R, uint32_t *have_p)
     return any_no ? TALLY_NO : have == R ? TALLY_YES : TALLY_OPEN;
 }
 
+/* One vote key a vote transaction writes, and what goes on it. */
+typedef struct vote_write {
+    char *key;
+    uint8_t *buf;
+    size_t len;
+    int64_t lease;
+} vote_write_t;
+
 /*
  * The rank's vote transaction: *if* its key of this round does not exist,
  * put it; either way delete its key of the round it voted in before and the
  * "no" records it wrote for others at its last timeout, and read the
  * round's folder. The compare fails only when a rank whose timeout passed
  * already recorded a no for this rank, and the read then shows it.
+ *
+ * A leader's transaction also holds the votes its ranks delegated (each a
+ * create-if-absent on the rank's own lease, and the delete of the rank's
+ * key of its previous round): all or none of them are written.
+ * *batch_failed_p is set when there were delegates and they were not
+ * written (a key already there, or a lease etcd no longer knows); the
+ * caller then votes alone.
  */
 static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, int64_t lease,
-                               const uint8_t *buf, size_t len, uint64_t deadline,
-                               graft_etcd_txn_result_t *res_p)
+                               const uint8_t *buf, size_t len,
+                               const graft_membership_delegate_t *dl, size_t n_dl,
+                               uint64_t deadline, graft_etcd_txn_result_t *res_p,
+                               bool *batch_failed_p)
 {
     graft_status_t st = GRAFT_OK;
-    char *key = NULL, *folder = NULL;
+    char *folder = NULL;
     char **dels = NULL;
     size_t n_dels = 0, n_proxy = 0;
     uint32_t *proxy = NULL;
     graft_etcd_op_t *ops = NULL;
+    graft_etcd_compare_t *cmps = NULL;
+    vote_write_t *w = NULL;
+    *batch_failed_p = false;
     pthread_mutex_lock(&m->mu);
     uint64_t old_round = m->vote_round, proxy_round = m->proxy_round;
     if (proxy_round != 0 && proxy_round != q->round && m->n_proxy > 0) {
@@ -118,22 +138,54 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
     }
     bool no_mem = m->n_proxy > 0 && proxy_round != q->round && proxy == NULL;
     pthread_mutex_unlock(&m->mu);
-    key = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group, q->round,
-                           m->cfg.rank);
+    size_t n_w = n_dl + 1, max_dels = n_proxy + n_w;
     folder = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/", m->cfg.group, q->round);
-    dels = graft__calloc(n_proxy + 1, sizeof(*dels));
-    ops = graft__calloc(2 * (n_proxy + 3), sizeof(*ops));
-    if (no_mem || key == NULL || folder == NULL || dels == NULL || ops == NULL) {
+    dels = graft__calloc(max_dels, sizeof(*dels));
+    ops = graft__calloc(2 * (n_w + max_dels + 1), sizeof(*ops));
+    cmps = graft__calloc(n_w, sizeof(*cmps));
+    w = graft__calloc(n_w, sizeof(*w));
+    if (no_mem || folder == NULL || dels == NULL || ops == NULL || cmps == NULL || w == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
-    if (old_round != 0 && old_round != q->round) {
-        dels[n_dels] = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group,
-                                        old_round, m->cfg.rank);
-        if (dels[n_dels++] == NULL) {
+    for (size_t i = 0; i < n_w; i++) {
+        const graft_membership_delegate_t *d = i == 0 ? NULL : &dl[i - 1];
+        uint32_t rank = d == NULL ? m->cfg.rank : d->rank;
+        uint64_t prev = d == NULL ? old_round : d->prev_round;
+        w[i].lease = d == NULL ? lease : d->lease;
+        w[i].key = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group,
+                                    q->round, rank);
+        if (w[i].key == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
         }
+        if (d == NULL) {
+            w[i].buf = (uint8_t *)buf; /* the caller's */
+            w[i].len = len;
+        } else {
+            graft__vote_t v = {0};
+            v.group = m->cfg.group;
+            v.rank = d->rank;
+            v.incarnation = d->incarnation;
+            v.quorum_id = d->quorum_id;
+            v.round = q->round;
+            v.step = d->step;
+            v.ok = d->ok;
+            snprintf(v.reason, sizeof(v.reason), "%.*s", (int)sizeof(d->reason), d->reason);
+            st = graft__mship_vote_encode(&v, &w[i].buf, &w[i].len);
+            if (st != GRAFT_OK)
+                goto out;
+        }
+        if (prev != 0 && prev != q->round) {
+            dels[n_dels] = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32,
+                                            m->cfg.group, prev, rank);
+            if (dels[n_dels++] == NULL) {
+                st = GRAFT_ENOMEM;
+                goto out;
+            }
+        }
+        cmps[i] = (graft_etcd_compare_t){w[i].key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0,
+                                         NULL, 0};
     }
     for (size_t i = 0; i < n_proxy; i++) {
         dels[n_dels] = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group,
@@ -143,18 +195,27 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
             goto out;
         }
     }
-    /* Success: put, read, deletes. Failure: read, deletes. */
-    graft_etcd_op_t *ok_ops = ops, *fail_ops = ops + n_dels + 2;
-    ok_ops[0] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, key, buf, len, lease, false, false};
-    ok_ops[1] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true, false};
-    fail_ops[0] = ok_ops[1];
+    /* Success: puts, read, deletes. Failure: read, deletes. */
+    graft_etcd_op_t *ok_ops = ops, *fail_ops = ops + n_w + n_dels + 1;
+    size_t n_ok = 0, n_fail = 0;
+    for (size_t i = 0; i < n_w; i++)
+        ok_ops[n_ok++] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, w[i].key, w[i].buf, w[i].len,
+                                           w[i].lease, false, false};
+    ok_ops[n_ok++] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, folder, NULL, 0, 0, true, false};
+    fail_ops[n_fail++] = ok_ops[n_ok - 1];
     for (size_t i = 0; i < n_dels; i++) {
-        ok_ops[2 + i] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, dels[i], NULL, 0, 0, false, false};
-        fail_ops[1 + i] = ok_ops[2 + i];
+        ok_ops[n_ok++] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, dels[i], NULL, 0, 0, false, false};
+        fail_ops[n_fail++] = ok_ops[n_ok - 1];
     }
-    graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0, NULL, 0};
-    st = graft__mship_txn_retry(m, &cmp, 1, ok_ops, n_dels + 2, fail_ops, n_dels + 1, lease, deadline,
-                   "commit vote", res_p);
+    st = graft__mship_txn_retry(m, cmps, n_w, ok_ops, n_ok, fail_ops, n_fail, n_dl > 0 ? 0 : lease,
+                                deadline, n_dl > 0 ? "the group's commit votes" : "commit vote",
+                                res_p);
+    if (n_dl > 0 && (st == GRAFT_ENOTFOUND || (st == GRAFT_OK && !res_p->succeeded))) {
+        *batch_failed_p = true;
+        graft_etcd_txn_result_clear(res_p);
+        st = GRAFT_OK;
+        goto out;
+    }
     if (st != GRAFT_OK)
         goto out;
     pthread_mutex_lock(&m->mu);
@@ -167,11 +228,17 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
 out:
     for (size_t i = 0; dels != NULL && i < n_dels; i++)
         graft_free(dels[i]);
+    for (size_t i = 0; w != NULL && i < n_w; i++) {
+        graft_free(w[i].key);
+        if (i > 0)
+            graft_free(w[i].buf);
+    }
+    graft_free(w);
+    graft_free(cmps);
     graft_free(dels);
     graft_free(ops);
     graft_free(proxy);
     graft_free(folder);
-    graft_free(key);
     return st;
 }
 
@@ -303,10 +370,76 @@ out:
     return st;
 }
 
+/* A delegating rank: wait up to wait_ms for its vote key of the round to
+ * show in the view (its leader wrote it). True when it did: *guess is then
+ * the round's votes as the view showed them at that one revision, and the
+ * key is this rank's to delete at its next vote. */
+static bool delegated_seen(graft_membership_t *m, const graft_quorum_t *q, uint32_t wait_ms,
+                           uint8_t *guess, char *why, size_t why_len)
+{
+    struct timespec ts;
+    bool seen = false;
+    graft__mship_deadline(&ts, (uint64_t)wait_ms * 1000000ull);
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        votes_from_view(m, q, guess, why, why_len);
+        seen = guess[m->cfg.rank] != VOTE_UNSEEN;
+        if (seen || m->lease_lost_pending || !m->joined ||
+            pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    if (seen)
+        m->vote_round = GRAFT_MAX(m->vote_round, q->round);
+    pthread_mutex_unlock(&m->mu);
+    return seen;
+}
+
+graft_status_t graft_membership_vote_delegate(graft_membership_t *m, const graft_quorum_t *q,
+                                              bool ok, const char *reason,
+                                              graft_membership_delegate_t *d_p)
+{
+    int64_t lease;
+    uint64_t inc;
+    if (m == NULL || q == NULL || d_p == NULL || q->id == 0 || q->round == 0)
+        return GRAFT_EINVAL;
+    graft_status_t st = graft__mship_check_joined(m, &lease, &inc);
+    if (st != GRAFT_OK)
+        return st;
+    memset(d_p, 0, sizeof(*d_p));
+    pthread_mutex_lock(&m->mu);
+    /* "No" records of an earlier round are deleted by this rank's own
+     * vote transaction only. */
+    bool must_self = q->round < m->vote_round ||
+                     (m->n_proxy > 0 && m->proxy_round != q->round);
+    d_p->prev_round = m->vote_round;
+    pthread_mutex_unlock(&m->mu);
+    if (must_self)
+        return GRAFT_ESTATE;
+    d_p->rank = m->cfg.rank;
+    d_p->incarnation = inc;
+    d_p->lease = lease;
+    d_p->round = q->round;
+    d_p->step = q->step;
+    d_p->quorum_id = q->id;
+    d_p->ok = ok;
+    snprintf(d_p->reason, sizeof(d_p->reason), "%s", reason != NULL ? reason : "");
+    return GRAFT_OK;
+}
+
 graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_quorum_t *q,
                                             bool ok, const char *reason, uint32_t timeout_ms,
                                             bool *decision_p)
 {
+    return graft_membership_commit_vote_opts(m, q, ok, reason, timeout_ms, NULL, decision_p);
+}
+
+graft_status_t graft_membership_commit_vote_opts(graft_membership_t *m, const graft_quorum_t *q,
+                                                 bool ok, const char *reason,
+                                                 uint32_t timeout_ms,
+                                                 const graft_membership_vote_opts_t *opts,
+                                                 bool *decision_p)
+{
+    static const graft_membership_vote_opts_t none = {0};
     int64_t lease;
     uint64_t inc;
     uint8_t *buf = NULL, *seen = NULL, *guess = NULL;
@@ -315,7 +448,15 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
     graft_status_t st;
     if (m == NULL || q == NULL || decision_p == NULL || q->id == 0 || q->round == 0)
         return GRAFT_EINVAL;
+    if (opts == NULL)
+        opts = &none;
     *decision_p = false;
+    st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
+    if (st != GRAFT_OK)
+        return st;
+    for (size_t i = 0; i < opts->n_delegates; i++)
+        if (opts->delegates[i].round != q->round || opts->delegates[i].quorum_id != q->id)
+            return GRAFT_EINVAL;
     st = graft__mship_check_joined(m, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
@@ -355,12 +496,25 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
      * to vote (with one rank per group, every rank) decides from its own
      * request instead of waiting for the watch to echo the votes. */
     graft_etcd_txn_result_t res = {0};
-    st = vote_txn(m, q, lease, buf, len, deadline, &res);
-    if (st == GRAFT_OK && res.n_ranges == 1)
-        votes_from_read(m, &res.ranges[0], q, guess, why, sizeof(why));
-    else if (st == GRAFT_OK)
-        st = GRAFT_EMALFORMED;
-    graft_etcd_txn_result_clear(&res);
+    bool delegated = opts->delegated_wait_ms > 0 &&
+                     delegated_seen(m, q, opts->delegated_wait_ms, guess, why, sizeof(why));
+    if (!delegated) {
+        bool batch_failed = false;
+        st = vote_txn(m, q, lease, buf, len, opts->delegates, opts->n_delegates, deadline, &res,
+                      &batch_failed);
+        if (st == GRAFT_OK && batch_failed) {
+            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " round %" PRIu64 ": the "
+                       "group's votes not written together (a vote already there, or a lease "
+                       "gone); rank %" PRIu32 " votes alone", m->job, m->cfg.group, q->round,
+                       m->cfg.rank);
+            st = vote_txn(m, q, lease, buf, len, NULL, 0, deadline, &res, &batch_failed);
+        }
+        if (st == GRAFT_OK && res.n_ranges == 1)
+            votes_from_read(m, &res.ranges[0], q, guess, why, sizeof(why));
+        else if (st == GRAFT_OK)
+            st = GRAFT_EMALFORMED;
+        graft_etcd_txn_result_clear(&res);
+    }
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " cannot commit step %" PRIu64
                     ": vote not recorded (%s)", m->job, m->cfg.group, q->step,

@@ -329,6 +329,107 @@ GRAFT_WUR graft_status_t graft_membership_voted_since(graft_membership_t *m, uin
                                                       bool *voted_p);
 
 /* ------------------------------------------------------------------------ */
+/* Delegated records                                                        */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * What a rank hands its group's leader (rank 0) so that the leader writes
+ * the rank's ready record or commit vote together with its own, in one etcd
+ * transaction: a round then costs O(G) etcd requests, not O(G·R)
+ * (docs/RUNTIME.md, "Delegated records"). The leader writes the record the
+ * rank would have written, under the rank's key and on the rank's lease;
+ * records, keys and decision rules are unchanged. How a delegate reaches
+ * the leader is the caller's business (the runtime sends it over the
+ * transfer endpoints, authenticated with the job secret).
+ */
+typedef struct graft_membership_delegate {
+    uint32_t rank;
+    uint64_t incarnation;
+    int64_t lease;       /**< the rank's lease: its record goes with it */
+    uint64_t round;      /**< ready: the round it would announce for; vote: the quorum's */
+    uint64_t step;       /**< ready: its committed step; vote: the quorum's step */
+    uint64_t quorum_id;  /**< vote: the quorum voted on */
+    uint64_t prev_round; /**< the round of its previous record of the kind, deleted; 0: none */
+    bool ok;             /**< vote */
+    char reason[96];     /**< vote: why not */
+} graft_membership_delegate_t;
+
+/** At most this many delegates in one transaction (etcd's default
+ *  --max-txn-ops is 128; each delegate takes a put and a delete). */
+#define GRAFT_MEMBERSHIP_MAX_DELEGATES 48u
+
+/**
+ * @brief This rank's ready record, for its leader to write.
+ * @param [in]  m               the handle.
+ * @param [in]  committed_step  this rank's committed step.
+ * @param [out] d_p             the delegate.
+ * @return GRAFT_OK; GRAFT_ELEASE or GRAFT_ESTATE as graft_membership_quorum_wait().
+ */
+GRAFT_WUR graft_status_t graft_membership_ready_delegate(graft_membership_t *m,
+                                                         uint64_t committed_step,
+                                                         graft_membership_delegate_t *d_p);
+
+/**
+ * @brief This rank's commit vote, for its leader to write.
+ * @return GRAFT_OK; GRAFT_ESTATE when this rank must write its vote itself
+ *         (it still holds "no" records it wrote for others, which its own
+ *         vote transaction deletes, or it voted in a later round);
+ *         GRAFT_ELEASE; GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_membership_vote_delegate(graft_membership_t *m,
+                                                        const graft_quorum_t *q, bool ok,
+                                                        const char *reason,
+                                                        graft_membership_delegate_t *d_p);
+
+/** Options of graft_membership_quorum_wait_opts(). */
+typedef struct graft_membership_round_opts {
+    /** A leader: its ranks' ready records, written with its own. */
+    const graft_membership_delegate_t *delegates;
+    size_t n_delegates;
+    /** A leader: called once, after its announcement and before it waits,
+     *  with the round announced (0: the announcement failed) and whether
+     *  the delegates' records were written (not when a delegate's lease is
+     *  gone: those ranks must then announce themselves). */
+    void (*announced)(void *arg, uint64_t round, bool delegates_written);
+    void *arg;
+    /** Not a leader: its leader wrote this rank's ready record for this
+     *  round, so it only waits; 0: it announces itself. */
+    uint64_t announced_round;
+} graft_membership_round_opts_t;
+
+/**
+ * @brief graft_membership_quorum_wait() with delegated ready records.
+ *        Announcements after a round that formed without the group are
+ *        each rank's own. NULL opts: as graft_membership_quorum_wait().
+ * @return as graft_membership_quorum_wait(); GRAFT_EINVAL for delegates that
+ *         are not other ranks of this group, repeated, or too many.
+ */
+GRAFT_WUR graft_status_t graft_membership_quorum_wait_opts(
+    graft_membership_t *m, uint64_t committed_step, uint32_t timeout_ms,
+    const graft_membership_round_opts_t *opts, graft_quorum_t **quorum_p);
+
+/** Options of graft_membership_commit_vote_opts(). */
+typedef struct graft_membership_vote_opts {
+    /** A leader: its ranks' votes, written with its own (each a
+     *  create-if-absent, so a rank that timed out and voted itself makes
+     *  the batch fail, and the leader then votes alone). */
+    const graft_membership_delegate_t *delegates;
+    size_t n_delegates;
+    /** Not a leader: its vote was handed to the leader; wait this long for
+     *  it to show in etcd before writing it itself. 0: write it itself. */
+    uint32_t delegated_wait_ms;
+} graft_membership_vote_opts_t;
+
+/**
+ * @brief graft_membership_commit_vote() with delegated votes. Every rank
+ *        still decides from the votes etcd holds.
+ * @return as graft_membership_commit_vote(); GRAFT_EINVAL for bad delegates.
+ */
+GRAFT_WUR graft_status_t graft_membership_commit_vote_opts(
+    graft_membership_t *m, const graft_quorum_t *q, bool ok, const char *reason,
+    uint32_t timeout_ms, const graft_membership_vote_opts_t *opts, bool *decision_p);
+
+/* ------------------------------------------------------------------------ */
 /* Blobs                                                                    */
 /* ------------------------------------------------------------------------ */
 
