@@ -64,6 +64,7 @@ static const field_t fields[] = {
     UINT(lease_ttl_ms, 500, 3600000, "3000"),
     UINT(join_timeout_ms, 10, 3600000, "10000"),
     CHOICE(steady_path, steady_names),
+    UINT(gather_timeout_ms, 0, 60000, "200"),
     STRD(transfer_address, "127.0.0.1:0"),
     STR(transfer_advertise),
     UINT(transfer_chunk_bytes, 4096, 1u << 30, "4194304"),

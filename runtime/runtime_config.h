@@ -31,6 +31,7 @@ struct graft_config {
     uint64_t lease_ttl_ms;
     uint64_t join_timeout_ms;
     graft_steady_path_t steady_path;
+    uint64_t gather_timeout_ms;
     char *transfer_address;
     char *transfer_advertise;
     uint64_t transfer_chunk_bytes;

@@ -215,13 +215,21 @@ typedef struct graft__step_msg {
     uint64_t quorum_id, members_hash, epoch_round, step;
     uint32_t group, rank, round; /* round: the barrier round */
     bool ok;
+    /* The delegated records' kinds only (ANNOUNCE, ANNOUNCED, VOTE_DELEGATE). */
+    uint64_t incarnation, etcd_round, prev_round;
+    int64_t lease;
+    char reason[96];
 } graft__step_msg_t;
 /* HMAC-SHA256 under the job secret over "graft/step/v1" and each field
  * (kind, quorum_id, members_hash, epoch_round, step, group, rank, round,
- * ok) as a big-endian u64. */
+ * ok) as a big-endian u64; for the delegated records' kinds, then
+ * incarnation, lease, etcd_round, prev_round, the reason's length and its
+ * bytes. */
 GRAFT_WUR graft_status_t graft__rt_step_mac(const uint8_t *secret, size_t secret_len,
                                             const graft__step_msg_t *m,
                                             uint8_t out[GRAFT_MAC_BYTES]);
+/* Is kind one of the delegated records' (their extra fields count)? */
+bool graft__rt_step_delegated(int kind);
 /* m with its MAC into buf (cap bytes); GRAFT_ERANGE when it does not fit. */
 GRAFT_WUR graft_status_t graft__rt_step_encode(const uint8_t *secret, size_t secret_len,
                                                const graft__step_msg_t *m, uint8_t *buf,
@@ -234,7 +242,24 @@ GRAFT_WUR graft_status_t graft__rt_step_decode(const uint8_t *secret, size_t sec
                                                const uint8_t *buf, size_t len,
                                                graft__step_msg_t *m_p);
 
+/* runtime_delegate.c: the etcd path's quorum round and commit vote, with a
+ * group's ranks handing their records to its leader (docs/RUNTIME.md,
+ * "Delegated records"); as graft_membership_quorum_wait() and
+ * graft_membership_commit_vote() when there is one rank per group or
+ * gather_timeout_ms is 0. */
+GRAFT_WUR graft_status_t graft__rt_delegate_quorum(graft_runtime_t *rt, uint64_t committed,
+                                                   uint32_t timeout_ms, graft_quorum_t **q_p);
+GRAFT_WUR graft_status_t graft__rt_delegate_vote(graft_runtime_t *rt, const graft_quorum_t *q,
+                                                 bool ok, const char *reason, bool *decision_p);
+
 /* runtime_steady.c: steps agreed between the members, without etcd. */
+/* A message without a valid MAC (counted in steady_rejected, logged at
+ * most once a second). */
+void graft__rt_msg_rejected(graft_runtime_t *rt);
+/* A steady-path message received by the etcd path's gathers: stashed for
+ * the steady path when it is of the current epoch and a later step. */
+void graft__rt_steady_keep(graft_runtime_t *rt, const graft__step_msg_t *m);
+
 /* After a quorum formed in etcd: remember its epoch and the members'
  * addresses (with steady_path = peers). */
 GRAFT_WUR graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t *q);

@@ -236,13 +236,15 @@ static uint64_t epoch_key(uint64_t id, uint64_t members_hash, uint64_t round)
 
 /* A message without a valid MAC: counted, and logged at most once a
  * second (a flood of them must not flood the log too). */
-static void msg_rejected(graft_runtime_t *rt)
+void graft__rt_msg_rejected(graft_runtime_t *rt)
 {
     graft__steady_t *s = rt->steady;
     uint64_t now = graft__now_ns();
     pthread_mutex_lock(&rt->mu);
     rt->metrics.steady_rejected++;
     pthread_mutex_unlock(&rt->mu);
+    if (s == NULL)
+        return;
     s->rejected_unlogged++;
     if (s->rejected_log_ns != 0 && now - s->rejected_log_ns < STEADY_REJECT_LOG_NS)
         return;
@@ -251,6 +253,25 @@ static void msg_rejected(graft_runtime_t *rt)
                "secret)", rt->group, rt->rank, s->rejected_unlogged);
     s->rejected_unlogged = 0;
     s->rejected_log_ns = now;
+}
+
+static void stash_put(graft__steady_t *s, const steady_msg_t *m)
+{
+    if (s->n_stash == STEADY_STASH)
+        memmove(s->stash, s->stash + 1, --s->n_stash * sizeof(s->stash[0]));
+    s->stash[s->n_stash++] = *m;
+}
+
+void graft__rt_steady_keep(graft_runtime_t *rt, const graft__step_msg_t *m)
+{
+    graft__steady_t *s = rt->steady;
+    const graft_quorum_t *e = s != NULL ? s->epoch : NULL;
+    if (e == NULL || m->kind == GRAFT__STEP_MESSAGE__KIND__CONNECT || m->quorum_id != e->id ||
+        m->members_hash != e->members_hash || m->epoch_round != e->round || m->step <= e->step)
+        return;
+    steady_msg_t k = {epoch_key(m->quorum_id, m->members_hash, m->epoch_round), m->kind, m->step,
+                      m->group, m->rank, m->round, m->ok};
+    stash_put(s, &k);
 }
 
 typedef enum { MSG_DROPPED, MSG_OTHER_EPOCH, MSG_OF_EPOCH } msg_class_t;
@@ -264,7 +285,7 @@ static msg_class_t msg_decode(graft_runtime_t *rt, const uint8_t *buf, size_t le
     graft__step_msg_t m;
     graft_status_t st = graft__rt_step_decode(rt->secret, rt->secret_len, buf, len, &m);
     if (st == GRAFT_ETOKEN) {
-        msg_rejected(rt);
+        graft__rt_msg_rejected(rt);
         return MSG_DROPPED;
     }
     if (st != GRAFT_OK) {
@@ -374,9 +395,7 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
             *ok_p = m.ok;
             return GRAFT_OK;
         }
-        if (s->n_stash == STEADY_STASH)
-            memmove(s->stash, s->stash + 1, --s->n_stash * sizeof(s->stash[0]));
-        s->stash[s->n_stash++] = m;
+        stash_put(s, &m);
     }
 }
 

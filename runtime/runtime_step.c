@@ -373,7 +373,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     if (st != GRAFT_OK)
         return st;
     rt->q_steady = q != NULL;
-    for (; q == NULL;) {
+    for (bool first = true; q == NULL; first = false) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
             GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32
@@ -382,7 +382,10 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
             return st != GRAFT_OK ? st : GRAFT_ETIMEOUT;
         }
         uint32_t left = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull, UINT32_MAX);
-        st = graft_membership_quorum_wait(rt->m, committed, GRAFT_MAX(left, 1u), &q);
+        /* Tries after the first are each rank's own: a round that formed
+         * without the group, or a lost lease, is no time to gather. */
+        st = first ? graft__rt_delegate_quorum(rt, committed, GRAFT_MAX(left, 1u), &q)
+                   : graft_membership_quorum_wait(rt->m, committed, GRAFT_MAX(left, 1u), &q);
         if (st == GRAFT_OK)
             break;
         /* A short round (too few groups) or a lost lease: the membership
@@ -511,8 +514,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
             reason = why;
         st = GRAFT_OK;
     } else {
-        st = graft_membership_commit_vote(rt->m, q, ok, reason,
-                                          (uint32_t)rt->cfg->join_timeout_ms, &decision);
+        st = graft__rt_delegate_vote(rt, q, ok, reason, &decision);
     }
     graft__rt_steady_done(rt, decision);
     if (st != GRAFT_OK) {

@@ -11,22 +11,39 @@
 #include "proto/graft.pb-c.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #define STEP_MSG_VERSION 1u
 static const char STEP_LABEL[] = "graft/step/v1";
+
+bool graft__rt_step_delegated(int kind)
+{
+    return kind == GRAFT__STEP_MESSAGE__KIND__ANNOUNCE ||
+           kind == GRAFT__STEP_MESSAGE__KIND__ANNOUNCED ||
+           kind == GRAFT__STEP_MESSAGE__KIND__VOTE_DELEGATE;
+}
 
 graft_status_t graft__rt_step_mac(const uint8_t *secret, size_t secret_len,
                                   const graft__step_msg_t *m, uint8_t out[GRAFT_MAC_BYTES])
 {
     const uint64_t v[] = {(uint64_t)(uint32_t)m->kind, m->quorum_id, m->members_hash,
                           m->epoch_round, m->step, m->group, m->rank, m->round, m->ok ? 1u : 0u};
-    uint8_t buf[sizeof(STEP_LABEL) - 1 + sizeof(v)];
+    size_t rlen = strnlen(m->reason, sizeof(m->reason));
+    const uint64_t d[] = {m->incarnation, (uint64_t)m->lease, m->etcd_round, m->prev_round,
+                          rlen};
+    uint8_t buf[sizeof(STEP_LABEL) - 1 + sizeof(v) + sizeof(d) + sizeof(m->reason)];
     size_t at = sizeof(STEP_LABEL) - 1;
     memcpy(buf, STEP_LABEL, at);
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(v); i++)
         at = graft__mac_put_u64(buf, at, v[i]);
-    assert(at == sizeof(buf));
+    assert(at == sizeof(STEP_LABEL) - 1 + sizeof(v));
+    if (graft__rt_step_delegated(m->kind)) {
+        for (size_t i = 0; i < GRAFT_ARRAY_SIZE(d); i++)
+            at = graft__mac_put_u64(buf, at, d[i]);
+        memcpy(buf + at, m->reason, rlen);
+        at += rlen;
+    }
     return graft__hmac_sha256(secret, secret_len, buf, at, out);
 }
 
@@ -49,6 +66,15 @@ graft_status_t graft__rt_step_encode(const uint8_t *secret, size_t secret_len,
     pm.rank = m->rank;
     pm.barrier_round = m->round;
     pm.ok = m->ok;
+    char reason[sizeof(m->reason) + 1];
+    snprintf(reason, sizeof(reason), "%.*s", (int)sizeof(m->reason), m->reason);
+    if (graft__rt_step_delegated(m->kind)) {
+        pm.incarnation = m->incarnation;
+        pm.lease = m->lease;
+        pm.etcd_round = m->etcd_round;
+        pm.prev_round = m->prev_round;
+        pm.reason = reason;
+    }
     pm.mac.data = mac;
     pm.mac.len = sizeof(mac);
     size_t len = graft__step_message__get_packed_size(&pm);
@@ -78,8 +104,18 @@ graft_status_t graft__rt_step_decode(const uint8_t *secret, size_t secret_len, c
         .round = pm->barrier_round,
         .ok = pm->ok,
     };
-    uint8_t want[GRAFT_MAC_BYTES];
     graft_status_t st = pm->version != STEP_MSG_VERSION ? GRAFT_EFORMAT : GRAFT_OK;
+    if (st == GRAFT_OK && graft__rt_step_delegated(m.kind)) {
+        m.incarnation = pm->incarnation;
+        m.lease = pm->lease;
+        m.etcd_round = pm->etcd_round;
+        m.prev_round = pm->prev_round;
+        if (pm->reason != NULL && strlen(pm->reason) > sizeof(m.reason))
+            st = GRAFT_EPROTO; /* longer than any sender writes */
+        else if (pm->reason != NULL)
+            memcpy(m.reason, pm->reason, strlen(pm->reason));
+    }
+    uint8_t want[GRAFT_MAC_BYTES];
     if (st == GRAFT_OK)
         st = graft__rt_step_mac(secret, secret_len, &m, want);
     /* Compared in constant time: how far a guess matched must not show. */

@@ -750,15 +750,19 @@ static void test_kill_ranks_strict(void **state)
  * the same job with steady_path = etcd makes requests every step. Both end
  * bit-identical to the fault-free run.
  */
-static void run_steady(const char *path, int steps, trainer_metrics_t *sum)
+static void run_steady(const char *path, const char *gather_ms, int steps,
+                       trainer_metrics_t *sum)
 {
     job_t j;
-    char env[64], nsteps[16], name[32];
-    snprintf(name, sizeof(name), "steady-%s", path); /* a job each: the first leaves progress */
+    char env[64], genv[64], nsteps[16], name[48];
+    /* a job each: the first leaves progress */
+    snprintf(name, sizeof(name), "steady-%s-%s", path, gather_ms);
     job_init(&j, name);
     snprintf(env, sizeof(env), "GRAFT_STEADY_PATH=%s", path);
+    snprintf(genv, sizeof(genv), "GRAFT_GATHER_TIMEOUT_MS=%s", gather_ms);
     snprintf(nsteps, sizeof(nsteps), "%d", steps);
     j.extra_env[0] = env;
+    j.extra_env[1] = genv;
     const char *flags[] = {"--steps", nsteps, NULL};
     spawn_all(&j, flags);
     wait_all(&j, 120);
@@ -780,9 +784,10 @@ static void test_steady_path_leaves_etcd(void **state)
 {
     (void)state;
     const int steps = 60;
-    trainer_metrics_t peers, viaetcd;
-    run_steady("peers", steps, &peers);
-    run_steady("etcd", steps, &viaetcd);
+    trainer_metrics_t peers, viaetcd, own;
+    run_steady("peers", "200", steps, &peers);
+    run_steady("etcd", "200", steps, &viaetcd);
+    run_steady("etcd", "0", steps, &own);
     /* Every rank: the start-up rounds through etcd (cold sync, the
      * healthy-state update), then the rest between the members. A step
      * that falls back (a loaded machine misses a timeout) and the back-off
@@ -792,10 +797,22 @@ static void test_steady_path_leaves_etcd(void **state)
         fail_msg("%" PRIu64 " of %d rank-steps on the steady path (%" PRIu64 " fallbacks)",
                  peers.steady_steps, G * R * steps, peers.steady_fallbacks);
     assert_int_equal(viaetcd.steady_steps, 0);
-    /* etcd requests: at least 2 per rank and step through etcd; on the
-     * steady path the start-up's (about 15 per rank: join, the first
-     * rounds and votes, progress) and those of steps that fell back. */
-    assert_true(viaetcd.etcd_requests >= (uint64_t)(2 * G * R * steps));
+    assert_int_equal(own.steady_steps, 0);
+    assert_int_equal(own.commits, (uint64_t)(G * R * steps));
+    /* etcd requests through etcd: at least 2 per rank and step when each
+     * rank writes its own records; with the leaders writing their groups'
+     * (delegated records), at least 2 per group and step, and far fewer
+     * in all. On the steady path the start-up's (about 15 per rank: join,
+     * the first rounds and votes, progress) and those of steps that fell
+     * back. */
+    print_message("etcd requests: steady path %" PRIu64 ", etcd path %" PRIu64
+                  " (delegated records) and %" PRIu64 " (each rank its own)\n",
+                  peers.etcd_requests, viaetcd.etcd_requests, own.etcd_requests);
+    assert_true(own.etcd_requests >= (uint64_t)(2 * G * R * steps));
+    assert_true(viaetcd.etcd_requests >= (uint64_t)(2 * G * steps));
+    if (viaetcd.etcd_requests * 4 > own.etcd_requests * 3)
+        fail_msg("delegated records: %" PRIu64 " etcd requests, each rank its own: %" PRIu64,
+                 viaetcd.etcd_requests, own.etcd_requests);
     if (peers.etcd_requests * 3 > viaetcd.etcd_requests)
         fail_msg("steady path: %" PRIu64 " etcd requests, etcd path: %" PRIu64,
                  peers.etcd_requests, viaetcd.etcd_requests);

@@ -98,6 +98,7 @@ extern "C" {
  * | lease_ttl_ms        | GRAFT_LEASE_TTL_MS        | 3000                    |
  * | join_timeout_ms     | GRAFT_JOIN_TIMEOUT_MS     | 10000                   |
  * | steady_path         | GRAFT_STEADY_PATH         | peers (or etcd)         |
+ * | gather_timeout_ms   | GRAFT_GATHER_TIMEOUT_MS   | 200 (0: no delegation)  |
  * | transfer_address    | GRAFT_TRANSFER_ADDRESS    | 127.0.0.1:0             |
  * | transfer_advertise  | GRAFT_TRANSFER_ADVERTISE  | (the listening address) |
  * | transfer_chunk_bytes| GRAFT_TRANSFER_CHUNK_BYTES| 4194304                 |
@@ -145,6 +146,13 @@ extern "C" {
  * between the members over their transfer endpoints, and etcd sees only
  * keep-alives; any miss falls back to etcd (docs/RUNTIME.md, "The steady
  * path"). etcd: every step goes through etcd.
+ *
+ * gather_timeout_ms: on the etcd path, a group's leader (rank 0) waits up
+ * to this long for its ranks' ready records and votes, sent over the
+ * transfer endpoints, and writes them with its own in one etcd transaction
+ * each; a rank whose record the leader did not write in time writes it
+ * itself (docs/RUNTIME.md, "Delegated records"). 0: every rank writes its
+ * own.
  */
 typedef struct graft_config graft_config_t;
 
