@@ -200,7 +200,8 @@ check: deps
 # ThreadSanitizer tier (TSAN=1): the threaded parts that run under it (see
 # docs/ARCHITECTURE.md, "Build conventions", for what does not and why).
 TSAN_RUNTIME_FILTER := test_steady*
-TSAN_TESTS := test_etcd test_membership test_membership_failures test_persist test_persist_fsync \
+TSAN_TESTS := test_etcd test_membership test_membership_delegate test_membership_failures test_persist \
+	test_persist_fsync \
 	test_transfer_msg
 check-tsan: deps
 	@$(MAKE) --no-print-directory TSAN=1 $(addprefix build/tsan/tests/,$(TSAN_TESTS)) \

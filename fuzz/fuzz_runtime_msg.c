@@ -17,11 +17,11 @@ static const uint8_t secret[] = "fuzz-secret-of-sixteen-bytes-or-more";
 static void fields_round_trip(const uint8_t *d, size_t n)
 {
     graft__step_msg_t m = {0}, back;
-    uint8_t buf[256];
+    uint8_t buf[512];
     size_t len = 0;
-    uint64_t v[6] = {0};
+    uint64_t v[10] = {0};
     memcpy(v, d, n < sizeof(v) ? n : sizeof(v));
-    m.kind = (int)(v[0] % 7);
+    m.kind = (int)(v[0] % 10);
     m.quorum_id = v[1];
     m.members_hash = v[2];
     m.epoch_round = v[3];
@@ -30,6 +30,15 @@ static void fields_round_trip(const uint8_t *d, size_t n)
     m.rank = (uint32_t)(v[5] >> 32);
     m.round = (uint32_t)(v[0] >> 8);
     m.ok = (v[0] >> 40) & 1;
+    /* The delegated records' fields (carried by their kinds only). */
+    m.incarnation = v[6];
+    m.lease = (int64_t)v[7];
+    m.etcd_round = v[8];
+    m.prev_round = v[9];
+    size_t rlen = n > sizeof(v) ? GRAFT_MIN(n - sizeof(v), sizeof(m.reason)) : 0;
+    for (size_t i = 0; i < rlen; i++)
+        m.reason[i] = (char)('a' + d[sizeof(v) + i] % 26);
+    bool delegated = graft__rt_step_delegated(m.kind);
     if (graft__rt_step_encode(secret, sizeof(secret) - 1, &m, buf, sizeof(buf), &len) != GRAFT_OK)
         return;
     assert(graft__rt_step_decode(secret, sizeof(secret) - 1, buf, len, &back) == GRAFT_OK);
@@ -37,6 +46,9 @@ static void fields_round_trip(const uint8_t *d, size_t n)
            back.members_hash == m.members_hash && back.epoch_round == m.epoch_round &&
            back.step == m.step && back.group == m.group && back.rank == m.rank &&
            back.round == m.round && back.ok == m.ok);
+    assert(!delegated || (back.incarnation == m.incarnation && back.lease == m.lease &&
+                          back.etcd_round == m.etcd_round && back.prev_round == m.prev_round &&
+                          memcmp(back.reason, m.reason, sizeof(m.reason)) == 0));
     /* The same bytes under another secret are a forgery. */
     assert(graft__rt_step_decode((const uint8_t *)"another-secret-16b", 18, buf, len, &back) ==
            GRAFT_ETOKEN);

@@ -389,6 +389,12 @@ static void runtime_seeds(void)
     if (graft__rt_step_encode(secret, sizeof(secret) - 1, &m, buf, sizeof(buf), &len) != GRAFT_OK)
         die("step message");
     seed("fuzz_runtime_msg", "vote", &even, 1, buf, len);
+    graft__step_msg_t d = {.kind = 9, .quorum_id = 7, .step = 57, .group = 1, .rank = 2,
+                           .ok = false, .incarnation = 5, .lease = 0x7ffe1234, .etcd_round = 9,
+                           .prev_round = 8, .reason = "heal failed"};
+    if (graft__rt_step_encode(secret, sizeof(secret) - 1, &d, buf, sizeof(buf), &len) != GRAFT_OK)
+        die("delegated vote");
+    seed("fuzz_runtime_msg", "vote_delegate", &even, 1, buf, len);
     uint8_t *rec = NULL;
     if (graft__rt_secret_encode(secret, 32, &rec, &len) != GRAFT_OK)
         die("secret record");

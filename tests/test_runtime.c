@@ -889,6 +889,40 @@ static void test_steady_hung_rank(void **state)
     rm_rf(j.dir);
 }
 
+/*
+ * Delegated records with a hung leader: every step through etcd
+ * (steady_path = etcd), so every step's ready records and votes go through
+ * the groups' leaders, and group 1's leader is stopped mid-run. Its rank 1
+ * hears no answer, announces itself, and the other groups go on without
+ * group 1 (elastic, 2 of 3); once the leader runs again the group heals and
+ * every rank ends bit-identical to the fault-free run.
+ */
+static void test_delegate_leader_hung(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 40;
+    job_init(&j, "delegate-hang");
+    j.extra_env[0] = "GRAFT_MODE=elastic";
+    j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
+    j.extra_env[2] = "GRAFT_STEADY_PATH=etcd";
+    const char *flags[] = {"--steps", "40", "--step-delay-ms", "20", NULL};
+    spawn_all(&j, flags);
+    proc_t *leader = &j.p[1 * R + 0]; /* group 1 rank 0 */
+    wait_log(leader, 10, 60);
+    assert_int_equal(kill(leader->pid, SIGSTOP), 0);
+    int before = log_lines(j.p[0].log);
+    wait_log(&j.p[0], before + 5, 60);
+    assert_int_equal(kill(leader->pid, SIGCONT), 0);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    trainer_metrics_t m;
+    read_metrics(&j.p[0], &m);
+    assert_int_equal(m.steady_steps, 0);
+    rm_rf(j.dir);
+}
+
 /* The first heal line of a trainer's --role-log ("step heal STATUS MS
  * DETAIL"), or fails. */
 static void first_heal(const proc_t *p, char *line, size_t len)
@@ -1805,6 +1839,7 @@ int main(void)
         cmocka_unit_test(test_steady_path_leaves_etcd),
         cmocka_unit_test(test_steady_stops_without_etcd),
         cmocka_unit_test(test_steady_hung_rank),
+        cmocka_unit_test(test_delegate_leader_hung),
         cmocka_unit_test(test_kill_donor_during_heal),
         cmocka_unit_test(test_kill_all_restore),
         cmocka_unit_test(test_drift_detected_and_healed),

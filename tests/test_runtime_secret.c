@@ -302,6 +302,78 @@ static void test_step_mac(void **state)
     assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_EFORMAT);
 }
 
+/* The delegated records' messages (ANNOUNCE, ANNOUNCED, VOTE_DELEGATE)
+ * carry more fields, and the MAC covers each: a vote made a yes, a reason
+ * changed, another lease or round is refused; a reason longer than any
+ * sender writes is malformed. Other kinds do not carry them. */
+static void test_delegate_mac(void **state)
+{
+    (void)state;
+    static const uint8_t key[] = "0123456789abcdef0123456789abcdef";
+    const size_t key_len = sizeof(key) - 1;
+    graft__step_msg_t m = {.kind = GRAFT__STEP_MESSAGE__KIND__VOTE_DELEGATE, .quorum_id = 9,
+                           .step = 41, .group = 2, .rank = 3, .ok = false, .incarnation = 77,
+                           .lease = 0x7ffe1234, .etcd_round = 12, .prev_round = 11};
+    snprintf(m.reason, sizeof(m.reason), "heal failed");
+    uint8_t buf[512], mac[GRAFT_MAC_BYTES];
+    size_t len = 0;
+    graft__step_msg_t got;
+    assert_int_equal(graft__rt_step_encode(key, key_len, &m, buf, sizeof(buf), &len), GRAFT_OK);
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_OK);
+    assert_int_equal(got.incarnation, 77);
+    assert_int_equal(got.lease, 0x7ffe1234);
+    assert_int_equal(got.etcd_round, 12);
+    assert_int_equal(got.prev_round, 11);
+    assert_string_equal(got.reason, "heal failed");
+    assert_false(got.ok);
+    assert_int_equal(graft__rt_step_mac(key, key_len, &m, mac), GRAFT_OK);
+    for (int field = 0; field < 6; field++) {
+        Graft__StepMessage pm = step_message_of(&m);
+        pm.incarnation = m.incarnation;
+        pm.lease = m.lease;
+        pm.etcd_round = m.etcd_round;
+        pm.prev_round = m.prev_round;
+        pm.reason = m.reason;
+        pm.mac.data = mac;
+        pm.mac.len = sizeof(mac);
+        len = graft__step_message__pack(&pm, buf);
+        assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_OK);
+        switch (field) {
+        case 0: pm.incarnation++; break;
+        case 1: pm.lease++; break;
+        case 2: pm.etcd_round++; break;
+        case 3: pm.prev_round = 0; break;
+        case 4: pm.reason = "heal failed!"; break;
+        case 5: pm.ok = true; break;
+        }
+        len = graft__step_message__pack(&pm, buf);
+        if (graft__rt_step_decode(key, key_len, buf, len, &got) != GRAFT_ETOKEN)
+            fail_msg("delegated field %d changed under the MAC was accepted", field);
+    }
+    char long_reason[200];
+    memset(long_reason, 'x', sizeof(long_reason) - 1);
+    long_reason[sizeof(long_reason) - 1] = '\0';
+    Graft__StepMessage pm = step_message_of(&m);
+    pm.reason = long_reason;
+    pm.mac.data = mac;
+    pm.mac.len = sizeof(mac);
+    len = graft__step_message__pack(&pm, buf);
+    assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_EPROTO);
+    /* A READY with the extra fields set: they are neither MAC'd nor read. */
+    m.kind = GRAFT__STEP_MESSAGE__KIND__READY;
+    assert_int_equal(graft__rt_step_mac(key, key_len, &m, mac), GRAFT_OK);
+    pm = step_message_of(&m);
+    pm.incarnation = 5;
+    pm.reason = "ignored";
+    pm.mac.data = mac;
+    pm.mac.len = sizeof(mac);
+    len = graft__step_message__pack(&pm, buf);
+    assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_OK);
+    assert_int_equal(got.incarnation, 0);
+    assert_string_equal(got.reason, "");
+}
+
 /* ------------------------------------------------------- the runtime --- */
 
 /* Without GRAFT_JOB_SECRET or a file, the job's first process makes the
@@ -722,6 +794,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_secret_record),
         cmocka_unit_test(test_step_mac),
+        cmocka_unit_test(test_delegate_mac),
         cmocka_unit_test(test_secret_from_etcd_shared),
         cmocka_unit_test(test_other_secret_cannot_heal),
         cmocka_unit_test(test_secret_file),
