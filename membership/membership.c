@@ -618,7 +618,7 @@ static void *keepalive_main(void *arg)
     graft_membership_t *m = arg;
     uint64_t ttl_ns = (uint64_t)m->cfg.lease_ttl_s * 1000000000ull;
     uint64_t last_ok = graft__now_ns();
-    bool outage = false;
+    bool outage = false, suspect = false;
     while (!atomic_load(&m->stop)) {
         sleep_unless_stopped(m, outage ? ttl_ns / 10 : ttl_ns / 3);
         if (atomic_load(&m->stop))
@@ -633,6 +633,7 @@ static void *keepalive_main(void *arg)
             rejoin(m);
             last_ok = graft__now_ns();
             outage = false;
+            suspect = false;
             continue;
         }
         if (!active)
@@ -643,25 +644,41 @@ static void *keepalive_main(void *arg)
         if (st == GRAFT_OK) {
             atomic_store(&m->lease_renewed_ns, sent);
             if (outage)
-                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: lease %" PRId64 " renewed again", m->job,
-                           lease);
+                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: lease %" PRId64 " renewed again%s",
+                           m->job, lease, suspect ? " (it had outlived the TTL without a renewal)" : "");
             outage = false;
+            suspect = false;
             last_ok = graft__now_ns();
             continue;
         }
         atomic_fetch_add(&m->n_etcd_errors, 1);
-        /* Past the TTL without a renewal the lease is gone in etcd's eyes
-         * even if etcd cannot tell us yet: act on it instead of hoping. */
-        if (st == GRAFT_ENOTFOUND || graft__now_ns() - last_ok > ttl_ns) {
+        /* etcd says the lease is gone: re-join. */
+        if (st == GRAFT_ENOTFOUND) {
             graft__mship_lease_failed(m, lease, st);
             rejoin(m);
             last_ok = graft__now_ns();
             outage = false;
+            suspect = false;
             continue;
         }
+        /* No answer. Past the TTL the lease may be gone, or not: an etcd
+         * that is slow, or restarting (leases outlive a restart), has not
+         * let it go. Either way this rank already stops committing
+         * (graft_membership_health(): not fresh), and a write on a lease
+         * that is gone fails and reports the loss. So it keeps asking
+         * until etcd answers instead of re-joining on a guess: every
+         * re-join is a grant, a record and a revoke that every view
+         * follows, and at a slow etcd they made it slower, leases of the
+         * others lapsed in turn, and a 16 x 2 job stalled for minutes. */
         if (!outage)
             GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: cannot renew lease %" PRId64 ": %s; retrying",
                        m->job, lease, graft_status_string(st));
+        if (!suspect && graft__now_ns() - last_ok > ttl_ns) {
+            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32 ": lease %"
+                       PRId64 " not renewed for a TTL; not committing until etcd answers whether "
+                       "it lives", m->job, m->cfg.group, m->cfg.rank, lease);
+            suspect = true;
+        }
         outage = true;
     }
     return NULL;

@@ -373,7 +373,9 @@ out:
 /* A delegating rank: wait up to wait_ms for its vote key of the round to
  * show in the view (its leader wrote it). True when it did: *guess is then
  * the round's votes as the view showed them at that one revision, and the
- * key is this rank's to delete at its next vote. */
+ * key is this rank's to delete at its next vote. False at once when rank
+ * 0's key shows without it: the leader's transaction, which writes its own
+ * key with its delegates' at one revision, went without this rank. */
 static bool delegated_seen(graft_membership_t *m, const graft_quorum_t *q, uint32_t wait_ms,
                            uint8_t *guess, char *why, size_t why_len)
 {
@@ -384,7 +386,7 @@ static bool delegated_seen(graft_membership_t *m, const graft_quorum_t *q, uint3
     for (;;) {
         votes_from_view(m, q, guess, why, why_len);
         seen = guess[m->cfg.rank] != VOTE_UNSEEN;
-        if (seen || m->lease_lost_pending || !m->joined ||
+        if (seen || guess[0] != VOTE_UNSEEN || m->lease_lost_pending || !m->joined ||
             pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
             break;
     }

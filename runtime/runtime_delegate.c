@@ -8,11 +8,13 @@
  *
  *   ready: rank --ANNOUNCE--> leader; the leader gathers its ranks for up
  *          to gather_timeout_ms, announces with their records, and tells
- *          each --ANNOUNCED(round)--> ; round 0, or no answer in time: the
- *          rank announces itself.
+ *          each --ANNOUNCED(round)--> (and the ranks it did not hear from
+ *          that it announced without them); round 0, word that the leader
+ *          went without it, or no answer in time: the rank announces itself.
  *   vote:  rank --VOTE_DELEGATE--> leader; the leader gathers and votes
  *          with their votes; each rank waits for its key to show in etcd,
- *          and writes it itself if it does not.
+ *          and writes it itself if it does not, at once when the leader's
+ *          own vote shows without it.
  *
  * Nothing here decides anything: the records and the rules that read them
  * are those of every rank writing its own, so a lost, late or repeated
@@ -216,23 +218,44 @@ static void answer_delegates(void *arg, uint64_t round, bool written)
         m.kind = GRAFT__STEP_MESSAGE__KIND__ANNOUNCED;
         m.quorum_id = a->g->nonce[i];
         m.etcd_round = written ? round : 0;
+        m.ok = written;
         if (addr[r] != NULL)
+            (void)send_to(rt, addr[r], &m, 200);
+    }
+    /* The ranks whose ANNOUNCE had not come: announced without them, so
+     * that one on its way announces itself at once instead of waiting out
+     * its wait. (nonce 0: none of theirs; the round tells a stale one.) */
+    for (uint32_t r = 1; round != 0 && r < rt->ranks; r++) {
+        graft__step_msg_t m = {0};
+        m.kind = GRAFT__STEP_MESSAGE__KIND__ANNOUNCED;
+        m.etcd_round = round;
+        if (!a->g->have[r] && addr[r] != NULL)
             (void)send_to(rt, addr[r], &m, 200);
     }
     addresses_free(rt, addr);
 }
 
 typedef struct awaited {
-    uint64_t nonce, round;
+    uint64_t nonce, asked_round; /* what this rank sent */
+    uint64_t round;              /* the answer: 0, announce yourself */
 } awaited_t;
 
+/* The leader's answer to this rank's ANNOUNCE (its nonce), or word that
+ * the leader announced for this round or a later one without it. */
 static bool take_answer(graft_runtime_t *rt, const graft__step_msg_t *m, void *ctx)
 {
     awaited_t *w = ctx;
-    if (m->kind != GRAFT__STEP_MESSAGE__KIND__ANNOUNCED || m->rank != 0 || m->quorum_id != w->nonce)
+    if (m->kind != GRAFT__STEP_MESSAGE__KIND__ANNOUNCED || m->rank != 0)
         return false;
-    w->round = m->etcd_round;
-    return true;
+    if (m->quorum_id == w->nonce) {
+        w->round = m->ok ? m->etcd_round : 0;
+        return true;
+    }
+    if (m->quorum_id == 0 && m->etcd_round >= w->asked_round) {
+        w->round = 0;
+        return true;
+    }
+    return false;
 }
 
 graft_status_t graft__rt_delegate_quorum(graft_runtime_t *rt, uint64_t committed,
@@ -269,6 +292,8 @@ graft_status_t graft__rt_delegate_quorum(graft_runtime_t *rt, uint64_t committed
     if (st == GRAFT_OK && addr[0] != NULL &&
         graft_membership_ready_delegate(rt->m, committed, &d) == GRAFT_OK &&
         graft__random_bytes(&w.nonce, sizeof(w.nonce)) == GRAFT_OK) {
+        w.nonce |= 1; /* never 0: that answers no one */
+        w.asked_round = d.round;
         graft__step_msg_t m = {0};
         m.kind = GRAFT__STEP_MESSAGE__KIND__ANNOUNCE;
         m.quorum_id = w.nonce;
