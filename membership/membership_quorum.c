@@ -119,6 +119,7 @@ graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum
     for (size_t i = 0; i < n; i++)
         if (mem[i].rank < R)
             mem[k++] = mem[i];
+    h.round_current = same_round;
     h.epoch_intact = same_round && graft__mship_same_live_groups(mem, k, R, q) &&
                      graft__quorum_members_hash(mem, k, q->members, q->n_members) ==
                          q->members_hash;

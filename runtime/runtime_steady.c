@@ -16,9 +16,11 @@
  *   commit: each rank's vote -> its group's leader, which decides for the
  *           group (all yes) as the etcd vote does, and tells its ranks.
  *
- * A rank whose lease may have expired, or whose view shows the epoch
- * changed (a member left, joined or re-joined, a later round formed),
- * says no. Any no, timeout or transport error ends the epoch for this rank:
+ * At ready, a rank whose lease may have expired, or whose view shows the
+ * epoch changed (a member left, joined or re-joined, a later round
+ * formed), says no; at the vote, only a lease that may have expired or a
+ * later round does (a member change after every member was ready does not
+ * undo the step). Any no, timeout or transport error ends the epoch for this rank:
  * the step is taken through etcd, which forms the next epoch without
  * whoever is missing.
  *
@@ -539,10 +541,35 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed,
     return GRAFT_OK;
 }
 
+/* Whether this rank may still commit the step every member was ready for:
+ * its lease is certainly alive and no later round formed. A member that
+ * left or joined since the ready does not undo the step (as on the etcd
+ * path, where a group that dies after the formation leaves the others'
+ * commit alone); a rank that voted no on it made one group of an epoch
+ * commit where another did not, and the first heal then found only the
+ * group that did. */
+static bool may_commit(graft_runtime_t *rt, const char **why)
+{
+    graft_membership_health_t h;
+    if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
+        *why = "membership state unavailable";
+        return false;
+    }
+    if (!h.lease_fresh) {
+        *why = "the lease may have expired";
+        return false;
+    }
+    if (!h.round_current) {
+        *why = "a later round formed";
+        return false;
+    }
+    return true;
+}
+
 bool graft__rt_steady_vote(graft_runtime_t *rt, const graft_quorum_t *q, bool ok, const char **why)
 {
     uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
-    if (ok && !epoch_holds(rt, why))
+    if (ok && !may_commit(rt, why))
         ok = false;
     bool decision = group_agree(rt, GRAFT__STEP_MESSAGE__KIND__VOTE,
                                 GRAFT__STEP_MESSAGE__KIND__VOTE_RESULT, q->step, ok, deadline,
@@ -550,7 +577,7 @@ bool graft__rt_steady_vote(graft_runtime_t *rt, const graft_quorum_t *q, bool ok
     /* The lease again, now that the group decided: a rank that may have
      * lost it does not commit, whatever the others do (its group then
      * disagrees and recovers at the next etcd round). */
-    if (decision && !epoch_holds(rt, why))
+    if (decision && !may_commit(rt, why))
         decision = false;
     return decision;
 }

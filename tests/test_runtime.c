@@ -857,6 +857,37 @@ static void test_steady_stops_without_etcd(void **state)
     rm_rf(j.dir);
 }
 
+/* An elastic 3 x 2 job of `steps` steps (GRAFT_STEADY_PATH = path) in
+ * which rank `rank` of group 1 is stopped (SIGSTOP) after its 10th step
+ * until group 0 has committed 5 more without it, then resumed: every rank
+ * ends bit-identical to the fault-free run. The metrics of group 0's rank
+ * 0 into *m. */
+static void run_hung(const char *name, const char *path, int steps, int rank,
+                     trainer_metrics_t *m)
+{
+    job_t j;
+    char nsteps[16], env[64];
+    job_init(&j, name);
+    snprintf(nsteps, sizeof(nsteps), "%d", steps);
+    snprintf(env, sizeof(env), "GRAFT_STEADY_PATH=%s", path);
+    j.extra_env[0] = "GRAFT_MODE=elastic";
+    j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
+    j.extra_env[2] = env;
+    const char *flags[] = {"--steps", nsteps, "--step-delay-ms", "20", NULL};
+    spawn_all(&j, flags);
+    proc_t *hung = &j.p[1 * R + rank];
+    wait_log(hung, 10, 60);
+    assert_int_equal(kill(hung->pid, SIGSTOP), 0);
+    int before = log_lines(j.p[0].log);
+    wait_log(&j.p[0], before + 5, 60);
+    assert_int_equal(kill(hung->pid, SIGCONT), 0);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    read_metrics(&j.p[0], m);
+    rm_rf(j.dir);
+}
+
 /*
  * A rank hangs (SIGSTOP) in a steady step of an elastic job: its group's
  * leader, and through the barrier every member, falls back to etcd, which
@@ -866,27 +897,10 @@ static void test_steady_stops_without_etcd(void **state)
 static void test_steady_hung_rank(void **state)
 {
     (void)state;
-    job_t j;
-    const int steps = 60;
-    job_init(&j, "steady-hang");
-    j.extra_env[0] = "GRAFT_MODE=elastic";
-    j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
-    const char *flags[] = {"--steps", "60", "--step-delay-ms", "20", NULL};
-    spawn_all(&j, flags);
-    proc_t *hung = &j.p[1 * R + 1]; /* group 1 rank 1 */
-    wait_log(hung, 10, 60);
-    assert_int_equal(kill(hung->pid, SIGSTOP), 0);
-    int before = log_lines(j.p[0].log);
-    wait_log(&j.p[0], before + 5, 60);
-    assert_int_equal(kill(hung->pid, SIGCONT), 0);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
     trainer_metrics_t m;
-    read_metrics(&j.p[0], &m);
+    run_hung("steady-hang", "peers", 60, 1, &m);
     assert_true(m.steady_fallbacks >= 1);
     assert_true(m.steady_steps >= 10);
-    rm_rf(j.dir);
 }
 
 /*
@@ -894,33 +908,14 @@ static void test_steady_hung_rank(void **state)
  * (steady_path = etcd), so every step's ready records and votes go through
  * the groups' leaders, and group 1's leader is stopped mid-run. Its rank 1
  * hears no answer, announces itself, and the other groups go on without
- * group 1 (elastic, 2 of 3); once the leader runs again the group heals and
- * every rank ends bit-identical to the fault-free run.
+ * group 1; once the leader runs again the group heals.
  */
 static void test_delegate_leader_hung(void **state)
 {
     (void)state;
-    job_t j;
-    const int steps = 40;
-    job_init(&j, "delegate-hang");
-    j.extra_env[0] = "GRAFT_MODE=elastic";
-    j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
-    j.extra_env[2] = "GRAFT_STEADY_PATH=etcd";
-    const char *flags[] = {"--steps", "40", "--step-delay-ms", "20", NULL};
-    spawn_all(&j, flags);
-    proc_t *leader = &j.p[1 * R + 0]; /* group 1 rank 0 */
-    wait_log(leader, 10, 60);
-    assert_int_equal(kill(leader->pid, SIGSTOP), 0);
-    int before = log_lines(j.p[0].log);
-    wait_log(&j.p[0], before + 5, 60);
-    assert_int_equal(kill(leader->pid, SIGCONT), 0);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
     trainer_metrics_t m;
-    read_metrics(&j.p[0], &m);
+    run_hung("delegate-hang", "etcd", 40, 0, &m);
     assert_int_equal(m.steady_steps, 0);
-    rm_rf(j.dir);
 }
 
 /* The first heal line of a trainer's --role-log ("step heal STATUS MS

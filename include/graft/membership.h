@@ -589,6 +589,10 @@ typedef struct graft_membership_health {
      *  processes (members_hash), and the latest quorum record is still q's
      *  round: nobody joined, left, re-joined or formed a later round. */
     bool epoch_intact;
+    /** The latest quorum record is still @p q's round: no later round
+     *  formed (members may have changed since, which alone does not undo
+     *  a step every member was ready for). */
+    bool round_current;
 } graft_membership_health_t;
 
 /**
