@@ -36,6 +36,28 @@ graft_status_t graft__mship_check_joined(graft_membership_t *m, int64_t *lease_p
     return st;
 }
 
+/* As graft__mship_check_joined(), but a re-join under way (the keep-alive
+ * thread's, after the loss was reported) is waited for until the deadline
+ * instead of reported again: a caller that asks again on GRAFT_ELEASE would
+ * otherwise spin on the mutex the re-join and the watches need. */
+static graft_status_t await_joined(graft_membership_t *m, uint64_t deadline_ns, int64_t *lease_p,
+                                   uint64_t *inc_p)
+{
+    pthread_mutex_lock(&m->mu);
+    while (!m->joined && !m->left && !m->lease_lost_pending && !m->cfg.observer &&
+           !atomic_load(&m->stop)) {
+        uint64_t now = graft__now_ns();
+        if (now >= deadline_ns)
+            break;
+        struct timespec ts;
+        graft__mship_deadline(&ts, deadline_ns - now);
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return graft__mship_check_joined(m, lease_p, inc_p);
+}
+
 /*
  * Run a transaction without compares (puts on the rank's lease, maybe a
  * read), retrying with backoff until the deadline while etcd cannot be
@@ -310,13 +332,13 @@ graft_status_t graft_membership_quorum_wait_opts(graft_membership_t *m, uint64_t
     st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
     if (st != GRAFT_OK)
         return st;
-    st = graft__mship_check_joined(m, &lease, &inc);
+    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    st = await_joined(m, deadline, &lease, &inc);
     if (st != GRAFT_OK) {
         if (opts->announced != NULL)
             opts->announced(opts->arg, 0, false);
         return st;
     }
-    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
     uint64_t join_ns = (uint64_t)m->cfg.join_timeout_ms * 1000000ull;
 
     uint64_t round = next_round(m);

@@ -1207,6 +1207,64 @@ static void test_lease_revoked_rejoins(void **state)
     graft_membership_destroy(m);
 }
 
+/* The loss, once reported, is not reported again while the keep-alive
+ * thread re-joins: the next quorum call waits for the re-join (here held
+ * up by the callback) up to its timeout, instead of returning GRAFT_ELEASE
+ * at once to a caller that would ask again in a tight loop. */
+static void on_lease_slow(graft_membership_notice_t what, uint64_t inc, graft_status_t why,
+                          void *arg)
+{
+    on_lease(what, inc, why, arg);
+    if (what == GRAFT_MEMBERSHIP_LEASE_LOST)
+        usleep(1000 * 1000); /* the re-join starts after the callback */
+}
+
+static void test_quorum_waits_for_rejoin(void **state)
+{
+    (void)state;
+    lease_log_t log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, GRAFT_OK};
+    graft_membership_config_t c = cfg_for("rejoin-wait", 0, 0, 1);
+    c.lease_ttl_s = 1;
+    c.lease_cb = on_lease_slow;
+    c.lease_arg = &log;
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
+    graft_membership_view_t *v = NULL;
+    assert_int_equal(graft_membership_view_get(m, &v), GRAFT_OK);
+    assert_int_equal(v->n_members, 1);
+    int64_t lease = v->members[0].lease_id;
+    graft_membership_view_free(v);
+    assert_int_equal(graft_etcd_lease_revoke(T.client, lease), GRAFT_OK);
+    uint64_t end = graft__now_ns() + 5000000000ull;
+    for (;;) {
+        pthread_mutex_lock(&log.mu);
+        bool lost = log.lost > 0;
+        pthread_mutex_unlock(&log.mu);
+        if (lost || graft__now_ns() > end)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(log.lost, 1);
+    graft_quorum_t *q = NULL;
+    /* reported once */
+    assert_int_equal(graft_membership_quorum_wait(m, 0, 3000, &q), GRAFT_ELEASE);
+    /* still re-joining at the timeout: said after the timeout, not before */
+    uint64_t t0 = graft__now_ns();
+    assert_int_equal(graft_membership_quorum_wait(m, 0, 200, &q), GRAFT_ELEASE);
+    assert_true(graft__now_ns() - t0 >= 190000000ull);
+    pthread_mutex_lock(&log.mu);
+    assert_int_equal(log.rejoined, 0);
+    pthread_mutex_unlock(&log.mu);
+    /* a longer one sees the re-join through */
+    assert_int_equal(graft_membership_quorum_wait(m, 0, 5000, &q), GRAFT_OK);
+    assert_int_equal(q->n_members, 1);
+    graft_membership_quorum_free(q);
+    pthread_mutex_lock(&log.mu);
+    assert_int_equal(log.rejoined, 1);
+    pthread_mutex_unlock(&log.mu);
+    graft_membership_destroy(m);
+}
+
 /* A renewal is never retried: the next one comes TTL/3 later anyway, and
  * against a black-holed etcd every retry costs a connect timeout, which
  * would push the detection of a lost lease past the TTL. The requests of
@@ -1534,6 +1592,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pair_blob),
         cmocka_unit_test(test_garbage_records_skipped),
         cmocka_unit_test(test_lease_revoked_rejoins),
+        cmocka_unit_test(test_quorum_waits_for_rejoin),
         cmocka_unit_test(test_keepalive_client_never_retries),
         cmocka_unit_test(test_event_history_bounded),
         cmocka_unit_test(test_create_alloc_torture),
