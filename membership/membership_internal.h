@@ -252,11 +252,19 @@ struct graft_membership {
 /* Key of this job: prefix + printf-formatted rest; NULL on ENOMEM. */
 char *graft__mship_key(const graft_membership_t *m, const char *fmt, ...) GRAFT_PRINTF(2, 3);
 
-/* Absolute CLOCK_REALTIME deadline for pthread_cond_timedwait. */
+/* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait on the
+ * handle's condition variables. */
 void graft__mship_deadline(struct timespec *ts, uint64_t wait_ns);
 
-/* Free the view's contents. */
-void graft__mship_view_clear(graft__mview_t *v);
+/* The view (membership_view.c): open reads each watched prefix and starts
+ * its watch thread; stop joins the threads (after m->stop is set); close
+ * frees the watches and the view's contents. */
+GRAFT_WUR graft_status_t graft__mship_view_open(graft_membership_t *m);
+void graft__mship_view_stop(graft_membership_t *m);
+void graft__mship_view_close(graft_membership_t *m);
+
+/* Sleep for ns, or less once the handle is being destroyed. */
+void graft__mship_sleep(graft_membership_t *m, uint64_t ns);
 
 /* Append an event; best effort for callers inside the module (logged). */
 GRAFT_WUR graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev);
