@@ -199,16 +199,13 @@ check: deps
 
 # ThreadSanitizer tier (TSAN=1): the threaded parts that run under it (see
 # docs/ARCHITECTURE.md, "Build conventions", for what does not and why).
-TSAN_RUNTIME_FILTER := test_steady*
 TSAN_TESTS := test_etcd test_membership test_membership_delegate test_membership_failures test_persist \
 	test_persist_fsync \
-	test_transfer_msg
+	test_transfer_msg test_runtime_steady
 check-tsan: deps
 	@$(MAKE) --no-print-directory TSAN=1 $(addprefix build/tsan/tests/,$(TSAN_TESTS)) \
-		build/tsan/tests/test_runtime build/tsan/bin/train_mlp
+		build/tsan/bin/train_mlp
 	@BUILD=build/tsan TSAN=1 sh scripts/run-tests.sh $(addprefix build/tsan/tests/,$(TSAN_TESTS))
-	@BUILD=build/tsan TSAN=1 TEST_FILTER="$(TSAN_RUNTIME_FILTER)" sh scripts/run-tests.sh \
-		build/tsan/tests/test_runtime
 
 # A long graft-sim run (1000 random failures by default) with the memory and
 # descriptors of its processes watched; SOAK_ARGS go to scripts/soak.py

@@ -6,7 +6,7 @@
 # modules plus runtime/ built again with the flag:
 #   $(BUILD)/testlib/lib/libgraft-test.a   the library with the switches
 #   $(BUILD)/testlib/bin/train_mlp         the example trainer linked to it
-# Only the tests that exercise a switch link them (test_runtime, and
+# Only the tests that exercise a switch link them (test_runtime_api, and
 # test_sim_live's broken-heal run through that train_mlp); lib/, bin/,
 # `make demo` and the shared library never have them
 # (tests/test_fault_switches.c checks).
@@ -29,10 +29,10 @@ $(TESTLIB_TRAINER): $(BUILD)/obj/examples/train_mlp.o $(TESTLIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-# test_runtime includes runtime_internal.h, whose struct has the switch's
-# fields only with the flag: its object is built with it too.
-$(BUILD)/obj/tests/test_runtime.o: TEST_CFLAGS += -DGRAFT_TEST_FAULTS
-$(BUILD)/tests/test_runtime: $(BUILD)/obj/tests/test_runtime.o $(SUPPORT_OBJS) $(TESTLIB_A)
+# test_runtime_api includes runtime_internal.h, whose struct has the
+# switch's fields only with the flag: its object is built with it too.
+$(BUILD)/obj/tests/test_runtime_api.o: TEST_CFLAGS += -DGRAFT_TEST_FAULTS
+$(BUILD)/tests/test_runtime_api: $(BUILD)/obj/tests/test_runtime_api.o $(SUPPORT_OBJS) $(TESTLIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 

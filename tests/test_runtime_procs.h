@@ -1,0 +1,425 @@
+/*
+ * The process fixture of the runtime's end-to-end tests (header-only, as
+ * test_runtime_util.h; each test program is one file): the program's etcd
+ * and jobs of examples/train_mlp (G groups x R ranks) started as real
+ * processes, their hash logs, role logs and final lines, and the checks
+ * that every group held bit-identical state at every commit and that a job
+ * ended bit-identical to a fault-free run (train_mlp --no-graft).
+ *
+ *     job_t j;
+ *     job_init(&j, "name");
+ *     spawn_all(&j, flags);       // every rank, with train_mlp's flags
+ *     wait_log(&j.p[0], 10, 60);  // group 0 rank 0 committed 10 steps
+ *     wait_all(&j, 120);
+ *     check_final(&j, steps);     // each rank's hash is the reference's
+ *     check_logs(&j, steps);      // every commit equal across groups
+ *
+ * The group setup finds the trainer beside the test program and starts
+ * etcd; the teardown kills what a failed test left and removes its
+ * directories.
+ */
+#ifndef GRAFT_TEST_RUNTIME_PROCS_H
+#define GRAFT_TEST_RUNTIME_PROCS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "etcd_fixture.h"
+#include "test_runtime_util.h"
+
+#define G 3
+#define R 2
+#define MAX_PROCS 16
+
+static char trainer[1100];
+
+typedef struct proc {
+    pid_t pid;
+    int group, rank;
+    char out[400];  /* stdout */
+    char log[400];  /* --hash-log */
+    char role[400]; /* --role-log: serves and heals */
+    char err[400];  /* stderr, when the job captures it */
+    int status;
+    bool done;
+} proc_t;
+
+typedef struct job {
+    char dir[256];
+    char name[64];
+    const char *extra_env[8]; /* "NAME=value" */
+    bool capture_err;         /* stderr to a file per process */
+    proc_t p[MAX_PROCS];
+    int n;
+} job_t;
+
+static inline double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Every job directory, removed by the group teardown even when a test
+ * failed half way. */
+static char made_dirs[16][256];
+static int n_made_dirs;
+/* Every trainer started, killed by the teardown if a failed test left it. */
+static pid_t spawned[128];
+static int n_spawned;
+
+static inline void job_init(job_t *j, const char *name)
+{
+    memset(j, 0, sizeof(*j));
+    snprintf(j->dir, sizeof(j->dir), "%s/graft-rt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    assert_non_null(mkdtemp(j->dir));
+    if (n_made_dirs < 16)
+        memcpy(made_dirs[n_made_dirs++], j->dir, sizeof(j->dir));
+    snprintf(j->name, sizeof(j->name), "%s-%d", name, (int)getpid());
+}
+
+static inline void rm_rf(const char *path)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", path);
+}
+
+/* Start rank (group, rank) of the trainer with the given flags. */
+static inline proc_t *spawn(job_t *j, int group, int rank, const char *const *flags)
+{
+    assert_true(j->n < MAX_PROCS);
+    proc_t *p = &j->p[j->n];
+    memset(p, 0, sizeof(*p));
+    p->group = group;
+    p->rank = rank;
+    char dir[sizeof(j->dir)];
+    int idx = j->n;
+    memcpy(dir, j->dir, sizeof(dir));
+    snprintf(p->out, sizeof(p->out), "%s/out.%d.%d.%d", dir, group, rank, idx);
+    snprintf(p->log, sizeof(p->log), "%s/log.%d.%d.%d", dir, group, rank, idx);
+    snprintf(p->err, sizeof(p->err), "%s/err.%d.%d.%d", dir, group, rank, idx);
+    snprintf(p->role, sizeof(p->role), "%s/role.%d.%d.%d", dir, group, rank, idx);
+    bool capture_err = j->capture_err;
+    const char *args[32];
+    size_t n = 0;
+    args[n++] = trainer;
+    args[n++] = "--hash-log";
+    args[n++] = p->log;
+    args[n++] = "--role-log";
+    args[n++] = p->role;
+    for (size_t i = 0; flags != NULL && flags[i] != NULL && n < 30; i++)
+        args[n++] = flags[i];
+    args[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char v[32];
+        setenv("GRAFT_JOB", j->name, 1);
+        setenv("GRAFT_ETCD_ENDPOINTS", graft_etcd_server_endpoint(etcd.server), 1);
+        snprintf(v, sizeof(v), "%d", group);
+        setenv("GRAFT_GROUP", v, 1);
+        snprintf(v, sizeof(v), "%d", rank);
+        setenv("GRAFT_RANK", v, 1);
+        snprintf(v, sizeof(v), "%d", R);
+        setenv("GRAFT_RANKS_PER_GROUP", v, 1);
+        snprintf(v, sizeof(v), "%d", G);
+        setenv("GRAFT_GROUPS", v, 1);
+        setenv("GRAFT_LEASE_TTL_MS", "2000", 1);
+        setenv("GRAFT_JOIN_TIMEOUT_MS", "1000", 1);
+        setenv("GRAFT_FENCE_TIMEOUT_MS", "3000", 1);
+        setenv("GRAFT_STALL_TIMEOUT_MS", "1000", 1);
+        setenv("GRAFT_QUORUM_TIMEOUT_MS", "60000", 1);
+        if (getenv("GRAFT_LOG") == NULL)
+            setenv("GRAFT_LOG", "warn", 1);
+        for (size_t i = 0; i < 8 && j->extra_env[i] != NULL; i++)
+            putenv((char *)j->extra_env[i]);
+        int fd = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            close(fd);
+        }
+        if (capture_err) {
+            fd = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        execv(trainer, (char *const *)args);
+        _exit(127);
+    }
+    p->pid = pid;
+    j->n++;
+    if (n_spawned < 128)
+        spawned[n_spawned++] = pid;
+    return p;
+}
+
+static inline void spawn_all(job_t *j, const char *const *flags)
+{
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            spawn(j, g, r, flags);
+}
+
+/* Wait for every process; those still alive after timeout_s are killed
+ * (and fail the test). */
+static inline void wait_all(job_t *j, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < j->n; i++) {
+            proc_t *p = &j->p[i];
+            if (p->done)
+                continue;
+            pid_t r = waitpid(p->pid, &p->status, WNOHANG);
+            if (r == p->pid)
+                p->done = true;
+            else
+                all = false;
+        }
+        if (all)
+            return;
+        if (now_s() > end) {
+            for (int i = 0; i < j->n; i++)
+                if (!j->p[i].done) {
+                    kill(j->p[i].pid, SIGKILL);
+                    waitpid(j->p[i].pid, &j->p[i].status, 0);
+                    j->p[i].done = true;
+                }
+            fail_msg("trainers did not finish within %.0f s", timeout_s);
+        }
+        usleep(20000);
+    }
+}
+
+static inline void kill_proc(proc_t *p)
+{
+    assert_int_equal(kill(p->pid, SIGKILL), 0);
+    assert_int_equal(waitpid(p->pid, &p->status, 0), p->pid);
+    p->done = true;
+}
+
+/* Lines in a hash log: the last step it reached. */
+static inline int log_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    if (f == NULL)
+        return 0;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* The last lines of a process's captured stderr, for a failure's message
+ * (CI keeps the test's output, not the job's directory). */
+static inline void print_err_tail(const proc_t *p)
+{
+    char cmd[sizeof(p->err) + 32];
+    if (p->err[0] == '\0' || access(p->err, F_OK) != 0)
+        return;
+    snprintf(cmd, sizeof(cmd), "tail -n 40 '%s' >&2", p->err);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(could not read %s)\n", p->err);
+}
+
+static inline void wait_log(const proc_t *p, int lines, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (log_lines(p->log) < lines) {
+        if (now_s() > end) {
+            print_err_tail(p);
+            fail_msg("%s did not reach %d commits", p->log, lines);
+        }
+        usleep(10000);
+    }
+}
+
+static inline bool file_contains(const char *path, const char *needle)
+{
+    char buf[16384];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* Parse "final step N hash H start K recoveries R" from a trainer's output. */
+static inline void read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
+                       uint64_t *recoveries)
+{
+    FILE *f = fopen(p->out, "r");
+    char line[256] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    if (sscanf(line, "final step %" SCNu64 " hash %16s start %15s recoveries %" SCNu64, step,
+               hash, start, recoveries) != 4)
+        fail_msg("unexpected trainer output '%s' in %s", line, p->out);
+}
+
+/* The trainer's second output line. */
+typedef struct trainer_metrics {
+    uint64_t commits, commits_failed, drift_checks, drift_mismatches, restores;
+    uint64_t recovery_failures, serves, checkpoints_written, checkpoints_committed;
+    uint64_t steady_steps, steady_fallbacks, etcd_requests;
+} trainer_metrics_t;
+
+static inline void read_metrics(const proc_t *p, trainer_metrics_t *m)
+{
+    FILE *f = fopen(p->out, "r");
+    char line[512];
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    if (sscanf(line, "metrics commits %" SCNu64 " commits_failed %" SCNu64 " drift_checks %" SCNu64
+               " drift_mismatches %" SCNu64 " restores %" SCNu64 " recovery_failures %" SCNu64
+               " serves %" SCNu64 " checkpoints_written %" SCNu64 " checkpoints_committed %"
+               SCNu64 " steady_steps %" SCNu64 " steady_fallbacks %" SCNu64 " etcd_requests %"
+               SCNu64, &m->commits, &m->commits_failed, &m->drift_checks, &m->drift_mismatches,
+               &m->restores, &m->recovery_failures, &m->serves, &m->checkpoints_written,
+               &m->checkpoints_committed, &m->steady_steps, &m->steady_fallbacks,
+               &m->etcd_requests) != 12)
+        fail_msg("unexpected metrics line '%s' in %s", line, p->out);
+}
+
+/* The fault-free reference: the same training without the runtime. */
+static inline void reference_hash_blob(int rank, int steps, int blob_mib, char hash[17])
+{
+    char cmd[1300];
+    snprintf(cmd, sizeof(cmd), "GRAFT_RANK=%d '%s' --no-graft --steps %d --blob-mib %d", rank,
+             trainer, steps, blob_mib);
+    FILE *f = popen(cmd, "r");
+    char line[256] = "";
+    uint64_t step, rec;
+    char start[16];
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_int_equal(pclose(f), 0);
+    assert_int_equal(sscanf(line, "final step %" SCNu64 " hash %16s start %15s recoveries %" SCNu64,
+                            &step, hash, start, &rec), 4);
+    assert_int_equal(step, (uint64_t)steps);
+}
+
+/* Every process that exited normally ended at `steps` with the reference
+ * hash of its rank (trained with a blob of blob_mib MiB); returns how many
+ * recovered (pulled state). */
+static inline int check_final_blob(job_t *j, int steps, int blob_mib)
+{
+    char ref[R][17];
+    int recovered = 0;
+    for (int r = 0; r < R; r++)
+        reference_hash_blob(r, steps, blob_mib, ref[r]);
+    for (int i = 0; i < j->n; i++) {
+        proc_t *p = &j->p[i];
+        if (WIFSIGNALED(p->status))
+            continue; /* killed on purpose */
+        if (!WIFEXITED(p->status) || WEXITSTATUS(p->status) != 0)
+            fail_msg("group %d rank %d (%s) exited with status 0x%x", p->group, p->rank, p->out,
+                     p->status);
+        uint64_t step, rec;
+        char hash[17], start[16];
+        read_final(p, &step, hash, start, &rec);
+        assert_int_equal(step, (uint64_t)steps);
+        if (strcmp(hash, ref[p->rank]) != 0)
+            fail_msg("group %d rank %d ended with %s, the fault-free run with %s", p->group,
+                     p->rank, hash, ref[p->rank]);
+        recovered += strcmp(start, "peer") == 0;
+    }
+    return recovered;
+}
+
+static inline int check_final(job_t *j, int steps)
+{
+    return check_final_blob(j, steps, 0);
+}
+
+/* Every commit any process logged agrees with every other process of the
+ * same rank at the same step. */
+static inline void check_logs(job_t *j, int steps)
+{
+    for (int r = 0; r < R; r++) {
+        char seen[512][17];
+        bool have[512] = {false};
+        assert_true(steps < 512);
+        for (int i = 0; i < j->n; i++) {
+            if (j->p[i].rank != r)
+                continue;
+            FILE *f = fopen(j->p[i].log, "r");
+            if (f == NULL)
+                continue;
+            unsigned s;
+            char h[17];
+            while (fscanf(f, "%u %16s", &s, h) == 2) {
+                assert_true(s <= (unsigned)steps);
+                if (!have[s]) {
+                    memcpy(seen[s], h, 17);
+                    have[s] = true;
+                } else if (strcmp(seen[s], h) != 0) {
+                    fail_msg("rank %d step %u: %s holds %s, another group %s", r, s,
+                             j->p[i].log, h, seen[s]);
+                }
+            }
+            fclose(f);
+        }
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *slash = '\0';
+    snprintf(trainer, sizeof(trainer), "%s/../bin/train_mlp", self);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "no trainer at %s (build with `make tests`)\n", trainer);
+        return -1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return graft_test_etcd_start(&etcd, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < n_spawned; i++)
+        if (waitpid(spawned[i], NULL, WNOHANG) == 0) {
+            kill(spawned[i], SIGKILL);
+            waitpid(spawned[i], NULL, 0);
+        }
+    for (int i = 0; i < n_made_dirs; i++)
+        if (access(made_dirs[i], F_OK) == 0)
+            rm_rf(made_dirs[i]);
+    graft_test_etcd_stop(&etcd);
+    return 0;
+}
+
+#endif
