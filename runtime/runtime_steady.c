@@ -312,8 +312,15 @@ static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int ki
 
 typedef enum { EPOCH_HOLDS, EPOCH_CHANGED, EPOCH_NO_LEASE } epoch_state_t;
 
-/* Whether the epoch still holds and this rank may still take part. */
-static epoch_state_t epoch_state(graft_runtime_t *rt, const char **why)
+/* Whether the epoch still holds and this rank may still take part: its
+ * lease certainly alive, and up to the ready the members those the epoch
+ * formed with. At the vote (at_vote) only a later round ends it: a member
+ * that left or joined after every member was ready does not undo the step
+ * (as on the etcd path, where a group that dies after the formation leaves
+ * the others' commit alone); a rank that voted no on it made one group of
+ * an epoch commit where another did not, and the first heal then found
+ * only the group that did. */
+static epoch_state_t epoch_state(graft_runtime_t *rt, bool at_vote, const char **why)
 {
     graft_membership_health_t h;
     if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
@@ -324,8 +331,8 @@ static epoch_state_t epoch_state(graft_runtime_t *rt, const char **why)
         *why = "the lease may have expired";
         return EPOCH_NO_LEASE;
     }
-    if (!h.epoch_intact) {
-        *why = "the members changed";
+    if (at_vote ? !h.round_current : !h.epoch_intact) {
+        *why = at_vote ? "a later round formed" : "the members changed";
         return EPOCH_CHANGED;
     }
     return EPOCH_HOLDS;
@@ -333,7 +340,12 @@ static epoch_state_t epoch_state(graft_runtime_t *rt, const char **why)
 
 static bool epoch_holds(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, why) == EPOCH_HOLDS;
+    return epoch_state(rt, false, why) == EPOCH_HOLDS;
+}
+
+static bool may_commit(graft_runtime_t *rt, const char **why)
+{
+    return epoch_state(rt, true, why) == EPOCH_HOLDS;
 }
 
 /* Wait for one message, stashing others of this epoch for later phases.
@@ -371,7 +383,7 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
              * died, or one that finished its last step and left) does once
              * nothing has come for STEADY_DRAIN_MS: what a member sent
              * before it left still counts. */
-            epoch_state_t e = epoch_state(rt, why);
+            epoch_state_t e = epoch_state(rt, false, why);
             if (e == EPOCH_NO_LEASE)
                 return GRAFT_ESTATE;
             if (e == EPOCH_CHANGED) {
@@ -539,31 +551,6 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed,
     s->epoch->step = step;
     *q_p = q;
     return GRAFT_OK;
-}
-
-/* Whether this rank may still commit the step every member was ready for:
- * its lease is certainly alive and no later round formed. A member that
- * left or joined since the ready does not undo the step (as on the etcd
- * path, where a group that dies after the formation leaves the others'
- * commit alone); a rank that voted no on it made one group of an epoch
- * commit where another did not, and the first heal then found only the
- * group that did. */
-static bool may_commit(graft_runtime_t *rt, const char **why)
-{
-    graft_membership_health_t h;
-    if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
-        *why = "membership state unavailable";
-        return false;
-    }
-    if (!h.lease_fresh) {
-        *why = "the lease may have expired";
-        return false;
-    }
-    if (!h.round_current) {
-        *why = "a later round formed";
-        return false;
-    }
-    return true;
 }
 
 bool graft__rt_steady_vote(graft_runtime_t *rt, const graft_quorum_t *q, bool ok, const char **why)
