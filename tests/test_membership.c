@@ -35,13 +35,7 @@ static int group_setup(void **state)
     if (graft_test_etcd_start(&T, NULL) != 0)
         return -1;
     endpoint = graft_etcd_server_endpoint(T.server);
-    etcd_cfg = (graft_etcd_config_t){0};
-    etcd_cfg.endpoints = &endpoint;
-    etcd_cfg.n_endpoints = 1;
-    etcd_cfg.request_timeout_ms = 2000;
-    etcd_cfg.connect_timeout_ms = 300;
-    etcd_cfg.max_retries = 1;
-    etcd_cfg.retry_backoff_ms = 20;
+    etcd_cfg = graft_test_etcd_config(&endpoint, 1, 2000);
     return 0;
 }
 

@@ -48,18 +48,6 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static graft_etcd_config_t etcd_config(const char **endpoint)
-{
-    graft_etcd_config_t e = {0};
-    e.endpoints = endpoint;
-    e.n_endpoints = 1;
-    e.request_timeout_ms = 1500;
-    e.connect_timeout_ms = 300;
-    e.max_retries = 1;
-    e.retry_backoff_ms = 20;
-    return e;
-}
-
 /* ---------------------------------------------------------------- child --- */
 
 static volatile sig_atomic_t child_stop;
@@ -94,7 +82,7 @@ static int child_main(char **argv)
     int fd = open(results, O_WRONLY | O_APPEND | O_CREAT, 0644);
     if (fd < 0)
         return 2;
-    graft_etcd_config_t e = etcd_config(&endpoint);
+    graft_etcd_config_t e = graft_test_etcd_config(&endpoint, 1, 1500);
     graft_membership_config_t c = {0};
     c.job = JOB;
     c.etcd = &e;
@@ -290,7 +278,7 @@ static int group_setup(void **state)
     if (graft_test_etcd_start(&T, NULL) != 0)
         return -1;
     endpoint = graft_etcd_server_endpoint(T.server);
-    ecfg = etcd_config(&endpoint);
+    ecfg = graft_test_etcd_config(&endpoint, 1, 1500);
     for (uint32_t g = 0; g < G; g++)
         for (uint32_t r = 0; r < R; r++)
             pids[g][r] = spawn(g, r, 100);

@@ -76,6 +76,19 @@ int graft_test_etcd_cluster_wait_leader(graft_test_etcd_cluster_t *t, uint32_t t
     }
 }
 
+graft_etcd_config_t graft_test_etcd_config(const char *const *endpoints, size_t n,
+                                           uint32_t request_timeout_ms)
+{
+    return (graft_etcd_config_t){
+        .endpoints = endpoints,
+        .n_endpoints = n,
+        .request_timeout_ms = request_timeout_ms,
+        .connect_timeout_ms = 300,
+        .max_retries = 1,
+        .retry_backoff_ms = 20,
+    };
+}
+
 graft_etcd_t *graft_test_etcd_client(const char *const *endpoints, size_t n, const char *user,
                                      const char *password)
 {

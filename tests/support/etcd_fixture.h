@@ -41,6 +41,11 @@ void graft_test_etcd_cluster_stop(graft_test_etcd_cluster_t *t);
 int graft_test_etcd_cluster_wait_leader(graft_test_etcd_cluster_t *t, uint32_t timeout_ms,
                                         size_t *leader_p);
 
+/* The client settings of the membership tests: the given endpoints and
+ * request timeout, a 300 ms connect timeout, one retry after 20 ms. */
+graft_etcd_config_t graft_test_etcd_config(const char *const *endpoints, size_t n,
+                                           uint32_t request_timeout_ms);
+
 /* A client for the given endpoints with short timeouts suited to tests. */
 graft_etcd_t *graft_test_etcd_client(const char *const *endpoints, size_t n,
                                      const char *user, const char *password);
