@@ -348,6 +348,21 @@ static bool may_commit(graft_runtime_t *rt, const char **why)
     return epoch_state(rt, true, why) == EPOCH_HOLDS;
 }
 
+/* What ends a wait for a message: at the ready, any change of the epoch's
+ * members; at the vote, a later round, or a rank of this group gone (the
+ * group cannot commit without its vote), but not a member of another group
+ * that left or joined after the ready: waiting out its drain, a group voted
+ * no on a step the others committed, and was then their recipient. */
+static epoch_state_t wait_state(graft_runtime_t *rt, bool at_vote, const char **why)
+{
+    epoch_state_t e = epoch_state(rt, at_vote, why);
+    if (e == EPOCH_HOLDS && at_vote && !graft_membership_group_healthy(rt->m, rt->group)) {
+        *why = "a rank of this group left";
+        e = EPOCH_CHANGED;
+    }
+    return e;
+}
+
 /* Wait for one message, stashing others of this epoch for later phases.
  * GRAFT_ETIMEOUT at the deadline, GRAFT_ESTATE when the epoch ends. */
 static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uint32_t group,
@@ -369,6 +384,8 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
     }
     uint8_t buf[GRAFT_TRANSFER_MSG_MAX];
     uint64_t quiet_since = 0; /* the members changed and nothing came since */
+    bool at_vote = kind == GRAFT__STEP_MESSAGE__KIND__VOTE ||
+                   kind == GRAFT__STEP_MESSAGE__KIND__VOTE_RESULT;
     for (;;) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
@@ -383,7 +400,7 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
              * died, or one that finished its last step and left) does once
              * nothing has come for STEADY_DRAIN_MS: what a member sent
              * before it left still counts. */
-            epoch_state_t e = epoch_state(rt, false, why);
+            epoch_state_t e = wait_state(rt, at_vote, why);
             if (e == EPOCH_NO_LEASE)
                 return GRAFT_ESTATE;
             if (e == EPOCH_CHANGED) {

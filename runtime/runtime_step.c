@@ -107,6 +107,8 @@ out:
  * (its quorum record shows the epoch's first step), and at graft_destroy()
  * by every process. A failure is retried at the next commit. */
 #define PROGRESS_EVERY_NS (10ull * 1000000000ull)
+/* graft_quorum() starts its tries of a round at least this far apart. */
+#define QUORUM_RETRY_NS (100ull * 1000000ull)
 
 void graft__rt_publish_progress(graft_runtime_t *rt)
 {
@@ -394,6 +396,12 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
             graft_status_class(st) != GRAFT_CLASS_JOB)
             return st;
         GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "quorum round: %s; trying again", graft_status_string(st));
+        /* One that failed at once (an etcd that answers every request with
+         * an error) is not asked again in a tight loop. */
+        uint64_t until = GRAFT_MIN(now + QUORUM_RETRY_NS, deadline);
+        uint64_t t = graft__now_ns();
+        if (t < until)
+            graft__sleep_ns(until - t);
     }
     assert(is_member(q, rt->group));
     uint64_t formed_ns = graft__now_ns();
