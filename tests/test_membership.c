@@ -1142,33 +1142,48 @@ static void on_lease(graft_membership_notice_t what, uint64_t inc, graft_status_
     pthread_mutex_unlock(&l->mu);
 }
 
-static void test_lease_revoked_rejoins(void **state)
+/* A one-rank job's handle with a 1 s lease whose notices go to cb, and
+ * its incarnation; then an operator revokes the lease. */
+static graft_membership_t *join_then_revoke(const char *job, graft_membership_lease_fn cb,
+                                            lease_log_t *log, uint64_t *inc_p)
 {
-    (void)state;
-    lease_log_t log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, GRAFT_OK};
-    graft_membership_config_t c = cfg_for("revoke", 0, 0, 1);
+    graft_membership_config_t c = cfg_for(job, 0, 0, 1);
     c.lease_ttl_s = 1;
-    c.lease_cb = on_lease;
-    c.lease_arg = &log;
+    c.lease_cb = cb;
+    c.lease_arg = log;
     graft_membership_t *m = NULL;
     assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
-    uint64_t inc0 = graft_membership_incarnation(m);
     graft_membership_view_t *v = NULL;
     assert_int_equal(graft_membership_view_get(m, &v), GRAFT_OK);
     assert_int_equal(v->n_members, 1);
     int64_t lease = v->members[0].lease_id;
+    *inc_p = v->members[0].incarnation;
     graft_membership_view_free(v);
-    /* an operator revokes the lease */
     assert_int_equal(graft_etcd_lease_revoke(T.client, lease), GRAFT_OK);
+    return m;
+}
+
+/* Wait up to 5 s for a count of the log to be positive. */
+static void wait_notice(lease_log_t *log, const int *count)
+{
     uint64_t end = graft__now_ns() + 5000000000ull;
     for (;;) {
-        pthread_mutex_lock(&log.mu);
-        bool done = log.rejoined > 0;
-        pthread_mutex_unlock(&log.mu);
-        if (done || graft__now_ns() > end)
+        pthread_mutex_lock(&log->mu);
+        bool seen = *count > 0;
+        pthread_mutex_unlock(&log->mu);
+        if (seen || graft__now_ns() > end)
             break;
-        usleep(20000);
+        usleep(10000);
     }
+}
+
+static void test_lease_revoked_rejoins(void **state)
+{
+    (void)state;
+    lease_log_t log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, GRAFT_OK};
+    uint64_t inc0 = 0;
+    graft_membership_t *m = join_then_revoke("revoke", on_lease, &log, &inc0);
+    wait_notice(&log, &log.rejoined);
     assert_int_equal(log.lost, 1);
     assert_int_equal(log.rejoined, 1);
     assert_int_equal(log.lost_inc, inc0);
@@ -1186,6 +1201,7 @@ static void test_lease_revoked_rejoins(void **state)
     assert_int_equal(st.lease_losses, 1);
     assert_true(st.keepalives > 0);
     /* the record is back with the new incarnation */
+    graft_membership_view_t *v = NULL;
     assert_int_equal(graft_membership_view_get(m, &v), GRAFT_OK);
     assert_int_equal(v->n_members, 1);
     assert_int_equal(v->members[0].incarnation, log.new_inc);
@@ -1217,28 +1233,11 @@ static void test_quorum_waits_for_rejoin(void **state)
 {
     (void)state;
     lease_log_t log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, GRAFT_OK};
-    graft_membership_config_t c = cfg_for("rejoin-wait", 0, 0, 1);
-    c.lease_ttl_s = 1;
-    c.lease_cb = on_lease_slow;
-    c.lease_arg = &log;
-    graft_membership_t *m = NULL;
-    assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
-    graft_membership_view_t *v = NULL;
-    assert_int_equal(graft_membership_view_get(m, &v), GRAFT_OK);
-    assert_int_equal(v->n_members, 1);
-    int64_t lease = v->members[0].lease_id;
-    graft_membership_view_free(v);
-    assert_int_equal(graft_etcd_lease_revoke(T.client, lease), GRAFT_OK);
-    uint64_t end = graft__now_ns() + 5000000000ull;
-    for (;;) {
-        pthread_mutex_lock(&log.mu);
-        bool lost = log.lost > 0;
-        pthread_mutex_unlock(&log.mu);
-        if (lost || graft__now_ns() > end)
-            break;
-        usleep(10000);
-    }
+    uint64_t inc0 = 0;
+    graft_membership_t *m = join_then_revoke("rejoin-wait", on_lease_slow, &log, &inc0);
+    wait_notice(&log, &log.lost);
     assert_int_equal(log.lost, 1);
+    assert_int_equal(log.lost_inc, inc0);
     graft_quorum_t *q = NULL;
     /* reported once */
     assert_int_equal(graft_membership_quorum_wait(m, 0, 3000, &q), GRAFT_ELEASE);
