@@ -31,6 +31,10 @@
  *   --die-when-serving MS SIGKILL this process MS ms after it starts serving
  *   --die-at-step N       SIGKILL this process when step N starts, once the
  *                         persistent checkpoint it last started is durable
+ *   --die-before-vote N   SIGKILL this process once step N's quorum returned,
+ *                         before its graft_commit() (between ready and vote)
+ *   --vote-delay-at N     sleep --vote-delay-ms MS before step N's
+ *   --vote-delay-ms MS    graft_commit() (a rank that votes late)
  *   --checkpoint-at N     call graft_checkpoint_now() after step N commits
  *   --corrupt-at-step N   flip a parameter bit after step N (drift injection)
  *   --no-graft            train alone without the runtime (the reference)
@@ -249,7 +253,7 @@ static graft_status_t fingerprint(void *arg, uint64_t *fp_p)
 
 typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
-    uint64_t corrupt_at;
+    uint64_t corrupt_at, die_before_vote, vote_delay_at, vote_delay_ms;
     const char *hash_out, *hash_log, *role_log;
     bool no_graft, die_when_serving;
 } opts_t;
@@ -304,6 +308,12 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->die_when_serving = true;
         } else if (strcmp(a, "--die-at-step") == 0) {
             num = &o->die_at_step;
+        } else if (strcmp(a, "--die-before-vote") == 0) {
+            num = &o->die_before_vote;
+        } else if (strcmp(a, "--vote-delay-at") == 0) {
+            num = &o->vote_delay_at;
+        } else if (strcmp(a, "--vote-delay-ms") == 0) {
+            num = &o->vote_delay_ms;
         } else if (strcmp(a, "--corrupt-at-step") == 0) {
             num = &o->corrupt_at;
         } else if (strcmp(a, "--checkpoint-at") == 0) {
@@ -557,6 +567,10 @@ int main(int argc, char **argv)
             (void)gradient(&s, &rng, grad);
         if (o.step_delay_ms > 0)
             sleep_ms(o.step_delay_ms);
+        if (o.die_before_vote > 0 && info.step == o.die_before_vote)
+            raise(SIGKILL);
+        if (o.vote_delay_at > 0 && info.step == o.vote_delay_at)
+            sleep_ms(o.vote_delay_ms);
         st = graft_commit(rt, &apply);
         if (info.donor)
             log_role(&o, "%" PRIu64 " served", info.step);

@@ -312,15 +312,37 @@ static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int ki
 
 typedef enum { EPOCH_HOLDS, EPOCH_CHANGED, EPOCH_NO_LEASE } epoch_state_t;
 
+/* Which test of the epoch applies: at the ready, at the vote, and while
+ * waiting for a vote or the group's decision. */
+typedef enum { CHECK_READY, CHECK_VOTE, CHECK_VOTE_WAIT } epoch_check_t;
+
+/* Whether every rank of this group is still the process the epoch formed
+ * with (the same transfer address in the view). */
+static bool own_ranks_same(graft_runtime_t *rt)
+{
+    graft_membership_view_t *v = NULL;
+    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        return false;
+    bool same = true;
+    for (uint32_t r = 0; r < rt->ranks && same; r++) {
+        const char *a = address_of(v, rt->group, r);
+        same = a != NULL && rt->steady->ranks[r] != NULL && strcmp(a, rt->steady->ranks[r]) == 0;
+    }
+    graft_membership_view_free(v);
+    return same;
+}
+
 /* Whether the epoch still holds and this rank may still take part: its
- * lease certainly alive, and up to the ready the members those the epoch
- * formed with. At the vote (at_vote) only a later round ends it: a member
- * that left or joined after every member was ready does not undo the step
- * (as on the etcd path, where a group that dies after the formation leaves
- * the others' commit alone); a rank that voted no on it made one group of
- * an epoch commit where another did not, and the first heal then found
- * only the group that did. */
-static epoch_state_t epoch_state(graft_runtime_t *rt, bool at_vote, const char **why)
+ * lease certainly alive and, at the ready, the members those the epoch
+ * formed with. At the vote only a later round ends it: a member that left
+ * or joined after every member was ready does not undo the step (as on the
+ * etcd path, where a group that dies after the formation leaves the
+ * others' commit alone). While waiting for a vote or the group's decision,
+ * a rank of this group gone or replaced ends it too (its vote will not
+ * come), but not a change in another group: a group that gave up on such
+ * a change voted no on a step the others committed, and was then their
+ * recipient. */
+static epoch_state_t epoch_state(graft_runtime_t *rt, epoch_check_t check, const char **why)
 {
     graft_membership_health_t h;
     if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
@@ -331,8 +353,18 @@ static epoch_state_t epoch_state(graft_runtime_t *rt, bool at_vote, const char *
         *why = "the lease may have expired";
         return EPOCH_NO_LEASE;
     }
-    if (at_vote ? !h.round_current : !h.epoch_intact) {
-        *why = at_vote ? "a later round formed" : "the members changed";
+    if (check == CHECK_READY && !h.epoch_intact) {
+        *why = "the members changed";
+        return EPOCH_CHANGED;
+    }
+    if (check == CHECK_READY)
+        return EPOCH_HOLDS;
+    if (!h.round_current) {
+        *why = "a later round formed";
+        return EPOCH_CHANGED;
+    }
+    if (check == CHECK_VOTE_WAIT && !h.epoch_intact && !own_ranks_same(rt)) {
+        *why = "a rank of this group left or was replaced";
         return EPOCH_CHANGED;
     }
     return EPOCH_HOLDS;
@@ -340,27 +372,12 @@ static epoch_state_t epoch_state(graft_runtime_t *rt, bool at_vote, const char *
 
 static bool epoch_holds(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, false, why) == EPOCH_HOLDS;
+    return epoch_state(rt, CHECK_READY, why) == EPOCH_HOLDS;
 }
 
 static bool may_commit(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, true, why) == EPOCH_HOLDS;
-}
-
-/* What ends a wait for a message: at the ready, any change of the epoch's
- * members; at the vote, a later round, or a rank of this group gone (the
- * group cannot commit without its vote), but not a member of another group
- * that left or joined after the ready: waiting out its drain, a group voted
- * no on a step the others committed, and was then their recipient. */
-static epoch_state_t wait_state(graft_runtime_t *rt, bool at_vote, const char **why)
-{
-    epoch_state_t e = epoch_state(rt, at_vote, why);
-    if (e == EPOCH_HOLDS && at_vote && !graft_membership_group_healthy(rt->m, rt->group)) {
-        *why = "a rank of this group left";
-        e = EPOCH_CHANGED;
-    }
-    return e;
+    return epoch_state(rt, CHECK_VOTE, why) == EPOCH_HOLDS;
 }
 
 /* Wait for one message, stashing others of this epoch for later phases.
@@ -400,7 +417,8 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
              * died, or one that finished its last step and left) does once
              * nothing has come for STEADY_DRAIN_MS: what a member sent
              * before it left still counts. */
-            epoch_state_t e = wait_state(rt, at_vote, why);
+            epoch_state_t e =
+                epoch_state(rt, at_vote ? CHECK_VOTE_WAIT : CHECK_READY, why);
             if (e == EPOCH_NO_LEASE)
                 return GRAFT_ESTATE;
             if (e == EPOCH_CHANGED) {

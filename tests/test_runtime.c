@@ -432,18 +432,6 @@ static uint64_t read_restores(const proc_t *p)
     return restores;
 }
 
-/* Waits for a process that must end by itself. */
-static void wait_proc(proc_t *p, double timeout_s)
-{
-    double end = now_s() + timeout_s;
-    while (waitpid(p->pid, &p->status, WNOHANG) != p->pid) {
-        if (now_s() > end)
-            fail_msg("group %d rank %d did not end within %.0f s", p->group, p->rank, timeout_s);
-        usleep(10000);
-    }
-    p->done = true;
-}
-
 #define LOST_STEPS 16
 #define LOST_BLOB_MIB 8
 

@@ -178,6 +178,18 @@ static inline void spawn_all(job_t *j, const char *const *flags)
             spawn(j, g, r, flags);
 }
 
+/* Wait for a process that must end by itself. */
+static inline void wait_proc(proc_t *p, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    while (waitpid(p->pid, &p->status, WNOHANG) != p->pid) {
+        if (now_s() > end)
+            fail_msg("group %d rank %d did not end within %.0f s", p->group, p->rank, timeout_s);
+        usleep(10000);
+    }
+    p->done = true;
+}
+
 /* Wait for every process; those still alive after timeout_s are killed
  * (and fail the test). */
 static inline void wait_all(job_t *j, double timeout_s)

@@ -3,8 +3,9 @@
  * etcd, real UCX on loopback, jobs of examples/train_mlp as real processes
  * (the fixture is test_runtime_procs.h). An unchanged epoch's steps leave
  * etcd; a job cut off from etcd stops committing; a hung rank, or a hung
- * group leader, keeps its group out while the others go on; every job ends
- * bit-identical to the fault-free run.
+ * group leader, keeps its group out while the others go on; a late vote
+ * outlasts another group's member change; every job ends bit-identical to
+ * the fault-free run.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,6 +201,46 @@ static void test_delegate_leader_hung(void **state)
 /* The first heal line of a trainer's --role-log ("step heal STATUS MS
  * DETAIL"), or fails. */
 
+/* A member of another group killed between ready and vote does not make a
+ * group whose rank votes late say no. At step 10 group 2's rank 1 dies
+ * before its vote and group 0's rank 1 votes 4 s late, after etcd let the
+ * dead rank's lease go (TTL 2 s): group 0 still commits the step, as group
+ * 1 does, so neither heals (group 2 does, with its replacement), and the
+ * job ends bit-identical to the fault-free run. Before, a wait for a vote
+ * ended 500 ms after any member change, and group 0 voted no on a step
+ * group 1 committed. */
+static void test_late_vote_outlasts_other_group(void **state)
+{
+    (void)state;
+    job_t j;
+    const int steps = 30;
+    job_init(&j, "late-vote");
+    j.extra_env[0] = "GRAFT_JOIN_TIMEOUT_MS=8000";
+    const char *flags[] = {"--steps", "30", "--step-delay-ms", "20", NULL};
+    const char *late[] = {"--steps", "30", "--step-delay-ms", "20", "--vote-delay-at", "10",
+                          "--vote-delay-ms", "4000", NULL};
+    const char *dies[] = {"--steps", "30", "--step-delay-ms", "20", "--die-before-vote", "10",
+                          NULL};
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            spawn(&j, g, r, g == 0 && r == 1 ? late : g == 2 && r == 1 ? dies : flags);
+    proc_t *dead = &j.p[2 * R + 1];
+    wait_proc(dead, 60);
+    assert_true(WIFSIGNALED(dead->status));
+    spawn(&j, 2, 1, flags);
+    wait_all(&j, 120);
+    check_final(&j, steps);
+    check_logs(&j, steps);
+    for (int r = 0; r < R; r++) {
+        const proc_t *p = &j.p[0 * R + r];
+        if (file_contains(p->role, " heal "))
+            fail_msg("group 0 rank %d healed (%s): it voted no on a step group 1 committed", r,
+                     p->role);
+        assert_true(log_lines(p->log) == steps);
+    }
+    rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +248,7 @@ int main(void)
         cmocka_unit_test(test_steady_stops_without_etcd),
         cmocka_unit_test(test_steady_hung_rank),
         cmocka_unit_test(test_delegate_leader_hung),
+        cmocka_unit_test(test_late_vote_outlasts_other_group),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
