@@ -353,12 +353,12 @@ static epoch_state_t epoch_state(graft_runtime_t *rt, epoch_check_t check, const
         *why = "the lease may have expired";
         return EPOCH_NO_LEASE;
     }
-    if (check == CHECK_READY && !h.epoch_intact) {
+    if (check == CHECK_READY) {
+        if (h.epoch_intact)
+            return EPOCH_HOLDS;
         *why = "the members changed";
         return EPOCH_CHANGED;
     }
-    if (check == CHECK_READY)
-        return EPOCH_HOLDS;
     if (!h.round_current) {
         *why = "a later round formed";
         return EPOCH_CHANGED;
