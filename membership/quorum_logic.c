@@ -106,6 +106,7 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
     graft__qmember_t *mem = NULL;
     uint32_t *ready_groups = NULL;
     uint64_t *committed = NULL;
+    bool *split = NULL; /* by ready group: its ranks committed different steps */
     graft_quorum_t *q = NULL;
     uint32_t R = in->ranks_per_group == 0 ? 1 : in->ranks_per_group;
     uint32_t min_groups = in->min_groups == 0 ? 1 : in->min_groups;
@@ -119,7 +120,8 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
         mem = graft__malloc(in->n_members * sizeof(*mem));
         ready_groups = graft__malloc(in->n_members * sizeof(*ready_groups));
         committed = graft__malloc(in->n_members * sizeof(*committed));
-        if (mem == NULL || ready_groups == NULL || committed == NULL) {
+        split = graft__malloc(in->n_members * sizeof(*split));
+        if (mem == NULL || ready_groups == NULL || committed == NULL || split == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
         }
@@ -140,7 +142,7 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
         if (j - i == R) {
             d.n_live_groups++;
             bool ready = true;
-            uint64_t c = UINT64_MAX;
+            uint64_t c = UINT64_MAX, hi = 0;
             int64_t grp_rev = -1;
             uint32_t grp_rank = 0;
             for (size_t k = i; k < j && ready; k++) {
@@ -150,6 +152,7 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
                     break;
                 }
                 c = GRAFT_MIN(c, r->committed_step);
+                hi = GRAFT_MAX(hi, r->committed_step);
                 if (r->mod_revision > grp_rev) {
                     grp_rev = r->mod_revision;
                     grp_rank = r->rank;
@@ -158,6 +161,7 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
             if (ready) {
                 ready_groups[n_ready_groups] = mem[i].group;
                 committed[n_ready_groups] = c;
+                split[n_ready_groups] = hi != c;
                 n_ready_groups++;
                 if (grp_rev > last_rev) {
                     last_rev = grp_rev;
@@ -192,6 +196,17 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
     for (size_t i = 0; i < q->n_members; i++)
         q->max_committed_step = GRAFT_MAX(q->max_committed_step, committed[i]);
     q->step = q->max_committed_step;
+    /* A group whose ranks committed different steps (a rank whose lease
+     * lapsed during a vote does not commit what the others do) holds the
+     * round's step for some ranks only, and a rank past it cannot step
+     * back: the group recovers from a whole group at the step, when there
+     * is one (else its ranks ahead restore a checkpoint, or fail). */
+    bool whole = false;
+    for (size_t i = 0; i < q->n_members; i++)
+        whole |= committed[i] == q->step && !split[i];
+    for (size_t i = 0; whole && i < q->n_members; i++)
+        if (split[i])
+            committed[i] = UINT64_MAX; /* not the step: a recipient */
     st = assign_recoveries(q, committed);
     if (st != GRAFT_OK)
         goto out;
@@ -213,6 +228,7 @@ done:
 out:
     graft_membership_quorum_free(q);
     graft_free(committed);
+    graft_free(split);
     graft_free(ready_groups);
     graft_free(mem);
     return st;

@@ -125,6 +125,12 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft_etcd_create(&rt->etcd_cfg, &rt->etcd);
     if (st != GRAFT_OK)
         goto fail;
+    graft_etcd_config_t quick = rt->etcd_cfg;
+    quick.request_timeout_ms = GRAFT__RT_PROGRESS_TIMEOUT_MS;
+    quick.max_retries = GRAFT_ETCD_NO_RETRIES;
+    st = graft_etcd_create(&quick, &rt->etcd_quick);
+    if (st != GRAFT_OK)
+        goto fail;
     /* The endpoint keys its handshake with the job secret: it comes first
      * (from etcd unless the environment or a file gives it). */
     st = graft__rt_secret_load(rt);
@@ -161,11 +167,12 @@ void graft_destroy(graft_runtime_t *rt)
     graft_free(rt->peers);
     graft__rt_persist_close(rt);
     if (rt->joined)
-        graft__rt_publish_progress(rt); /* where this process got to */
+        graft__rt_publish_progress(rt, false); /* where this process got to */
     graft_membership_quorum_free(rt->q);
     graft__rt_steady_free(rt);
     graft_membership_destroy(rt->m);
     graft_transfer_endpoint_destroy(rt->ep);
+    graft_etcd_destroy(rt->etcd_quick);
     graft_etcd_destroy(rt->etcd);
     for (size_t i = 0; i < rt->n_regions; i++) {
         graft_free(rt->regions[i].name);

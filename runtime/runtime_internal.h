@@ -48,6 +48,8 @@ typedef struct graft__rt_peer {
 /* Fan-out of a quorum round (runtime_fanout.c): whom this group pulls
  * from, and whom it serves. */
 #define GRAFT__FANOUT_DONORS 4 /* donors of a first-level recipient */
+/* The request timeout of etcd_quick: the progress record at a commit. */
+#define GRAFT__RT_PROGRESS_TIMEOUT_MS 250u
 
 typedef struct graft__fanout_peer {
     uint32_t group;
@@ -111,6 +113,10 @@ struct graft_runtime {
     bool progress_published; /* the job's progress key, at least once per process */
     uint64_t progress_step;    /* the step this process last wrote there */
     uint64_t progress_ns;      /* and when */
+    uint64_t progress_retry_ns; /* after a failed write at a commit, not before */
+    /* For the progress record at a commit: a short timeout and no retry,
+     * so that an etcd that hangs holds a committed step back briefly. */
+    graft_etcd_t *etcd_quick;
     graft_quorum_t *q;     /* the open step's quorum; NULL between steps */
     bool q_steady;         /* q was agreed on the steady path, not in etcd */
     graft__steady_t *steady; /* runtime_steady.c; NULL until the first quorum */
@@ -179,8 +185,9 @@ GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
 /* The committed step (metrics and membership follow). */
 void graft__rt_set_step(graft_runtime_t *rt, uint64_t step);
 /* Write the job's progress record with this process's committed step
- * (best effort; graft_destroy() calls it for the last step). */
-void graft__rt_publish_progress(graft_runtime_t *rt);
+ * (best effort; graft_destroy() calls it for the last step; at a commit,
+ * at_commit, through etcd_quick). */
+void graft__rt_publish_progress(graft_runtime_t *rt, bool at_commit);
 
 /* runtime_heal.c: start pulling this rank's regions from rank `rank` of
  * the donor groups (a background thread; graft_heal_wait() joins it). */

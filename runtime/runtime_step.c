@@ -105,12 +105,16 @@ out:
  * its first committed step, then every PROGRESS_EVERY_NS by rank 0 of the
  * quorum's first group, so that tools see where a job on the steady path is
  * (its quorum record shows the epoch's first step), and at graft_destroy()
- * by every process. A failure is retried at the next commit. */
+ * by every process. At a commit the write has a short timeout and no retry
+ * (GRAFT__RT_PROGRESS_TIMEOUT_MS: an etcd that hangs must not hold the
+ * training thread, whose steady path does not need etcd), and a failure is
+ * retried at a commit PROGRESS_RETRY_NS later. */
 #define PROGRESS_EVERY_NS (10ull * 1000000000ull)
+#define PROGRESS_RETRY_NS (1000ull * 1000000ull)
 /* graft_quorum() starts its tries of a round at least this far apart. */
 #define QUORUM_RETRY_NS (100ull * 1000000ull)
 
-void graft__rt_publish_progress(graft_runtime_t *rt)
+void graft__rt_publish_progress(graft_runtime_t *rt, bool at_commit)
 {
     uint64_t step = graft_step(rt);
     uint8_t *buf = NULL;
@@ -120,12 +124,13 @@ void graft__rt_publish_progress(graft_runtime_t *rt)
     char *key = graft__rt_key_progress(rt);
     graft_status_t st = key == NULL ? GRAFT_ENOMEM : graft__rt_progress_encode(step, &buf, &len);
     if (st == GRAFT_OK)
-        st = graft_etcd_put(rt->etcd, key, buf, len, 0, NULL, NULL);
+        st = graft_etcd_put(at_commit ? rt->etcd_quick : rt->etcd, key, buf, len, 0, NULL, NULL);
     if (st == GRAFT_OK) {
         rt->progress_published = true;
         rt->progress_step = step;
         rt->progress_ns = graft__now_ns();
     } else {
+        rt->progress_retry_ns = graft__now_ns() + PROGRESS_RETRY_NS;
         GRAFT_WARN(GRAFT_MOD_RUNTIME,
                    "cannot write the progress record: %s", graft_status_string(st));
     }
@@ -135,10 +140,11 @@ void graft__rt_publish_progress(graft_runtime_t *rt)
 
 static void progress_due(graft_runtime_t *rt, const graft_quorum_t *q)
 {
+    uint64_t now = graft__now_ns();
     bool reporter = q->replica_rank == 0 && rt->rank == 0 &&
-                    graft__now_ns() - rt->progress_ns >= PROGRESS_EVERY_NS;
-    if (!rt->progress_published || reporter)
-        graft__rt_publish_progress(rt);
+                    now - rt->progress_ns >= PROGRESS_EVERY_NS;
+    if ((!rt->progress_published || reporter) && now >= rt->progress_retry_ns)
+        graft__rt_publish_progress(rt, true);
 }
 
 graft_status_t graft__rt_join(graft_runtime_t *rt)

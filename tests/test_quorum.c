@@ -512,6 +512,39 @@ static void test_decide_recovery_balanced(void **state)
     assert_int_equal(q->n_recoveries, 1);
     assert_int_equal(q->recoveries[0].recipient, 1);
     graft_membership_quorum_free(q);
+
+    /* A group with a rank past the round's step (it committed a step its
+     * group's other rank did not) recovers from a whole group at the step:
+     * that rank cannot step back by itself. */
+    scenario_t u = {0};
+    add_group(&u, 0, 2, 1);
+    add_group(&u, 1, 2, 10);
+    add_group(&u, 2, 2, 20);
+    add_ready(&u, 0, 2, 1, 1, 124);
+    u.ready[u.n_ready++] = (graft__ready_t){1, 0, 10, 1, 125, 0, ++u.rev};
+    u.ready[u.n_ready++] = (graft__ready_t){1, 1, 11, 1, 124, 0, ++u.rev};
+    add_ready(&u, 2, 2, 20, 1, 124);
+    in = input(&u, 2, 1, 1, false, NULL);
+    assert_int_equal(graft__quorum_decide(&in, &d, &q), GRAFT_OK);
+    assert_int_equal(q->step, 124);
+    assert_int_equal(q->n_recoveries, 1);
+    assert_int_equal(q->recoveries[0].recipient, 1);
+    assert_int_equal(q->recoveries[0].n_donors, 2);
+    graft_membership_quorum_free(q);
+
+    /* Every group split that way: no group holds the step whole, nobody is
+     * told to recover (the ranks ahead restore a checkpoint, or fail). */
+    scenario_t w = {0};
+    for (uint32_t g = 0; g < 2; g++) {
+        add_group(&w, g, 2, 10 * g);
+        w.ready[w.n_ready++] = (graft__ready_t){g, 0, 10 * g, 1, 125, 0, ++w.rev};
+        w.ready[w.n_ready++] = (graft__ready_t){g, 1, 10 * g + 1, 1, 124, 0, ++w.rev};
+    }
+    in = input(&w, 2, 1, 1, false, NULL);
+    assert_int_equal(graft__quorum_decide(&in, &d, &q), GRAFT_OK);
+    assert_int_equal(q->step, 124);
+    assert_int_equal(q->n_recoveries, 0);
+    graft_membership_quorum_free(q);
 }
 
 /* Fail each allocation in turn: every failure is GRAFT_ENOMEM, nothing leaks
