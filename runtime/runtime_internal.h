@@ -114,8 +114,9 @@ struct graft_runtime {
     uint64_t progress_step;    /* the step this process last wrote there */
     uint64_t progress_ns;      /* and when */
     uint64_t progress_retry_ns; /* after a failed write at a commit, not before */
-    /* For the progress record at a commit: a short timeout and no retry,
-     * so that an etcd that hangs holds a committed step back briefly. */
+    bool progress_failing;      /* the last write failed (logged once) */
+    /* For the periodic progress record at a commit: a short timeout and no
+     * retry, so that an etcd that hangs holds a committed step back briefly. */
     graft_etcd_t *etcd_quick;
     graft_quorum_t *q;     /* the open step's quorum; NULL between steps */
     bool q_steady;         /* q was agreed on the steady path, not in etcd */
@@ -185,9 +186,9 @@ GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
 /* The committed step (metrics and membership follow). */
 void graft__rt_set_step(graft_runtime_t *rt, uint64_t step);
 /* Write the job's progress record with this process's committed step
- * (best effort; graft_destroy() calls it for the last step; at a commit,
- * at_commit, through etcd_quick). */
-void graft__rt_publish_progress(graft_runtime_t *rt, bool at_commit);
+ * (best effort; graft_destroy() calls it for the last step; quick: through
+ * etcd_quick). */
+void graft__rt_publish_progress(graft_runtime_t *rt, bool quick);
 
 /* runtime_heal.c: start pulling this rank's regions from rank `rank` of
  * the donor groups (a background thread; graft_heal_wait() joins it). */

@@ -105,16 +105,19 @@ out:
  * its first committed step, then every PROGRESS_EVERY_NS by rank 0 of the
  * quorum's first group, so that tools see where a job on the steady path is
  * (its quorum record shows the epoch's first step), and at graft_destroy()
- * by every process. At a commit the write has a short timeout and no retry
- * (GRAFT__RT_PROGRESS_TIMEOUT_MS: an etcd that hangs must not hold the
- * training thread, whose steady path does not need etcd), and a failure is
- * retried at a commit PROGRESS_RETRY_NS later. */
+ * by every process. The first write is what a restart's cold-start check
+ * reads (job_progress), so it has the client's timeout and retries; the
+ * periodic ones have a short timeout and no retry (quick,
+ * GRAFT__RT_PROGRESS_TIMEOUT_MS: an etcd that hangs must not hold the
+ * training thread, whose steady path does not need etcd). A failure is
+ * retried at a commit PROGRESS_RETRY_NS later and logged once until a
+ * write succeeds. */
 #define PROGRESS_EVERY_NS (10ull * 1000000000ull)
 #define PROGRESS_RETRY_NS (1000ull * 1000000ull)
 /* graft_quorum() starts its tries of a round at least this far apart. */
 #define QUORUM_RETRY_NS (100ull * 1000000ull)
 
-void graft__rt_publish_progress(graft_runtime_t *rt, bool at_commit)
+void graft__rt_publish_progress(graft_runtime_t *rt, bool quick)
 {
     uint64_t step = graft_step(rt);
     uint8_t *buf = NULL;
@@ -124,15 +127,18 @@ void graft__rt_publish_progress(graft_runtime_t *rt, bool at_commit)
     char *key = graft__rt_key_progress(rt);
     graft_status_t st = key == NULL ? GRAFT_ENOMEM : graft__rt_progress_encode(step, &buf, &len);
     if (st == GRAFT_OK)
-        st = graft_etcd_put(at_commit ? rt->etcd_quick : rt->etcd, key, buf, len, 0, NULL, NULL);
+        st = graft_etcd_put(quick ? rt->etcd_quick : rt->etcd, key, buf, len, 0, NULL, NULL);
     if (st == GRAFT_OK) {
         rt->progress_published = true;
         rt->progress_step = step;
         rt->progress_ns = graft__now_ns();
+        rt->progress_failing = false;
     } else {
         rt->progress_retry_ns = graft__now_ns() + PROGRESS_RETRY_NS;
-        GRAFT_WARN(GRAFT_MOD_RUNTIME,
-                   "cannot write the progress record: %s", graft_status_string(st));
+        if (!rt->progress_failing)
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "cannot write the progress record: %s; trying again "
+                       "at a commit", graft_status_string(st));
+        rt->progress_failing = true;
     }
     graft_free(buf);
     graft_free(key);
@@ -144,7 +150,7 @@ static void progress_due(graft_runtime_t *rt, const graft_quorum_t *q)
     bool reporter = q->replica_rank == 0 && rt->rank == 0 &&
                     now - rt->progress_ns >= PROGRESS_EVERY_NS;
     if ((!rt->progress_published || reporter) && now >= rt->progress_retry_ns)
-        graft__rt_publish_progress(rt, true);
+        graft__rt_publish_progress(rt, rt->progress_published);
 }
 
 graft_status_t graft__rt_join(graft_runtime_t *rt)
