@@ -2,7 +2,8 @@
  * graftctl: the operator's command line. One file per command family:
  * graftctl_main.c (options, connection, dispatch), graftctl_job.c (status,
  * watch, drift, evict), graftctl_events.c (events) and graftctl_ckpt.c
- * (checkpoint roots, without etcd). Public headers only.
+ * (checkpoint roots, without etcd); graftctl_text.c escapes what others
+ * wrote before it is printed. Public headers only.
  *
  * Exit status: 0 success, 1 failure (etcd unreachable, unknown job, a
  * checkpoint that does not verify, ...), 2 bad usage.
@@ -71,6 +72,17 @@ json_t *graftctl_event_json(const graft_event_t *e);
 /* The recovery that ev[done_i] (a recovery_done) ends, with its phases cut
  * from the events before it (graftctl_events.c). */
 json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i);
+
+/* Text from etcd or a checkpoint file, for a human output
+ * (graftctl_text.c): printable UTF-8 as it is, control characters (C0,
+ * DEL, C1), bidirectional overrides and bytes that are not UTF-8 escaped
+ * (\x1b, \u{9b}, ...), a backslash doubled. Writes into buf (len bytes;
+ * longer text ends in "...") and returns it; "" for NULL. */
+#define GRAFTCTL_TEXT_LEN 4096
+const char *graftctl_text(const char *s, char *buf, size_t len);
+/* s as a JSON string: as it is when it is UTF-8 (jansson escapes control
+ * characters), else in graftctl_text()'s form. */
+json_t *graftctl_json_text(const char *s);
 
 /* Helpers shared by the commands. */
 void graftctl_print_json(void *json_t_root); /* prints and decrefs a json_t */
