@@ -115,9 +115,9 @@ static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
 
 static json_t *entry_json(const graft_persist_entry_t *e)
 {
-    return json_pack("{s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:b}", "step", (json_int_t)e->step, "state",
+    return json_pack("{s:I,s:s,s:s,s:o,s:I,s:I,s:I,s:b}", "step", (json_int_t)e->step, "state",
                      state_name(e->state), "status", graft_status_name(e->status), "reason",
-                     e->reason, "ranks", (json_int_t)e->ranks, "raw_bytes",
+                     graftctl_json_text(e->reason), "ranks", (json_int_t)e->ranks, "raw_bytes",
                      (json_int_t)e->raw_bytes, "unix_ms", (json_int_t)e->unix_ms,
                      "before_config_change", e->before_config_change);
 }
@@ -234,9 +234,10 @@ static int ckpt_ls(const graftctl_opts_t *o, const ckpt_args_t *a)
             json_object_set_new(j, "retention", json_string(cls));
             json_array_append_new(list, j);
         } else {
+            char reason[GRAFTCTL_TEXT_LEN];
             printf("%-10" PRIu64 " %-10s %-6" PRIu32 " %-14" PRIu64 " %-15" PRIu64 " %-13s %s\n",
                    e[i].step, state_name(e[i].state), e[i].ranks, e[i].raw_bytes, e[i].unix_ms,
-                   cls, e[i].reason);
+                   cls, graftctl_text(e[i].reason, reason, sizeof(reason)));
         }
     }
     if (o->json)
@@ -337,15 +338,17 @@ static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
             json_t *j = entry_json(&v);
             json_object_set_new(j, "ok", json_boolean(!bad));
             json_object_set_new(j, "sidecar", json_string(sidecar));
-            json_object_set_new(j, "sidecar_reason", json_string(why));
+            json_object_set_new(j, "sidecar_reason", graftctl_json_text(why));
             json_array_append_new(list, j);
         } else if (!bad) {
             printf("step %" PRIu64 ": ok (%s, %" PRIu32 " shards, %" PRIu64 " bytes)\n", v.step,
                    a->quick ? "quick" : "every chunk", v.ranks, v.raw_bytes);
         } else {
+            char reason[GRAFTCTL_TEXT_LEN], sidecar_why[GRAFTCTL_TEXT_LEN];
             printf("step %" PRIu64 ": FAILED: %s%s%s\n", v.step,
-                   st != GRAFT_OK ? v.reason : "", st != GRAFT_OK && why[0] ? "; " : "",
-                   why[0] ? why : "");
+                   st != GRAFT_OK ? graftctl_text(v.reason, reason, sizeof(reason)) : "",
+                   st != GRAFT_OK && why[0] ? "; " : "",
+                   graftctl_text(why, sidecar_why, sizeof(sidecar_why)));
         }
     }
     if (o->json)
@@ -360,6 +363,45 @@ out:
     json_decref(list);
     graft_free(e);
     return rc;
+}
+
+/* The manifest for a person: every name in it comes from the file, so
+ * each is escaped (graftctl_text). */
+static void inspect_print(json_t *m, const graft_persist_entry_t *v, graft_status_t vst,
+                          const char *sidecar, const char *why)
+{
+    char t[5][GRAFTCTL_TEXT_LEN];
+#define TEXT(i, s) graftctl_text((s), t[i], sizeof(t[i]))
+#define FIELD(obj, key) json_string_value(json_object_get((obj), (key)))
+    printf("step %" JSON_INTEGER_FORMAT " (%s%s%s), written %" JSON_INTEGER_FORMAT
+           " unix ms by graft %s, code revision %s\n",
+           json_integer_value(json_object_get(m, "step")), state_name(v->state),
+           vst != GRAFT_OK ? ": " : "", vst != GRAFT_OK ? TEXT(0, v->reason) : "",
+           json_integer_value(json_object_get(m, "unix_ms")), TEXT(1, FIELD(m, "library_version")),
+           TEXT(2, FIELD(m, "code_revision")));
+    printf("ranks %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " bytes (%" JSON_INTEGER_FORMAT
+           " stored), layout %s, sidecar %s%s%s\n",
+           json_integer_value(json_object_get(m, "ranks")),
+           json_integer_value(json_object_get(m, "raw_bytes")),
+           json_integer_value(json_object_get(m, "stored_bytes")), TEXT(3, FIELD(m, "layout_hash")),
+           sidecar, why[0] ? ": " : "", TEXT(4, why));
+    printf("\n%-32s %-8s %-6s %s\n", "REGION", "KIND", "DEVICE", "BYTES");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(m, "regions"), i, r)
+        printf("%-32s %-8s %-6s %" JSON_INTEGER_FORMAT "\n", TEXT(0, FIELD(r, "name")),
+               TEXT(1, FIELD(r, "kind")), TEXT(2, FIELD(r, "device")),
+               json_integer_value(json_object_get(r, "bytes")));
+    printf("\n%-6s %-6s %-24s %-8s %s\n", "RANK", "GROUP", "FILE", "CHUNKS", "BYTES");
+    json_array_foreach(json_object_get(m, "shards"), i, r)
+        printf("%-6" JSON_INTEGER_FORMAT " %-6" JSON_INTEGER_FORMAT " %-24s %-8" JSON_INTEGER_FORMAT
+               " %" JSON_INTEGER_FORMAT "\n",
+               json_integer_value(json_object_get(r, "rank")),
+               json_integer_value(json_object_get(r, "written_by_group")),
+               TEXT(0, FIELD(r, "file")), json_integer_value(json_object_get(r, "chunks")),
+               json_integer_value(json_object_get(r, "file_bytes")));
+#undef TEXT
+#undef FIELD
 }
 
 static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
@@ -382,43 +424,13 @@ static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
     json_t *m = json_loads(text, 0, NULL);
     graft_free(text);
     if (o->json) {
-        graftctl_print_json(json_pack("{s:o,s:s,s:s,s:s,s:s}", "manifest",
+        graftctl_print_json(json_pack("{s:o,s:s,s:o,s:s,s:o}", "manifest",
                                       m != NULL ? m : json_null(), "state", state_name(v.state),
-                                      "reason", v.reason, "sidecar", sidecar, "sidecar_reason",
-                                      why));
+                                      "reason", graftctl_json_text(v.reason), "sidecar", sidecar,
+                                      "sidecar_reason", graftctl_json_text(why)));
         return GRAFTCTL_OK;
     }
-    printf("step %" JSON_INTEGER_FORMAT " (%s%s%s), written %" JSON_INTEGER_FORMAT
-           " unix ms by graft %s, code revision %s\n",
-           json_integer_value(json_object_get(m, "step")), state_name(v.state),
-           vst != GRAFT_OK ? ": " : "", vst != GRAFT_OK ? v.reason : "",
-           json_integer_value(json_object_get(m, "unix_ms")),
-           json_string_value(json_object_get(m, "library_version")),
-           json_string_value(json_object_get(m, "code_revision")));
-    printf("ranks %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " bytes (%" JSON_INTEGER_FORMAT
-           " stored), layout %s, sidecar %s%s%s\n",
-           json_integer_value(json_object_get(m, "ranks")),
-           json_integer_value(json_object_get(m, "raw_bytes")),
-           json_integer_value(json_object_get(m, "stored_bytes")),
-           json_string_value(json_object_get(m, "layout_hash")), sidecar, why[0] ? ": " : "", why);
-    printf("\n%-32s %-8s %-6s %s\n", "REGION", "KIND", "DEVICE", "BYTES");
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(m, "regions"), i, r)
-        printf("%-32s %-8s %-6s %" JSON_INTEGER_FORMAT "\n",
-               json_string_value(json_object_get(r, "name")),
-               json_string_value(json_object_get(r, "kind")),
-               json_string_value(json_object_get(r, "device")),
-               json_integer_value(json_object_get(r, "bytes")));
-    printf("\n%-6s %-6s %-24s %-8s %s\n", "RANK", "GROUP", "FILE", "CHUNKS", "BYTES");
-    json_array_foreach(json_object_get(m, "shards"), i, r)
-        printf("%-6" JSON_INTEGER_FORMAT " %-6" JSON_INTEGER_FORMAT " %-24s %-8" JSON_INTEGER_FORMAT
-               " %" JSON_INTEGER_FORMAT "\n",
-               json_integer_value(json_object_get(r, "rank")),
-               json_integer_value(json_object_get(r, "written_by_group")),
-               json_string_value(json_object_get(r, "file")),
-               json_integer_value(json_object_get(r, "chunks")),
-               json_integer_value(json_object_get(r, "file_bytes")));
+    inspect_print(m, &v, vst, sidecar, why);
     json_decref(m);
     return GRAFTCTL_OK;
 }
@@ -515,8 +527,8 @@ static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
         if (graft_persist_verify(a->root, e[i].step, GRAFT_PERSIST_VERIFY_FULL, &v) == GRAFT_OK)
             chosen = &v;
         else
-            json_array_append_new(skipped, json_pack("{s:I,s:s}", "step", (json_int_t)v.step,
-                                                     "reason", v.reason));
+            json_array_append_new(skipped, json_pack("{s:I,s:o}", "step", (json_int_t)v.step,
+                                                     "reason", graftctl_json_text(v.reason)));
     }
     if (tty)
         fprintf(stderr, "\r\033[K");
@@ -527,10 +539,12 @@ static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
     } else {
         size_t i;
         json_t *x;
+        char reason[GRAFTCTL_TEXT_LEN];
         json_array_foreach(skipped, i, x)
             printf("skip step %" JSON_INTEGER_FORMAT ": %s\n",
                    json_integer_value(json_object_get(x, "step")),
-                   json_string_value(json_object_get(x, "reason")));
+                   graftctl_text(json_string_value(json_object_get(x, "reason")), reason,
+                                 sizeof(reason)));
         if (chosen != NULL)
             printf("would restore step %" PRIu64 " (%" PRIu32 " ranks, %" PRIu64 " bytes)\n",
                    chosen->step, chosen->ranks, chosen->raw_bytes);

@@ -129,14 +129,14 @@ json_t *graftctl_event_json(const graft_event_t *e)
     json_t *members = json_array();
     for (size_t i = 0; i < e->n_members; i++)
         json_array_append_new(members, json_integer(e->members[i]));
-    return json_pack("{s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:b,s:s}", "seq",
+    return json_pack("{s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:I,s:b,s:o}", "seq",
                      (json_int_t)e->seq, "kind", graft_event_kind_string(e->kind), "unix_ms",
                      (json_int_t)e->unix_ms, "group", (json_int_t)e->group, "rank",
                      (json_int_t)e->rank, "incarnation", (json_int_t)e->incarnation, "quorum_id",
                      (json_int_t)e->quorum_id, "round", (json_int_t)e->round, "step",
                      (json_int_t)e->step, "members", members, "duration_us",
                      (json_int_t)e->duration_us, "ok", e->ok, "detail",
-                     e->detail ? e->detail : "");
+                     graftctl_json_text(e->detail));
 }
 
 /* One recovery of a rank: its recovery_done and the events before it. */
@@ -175,16 +175,17 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
     for (size_t i = 0; assigned != NULL && i < assigned->n_members; i++)
         json_array_append_new(jd, json_integer(assigned->members[i]));
     double gbps = d->duration_us > 0 ? (double)bytes / ((double)d->duration_us * 1e3) : 0;
-    return json_pack("{s:I,s:I,s:I,s:I,s:b,s:I,s:o,s:f,s:o,s:s}", "seq", (json_int_t)d->seq,
+    return json_pack("{s:I,s:I,s:I,s:I,s:b,s:I,s:o,s:f,s:o,s:o}", "seq", (json_int_t)d->seq,
                      "group", (json_int_t)d->group, "rank", (json_int_t)d->rank, "step",
                      (json_int_t)d->step, "ok", d->ok, "bytes", (json_int_t)bytes, "donors", jd,
                      "throughput_gb_s", gbps, "phases_s", phases, "detail",
-                     d->detail ? d->detail : "");
+                     graftctl_json_text(d->detail));
 }
 
 static void print_event(const graft_event_t *e)
 {
     char members[128] = "";
+    char detail[GRAFTCTL_TEXT_LEN];
     size_t used = 0;
     for (size_t i = 0; i < e->n_members && used + 12 < sizeof(members); i++)
         used += (size_t)snprintf(members + used, sizeof(members) - used, "%s%" PRIu32,
@@ -192,7 +193,8 @@ static void print_event(const graft_event_t *e)
     printf("%-8" PRIu64 " %-15" PRIu64 " %-18s %-6" PRIu32 " %-5" PRIu32 " %-8" PRIu64
            " %-5" PRIu64 " %-10s %s\n",
            e->seq, e->unix_ms, graft_event_kind_string(e->kind), e->group, e->rank, e->step,
-           e->quorum_id, members[0] ? members : "-", e->detail ? e->detail : "");
+           e->quorum_id, members[0] ? members : "-",
+           graftctl_text(e->detail, detail, sizeof(detail)));
 }
 
 int graftctl_cmd_events(const graftctl_opts_t *o, int argc, char **argv)

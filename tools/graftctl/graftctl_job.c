@@ -161,12 +161,12 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
             if (graft_etcd_lease_ttl(c->etcd, m->lease_id, &ttl, NULL) != GRAFT_OK)
                 ttl = -1;
             json_array_append_new(
-                jranks, json_pack("{s:I,s:s,s:I,s:I,s:s,s:I,s:s,s:I,s:I}", "rank",
+                jranks, json_pack("{s:I,s:s,s:I,s:I,s:o,s:I,s:o,s:I,s:I}", "rank",
                                   (json_int_t)m->rank, "state", member_state_name(m->state),
                                   "step", (json_int_t)m->committed_step, "incarnation",
-                                  (json_int_t)m->incarnation, "host", m->host ? m->host : "", "pid",
-                                  (json_int_t)m->pid, "transfer_address",
-                                  m->transfer_address ? m->transfer_address : "",
+                                  (json_int_t)m->incarnation, "host", graftctl_json_text(m->host),
+                                  "pid", (json_int_t)m->pid, "transfer_address",
+                                  graftctl_json_text(m->transfer_address),
                                   "lease_ttl_s", (json_int_t)ttl, "lease_id",
                                   (json_int_t)m->lease_id));
         }
@@ -235,7 +235,7 @@ static void status_print(json_t *s)
         if (json_array_size(ranks) == 0)
             printf("%-6" JSON_INTEGER_FORMAT " %-10s %-5s\n", group, health, "-");
         json_array_foreach(ranks, ri, r) {
-            char lease[24];
+            char lease[24], addr[GRAFTCTL_TEXT_LEN];
             json_int_t ttl = json_integer_value(json_object_get(r, "lease_ttl_s"));
             snprintf(lease, sizeof(lease), ttl < 0 ? "gone" : "%" JSON_INTEGER_FORMAT "s", ttl);
             printf("%-6" JSON_INTEGER_FORMAT " %-10s %-5" JSON_INTEGER_FORMAT
@@ -246,7 +246,8 @@ static void status_print(json_t *s)
                    json_integer_value(json_object_get(r, "step")),
                    json_integer_value(json_object_get(r, "incarnation")),
                    json_integer_value(json_object_get(r, "pid")), lease,
-                   json_string_value(json_object_get(r, "transfer_address")));
+                   graftctl_text(json_string_value(json_object_get(r, "transfer_address")),
+                                 addr, sizeof(addr)));
         }
     }
 }
@@ -307,7 +308,7 @@ int graftctl_cmd_watch(const graftctl_opts_t *o, int argc, char **argv)
         }
         if (o->json) {
             /* One object per line, for scripts that follow the stream. */
-            char *text = json_dumps(s, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            char *text = json_dumps(s, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
             if (text != NULL)
                 printf("%s\n", text);
             free(text);
@@ -386,13 +387,13 @@ int graftctl_cmd_drift(const graftctl_opts_t *o, int argc, char **argv)
                           "check_records", (json_int_t)records, "drift_events", (json_int_t)ndrift,
                           "last_drift",
                           last == NULL ? json_null()
-                                       : json_pack("{s:I,s:I,s:I,s:I,s:I,s:s}", "seq",
+                                       : json_pack("{s:I,s:I,s:I,s:I,s:I,s:o}", "seq",
                                                    (json_int_t)last->seq, "step",
                                                    (json_int_t)last->step, "group",
                                                    (json_int_t)last->group, "rank",
                                                    (json_int_t)last->rank, "unix_ms",
                                                    (json_int_t)last->unix_ms, "detail",
-                                                   last->detail ? last->detail : ""));
+                                                   graftctl_json_text(last->detail)));
     if (o->json) {
         graftctl_print_json(j);
     } else {
@@ -401,12 +402,14 @@ int graftctl_cmd_drift(const graftctl_opts_t *o, int argc, char **argv)
                    last_check, records);
         else
             printf("no replica hash comparison recorded\n");
+        char detail[GRAFTCTL_TEXT_LEN];
         if (last == NULL)
             printf("no drift in the history\n");
         else
             printf("DRIFT (%zu events); newest at step %" PRIu64 ", group %" PRIu32
                    " rank %" PRIu32 ": %s\n",
-                   ndrift, last->step, last->group, last->rank, last->detail ? last->detail : "");
+                   ndrift, last->step, last->group, last->rank,
+                   graftctl_text(last->detail, detail, sizeof(detail)));
         json_decref(j);
     }
     rc = last != NULL ? GRAFTCTL_FAIL : GRAFTCTL_OK;

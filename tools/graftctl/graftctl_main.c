@@ -78,7 +78,9 @@ void graftctl_print_json(void *root)
         fprintf(stderr, "graftctl: out of memory\n");
         return;
     }
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    /* ASCII only: a C1 control (U+0080..U+009F) that jansson would write
+     * as UTF-8 reaches a terminal as \u0080..\u009f instead. */
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
     if (text != NULL)
         printf("%s\n", text);
     free(text);
