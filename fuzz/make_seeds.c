@@ -402,6 +402,44 @@ static void runtime_seeds(void)
     graft_free(rec);
 }
 
+/* fuzz_drift, fuzz_progress, fuzz_eventseq: the runtime's DriftRecord
+ * (of the harness's region table, and of another table that shares one
+ * name with it), its ProgressRecord, and the history's counter. */
+static void record_seeds(void)
+{
+    static char *mine[] = {"params", "optim", "rng"};
+    static char *other[] = {"optim", "embedding"};
+    graft__rt_region_t regions[3];
+    graft_runtime_t *rt = calloc(1, sizeof(*rt));
+    uint64_t hashes[3] = {0x1111222233334444ull, 0x5555666677778888ull, 42};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (rt == NULL)
+        die("out of memory");
+    memset(regions, 0, sizeof(regions));
+    for (size_t i = 0; i < 3; i++)
+        regions[i].name = mine[i];
+    rt->regions = regions;
+    rt->n_regions = 3;
+    rt->group = 3;
+    graft_status_t st = graft__rt_drift_encode(rt, hashes, &buf, &len);
+    seed_owned("fuzz_drift", "three_regions", st, buf, len);
+    for (size_t i = 0; i < 2; i++)
+        regions[i].name = other[i];
+    rt->n_regions = 2;
+    rt->group = 0;
+    st = graft__rt_drift_encode(rt, hashes, &buf, &len);
+    seed_owned("fuzz_drift", "other_table", st, buf, len);
+    free(rt);
+    st = graft__rt_progress_encode(1234, &buf, &len);
+    seed_owned("fuzz_progress", "step_1234", st, buf, len);
+    st = graft__rt_progress_encode(0, &buf, &len);
+    seed_owned("fuzz_progress", "step_0", st, buf, len);
+    seed("fuzz_eventseq", "one", "", 0, "1", 1);
+    seed("fuzz_eventseq", "seq_4096", "", 0, "4096", 4);
+    seed("fuzz_eventseq", "max", "", 0, "18446744073709551615", 20);
+}
+
 int main(void)
 {
     if (mkdir("fuzz/corpus", 0755) != 0 && errno != EEXIST)
@@ -412,5 +450,6 @@ int main(void)
     persist_seeds();
     shard_record_seeds();
     runtime_seeds();
+    record_seeds();
     return 0;
 }

@@ -7,8 +7,10 @@
  */
 #include "etcd_internal.h"
 
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_OK;
@@ -26,6 +28,95 @@ graft_status_t graft__etcd_curl_init(void)
         return GRAFT_ESYS;
     }
     return GRAFT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Where the endpoints are                                                  */
+/* ------------------------------------------------------------------------ */
+
+bool graft_etcd_endpoint_is_loopback(const char *url)
+{
+    char host[256];
+    const char *p = url != NULL ? strstr(url, "://") : NULL;
+    if (p == NULL)
+        return false;
+    p += 3;
+    size_t n = strcspn(p, "/?#");
+    const char *at = memchr(p, '@', n); /* user:password@host */
+    if (at != NULL) {
+        n -= (size_t)(at + 1 - p);
+        p = at + 1;
+    }
+    if (n > 0 && p[0] == '[') {
+        const char *close = memchr(p, ']', n);
+        if (close == NULL)
+            return false;
+        n = (size_t)(close - p - 1);
+        p++;
+    } else {
+        const char *colon = memchr(p, ':', n);
+        if (colon != NULL)
+            n = (size_t)(colon - p);
+    }
+    if (n == 0 || n >= sizeof(host))
+        return false;
+    memcpy(host, p, n);
+    host[n] = '\0';
+    if (strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.") == 0)
+        return true;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
+}
+
+bool graft_etcd_config_is_private(const graft_etcd_config_t *config, const char **first_p,
+                                  const char **why_p)
+{
+    bool authenticated = config->username != NULL || config->cert_file != NULL;
+    for (size_t i = 0; i < config->n_endpoints; i++) {
+        const char *e = config->endpoints[i];
+        const char *why = NULL;
+        if (graft_etcd_endpoint_is_loopback(e))
+            continue;
+        if (e == NULL || strncmp(e, "https://", 8) != 0)
+            why = "plain http to an address that is not loopback: what the job keeps there "
+                  "would cross the network in clear";
+        else if (!authenticated)
+            why = "https without authentication (no user, no client certificate): anyone who "
+                  "reaches etcd reads what the job keeps there";
+        if (why == NULL)
+            continue;
+        if (first_p != NULL)
+            *first_p = e != NULL ? e : "(null)";
+        if (why_p != NULL)
+            *why_p = why;
+        return false;
+    }
+    return true;
+}
+
+/* A password sent over plain http crosses the network in clear (etcd's
+ * JSON gateway takes it in the body of /v3/auth/authenticate): said once
+ * per process, whatever the number of clients. */
+static void password_in_clear_warn(const graft_etcd_config_t *config)
+{
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    if (config->password == NULL)
+        return;
+    for (size_t i = 0; i < config->n_endpoints; i++) {
+        const char *e = config->endpoints[i];
+        if (strncmp(e, "http://", 7) != 0 || graft_etcd_endpoint_is_loopback(e))
+            continue;
+        if (!atomic_flag_test_and_set(&warned))
+            GRAFT_WARN(GRAFT_MOD_ETCD, "etcd password for user '%s' goes over plain http to %s: "
+                       "anyone on the path reads it; use https:// endpoints (etcd "
+                       "--cert-file/--key-file) or client certificates", config->username, e);
+        return;
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -68,6 +159,7 @@ graft_status_t graft_etcd_create(const graft_etcd_config_t *config, graft_etcd_t
     st = graft__etcd_curl_init();
     if (st != GRAFT_OK)
         goto out;
+    password_in_clear_warn(config);
 
     st = GRAFT_ENOMEM;
     etcd = graft__calloc(1, sizeof(*etcd));

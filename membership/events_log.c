@@ -22,14 +22,11 @@ static void learn_seq(graft_membership_t *m, const graft_etcd_txn_result_t *res)
     int64_t mod = 0;
     if (res->n_ranges == 1 && res->ranges[0].n_kvs == 1) {
         const graft_etcd_kv_t *kv = &res->ranges[0].kvs[0];
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull((const char *)kv->value, &end, 10);
         mod = kv->mod_revision;
         /* A counter that does not parse is replaced by the next append
          * (compare on its mod_revision) rather than blocking the history. */
-        if (kv->value_len > 0 && errno == 0 && end == (const char *)kv->value + kv->value_len)
-            seq = v;
+        if (graft__mship_eventseq_decode(kv->value, kv->value_len, &seq) != GRAFT_OK)
+            seq = 0;
     }
     pthread_mutex_lock(&m->mu);
     if (mod >= m->view.eventseq_mod) {

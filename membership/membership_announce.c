@@ -281,6 +281,8 @@ void graft__mship_view_adopt(graft_membership_t *m, const graft_quorum_t *q, int
         m->view.quorum = copy;
         copy = NULL;
         m->view.quorum_mod = revision;
+        m->view.quorum_bad_mod = 0;
+        m->view.quorum_followed = true;
         m->view.version++;
         pthread_cond_broadcast(&m->cv);
     }

@@ -414,9 +414,29 @@ static ptrdiff_t member_index(const uint32_t *members, size_t n, uint32_t g)
  * comes from etcd, so the check costs O(n log n) in its size: a record of
  * many recoveries and donors must not keep a reader busy for seconds.
  * GRAFT_EMALFORMED when it is not consistent. */
+graft_status_t graft__mship_eventseq_decode(const uint8_t *buf, size_t len, uint64_t *seq_p)
+{
+    uint64_t v = 0;
+    if (buf == NULL || len == 0 || len > 20)
+        return GRAFT_EMALFORMED;
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] < '0' || buf[i] > '9')
+            return GRAFT_EMALFORMED;
+        uint64_t d = (uint64_t)(buf[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return GRAFT_EMALFORMED;
+        v = v * 10 + d;
+    }
+    *seq_p = v;
+    return GRAFT_OK;
+}
+
 static graft_status_t quorum_check(const Graft__Quorum *rec)
 {
-    if (rec->id == 0 || rec->round == 0 || rec->n_members == 0)
+    /* A round or id near the top would wrap when the next one is counted
+     * from it. */
+    if (rec->id == 0 || rec->round == 0 || rec->n_members == 0 || rec->id >= UINT64_MAX / 2 ||
+        rec->round >= UINT64_MAX / 2)
         return GRAFT_EMALFORMED;
     for (size_t i = 1; i < rec->n_members; i++)
         if (rec->members[i] <= rec->members[i - 1])

@@ -96,6 +96,11 @@ GRAFT_WUR graft_status_t graft__mship_quorum_copy(const graft_quorum_t *src, gra
 
 GRAFT_WUR graft_status_t graft__mship_event_encode(const graft_event_t *ev, uint8_t **buf_p,
                                                    size_t *len_p);
+/* The eventseq counter: 1 to 20 decimal digits that fill the value, no
+ * sign, no space, no overflow; GRAFT_EMALFORMED otherwise. Reads only
+ * buf[0..len). */
+GRAFT_WUR graft_status_t graft__mship_eventseq_decode(const uint8_t *buf, size_t len,
+                                                      uint64_t *seq_p);
 GRAFT_WUR graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len,
                                                    graft_event_t *ev_p);
 void graft__mship_event_clear(graft_event_t *ev);
@@ -164,6 +169,21 @@ typedef struct graft__mview {
     uint64_t malformed;
     uint64_t resyncs;
     uint64_t members_gen; /* increases when a member record changes */
+    /* The quorum key when its record does not decode: that record's
+     * mod_revision (0: the key decodes or is absent) and why. followed:
+     * the view saw the key go from the good record it keeps (quorum) to
+     * the bad one, with no re-read or delete between; a member then puts
+     * the good record back by compare-and-swap on bad_mod
+     * (graft__mship_quorum_repair). */
+    int64_t quorum_bad_mod;
+    graft_status_t quorum_bad_reason;
+    bool quorum_followed;
+    uint64_t repair_after_ns; /* back-off of a repair that failed (either kind) */
+    /* This rank's own member record when it does not decode (someone wrote
+     * over it): its mod_revision, 0 when none; the rank writes its record
+     * again (graft__mship_member_repair). */
+    int64_t own_member_bad_mod;
+    graft_status_t own_member_bad_reason;
 } graft__mview_t;
 
 /*
@@ -307,6 +327,14 @@ bool graft__mship_same_live_groups(const graft__qmember_t *mem, size_t n, uint32
 
 /* Put a round this rank formed into its view at once. */
 void graft__mship_view_adopt(graft_membership_t *m, const graft_quorum_t *q, int64_t revision);
+/* membership_repair.c: a quorum record that does not decode. The repair
+ * runs on the quorum watch's thread after each batch of events (and again
+ * after a back-off while it fails); the event is also recorded by a
+ * formation that replaced such a record. */
+void graft__mship_quorum_repair(graft_membership_t *m);
+void graft__mship_member_repair(graft_membership_t *m);
+void graft__mship_quorum_replaced_event(graft_membership_t *m, graft_status_t reason,
+                                        const graft_quorum_t *q);
 
 /* Read the round's ready records. */
 GRAFT_WUR graft_status_t graft__mship_read_ready(graft_membership_t *m, uint64_t round,

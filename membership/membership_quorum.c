@@ -450,6 +450,8 @@ graft_status_t graft_membership_quorum_wait_opts(graft_membership_t *m, uint64_t
         if (st == GRAFT_OK)
             st = graft__quorum_decide(&in, &d, &formed);
         int64_t quorum_mod = m->view.quorum_mod;
+        bool replaces_bad = quorum_mod != 0 && m->view.quorum_bad_mod == quorum_mod;
+        graft_status_t bad_reason = m->view.quorum_bad_reason;
         uint64_t version = m->view.version;
         bool prev_known = m->view.quorum != NULL;
         uint64_t prev_id = prev_known ? m->view.quorum->id : 0;
@@ -480,6 +482,8 @@ graft_status_t graft_membership_quorum_wait_opts(graft_membership_t *m, uint64_t
                 GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
                             " with %zu groups", m->job, formed->round, formed->id,
                             formed->n_members);
+                if (replaces_bad)
+                    graft__mship_quorum_replaced_event(m, bad_reason, formed);
                 formation_events(m, formed, !prev_known || prev_id != formed->id);
                 if (graft__mship_has_group(formed, m->cfg.group)) {
                     pthread_mutex_lock(&m->mu);

@@ -153,6 +153,8 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
     case GRAFT__MKEY_MEMBER: {
         graft_member_t mem;
         v->members_gen++;
+        if (k.group == m->cfg.group && k.rank == m->cfg.rank)
+            v->own_member_bad_mod = 0; /* set again below if this one is bad too */
         if (!is_put) {
             member_entry_remove(v, k.group, k.rank);
             break;
@@ -172,6 +174,10 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
             break;
         report_malformed(m, v, kv, st);
         member_entry_remove(v, k.group, k.rank);
+        if (k.group == m->cfg.group && k.rank == m->cfg.rank && !m->cfg.observer) {
+            v->own_member_bad_mod = kv->mod_revision;
+            v->own_member_bad_reason = st;
+        }
         st = GRAFT_OK;
         break;
     }
@@ -205,18 +211,25 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
          * compare-and-swap can replace even a record that does not decode;
          * the last good record stays as the reference for ids and rounds. */
         v->quorum_mod = is_put ? kv->mod_revision : 0;
-        if (!is_put)
+        v->quorum_bad_mod = 0;
+        if (!is_put) {
+            v->quorum_followed = false;
             break;
+        }
         graft_quorum_t *q = NULL;
         st = graft__mship_quorum_decode(kv->value, kv->value_len, &q);
         if (st == GRAFT_OK) {
             graft_membership_quorum_free(v->quorum);
             v->quorum = q;
+            v->quorum_followed = true;
             break;
         }
         if (st == GRAFT_ENOMEM)
             break;
         report_malformed(m, v, kv, st);
+        v->quorum_bad_mod = kv->mod_revision;
+        v->quorum_bad_reason = st;
+        v->repair_after_ns = 0;
         st = GRAFT_OK;
         break;
     }
@@ -229,11 +242,10 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
         /* An append of this handle may already have taught us a newer one. */
         if (kv->mod_revision < v->eventseq_mod)
             break;
-        char *end = NULL;
-        errno = 0;
-        unsigned long long seq = strtoull((const char *)kv->value, &end, 10);
+        uint64_t seq = 0;
         v->eventseq_mod = kv->mod_revision;
-        if (kv->value_len == 0 || errno != 0 || end != (const char *)kv->value + kv->value_len) {
+        if (graft__mship_eventseq_decode(kv->value, kv->value_len, &seq) != GRAFT_OK) {
+            /* The next append replaces it (compare on its mod_revision). */
             report_malformed(m, v, kv, GRAFT_EMALFORMED);
             break;
         }
@@ -270,8 +282,11 @@ static void view_clear_owned(graft__mview_t *v, graft__mkey_kind_t owns)
         break;
     case GRAFT__MKEY_QUORUM:
         /* Keep the last good quorum even if the key now holds garbage or
-         * was deleted: ids and rounds must never go backwards. */
+         * was deleted: ids and rounds must never go backwards. But it may
+         * not be the record the key held last: no repair puts it back. */
         v->quorum_mod = 0;
+        v->quorum_bad_mod = 0;
+        v->quorum_followed = false;
         break;
     default:
         break;
@@ -361,6 +376,10 @@ static void *watch_main(void *arg)
             }
             continue;
         }
+        if (w->owns == GRAFT__MKEY_QUORUM)
+            graft__mship_quorum_repair(m);
+        if (w->owns == GRAFT__MKEY_MEMBER)
+            graft__mship_member_repair(m);
         graft_etcd_event_t *evs = NULL;
         size_t n = 0;
         st = graft_etcd_watch_next(w->w, VIEW_POLL_MS, &evs, &n);
@@ -468,6 +487,8 @@ graft_status_t graft_membership_view_get(graft_membership_t *m, graft_membership
     out->revision = v->revision;
     out->malformed = v->malformed;
     out->resyncs = v->resyncs;
+    out->quorum_bad_mod = v->quorum_bad_mod;
+    out->quorum_bad_reason = v->quorum_bad_reason;
     if (v->n_members > 0) {
         out->members = graft__calloc(v->n_members, sizeof(*out->members));
         out->healthy_groups = graft__calloc(v->n_members, sizeof(*out->healthy_groups));

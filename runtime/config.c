@@ -233,6 +233,10 @@ graft_status_t graft_config_get(const graft_config_t *config, const char *name, 
     switch (f->type) {
     case FIELD_STRING: {
         const char *s = *(char *const *)slot;
+        /* The password is never read back (so no dump of the settings
+         * shows it): a fixed text says whether one is set. */
+        if (s != NULL && f->offset == offsetof(graft_config_t, etcd_password))
+            s = GRAFT_CONFIG_REDACTED;
         text = graft__strdup(s != NULL ? s : "");
         break;
     }

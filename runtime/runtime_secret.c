@@ -1,8 +1,9 @@
 /*
  * Where the job's secret comes from (docs/SECURITY.md, "The job secret"):
- * GRAFT_JOB_SECRET in the environment, else the file job_secret_file names,
- * else the job's `secret` record in etcd, which the job's first process
- * creates. The transfer handshake and the steady path's messages are keyed
+ * GRAFT_JOB_SECRET in the environment (unset once read), else the file
+ * job_secret_file names, else the job's `secret` record in etcd, which the
+ * job's first process creates, and only where etcd is reached over https
+ * with authentication or on loopback. The transfer handshake and the steady path's messages are keyed
  * with it. The secret is read here and nowhere else: it is not a setting
  * (so no configuration dump can print it), no message names more than where
  * it came from, and graft_destroy() wipes the runtime's copy.
@@ -24,7 +25,8 @@
 static graft_status_t secret_set(graft_runtime_t *rt, const uint8_t *bytes, size_t len,
                                  const char *source)
 {
-    if (len < GRAFT_TRANSFER_SECRET_MIN_BYTES || len > GRAFT_TRANSFER_SECRET_MAX_BYTES) {
+    if (bytes == NULL || len < GRAFT_TRANSFER_SECRET_MIN_BYTES ||
+        len > GRAFT_TRANSFER_SECRET_MAX_BYTES) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "config: %s: the job secret has %zu bytes; it must have "
                     "%u to %u", source, len, GRAFT_TRANSFER_SECRET_MIN_BYTES,
                     GRAFT_TRANSFER_SECRET_MAX_BYTES);
@@ -159,6 +161,41 @@ out:
     return st;
 }
 
+/* The variable's bytes, then the variable is gone from the environment, so
+ * that the processes this one starts do not inherit the secret. */
+static graft_status_t secret_from_env(graft_runtime_t *rt, const char *env, const char *file)
+{
+    char copy[GRAFT_TRANSFER_SECRET_MAX_BYTES + 1];
+    size_t len = strlen(env);
+    if (file != NULL)
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "job secret from " SECRET_ENV "; job_secret_file '%s' "
+                   "not read", file);
+    if (len < sizeof(copy))
+        memcpy(copy, env, len);
+    if (unsetenv(SECRET_ENV) != 0)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "unsetenv " SECRET_ENV ": %s", strerror(errno));
+    graft_status_t st = len < sizeof(copy) ? secret_set(rt, (const uint8_t *)copy, len, SECRET_ENV)
+                                           : secret_set(rt, NULL, len, SECRET_ENV);
+    explicit_bzero(copy, sizeof(copy));
+    return st;
+}
+
+/* The job keeps its secret in etcd only where neither the network nor
+ * whoever reaches etcd can read it (docs/SECURITY.md, "The job secret"). */
+static graft_status_t secret_etcd_allowed(const graft_runtime_t *rt)
+{
+    const char *endpoint = NULL, *why = NULL;
+    if (graft_etcd_config_is_private(&rt->etcd_cfg, &endpoint, &why))
+        return GRAFT_OK;
+    GRAFT_ERROR(GRAFT_MOD_RUNTIME, "job secret: neither " SECRET_ENV " nor job_secret_file "
+                "gives it, and the job does not keep it in etcd at %s: %s. Give every process "
+                "of the job the same secret (16 to 256 bytes) in a file only its owner can "
+                "read, named by job_secret_file (GRAFT_JOB_SECRET_FILE), or in " SECRET_ENV
+                "; or reach etcd over https with a user or a client certificate, or on "
+                "loopback (docs/SECURITY.md)", endpoint, why);
+    return GRAFT_EINVAL;
+}
+
 graft_status_t graft__rt_secret_load(graft_runtime_t *rt)
 {
     const char *env = getenv(SECRET_ENV);
@@ -168,14 +205,13 @@ graft_status_t graft__rt_secret_load(graft_runtime_t *rt)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "GRAFT_JOB_TOKEN is no longer read: the job secret comes "
                    "from " SECRET_ENV ", job_secret_file or the job's record in etcd "
                    "(docs/SECURITY.md)");
-    if (env != NULL) {
-        if (file != NULL)
-            GRAFT_INFO(GRAFT_MOD_RUNTIME, "job secret from " SECRET_ENV "; job_secret_file '%s' "
-                       "not read", file);
-        return secret_set(rt, (const uint8_t *)env, strlen(env), SECRET_ENV);
-    }
+    if (env != NULL)
+        return secret_from_env(rt, env, file);
     if (file != NULL && file[0] != '\0')
         return secret_from_file(rt, file);
+    graft_status_t allowed = secret_etcd_allowed(rt);
+    if (allowed != GRAFT_OK)
+        return allowed;
     /* A process started while etcd is away (restarting, electing a leader)
      * waits for it as its first quorum would, up to quorum_timeout_ms,
      * instead of failing its start. */

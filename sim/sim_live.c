@@ -16,6 +16,7 @@
 #include <graft/membership.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -173,6 +174,39 @@ static char *sim_env(const char *k, const char *fmt, ...)
     return s;
 }
 
+/*
+ * With --netns the trainers reach etcd on the hub address, plain http and
+ * not loopback, where the library does not keep the job's secret in etcd
+ * (docs/SECURITY.md): the run gives them one in a file of its directory,
+ * readable by its owner only.
+ */
+static graft_status_t sim_secret_file(const char *dir, char *path, size_t len)
+{
+    unsigned char raw[32];
+    char hex[2 * sizeof(raw) + 2];
+    snprintf(path, len, "%s/job-secret", dir);
+    int rnd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (rnd < 0 || read(rnd, raw, sizeof(raw)) != (ssize_t)sizeof(raw)) {
+        if (rnd >= 0)
+            close(rnd);
+        fprintf(stderr, "graft-sim run: error: /dev/urandom: %s\n", strerror(errno));
+        return GRAFT_ESYS;
+    }
+    close(rnd);
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    hex[2 * sizeof(raw)] = '\n';
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && write(fd, hex, 2 * sizeof(raw) + 1) == (ssize_t)(2 * sizeof(raw) + 1);
+    if (fd >= 0 && close(fd) != 0)
+        ok = false;
+    if (!ok) {
+        fprintf(stderr, "graft-sim run: error: %s: %s\n", path, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    return GRAFT_OK;
+}
+
 const char *graft_sim_trainer_path(char *buf, size_t len)
 {
     const char *t = getenv("GRAFT_SIM_TRAINER");
@@ -277,6 +311,13 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
      * soak run. The caller's own choice wins. */
     if (graft_sim_net == NULL && getenv("UCX_NET_DEVICES") == NULL)
         env[e++] = sim_env("UCX_NET_DEVICES", "%s", "lo");
+    char secret_path[PATH_MAX + 16];
+    if (graft_sim_net != NULL && getenv("GRAFT_JOB_SECRET") == NULL) {
+        st = sim_secret_file(r.dir, secret_path, sizeof(secret_path));
+        if (st != GRAFT_OK)
+            goto out;
+        env[e++] = sim_env("GRAFT_JOB_SECRET_FILE", "%s", secret_path);
+    }
     for (int i = 0; i < e; i++) {
         if (env[i] == NULL) {
             st = GRAFT_ENOMEM;

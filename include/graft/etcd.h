@@ -138,6 +138,30 @@ GRAFT_WUR graft_status_t graft_etcd_endpoints_split(const char *list, char ***en
                                                     size_t *n_p);
 
 /**
+ * @brief Is an endpoint's host on this machine's loopback: an IPv4 address
+ *        in 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z), or the name
+ *        "localhost"? Other names are not resolved, so they are not.
+ * @param [in] url  "http://host:port" or "https://[v6]:port" (NULL: false).
+ * @return true when it is.
+ */
+bool graft_etcd_endpoint_is_loopback(const char *url);
+
+/**
+ * @brief Is what crosses this configuration's connections private: every
+ *        endpoint either on loopback, or https with authentication (a
+ *        username or a client certificate), so that a value neither
+ *        crosses a network in clear nor is read by whoever reaches etcd?
+ *        The job secret is kept in etcd only then (docs/SECURITY.md).
+ * @param [in]  config   the configuration (endpoints, username, cert_file).
+ * @param [out] first_p  when not, the first endpoint that is not (owned by
+ *                       config); may be NULL.
+ * @param [out] why_p    when not, a static phrase saying why; may be NULL.
+ * @return true when it is.
+ */
+bool graft_etcd_config_is_private(const graft_etcd_config_t *config, const char **first_p,
+                                  const char **why_p);
+
+/**
  * @brief Free what graft_etcd_endpoints_split() returned. Accepts NULL.
  * @param [in] endpoints  the array.
  * @param [in] n          its length.

@@ -135,11 +135,19 @@ extern "C" {
  * The job secret (docs/SECURITY.md) keys the transfer handshake and the
  * steady path's messages; it is not a setting, so no dump of the settings
  * shows it. graft_init() takes it from the environment variable
- * GRAFT_JOB_SECRET (16 to 256 bytes) when set; else from job_secret_file, a
- * regular file that only its owner may read or write (mode & 077 == 0,
- * refused otherwise; 16 to 256 bytes, a trailing newline is not part of
- * it); else from the job's record /graft/<job>/secret in etcd, 32 random
- * bytes that the job's first process creates and every other one reads.
+ * GRAFT_JOB_SECRET (16 to 256 bytes) when set, and then removes the
+ * variable from the environment (children do not inherit it); else from
+ * job_secret_file, a regular file that only its owner may read or write
+ * (mode & 077 == 0, refused otherwise; 16 to 256 bytes, a trailing newline
+ * is not part of it); else from the job's record /graft/<job>/secret in
+ * etcd, 32 random bytes that the job's first process creates and every
+ * other one reads, but only when every etcd endpoint is on loopback or is
+ * https with etcd_user or etcd_cert set: elsewhere graft_init() fails with
+ * GRAFT_EINVAL and says how to give a secret.
+ *
+ * etcd_password is never read back: graft_config_get() gives
+ * GRAFT_CONFIG_REDACTED when one is set. A password over plain http to an
+ * address that is not loopback is warned about once per process.
  *
  * steady_path peers: once a quorum has formed in etcd, the steps that change
  * nothing but the step number (same groups, same processes) are agreed
@@ -182,12 +190,17 @@ void graft_config_destroy(graft_config_t *config);
 GRAFT_WUR graft_status_t graft_config_set(graft_config_t *config, const char *name,
                                           const char *value, char **error_p);
 
+/** What graft_config_get() gives for etcd_password when one is set: the
+ *  password itself is never read back. */
+#define GRAFT_CONFIG_REDACTED "(set, not shown)"
+
 /**
  * @brief Read a setting back as text.
  * @param [in]  config   the configuration.
  * @param [in]  name     a name from the table above.
  * @param [out] value_p  a copy of its text form ("" when unset); free with
- *                       graft_free().
+ *                       graft_free(). For etcd_password, when set, the fixed
+ *                       text GRAFT_CONFIG_REDACTED, never the password.
  * @return GRAFT_OK, GRAFT_ENOTFOUND, GRAFT_ENOMEM.
  */
 GRAFT_WUR graft_status_t graft_config_get(const graft_config_t *config, const char *name,

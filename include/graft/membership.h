@@ -186,6 +186,12 @@ typedef struct graft_membership_view {
     size_t n_healthy_groups;
     uint64_t malformed;        /**< records skipped because they did not decode */
     uint64_t resyncs;          /**< full re-reads after compaction */
+    /** The quorum key holds a record that does not decode: its
+     *  mod_revision (0: none) and why (GRAFT_EMALFORMED, GRAFT_EFORMAT).
+     *  The view treats it as absent; a member or the next formation
+     *  replaces it by compare-and-swap. */
+    int64_t quorum_bad_mod;
+    graft_status_t quorum_bad_reason;
 } graft_membership_view_t;
 
 /**
@@ -521,6 +527,11 @@ typedef enum graft_event_kind {
     GRAFT_EVENT_DRIFT = 9,
     GRAFT_EVENT_ERROR = 10
 } graft_event_kind_t;
+
+/** How the detail of an error event begins when it reports a quorum
+ *  record that did not decode: "quorum record at <key> does not decode:
+ *  <reason>; replaced at round <N>" (docs/KEYS.md). */
+#define GRAFT_MEMBERSHIP_QUORUM_BAD_TEXT "quorum record"
 
 /** One event of the job's history. */
 typedef struct graft_event {

@@ -101,8 +101,28 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A quorum record that does not decode (docs/KEYS.md): the one the key
+ * holds now, else the latest replacement the history records; null when
+ * neither. */
+static json_t *quorum_record_json(const graftctl_conn_t *c, const graft_membership_view_t *v,
+                                  const graft_event_t *ev, size_t nev)
+{
+    if (v->quorum_bad_mod != 0)
+        return json_sprintf(GRAFT_MEMBERSHIP_QUORUM_BAD_TEXT " at %squorum does not decode: %s "
+                            "(mod_revision %" PRId64 "); the next formation replaces it",
+                            c->prefix, graft_status_string(v->quorum_bad_reason),
+                            v->quorum_bad_mod);
+    static const char lead[] = GRAFT_MEMBERSHIP_QUORUM_BAD_TEXT " at ";
+    for (size_t i = nev; i-- > 0;)
+        if (ev[i].kind == GRAFT_EVENT_ERROR && ev[i].detail != NULL &&
+            strncmp(ev[i].detail, lead, strlen(lead)) == 0)
+            return json_string(ev[i].detail);
+    return json_null();
+}
+
 json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p)
 {
+    json_t *jrecord = NULL;
     graft_status_t st;
     graft_membership_view_t *v = NULL;
     graft_quorum_t *q = NULL;
@@ -140,6 +160,7 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         }
     }
     qsort(groups, ng, sizeof(groups[0]), cmp_u32);
+    jrecord = quorum_record_json(c, v, ev, nev);
     /* How far the job got: the quorum record shows where its epoch began
      * (steps of an unchanged epoch do not go through etcd). */
     uint64_t progress = 0;
@@ -179,14 +200,17 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                                                       groups[gi]),
                                                  "ranks", jranks));
     }
-    root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o}", "job", job, "revision",
+    root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o}", "job", job, "revision",
                      (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
                      (json_int_t)ng, "groups_healthy", (json_int_t)healthy, "progress_step",
                      pst == GRAFT_OK ? json_integer((json_int_t)progress) : json_null(),
-                     "quorum", q != NULL ? quorum_json(q) : json_null(), "groups", jgroups);
+                     "quorum", q != NULL ? quorum_json(q) : json_null(), "quorum_record",
+                     jrecord, "groups", jgroups);
+    jrecord = NULL;
     if (root == NULL)
         st = GRAFT_ENOMEM;
 out:
+    json_decref(jrecord);
     graft_membership_events_free(ev, nev);
     graft_membership_quorum_free(q);
     graft_membership_view_free(v);
@@ -221,8 +245,13 @@ static void status_print(json_t *s)
             printf("%s%" JSON_INTEGER_FORMAT, i == 0 ? "; recovering " : ",",
                    json_integer_value(json_object_get(x, "recipient")));
         printf("\n");
-    } else {
+    } else if (!json_is_string(json_object_get(s, "quorum_record"))) {
         printf("quorum: none formed yet\n");
+    }
+    json_t *record = json_object_get(s, "quorum_record");
+    if (json_is_string(record)) {
+        char text[GRAFTCTL_TEXT_LEN];
+        printf("%s\n", graftctl_text(json_string_value(record), text, sizeof(text)));
     }
     printf("\n%-6s %-10s %-5s %-11s %-8s %-20s %-8s %-7s %s\n", "GROUP", "HEALTH", "RANK",
            "STATE", "STEP", "INCARNATION", "PID", "LEASE", "TRANSFER");

@@ -4,10 +4,13 @@
 #include "graftctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -40,7 +43,10 @@ static const char usage[] =
     "  --etcd URL[,URL...]    endpoints (GRAFT_ETCD_ENDPOINTS; default http://127.0.0.1:2379)\n"
     "  --job NAME             the job (GRAFT_JOB)\n"
     "  --user NAME            etcd user (GRAFT_ETCD_USER)\n"
-    "  --password PW          etcd password (GRAFT_ETCD_PASSWORD)\n"
+    "  --password-file FILE   etcd password: the file's first line; only its owner may\n"
+    "                         read it (GRAFT_ETCD_PASSWORD_FILE)\n"
+    "  --password PW          etcd password (GRAFT_ETCD_PASSWORD); on the command line\n"
+    "                         every user of the host sees it in ps: prefer the two above\n"
     "  --cacert FILE          CA bundle for TLS (GRAFT_ETCD_CA)\n"
     "  --cert FILE            client certificate (GRAFT_ETCD_CERT)\n"
     "  --key FILE             client key (GRAFT_ETCD_KEY)\n"
@@ -200,6 +206,58 @@ void graftctl_disconnect(graftctl_conn_t *c)
     c->etcd = NULL;
 }
 
+/* The etcd password from a file: its first line, from a regular file that
+ * only its owner may read or write (as the job secret's file). */
+static bool password_from_file(const char *path, char *buf, size_t len)
+{
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    bool ok = false;
+    if (fd < 0) {
+        fprintf(stderr, "graftctl: --password-file '%s': %s\n", path, strerror(errno));
+        return false;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "graftctl: --password-file '%s': not a regular file\n", path);
+    } else if ((sb.st_mode & 077) != 0) {
+        fprintf(stderr, "graftctl: --password-file '%s': mode %04o lets group or others read "
+                "or write it; refused (chmod 600 it)\n", path, (unsigned)(sb.st_mode & 07777));
+    } else {
+        ssize_t n = read(fd, buf, len - 1);
+        if (n < 0) {
+            fprintf(stderr, "graftctl: --password-file '%s': %s\n", path, strerror(errno));
+        } else {
+            buf[n] = '\0';
+            buf[strcspn(buf, "\r\n")] = '\0';
+            ok = buf[0] != '\0';
+            if (!ok)
+                fprintf(stderr, "graftctl: --password-file '%s': empty\n", path);
+        }
+    }
+    close(fd);
+    return ok;
+}
+
+/* Where the password would cross a network in clear, say so: graftctl
+ * keeps the library's log off. */
+static void password_warnings(const graftctl_opts_t *o, bool on_command_line)
+{
+    if (o->password == NULL)
+        return;
+    if (on_command_line)
+        fprintf(stderr, "graftctl: warning: --password on the command line is visible to every "
+                "user of this host (ps, /proc); use --password-file FILE or "
+                "GRAFT_ETCD_PASSWORD\n");
+    for (size_t i = 0; i < o->n_endpoints; i++) {
+        if (strncmp(o->endpoints[i], "http://", 7) == 0 &&
+            !graft_etcd_endpoint_is_loopback(o->endpoints[i])) {
+            fprintf(stderr, "graftctl: warning: the etcd password goes over plain http to %s: "
+                    "anyone on the path reads it; use https://\n", o->endpoints[i]);
+            return;
+        }
+    }
+}
+
 static const char *env_or(const char *name, const char *dflt)
 {
     const char *v = getenv(name);
@@ -246,7 +304,11 @@ int main(int argc, char **argv)
         return GRAFTCTL_FAIL;
     }
     static const char *const valued[] = {"--etcd",   "--job",  "--user", "--password",
-                                         "--cacert", "--cert", "--key",  "--timeout-ms"};
+                                         "--cacert", "--cert", "--key",  "--timeout-ms",
+                                         "--password-file"};
+    const char *password_file = env_or("GRAFT_ETCD_PASSWORD_FILE", NULL);
+    bool password_flag = false;
+    char password_buf[1024];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -280,10 +342,11 @@ int main(int argc, char **argv)
         case 0: endpoints = v; break;
         case 1: o.job = v; break;
         case 2: o.user = v; break;
-        case 3: o.password = v; break;
+        case 3: o.password = v; password_flag = true; break;
         case 4: o.ca_file = v; break;
         case 5: o.cert_file = v; break;
         case 6: o.key_file = v; break;
+        case 8: password_file = v; break;
         default:
             if (!graftctl_parse_u64(v, &t) || t == 0 || t > 600000) {
                 fprintf(stderr, "graftctl: --timeout-ms: '%s' is not 1..600000\n", v);
@@ -305,10 +368,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "graftctl: --etcd: no endpoint in '%s'\n", endpoints);
         goto out;
     }
+    if (password_flag && password_file != NULL &&
+        getenv("GRAFT_ETCD_PASSWORD_FILE") != password_file) {
+        fprintf(stderr, "graftctl: --password and --password-file: give one\n");
+        goto out;
+    }
+    /* A file given wins over GRAFT_ETCD_PASSWORD; --password over both. */
+    if (password_file != NULL && !password_flag) {
+        if (!password_from_file(password_file, password_buf, sizeof(password_buf))) {
+            rc = GRAFTCTL_FAIL;
+            goto out;
+        }
+        o.password = password_buf;
+    }
+    password_warnings(&o, password_flag);
     graft_log_level_set(getenv("GRAFTCTL_DEBUG") != NULL ? GRAFT_LOG_DEBUG : GRAFT_LOG_OFF);
     rc = fn(&o, nrest, rest);
 out:
-    free_endpoints(&o);
+    explicit_bzero(password_buf, sizeof(password_buf));    free_endpoints(&o);
     free(rest);
     return rc;
 }
