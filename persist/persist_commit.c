@@ -69,8 +69,15 @@ graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ra
     size_t *saved_ng = NULL;
     Graft__GlobalRegion **globals = NULL;
     size_t nglobals = 0;
-    if (root == NULL || ranks == 0 || ranks > GP_MAX_RANKS || infos == NULL || lens == NULL)
+    graft__pdir_t d = {.fd = -1};
+    graft__persist_key_t key = {0};
+    if (root == NULL || ranks == 0 || ranks > GP_MAX_RANKS || infos == NULL || lens == NULL ||
+        (opts != NULL && !graft__persist_mode_valid(opts->file_mode)) ||
+        (opts != NULL && opts->secret != NULL &&
+         (opts->secret_len == 0 || opts->secret_len > GRAFT_PERSIST_SECRET_MAX_BYTES)))
         return GRAFT_EINVAL;
+    key.bytes = opts != NULL ? opts->secret : NULL;
+    key.len = opts != NULL ? opts->secret_len : 0;
     sh = graft__calloc(ranks, sizeof(*sh));
     saved_ng = graft__calloc(ranks, sizeof(*saved_ng));
     dir = graft__persist_step_dir(root, step);
@@ -153,7 +160,10 @@ graft_status_t graft_persist_commit(const char *root, uint64_t step, uint32_t ra
         st = GRAFT_ECORRUPT;
         goto out_restore;
     }
-    st = graft__manifest_write(dir, &m);
+    st = graft__persist_dir_open(root, step, false, 0, &d);
+    if (st == GRAFT_OK)
+        st = graft__manifest_write(&d, &m, key.bytes != NULL ? &key : NULL,
+                                   opts != NULL ? opts->file_mode : 0);
 out_restore:
     for (uint32_t r = 0; r < ranks; r++)
         sh[r]->n_global_regions = saved_ng[r];
@@ -166,6 +176,7 @@ out:
     graft_free(sh);
     graft_free(saved_ng);
     graft_free(dir);
+    graft__persist_dir_close(&d);
     return st;
 }
 /* --------------------------------------------------------- commit job --- */
@@ -226,9 +237,13 @@ static graft_status_t commit_local(graft_persist_writer_t *w, gp_job_t *j,
             lens[r] = recs[r]->len;
         }
     }
+    graft_persist_commit_opts_t opts = j->opts;
+    opts.file_mode = w->file_mode;
+    opts.secret = w->secret_len > 0 ? w->secret : NULL;
+    opts.secret_len = w->secret_len;
     if (st == GRAFT_OK)
         st = graft_persist_commit(w->root, j->step, j->ranks, infos, lens, w->code_revision,
-                                  &j->opts);
+                                  &opts);
     if (st == GRAFT_OK) {
         for (uint32_t r = 0; r < j->ranks; r++) {
             Graft__ShardInfo *si =
@@ -244,11 +259,10 @@ out:
     if (st != GRAFT_OK && st != GRAFT_EEXIST) {
         /* Never leave a half-written checkpoint behind (a full disk must
          * cost nothing but this checkpoint). */
-        char *dir = graft__persist_step_dir(w->root, j->step);
-        if (dir != NULL && !graft__persist_manifest_exists(w->root, j->step) &&
-            graft__persist_remove_dir(dir) != GRAFT_OK)
-            GRAFT_WARN(GRAFT_MOD_PERSIST, "could not remove the failed checkpoint %s", dir);
-        graft_free(dir);
+        if (!graft__persist_manifest_exists(w->root, j->step) &&
+            graft__persist_remove_dir(w->root, j->step) != GRAFT_OK)
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "could not remove the failed checkpoint of step %llu "
+                       "under %s", (unsigned long long)j->step, w->root);
     }
     for (uint32_t r = 0; recs != NULL && r < j->ranks; r++)
         if (recs[r] != NULL) {
@@ -276,17 +290,16 @@ void graft__persist_commit_job(graft_persist_writer_t *w, gp_job_t *j)
         GRAFT_WARN(GRAFT_MOD_PERSIST, "retention under %s failed", w->root);
     res.second_tier_status = GRAFT_OK;
     if (res.status == GRAFT_OK && w->second_root != NULL) {
-        graft_status_t st = graft__persist_mkdirs(w->second_root);
+        graft__persist_key_t key = {w->secret, w->secret_len};
+        graft_status_t st = graft__persist_mkdirs(w->second_root, w->file_mode);
         if (st == GRAFT_OK)
             st = graft__persist_space_check(w->second_root, res.stored_bytes + 4096u * (j->ranks + 1u));
         if (st == GRAFT_OK)
-            st = graft__persist_copy_checkpoint(w->root, w->second_root, j->step);
-        if (st != GRAFT_OK) {
-            char *dir = graft__persist_step_dir(w->second_root, j->step);
-            if (dir != NULL && graft__persist_remove_dir(dir) != GRAFT_OK)
-                GRAFT_WARN(GRAFT_MOD_PERSIST, "could not remove %s", dir);
-            graft_free(dir);
-        }
+            st = graft__persist_copy_checkpoint(w->root, w->second_root, j->step,
+                                                w->secret_len > 0 ? &key : NULL, w->file_mode);
+        if (st != GRAFT_OK && graft__persist_remove_dir(w->second_root, j->step) != GRAFT_OK)
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "could not remove step %llu under %s",
+                       (unsigned long long)j->step, w->second_root);
         if (st == GRAFT_OK && w->retention.keep_last > 0 &&
             graft_persist_retention_apply(w->second_root, &w->retention, &deleted) != GRAFT_OK)
             GRAFT_WARN(GRAFT_MOD_PERSIST, "retention under %s failed", w->second_root);

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,16 +17,6 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 #include <zstd.h>
-
-volatile int graft__persist_crash_countdown = 0;
-volatile int graft__persist_test_compress_delay_us = 0;
-volatile int graft__persist_test_write_delay_us = 0;
-
-void graft__persist_crash_point(void)
-{
-    if (graft__persist_crash_countdown > 0 && --graft__persist_crash_countdown == 0)
-        raise(SIGKILL);
-}
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -286,10 +275,12 @@ graft_status_t graft__shard_open(const char *path, graft__shard_t **shard_p, cha
     }
     const char *slash = strrchr(s->path, '/');
     s->file = slash ? slash + 1 : s->path;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    s->fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (s->fd < 0) {
-        snprintf(why, why_len, "%s: missing (%s)", s->file, strerror(errno));
-        st = errno == ENOENT ? GRAFT_ENOTFOUND : GRAFT_EIO;
+        int e = errno;
+        snprintf(why, why_len, "%s: %s (%s)", s->file, e == ELOOP ? "a symbolic link" : "missing",
+                 e == ELOOP ? "not read" : strerror(e));
+        st = e == ENOENT ? GRAFT_ENOTFOUND : e == ELOOP ? GRAFT_ECORRUPT : GRAFT_EIO;
         goto err_free;
     }
     st = shard_load(s, why, why_len);

@@ -41,6 +41,14 @@
 #define GP_MANIFEST_PB "manifest.pb"
 #define GP_MANIFEST_JSON "manifest.json"
 
+/* A checkpoint directory opened for writing: <root>/step-<20 digits>, the
+ * root as configured, the step directory never through a symbolic link
+ * (created first with create). */
+typedef struct graft__pdir {
+    int fd;
+    char *path; /* for messages */
+} graft__pdir_t;
+
 typedef struct graft__shard_header {
     uint32_t version;
     uint64_t step;
@@ -102,17 +110,32 @@ GRAFT_WUR graft_status_t graft__shard_chunk(graft__shard_t *s, uint64_t i, const
 GRAFT_WUR graft_status_t graft__shard_read(graft__shard_t *s, uint64_t off, void *dst,
                                            uint64_t len, char *why, size_t why_len);
 
+/* The key of a manifest's MAC (the job secret); NULL where there is none. */
+typedef struct graft__persist_key {
+    const uint8_t *bytes;
+    size_t len;
+} graft__persist_key_t;
+
 /* Manifest: read, check the wrapper and every invariant; free with
  * graft__manifest_free(). */
 GRAFT_WUR graft_status_t graft__manifest_read(const char *dir, uint64_t step,
                                               Graft__CheckpointManifest **m_p, char *why,
                                               size_t why_len);
+/* The same, and with a key the manifest's MAC must verify under it: one
+ * that has none or a wrong one is GRAFT_ECORRUPT, why saying which. */
+GRAFT_WUR graft_status_t graft__manifest_read_keyed(const char *dir, uint64_t step,
+                                                    const graft__persist_key_t *key,
+                                                    Graft__CheckpointManifest **m_p, char *why,
+                                                    size_t why_len);
 void graft__manifest_free(Graft__CheckpointManifest *m);
 /* Check a manifest's invariants (also used before writing one). */
 GRAFT_WUR graft_status_t graft__manifest_check(const Graft__CheckpointManifest *m, char *why,
                                                size_t why_len);
-/* Write manifest.json then manifest.pb (the commit point), each durably. */
-GRAFT_WUR graft_status_t graft__manifest_write(const char *dir, const Graft__CheckpointManifest *m);
+/* Write manifest.json then manifest.pb (the commit point), each durably,
+ * in d; with a key, manifest.pb carries the MAC (m's own mac is ignored). */
+GRAFT_WUR graft_status_t graft__manifest_write(const graft__pdir_t *d,
+                                               const Graft__CheckpointManifest *m,
+                                               const graft__persist_key_t *key, uint32_t mode);
 /* Quick-verify every shard of a manifest (headers, indexes, footers, record
  * match); with full, every chunk too. */
 GRAFT_WUR graft_status_t graft__checkpoint_verify(const char *dir,
@@ -124,57 +147,83 @@ uint64_t graft__persist_layout_hash(const graft_persist_region_t *regions, size_
 /* Layout hash of a manifest's global region table. */
 uint64_t graft__persist_global_hash(const Graft__CheckpointManifest *m);
 
-/* Paths and durable I/O. */
+/* Paths and durable I/O (persist_durable.c). */
 char *graft__persist_step_dir(const char *root, uint64_t step);
 char *graft__persist_shard_name(uint32_t rank, uint32_t ranks);
-GRAFT_WUR graft_status_t graft__persist_mkdirs(const char *path);
+/* File modes: graft_persist_config_t::file_mode, 0 meaning the default;
+ * a directory gets the search bit of each class that may read or write. */
+uint32_t graft__persist_file_mode(uint32_t mode);
+uint32_t graft__persist_dir_mode(uint32_t mode);
+bool graft__persist_mode_valid(uint32_t mode);
+/* Create the configured root and its missing parents (links the operator
+ * made on the way are followed). */
+GRAFT_WUR graft_status_t graft__persist_mkdirs(const char *path, uint32_t mode);
 GRAFT_WUR graft_status_t graft__persist_write_all(int fd, const void *buf, size_t len,
                                                   const char *path);
 GRAFT_WUR graft_status_t graft__persist_fsync_dir(const char *dir);
+
+GRAFT_WUR graft_status_t graft__persist_dir_open(const char *root, uint64_t step, bool create,
+                                                 uint32_t mode, graft__pdir_t *d);
+void graft__persist_dir_close(graft__pdir_t *d);
 /* Write a whole file durably (a temporary file, below). */
-GRAFT_WUR graft_status_t graft__persist_file_atomic(const char *dir, const char *name,
-                                                    const void *data, size_t len);
+GRAFT_WUR graft_status_t graft__persist_file_atomic(const graft__pdir_t *d, const char *name,
+                                                    const void *data, size_t len, uint32_t mode);
 
 /* A file written under a temporary name and renamed into place once it is
- * durable (persist_durable.c): open, write to fd, sync (fsync, close),
- * install (rename, fsync of the directory), with a crash point between the
- * steps; close always, which removes the temporary file unless it was
- * installed. Every step maps a full disk to GRAFT_ENOSPC, any other failure
- * to GRAFT_EIO. */
+ * durable (persist_durable.c): open (a stale <name>.tmp is unlinked, the
+ * new one created O_EXCL|O_NOFOLLOW in d), write to fd, sync (fsync,
+ * close), install (renameat, fsync of the directory), with a crash point
+ * between the steps; close always, which removes the temporary file unless
+ * it was installed. d stays open until then. Every step maps a full disk to
+ * GRAFT_ENOSPC, any other failure to GRAFT_EIO. */
 typedef struct graft__tmpfile {
     int fd;
+    int dir_fd; /* borrowed from the graft__pdir_t */
     bool installed;
-    char *dir;
-    char *tmp;   /* <dir>/<name>.tmp */
-    char *final; /* <dir>/<name> */
+    char *name;     /* <name> */
+    char *tmp_name; /* <name>.tmp */
+    char *tmp;      /* <dir>/<name>.tmp, for messages */
+    char *final;    /* <dir>/<name>, for messages */
 } graft__tmpfile_t;
 
-GRAFT_WUR graft_status_t graft__tmpfile_open(graft__tmpfile_t *f, const char *dir,
-                                             const char *name);
+GRAFT_WUR graft_status_t graft__tmpfile_open(graft__tmpfile_t *f, const graft__pdir_t *d,
+                                             const char *name, uint32_t mode);
 GRAFT_WUR graft_status_t graft__tmpfile_sync(graft__tmpfile_t *f);
 GRAFT_WUR graft_status_t graft__tmpfile_install(graft__tmpfile_t *f);
 void graft__tmpfile_close(graft__tmpfile_t *f);
 /* Remove a checkpoint directory: manifest first (then the directory is
- * merely incomplete), then everything else. */
-GRAFT_WUR graft_status_t graft__persist_remove_dir(const char *dir);
+ * merely incomplete), then everything else; a symbolic link where the
+ * directory should be is removed as a link. */
+GRAFT_WUR graft_status_t graft__persist_remove_dir(const char *root, uint64_t step);
 /* Parse "step-<digits>"; false if the name is not a checkpoint directory. */
 bool graft__persist_parse_step_dir(const char *name, uint64_t *step_p);
 
-/* Copy one checkpoint to another root, manifest last, and full-verify it. */
+/* Copy one checkpoint to another root, manifest last, and full-verify it
+ * (its MAC too, when a key is given). */
 GRAFT_WUR graft_status_t graft__persist_copy_checkpoint(const char *from_root, const char *to_root,
-                                                        uint64_t step);
+                                                        uint64_t step,
+                                                        const graft__persist_key_t *key,
+                                                        uint32_t mode);
 
-
-/* Test hook: when > 0, counts down at each durable-write step and SIGKILLs
- * the process when it reaches zero. */
+/* Test hooks, only in the test build of the library (-DGRAFT_TEST_FAULTS,
+ * tests/testlib.mk): the ordinary build has neither the variables nor the
+ * calls. graft__persist_crash_countdown: when > 0, counts down at each
+ * durable-write step and SIGKILLs the process when it reaches zero.
+ * graft__persist_test_*_delay_us, for GRAFT_PERSIST_LEVEL_AUTO: when > 0,
+ * every compression helper sleeps this long before each chunk (a starved
+ * CPU), and the background thread after writing each chunk (a slow
+ * disk). */
+#ifdef GRAFT_TEST_FAULTS
 extern volatile int graft__persist_crash_countdown;
 void graft__persist_crash_point(void);
-
-/* Test hooks for GRAFT_PERSIST_LEVEL_AUTO: when > 0, every compression
- * helper sleeps this long before each chunk (a starved CPU), and the
- * background thread after writing each chunk (a slow disk). */
 extern volatile int graft__persist_test_compress_delay_us;
 extern volatile int graft__persist_test_write_delay_us;
+#define GP_CRASH_POINT() graft__persist_crash_point()
+#define GP_TEST_DELAY(var) ((var) > 0 ? (void)usleep((useconds_t)(var)) : (void)0)
+#else
+#define GP_CRASH_POINT() ((void)0)
+#define GP_TEST_DELAY(var) ((void)0)
+#endif
 
 /* ------------------------------------------------------------------------
  * The asynchronous writer: persist_writer.c (snapshot, shard files, the
@@ -291,6 +340,10 @@ struct graft_persist_writer {
     char *root;
     char *second_root;
     char *code_revision;
+    uint32_t file_mode;
+    /* The manifest MAC's key (secret_len 0: none), wiped at destroy. */
+    uint8_t secret[GRAFT_PERSIST_SECRET_MAX_BYTES];
+    size_t secret_len;
     int level;
     uint32_t threads;
     uint64_t chunk_bytes;

@@ -174,8 +174,69 @@ static uint64_t get64(const uint8_t *p)
     return v;
 }
 
+/* The MAC (docs/FORMAT.md): HMAC-SHA256 under the key of GP_MAC_LABEL
+ * followed by the payload bytes that precede the mac field, which the
+ * writer appends last as GP_MAC_FIELD_BYTES bytes: the field's tag (17,
+ * length-delimited: 0x8a 0x01), its length (0x20) and the 32 bytes. */
+#define GP_MAC_LABEL "graft checkpoint manifest mac v1"
+#define GP_MAC_TAG "\x8a\x01\x20"
+#define GP_MAC_FIELD_BYTES (3u + GRAFT_MAC_BYTES)
+
+static graft_status_t manifest_mac(const graft__persist_key_t *key, const uint8_t *payload,
+                                   size_t len, uint8_t out[GRAFT_MAC_BYTES])
+{
+    size_t label = sizeof(GP_MAC_LABEL) - 1;
+    uint8_t *msg = graft__malloc(label + len + 1);
+    if (msg == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(msg, GP_MAC_LABEL, label);
+    memcpy(msg + label, payload, len);
+    graft_status_t st = graft__hmac_sha256(key->bytes, key->len, msg, label + len, out);
+    graft_free(msg);
+    return st;
+}
+
+static graft_status_t mac_check(const graft__persist_key_t *key, const uint8_t *payload,
+                                size_t len, const Graft__CheckpointManifest *m, char *why,
+                                size_t why_len)
+{
+    uint8_t want[GRAFT_MAC_BYTES];
+    if (m->mac.len == 0) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": no MAC: written without the job secret, or "
+                               "forged");
+        return GRAFT_ECORRUPT;
+    }
+    /* The decoded field must be the one the MAC leaves out: the last
+     * bytes of the payload, once. */
+    if (m->mac.len != GRAFT_MAC_BYTES || len < GP_MAC_FIELD_BYTES ||
+        memcmp(payload + len - GP_MAC_FIELD_BYTES, GP_MAC_TAG, 3) != 0 ||
+        memcmp(payload + len - GRAFT_MAC_BYTES, m->mac.data, GRAFT_MAC_BYTES) != 0) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": MAC malformed or not at the end: forged");
+        return GRAFT_ECORRUPT;
+    }
+    graft_status_t st = manifest_mac(key, payload, len - GP_MAC_FIELD_BYTES, want);
+    if (st != GRAFT_OK) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": MAC not computed: %s", graft_status_string(st));
+        return st;
+    }
+    if (!graft__mac_equal(m->mac.data, m->mac.len, want)) {
+        snprintf(why, why_len, GP_MANIFEST_PB ": MAC does not match the job secret: forged, or "
+                               "written under another secret");
+        return GRAFT_ECORRUPT;
+    }
+    return GRAFT_OK;
+}
+
 graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__CheckpointManifest **m_p,
                                     char *why, size_t why_len)
+{
+    return graft__manifest_read_keyed(dir, step, NULL, m_p, why, why_len);
+}
+
+graft_status_t graft__manifest_read_keyed(const char *dir, uint64_t step,
+                                          const graft__persist_key_t *key,
+                                          Graft__CheckpointManifest **m_p, char *why,
+                                          size_t why_len)
 {
     graft_status_t st;
     int fd = -1;
@@ -186,9 +247,12 @@ graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__Check
         snprintf(why, why_len, "out of memory");
         return GRAFT_ENOMEM;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Never read through a link: what the manifest names is checked
+     * against files in this directory only. */
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(why, why_len, GP_MANIFEST_PB ": %s", strerror(errno));
+        snprintf(why, why_len, GP_MANIFEST_PB ": %s",
+                 errno == ELOOP ? "a symbolic link, not read" : strerror(errno));
         st = errno == ENOENT ? GRAFT_ENOTFOUND : GRAFT_EIO;
         goto out;
     }
@@ -272,6 +336,11 @@ graft_status_t graft__manifest_read(const char *dir, uint64_t step, Graft__Check
         st = GRAFT_ECORRUPT;
         goto out;
     }
+    if (key != NULL) {
+        st = mac_check(key, buf + GP_MANIFEST_HEADER_BYTES, (size_t)plen, m, why, why_len);
+        if (st != GRAFT_OK)
+            goto out;
+    }
     *m_p = m;
     m = NULL;
 out:
@@ -294,6 +363,16 @@ static json_t *hex64(uint64_t v)
 {
     char b[20];
     snprintf(b, sizeof(b), "%016llx", (unsigned long long)v);
+    return json_string(b);
+}
+
+static json_t *hex_bytes(const uint8_t *p, size_t n)
+{
+    char b[2 * GRAFT_MAC_BYTES + 1];
+    n = GRAFT_MIN(n, (size_t)GRAFT_MAC_BYTES);
+    for (size_t i = 0; i < n; i++)
+        snprintf(b + 2 * i, 3, "%02x", p[i]);
+    b[2 * n] = '\0';
     return json_string(b);
 }
 
@@ -357,6 +436,8 @@ static json_t *manifest_json(const Graft__CheckpointManifest *m)
                             m->has_fingerprint ? hex64(m->fingerprint) : json_null()) != 0 ||
         json_object_set_new(root, "before_config_change",
                             json_boolean(m->before_config_change)) != 0 ||
+        (m->mac.len > 0 && json_object_set_new(root, "mac", hex_bytes(m->mac.data,
+                                                                     m->mac.len)) != 0) ||
         json_object_set_new(root, "regions", regions) != 0) {
         regions = NULL;
         goto fail;
@@ -374,37 +455,54 @@ fail:
     return NULL;
 }
 
-graft_status_t graft__manifest_write(const char *dir, const Graft__CheckpointManifest *m)
+graft_status_t graft__manifest_write(const graft__pdir_t *d, const Graft__CheckpointManifest *m,
+                                     const graft__persist_key_t *key, uint32_t mode)
 {
     graft_status_t st;
     uint8_t *buf = NULL;
     char *text = NULL;
-    json_t *j = manifest_json(m);
-    if (j == NULL) {
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "building %s/" GP_MANIFEST_JSON ": out of memory", dir);
+    json_t *j = NULL;
+    uint8_t mac[GRAFT_MAC_BYTES];
+    Graft__CheckpointManifest mm = *m;
+    mm.mac.data = NULL;
+    mm.mac.len = 0;
+    size_t plen = graft__checkpoint_manifest__get_packed_size(&mm);
+    size_t mac_bytes = key != NULL ? GP_MAC_FIELD_BYTES : 0;
+    buf = graft__malloc(GP_MANIFEST_HEADER_BYTES + plen + mac_bytes);
+    if (buf == NULL)
         return GRAFT_ENOMEM;
+    graft__checkpoint_manifest__pack(&mm, buf + GP_MANIFEST_HEADER_BYTES);
+    if (key != NULL) {
+        st = manifest_mac(key, buf + GP_MANIFEST_HEADER_BYTES, plen, mac);
+        if (st != GRAFT_OK)
+            goto out;
+        memcpy(buf + GP_MANIFEST_HEADER_BYTES + plen, GP_MAC_TAG, 3);
+        memcpy(buf + GP_MANIFEST_HEADER_BYTES + plen + 3, mac, GRAFT_MAC_BYTES);
+        plen += mac_bytes;
+        mm.mac.data = mac;
+        mm.mac.len = GRAFT_MAC_BYTES;
     }
-    text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    size_t plen = graft__checkpoint_manifest__get_packed_size(m);
-    buf = graft__malloc(GP_MANIFEST_HEADER_BYTES + plen);
-    if (text == NULL || buf == NULL) {
+    j = manifest_json(&mm);
+    text = j != NULL ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    if (text == NULL) {
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "building %s/" GP_MANIFEST_JSON ": out of memory", d->path);
         st = GRAFT_ENOMEM;
         goto out;
     }
-    graft__checkpoint_manifest__pack(m, buf + GP_MANIFEST_HEADER_BYTES);
     memcpy(buf, GP_MANIFEST_MAGIC, 8);
     put64(buf + 8, GRAFT_PERSIST_FORMAT_VERSION);
     put64(buf + 16, plen);
     put64(buf + 24, XXH3_64bits(buf + GP_MANIFEST_HEADER_BYTES, plen));
     put64(buf + 32, XXH3_64bits(buf, 32));
-    st = graft__persist_file_atomic(dir, GP_MANIFEST_JSON, text, strlen(text));
+    st = graft__persist_file_atomic(d, GP_MANIFEST_JSON, text, strlen(text), mode);
     if (st != GRAFT_OK)
         goto out;
-    st = graft__persist_file_atomic(dir, GP_MANIFEST_PB, buf, GP_MANIFEST_HEADER_BYTES + plen);
+    st = graft__persist_file_atomic(d, GP_MANIFEST_PB, buf, GP_MANIFEST_HEADER_BYTES + plen, mode);
 out:
     free(text); /* jansson's allocator */
     json_decref(j);
     graft_free(buf);
+    explicit_bzero(mac, sizeof(mac));
     return st;
 }
 
@@ -443,63 +541,20 @@ graft_status_t graft__checkpoint_verify(const char *dir, const Graft__Checkpoint
     return st;
 }
 
-/* --------------------------------------------------------- directories --- */
+/* --------------------------------------------------------- second tier --- */
 
-graft_status_t graft__persist_remove_dir(const char *dir)
-{
-    graft_status_t st = GRAFT_OK;
-    char *mf = graft__asprintf("%s/" GP_MANIFEST_PB, dir);
-    if (mf == NULL)
-        return GRAFT_ENOMEM;
-    if (unlink(mf) == 0) {
-        /* From here on the checkpoint is merely incomplete. */
-        st = graft__persist_fsync_dir(dir);
-    } else if (errno != ENOENT) {
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "unlink %s: %s", mf, strerror(errno));
-        st = GRAFT_ESYS;
-    }
-    graft_free(mf);
-    if (st != GRAFT_OK)
-        return st;
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "opendir %s: %s", dir, strerror(errno));
-        return GRAFT_ESYS;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        char *p = graft__asprintf("%s/%s", dir, de->d_name);
-        if (p == NULL) {
-            st = GRAFT_ENOMEM;
-            break;
-        }
-        if (unlink(p) != 0 && errno != ENOENT) {
-            GRAFT_ERROR(GRAFT_MOD_PERSIST, "unlink %s: %s", p, strerror(errno));
-            st = GRAFT_ESYS;
-        }
-        graft_free(p);
-    }
-    closedir(d);
-    if (st == GRAFT_OK && rmdir(dir) != 0) {
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "rmdir %s: %s", dir, strerror(errno));
-        st = GRAFT_ESYS;
-    }
-    return st;
-}
-
-static graft_status_t copy_file(const char *from, const char *to_dir, const char *name)
+static graft_status_t copy_file(const char *from, const graft__pdir_t *to, const char *name,
+                                uint32_t mode)
 {
     graft__tmpfile_t f = {.fd = -1};
     char *src = graft__asprintf("%s/%s", from, name);
     uint8_t *buf = graft__malloc(1 << 20);
     int in = -1;
-    graft_status_t st = src != NULL && buf != NULL ? graft__tmpfile_open(&f, to_dir, name)
+    graft_status_t st = src != NULL && buf != NULL ? graft__tmpfile_open(&f, to, name, mode)
                                                    : GRAFT_ENOMEM;
     if (st != GRAFT_OK)
         goto done;
-    in = open(src, O_RDONLY | O_CLOEXEC);
+    in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (in < 0) {
         GRAFT_ERROR(GRAFT_MOD_PERSIST, "copy %s -> %s: %s", src, f.tmp, strerror(errno));
         st = GRAFT_EIO;
@@ -534,46 +589,47 @@ done:
 }
 
 graft_status_t graft__persist_copy_checkpoint(const char *from_root, const char *to_root,
-                                              uint64_t step)
+                                              uint64_t step, const graft__persist_key_t *key,
+                                              uint32_t mode)
 {
     graft_status_t st;
     char why[256] = "";
     Graft__CheckpointManifest *m = NULL, *m2 = NULL;
+    graft__pdir_t to = {.fd = -1};
     char *from = graft__persist_step_dir(from_root, step);
-    char *to = graft__persist_step_dir(to_root, step);
-    if (from == NULL || to == NULL) {
+    if (from == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
-    st = graft__manifest_read(from, step, &m, why, sizeof(why));
+    st = graft__manifest_read_keyed(from, step, key, &m, why, sizeof(why));
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_PERSIST, "second tier: %s: %s", from, why);
         goto out;
     }
-    st = graft__persist_mkdirs(to);
+    st = graft__persist_dir_open(to_root, step, true, mode, &to);
     for (size_t s = 0; s < m->n_shards && st == GRAFT_OK; s++)
-        st = copy_file(from, to, m->shards[s]->file);
+        st = copy_file(from, &to, m->shards[s]->file, mode);
     if (st == GRAFT_OK)
-        st = copy_file(from, to, GP_MANIFEST_JSON);
+        st = copy_file(from, &to, GP_MANIFEST_JSON, mode);
+    if (st == GRAFT_OK && fsync(to.fd) != 0) {
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "fsync %s: %s", to.path, strerror(errno));
+        st = GRAFT_EIO;
+    }
     if (st == GRAFT_OK)
-        st = graft__persist_fsync_dir(to);
-    if (st == GRAFT_OK)
-        st = copy_file(from, to, GP_MANIFEST_PB);
-    if (st == GRAFT_OK)
-        st = graft__persist_fsync_dir(to);
+        st = copy_file(from, &to, GP_MANIFEST_PB, mode);
     if (st != GRAFT_OK)
         goto out;
     /* Verify what landed there, not what we meant to write. */
-    st = graft__manifest_read(to, step, &m2, why, sizeof(why));
+    st = graft__manifest_read_keyed(to.path, step, key, &m2, why, sizeof(why));
     if (st == GRAFT_OK)
-        st = graft__checkpoint_verify(to, m2, true, why, sizeof(why));
+        st = graft__checkpoint_verify(to.path, m2, true, why, sizeof(why));
     if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "second tier: %s does not verify: %s", to, why);
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "second tier: %s does not verify: %s", to.path, why);
 out:
+    graft__persist_dir_close(&to);
     graft__manifest_free(m);
     graft__manifest_free(m2);
     graft_free(from);
-    graft_free(to);
     return st;
 }
 

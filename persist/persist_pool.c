@@ -137,8 +137,7 @@ static void *helper_main(void *arg)
             gp_slot_t *s = &h->slots[k];
             if (!slot_cas(s, SLOT_ASSIGNED, SLOT_BUSY))
                 continue; /* taken back, or posted for the other slot */
-            if (graft__persist_test_compress_delay_us > 0)
-                usleep((useconds_t)graft__persist_test_compress_delay_us);
+            GP_TEST_DELAY(graft__persist_test_compress_delay_us);
             bool whole = chunk_encode(cctx, s->raw, s->len, p->level, s,
                                       p->adaptive ? &s->state : NULL);
             /* From assignment to result, waiting for a CPU included; a

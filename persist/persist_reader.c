@@ -66,7 +66,7 @@ static graft_status_t scan(const char *root, uint64_t **steps_p, size_t *n_p)
 }
 
 static graft_status_t check_one(const char *root, uint64_t step, bool full,
-                                graft_persist_entry_t *e)
+                                const graft__persist_key_t *key, graft_persist_entry_t *e)
 {
     char why[256] = "";
     Graft__CheckpointManifest *m = NULL;
@@ -75,7 +75,7 @@ static graft_status_t check_one(const char *root, uint64_t step, bool full,
     char *dir = graft__persist_step_dir(root, step);
     if (dir == NULL)
         return GRAFT_ENOMEM;
-    graft_status_t st = graft__manifest_read(dir, step, &m, why, sizeof(why));
+    graft_status_t st = graft__manifest_read_keyed(dir, step, key, &m, why, sizeof(why));
     if (st == GRAFT_OK) {
         e->ranks = m->ranks;
         e->raw_bytes = m->raw_bytes;
@@ -117,7 +117,7 @@ graft_status_t graft_persist_list(const char *root, graft_persist_entry_t **entr
             st = GRAFT_ENOMEM;
     }
     for (size_t i = 0; i < n && st == GRAFT_OK; i++)
-        st = check_one(root, steps[i], false, &e[i]);
+        st = check_one(root, steps[i], false, NULL, &e[i]);
     graft_free(steps);
     if (st != GRAFT_OK) {
         graft_free(e);
@@ -132,10 +132,20 @@ graft_status_t graft_persist_verify(const char *root, uint64_t step,
                                     graft_persist_verify_level_t level,
                                     graft_persist_entry_t *entry_p)
 {
-    if (root == NULL)
+    return graft_persist_verify_mac(root, step, level, NULL, 0, entry_p);
+}
+
+graft_status_t graft_persist_verify_mac(const char *root, uint64_t step,
+                                        graft_persist_verify_level_t level, const uint8_t *secret,
+                                        size_t secret_len, graft_persist_entry_t *entry_p)
+{
+    graft__persist_key_t key = {secret, secret_len};
+    if (root == NULL ||
+        (secret != NULL && (secret_len == 0 || secret_len > GRAFT_PERSIST_SECRET_MAX_BYTES)))
         return GRAFT_EINVAL;
     graft_persist_entry_t e;
-    graft_status_t st = check_one(root, step, level == GRAFT_PERSIST_VERIFY_FULL, &e);
+    graft_status_t st = check_one(root, step, level == GRAFT_PERSIST_VERIFY_FULL,
+                                  secret != NULL ? &key : NULL, &e);
     if (st != GRAFT_OK)
         return st;
     if (entry_p != NULL)
@@ -278,7 +288,9 @@ static graft_status_t restore_step(const char *root, uint64_t step,
     char *dir = graft__persist_step_dir(root, step);
     if (dir == NULL)
         return GRAFT_ENOMEM;
-    st = graft__manifest_read(dir, step, &m, c.why, sizeof(c.why));
+    graft__persist_key_t key = {p->secret, p->secret_len};
+    st = graft__manifest_read_keyed(dir, step, p->secret != NULL ? &key : NULL, &m, c.why,
+                                    sizeof(c.why));
     if (st != GRAFT_OK)
         goto out;
     /* Quick (or full) verification of every shard first, so a checkpoint
@@ -335,7 +347,8 @@ out:
 static graft_status_t params_check(const graft_persist_restore_params_t *p)
 {
     if (p->ranks == 0 || p->rank >= p->ranks || (p->nregions > 0 && p->regions == NULL) ||
-        (p->nnames > 0 && p->names == NULL))
+        (p->nnames > 0 && p->names == NULL) ||
+        (p->secret != NULL && (p->secret_len == 0 || p->secret_len > GRAFT_PERSIST_SECRET_MAX_BYTES)))
         return GRAFT_EINVAL;
     bool device = false;
     for (size_t i = 0; i < p->nregions; i++) {

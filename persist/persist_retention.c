@@ -61,7 +61,7 @@ graft_status_t graft_persist_retention_plan(const graft_persist_retention_t *pol
 static bool leftover_old_enough(const char *dir, const graft_persist_retention_t *policy)
 {
     struct stat sb;
-    if (policy->leftover_min_age_ms == 0 || stat(dir, &sb) != 0)
+    if (policy->leftover_min_age_ms == 0 || lstat(dir, &sb) != 0)
         return true;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -122,12 +122,11 @@ graft_status_t graft_persist_retention_apply(const char *root,
             st = GRAFT_ENOMEM;
             goto out;
         }
-        if (e[i].state != GRAFT_PERSIST_COMPLETE && !leftover_old_enough(dir, policy)) {
-            graft_free(dir); /* perhaps still being committed by another writer */
-            continue;
-        }
-        graft_status_t s1 = graft__persist_remove_dir(dir);
+        bool young = e[i].state != GRAFT_PERSIST_COMPLETE && !leftover_old_enough(dir, policy);
         graft_free(dir);
+        if (young)
+            continue; /* perhaps still being committed by another writer */
+        graft_status_t s1 = graft__persist_remove_dir(root, e[i].step);
         if (s1 != GRAFT_OK) {
             st = s1;
             continue;

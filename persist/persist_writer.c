@@ -286,13 +286,13 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
 {
     graft_status_t st;
     graft__tmpfile_t f = {.fd = -1};
+    graft__pdir_t dir = {.fd = -1};
     bool pooled = false;
     uint8_t *index = NULL;
-    char *dir = graft__persist_step_dir(w->root, j->step);
     char *name = graft__persist_shard_name(j->rank, j->ranks);
     uint64_t cb = w->chunk_bytes;
     uint64_t nchunks = j->raw_bytes / cb + (j->raw_bytes % cb != 0);
-    if (dir == NULL || name == NULL) {
+    if (name == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
     }
@@ -301,7 +301,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         st = GRAFT_ENOMEM;
         goto out;
     }
-    st = graft__persist_mkdirs(dir);
+    st = graft__persist_dir_open(w->root, j->step, true, w->file_mode, &dir);
     if (st != GRAFT_OK)
         goto out;
     if (w->level != 0) {
@@ -309,7 +309,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         if (st != GRAFT_OK)
             goto out;
     }
-    st = graft__tmpfile_open(&f, dir, name);
+    st = graft__tmpfile_open(&f, &dir, name, w->file_mode);
     if (st != GRAFT_OK)
         goto out;
     graft__shard_header_t h = {GRAFT_PERSIST_FORMAT_VERSION, j->step, j->rank, j->ranks,
@@ -319,7 +319,7 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
     st = graft__persist_write_all(f.fd, hb, sizeof(hb), f.tmp);
     if (st != GRAFT_OK)
         goto out;
-    graft__persist_crash_point();
+    GP_CRASH_POINT();
     uint64_t cursor = GP_HEADER_BYTES;
     uint64_t stored_total = 0;
     uint32_t compressed = 0, dropped = 0;
@@ -335,15 +335,14 @@ static graft_status_t shard_write(graft_persist_writer_t *w, gp_job_t *j, uint8_
         st = graft__persist_write_all(f.fd, s->stored, (size_t)s->entry.stored_bytes, f.tmp);
         if (st == GRAFT_OK) {
             pace(f.fd, &pc, cursor, cursor + s->entry.stored_bytes);
-            if (graft__persist_test_write_delay_us > 0)
-                usleep((useconds_t)graft__persist_test_write_delay_us);
+            GP_TEST_DELAY(graft__persist_test_write_delay_us);
         }
         cursor += s->entry.stored_bytes;
         stored_total += s->entry.stored_bytes;
         graft__persist_chunk_done(w, s, graft__now_ns() - t0);
         if (st != GRAFT_OK)
             goto out;
-        graft__persist_crash_point();
+        GP_CRASH_POINT();
     }
     size_t index_len = (size_t)(nchunks * GP_INDEX_ENTRY_BYTES);
     graft__shard_footer_t ft = {cursor, nchunks, XXH3_64bits(index, index_len), j->raw_bytes, 0};
@@ -384,9 +383,9 @@ out:
     if (pooled)
         graft__persist_pool_end(w, j);
     graft__tmpfile_close(&f);
+    graft__persist_dir_close(&dir);
     graft_free(index);
     graft_free(name);
-    graft_free(dir);
     return st;
 }
 
@@ -447,7 +446,10 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
         config->threads > 64 ||
         (config->chunk_bytes != 0 &&
          (config->chunk_bytes < GP_MIN_CHUNK_BYTES || config->chunk_bytes > GP_MAX_CHUNK_BYTES)) ||
-        (config->second_root != NULL && strcmp(config->second_root, config->root) == 0))
+        (config->second_root != NULL && strcmp(config->second_root, config->root) == 0) ||
+        !graft__persist_mode_valid(config->file_mode) ||
+        (config->secret != NULL &&
+         (config->secret_len == 0 || config->secret_len > GRAFT_PERSIST_SECRET_MAX_BYTES)))
         return GRAFT_EINVAL;
     graft_persist_writer_t *w = graft__calloc(1, sizeof(*w));
     if (w == NULL)
@@ -460,6 +462,11 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     w->max_pending = config->max_pending ? config->max_pending : 1;
     w->retention = config->retention;
     w->group = config->group;
+    w->file_mode = config->file_mode;
+    if (config->secret != NULL) {
+        memcpy(w->secret, config->secret, config->secret_len);
+        w->secret_len = config->secret_len;
+    }
     w->root = graft__strdup(config->root);
     w->second_root = config->second_root ? graft__strdup(config->second_root) : NULL;
     w->code_revision = graft__strdup(config->code_revision ? config->code_revision : "");
@@ -469,7 +476,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
         st = GRAFT_ENOMEM;
         goto err;
     }
-    st = graft__persist_mkdirs(w->root);
+    st = graft__persist_mkdirs(w->root, w->file_mode);
     if (st != GRAFT_OK)
         goto err;
     pthread_mutex_init(&w->mu, NULL);
@@ -500,6 +507,7 @@ err:
     graft_free(w->root);
     graft_free(w->second_root);
     graft_free(w->code_revision);
+    explicit_bzero(w->secret, sizeof(w->secret));
     graft_free(w);
     return st;
 }
@@ -540,6 +548,7 @@ void graft_persist_writer_destroy(graft_persist_writer_t *w)
     graft_free(w->root);
     graft_free(w->second_root);
     graft_free(w->code_revision);
+    explicit_bzero(w->secret, sizeof(w->secret));
     graft_free(w);
 }
 

@@ -21,8 +21,10 @@
 
 /* FIELD_LEVEL: a FIELD_UINT in [min, max] that also takes "auto"
  * (GRAFT_PERSIST_LEVEL_AUTO, persist's adaptive compression).
- * FIELD_CHOICE: one of a list of words, stored as its index (an int). */
-typedef enum { FIELD_STRING, FIELD_UINT, FIELD_CHOICE, FIELD_LEVEL } field_type_t;
+ * FIELD_CHOICE: one of a list of words, stored as its index (an int).
+ * FIELD_MODE: an octal file mode (persist's graft_persist_config_t::file_mode
+ * rule: owner read and write, nothing outside 0666). */
+typedef enum { FIELD_STRING, FIELD_UINT, FIELD_CHOICE, FIELD_LEVEL, FIELD_MODE } field_type_t;
 
 typedef struct field {
     const char *name;
@@ -84,6 +86,8 @@ static const field_t fields[] = {
     UINT(fence_timeout_ms, 10, 3600000, "30000"),
     {"persist_compression", FIELD_LEVEL, offsetof(graft_config_t, persist_compression), 0, 19,
      "auto", NULL},
+    {"persist_file_mode", FIELD_MODE, offsetof(graft_config_t, persist_file_mode), 0, 0, "0600",
+     NULL},
 };
 
 #undef STR
@@ -203,6 +207,19 @@ graft_status_t graft_config_set(graft_config_t *config, const char *name, const 
         *(uint64_t *)slot = v;
         break;
     }
+    case FIELD_MODE: {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(value, &end, 8);
+        if (value[0] < '0' || value[0] > '7' || errno != 0 || *end != '\0' ||
+            (v & ~0666ul) != 0 || (v & 0600ul) != 0600ul) {
+            error_set(error_p, "config: %s: '%s' is not an octal file mode with owner read and "
+                      "write and no bit outside 0666 (e.g. 0600, 0640)", f->name, value);
+            return GRAFT_EINVAL;
+        }
+        *(uint64_t *)slot = v;
+        break;
+    }
     case FIELD_CHOICE: {
         int i = 0;
         while (f->choices[i] != NULL && strcmp(value, f->choices[i]) != 0)
@@ -252,6 +269,9 @@ graft_status_t graft_config_get(const graft_config_t *config, const char *name, 
         break;
     case FIELD_CHOICE:
         text = graft__strdup(f->choices[*(const int *)slot]);
+        break;
+    case FIELD_MODE:
+        text = graft__asprintf("%04" PRIo64, *(const uint64_t *)slot);
         break;
     }
     if (text == NULL)

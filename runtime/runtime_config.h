@@ -50,6 +50,7 @@ struct graft_config {
     uint64_t transfer_timeout_ms;
     uint64_t fence_timeout_ms;
     uint64_t persist_compression;
+    uint64_t persist_file_mode; /* octal, e.g. 0600 (FIELD_MODE) */
 };
 
 /* Effective min_groups (groups when unset). */

@@ -41,6 +41,11 @@ graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
         .retention = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
                       .milestone_every = rt->cfg->persist_milestone_every,
                       .leftover_min_age_ms = leftover_age_ms(rt)},
+        .file_mode = (uint32_t)rt->cfg->persist_file_mode,
+        /* Every manifest carries a MAC under the job secret, and a restore
+         * takes only a checkpoint whose MAC verifies (docs/SECURITY.md). */
+        .secret = rt->secret_len > 0 ? rt->secret : NULL,
+        .secret_len = rt->secret_len,
     };
     return graft_persist_writer_create(&pc, &rt->writer);
 }
@@ -98,6 +103,8 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
         /* The manifest's fingerprint is rank 0's. */
         .fingerprint_fn = rt->rank == 0 ? rt->fp_fn : NULL,
         .fingerprint_arg = rt->fp_arg,
+        .secret = rt->secret_len > 0 ? rt->secret : NULL,
+        .secret_len = rt->secret_len,
     };
     memset(&res, 0, sizeof(res));
     uint64_t t0 = graft__now_ns();
@@ -176,6 +183,9 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
             lens[i] = res.kvs[i].value_len;
         }
         graft_persist_commit_opts_t opts = rt->ckpt.opts;
+        opts.file_mode = (uint32_t)rt->cfg->persist_file_mode;
+        opts.secret = rt->secret_len > 0 ? rt->secret : NULL;
+        opts.secret_len = rt->secret_len;
         st = graft_persist_commit(rt->cfg->persist_root, step, rt->ranks, infos, lens, NULL,
                                   &opts);
     }
@@ -337,6 +347,15 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
     return GRAFT_OK;
 }
 
+/* A checkpoint of @p step is on disk already, written under this job's
+ * secret (a planted manifest does not stop this job writing its own). */
+static bool persist_verified(const graft_runtime_t *rt, uint64_t step)
+{
+    return graft_persist_verify_mac(rt->cfg->persist_root, step, GRAFT_PERSIST_VERIFY_QUICK,
+                                    rt->secret_len > 0 ? rt->secret : NULL, rt->secret_len,
+                                    NULL) == GRAFT_OK;
+}
+
 graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q)
 {
     uint64_t k = rt->cfg->persist_every;
@@ -351,8 +370,7 @@ graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quor
         return GRAFT_OK;
     /* A group restored from this very checkpoint, or another group wrote
      * it already: nothing to do. */
-    if (graft_persist_verify(rt->cfg->persist_root, q->step, GRAFT_PERSIST_VERIFY_QUICK, NULL) ==
-        GRAFT_OK)
+    if (persist_verified(rt, q->step))
         return GRAFT_OK;
     return ckpt_start(rt, q->step, write, commit, false);
 }
@@ -375,8 +393,7 @@ graft_status_t graft_checkpoint_now(graft_runtime_t *rt)
     if (rt->q != NULL || !rt->joined || step == 0 || !rt->state_valid)
         return GRAFT_ESTATE;
     graft__rt_persist_join(rt);
-    if (graft_persist_verify(rt->cfg->persist_root, step, GRAFT_PERSIST_VERIFY_QUICK, NULL) ==
-        GRAFT_OK)
+    if (persist_verified(rt, step))
         return GRAFT_EEXIST;
     graft_status_t st = ckpt_start(rt, step, true, rt->rank == 0, true);
     if (st != GRAFT_OK)

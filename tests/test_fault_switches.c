@@ -1,6 +1,8 @@
 /*
  * The fault switches that break recovery on purpose (GRAFT_TEST_SKIP_REGION)
- * exist only in the test build of the library ($(BUILD)/testlib/, built
+ * and the persistent tier's test hooks (a crash countdown that SIGKILLs
+ * the process, delays that slow every chunk) exist only in the test build
+ * of the library ($(BUILD)/testlib/, built
  * with -DGRAFT_TEST_FAULTS): no trace of them in the library that is
  * shipped, static or shared, nor in the tools and the example trainer that
  * `make demo` runs. The test build is searched the same way and must have
@@ -22,9 +24,15 @@
 static char build_dir[PATH_MAX];
 
 /* Names a build with the switches compiled in always contains: the
- * variable it reads and the functions that implement it. */
-static const char *const traces[] = {"GRAFT_TEST_SKIP_REGION", "graft__rt_skip_init",
-                                     "graft__rt_skip_restore"};
+ * variable it reads and the functions that implement it; the persist
+ * hooks' variables and function. */
+static const char *const traces[] = {"GRAFT_TEST_SKIP_REGION",
+                                     "graft__rt_skip_init",
+                                     "graft__rt_skip_restore",
+                                     "graft__persist_crash_countdown",
+                                     "graft__persist_crash_point",
+                                     "graft__persist_test_compress_delay_us",
+                                     "graft__persist_test_write_delay_us"};
 
 /* Whether the file holds needle anywhere (symbol tables, strings, debug
  * information alike). */

@@ -401,7 +401,10 @@ static void test_hostile_manifests(void **state)
         char *saved_file = m->shards[0]->file;
         edits[i](m);
         /* written with valid checksums: only the semantic checks catch it */
-        assert_int_equal(graft__manifest_write(dir, m), GRAFT_OK);
+        graft__pdir_t d;
+        assert_int_equal(graft__persist_dir_open(f->root, 2, false, 0, &d), GRAFT_OK);
+        assert_int_equal(graft__manifest_write(&d, m, NULL, 0), GRAFT_OK);
+        graft__persist_dir_close(&d);
         m->n_regions = saved_regions;
         m->shards[0]->file = saved_file;
         graft__manifest_free(m);

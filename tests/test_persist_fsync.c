@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -167,13 +168,13 @@ static void test_existing_dirs_cost_nothing(void **state)
     char *step_dir = pt_path(root, 9, "");
     assert_int_equal(mkdir(step_dir, 0755), 0);
     log_clear();
-    assert_int_equal(graft__persist_mkdirs(root), GRAFT_OK);
-    assert_int_equal(graft__persist_mkdirs(step_dir), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(root, 0), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(step_dir, 0), GRAFT_OK);
     assert_int_equal(dir_n, 0);
     /* Two new levels: exactly their two parents, outermost first. */
     char *x = join(root, "x");
     char *xy = join(x, "y/");
-    assert_int_equal(graft__persist_mkdirs(xy), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(xy, 0), GRAFT_OK);
     assert_int_equal(dir_n, 2);
     assert_int_equal(log_find(root, false), 0);
     assert_int_equal(log_find(x, false), 1);
@@ -211,12 +212,15 @@ static void test_full_disk_at_fsync_is_enospc(void **state)
     char *tmp = pt_tmpdir();
     char *root = join(tmp, "root");
     char *second = join(tmp, "second");
-    assert_int_equal(graft__persist_mkdirs(root), GRAFT_OK);
-    assert_int_equal(graft__persist_mkdirs(second), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(root, 0), GRAFT_OK);
+    assert_int_equal(graft__persist_mkdirs(second, 0), GRAFT_OK);
 
     /* one file */
     disk_full_under(tmp);
-    assert_int_equal(graft__persist_file_atomic(tmp, "x", "abc", 3), GRAFT_ENOSPC);
+    graft__pdir_t d = {.fd = open(tmp, O_RDONLY | O_DIRECTORY), .path = tmp};
+    assert_true(d.fd >= 0);
+    assert_int_equal(graft__persist_file_atomic(&d, "x", "abc", 3, 0), GRAFT_ENOSPC);
+    close(d.fd);
     char *x = join(tmp, "x");
     char *x_tmp = join(tmp, "x.tmp");
     assert_int_equal(access(x, F_OK), -1);

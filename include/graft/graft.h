@@ -117,6 +117,7 @@ extern "C" {
  * | transfer_timeout_ms | GRAFT_TRANSFER_TIMEOUT_MS | 0 (no limit)            |
  * | fence_timeout_ms    | GRAFT_FENCE_TIMEOUT_MS    | 30000                   |
  * | persist_compression | GRAFT_PERSIST_COMPRESSION | auto (adaptive), 0 (stored), zstd 1..19 |
+ * | persist_file_mode   | GRAFT_PERSIST_FILE_MODE   | 0600 (directories 0700) |
  *
  * transfer_address is where the transfer endpoint listens: an IPv4 address
  * or an interface name (its first IPv4 address), optionally with ":port"
@@ -128,6 +129,15 @@ extern "C" {
  * transfer_backend nccl (builds with CUDA and NCCL only) moves a rank's
  * CUDA regions over an NCCL pair with one donor, its host regions still
  * over UCX; cuda_device is the device the pair uses.
+ *
+ * persist_file_mode is the octal mode of the checkpoint files the job
+ * creates (0640 lets the owner's group read them); each directory created
+ * gets the search bit of every class that may read (0640: 0750). Owner
+ * read and write are required, execute bits refused. The process umask
+ * still applies on top; directories that exist keep their mode. Every
+ * manifest carries a MAC under the job secret, and a restore skips a
+ * checkpoint whose MAC is absent or wrong (docs/SECURITY.md, "Checkpoint
+ * files").
  *
  * etcd_endpoints is a comma-separated list. In strict mode min_groups must
  * equal groups; in elastic mode it must be in [1, groups].

@@ -139,6 +139,18 @@ GRAFT_WUR graft_status_t graft_persist_split_even(uint64_t global_bytes, uint64_
 /** The default compression level: GRAFT_PERSIST_LEVEL_AUTO. */
 #define GRAFT_PERSIST_LEVEL_DEFAULT GRAFT_PERSIST_LEVEL_AUTO
 
+/**
+ * Mode of the checkpoint files a writer creates when
+ * graft_persist_config_t::file_mode is 0: only the owner reads them; their
+ * directories get 0700. A wider mode (e.g. 0640) gives each directory the
+ * search bit of every class that may read (0750); the process umask still
+ * applies on top. Directories that exist already keep their mode.
+ */
+#define GRAFT_PERSIST_FILE_MODE_DEFAULT 0600u
+
+/** Longest key (job secret) for the manifest MAC. */
+#define GRAFT_PERSIST_SECRET_MAX_BYTES 256u
+
 /** Retention policy; see graft_persist_retention_plan(). */
 typedef struct graft_persist_retention {
     uint32_t keep_last;       /**< keep the newest N valid checkpoints; 0 = no retention */
@@ -170,6 +182,11 @@ typedef struct graft_persist_config {
     const char *code_revision; /**< the training code's revision, recorded in the manifest */
     uint32_t group;            /**< replica group writing the shards (recorded per shard) */
     graft_persist_retention_t retention; /**< applied after every commit (both roots) */
+    uint32_t file_mode;        /**< mode of the files created; 0 = GRAFT_PERSIST_FILE_MODE_DEFAULT
+                                    (0600). Owner read and write required, nothing outside 0666 */
+    const uint8_t *secret;     /**< job secret: every manifest carries its MAC under it
+                                    (docs/FORMAT.md); NULL = no MAC. Copied */
+    size_t secret_len;         /**< 1..GRAFT_PERSIST_SECRET_MAX_BYTES when secret is set */
 } graft_persist_config_t;
 
 /** Options of one checkpoint, given at commit. */
@@ -177,6 +194,11 @@ typedef struct graft_persist_commit_opts {
     bool has_fingerprint;      /**< the trainer supplied an output fingerprint */
     uint64_t fingerprint;      /**< e.g. a hash of the model's output on a fixed batch */
     bool before_config_change; /**< keep this checkpoint through retention */
+    uint32_t file_mode;        /**< graft_persist_commit(): as graft_persist_config_t::file_mode
+                                    (a writer uses its own) */
+    const uint8_t *secret;     /**< graft_persist_commit(): MAC the manifest under this key
+                                    (a writer uses its own); NULL = no MAC */
+    size_t secret_len;
 } graft_persist_commit_opts_t;
 
 /** Outcome of one checkpoint's background work (graft_persist_wait()). */
@@ -198,6 +220,12 @@ typedef struct graft_persist_writer graft_persist_writer_t;
  * @param [out] writer_p  the writer.
  * @return GRAFT_OK, GRAFT_EINVAL (bad config), GRAFT_ESYS (root not
  *         creatable), GRAFT_ENOMEM.
+ *
+ * Files are written relative to the root's directory and never through a
+ * symbolic link below it (docs/SECURITY.md, "Checkpoint files"): the root
+ * itself may be a link, a step directory that is one is refused, and a
+ * link planted at a temporary or final file name is replaced, its target
+ * untouched.
  */
 GRAFT_WUR graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
                                                      graft_persist_writer_t **writer_p);
@@ -343,6 +371,26 @@ GRAFT_WUR graft_status_t graft_persist_verify(const char *root, uint64_t step,
                                               graft_persist_entry_t *entry_p);
 
 /**
+ * @brief graft_persist_verify(), and the manifest's MAC under the job
+ *        secret: tells a forged checkpoint (a manifest rewritten by someone
+ *        without the secret, however consistent its checksums) from a
+ *        genuine one.
+ * @param [in]  root        the root.
+ * @param [in]  step        the step.
+ * @param [in]  level       quick or full.
+ * @param [in]  secret      the key; NULL = as graft_persist_verify().
+ * @param [in]  secret_len  its length, 1..GRAFT_PERSIST_SECRET_MAX_BYTES.
+ * @param [out] entry_p     state and reason; may be NULL. A forged
+ *                          checkpoint is GRAFT_PERSIST_CORRUPT, its reason
+ *                          says "no MAC" or "MAC does not match".
+ * @return as graft_persist_verify(); GRAFT_ECORRUPT for a MAC absent or wrong.
+ */
+GRAFT_WUR graft_status_t graft_persist_verify_mac(const char *root, uint64_t step,
+                                                  graft_persist_verify_level_t level,
+                                                  const uint8_t *secret, size_t secret_len,
+                                                  graft_persist_entry_t *entry_p);
+
+/**
  * @brief The manifest of one checkpoint, decoded from manifest.pb and
  *        rendered as JSON exactly as the writer renders its manifest.json
  *        sidecar, so a tool can show it and compare the sidecar with it.
@@ -377,6 +425,11 @@ typedef struct graft_persist_restore_params {
     void *fingerprint_arg;
     graft_persist_progress_fn progress_fn;
     void *progress_arg;
+    /** The job secret: when set, a checkpoint whose manifest has no MAC or
+     *  a MAC that does not verify under it is skipped like a corrupt one
+     *  (GRAFT_ECORRUPT, the reason saying which). NULL: MACs unchecked. */
+    const uint8_t *secret;
+    size_t secret_len;
 } graft_persist_restore_params_t;
 
 /** What a restore did. */

@@ -1,7 +1,8 @@
 /*
  * graftctl ckpt: a checkpoint root on disk, without etcd. ls, verify
- * (every chunk, and the manifest.json sidecar against manifest.pb),
- * inspect, prune and restore --dry-run, all through graft/persist.h.
+ * (every chunk, the manifest.json sidecar against manifest.pb, and with
+ * --secret-file the manifest's MAC under the job secret), inspect, prune
+ * and restore --dry-run, all through graft/persist.h.
  */
 #include "graftctl.h"
 
@@ -9,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,9 @@ typedef struct ckpt_args {
     bool quick;
     bool dry_run;
     graft_persist_retention_t policy;
+    /* --secret-file: the job secret the manifests' MACs are checked with */
+    uint8_t secret[GRAFT_PERSIST_SECRET_MAX_BYTES];
+    size_t secret_len;
 } ckpt_args_t;
 
 static const char *state_name(graft_persist_state_t s)
@@ -67,6 +72,44 @@ static int check_root(const char *root)
     return GRAFTCTL_OK;
 }
 
+/* The job secret from a file, read as graft_init() reads job_secret_file:
+ * 16 to 256 bytes, a trailing newline not part of it. */
+static int secret_load(const char *path, ckpt_args_t *a)
+{
+    uint8_t buf[GRAFT_PERSIST_SECRET_MAX_BYTES + 2];
+    size_t n = 0;
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && fstat(fd, &sb) == 0;
+    if (!ok || !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "graftctl ckpt: --secret-file %s: %s\n", path,
+                !ok ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return GRAFTCTL_USAGE;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof(buf) - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || (n += (size_t)r) == sizeof(buf))
+            break;
+    }
+    close(fd);
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n < 16 || n > GRAFT_PERSIST_SECRET_MAX_BYTES) {
+        fprintf(stderr, "graftctl ckpt: --secret-file %s: a job secret has 16 to %u bytes\n",
+                path, GRAFT_PERSIST_SECRET_MAX_BYTES);
+        explicit_bzero(buf, sizeof(buf));
+        return GRAFTCTL_USAGE;
+    }
+    memcpy(a->secret, buf, n);
+    a->secret_len = n;
+    explicit_bzero(buf, sizeof(buf));
+    return GRAFTCTL_OK;
+}
+
 /* A directory that is not a complete checkpoint is pruned only once nothing
  * was added to it for this long: a job may still be committing it. */
 #define GRAFTCTL_LEFTOVER_AGE_MS (10u * 60u * 1000u)
@@ -84,6 +127,10 @@ static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
             a->dry_run = true;
         } else if (strcmp(s, "--geometric") == 0) {
             a->policy.geometric = true;
+        } else if (strcmp(s, "--secret-file") == 0 && i + 1 < argc) {
+            int rc = secret_load(argv[++i], a);
+            if (rc != GRAFTCTL_OK)
+                return rc;
         } else if ((strcmp(s, "--keep-last") == 0 || strcmp(s, "--milestone-every") == 0 ||
                     strcmp(s, "--step") == 0) &&
                    i + 1 < argc && graftctl_parse_u64(argv[i + 1], &v)) {
@@ -323,9 +370,9 @@ static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
             fprintf(stderr, "\rverifying %zu/%zu: step %" PRIu64 " ...", checked, todo,
                     e[i].step);
         graft_persist_entry_t v;
-        graft_status_t st = graft_persist_verify(
+        graft_status_t st = graft_persist_verify_mac(
             a->root, e[i].step, a->quick ? GRAFT_PERSIST_VERIFY_QUICK : GRAFT_PERSIST_VERIFY_FULL,
-            &v);
+            a->secret_len > 0 ? a->secret : NULL, a->secret_len, &v);
         char why[512] = "";
         const char *sidecar = st == GRAFT_ENOTFOUND ? "absent"
                                                     : sidecar_check(a->root, e[i].step, why,
@@ -337,12 +384,14 @@ static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
         if (o->json) {
             json_t *j = entry_json(&v);
             json_object_set_new(j, "ok", json_boolean(!bad));
+            json_object_set_new(j, "authenticated", json_boolean(a->secret_len > 0 && st == GRAFT_OK));
             json_object_set_new(j, "sidecar", json_string(sidecar));
             json_object_set_new(j, "sidecar_reason", graftctl_json_text(why));
             json_array_append_new(list, j);
         } else if (!bad) {
-            printf("step %" PRIu64 ": ok (%s, %" PRIu32 " shards, %" PRIu64 " bytes)\n", v.step,
-                   a->quick ? "quick" : "every chunk", v.ranks, v.raw_bytes);
+            printf("step %" PRIu64 ": ok (%s, %" PRIu32 " shards, %" PRIu64 " bytes%s)\n", v.step,
+                   a->quick ? "quick" : "every chunk", v.ranks, v.raw_bytes,
+                   a->secret_len > 0 ? ", MAC ok" : "");
         } else {
             char reason[GRAFTCTL_TEXT_LEN], sidecar_why[GRAFTCTL_TEXT_LEN];
             printf("step %" PRIu64 ": FAILED: %s%s%s\n", v.step,
@@ -359,6 +408,9 @@ static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
         json_decref(list);
     rc = faults > 0 ? GRAFTCTL_FAIL : GRAFTCTL_OK;
     list = NULL;
+    if (a->secret_len == 0 && !o->json)
+        printf("(manifest MACs not checked: give --secret-file to tell a forged checkpoint "
+               "from a genuine one)\n");
 out:
     json_decref(list);
     graft_free(e);
@@ -524,7 +576,9 @@ static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
             continue;
         if (tty)
             fprintf(stderr, "\rverifying step %" PRIu64 " (%zu of %zu) ...", e[i].step, i + 1, n);
-        if (graft_persist_verify(a->root, e[i].step, GRAFT_PERSIST_VERIFY_FULL, &v) == GRAFT_OK)
+        if (graft_persist_verify_mac(a->root, e[i].step, GRAFT_PERSIST_VERIFY_FULL,
+                                     a->secret_len > 0 ? a->secret : NULL, a->secret_len,
+                                     &v) == GRAFT_OK)
             chosen = &v;
         else
             json_array_append_new(skipped, json_pack("{s:I,s:o}", "step", (json_int_t)v.step,
