@@ -141,9 +141,14 @@ $(LIB_A): $(LIB_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-$(LIB_SO): $(LIB_OBJS)
+# Only the public API (graft_*) is exported: scripts/libgraft.map.
+LIB_MAP := scripts/libgraft.map
+$(LIB_SO): $(LIB_OBJS) $(LIB_MAP)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libgraft.so.0 $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) -shared -Wl,-soname,libgraft.so.0 -Wl,--version-script=$(LIB_MAP) $(LDFLAGS_ALL) \
+		-o $@ $(LIB_OBJS) $(LDLIBS_ALL)
+# tests/test_lib_exports.c reads the shared library's symbol table.
+$(BUILD)/tests/test_lib_exports: | $(LIB_SO)
 
 $(SIM_LIB_A): $(SIM_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 	@mkdir -p $(dir $@)

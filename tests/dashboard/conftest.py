@@ -111,7 +111,10 @@ def dashboard(tmp, etcd, sim):
     def start():
         return subprocess.Popen(
             [os.path.join(BIN, "graftctl"), "--etcd", etcd, "--job", sim["job"], "dashboard",
-             "--listen", f"127.0.0.1:{port}", "--token", TOKEN, "--interval-ms", "200"],
+             "--listen", f"127.0.0.1:{port}", "--token", TOKEN, "--interval-ms", "200",
+             # The run's root: the job's checkpoint events name its folder
+             # under it, which the dashboard lists (only there).
+             "--ckpt-root", os.path.dirname(sim["root"])],
             stdout=out, stderr=subprocess.STDOUT)
     # The job exists in etcd once its first rank joined.
     proc = start()

@@ -1,10 +1,13 @@
 """`graftctl dashboard` with a live simulation: the page in headless
 Chromium sees a group go from healthy to recovering or dead and back;
 /metrics parses with prometheus_client's parser and agrees with the run's
-report; the server is read-only but for evict, which needs the token."""
+report; the server is read-only but for evict, which needs the token; a
+request whose Host is a foreign name (DNS rebinding) reads nothing."""
+import http.client
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from playwright.sync_api import sync_playwright
@@ -114,6 +117,34 @@ def test_read_only_but_evict_with_token(dashboard):
         assert "no live member" in json.loads(e.read())["error"]
 
 
+def get_with_host(url, path, host):
+    """GET path with the given Host header: (status, body)."""
+    port = urllib.parse.urlparse(url).port
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        conn.putheader("Host", host)
+        conn.endheaders()
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
+def test_foreign_host_is_refused(dashboard, sim):
+    port = urllib.parse.urlparse(dashboard).port
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        status, body = get_with_host(dashboard, "/api/state", host)
+        assert status == 200, (host, body)
+        assert json.loads(body)["job"] == sim["job"]
+    # A page whose DNS name was rebound to this host sends its own name.
+    for path in ("/api/state", "/api/events", "/metrics", "/"):
+        status, body = get_with_host(dashboard, path, f"rebind.attacker.example:{port}")
+        assert status == 403, (path, body)
+        assert "not a name of this dashboard" in json.loads(body)["error"]
+        assert sim["job"] not in body
+
+
 def test_metrics_agree_with_the_report(dashboard, sim):
     rc = sim["proc"].wait(300)
     assert rc == 0, open(sim["log"]).read()[-3000:]
@@ -130,7 +161,9 @@ def test_metrics_agree_with_the_report(dashboard, sim):
     assert ok >= 2 * len(report["recoveries"])
     _, _, state = http_get(dashboard + "/api/state")
     state = json.loads(state)
-    assert state["checkpoints"], "the checkpoint root is learnt from the checkpoint events"
+    assert state["checkpoints"], "the job's folder, named by its checkpoint events, is listed"
+    assert state["checkpoint_root"] == os.path.realpath(sim["root"])
+    assert state["checkpoint_root_note"] == ""
     # A writer killed by the run can leave an incomplete directory, which
     # retention keeps for a while (docs/FORMAT.md); nothing is corrupt.
     states = {c["state"] for c in state["checkpoints"]}

@@ -44,13 +44,35 @@ typedef struct graftctl_metrics {
     uint64_t etcd_errors;
 } graftctl_metrics_t;
 
+/* Names a request's Host may carry besides IP addresses and localhost
+ * (--allow-host, repeatable). */
+#define GRAFTCTL_DASH_HOSTS 16
+
+/* Requests refused for their Host header, logged at most every 10 s. */
+typedef struct graftctl_refusals {
+    pthread_mutex_t mu;
+    uint64_t total;
+    uint64_t unlogged;    /* refused since the last log line */
+    uint64_t logged_ms;   /* when that line was written */
+} graftctl_refusals_t;
+
 typedef struct graftctl_dash {
     pthread_mutex_t mu;
     graftctl_conn_t conn;
     const char *job;
     const char *token; /* NULL: evict disabled */
+    /* The checkpoint root: only --ckpt-root (ckpt_root, root_given) or a
+     * folder under it is listed; the job's checkpoint events name where
+     * the job writes (ckpt_named), which is listed only when it is under
+     * the given root (ckpt_listed), and said otherwise (ckpt_note). */
     char ckpt_root[1024];
     bool root_given;
+    char ckpt_named[1024];
+    char ckpt_listed[4096];
+    char ckpt_note[2048];
+    const char *allow_hosts[GRAFTCTL_DASH_HOSTS];
+    size_t n_allow_hosts;
+    graftctl_refusals_t refusals;
     uint64_t last_seq;
     uint64_t refreshed_unix_ms;
     json_t *status;      /* graftctl_status_json() */

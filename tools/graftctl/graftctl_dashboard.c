@@ -14,6 +14,13 @@
  * listing. Requests are answered from the snapshot under a mutex; only an
  * evict talks to etcd from a request. Everything else is read-only, and
  * evict is refused unless a token was given at start-up.
+ *
+ * Guards (docs/SECURITY.md, "Operator tools"): a request whose Host header
+ * is not an IP address, localhost or a name given with --allow-host is
+ * refused (a page that rebinds its DNS name to this host cannot read the
+ * job); the token is compared in constant time; the checkpoint listing
+ * reads only --ckpt-root or a folder under it, whatever the job's records
+ * say.
  */
 #include "graftctl.h"
 #include "graftctl_dash.h"
@@ -23,14 +30,18 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <microhttpd.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 static volatile sig_atomic_t stop_flag;
 
@@ -42,19 +53,71 @@ static void on_signal(int sig)
 
 /* ------------------------------------------------------------ refresh --- */
 
-/* The checkpoint root: given, or named by the newest checkpoint event
- * ("shard+manifest at ROOT: success"). */
+/* Where the job writes its checkpoints, as the newest checkpoint event
+ * names it ("shard+manifest at ROOT: success"): whoever writes the job's
+ * etcd records writes this, so it is only a hint (choose_ckpt_root). */
 static void learn_ckpt_root(graftctl_dash_t *d, const graft_event_t *e)
 {
-    if (d->root_given || e->kind != GRAFT_EVENT_CHECKPOINT || e->detail == NULL)
+    if (e->kind != GRAFT_EVENT_CHECKPOINT || e->detail == NULL)
         return;
     const char *at = strstr(e->detail, " at ");
     const char *end = at != NULL ? strrchr(at, ':') : NULL;
     if (at == NULL || end == NULL || end - (at + 4) <= 0 ||
-        (size_t)(end - (at + 4)) >= sizeof(d->ckpt_root))
+        (size_t)(end - (at + 4)) >= sizeof(d->ckpt_named))
         return;
-    memcpy(d->ckpt_root, at + 4, (size_t)(end - (at + 4)));
-    d->ckpt_root[end - (at + 4)] = '\0';
+    memcpy(d->ckpt_named, at + 4, (size_t)(end - (at + 4)));
+    d->ckpt_named[end - (at + 4)] = '\0';
+}
+
+/* Whether path is root or a folder under it (both canonical). */
+static bool path_under(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    if (strcmp(root, "/") == 0)
+        return path[0] == '/';
+    return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* The root to list (ckpt_listed, "" for none) and, when the job's events
+ * name another, why it is not (ckpt_note, logged once per change). Only
+ * --ckpt-root or a folder under it is listed: otherwise anyone who can
+ * write the job's events could make the dashboard list any directory of
+ * this host. Both paths are resolved first, so neither ".." nor a
+ * symbolic link leads out of the given root. */
+static void choose_ckpt_root(graftctl_dash_t *d)
+{
+    char given[PATH_MAX], named[PATH_MAX], t1[1024], t2[1024];
+    char note[sizeof(d->ckpt_note)] = "";
+    d->ckpt_listed[0] = '\0';
+    if (!d->root_given) {
+        if (d->ckpt_named[0] != '\0')
+            snprintf(note, sizeof(note), "the job's checkpoint events name %s; not listed: "
+                     "the dashboard lists only a root given with --ckpt-root, or a folder "
+                     "under it", graftctl_text(d->ckpt_named, t1, sizeof(t1)));
+        goto out;
+    }
+    if (realpath(d->ckpt_root, given) == NULL) {
+        snprintf(note, sizeof(note), "--ckpt-root %s: %s",
+                 graftctl_text(d->ckpt_root, t1, sizeof(t1)), strerror(errno));
+        goto out;
+    }
+    snprintf(d->ckpt_listed, sizeof(d->ckpt_listed), "%s", given);
+    if (d->ckpt_named[0] == '\0')
+        goto out;
+    if (realpath(d->ckpt_named, named) == NULL) {
+        snprintf(note, sizeof(note), "the job's checkpoint events name %s: %s; listing "
+                 "--ckpt-root", graftctl_text(d->ckpt_named, t1, sizeof(t1)), strerror(errno));
+    } else if (!path_under(named, given)) {
+        snprintf(note, sizeof(note), "the job's checkpoint events name %s, which is not under "
+                 "--ckpt-root %s: not listed", graftctl_text(d->ckpt_named, t1, sizeof(t1)),
+                 graftctl_text(given, t2, sizeof(t2)));
+    } else {
+        snprintf(d->ckpt_listed, sizeof(d->ckpt_listed), "%s", named);
+    }
+out:
+    if (strcmp(note, d->ckpt_note) != 0 && note[0] != '\0')
+        fprintf(stderr, "graftctl dashboard: checkpoints: %s\n", note);
+    snprintf(d->ckpt_note, sizeof(d->ckpt_note), "%s", note);
 }
 
 static json_t *checkpoints_json(graftctl_dash_t *d)
@@ -62,7 +125,8 @@ static json_t *checkpoints_json(graftctl_dash_t *d)
     graft_persist_entry_t *e = NULL;
     size_t n = 0;
     json_t *list = json_array();
-    if (d->ckpt_root[0] == '\0' || graft_persist_list(d->ckpt_root, &e, &n) != GRAFT_OK)
+    choose_ckpt_root(d);
+    if (d->ckpt_listed[0] == '\0' || graft_persist_list(d->ckpt_listed, &e, &n) != GRAFT_OK)
         return list;
     bool seen_valid = false;
     for (size_t i = 0; i < n; i++) {
@@ -73,14 +137,14 @@ static json_t *checkpoints_json(graftctl_dash_t *d)
                           : e[i].before_config_change         ? "config_change"
                                                               : "kept";
         json_array_append_new(
-            list, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I,s:s}", "step", (json_int_t)e[i].step,
+            list, json_pack("{s:I,s:s,s:s,s:I,s:I,s:I,s:o}", "step", (json_int_t)e[i].step,
                             "state",
                             e[i].state == GRAFT_PERSIST_COMPLETE     ? "complete"
                             : e[i].state == GRAFT_PERSIST_INCOMPLETE ? "incomplete"
                                                                      : "corrupt",
                             "retention", cls, "ranks", (json_int_t)e[i].ranks, "raw_bytes",
                             (json_int_t)e[i].raw_bytes, "unix_ms", (json_int_t)e[i].unix_ms,
-                            "reason", e[i].reason));
+                            "reason", graftctl_json_text(e[i].reason)));
     }
     graft_free(e);
     return list;
@@ -186,13 +250,140 @@ static json_t *state_json(graftctl_dash_t *d)
     json_array_foreach(d->events, i, e)
         if (strcmp(json_string_value(json_object_get(e, "kind")), "drift") == 0)
             json_array_append(drift, e);
-    return json_pack("{s:s,s:I,s:b,s:s,s:O,s:o,s:O,s:O,s:o}", "job", d->job, "refreshed_unix_ms",
-                     (json_int_t)d->refreshed_unix_ms, "evict_enabled", d->token != NULL,
-                     "checkpoint_root", d->ckpt_root, "status",
+    return json_pack("{s:s,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:O,s:o}", "job", d->job,
+                     "refreshed_unix_ms", (json_int_t)d->refreshed_unix_ms, "evict_enabled",
+                     d->token != NULL, "checkpoint_root", graftctl_json_text(d->ckpt_listed),
+                     "checkpoint_root_note", d->ckpt_note, "status",
                      d->status != NULL ? d->status : json_null(), "quorums", quorums,
                      "recoveries", d->recoveries, "checkpoints",
                      d->checkpoints != NULL ? d->checkpoints : json_array(), "drift", drift);
 }
+
+/* ------------------------------------------------------------- guards --- */
+
+/* Whether the Authorization header carries the operator token. The two
+ * are compared as SHA-256 digests with CRYPTO_memcmp, so the time taken
+ * shows neither where a guess first differs nor the token's length. */
+static bool token_ok(const char *token, const char *auth)
+{
+    unsigned char want[EVP_MAX_MD_SIZE], got[EVP_MAX_MD_SIZE];
+    unsigned int want_len = 0, got_len = 0;
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+        return false;
+    auth += 7;
+    if (EVP_Digest(token, strlen(token), want, &want_len, EVP_sha256(), NULL) != 1 ||
+        EVP_Digest(auth, strlen(auth), got, &got_len, EVP_sha256(), NULL) != 1 ||
+        want_len != got_len)
+        return false;
+    return CRYPTO_memcmp(want, got, want_len) == 0;
+}
+
+/* Whether a request's Host header names this dashboard: an IPv4 address,
+ * a bracketed IPv6 address, localhost, or a name given with --allow-host,
+ * with or without a port. A page on the web that rebinds its own DNS name
+ * to this host's address (DNS rebinding) makes the browser send that name,
+ * which is refused; a browser sends an address as Host only to the
+ * address its page came from, so a request that names an address reads
+ * nothing a page elsewhere could see (the dashboard sends no CORS
+ * headers). The port is not compared: a rebinding page changes the name,
+ * and a proxy in front may use its own port. */
+static bool host_allowed(const graftctl_dash_t *d, const char *host)
+{
+    char name[256];
+    const char *port;
+    size_t len;
+    if (host == NULL)
+        return false;
+    if (host[0] == '[') {
+        const char *close = strchr(host, ']');
+        if (close == NULL)
+            return false;
+        len = (size_t)(close - host) + 1;
+        port = close + 1;
+    } else {
+        port = strchr(host, ':');
+        len = port != NULL ? (size_t)(port - host) : strlen(host);
+        port = host + len;
+    }
+    if (*port == ':') {
+        size_t digits = strspn(port + 1, "0123456789");
+        if (digits == 0 || digits > 5 || port[1 + digits] != '\0')
+            return false;
+    } else if (*port != '\0') {
+        return false;
+    }
+    if (len == 0 || len >= sizeof(name))
+        return false;
+    memcpy(name, host, len);
+    name[len] = '\0';
+    if (len > 1 && name[len - 1] == '.') /* a fully qualified "localhost." */
+        name[--len] = '\0';
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, name, &a4) == 1)
+        return true;
+    if (name[0] == '[') {
+        name[len - 1] = '\0';
+        return inet_pton(AF_INET6, name + 1, &a6) == 1;
+    }
+    if (strcasecmp(name, "localhost") == 0)
+        return true;
+    for (size_t i = 0; i < d->n_allow_hosts; i++)
+        if (strcasecmp(name, d->allow_hosts[i]) == 0)
+            return true;
+    return false;
+}
+
+/* One line for the refusals of the last 10 s at most, so that a page
+ * polling from a foreign name does not flood the log. */
+static void log_refusal(graftctl_dash_t *d, struct MHD_Connection *conn, const char *shown)
+{
+    graftctl_refusals_t *r = &d->refusals;
+    uint64_t now = graftctl_now_ms(), n;
+    pthread_mutex_lock(&r->mu);
+    r->total++;
+    r->unlogged++;
+    bool write = r->logged_ms == 0 || now - r->logged_ms >= 10000;
+    n = r->unlogged;
+    if (write) {
+        r->logged_ms = now;
+        r->unlogged = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!write)
+        return;
+    char from[INET6_ADDRSTRLEN] = "?";
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+    if (sa != NULL && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, from,
+                  sizeof(from));
+    else if (sa != NULL && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, from,
+                  sizeof(from));
+    fprintf(stderr, "graftctl dashboard: refused %" PRIu64 " request(s) for a foreign Host "
+            "(the last from %s with Host '%s'); a name that should reach the dashboard is "
+            "given with --allow-host NAME\n", n, from, shown);
+    fflush(stderr);
+}
+
+static enum MHD_Result refuse_host(graftctl_dash_t *d, struct MHD_Connection *conn,
+                                   const char *host)
+{
+    char shown[256], why[512];
+    graftctl_text(host, shown, sizeof(shown));
+    log_refusal(d, conn, shown);
+    if (host == NULL)
+        snprintf(why, sizeof(why), "refused: the request has no Host header");
+    else
+        snprintf(why, sizeof(why), "refused: Host '%s' is not a name of this dashboard; it "
+                 "answers to IP addresses, localhost and names given with --allow-host "
+                 "(a guard against DNS rebinding)", shown);
+    return answer_error(conn, 403, why);
+}
+
+/* ------------------------------------------------------------- evict --- */
 
 static enum MHD_Result evict(graftctl_dash_t *d, struct MHD_Connection *conn)
 {
@@ -202,7 +393,7 @@ static enum MHD_Result evict(graftctl_dash_t *d, struct MHD_Connection *conn)
     if (d->token == NULL)
         return answer_error(conn, 403, "evict is disabled: the dashboard was started without "
                                        "--token");
-    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, d->token) != 0)
+    if (!token_ok(d->token, auth))
         return answer_error(conn, 403, "bad or missing operator token");
     if (g == NULL || !graftctl_parse_u64(g, &group) || group > UINT32_MAX)
         return answer_error(conn, 400, "give ?group=N");
@@ -236,6 +427,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0; /* no endpoint reads a body */
         return MHD_YES;
     }
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
+    if (!host_allowed(d, host))
+        return refuse_host(d, conn, host);
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     if (strcmp(url, "/api/evict") == 0) {
         if (strcmp(method, "POST") != 0)
@@ -285,6 +479,15 @@ static bool parse_listen(const char *s, struct sockaddr_in *sa)
     return inet_pton(AF_INET, host, &sa->sin_addr) == 1;
 }
 
+/* A name for --allow-host: a DNS name (letters, digits, '-', '.', '_'),
+ * without a port; addresses and localhost need none. */
+static bool valid_host_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 0 && n < 254 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789-._") == n;
+}
+
 int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
 {
     const char *listen = "127.0.0.1:8470";
@@ -305,13 +508,18 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
             ok = strlen(v) < sizeof(d.ckpt_root);
             snprintf(d.ckpt_root, sizeof(d.ckpt_root), "%s", v);
             d.root_given = true;
+        } else if (ok && strcmp(a, "--allow-host") == 0) {
+            ok = valid_host_name(v) && d.n_allow_hosts < GRAFTCTL_DASH_HOSTS;
+            if (ok)
+                d.allow_hosts[d.n_allow_hosts++] = v;
         } else if (ok && strcmp(a, "--interval-ms") == 0)
             ok = graftctl_parse_u64(v, &interval) && interval >= 50 && interval <= 60000;
         else
             ok = false;
         if (!ok) {
             fprintf(stderr, "graftctl dashboard: bad argument '%s' (--listen HOST:PORT, --token "
-                    "T, --ckpt-root DIR, --interval-ms N)\n", a);
+                    "T, --ckpt-root DIR, --allow-host NAME (a DNS name, up to %d), "
+                    "--interval-ms N)\n", a, GRAFTCTL_DASH_HOSTS);
             return GRAFTCTL_USAGE;
         }
         i++;
@@ -332,6 +540,7 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
     d.events = json_array();
     d.recoveries = json_array();
     pthread_mutex_init(&d.mu, NULL);
+    pthread_mutex_init(&d.refusals.mu, NULL);
     refresh(&d, true);
     daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
                               on_request, &d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
@@ -360,6 +569,7 @@ out:
     json_decref(d.recoveries);
     json_decref(d.checkpoints);
     graftctl_metrics_free(&d.metrics);
+    pthread_mutex_destroy(&d.refusals.mu);
     pthread_mutex_destroy(&d.mu);
     graftctl_disconnect(&d.conn);
     return rc;

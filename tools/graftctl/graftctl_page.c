@@ -1,7 +1,8 @@
 /*
  * The dashboard page: one self-contained document (no CDN, no web fonts,
  * no external script) that polls /api/state and /api/events every 500 ms.
- * Tiles carry data-group and data-health for scripts and tests.
+ * Tiles carry data-group and data-health for scripts and tests. Text
+ * from the job's records is set with textContent, never as markup.
  */
 #include "graftctl_dash.h"
 
@@ -137,7 +138,9 @@ const char graftctl_dashboard_page[] =
     "  drawGroups(s.status);\n"
     "  drawRecoveries(s.recoveries);\n"
     "  fill(\"quorums\", s.quorums.slice(-12).reverse().map(e => row([e.seq, e.quorum_id, e.round, e.step, \"[\" + e.members.join(\",\") + \"]\", (e.duration_us / 1000).toFixed(1) + \" ms\"])));\n"
-    "  document.getElementById(\"ckroot\").textContent = s.checkpoint_root ? s.checkpoint_root : \"no checkpoint root known yet\";\n"
+    "  const ck = document.getElementById(\"ckroot\");\n"
+    "  ck.textContent = (s.checkpoint_root ? s.checkpoint_root : \"no checkpoint root listed (give --ckpt-root)\") + (s.checkpoint_root_note ? \" \\u2014 \" + s.checkpoint_root_note : \"\");\n"
+    "  ck.className = s.checkpoint_root_note ? \"bad\" : \"muted\";\n"
     "  fill(\"checkpoints\", s.checkpoints.slice(0, 12).map(c => row([c.step, el(\"span\", {\"class\": c.state === \"complete\" ? \"ok\" : \"bad\", \"title\": c.reason}, c.state), c.retention, c.ranks, fmtBytes(c.raw_bytes)])));\n"
     "  const d = document.getElementById(\"drift\");\n"
     "  d.replaceChildren(...(s.drift.length === 0 ? [el(\"span\", {\"class\": \"ok\"}, \"no drift recorded\")] :\n"

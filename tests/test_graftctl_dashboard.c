@@ -1,0 +1,368 @@
+/*
+ * The dashboard's guards (docs/SECURITY.md, "Operator tools"), against a
+ * live `graftctl dashboard` process following a job in a real etcd, over
+ * HTTP with libcurl:
+ *
+ *  - the Host header: IP addresses, localhost and --allow-host names are
+ *    answered; any other name (a page that rebinds its DNS name to this
+ *    host) gets 403 with a clear body, and the refusals are logged on one
+ *    line per 10 s, not one per request;
+ *  - the operator token: the right one passes (the evict of a group with
+ *    no member answers 404), a wrong one of the same length, a prefix, a
+ *    longer one and none are refused;
+ *  - the checkpoint root: only --ckpt-root or a folder under it is listed;
+ *    a checkpoint event that names a folder outside it (directly, through
+ *    "..", or through a symbolic link) is not listed and is said so, and a
+ *    dashboard without --ckpt-root lists nothing the events name.
+ */
+#include "test_graftctl_util.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define TOKEN "dashboard-test-token"
+
+typedef struct dash {
+    pid_t pid;
+    int port;
+    char log[PATH_MAX + 32];
+} dash_t;
+
+static graft_membership_t *job_member;
+static char root[PATH_MAX + 16], outside[PATH_MAX + 16];
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    char **body = arg;
+    size_t old = *body != NULL ? strlen(*body) : 0;
+    char *grown = realloc(*body, old + size * n + 1);
+    assert_non_null(grown);
+    memcpy(grown + old, p, size * n);
+    grown[old + size * n] = '\0';
+    *body = grown;
+    return size * n;
+}
+
+/* One request; host NULL: curl's own (127.0.0.1:port), "" : no Host header
+ * at all (HTTP/1.0). Returns the status, or -1 when none came. */
+static long http(const dash_t *d, const char *method, const char *path, const char *host,
+                 const char *auth, char **body_p)
+{
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    char url[256], line[512];
+    char *body = NULL;
+    long code = -1;
+    assert_non_null(c);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", d->port, path);
+    if (host != NULL) {
+        snprintf(line, sizeof(line), "Host:%s%s", host[0] ? " " : "", host);
+        h = curl_slist_append(h, line);
+        if (host[0] == '\0')
+            curl_easy_setopt(c, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_0);
+    }
+    if (auth != NULL) {
+        snprintf(line, sizeof(line), "Authorization: %s", auth);
+        h = curl_slist_append(h, line);
+    }
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+    if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+    }
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    if (body_p != NULL)
+        *body_p = body != NULL ? body : strdup("");
+    else
+        free(body);
+    return code;
+}
+
+/* Starts `graftctl dashboard` for job "dash-job" with extra arguments
+ * (NULL-terminated) and waits until it answers. */
+static void dash_start(dash_t *d, const char *name, const char *const *extra)
+{
+    char listen[64], port_s[16];
+    d->port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", d->port);
+    snprintf(port_s, sizeof(port_s), "%d", d->port);
+    snprintf(d->log, sizeof(d->log), "%s/%s.log", tmpdir, name);
+    const char *argv[32] = {ctl_bin, "--etcd", endpoint, "--job", "dash-job", "dashboard",
+                            "--listen", listen, "--interval-ms", "100"};
+    size_t n = 10;
+    for (size_t i = 0; extra[i] != NULL && n < 31; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    d->pid = fork();
+    assert_true(d->pid >= 0);
+    if (d->pid == 0) {
+        int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0)
+            _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(ctl_bin, (char **)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 150; i++) {
+        if (http(d, "GET", "/api/state", NULL, NULL, NULL) == 200)
+            return;
+        sleep_ms(100);
+    }
+    char *log = slurp(d->log);
+    fail_msg("the dashboard did not answer: %s", log);
+}
+
+static void dash_stop(dash_t *d)
+{
+    int ws = 0;
+    kill(d->pid, SIGTERM);
+    assert_int_equal(waitpid(d->pid, &ws, 0), d->pid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
+/* ------------------------------------------------------------ set-up --- */
+
+static int setup(void **state)
+{
+    if (graftctl_test_setup(state) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return -1;
+    const char *eps[] = {endpoint};
+    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
+    graft_membership_config_t mc = {.job = "dash-job", .etcd = &ec, .group = 0};
+    if (graft_membership_create(&mc, &job_member) != GRAFT_OK)
+        return -1;
+    /* ROOT/job/step-10 under the dashboard's root; OUT/step-77 outside it,
+     * reached also as ROOT/link (a symbolic link) and ROOT/../out. */
+    snprintf(root, sizeof(root), "%s/root", tmpdir);
+    snprintf(outside, sizeof(outside), "%s/out", tmpdir);
+    sh("mkdir -p '%s/job/step-00000000000000000010' '%s/step-00000000000000000077' && "
+       "ln -s '%s' '%s/link'", root, outside, outside, root);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    graft_membership_destroy(job_member);
+    curl_global_cleanup();
+    return graftctl_test_teardown(state);
+}
+
+/* -------------------------------------------------------------- host --- */
+
+static void test_host_header(void **state)
+{
+    dash_t d;
+    dash_start(&d, "host", (const char *const[]){"--allow-host", "dash.example", NULL});
+    char ok_hosts[6][64];
+    snprintf(ok_hosts[0], 64, "127.0.0.1:%d", d.port);
+    snprintf(ok_hosts[1], 64, "localhost:%d", d.port);
+    snprintf(ok_hosts[2], 64, "[::1]:%d", d.port);
+    snprintf(ok_hosts[3], 64, "LocalHost:%d", d.port);
+    snprintf(ok_hosts[4], 64, "dash.example:%d", d.port);
+    snprintf(ok_hosts[5], 64, "10.1.2.3");
+    for (size_t i = 0; i < 6; i++) {
+        long code = http(&d, "GET", "/api/state", ok_hosts[i], NULL, NULL);
+        if (code != 200)
+            fail_msg("Host %s: %ld, not 200", ok_hosts[i], code);
+    }
+    assert_int_equal(http(&d, "GET", "/metrics", ok_hosts[1], NULL, NULL), 200);
+
+    /* A rebinding page's own name, with and without the port; names that
+     * only look like an allowed one; a Host that is not host[:port]. */
+    char bad_hosts[7][96];
+    snprintf(bad_hosts[0], 96, "attacker.example:%d", d.port);
+    snprintf(bad_hosts[1], 96, "attacker.example");
+    snprintf(bad_hosts[2], 96, "127.0.0.1.attacker.example:%d", d.port);
+    snprintf(bad_hosts[3], 96, "dash.example.attacker.example");
+    snprintf(bad_hosts[4], 96, "localhost.attacker.example:%d", d.port);
+    snprintf(bad_hosts[5], 96, "localhost:%d:1", d.port);
+    snprintf(bad_hosts[6], 96, "127.0.0.1:port");
+    for (size_t i = 0; i < 7; i++) {
+        char *body = NULL;
+        long code = http(&d, "GET", "/api/state", bad_hosts[i], NULL, &body);
+        if (code != 403 || strstr(body, "not a name of this dashboard") == NULL)
+            fail_msg("Host %s: %ld, not 403: %s", bad_hosts[i], code, body);
+        json_t *j = json_loads(body, 0, NULL);
+        assert_non_null(j);
+        assert_non_null(strstr(json_string_value(json_object_get(j, "error")), "--allow-host"));
+        assert_null(json_object_get(j, "status")); /* nothing of the job */
+        json_decref(j);
+        free(body);
+    }
+    /* Every path, the page included. */
+    assert_int_equal(http(&d, "GET", "/", bad_hosts[0], NULL, NULL), 403);
+    assert_int_equal(http(&d, "GET", "/metrics", bad_hosts[0], NULL, NULL), 403);
+    /* No Host at all (HTTP/1.0). */
+    char *body = NULL;
+    assert_int_equal(http(&d, "GET", "/api/state", "", NULL, &body), 403);
+    assert_non_null(strstr(body, "no Host header"));
+    free(body);
+
+    /* Ten refusals within a second: one log line, naming the last. */
+    dash_stop(&d);
+    char *log = slurp(d.log);
+    size_t lines = 0;
+    for (const char *p = strstr(log, "foreign Host"); p != NULL; p = strstr(p + 1, "foreign Host"))
+        lines++;
+    if (lines != 1)
+        fail_msg("%zu log lines for the refusals, not 1:\n%s", lines, log);
+    assert_non_null(strstr(log, "attacker.example"));
+    free(log);
+}
+
+/* ------------------------------------------------------------- token --- */
+
+static void test_token(void **state)
+{
+    dash_t d;
+    dash_start(&d, "token", (const char *const[]){"--token", TOKEN, NULL});
+    char *body = NULL;
+    /* The right token passes; group 99 has no live member. */
+    assert_int_equal(http(&d, "POST", "/api/evict?group=99", NULL, "Bearer " TOKEN, &body), 404);
+    assert_non_null(strstr(body, "no live member"));
+    free(body);
+    static const char *const wrong[] = {
+        "Bearer dashboard-test-tokeN", /* same length, last byte differs */
+        "Bearer xashboard-test-token", /* same length, first byte differs */
+        "Bearer dashboard-test-toke",  /* a prefix */
+        "Bearer " TOKEN "x",           /* longer */
+        "Bearer ",
+        TOKEN, /* no scheme */
+        NULL,  /* no header */
+    };
+    for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+        long code = http(&d, "POST", "/api/evict?group=99", NULL, wrong[i], &body);
+        if (code != 403 || strstr(body, "operator token") == NULL)
+            fail_msg("Authorization '%s': %ld: %s", wrong[i] ? wrong[i] : "(none)", code, body);
+        free(body);
+    }
+    /* The right token from a foreign Host is refused before it is read. */
+    assert_int_equal(http(&d, "POST", "/api/evict?group=99", "attacker.example", "Bearer " TOKEN,
+                          NULL),
+                     403);
+    dash_stop(&d);
+}
+
+/* ---------------------------------------------------- checkpoint root --- */
+
+static void checkpoint_event(const char *at)
+{
+    char detail[PATH_MAX + 64];
+    snprintf(detail, sizeof(detail), "shard+manifest at %s: success", at);
+    graft_event_t e = {.kind = GRAFT_EVENT_CHECKPOINT, .ok = true, .step = 10, .detail = detail};
+    assert_int_equal(graft_membership_event_append(job_member, &e), GRAFT_OK);
+}
+
+static bool has_step(json_t *state, uint64_t step)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(state, "checkpoints"), i, c)
+        if ((uint64_t)json_integer_value(json_object_get(c, "step")) == step)
+            return true;
+    return false;
+}
+
+/* Waits until /api/state lists `listed` as its root and its note holds
+ * `note` ("" for none); returns the state. */
+static json_t *wait_root(dash_t *d, const char *listed, const char *note)
+{
+    char *body = NULL;
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(http(d, "GET", "/api/state", NULL, NULL, &body), 200);
+        json_t *s = json_loads(body, 0, NULL);
+        assert_non_null(s);
+        const char *r = json_string_value(json_object_get(s, "checkpoint_root"));
+        const char *n = json_string_value(json_object_get(s, "checkpoint_root_note"));
+        if (r != NULL && n != NULL && strcmp(r, listed) == 0 &&
+            (note[0] == '\0' ? n[0] == '\0' : strstr(n, note) != NULL)) {
+            free(body);
+            return s;
+        }
+        json_decref(s);
+        if (i < 99)
+            free(body);
+        sleep_ms(100);
+    }
+    fail_msg("the dashboard did not come to root '%s' with note '%s': %s", listed, note, body);
+    return NULL;
+}
+
+static void test_ckpt_root(void **state)
+{
+    char real_root[PATH_MAX], job_dir[PATH_MAX + 32], real_job[PATH_MAX], via[PATH_MAX + 32];
+    assert_non_null(realpath(root, real_root));
+    snprintf(job_dir, sizeof(job_dir), "%s/job", root);
+    assert_non_null(realpath(job_dir, real_job));
+    dash_t d;
+    dash_start(&d, "root", (const char *const[]){"--ckpt-root", root, NULL});
+
+    /* The job's folder under the given root: listed. */
+    checkpoint_event(job_dir);
+    json_t *s = wait_root(&d, real_job, "");
+    assert_true(has_step(s, 10));
+    json_decref(s);
+
+    /* Outside it: directly, through "..", through a link below the root. */
+    const char *const ways[] = {"%s", "%s/../out", "%s/link"};
+    for (size_t w = 0; w < 3; w++) {
+        snprintf(via, sizeof(via), ways[w], w == 0 ? outside : root);
+        checkpoint_event(via);
+        char note[sizeof(via) + 64];
+        snprintf(note, sizeof(note), "name %s, which is not under --ckpt-root", via);
+        s = wait_root(&d, real_root, note);
+        if (has_step(s, 77))
+            fail_msg("%s is listed", via);
+        json_decref(s);
+    }
+    dash_stop(&d);
+    char *log = slurp(d.log);
+    assert_non_null(strstr(log, "which is not under --ckpt-root"));
+    free(log);
+
+    /* Without --ckpt-root nothing the events name is listed. */
+    checkpoint_event(job_dir);
+    dash_start(&d, "noroot", (const char *const[]){NULL});
+    s = wait_root(&d, "", "not listed");
+    assert_int_equal(json_array_size(json_object_get(s, "checkpoints")), 0);
+    assert_non_null(strstr(json_string_value(json_object_get(s, "checkpoint_root_note")),
+                           "--ckpt-root"));
+    json_decref(s);
+    dash_stop(&d);
+}
+
+int main(void)
+{
+    (void)group_health; /* a helper of test_graftctl_util.h not needed here */
+    (void)ctl_json;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_header),
+        cmocka_unit_test(test_token),
+        cmocka_unit_test(test_ckpt_root),
+    };
+    if (getenv("TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
