@@ -165,6 +165,36 @@ static void test_status_escaped(void **state)
     graft_membership_destroy(m);
 }
 
+/* An error event that reports a quorum record which does not decode is
+ * shown by status; its detail, bytes that are not UTF-8 and a
+ * clear-screen sequence included, neither breaks the status (--json
+ * would have no string for it) nor reaches the terminal raw. */
+static void test_status_quorum_record_escaped(void **state)
+{
+    char detail[256];
+    snprintf(detail, sizeof(detail), "%s at %s", GRAFT_MEMBERSHIP_QUORUM_BAD_TEXT,
+             "/graft/x/quorum \xff\x1b[2J does not decode");
+    graft_membership_t *m = member("escape-record", "127.0.0.1:1");
+    append(m, GRAFT_EVENT_ERROR, detail);
+    char *out = NULL, *err = NULL;
+    int rc = run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-record", "status",
+                                      NULL},
+                     &out, &err);
+    if (rc != 0)
+        fail_msg("status exited %d: %s", rc, err);
+    assert_terminal_safe("status", out);
+    if (strstr(out, "/graft/x/quorum \\xff\\x1b[2J does not decode") == NULL)
+        fail_msg("status does not show the record's event escaped:\n%s", out);
+    free(out);
+    free(err);
+    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", "escape-record", "--json",
+                                           "status", NULL});
+    assert_non_null(strstr(json_string_value(json_object_get(st, "quorum_record")),
+                           "\\xff\\x1b[2J"));
+    json_decref(st);
+    graft_membership_destroy(m);
+}
+
 /* A checkpoint root is a file system the operator may not own alone: a
  * manifest's region name and code revision are shown escaped. */
 static void test_ckpt_escaped(void **state)
@@ -215,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_events_escaped),
         cmocka_unit_test(test_drift_escaped),
         cmocka_unit_test(test_status_escaped),
+        cmocka_unit_test(test_status_quorum_record_escaped),
         cmocka_unit_test(test_ckpt_escaped),
     };
     if (getenv("TEST_FILTER") != NULL)

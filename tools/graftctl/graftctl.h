@@ -76,8 +76,8 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
 /* Text from etcd or a checkpoint file, for a human output
  * (graftctl_text.c): printable UTF-8 as it is, control characters (C0,
  * DEL, C1), bidirectional overrides and bytes that are not UTF-8 escaped
- * (\x1b, \u{9b}, ...), a backslash doubled. Writes into buf (len bytes;
- * longer text ends in "...") and returns it; "" for NULL. */
+ * (\x1b, \u{9b}, ...); escaping twice changes nothing. Writes into buf
+ * (len bytes; longer text ends in "...") and returns it; "" for NULL. */
 #define GRAFTCTL_TEXT_LEN 4096
 const char *graftctl_text(const char *s, char *buf, size_t len);
 /* s as a JSON string: as it is when it is UTF-8 (jansson escapes control

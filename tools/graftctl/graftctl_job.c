@@ -116,7 +116,7 @@ static json_t *quorum_record_json(const graftctl_conn_t *c, const graft_membersh
     for (size_t i = nev; i-- > 0;)
         if (ev[i].kind == GRAFT_EVENT_ERROR && ev[i].detail != NULL &&
             strncmp(ev[i].detail, lead, strlen(lead)) == 0)
-            return json_string(ev[i].detail);
+            return graftctl_json_text(ev[i].detail); /* json_string(): NULL if not UTF-8 */
     return json_null();
 }
 

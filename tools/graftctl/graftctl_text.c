@@ -10,7 +10,7 @@
  * human output passes such text through graftctl_text(), which keeps
  * printable UTF-8 as it is and writes everything else visibly:
  *
- *   \n \r \t \\          newline, carriage return, tab, a backslash
+ *   \n \r \t             newline, carriage return, tab
  *   \xNN                  any other C0 control byte, DEL, and each byte of
  *                         a sequence that is not valid UTF-8 (a lone
  *                         continuation byte, a truncated or overlong
@@ -20,10 +20,13 @@
  *                         (U+202A..U+202E, U+2066..U+2069) and the line
  *                         and paragraph separators (U+2028, U+2029)
  *
- * A backslash is doubled, so the escaped form is unambiguous. JSON output
- * needs none of this (jansson escapes control characters), except that
- * jansson refuses a string that is not valid UTF-8: graftctl_json_text()
- * gives such a string in its escaped form instead.
+ * A backslash stays as it is: the escaped form is printable ASCII, so
+ * escaping it again (text that went through graftctl_json_text() and is
+ * then printed) changes nothing.
+ *
+ * JSON output needs none of this (jansson escapes control characters),
+ * except that jansson refuses a string that is not valid UTF-8:
+ * graftctl_json_text() gives such a string in its escaped form instead.
  */
 #include "graftctl.h"
 
@@ -103,9 +106,6 @@ const char *graftctl_text(const char *s, char *buf, size_t len)
             piece = esc;
             plen = 4;
             n = 1;
-        } else if (cp == '\\') {
-            piece = "\\\\";
-            plen = 2;
         } else if (cp_needs_escape(cp)) {
             if (cp == '\n' || cp == '\r' || cp == '\t')
                 snprintf(esc, sizeof(esc), "\\%c", cp == '\n' ? 'n' : cp == '\r' ? 'r' : 't');
