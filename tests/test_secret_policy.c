@@ -498,6 +498,49 @@ static void test_graftctl_password_sources(void **state)
     free(out);
     free(err);
     unsetenv("GRAFT_ETCD_PASSWORD");
+
+    /* Given on the command line, the password is wiped from graftctl's
+     * arguments once read: a running graftctl's cmdline (what ps shows)
+     * no longer has it. */
+    graft_etcd_t *root = graft_test_etcd_client(&ep, 1, "root", "rootpw");
+    assert_non_null(root);
+    assert_int_equal(graft_etcd_put(root, "/graft/pwjob/x", "1", 1, 0, NULL, NULL), GRAFT_OK);
+    graft_etcd_destroy(root);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(ctl_bin, ctl_bin, "--etcd", ep, "--job", "pwjob", "--user", "root", "--password",
+              "rootpw", "watch", "--interval-ms", "100", "--count", "100", (char *)NULL);
+        _exit(127);
+    }
+    char cmdline_path[64], *cmdline = NULL;
+    snprintf(cmdline_path, sizeof(cmdline_path), "/proc/%d/cmdline", (int)pid);
+    bool wiped = false;
+    for (int tries = 0; tries < 100 && !wiped; tries++) {
+        sleep_ms(50);
+        FILE *f = fopen(cmdline_path, "r");
+        assert_non_null(f);
+        char raw[1024];
+        size_t n = fread(raw, 1, sizeof(raw) - 1, f);
+        fclose(f);
+        for (size_t k = 0; k < n; k++)
+            raw[k] = raw[k] == '\0' ? ' ' : raw[k];
+        raw[n] = '\0';
+        free(cmdline);
+        cmdline = strdup(raw);
+        wiped = strstr(raw, "--password xxxxxx watch") != NULL;
+    }
+    if (!wiped)
+        print_error("cmdline: %s\n", cmdline);
+    assert_true(wiped);
+    assert_null(strstr(cmdline, "rootpw"));
+    free(cmdline);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
     graft_test_etcd_stop(&auth);
 }
 
@@ -505,7 +548,6 @@ int main(void)
 {
     (void)ctl_json; /* helpers of the shared header this file does not need */
     (void)group_health;
-    (void)sleep_ms;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_endpoint_policy),
         cmocka_unit_test(test_secret_refused_over_plain_http),

@@ -52,7 +52,8 @@ static const char usage[] =
     "  --password-file FILE   etcd password: the file's first line; only its owner may\n"
     "                         read it (GRAFT_ETCD_PASSWORD_FILE)\n"
     "  --password PW          etcd password (GRAFT_ETCD_PASSWORD); on the command line\n"
-    "                         every user of the host sees it in ps: prefer the two above\n"
+    "                         every user of the host sees it in ps (until graftctl\n"
+    "                         wipes it from its arguments): prefer the two above\n"
     "  --cacert FILE          CA bundle for TLS (GRAFT_ETCD_CA)\n"
     "  --cert FILE            client certificate (GRAFT_ETCD_CERT)\n"
     "  --key FILE             client key (GRAFT_ETCD_KEY)\n"
@@ -348,7 +349,14 @@ int main(int argc, char **argv)
         case 0: endpoints = v; break;
         case 1: o.job = v; break;
         case 2: o.user = v; break;
-        case 3: o.password = v; password_flag = true; break;
+        case 3:
+            /* Kept in our own buffer, and wiped from the arguments that
+             * ps shows (it was visible until now: hence the warning). */
+            snprintf(password_buf, sizeof(password_buf), "%s", v);
+            memset(argv[i], 'x', strlen(argv[i]));
+            o.password = password_buf;
+            password_flag = true;
+            break;
         case 4: o.ca_file = v; break;
         case 5: o.cert_file = v; break;
         case 6: o.key_file = v; break;
@@ -391,7 +399,8 @@ int main(int argc, char **argv)
     graft_log_level_set(getenv("GRAFTCTL_DEBUG") != NULL ? GRAFT_LOG_DEBUG : GRAFT_LOG_OFF);
     rc = fn(&o, nrest, rest);
 out:
-    explicit_bzero(password_buf, sizeof(password_buf));    free_endpoints(&o);
+    explicit_bzero(password_buf, sizeof(password_buf));
+    free_endpoints(&o);
     free(rest);
     return rc;
 }
