@@ -12,6 +12,8 @@
 #include "runtime_internal.h"
 #include "transfer_int.h"
 
+#include "fuzz_transfer_table.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +303,111 @@ static void transfer_seeds(void)
     refusal.step = 56;
     refusal.donor_serving = true;
     pack_seed("refusal", 3, &refusal.base);
+    /* As a donor sends it now: its seal (field 14) written last. */
+    size_t len = graft__transfer_manifest__get_packed_size(&m);
+    uint8_t *buf = malloc(len + GRAFT__XFER_SEAL_BYTES);
+    if (buf == NULL)
+        die("out of memory");
+    graft__transfer_manifest__pack(&m, buf);
+    if (graft__xfer_seal(ftt_secret, sizeof(ftt_secret) - 1, ftt_nr, ftt_nd, 0, buf, len) !=
+        GRAFT_OK)
+        die("seal");
+    uint8_t which = 3;
+    seed("fuzz_transfer", "manifest_sealed", &which, 1, buf, len + GRAFT__XFER_SEAL_BYTES);
+    free(buf);
+}
+
+/* fuzz_transfer_accept: answers for the table of fuzz_transfer_table.h,
+ * byte 0 = 2 * seq (the harness seals them) or 2 * seq + 1 (sealed here). */
+static void accept_seed(const char *name, uint8_t seq, bool sealed,
+                        const Graft__TransferManifest *m)
+{
+    size_t len = graft__transfer_manifest__get_packed_size(m);
+    uint8_t *buf = malloc(len + GRAFT__XFER_SEAL_BYTES);
+    uint8_t mode = (uint8_t)(2 * seq + (sealed ? 1 : 0));
+    if (buf == NULL)
+        die("out of memory");
+    graft__transfer_manifest__pack(m, buf);
+    if (sealed) {
+        if (graft__xfer_seal(ftt_secret, sizeof(ftt_secret) - 1, ftt_nr, ftt_nd, seq, buf, len) !=
+            GRAFT_OK)
+            die("seal");
+        len += GRAFT__XFER_SEAL_BYTES;
+    }
+    seed("fuzz_transfer_accept", name, &mode, 1, buf, len);
+    free(buf);
+}
+
+static void transfer_accept_seeds(void)
+{
+    Graft__RegionDesc desc[FTT_N_REGIONS];
+    Graft__RegionManifest rm[FTT_N_REGIONS], *rmp[FTT_N_REGIONS];
+    Graft__ChunkHashes parts[FTT_N_REGIONS], *pp[FTT_N_REGIONS];
+    static uint64_t hashes[8] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+    static uint8_t rkey[24] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3};
+    size_t np = 0;
+    for (size_t i = 0; i < FTT_N_REGIONS; i++) {
+        graft__region_desc__init(&desc[i]);
+        desc[i].name = (char *)ftt_regions[i].name;
+        desc[i].bytes = ftt_regions[i].bytes;
+        graft__region_manifest__init(&rm[i]);
+        rm[i].region = &desc[i];
+        rm[i].remote_address = 0x7f0000001000ull + i * 0x10000;
+        if (ftt_regions[i].bytes > 0) {
+            rm[i].rkey.data = rkey;
+            rm[i].rkey.len = sizeof(rkey);
+        }
+        rmp[i] = &rm[i];
+        uint64_t n = (ftt_regions[i].bytes + FTT_CHUNK - 1) / FTT_CHUNK;
+        if (n == 0)
+            continue;
+        graft__chunk_hashes__init(&parts[np]);
+        parts[np].region = (uint32_t)i;
+        parts[np].n_hashes = (size_t)n;
+        parts[np].hashes = hashes;
+        pp[np] = &parts[np];
+        np++;
+    }
+    Graft__TransferManifest m = GRAFT__TRANSFER_MANIFEST__INIT;
+    m.version = GRAFT__XFER_WIRE_VERSION;
+    m.step = FTT_STEP;
+    m.layout_hash = FTT_LAYOUT_HASH;
+    m.chunk_bytes = FTT_CHUNK;
+    m.n_regions = FTT_N_REGIONS;
+    m.regions = rmp;
+    m.n_hash_parts = 1;
+    m.hash_parts = pp;
+    accept_seed("manifest", 0, false, &m);
+    accept_seed("manifest_sealed", 0, true, &m);
+    Graft__TransferManifest part = GRAFT__TRANSFER_MANIFEST__INIT;
+    part.version = GRAFT__XFER_WIRE_VERSION;
+    part.step = FTT_STEP;
+    part.layout_hash = FTT_LAYOUT_HASH;
+    part.chunk_bytes = FTT_CHUNK;
+    part.n_hash_parts = np - 1;
+    part.hash_parts = pp + 1;
+    part.hashes_final = true;
+    accept_seed("hash_part", 1, false, &part);
+    accept_seed("hash_part_sealed", 1, true, &part);
+    Graft__TransferManifest busy = GRAFT__TRANSFER_MANIFEST__INIT;
+    busy.version = GRAFT__XFER_WIRE_VERSION;
+    busy.status = GRAFT_EBUSY;
+    busy.error = "queued at place 0; serving 4 recipients at once";
+    busy.step = FTT_STEP;
+    busy.donor_serving = true;
+    accept_seed("queued", 0, false, &busy);
+    Graft__TransferManifest refused = GRAFT__TRANSFER_MANIFEST__INIT;
+    refused.version = GRAFT__XFER_WIRE_VERSION;
+    refused.status = GRAFT_ETOKEN;
+    refused.error = "request not authenticated with the job secret";
+    accept_seed("unsealed_refusal", 0, false, &refused);
+    uint8_t mode = 1; /* as it came: no seal */
+    size_t len = graft__transfer_manifest__get_packed_size(&refused);
+    uint8_t buf[256];
+    if (len > sizeof(buf))
+        die("refusal too long");
+    graft__transfer_manifest__pack(&refused, buf);
+    seed("fuzz_transfer_accept", "unsealed_as_it_came", &mode, 1, buf, len);
 }
 
 static void persist_seeds(void)
@@ -447,6 +554,7 @@ int main(void)
     membership_seeds();
     etcd_seeds();
     transfer_seeds();
+    transfer_accept_seeds();
     persist_seeds();
     shard_record_seeds();
     runtime_seeds();

@@ -36,7 +36,7 @@ enum hostile_mode {
     H_SILENT,      /* accepts the connection, never answers */
     H_IMPERSONATE, /* a valid manifest (zero hashes) sent as the next donor */
     H_BAD_ADDR,    /* keys of UCX-allocated blocks, addresses 1 TiB past them */
-    H_NO_PROOF,    /* a valid manifest without the MAC of the job secret (a stranger) */
+    H_NO_PROOF,    /* a valid manifest without the seal of the job secret (a stranger) */
 };
 
 /* Every connection's challenge: any nonce will do for the test. */
@@ -162,11 +162,9 @@ static uint64_t chunks_of(uint64_t bytes)
     return (bytes + HOSTILE_CHUNK - 1) / HOSTILE_CHUNK;
 }
 
-/* The manifest @mode answers request @p i with, packed into @buf. Unless
- * the mode says otherwise it proves the job secret as a donor does: this
- * donor is an insider gone wrong, and what is tested is what comes after
- * the handshake. */
-static size_t hostile_manifest(hostile_t *h, int i_req, uint8_t *buf, size_t size)
+/* The manifest @mode answers request @p i with, packed into @buf (not
+ * sealed yet). */
+static size_t hostile_manifest(hostile_t *h, uint8_t *buf, size_t size)
 {
     enum { NR = TF_N_SMALL };
     Graft__TransferManifest m = GRAFT__TRANSFER_MANIFEST__INIT;
@@ -187,14 +185,6 @@ static size_t hostile_manifest(hostile_t *h, int i_req, uint8_t *buf, size_t siz
     m.layout_hash = h->layout_hash;
     m.chunk_bytes = HOSTILE_CHUNK;
     m.donor_group = 9;
-    uint8_t proof[GRAFT_MAC_BYTES];
-    if (graft__xfer_donor_mac((const uint8_t *)SECRET, strlen(SECRET), h->req_nonce[i_req],
-                              hostile_nonce, STEP, h->layout_hash, proof) != GRAFT_OK)
-        return 0;
-    if (h->mode != H_NO_PROOF) {
-        m.mac.data = proof;
-        m.mac.len = sizeof(proof);
-    }
     for (size_t i = 0; i < NR; i++) {
         graft__region_desc__init(&descs[i]);
         descs[i].name = (char *)tf_small_layout[i].name;
@@ -250,6 +240,21 @@ static size_t hostile_manifest(hostile_t *h, int i_req, uint8_t *buf, size_t siz
     return h->mode == H_TRUNCATED ? len / 2 : len;
 }
 
+/* The answer to request @p i_req: the manifest of @mode, sealed as a donor
+ * seals it unless the mode says otherwise (this donor is an insider gone
+ * wrong, and what is tested is what comes after the handshake). */
+static size_t hostile_answer_pack(hostile_t *h, int i_req, uint8_t *buf, size_t size)
+{
+    size_t len = hostile_manifest(h, buf, size - GRAFT__XFER_SEAL_BYTES);
+    if (len == 0 || h->mode == H_NO_PROOF)
+        return len;
+    /* One answer per connection: its sequence number is 0. */
+    if (graft__xfer_seal((const uint8_t *)SECRET, strlen(SECRET), h->req_nonce[i_req],
+                         hostile_nonce, 0, buf, len) != GRAFT_OK)
+        return 0;
+    return len + GRAFT__XFER_SEAL_BYTES;
+}
+
 static void hostile_answer(hostile_t *h)
 {
     static uint8_t buf[8192];
@@ -265,7 +270,7 @@ static void hostile_answer(hostile_t *h)
     for (int i = 0; i < h->n_req; i++) {
         if (h->mode == H_SILENT)
             continue;
-        size_t len = hostile_manifest(h, i, buf, sizeof(buf));
+        size_t len = hostile_answer_pack(h, i, buf, sizeof(buf));
         uint64_t hdr = h->req_hdr[i];
         if (h->mode == H_IMPERSONATE)
             hdr ^= 1; /* the request's echo names donor 0: speak as donor 1 */
@@ -391,18 +396,6 @@ static void hostile_mode(tf_donor_t *d, int32_t mode)
     assert_int_equal(ack, mode);
 }
 
-/* Whether the recipient's regions are still all zeroes. */
-static bool recipient_untouched(const tf_t *f)
-{
-    for (size_t i = 0; i < f->r.n_regions; i++) {
-        for (uint64_t k = 0; k < f->r.layout[i].bytes; k++) {
-            if (f->r.mem[i][k] != 0)
-                return false;
-        }
-    }
-    return true;
-}
-
 /* A plain TCP listener (not UCX) that answers a connection with junk, as
  * the fixture's child @i. */
 static tf_donor_t *junk_listener(tf_t *f, int i)
@@ -486,7 +479,7 @@ static void test_hostile_donor(void **state)
         assert_false(rep->installed);
         assert_int_equal(rep->donors[0].chunks, 0);
         if (cases[i].untouched)
-            assert_true(recipient_untouched(f));
+            assert_true(tf_recipient_untouched(f));
     }
 
     /* Over shared memory the recipient maps a donor's UCX-allocated block
@@ -499,7 +492,7 @@ static void test_hostile_donor(void **state)
         assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
         assert_int_equal(rep->donors[0].status, GRAFT_EPROTO);
         assert_false(rep->installed);
-        assert_true(recipient_untouched(f));
+        assert_true(tf_recipient_untouched(f));
     }
 
     /* Not UCX at all: a peer-class error, in bounded time. */
@@ -507,7 +500,7 @@ static void test_hostile_donor(void **state)
     po->donors = junk_one;
     assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
     assert_int_equal(graft_status_class(rep->donors[0].status), GRAFT_CLASS_PEER);
-    assert_true(recipient_untouched(f));
+    assert_true(tf_recipient_untouched(f));
 
     /* Beside an honest donor the pull completes from it alone. */
     hostile_mode(bad, H_GARBAGE);

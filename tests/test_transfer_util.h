@@ -551,6 +551,18 @@ static inline bool tf_recipient_matches(const tf_t *f)
     return ok;
 }
 
+/* Whether every region is still all zeroes (nothing was written). */
+static inline bool tf_recipient_untouched(const tf_t *f)
+{
+    for (size_t i = 0; i < f->r.n_regions; i++) {
+        for (uint64_t k = 0; k < f->r.layout[i].bytes; k++) {
+            if (f->r.mem[i][k] != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
 /* Zero every region again, for the next pull. */
 static inline void tf_recipient_zero(tf_t *f)
 {

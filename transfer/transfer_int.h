@@ -212,11 +212,56 @@ GRAFT_WUR graft_status_t graft__xfer_request_mac(const uint8_t *secret, size_t s
                                                  const uint8_t *recipient_nonce,
                                                  const graft__xfer_request_fields_t *f,
                                                  uint8_t out[GRAFT_MAC_BYTES]);
-/* The donor's: over the recipient's nonce, its own, the step and layout. */
-GRAFT_WUR graft_status_t graft__xfer_donor_mac(const uint8_t *secret, size_t secret_len,
-                                               const uint8_t *recipient_nonce,
-                                               const uint8_t *donor_nonce, uint64_t step,
-                                               uint64_t layout_hash,
-                                               uint8_t out[GRAFT_MAC_BYTES]);
+/*
+ * The seal of the donor's answers to an authenticated request: the
+ * TransferManifest's packed bytes, then its field 14 (`seal`) written last
+ * as GRAFT__XFER_SEAL_BYTES bytes: the tag byte, the length 32, and
+ * HMAC-SHA256(secret, "graft/transfer/manifest/v2" || Nr || Nd || seq ||
+ * every byte before the tag), seq as an 8-byte big-endian word: the number
+ * of answers the donor sealed before on the connection (0, 1, ...).
+ */
+#define GRAFT__XFER_SEAL_TAG 0x72u /* field 14, length-delimited */
+#define GRAFT__XFER_SEAL_BYTES (2u + GRAFT_MAC_BYTES)
+GRAFT_WUR graft_status_t graft__xfer_seal_mac(const uint8_t *secret, size_t secret_len,
+                                              const uint8_t *recipient_nonce,
+                                              const uint8_t *donor_nonce, uint64_t seq,
+                                              const uint8_t *body, size_t body_len,
+                                              uint8_t out[GRAFT_MAC_BYTES]);
+/* Write the seal of the @p body_len bytes at @p buf behind them; @p buf has
+ * GRAFT__XFER_SEAL_BYTES more bytes of room. */
+GRAFT_WUR graft_status_t graft__xfer_seal(const uint8_t *secret, size_t secret_len,
+                                          const uint8_t *recipient_nonce,
+                                          const uint8_t *donor_nonce, uint64_t seq, uint8_t *buf,
+                                          size_t body_len);
+/* Check the seal of answer number @p seq (@p len bytes at @p msg), before
+ * anything else reads it. GRAFT_OK: authentic, its bytes before the seal
+ * are the first *@p body_len_p. GRAFT_ETOKEN: not authentic; *@p sealed_p
+ * says whether it ended as a seal does at all (a refusal sent before the
+ * request was authenticated does not). GRAFT_ENOMEM, GRAFT_ESYS: not
+ * checked. */
+GRAFT_WUR graft_status_t graft__xfer_unseal(const uint8_t *secret, size_t secret_len,
+                                            const uint8_t *recipient_nonce,
+                                            const uint8_t *donor_nonce, uint64_t seq,
+                                            const uint8_t *msg, size_t len, size_t *body_len_p,
+                                            bool *sealed_p);
+
+/* transfer_accept.c: what a recipient checks of a donor's answer once its
+ * seal held, apart from the connection. */
+struct Graft__TransferManifest;
+/* A refusal's status as the pull reports it: a peer-class status,
+ * GRAFT_EFORMAT or GRAFT_ENOMEM as it is; anything else GRAFT_EPROTO. */
+graft_status_t graft__xfer_refusal_status(int32_t status);
+/* A first manifest (status 0) against the table of @p ep for @p step: the
+ * step, layout hash, chunk size, and each region's name and size in order,
+ * with a remote key of 1 to @p max_key bytes for each non-empty one. Logs
+ * what differs as donor @p donor's. GRAFT_OK or GRAFT_EPROTO. */
+GRAFT_WUR graft_status_t graft__xfer_manifest_check(const graft_transfer_endpoint_t *ep,
+                                                    uint64_t step,
+                                                    const struct Graft__TransferManifest *m,
+                                                    size_t max_key, uint32_t donor);
+/* Every hash part of @p m names a region of @p ep and chunks inside it.
+ * GRAFT_OK or GRAFT_EPROTO. */
+GRAFT_WUR graft_status_t graft__xfer_hash_parts_check(const graft_transfer_endpoint_t *ep,
+                                                      const struct Graft__TransferManifest *m);
 
 #endif /* GRAFT_TRANSFER_INT_H */

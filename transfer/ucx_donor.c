@@ -241,9 +241,42 @@ static uint64_t hashed_prefix(graft_transfer_endpoint_t *ep, uint64_t from)
     return end;
 }
 
-/* A refusal; for GRAFT_ESTEP it says which step the donor serves, if any. */
-static void reply_refusal(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why,
-                          bool serving, uint64_t serve_step)
+/*
+ * Send @p m to the recipient of @p c. @p sealed: only after its request was
+ * authenticated (c->peer_nonce is its nonce), the answer is sealed with the
+ * job secret, both nonces and the connection's next sequence number
+ * (transfer_auth.c), which counts it once it is sent. Unsealed: a refusal
+ * of a request that could not be authenticated, which the recipient takes
+ * for a failed handshake whatever it says.
+ */
+static graft_status_t answer_send(graft_transfer_endpoint_t *ep, ucx_conn_t *c,
+                                  const Graft__TransferManifest *m, bool sealed)
+{
+    size_t len = graft__transfer_manifest__get_packed_size(m);
+    uint8_t *buf = graft__malloc(sizeof(uint64_t) + len + GRAFT__XFER_SEAL_BYTES);
+    if (buf == NULL)
+        return GRAFT_ENOMEM;
+    memcpy(buf, &c->echo, sizeof(uint64_t));
+    graft__transfer_manifest__pack(m, buf + sizeof(uint64_t));
+    if (sealed) {
+        graft_status_t st = graft__xfer_seal(ep->job_secret, ep->job_secret_len, c->peer_nonce,
+                                             c->nonce, c->seq, buf + sizeof(uint64_t), len);
+        if (st != GRAFT_OK) {
+            graft_free(buf);
+            return st;
+        }
+        len += GRAFT__XFER_SEAL_BYTES;
+    }
+    graft_status_t st = graft__ucx_am_send_owned(c->ep, GRAFT__XFER_AM_MANIFEST, buf, len, false);
+    if (st == GRAFT_OK && sealed)
+        c->seq++;
+    return st;
+}
+
+/* A refusal, @p sealed when its request was authenticated; for
+ * GRAFT_ESTEP it says which step the donor serves, if any. */
+static void reply_refusal(graft_transfer_endpoint_t *ep, ucx_conn_t *c, graft_status_t code,
+                          const char *why, bool serving, uint64_t serve_step, bool sealed)
 {
     Graft__TransferManifest m;
     graft__transfer_manifest__init(&m);
@@ -254,13 +287,15 @@ static void reply_refusal(ucp_ep_h uep, uint64_t header, graft_status_t code, co
     m.step = serve_step;
     GRAFT_INFO(GRAFT_MOD_TRANSFER, "refusing a transfer request: %s (%s)", why,
                graft_status_name(code));
-    if (graft__ucx_am_send(uep, GRAFT__XFER_AM_MANIFEST, header, &m.base, false) != GRAFT_OK)
+    if (answer_send(ep, c, &m, sealed) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a refusal");
 }
 
-static void reply_error(ucp_ep_h uep, uint64_t header, graft_status_t code, const char *why)
+/* A refusal of a request that could not be authenticated (unsealed). */
+static void reply_error(graft_transfer_endpoint_t *ep, ucx_conn_t *c, graft_status_t code,
+                        const char *why)
 {
-    reply_refusal(uep, header, code, why, false, 0);
+    reply_refusal(ep, c, code, why, false, 0, false);
 }
 
 /* Recipients of the current serve being served now: a manifest went out
@@ -315,7 +350,7 @@ static void queue_reply(graft__transport_state_t *t, ucx_conn_t *c, uint64_t ste
     m.step = step;
     m.donor_serving = ep->serving;
     m.queue_position = place;
-    if (graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) != GRAFT_OK)
+    if (answer_send(ep, c, &m, true) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a queue place");
 }
 
@@ -344,15 +379,6 @@ static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c
     m.step = ep->serve_step;
     m.layout_hash = ep->layout_hash;
     m.chunk_bytes = ep->chunk_bytes;
-    /* Our proof of the secret, over the nonces of this connection. */
-    uint8_t proof[GRAFT_MAC_BYTES];
-    status = graft__xfer_donor_mac(ep->job_secret, ep->job_secret_len, c->peer_nonce, c->nonce,
-                                   c->auth_step, ep->layout_hash, proof);
-    if (status != GRAFT_OK)
-        goto out;
-    status = GRAFT_ENOMEM;
-    m.mac.data = proof;
-    m.mac.len = sizeof(proof);
     m.donor_group = ep->group;
     for (size_t i = 0; i < nr; i++) {
         const graft__region_t *r = &ep->regions[i];
@@ -382,7 +408,8 @@ static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c
         m.hashes_final = true;
         c->final_sent = true;
     }
-    status = graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false);
+    /* Sealed: it is our proof of the secret as well (transfer_auth.c). */
+    status = answer_send(ep, c, &m, true);
     if (status == GRAFT_OK) {
         c->active = true;
         c->gen = ep->serve_gen;
@@ -415,7 +442,6 @@ static bool request_authentic(graft_transfer_endpoint_t *ep, ucx_conn_t *c,
         !graft__mac_equal(req->mac.data, req->mac.len, want))
         return false;
     memcpy(c->peer_nonce, req->nonce.data, GRAFT_NONCE_BYTES);
-    c->auth_step = req->step;
     return true;
 }
 
@@ -438,7 +464,7 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     c->echo = msg->has_header ? msg->header : 0;
     c->active = false;
     if (msg->too_large) {
-        reply_error(c->ep, c->echo, GRAFT_EPROTO, "request too large");
+        reply_error(ep, c, GRAFT_EPROTO, "request too large");
         return;
     }
     bool oom = false;
@@ -446,14 +472,14 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     req = graft__transfer_request__unpack(&pa, msg->len, msg->data);
     if (req == NULL) {
         if (oom)
-            reply_error(c->ep, c->echo, GRAFT_ENOMEM, "donor out of memory");
+            reply_error(ep, c, GRAFT_ENOMEM, "donor out of memory");
         else
-            reply_error(c->ep, c->echo, GRAFT_EPROTO, "malformed TransferRequest");
+            reply_error(ep, c, GRAFT_EPROTO, "malformed TransferRequest");
         return;
     }
     if (req->version != GRAFT__XFER_WIRE_VERSION) {
         snprintf(why, sizeof(why), "unsupported request version %u", req->version);
-        reply_error(c->ep, c->echo, GRAFT_EFORMAT, why);
+        reply_error(ep, c, GRAFT_EFORMAT, why);
         goto out;
     }
     if (!request_authentic(ep, c, req)) {
@@ -461,7 +487,7 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
                    "failed authentication (wrong job secret, or a replay)",
                    req->recipient_group, req->rank);
         atomic_fetch_add(&ep->refused, 1);
-        reply_error(c->ep, c->echo, GRAFT_ETOKEN, "request not authenticated with the job secret");
+        reply_error(ep, c, GRAFT_ETOKEN, "request not authenticated with the job secret");
         goto out;
     }
     pthread_mutex_lock(&ep->lock);
@@ -476,7 +502,7 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
             snprintf(why, sizeof(why), "donor is not serving (asked step %llu)",
                      (unsigned long long)req->step);
         pthread_mutex_unlock(&ep->lock);
-        reply_refusal(c->ep, c->echo, GRAFT_ESTEP, why, serving, serving ? serve_step : 0);
+        reply_refusal(ep, c, GRAFT_ESTEP, why, serving, serving ? serve_step : 0, true);
         goto out;
     }
     if (!graft__transfer_serves_group(ep, req->recipient_group)) {
@@ -485,14 +511,14 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         pthread_mutex_unlock(&ep->lock);
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "refused: %s", why);
         atomic_fetch_add(&ep->refused, 1);
-        reply_error(c->ep, c->echo, GRAFT_ENOTRECIPIENT, why);
+        reply_refusal(ep, c, GRAFT_ENOTRECIPIENT, why, false, 0, true);
         goto out;
     }
     if (req->layout_hash != ep->layout_hash) {
         snprintf(why, sizeof(why), "layout hash %016llx differs from the donor's %016llx",
                  (unsigned long long)req->layout_hash, (unsigned long long)ep->layout_hash);
         pthread_mutex_unlock(&ep->lock);
-        reply_error(c->ep, c->echo, GRAFT_ELAYOUT, why);
+        reply_refusal(ep, c, GRAFT_ELAYOUT, why, false, 0, true);
         goto out;
     }
     /* First come, first served: at most max_recipients at once. */
@@ -647,8 +673,7 @@ static void stream_hashes(graft__transport_state_t *t)
         if (fill_hash_parts(ep, c, end, &m, parts, store, GRAFT_ARRAY_SIZE(store)) != GRAFT_OK)
             continue;
         m.hashes_final = c->cursor == ep->total_chunks;
-        if (graft__ucx_am_send(c->ep, GRAFT__XFER_AM_MANIFEST, c->echo, &m.base, false) !=
-            GRAFT_OK) {
+        if (answer_send(ep, c, &m, true) != GRAFT_OK) {
             /* Try again on the next round. */
             c->cursor = cursor0;
             c->region_cursor = region0;

@@ -49,6 +49,7 @@ typedef struct ucx_msg {
     uint64_t header;
     bool has_header;
     bool too_large;
+    bool ready; /* a recipient's answer: all its bytes are here */
     size_t len;
     uint8_t data[];
 } ucx_msg_t;
@@ -89,7 +90,9 @@ typedef struct ucx_conn {
     uint8_t nonce[GRAFT_NONCE_BYTES];
     bool challenged;
     uint8_t peer_nonce[GRAFT_NONCE_BYTES];
-    uint64_t auth_step; /* the step of that request: the manifest's MAC covers it */
+    /* Answers sealed so far on this connection: the next one's sequence
+     * number (transfer_auth.c, docs/SECURITY.md). */
+    uint64_t seq;
 } ucx_conn_t;
 
 struct graft__transport_state {

@@ -490,6 +490,9 @@ static void pull_free(pull_t *p)
         graft_free(d->known);
     }
     graft__ucx_msgq_clear(&p->msgs);
+    /* After the workers: no receive into an answer is left. */
+    for (size_t i = 0; i < p->n_donors; i++)
+        graft__ucx_msgq_clear(&p->donors[i].answers);
     graft_free(p->chunks);
     graft_free(p->queue);
     graft_free(p->ref_hash);
@@ -533,6 +536,7 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
         pdonor_t *d = &p.donors[i];
         d->pull = &p;
         d->index = (uint32_t)i;
+        graft__ucx_msgq_init(&d->answers);
         status = graft__ucx_worker_create(t->ctx, &d->worker);
         if (status == GRAFT_OK)
             status = graft__ucx_set_am_handler(d->worker, GRAFT__XFER_AM_MANIFEST,
@@ -566,6 +570,7 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
             graft__ucx_handle_donor_msg(&p, m);
             graft_free(m);
         }
+        graft__ucx_donors_answers(&p);
         slots_reap(&p);
         graft__ucx_donors_close_drained(&p);
         graft__ucx_donors_retry(&p);

@@ -50,6 +50,9 @@ typedef struct pdonor {
     bool challenged;
     uint8_t donor_nonce[GRAFT_NONCE_BYTES];
     uint8_t nonce[GRAFT_NONCE_BYTES];
+    uint64_t seq; /* the sequence number of its next sealed answer */
+    /* Its answers in the order they came (graft__ucx_donors_answers()). */
+    msg_queue_t answers;
     uint64_t queued_since_ns;
     void *close_req;
     bool close_when_drained;
@@ -142,6 +145,8 @@ void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force);
 void graft__ucx_handle_donor_msg(pull_t *p, ucx_msg_t *msg);
 /* Stop the clock of a donor's queue. */
 void graft__ucx_queue_leave(pull_t *p, pdonor_t *d);
+/* Handle each donor's answers that are all here, in the order they came. */
+void graft__ucx_donors_answers(pull_t *p);
 /* Active messages from a donor (manifests): queued for the pull's loop. */
 ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header_length,
                                     void *data, size_t length, const ucp_am_recv_param_t *param);

@@ -156,26 +156,19 @@ void graft__ucx_donors_close_drained(pull_t *p)
     }
 }
 
-/* First manifest of a donor: check it against our table, unpack keys. */
+/* First manifest of a donor: check it against our table (transfer_accept.c),
+ * unpack keys. */
 static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
 {
     graft_transfer_endpoint_t *ep = p->ep;
     if (m->status != 0) {
-        graft_status_t st = (graft_status_t)m->status;
-        if (graft_status_class(st) != GRAFT_CLASS_PEER && st != GRAFT_EFORMAT &&
-            st != GRAFT_ENOMEM)
-            st = GRAFT_EPROTO;
+        graft_status_t st = graft__xfer_refusal_status(m->status);
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u refused: %s (%s)", d->index,
                    m->error != NULL ? m->error : "", graft_status_name(st));
         return st;
     }
-    if (m->step != p->o->step || m->layout_hash != ep->layout_hash ||
-        m->chunk_bytes != ep->chunk_bytes || m->n_regions != ep->n_regions) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: manifest does not match the request "
-                   "(step %llu, chunk %llu bytes, %zu regions)", d->index,
-                   (unsigned long long)m->step, (unsigned long long)m->chunk_bytes, m->n_regions);
+    if (graft__xfer_manifest_check(ep, p->o->step, m, RKEY_MAX_BYTES, d->index) != GRAFT_OK)
         return GRAFT_EPROTO;
-    }
     d->rkeys = graft__calloc(ep->n_regions + 1, sizeof(*d->rkeys));
     d->raddr = graft__calloc(ep->n_regions + 1, sizeof(*d->raddr));
     d->lptr = graft__calloc(ep->n_regions + 1, sizeof(*d->lptr));
@@ -187,18 +180,11 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
     for (size_t i = 0; i < ep->n_regions; i++) {
         const Graft__RegionManifest *rm = m->regions[i];
         const graft__region_t *r = &ep->regions[i];
-        if (rm->region == NULL || rm->region->name == NULL ||
-            strcmp(rm->region->name, r->name) != 0 || rm->region->bytes != r->bytes) {
-            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: region %zu differs from '%s'", d->index, i,
-                       r->name);
-            return GRAFT_EPROTO;
-        }
         d->raddr[i] = rm->remote_address;
         if (r->bytes == 0)
             continue;
-        if (rm->rkey.len == 0 || rm->rkey.len > RKEY_MAX_BYTES ||
-            (!p->ep->transport->rkey_layout_unknown &&
-             !graft__ucx_rkey_layout_ok(rm->rkey.data, rm->rkey.len))) {
+        if (!p->ep->transport->rkey_layout_unknown &&
+            !graft__ucx_rkey_layout_ok(rm->rkey.data, rm->rkey.len)) {
             GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: remote key of '%s' is malformed (%zu bytes)",
                        d->index, r->name, rm->rkey.len);
             return GRAFT_EPROTO;
@@ -230,13 +216,11 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
 static graft_status_t hash_parts_apply(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
 {
     graft_transfer_endpoint_t *ep = p->ep;
+    if (graft__xfer_hash_parts_check(ep, m) != GRAFT_OK)
+        return GRAFT_EPROTO;
     for (size_t i = 0; i < m->n_hash_parts; i++) {
         const Graft__ChunkHashes *h = m->hash_parts[i];
-        if (h->region >= ep->n_regions)
-            return GRAFT_EPROTO;
         const graft__region_t *r = &ep->regions[h->region];
-        if (h->first_chunk > r->n_chunks || h->n_hashes > r->n_chunks - h->first_chunk)
-            return GRAFT_EPROTO;
         for (size_t k = 0; k < h->n_hashes; k++) {
             uint64_t c = r->first_chunk + h->first_chunk + k;
             uint64_t v = h->hashes[k];
@@ -363,15 +347,65 @@ static void handle_challenge(pull_t *p, pdonor_t *d, ucx_msg_t *msg)
         graft__ucx_donor_fail(p, d, st);
 }
 
-/* Whether the first manifest proves that the donor holds the job secret. */
-static bool donor_authentic(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
+/*
+ * An answer whose seal does not hold (docs/SECURITY.md): nothing of it is
+ * used and the donor is dropped with GRAFT_ETOKEN, whatever it says. One
+ * that carries no seal at all is what an honest donor sends when it could
+ * not authenticate our request (another job secret, a version or request
+ * it cannot read): what it claims is logged, never acted on, so a forged
+ * refusal cannot keep us queued, make us ask again, or report a refusal
+ * the donor did not make. A seal that does not match is an answer altered,
+ * reordered, dropped or replayed on the way, or another secret's.
+ */
+static void answer_unauthentic(pull_t *p, pdonor_t *d, const ucx_msg_t *msg, bool sealed)
 {
-    uint8_t want[GRAFT_MAC_BYTES];
-    return d->challenged &&
-           graft__xfer_donor_mac(p->ep->job_secret, p->ep->job_secret_len, d->nonce,
-                                 d->donor_nonce, p->o->step, p->ep->layout_hash,
-                                 want) == GRAFT_OK &&
-           graft__mac_equal(m->mac.data, m->mac.len, want);
+    Graft__TransferManifest *m = NULL;
+    if (!sealed)
+        m = graft__transfer_manifest__unpack(&graft__pb_allocator, msg->len, msg->data);
+    if (sealed)
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s): answer %llu fails its seal (altered, "
+                   "reordered or replayed on the way, or another job secret's): nothing of it "
+                   "is used", d->index, p->o->donors[d->index], (unsigned long long)d->seq);
+    else if (m != NULL && m->status != 0)
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) answered without proving it holds the job "
+                   "secret (unsealed refusal, says %s: %.160s): taken as a failed handshake",
+                   d->index, p->o->donors[d->index], graft_status_name((graft_status_t)m->status),
+                   m->error != NULL ? m->error : "");
+    else
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) sent an answer not sealed with the job "
+                   "secret: nothing of it is used", d->index, p->o->donors[d->index]);
+    graft__transfer_manifest__free_unpacked(m, &graft__pb_allocator);
+    graft__ucx_donor_fail(p, d, GRAFT_ETOKEN);
+}
+
+/* Check the seal of a donor's answer before anything reads it (unsealed:
+ * dropped); then decode the bytes it covers into *@p m_p. */
+static graft_status_t answer_open(pull_t *p, pdonor_t *d, const ucx_msg_t *msg,
+                                  Graft__TransferManifest **m_p)
+{
+    size_t body_len = 0;
+    bool sealed = false, oom = false;
+    graft_status_t st = GRAFT_ETOKEN;
+    if (d->challenged)
+        st = graft__xfer_unseal(p->ep->job_secret, p->ep->job_secret_len, d->nonce,
+                                d->donor_nonce, d->seq, msg->data, msg->len, &body_len, &sealed);
+    if (st == GRAFT_ETOKEN) {
+        answer_unauthentic(p, d, msg, sealed);
+        return st;
+    }
+    if (st != GRAFT_OK)
+        return st;
+    d->seq++;
+    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
+    *m_p = graft__transfer_manifest__unpack(&pa, body_len, msg->data);
+    if (*m_p == NULL && oom)
+        return GRAFT_ENOMEM;
+    if (*m_p == NULL || (*m_p)->version != GRAFT__XFER_WIRE_VERSION) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u sent a malformed manifest", d->index);
+        graft__ucx_donor_fail(p, d, GRAFT_EPROTO);
+        return GRAFT_EPROTO;
+    }
+    return GRAFT_OK;
 }
 
 void graft__ucx_handle_donor_msg(pull_t *p, ucx_msg_t *msg)
@@ -392,31 +426,25 @@ void graft__ucx_handle_donor_msg(pull_t *p, ucx_msg_t *msg)
         handle_challenge(p, d, msg);
         return;
     }
-    bool oom = false;
-    ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
-    m = graft__transfer_manifest__unpack(&pa, msg->len, msg->data);
-    if (m == NULL && oom) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory decoding a manifest");
-        if (p->status == GRAFT_OK)
-            p->status = GRAFT_ENOMEM;
-        goto out;
-    }
-    if (m == NULL || m->version != GRAFT__XFER_WIRE_VERSION) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u sent a malformed manifest", d->index);
+    if (msg->too_large) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: an answer did not arrive whole", d->index);
         graft__ucx_donor_fail(p, d, GRAFT_EPROTO);
+        return;
+    }
+    st = answer_open(p, d, msg, &m);
+    if (st == GRAFT_ENOMEM || st == GRAFT_ESYS) {
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "%s opening a manifest", graft_status_string(st));
+        if (p->status == GRAFT_OK)
+            p->status = st;
         goto out;
     }
+    if (st != GRAFT_OK)
+        goto out;
     d->last_ns = graft__now_ns();
     if (d->state == D_CONNECTING && (queued_retry(p, d, m) || step_refusal_retry(p, d, m)))
         goto out;
     if (d->state == D_CONNECTING) {
         graft__ucx_queue_leave(p, d);
-        if (m->status == GRAFT_OK && !donor_authentic(p, d, m)) {
-            GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) did not prove it holds the job secret: "
-                       "its manifest is not used", d->index, p->o->donors[d->index]);
-            graft__ucx_donor_fail(p, d, GRAFT_ETOKEN);
-            goto out;
-        }
         st = manifest_accept(p, d, m);
         if (st == GRAFT_ENOMEM) {
             GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory accepting a manifest");
@@ -443,15 +471,31 @@ out:
     graft__transfer_manifest__free_unpacked(m, &graft__pb_allocator);
 }
 
+/*
+ * A donor's answers are handled in the order they came, each once all its
+ * bytes are here: a big one (a region table, a hash part) comes by
+ * rendezvous and completes after small ones sent behind it, and the seal's
+ * sequence number counts the answers in the order the donor sent them.
+ */
+void graft__ucx_donors_answers(pull_t *p)
+{
+    for (size_t i = 0; i < p->n_donors; i++) {
+        pdonor_t *d = &p->donors[i];
+        while (d->answers.head != NULL && d->answers.head->ready) {
+            ucx_msg_t *m = graft__ucx_msgq_pop(&d->answers);
+            graft__ucx_handle_donor_msg(p, m);
+            graft_free(m);
+        }
+    }
+}
+
+/* A rendezvous answer's bytes arrived (or did not: it is handled as lost). */
 static void rndv_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
     ucx_msg_t *m = user_data;
-    pull_t *p = (pull_t *)m->reply_ep; /* stashed owner, see graft__ucx_recip_am_cb */
-    m->reply_ep = NULL;
-    if (status == UCS_OK && length == m->len)
-        graft__ucx_msgq_push(&p->msgs, m);
-    else
-        graft_free(m);
+    if (status != UCS_OK || length != m->len)
+        m->too_large = true;
+    m->ready = true;
     ucp_request_free(request);
 }
 
@@ -518,9 +562,11 @@ ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header
     m->has_header = true;
     memcpy(&m->header, header, sizeof(uint64_t));
     m->len = length;
+    /* In the donor's order, whatever protocol brings its bytes. */
+    graft__ucx_msgq_push(&d->answers, m);
     if (!rndv) {
         memcpy(m->data, data, length);
-        graft__ucx_msgq_push(&p->msgs, m);
+        m->ready = true;
         return UCS_OK;
     }
     ucp_request_param_t prm;
@@ -528,15 +574,14 @@ ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     prm.cb.recv_am = rndv_recv_cb;
     prm.user_data = m;
-    m->reply_ep = (ucp_ep_h)(void *)p;
     ucs_status_ptr_t req = ucp_am_recv_data_nbx(d->worker, data, m->data, length, &prm);
     if (req == NULL) {
-        m->reply_ep = NULL;
-        graft__ucx_msgq_push(&p->msgs, m);
+        m->ready = true;
     } else if (UCS_PTR_IS_ERR(req)) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "receiving a manifest: %s",
                    ucs_status_string(UCS_PTR_STATUS(req)));
-        graft_free(m);
+        m->too_large = true;
+        m->ready = true;
     }
     return UCS_OK;
 }
