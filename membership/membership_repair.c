@@ -14,7 +14,9 @@
  *    mod_revision) replaces it.
  *
  * Either way one event in the job's history names the key, the reason and
- * the round that replaced it; graftctl status shows it.
+ * the round that replaced it; graftctl status shows it. The event is a
+ * second write: a process killed between the two leaves the record
+ * replaced and no event.
  *
  * A rank whose own member record was written over with bytes that do not
  * decode looks dead to every other rank while its lease lives (and the bad
