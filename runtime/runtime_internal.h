@@ -309,7 +309,8 @@ void graft__rt_skip_free(graft_runtime_t *rt);
 /* runtime_persist.c */
 GRAFT_WUR graft_status_t graft__rt_persist_open(graft_runtime_t *rt);
 void graft__rt_persist_close(graft_runtime_t *rt);
-/* Restore the newest valid checkpoint; GRAFT_ENOCHECKPOINT when none. */
+/* Restore the newest valid checkpoint; GRAFT_ENOCHECKPOINT when there is
+ * none, GRAFT_ESTATELOST when there are some and none verifies. */
 GRAFT_WUR graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p);
 /* At commit of quorum q (state = q->step), before the vote is known. */
 GRAFT_WUR graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q);

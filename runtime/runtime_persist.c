@@ -110,12 +110,18 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
     uint64_t t0 = graft__now_ns();
     st = graft_persist_restore(rt->cfg->persist_root, &p, &res);
     graft_free(pr);
-    if (st == GRAFT_ENOCHECKPOINT) {
-        if (res.skipped > 0)
-            GRAFT_WARN(GRAFT_MOD_RUNTIME, "no checkpoint under %s verifies:\n%s",
-                       rt->cfg->persist_root, res.skipped_reasons);
-        return st;
+    if (st == GRAFT_ENOCHECKPOINT && res.skipped > 0) {
+        /* Checkpoints are there but none may be loaded (corrupt, or not
+         * written under this job's secret): starting the job over would
+         * throw them away unseen, so the operator decides. */
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "none of the %" PRIu32 " checkpoints under %s verifies, "
+                    "so the job is neither restored nor started over; give the job the secret "
+                    "they were written with (job_secret_file), or move them away to start "
+                    "anew:\n%s", res.skipped, rt->cfg->persist_root, res.skipped_reasons);
+        return GRAFT_ESTATELOST;
     }
+    if (st == GRAFT_ENOCHECKPOINT)
+        return st;
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "restore from %s failed: %s", rt->cfg->persist_root,
                     graft_status_string(st));

@@ -608,6 +608,74 @@ static void test_skip_region_switch(void **state)
     graft_destroy(rt0);
 }
 
+/* A one-group job of `job` with persist_root `root`, checkpointing every
+ * step, keyed with `secret` (GRAFT_JOB_SECRET, which graft_init() unsets). */
+static graft_status_t ckpt_rt(const char *job, const char *root, const char *secret,
+                              graft_runtime_t **rt_p)
+{
+    graft_config_t *c = NULL;
+    assert_int_equal(setenv("GRAFT_JOB_SECRET", secret, 1), 0);
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+                                      NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "persist_root", root, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "persist_every", "1", NULL), GRAFT_OK);
+    graft_status_t st = graft_init(c, rt_p);
+    graft_config_destroy(c);
+    return st;
+}
+
+/* Checkpoints written under one secret, a later job on the same root with
+ * another: neither restored (their MAC does not verify) nor thrown away by
+ * a start from step 0; with the secret they were written under, restored. */
+static void test_restart_other_secret_refused(void **state)
+{
+    char root[] = "/tmp/graft-othersecret.XXXXXX";
+    uint64_t w[64];
+    graft_runtime_t *rt = NULL;
+    graft_step_info_t info;
+    bool apply = false;
+    assert_non_null(mkdtemp(root));
+    graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, w, sizeof(w), 0, 0};
+
+    for (size_t i = 0; i < 64; i++)
+        w[i] = i;
+    assert_int_equal(ckpt_rt("secret-a", root, "the-first-secret-0123456789", &rt), GRAFT_OK);
+    assert_int_equal(graft_region_register(rt, &r), GRAFT_OK);
+    for (int s = 0; s < 2; s++) {
+        assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+        assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+        assert_true(apply);
+        w[0]++; /* the optimizer step: the checkpoint at step s holds s of them */
+    }
+    assert_int_equal(graft_checkpoint_wait(rt), GRAFT_OK);
+    graft_destroy(rt);
+
+    /* Another secret: the quorum's start-up decision refuses. */
+    assert_int_equal(ckpt_rt("secret-b", root, "another-secret-9876543210xyz", &rt), GRAFT_OK);
+    assert_int_equal(graft_region_register(rt, &r), GRAFT_OK);
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_ESTATELOST);
+    graft_destroy(rt);
+
+    /* The secret they were written with: restored (the newest checkpoint is
+     * step 1's: the one of step 2 would be taken at step 2's commit). */
+    memset(w, 0, sizeof(w));
+    assert_int_equal(ckpt_rt("secret-c", root, "the-first-secret-0123456789", &rt), GRAFT_OK);
+    assert_int_equal(graft_region_register(rt, &r), GRAFT_OK);
+    assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+    assert_int_equal(graft_start_kind(rt), GRAFT_START_RESTORE);
+    assert_int_equal(info.step, 1);
+    assert_int_equal(w[0], 1);
+    assert_int_equal(w[63], 63);
+    graft_destroy(rt);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -621,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_fence_skips_recipient_gone),
         cmocka_unit_test(test_fence_opens_on_recipient_vote),
         cmocka_unit_test(test_skip_region_switch),
+        cmocka_unit_test(test_restart_other_secret_refused),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
