@@ -1,7 +1,7 @@
 /*
  * The etcd gateway's JSON answers: a range response (with its key-values
- * and base64 fields), the header revision, an error answer, and a bare
- * base64 string. Any bytes give a status; what decodes is within bounds.
+ * and base64 fields), the header revision, an error answer, the token of
+ * an authenticate answer, and a bare base64 string. Any bytes give a status; what decodes is within bounds.
  */
 #include "fuzz_common.h"
 #include "etcd_internal.h"
@@ -32,6 +32,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         graft_status_t st = graft__etcd_error_status(root, 400);
         assert(st != GRAFT_OK);
         (void)graft__etcd_error_is_bad_token(root);
+        char *token = NULL;
+        if (graft__etcd_auth_token_decode(root, &token) == GRAFT_OK) {
+            size_t n = strlen(token);
+            assert(n > 0 && n <= GRAFT_ETCD_TOKEN_MAX && strpbrk(token, " \r\n\t") == NULL);
+            graft_free(token);
+        }
         json_decref(root);
     }
     /* The same bytes as a base64 field. */

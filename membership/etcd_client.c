@@ -674,16 +674,13 @@ static graft_status_t authenticate(graft_etcd_t *etcd, uint64_t seen_gen)
                     json_is_string(m) ? json_string_value(m) : "refused");
         goto out;
     }
-    const json_t *tok = json_object_get(resp, "token");
-    if (!json_is_string(tok) || json_string_length(tok) == 0 ||
-        strpbrk(json_string_value(tok), "\r\n") != NULL) {
-        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate: answer without a usable token");
-        st = GRAFT_EMALFORMED;
-        goto out;
-    }
-    char *t = graft__strdup(json_string_value(tok));
-    if (t == NULL) {
-        st = GRAFT_ENOMEM;
+    char *t = NULL;
+    st = graft__etcd_auth_token_decode(resp, &t);
+    if (st != GRAFT_OK) {
+        if (st == GRAFT_EMALFORMED)
+            GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd authenticate: answer without a usable token "
+                        "(absent, empty, over %u bytes, or not printable ASCII)",
+                        GRAFT_ETCD_TOKEN_MAX);
         goto out;
     }
     pthread_mutex_lock(&etcd->lock);

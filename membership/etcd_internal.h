@@ -133,6 +133,11 @@ graft_status_t graft__etcd_error_status(const json_t *obj, long http_code);
 bool graft__etcd_error_is_leaderless(const char *body, size_t len);
 /* True when an error answer says the auth token is invalid or expired. */
 bool graft__etcd_error_is_bad_token(const json_t *obj);
+/* The token of an answer to /v3/auth/authenticate, copied into *token_p
+ * (graft_free()): a non-empty string of printable ASCII, at most
+ * GRAFT_ETCD_TOKEN_MAX bytes, since it goes back in an HTTP header. */
+#define GRAFT_ETCD_TOKEN_MAX 4096u
+GRAFT_WUR graft_status_t graft__etcd_auth_token_decode(const json_t *resp, char **token_p);
 
 /* One decoded line of a watch stream. */
 typedef enum graft_etcd_watch_msg_kind {

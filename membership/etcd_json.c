@@ -363,6 +363,27 @@ bool graft__etcd_error_is_bad_token(const json_t *obj)
            (code == GRPC_UNAUTHENTICATED && strstr(msg, "authentication failed") == NULL);
 }
 
+graft_status_t graft__etcd_auth_token_decode(const json_t *resp, char **token_p)
+{
+    const json_t *tok = json_object_get(resp, "token");
+    if (!json_is_string(tok))
+        return GRAFT_EMALFORMED;
+    const char *t = json_string_value(tok);
+    size_t len = json_string_length(tok);
+    /* A NUL, a line break or another control byte would cut or split the
+     * Authorization header the token is sent back in. */
+    if (len == 0 || len > GRAFT_ETCD_TOKEN_MAX)
+        return GRAFT_EMALFORMED;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)t[i] < 0x21 || (unsigned char)t[i] > 0x7e)
+            return GRAFT_EMALFORMED;
+    char *copy = graft__strdup(t);
+    if (copy == NULL)
+        return GRAFT_ENOMEM;
+    *token_p = copy;
+    return GRAFT_OK;
+}
+
 graft_status_t graft__etcd_error_status(const json_t *obj, long http_code)
 {
     int64_t code = -1;

@@ -204,6 +204,50 @@ static void test_error_mapping(void **state)
     json_decref(j);
 }
 
+/* The authenticate answer's token goes back in an HTTP header: only a
+ * non-empty run of printable ASCII is taken. */
+static void test_auth_token(void **state)
+{
+    static const struct {
+        const char *json;
+        graft_status_t st;
+    } cases[] = {
+        {"{\"token\": \"abc.DEF_123\"}", GRAFT_OK},
+        {"{}", GRAFT_EMALFORMED},
+        {"{\"token\": 7}", GRAFT_EMALFORMED},
+        {"{\"token\": \"\"}", GRAFT_EMALFORMED},
+        {"{\"token\": \"a\\r\\nX-Injected: 1\"}", GRAFT_EMALFORMED},
+        {"{\"token\": \"a b\"}", GRAFT_EMALFORMED},
+        {"{\"token\": \"caf\\u00e9\"}", GRAFT_EMALFORMED},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *j = parse(cases[i].json);
+        char *t = NULL;
+        assert_int_equal(graft__etcd_auth_token_decode(j, &t), cases[i].st);
+        if (cases[i].st == GRAFT_OK) {
+            assert_string_equal(t, "abc.DEF_123");
+            graft_free(t);
+        } else {
+            assert_null(t);
+        }
+        json_decref(j);
+    }
+    /* One byte over the bound is refused, the bound itself taken. */
+    char *big = malloc(GRAFT_ETCD_TOKEN_MAX + 2);
+    assert_non_null(big);
+    for (size_t n = GRAFT_ETCD_TOKEN_MAX; n <= GRAFT_ETCD_TOKEN_MAX + 1; n++) {
+        memset(big, 'x', n);
+        big[n] = '\0';
+        json_t *j = json_pack("{s:s}", "token", big);
+        char *t = NULL;
+        assert_int_equal(graft__etcd_auth_token_decode(j, &t),
+                         n == GRAFT_ETCD_TOKEN_MAX ? GRAFT_OK : GRAFT_EMALFORMED);
+        graft_free(t);
+        json_decref(j);
+    }
+    free(big);
+}
+
 static void test_watch_messages(void **state)
 {
     (void)state;
@@ -341,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_prefix_end),
         cmocka_unit_test(test_range_decode),
         cmocka_unit_test(test_error_mapping),
+        cmocka_unit_test(test_auth_token),
         cmocka_unit_test(test_watch_messages),
         cmocka_unit_test(test_alloc_failures),
     };
