@@ -639,6 +639,11 @@ uint64_t graft_transfer_refused_count(graft_transfer_endpoint_t *ep)
     return ep != NULL ? atomic_load(&ep->refused) : 0;
 }
 
+uint64_t graft_transfer_serve_failures(graft_transfer_endpoint_t *ep)
+{
+    return ep != NULL ? atomic_load(&ep->serve_failures) : 0;
+}
+
 graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep, uint64_t step,
                                          uint32_t expected_recipients, uint32_t timeout_ms)
 {

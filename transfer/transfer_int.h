@@ -154,6 +154,7 @@ struct graft_transfer_endpoint {
     size_t n_recipients;
     uint32_t serve_peak; /* most recipients admitted at once */
     atomic_uint_fast64_t refused; /* requests refused for who sent them */
+    atomic_uint_fast64_t serve_failures; /* consecutive: see graft_transfer_serve_failures */
     uint64_t serve_gen; /* bumped by every begin/end: stale connections stop */
     uint64_t *hashes;   /* one per chunk, valid where hash_done is set */
     atomic_uchar *hash_done;

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,11 +17,82 @@
 
 static void ucx_fini(graft_transfer_endpoint_t *ep);
 
+/* The interface that holds @p a (loopback: "lo"), into @p out; "" when no
+ * interface holds it, or the user chose UCX_NET_DEVICES. */
+static void net_device_of(struct in_addr a, char *out, size_t size)
+{
+    struct ifaddrs *ifs = NULL;
+    out[0] = '\0';
+    if (getenv("UCX_NET_DEVICES") != NULL || a.s_addr == htonl(INADDR_ANY))
+        return;
+    if (getifaddrs(&ifs) != 0) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "getifaddrs: %s; UCX may use every interface",
+                   strerror(errno));
+        return;
+    }
+    for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_name == NULL || i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+            ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr != a.s_addr)
+            continue;
+        snprintf(out, size, "%s", i->ifa_name);
+        break;
+    }
+    freeifaddrs(ifs);
+    if (out[0] == '\0' && (ntohl(a.s_addr) >> 24) == 127)
+        snprintf(out, size, "lo");
+    if (out[0] == '\0')
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "no interface holds the transfer address; UCX may use "
+                   "every interface (set UCX_NET_DEVICES)");
+}
+
+graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
+                                         ucp_context_h *ctx_p)
+{
+    ucp_config_t *cfg = NULL;
+    ucp_params_t p;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_config_read: %s", ucs_status_string(st));
+        return GRAFT_ETRANSPORT;
+    }
+    /* Only the device of the transfer address (shared memory is not a
+     * network device and stays): an interface that comes and goes
+     * elsewhere cannot fail our workers. */
+    if (t->net_dev[0] != '\0' &&
+        (st = ucp_config_modify(cfg, "NET_DEVICES", t->net_dev)) != UCS_OK)
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "UCX_NET_DEVICES=%s: %s", t->net_dev,
+                   ucs_status_string(st));
+    /* UCT tcp's PUT writes wherever the peer names: not offered by workers
+     * that strangers reach (which also makes a stock UCX client emulate
+     * its puts by messages that such a worker does not handle). */
+    if (!rma && (st = ucp_config_modify(cfg, "PUT_ENABLE", "n")) != UCS_OK)
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "UCX_TCP_PUT_ENABLE: %s", ucs_status_string(st));
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    p.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    /* The progress thread's workers and a pull's share the context. */
+    p.mt_workers_shared = 1;
+    st = ucp_init(&p, cfg, ctx_p);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_init: %s", ucs_status_string(st));
+        return GRAFT_ETRANSPORT;
+    }
+    return GRAFT_OK;
+}
+
+void graft__ucx_cctx_release(ucx_cctx_t *cc)
+{
+    if (cc == NULL || --cc->refs > 0)
+        return;
+    if (cc->owned)
+        ucp_cleanup(cc->ctx);
+    graft_free(cc);
+}
+
 static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
 {
     graft__transport_state_t *t;
-    ucp_config_t *cfg = NULL;
-    ucp_params_t p;
     ucp_listener_params_t lp;
     ucp_listener_attr_t la;
     struct sockaddr_in sa;
@@ -64,25 +136,22 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
      * may rely on it; the user's explicit choice wins. */
     if (setenv("UCX_MM_ERROR_HANDLING", "y", 0) != 0)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "setenv: %s", strerror(errno));
-    st = ucp_config_read(NULL, NULL, &cfg);
-    if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_config_read: %s", ucs_status_string(st));
-        status = GRAFT_ETRANSPORT;
-        goto err;
+    net_device_of(sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr : advertised, t->net_dev,
+                  sizeof(t->net_dev));
+    status = graft__ucx_context_create(t, true, &t->ctx);
+    if (status == GRAFT_OK)
+        status = graft__ucx_context_create(t, false, &t->srv_ctx);
+    if (status == GRAFT_OK) {
+        t->cctx = graft__calloc(1, sizeof(*t->cctx));
+        status = t->cctx != NULL ? GRAFT_OK : GRAFT_ENOMEM;
     }
-    memset(&p, 0, sizeof(p));
-    p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    p.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-    /* The progress thread's worker and a pull's worker share the context. */
-    p.mt_workers_shared = 1;
-    st = ucp_init(&p, cfg, &t->ctx);
-    ucp_config_release(cfg);
-    if (st != UCS_OK) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_init: %s", ucs_status_string(st));
-        status = GRAFT_ETRANSPORT;
+    if (status != GRAFT_OK)
         goto err;
-    }
-    status = graft__ucx_worker_create(t->ctx, &t->worker);
+    t->cctx->ctx = t->srv_ctx;
+    t->cctx->refs = 1;
+    status = graft__ucx_worker_create(t->srv_ctx, &t->worker);
+    if (status == GRAFT_OK)
+        status = graft__ucx_drop_all(t->worker);
     if (status != GRAFT_OK)
         goto err;
     st = ucp_worker_get_efd(t->worker, &t->efd);
@@ -168,6 +237,8 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
     graft_free(t->pfds);
     if (t->spare != NULL)
         ucp_worker_destroy(t->spare);
+    graft__ucx_cctx_release(t->spare_cctx);
+    graft__ucx_cctx_release(t->cctx);
     if (t->listener != NULL)
         ucp_listener_destroy(t->listener);
     for (size_t i = 0; i < ep->n_regions; i++)
@@ -183,6 +254,8 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
     }
     if (t->worker != NULL)
         ucp_worker_destroy(t->worker);
+    if (t->srv_ctx != NULL)
+        ucp_cleanup(t->srv_ctx);
     if (t->ctx != NULL)
         ucp_cleanup(t->ctx);
     graft_free(t);

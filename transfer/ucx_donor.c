@@ -37,22 +37,23 @@ static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t hea
 static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
                            size_t length, const ucp_am_recv_param_t *param);
 
-/* A worker for one connection, with the donor's message handlers. */
+/* A worker for one connection on the connections' context, with the
+ * donor's message handlers (msg_cb's is set per connection). */
 static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker_h *w_p,
                                          int *efd_p)
 {
     ucp_worker_h w = NULL;
-    graft_status_t status = graft__ucx_worker_create(t->ctx, &w);
+    graft_status_t status = graft__ucx_worker_create(t->cctx->ctx, &w);
     if (status == GRAFT_OK && ucp_worker_get_efd(w, efd_p) != UCS_OK)
         status = GRAFT_ETRANSPORT;
+    if (status == GRAFT_OK)
+        status = graft__ucx_drop_all(w);
     if (status == GRAFT_OK)
         status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
     if (status == GRAFT_OK)
         status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_DONE, donor_done_cb, t);
     if (status == GRAFT_OK)
         status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
-    if (status == GRAFT_OK)
-        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_MSG, msg_cb, t);
     if (status != GRAFT_OK && w != NULL)
         ucp_worker_destroy(w);
     if (status == GRAFT_OK)
@@ -62,36 +63,59 @@ static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker
 
 static graft_status_t conn_worker(graft__transport_state_t *t, ucx_conn_t *c)
 {
+    graft_transfer_endpoint_t *ep = t->ep;
+    graft_status_t status;
     t->spare_failed = false;
     if (t->spare != NULL) {
         c->worker = t->spare;
         c->efd = t->spare_efd;
+        c->cctx = t->spare_cctx;
         t->spare = NULL;
+        t->spare_cctx = NULL;
+        atomic_store(&ep->serve_failures, 0);
         return GRAFT_OK;
     }
-    return conn_worker_create(t, &c->worker, &c->efd);
+    status = conn_worker_create(t, &c->worker, &c->efd);
+    if (status != GRAFT_OK && graft__ucx_cctx_renew(t) == GRAFT_OK) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "no UCX worker for a connection: trying a fresh context");
+        status = conn_worker_create(t, &c->worker, &c->efd);
+    }
+    if (status != GRAFT_OK) {
+        uint64_t n = atomic_fetch_add(&ep->serve_failures, 1) + 1;
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "this endpoint cannot serve: %llu connections in a row "
+                    "found no UCX worker (graft_transfer_serve_failures)", (unsigned long long)n);
+        return status;
+    }
+    c->cctx = t->cctx;
+    c->cctx->refs++;
+    atomic_store(&ep->serve_failures, 0);
+    return GRAFT_OK;
 }
 
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
 {
     graft__transport_state_t *t = arg;
     ucp_ep_params_t prm;
-    ucx_conn_t *c = graft__calloc(1, sizeof(*c));
+    ucx_conn_t *c;
     ucs_status_t st;
 
-    if (c == NULL || conn_worker(t, c) != GRAFT_OK) {
+    if (!graft__ucx_make_room(t)) {
+        graft__ucx_conn_refuse(t, req);
+        return;
+    }
+    c = graft__calloc(1, sizeof(*c));
+    if (c != NULL) {
+        c->t = t;
+        c->accepted_ns = graft__now_ns();
+    }
+    if (c == NULL || conn_worker(t, c) != GRAFT_OK ||
+        graft__ucx_set_am_handler(c->worker, GRAFT__XFER_AM_MSG, msg_cb, c) != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "%s accepting a connection",
                     c == NULL ? "out of memory" : "no UCX worker");
         (void)ucp_listener_reject(t->listener, req);
         goto fail;
     }
-    memset(&prm, 0, sizeof(prm));
-    prm.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    prm.conn_request = req;
-    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    prm.err_handler.cb = donor_conn_err_cb;
-    prm.err_handler.arg = c;
+    graft__ucx_accept_params(&prm, req, donor_conn_err_cb, c);
     if (graft__random_bytes(c->nonce, sizeof(c->nonce)) != GRAFT_OK) {
         (void)ucp_listener_reject(t->listener, req);
         goto fail;
@@ -116,6 +140,8 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
 fail:
     if (c != NULL && c->worker != NULL)
         ucp_worker_destroy(c->worker);
+    if (c != NULL)
+        graft__ucx_cctx_release(c->cctx);
     graft_free(c);
 }
 
@@ -175,7 +201,9 @@ static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t hea
 static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
                            size_t length, const ucp_am_recv_param_t *param)
 {
-    graft__transport_state_t *t = arg;
+    ucx_conn_t *c = arg;
+    graft__transport_state_t *t = c->t;
+    c->messaged = true; /* a sender's connection: no deadline */
     (void)header;
     (void)header_length;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
@@ -188,7 +216,7 @@ static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, 
 
 ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep)
 {
-    return ep->transport->ctx;
+    return ep->transport->srv_ctx;
 }
 
 static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
@@ -442,6 +470,7 @@ static bool request_authentic(graft_transfer_endpoint_t *ep, ucx_conn_t *c,
         !graft__mac_equal(req->mac.data, req->mac.len, want))
         return false;
     memcpy(c->peer_nonce, req->nonce.data, GRAFT_NONCE_BYTES);
+    c->authed = true;
     return true;
 }
 
@@ -700,11 +729,13 @@ void graft__ucx_conn_close(ucx_conn_t *c)
         ucp_request_free(req);
     }
     ucp_worker_destroy(c->worker);
+    graft__ucx_cctx_release(c->cctx);
 }
 
 static void reap_conns(graft__transport_state_t *t)
 {
     ucx_conn_t **pp = &t->conns;
+    graft__ucx_conns_expire(t);
     while (*pp != NULL) {
         ucx_conn_t *c = *pp;
         if (c->failed) {
@@ -767,6 +798,7 @@ void *graft__ucx_progress_thread(void *arg)
         ucx_msg_t *m;
         while (ucp_worker_progress(t->worker) != 0) {
         }
+        graft__ucx_refused_close(t);
         for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
             while (ucp_worker_progress(c->worker) != 0) {
             }
@@ -782,8 +814,13 @@ void *graft__ucx_progress_thread(void *arg)
         }
         reap_conns(t);
         stream_hashes(t);
-        if (t->spare == NULL && t->conns == NULL && !t->spare_failed)
+        if (t->spare == NULL && t->conns == NULL && !t->spare_failed) {
             t->spare_failed = conn_worker_create(t, &t->spare, &t->spare_efd) != GRAFT_OK;
+            if (!t->spare_failed) {
+                t->spare_cctx = t->cctx;
+                t->spare_cctx->refs++;
+            }
+        }
         progress_sleep(t);
     }
     return NULL;

@@ -1,6 +1,7 @@
 /*
  * Shared by the files of the UCX backend: ucx.c (endpoint, regions, host
  * memory), ucx_wire.c (pieces both sides use), ucx_donor.c (serving),
+ * ucx_strangers.c (connections not authenticated yet),
  * ucx_pull.c (pulling), ucx_msg.c (short messages). Not installed.
  */
 #ifndef GRAFT_UCX_INT_H
@@ -27,6 +28,18 @@
  * not asked for QUEUE_STALE_NS (it gave up, or its process died). */
 #define QUEUE_ASK_NS (100ull * 1000000ull)
 #define QUEUE_STALE_NS (2000ull * 1000000ull)
+/* Connections that have not sent an authenticated request yet: at most
+ * this many at once (each holds a worker; ucx_donor.c says why), the
+ * oldest closed to make room; each closed after AUTH_DEADLINE_NS. */
+#define MAX_UNAUTH_CONNS 16u
+#define AUTH_DEADLINE_NS (2000ull * 1000000ull)
+/* When all are taken, the oldest makes room only if it is at least this
+ * old (a recipient authenticates within a round trip); otherwise the new
+ * connection is refused, which costs no worker. */
+#define UNAUTH_EVICT_NS (250ull * 1000000ull)
+#define REFUSE_HOLD_NS (250ull * 1000000ull)
+/* At most one warning about refused or closed strangers this often. */
+#define STRANGER_WARN_NS (10000ull * 1000000ull)
 
 /* A peer's packed remote key: at most this long, unpacked from a copy
  * followed by RKEY_PAD zero bytes (ucx_wire.c says why). */
@@ -59,6 +72,15 @@ typedef struct msg_queue {
     ucx_msg_t **tail;
 } msg_queue_t;
 
+/* The context of connections' workers. When a worker cannot be made on it
+ * (a network device went away: "No such device") a fresh context replaces
+ * it; the old one lives until its last connection is closed. */
+typedef struct ucx_cctx {
+    ucp_context_h ctx;
+    unsigned refs;
+    bool owned; /* ours to clean up (not the listener's context) */
+} ucx_cctx_t;
+
 /* One accepted connection (donor side), on a worker of its own: over
  * shared memory every sender to a worker writes into its one receive FIFO,
  * and a recipient killed in the middle of a write would leave an element
@@ -66,6 +88,11 @@ typedef struct msg_queue {
 typedef struct ucx_conn {
     struct ucx_conn *next;
     ucp_worker_h worker;
+    ucx_cctx_t *cctx; /* the worker's context */
+    struct graft__transport_state *t;
+    uint64_t accepted_ns;
+    bool authed;   /* sent a request with a valid MAC */
+    bool messaged; /* sent a message (graft_transfer_msg_send) */
     int efd;
     ucp_ep_h ep;
     bool failed;
@@ -97,12 +124,34 @@ typedef struct ucx_conn {
 
 struct graft__transport_state {
     graft_transfer_endpoint_t *ep;
+    /* Two contexts (docs/SECURITY.md, "One layer below: UCX"): ctx has
+     * UCP_FEATURE_RMA, maps memory and runs the workers of pulls (which
+     * connect only to donors they chose); srv_ctx has no RMA and no tcp
+     * PUT, and runs every worker a stranger can reach: the listener's, the
+     * connections' (on cctx, srv_ctx until a worker fails on it) and the
+     * message sender's. */
     ucp_context_h ctx;
+    ucp_context_h srv_ctx;
+    ucx_cctx_t *cctx;
+    char net_dev[64]; /* UCX_NET_DEVICES for our contexts; "" = UCX's default */
     ucp_worker_h worker; /* the listener's; each connection has its own */
     /* A connection's worker made ahead, while no connection is open: making
      * one takes several milliseconds that a new recipient would wait. */
     ucp_worker_h spare;
     int spare_efd;
+    ucx_cctx_t *spare_cctx;
+    /* Refused connections: accepted on the listener's worker (no worker
+     * of their own) and closed by the progress loop REFUSE_HOLD_NS later.
+     * UCX 1.13 under a flood can fail an assertion in its tcp connection
+     * manager (tcp_sockcm_ep.c:416) and abort the process when a
+     * connection is rejected, or closed, before its handshake is done. */
+    ucp_ep_h refused[1024];
+    uint64_t refused_ns[1024];
+    size_t n_refused;
+    /* Strangers turned away since the last warning, and its time, for
+     * each reason: 0 closed to make room, 1 at the deadline, 2 refused. */
+    uint64_t strangers[3];
+    uint64_t stranger_warn_ns[3];
     bool spare_failed; /* not retried until the next connection */
     ucp_listener_h listener;
     int efd;
@@ -132,8 +181,13 @@ GRAFT_WUR graft_status_t graft__ucx_worker_create(ucp_context_h ctx, ucp_worker_
 /* A client connection to the listener at @p sa, with peer error handling. */
 ucs_status_t graft__ucx_connect(ucp_worker_h w, const struct sockaddr_in *sa,
                                 ucp_err_handler_cb_t err_cb, void *err_arg, ucp_ep_h *ep_p);
-/* The endpoint's UCX context (shared by its workers). */
+/* The context of the endpoint's workers that strangers can reach (no RMA). */
 ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep);
+/* A context for @p t's workers: with UCP_FEATURE_RMA when @p rma, else
+ * with tcp PUT off; on t->net_dev. */
+GRAFT_WUR graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
+                                                   ucp_context_h *ctx_p);
+void graft__ucx_cctx_release(ucx_cctx_t *cc);
 
 /* Resolve a host name or dotted address. */
 GRAFT_WUR graft_status_t graft__ucx_resolve_host(const char *name, struct in_addr *in);
@@ -154,11 +208,30 @@ bool graft__ucx_rkey_layout_ok(const uint8_t *k, size_t len);
 void graft__ucx_rkey_layout_learn(bool *unknown, const graft__region_t *r);
 GRAFT_WUR graft_status_t graft__ucx_set_am_handler(ucp_worker_h w, unsigned id,
                                                    ucp_am_recv_callback_t cb, void *arg);
+/* A handler that drops the message for every id below GRAFT__UCX_AM_IDS
+ * (set ours after it): a message for an id without one made UCX 1.13
+ * crash in ucp_am_handler (seen in a flooding client); strangers reach
+ * the listener's worker (refused connections) and the connections'. */
+#define GRAFT__UCX_AM_IDS 32u
+GRAFT_WUR graft_status_t graft__ucx_drop_all(ucp_worker_h w);
 
 /* ucx_donor.c */
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg);
 void *graft__ucx_progress_thread(void *arg);
 void graft__ucx_conn_close(ucx_conn_t *c);
+
+/* ucx_strangers.c */
+/* A fresh context for connections' workers (t->cctx). */
+GRAFT_WUR graft_status_t graft__ucx_cctx_renew(graft__transport_state_t *t);
+/* Room for one more pending connection (the oldest closed if it had its
+ * chance); false: refuse the new one. */
+bool graft__ucx_make_room(graft__transport_state_t *t);
+void graft__ucx_conn_refuse(graft__transport_state_t *t, ucp_conn_request_h req);
+void graft__ucx_refused_close(graft__transport_state_t *t);
+void graft__ucx_conns_expire(graft__transport_state_t *t);
+/* The parameters of accepting @p req, with peer error handling. */
+void graft__ucx_accept_params(ucp_ep_params_t *prm, ucp_conn_request_h req,
+                              ucp_err_handler_cb_t cb, void *arg);
 
 /* ucx_pull.c */
 GRAFT_WUR graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,

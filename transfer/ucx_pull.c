@@ -213,7 +213,9 @@ static void issue_get(pull_t *p, pdonor_t *d, uint64_t c)
     d->inflight++;
     s->proto_err = false;
     s->recv_started = false;
-    if (p->o->read == GRAFT_TRANSFER_READ_PUSH) {
+    /* Gets only where the donor's block is mapped here (shared memory,
+     * which the OS guards): its listener has no RMA (docs/SECURITY.md). */
+    if (p->o->read == GRAFT_TRANSFER_READ_PUSH || d->lptr[ri] == NULL) {
         Graft__ChunkRequest cr;
         graft__chunk_request__init(&cr);
         cr.version = GRAFT__XFER_WIRE_VERSION;

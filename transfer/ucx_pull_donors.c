@@ -104,7 +104,8 @@ void graft__ucx_donor_force_close(pull_t *p, pdonor_t *d)
 {
     for (size_t i = 0; i < p->n_slots; i++) {
         pslot_t *s = &p->slots[i];
-        if (p->o->read == GRAFT_TRANSFER_READ_PUSH && s->busy && !s->done &&
+        if ((p->o->read == GRAFT_TRANSFER_READ_PUSH || d->lptr == NULL ||
+             d->lptr[p->chunks[s->chunk].region] == NULL) && s->busy && !s->done &&
             s->donor == d->index && !s->recv_started) {
             s->st = UCS_ERR_CANCELED;
             s->done = true;

@@ -285,6 +285,23 @@ graft_status_t graft__ucx_set_am_handler(ucp_worker_h w, unsigned id,
     return GRAFT_OK;
 }
 
+static ucs_status_t drop_cb(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)header, (void)header_length, (void)data, (void)length;
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+}
+
+graft_status_t graft__ucx_drop_all(ucp_worker_h w)
+{
+    for (unsigned id = 0; id < GRAFT__UCX_AM_IDS; id++) {
+        graft_status_t status = graft__ucx_set_am_handler(w, id, drop_cb, NULL);
+        if (status != GRAFT_OK)
+            return status;
+    }
+    return GRAFT_OK;
+}
+
 graft_status_t graft__ucx_worker_create(ucp_context_h ctx, ucp_worker_h *w_p)
 {
     ucp_worker_params_t wp;

@@ -344,6 +344,19 @@ uint32_t graft_transfer_serve_peak(graft_transfer_endpoint_t *ep);
  */
 uint64_t graft_transfer_refused_count(graft_transfer_endpoint_t *ep);
 
+/**
+ * @brief Whether this endpoint can serve: the number of consecutive times
+ *        its UCX backend failed to make what serving a new connection needs
+ *        (a worker: e.g. "No such device" after a network interface went
+ *        away). 0 while all is well; it returns to 0 at the next success.
+ *        Each failure rebuilds the backend's context on the interfaces as
+ *        they are now. A rank whose count stays above 0 cannot serve and
+ *        should not report itself healthy.
+ * @param [in] ep  the endpoint.
+ * @return the count (0 for NULL).
+ */
+uint64_t graft_transfer_serve_failures(graft_transfer_endpoint_t *ep);
+
 /* ------------------------------------------------------------------------ */
 /* Pulling (recipient)                                                      */
 /* ------------------------------------------------------------------------ */
@@ -374,13 +387,12 @@ typedef enum graft_transfer_read {
      *  put_zcopy on tcp). The default: a recipient that dies mid-pull only
      *  fails the donor's sends. */
     GRAFT_TRANSFER_READ_PUSH = 0,
-    /** One-sided ucp_get_nbx on the donor's mapped region. UCX 1.13 has no
-     *  zero-copy get for the caller's memory on tcp or shared memory and
-     *  emulates it with active messages served by the donor's progress
-     *  thread; when a recipient vanishes with reads queued, that emulation
-     *  can abort the donor process ("ucp_get_req_handler: Fatal:
-     *  unexpected error", seen under heavy load). Use with transports that
-     *  have a real RDMA get. */
+    /** One-sided ucp_get_nbx where the donor's block is mapped here (a
+     *  graft_transfer_host_alloc() block on shared memory: a copy in the
+     *  recipient); every other chunk is pushed as with READ_PUSH. Donors
+     *  serve no one-sided reads: UCX 1.13 emulated them in the donor at
+     *  any address without a key check (docs/SECURITY.md, "One layer
+     *  below: UCX"). */
     GRAFT_TRANSFER_READ_GET = 1
 } graft_transfer_read_t;
 
