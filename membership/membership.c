@@ -309,7 +309,7 @@ static graft_status_t check_config(const graft_membership_config_t *c)
                     " outside ranks_per_group %" PRIu32, c->rank, R);
         return GRAFT_EINVAL;
     }
-    if (c->state > GRAFT_MEMBER_LEAVING) {
+    if (c->state > GRAFT_MEMBER_CANNOT_SERVE) {
         GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "membership config: unknown state %d", (int)c->state);
         return GRAFT_EINVAL;
     }
@@ -493,7 +493,7 @@ uint64_t graft_membership_incarnation(graft_membership_t *m)
 graft_status_t graft_membership_update(graft_membership_t *m, graft_member_state_t state,
                                        uint64_t committed_step)
 {
-    if (m == NULL || state < GRAFT_MEMBER_JOINING || state > GRAFT_MEMBER_LEAVING)
+    if (m == NULL || state < GRAFT_MEMBER_JOINING || state > GRAFT_MEMBER_CANNOT_SERVE)
         return GRAFT_EINVAL;
     pthread_mutex_lock(&m->mu);
     if (m->cfg.observer || m->left) {

@@ -237,7 +237,7 @@ graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len, graft_
         return st;
     const Graft__MemberRecord *rec = (const Graft__MemberRecord *)msg;
     if (rec->incarnation == 0 || rec->state < GRAFT__MEMBER_STATE__MEMBER_JOINING ||
-        rec->state > GRAFT__MEMBER_STATE__MEMBER_LEAVING) {
+        rec->state > GRAFT__MEMBER_STATE__MEMBER_CANNOT_SERVE) {
         st = GRAFT_EMALFORMED;
         goto out_free;
     }

@@ -110,6 +110,7 @@ struct graft_runtime {
     bool round_restored;   /* this quorum fell back to a checkpoint of another step */
     bool vetoed;           /* graft_commit_veto() in this step: vote no */
     bool healthy_published;
+    bool cannot_serve_published; /* the member record says GRAFT_MEMBER_CANNOT_SERVE */
     bool progress_published; /* the job's progress key, at least once per process */
     uint64_t progress_step;    /* the step this process last wrote there */
     uint64_t progress_ns;      /* and when */

@@ -34,7 +34,9 @@ static bool donors_exist(graft_runtime_t *rt)
         size_t j = i, healthy = 0;
         while (j < v->n_members && v->members[j].group == v->members[i].group) {
             const graft_member_t *mb = &v->members[j];
-            healthy += mb->state == GRAFT_MEMBER_HEALTHY && mb->committed_step > 0;
+            /* A rank that cannot serve still holds the job's step. */
+            healthy += (mb->state == GRAFT_MEMBER_HEALTHY ||
+                        mb->state == GRAFT_MEMBER_CANNOT_SERVE) && mb->committed_step > 0;
             j++;
         }
         found = v->members[i].group != rt->group && healthy == rt->ranks;
@@ -142,6 +144,26 @@ void graft__rt_publish_progress(graft_runtime_t *rt, bool quick)
     }
     graft_free(buf);
     graft_free(key);
+}
+
+/* After a commit: HEALTHY once, after the first; CANNOT_SERVE while the
+ * transfer endpoint cannot serve a connection (docs/RUNTIME.md), and back.
+ * Each change is one etcd write; a failed one is tried at the next commit. */
+static void publish_health(graft_runtime_t *rt, uint64_t step)
+{
+    bool cannot_serve = graft_transfer_serve_failures(rt->ep) > 0;
+    if (rt->healthy_published && cannot_serve == rt->cannot_serve_published)
+        return;
+    graft_member_state_t state = cannot_serve ? GRAFT_MEMBER_CANNOT_SERVE : GRAFT_MEMBER_HEALTHY;
+    if (graft_membership_update(rt->m, state, step) != GRAFT_OK)
+        return;
+    if (cannot_serve != rt->cannot_serve_published)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": %s", rt->group,
+                   rt->rank, cannot_serve ? "its transfer endpoint cannot serve: the member "
+                                            "record says so until it can"
+                                          : "its transfer endpoint serves again");
+    rt->healthy_published = true;
+    rt->cannot_serve_published = cannot_serve;
 }
 
 static void progress_due(graft_runtime_t *rt, const graft_quorum_t *q)
@@ -556,10 +578,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
             GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint of step %" PRIu64 " not taken: %s", q->step,
                        graft_status_string(pst));
         graft__rt_set_step(rt, q->step + 1);
-        if (!rt->healthy_published) {
-            st = graft_membership_update(rt->m, GRAFT_MEMBER_HEALTHY, q->step + 1);
-            rt->healthy_published = st == GRAFT_OK;
-        }
+        publish_health(rt, q->step + 1);
         progress_due(rt, q);
     } else {
         /* A healed group holds the quorum's step even when the vote fails. */

@@ -24,6 +24,7 @@
 #include <graft/graft.h>
 
 #include "runtime/runtime_internal.h"
+#include "transfer/transfer_int.h"
 #include "proto/graft.pb-c.h"
 #include "test_runtime_procs.h"
 
@@ -676,6 +677,60 @@ static void test_restart_other_secret_refused(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The member state of rt's own record as its view holds it, waited for
+ * until it is `want` (the view follows etcd through a watch). */
+static graft_member_state_t wait_own_state(graft_runtime_t *rt, graft_member_state_t want)
+{
+    graft_member_state_t seen = GRAFT_MEMBER_UNSPECIFIED;
+    for (int i = 0; i < 200 && seen != want; i++) {
+        graft_membership_view_t *v = NULL;
+        assert_int_equal(graft_membership_view_get(rt->m, &v), GRAFT_OK);
+        for (size_t m = 0; m < v->n_members; m++)
+            if (v->members[m].group == rt->group && v->members[m].rank == rt->rank)
+                seen = v->members[m].state;
+        graft_membership_view_free(v);
+        if (seen != want)
+            usleep(20000);
+    }
+    return seen;
+}
+
+/* A rank whose transfer endpoint cannot serve (its count of failed
+ * accepts above 0, as after "No such device") says so in its member
+ * record at the next commit, and HEALTHY again once it serves. */
+static void test_cannot_serve_published(void **state)
+{
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    graft_step_info_t info;
+    bool apply = false;
+    uint64_t w[8] = {0};
+    assert_int_equal(graft_config_create(&c), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "job", "cannot-serve", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+                                      NULL), GRAFT_OK);
+    assert_int_equal(graft_init(c, &rt), GRAFT_OK);
+    graft_config_destroy(c);
+    graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, w, sizeof(w), 0, 0};
+    assert_int_equal(graft_region_register(rt, &r), GRAFT_OK);
+    static const struct {
+        uint64_t failures;
+        graft_member_state_t state;
+    } steps[] = {{0, GRAFT_MEMBER_HEALTHY},
+                 {3, GRAFT_MEMBER_CANNOT_SERVE},
+                 {0, GRAFT_MEMBER_HEALTHY}};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        atomic_store(&rt->ep->serve_failures, steps[i].failures);
+        assert_int_equal(graft_quorum(rt, &info), GRAFT_OK);
+        assert_int_equal(graft_commit(rt, &apply), GRAFT_OK);
+        assert_true(apply);
+        assert_int_equal(wait_own_state(rt, steps[i].state), steps[i].state);
+    }
+    graft_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -690,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_fence_opens_on_recipient_vote),
         cmocka_unit_test(test_skip_region_switch),
         cmocka_unit_test(test_restart_other_secret_refused),
+        cmocka_unit_test(test_cannot_serve_published),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

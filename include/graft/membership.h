@@ -61,7 +61,10 @@ typedef enum graft_member_state {
     GRAFT_MEMBER_JOINING = 1,
     GRAFT_MEMBER_HEALTHY = 2,
     GRAFT_MEMBER_RECOVERING = 3,
-    GRAFT_MEMBER_LEAVING = 4
+    GRAFT_MEMBER_LEAVING = 4,
+    /** Live and holding its step, but its transfer endpoint cannot serve
+     *  (graft_transfer_serve_failures() above 0): not a donor to count on. */
+    GRAFT_MEMBER_CANNOT_SERVE = 5
 } graft_member_state_t;
 
 /** What the lease callback reports. */

@@ -22,6 +22,7 @@ static const char *member_state_name(graft_member_state_t s)
     case GRAFT_MEMBER_HEALTHY: return "healthy";
     case GRAFT_MEMBER_RECOVERING: return "recovering";
     case GRAFT_MEMBER_LEAVING: return "leaving";
+    case GRAFT_MEMBER_CANNOT_SERVE: return "cannot-serve";
     default: return "unspecified";
     }
 }
@@ -55,25 +56,29 @@ static json_t *quorum_json(const graft_quorum_t *q)
 }
 
 /* Health of one group: dead (no rank live), recovering (a rank missing,
- * joining or recovering), hung (every rank live but left out of the
+ * joining or recovering), cannot-serve (a rank's transfer endpoint cannot
+ * serve, so the group is no donor to count on), hung (every rank live but left out of the
  * latest quorum: its leases are renewed while its training loop is not
  * announcing) or healthy. */
 static const char *group_health(const graft_membership_view_t *v, const graft_quorum_t *q,
                                 uint32_t group, uint32_t ranks, uint64_t progress)
 {
     uint32_t live = 0;
-    bool busy = false;
+    bool busy = false, cannot_serve = false;
     for (size_t i = 0; i < v->n_members; i++) {
         const graft_member_t *m = &v->members[i];
         if (m->group != group)
             continue;
         live++;
         busy |= m->state == GRAFT_MEMBER_JOINING || m->state == GRAFT_MEMBER_RECOVERING;
+        cannot_serve |= m->state == GRAFT_MEMBER_CANNOT_SERVE;
     }
     if (live == 0)
         return "dead";
     if (live < ranks || busy)
         return "recovering";
+    if (cannot_serve)
+        return "cannot-serve";
     if (q != NULL && !in_list(q->members, q->n_members, group))
         return "hung";
     /* A recipient of the latest quorum recovers until the job committed

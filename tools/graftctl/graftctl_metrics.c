@@ -67,7 +67,7 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
 
 static void status_metrics(FILE *f, json_t *s)
 {
-    static const char *const healths[] = {"healthy", "recovering", "hung", "dead"};
+    static const char *const healths[] = {"healthy", "recovering", "cannot-serve", "hung", "dead"};
     size_t i, k;
     json_t *g, *r;
     head(f, "graft_groups", "gauge", "Groups of the job by health.");
