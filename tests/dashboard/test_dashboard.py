@@ -69,7 +69,7 @@ def test_metrics_parse_while_running(dashboard, sim):
     groups = fams["graft_groups"]
     assert groups.type == "gauge"
     by_health = {s.labels["health"]: s.value for s in groups.samples}
-    assert set(by_health) == {"healthy", "recovering", "hung", "dead"}
+    assert set(by_health) == {"healthy", "recovering", "cannot-serve", "hung", "dead"}
     assert sum(by_health.values()) == 3
     hist = fams["graft_recovery_phase_seconds"]
     assert hist.type == "histogram"

@@ -71,7 +71,7 @@ static void status_metrics(FILE *f, json_t *s)
     size_t i, k;
     json_t *g, *r;
     head(f, "graft_groups", "gauge", "Groups of the job by health.");
-    for (size_t h = 0; h < 4; h++) {
+    for (size_t h = 0; h < sizeof(healths) / sizeof(healths[0]); h++) {
         size_t n = 0;
         json_array_foreach(json_object_get(s, "groups"), i, g)
             n += strcmp(json_string_value(json_object_get(g, "health")), healths[h]) == 0;
