@@ -8,11 +8,23 @@
  *
  *   flood_bench [--mib N] [--conns N] [--runs N] [--tls T] [--json]
  *
+ * With --job, a whole job instead: --groups G one-process groups of a
+ * strict job (real etcd, the steady path) take --steps steps with no
+ * flood, then again while the flooder holds --conns connections spread
+ * over every group's transfer endpoint (opened after the groups' warm-up,
+ * re-opened as the groups close them); the step time (median, p99), the
+ * steady path's fallbacks to etcd, the heals and the steps taken again,
+ * side by side.
+ *
+ *   flood_bench --job [--groups G] [--steps N] [--conns N] [--json]
+ *
  * With --json the last line is one JSON object with every figure.
  */
 #include "bench_args.h"
 #include "bench_stats.h"
+#include "etcd_fixture.h"
 
+#include <graft/graft.h>
 #include <graft/transfer.h>
 
 #include <arpa/inet.h>
@@ -111,9 +123,20 @@ static int donor_main(size_t mib, int cmd, int resp)
     return 0;
 }
 
+/* The flooder's connections: one that the donor closed is opened again,
+ * as a flood would. */
+#define MAX_ADDRS 16
+#define MAX_CONNS 4096
+typedef struct flood_conn {
+    ucp_ep_h ep;
+    int addr;
+    bool failed;
+} flood_conn_t;
+
 static void flood_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    (void)arg, (void)ep, (void)status;
+    (void)ep, (void)status;
+    ((flood_conn_t *)arg)->failed = true;
 }
 
 /* Whatever the donor says (its challenge): ignored. */
@@ -125,9 +148,46 @@ static ucs_status_t flood_ignore_cb(void *arg, const void *header, size_t header
     return UCS_OK;
 }
 
-/* The flooder: @conns connections to @addr that never send anything, kept
- * progressing until @cmd closes; writes one byte once they are made. */
-static int flooder_main(const char *addr, int conns, int cmd, int resp)
+static bool flood_connect(ucp_worker_h w, const struct sockaddr_in *sa, flood_conn_t *c)
+{
+    ucp_ep_params_t prm = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                         UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                           .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+                           .sockaddr = {.addr = (const struct sockaddr *)sa,
+                                        .addrlen = sizeof(*sa)},
+                           .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                           .err_handler = {.cb = flood_err_cb, .arg = c}};
+    c->failed = false;
+    return ucp_ep_create(w, &prm, &c->ep) == UCS_OK;
+}
+
+static bool parse_addr(const char *addr, struct sockaddr_in *sa)
+{
+    char host[64];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL)
+        return false;
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+    sa->sin_port = htons((uint16_t)atoi(colon + 1));
+    return inet_pton(AF_INET, host, &sa->sin_addr) == 1;
+}
+
+static bool cmd_closed(int cmd)
+{
+    fd_set s;
+    FD_ZERO(&s);
+    FD_SET(cmd, &s);
+    struct timeval tv = {0, 0};
+    return select(cmd + 1, &s, NULL, NULL, &tv) > 0;
+}
+
+/* The flooder: @conns connections spread over @n_addrs addresses that
+ * never send anything, kept progressing (and opened again when closed)
+ * until @cmd closes; writes one byte once they are made. */
+static int flooder_main(char (*addrs)[64], int n_addrs, int conns, int cmd, int resp)
 {
     ucp_config_t *cfg = NULL;
     ucp_context_h ctx;
@@ -135,15 +195,15 @@ static int flooder_main(const char *addr, int conns, int cmd, int resp)
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    char host[64];
-    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa[MAX_ADDRS];
+    static flood_conn_t c[MAX_CONNS];
     char go;
-    if (!rd(cmd, &go, 1))
+    if (!rd(cmd, &go, 1) || n_addrs < 1 || n_addrs > MAX_ADDRS || conns > MAX_CONNS)
         return 1;
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
-    sa.sin_port = htons((uint16_t)atoi(colon + 1));
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1 || ucp_config_read(NULL, NULL, &cfg) != UCS_OK ||
+    for (int a = 0; a < n_addrs; a++)
+        if (!parse_addr(addrs[a], &sa[a]))
+            return 1;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK ||
         ucp_config_modify(cfg, "TLS", "tcp") != UCS_OK || ucp_init(&p, cfg, &ctx) != UCS_OK ||
         ucp_worker_create(ctx, &wp, &w) != UCS_OK)
         return 1;
@@ -158,17 +218,8 @@ static int flooder_main(const char *addr, int conns, int cmd, int resp)
             return 1;
     }
     for (int i = 0; i < conns; i++) {
-        ucp_ep_h ep;
-        ucp_ep_params_t prm = {.field_mask = UCP_EP_PARAM_FIELD_FLAGS |
-                                             UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                                             UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                                             UCP_EP_PARAM_FIELD_ERR_HANDLER,
-                               .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-                               .sockaddr = {.addr = (const struct sockaddr *)&sa,
-                                            .addrlen = sizeof(sa)},
-                               .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-                               .err_handler = {.cb = flood_err_cb}};
-        if (ucp_ep_create(w, &prm, &ep) != UCS_OK)
+        c[i].addr = i % n_addrs;
+        if (!flood_connect(w, &sa[c[i].addr], &c[i]))
             return 1;
         ucp_worker_progress(w);
     }
@@ -176,21 +227,24 @@ static int flooder_main(const char *addr, int conns, int cmd, int resp)
         ucp_worker_progress(w);
         usleep(1000);
     }
-    char c = 1;
-    if (!wr(resp, &c, 1))
+    char one = 1;
+    if (!wr(resp, &one, 1))
         return 1;
-    /* Until told to stop: opens again whatever the donor closed (as a
-     * flood would), keeping --conns attempts going. */
-    for (;;) {
+    while (!cmd_closed(cmd)) {
         struct timespec ts = {0, 2000000};
         ucp_worker_progress(w);
+        for (int i = 0; i < conns; i++) {
+            if (!c[i].failed)
+                continue;
+            ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                      .flags = UCP_EP_CLOSE_FLAG_FORCE};
+            void *req = ucp_ep_close_nbx(c[i].ep, &cp);
+            if (UCS_PTR_IS_PTR(req))
+                ucp_request_free(req);
+            if (!flood_connect(w, &sa[c[i].addr], &c[i]))
+                c[i].failed = true;
+        }
         nanosleep(&ts, NULL);
-        fd_set s;
-        FD_ZERO(&s);
-        FD_SET(cmd, &s);
-        struct timeval tv = {0, 0};
-        if (select(cmd + 1, &s, NULL, NULL, &tv) > 0)
-            break;
     }
     _exit(0);
 }
@@ -243,7 +297,7 @@ static int donor_fn(void *arg, int cmd, int resp)
 static int flooder_fn(void *arg, int cmd, int resp)
 {
     (void)arg;
-    return flooder_main(g_addr, g_conns, cmd, resp);
+    return flooder_main(&g_addr, 1, g_conns, cmd, resp);
 }
 
 typedef struct result {
@@ -280,14 +334,254 @@ static void pulls(graft_transfer_endpoint_t *rep_ep, uint8_t *mem, int runs, chi
     }
 }
 
+/* -------------------------------------------------------------- the job --- */
+
+#define JOB_WARM 20
+#define JOB_MAX_MISSES 50
+static const char *g_endpoint;
+static char g_job[64];
+static char g_job_addrs[MAX_ADDRS][64];
+static int g_groups, g_steps;
+
+/* A free loopback port for a group's transfer endpoint (the system's
+ * choice, released at once: a bench can live with the race). */
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* One committed step of one group, to the parent: when it ended, how long
+ * it took, and the group's counts so far. */
+typedef struct step_rec {
+    double end_s, dt_s;
+    uint32_t group, misses;
+    uint64_t fallbacks, recoveries;
+} step_rec_t;
+
+static graft_runtime_t *job_runtime(int group)
+{
+    graft_config_t *c = NULL;
+    graft_runtime_t *rt = NULL;
+    char g[16], n[16];
+    snprintf(g, sizeof(g), "%d", group);
+    snprintf(n, sizeof(n), "%d", g_groups);
+    if (graft_config_create(&c) != GRAFT_OK)
+        return NULL;
+    bool ok = graft_config_set(c, "job", g_job, NULL) == GRAFT_OK &&
+              graft_config_set(c, "etcd_endpoints", g_endpoint, NULL) == GRAFT_OK &&
+              graft_config_set(c, "groups", n, NULL) == GRAFT_OK &&
+              graft_config_set(c, "group", g, NULL) == GRAFT_OK &&
+              graft_config_set(c, "transfer_address", g_job_addrs[group], NULL) == GRAFT_OK &&
+              graft_config_set(c, "lease_ttl_ms", "3000", NULL) == GRAFT_OK &&
+              graft_config_set(c, "join_timeout_ms", "3000", NULL) == GRAFT_OK &&
+              graft_config_set(c, "quorum_timeout_ms", "30000", NULL) == GRAFT_OK;
+    if (ok && graft_init(c, &rt) != GRAFT_OK)
+        rt = NULL;
+    graft_config_destroy(c);
+    return rt;
+}
+
+/* A group's trainer: strict steps whose update is a function of the
+ * committed step; a step not applied is taken again, and counted. After
+ * its warm-up it says so on @ready and waits for a byte on @go. */
+static int group_main(int group, int fd, int ready, int go)
+{
+    static uint64_t state[512];
+    graft_runtime_t *rt = job_runtime(group);
+    graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, state, sizeof(state), 0, 0};
+    if (rt == NULL || graft_region_register(rt, &r) != GRAFT_OK)
+        return 1;
+    uint32_t misses = 0;
+    for (int s = 0; s < g_steps + JOB_WARM; s++) {
+        bool apply = false;
+        char b = 1;
+        if (s == JOB_WARM && (!wr(ready, &b, 1) || !rd(go, &b, 1)))
+            return 4;
+        double t0 = graft_test_now_s();
+        graft_status_t st = graft_quorum(rt, NULL);
+        if (st == GRAFT_OK) {
+            graft_status_t hst = graft_heal_wait(rt);
+            (void)hst; /* a failed heal votes no; the step is taken again */
+            st = graft_commit(rt, &apply);
+        }
+        if (st != GRAFT_OK || !apply) {
+            if (++misses > JOB_MAX_MISSES)
+                return 2;
+            s--;
+            continue;
+        }
+        state[graft_step(rt) % 512]++;
+        graft_metrics_t m;
+        graft_metrics_get(rt, &m);
+        step_rec_t rec = {.end_s = graft_test_now_s(), .dt_s = graft_test_now_s() - t0,
+                          .group = (uint32_t)group, .misses = misses,
+                          .fallbacks = m.steady_fallbacks, .recoveries = m.recoveries};
+        if (s >= JOB_WARM && !wr(fd, &rec, sizeof(rec)))
+            return 3;
+    }
+    graft_destroy(rt);
+    return 0;
+}
+
+static int flooder_job_fn(void *arg, int cmd, int resp)
+{
+    (void)arg;
+    return flooder_main(g_job_addrs, g_groups, g_conns, cmd, resp);
+}
+
+typedef struct job_result {
+    size_t steps;
+    double median_ms, p99_ms;
+    uint64_t fallbacks, heals, misses;
+    int failed_groups;
+} job_result_t;
+
+/* Counts of the window: each group's last record less its first. */
+static void job_window(const step_rec_t *first, const step_rec_t *last, job_result_t *res)
+{
+    for (int g = 0; g < g_groups; g++) {
+        if (last[g].end_s == 0)
+            continue;
+        res->fallbacks += last[g].fallbacks - first[g].fallbacks;
+        res->heals += last[g].recoveries - first[g].recoveries;
+        res->misses += last[g].misses - first[g].misses;
+    }
+}
+
+/* Every group past its warm-up (a byte each on @ready), then, with
+ * @flood, the flooder holding its connections: the groups go on. */
+static void job_release(int ready, int go, bool flood, child_t *flooder)
+{
+    char b;
+    for (int g = 0; g < g_groups; g++)
+        if (!rd(ready, &b, 1))
+            return;
+    if (flood && (!child_start(flooder, flooder_job_fn, NULL) || !wr(flooder->cmd, "g", 1) ||
+                  !rd(flooder->resp, &b, 1)))
+        fprintf(stderr, "flood_bench: the flooder did not start\n");
+    for (int g = 0; g < g_groups; g++)
+        if (!wr(go, "g", 1))
+            return;
+}
+
+/* One run of the job; with @flood, every measured step runs while the
+ * flooder holds its connections. */
+static int job_run(bool flood, job_result_t *res)
+{
+    static int seq;
+    int fds[2], ready[2], go[2];
+    pid_t pids[MAX_ADDRS];
+    snprintf(g_job, sizeof(g_job), "flood-job-%d-%d", (int)getpid(), seq++);
+    if (pipe(fds) != 0 || pipe(ready) != 0 || pipe(go) != 0)
+        return -1;
+    for (int g = 0; g < g_groups; g++)
+        snprintf(g_job_addrs[g], sizeof(g_job_addrs[g]), "127.0.0.1:%d", free_port());
+    fflush(stdout);
+    for (int g = 0; g < g_groups; g++) {
+        pids[g] = fork();
+        if (pids[g] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            close(fds[0]);
+            _exit(group_main(g, fds[1], ready[1], go[0]));
+        }
+    }
+    close(fds[1]);
+    close(ready[1]);
+    close(go[0]);
+    child_t flooder = {.pid = 0};
+    job_release(ready[0], go[1], flood, &flooder);
+    size_t cap = (size_t)g_groups * (size_t)g_steps, n = 0;
+    double *dt = calloc(cap, sizeof(*dt));
+    step_rec_t first[MAX_ADDRS] = {{0}}, last[MAX_ADDRS] = {{0}}, rec;
+    while (dt != NULL && rd(fds[0], &rec, sizeof(rec))) {
+        if (rec.group >= (uint32_t)g_groups)
+            continue;
+        if (first[rec.group].end_s == 0)
+            first[rec.group] = rec;
+        last[rec.group] = rec;
+        if (n < cap)
+            dt[n++] = rec.dt_s * 1e3;
+    }
+    close(fds[0]);
+    close(ready[0]);
+    close(go[1]);
+    for (int g = 0; g < g_groups; g++) {
+        int ws;
+        waitpid(pids[g], &ws, 0);
+        res->failed_groups += !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    }
+    if (flooder.pid > 0)
+        child_stop(&flooder);
+    res->steps = n;
+    res->median_ms = graft_test_percentile(dt, n, 0.5);
+    res->p99_ms = graft_test_percentile(dt, n, 0.99);
+    job_window(first, last, res);
+    free(dt);
+    return res->failed_groups == 0 && n > 0 ? 0 : -1;
+}
+
+static int job_main(int groups, int steps, int conns, bool json)
+{
+    graft_test_etcd_t etcd;
+    job_result_t res[2];
+    if (groups < 2 || groups > MAX_ADDRS || steps < 1)
+        return 2;
+    g_groups = groups;
+    g_steps = steps;
+    g_conns = conns;
+    if (graft_test_etcd_start(&etcd, NULL) != 0)
+        return 1;
+    g_endpoint = graft_etcd_server_endpoint(etcd.server);
+    memset(res, 0, sizeof(res));
+    int rc = job_run(false, &res[0]) != 0;
+    rc |= job_run(true, &res[1]) != 0;
+    graft_test_etcd_stop(&etcd);
+    printf("flood_bench --job: %d groups (strict, steady path), %d steps each after a warm-up, "
+           "with no flood and during one\n", groups, steps);
+    printf("  %-24s %7s %10s %8s %10s %6s %8s %7s\n", "idle connections", "steps", "median ms",
+           "p99 ms", "fallbacks", "heals", "retried", "failed");
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), i == 0 ? "0" : "%d (unauthenticated)", conns);
+        printf("  %-24s %7zu %10.3f %8.3f %10llu %6llu %8llu %7d\n", name, res[i].steps,
+               res[i].median_ms, res[i].p99_ms, (unsigned long long)res[i].fallbacks,
+               (unsigned long long)res[i].heals, (unsigned long long)res[i].misses,
+               res[i].failed_groups);
+    }
+    if (json) {
+        printf("{\"bench\":\"flood_job\",\"groups\":%d,\"steps\":%d,\"conns\":%d", groups,
+               steps, conns);
+        for (int i = 0; i < 2; i++)
+            printf(",\"%s\":{\"steps\":%zu,\"median_ms\":%.4f,\"p99_ms\":%.4f,"
+                   "\"fallbacks\":%llu,\"heals\":%llu,\"retried\":%llu,\"failed_groups\":%d}",
+                   i == 0 ? "quiet" : "flood", res[i].steps, res[i].median_ms, res[i].p99_ms,
+                   (unsigned long long)res[i].fallbacks, (unsigned long long)res[i].heals,
+                   (unsigned long long)res[i].misses, res[i].failed_groups);
+        printf("}\n");
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int runs = 5;
     size_t mib = 64;
     int conns = 1000;
     char tls[32] = "tcp";
-    bool json = false;
+    bool json = false, job = false;
+    int groups = 2, steps = 40000;
     const graft_bench_arg_t cli[] = {
+        GRAFT_BENCH_ARG("job", GRAFT_BENCH_FLAG, &job),
+        GRAFT_BENCH_ARG("groups", GRAFT_BENCH_INT, &groups),
+        GRAFT_BENCH_ARG("steps", GRAFT_BENCH_INT, &steps),
         GRAFT_BENCH_ARG("mib", GRAFT_BENCH_SIZE, &mib),
         GRAFT_BENCH_ARG("conns", GRAFT_BENCH_INT, &conns),
         GRAFT_BENCH_ARG("runs", GRAFT_BENCH_INT, &runs),
@@ -295,8 +589,14 @@ int main(int argc, char **argv)
         GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
     };
     if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
-                         "[--mib N] [--conns N] [--runs N] [--tls T] [--json]") != 0)
+                         "[--mib N] [--conns N] [--runs N] [--tls T] [--json] | --job "
+                         "[--groups G] [--steps N] [--conns N] [--json]") != 0)
         return 2;
+    if (job) {
+        signal(SIGPIPE, SIG_IGN);
+        graft_log_level_set(GRAFT_LOG_ERROR);
+        return job_main(groups, steps, conns, json);
+    }
     if (runs < 1 || runs > MAX_RUNS || mib < 1 || conns < 0)
         return 2;
     signal(SIGPIPE, SIG_IGN);
