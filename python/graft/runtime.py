@@ -74,6 +74,10 @@ class Runtime:
         self._events = queue.Queue()
         self._event_fn = None
         self._event_lock = threading.Lock()
+        # What this rank knows of the open step (see participating).
+        self._info = None
+        self._heal_pending = False
+        self.heal_error = None
         cfg_p = ffi.new("graft_config_t **")
         check(lib.graft_config_create(cfg_p), "graft: cannot create a configuration")
         cfg = cfg_p[0]
@@ -176,20 +180,44 @@ class Runtime:
     def quorum(self):
         """Start of a step: wait for a quorum. Returns a StepInfo."""
         info = ffi.new("graft_step_info_t *")
+        self._info = None
+        self.heal_error = None
         check(lib.graft_quorum(self._h(), info), "graft: quorum failed")
-        return StepInfo(info.step, info.quorum_id, bool(info.quorum_changed),
-                        info.replica_rank, info.replica_world, bool(info.healing),
-                        bool(info.donor), info.n_recipients)
+        si = StepInfo(info.step, info.quorum_id, bool(info.quorum_changed),
+                      info.replica_rank, info.replica_world, bool(info.healing),
+                      bool(info.donor), info.n_recipients)
+        self._info = si
+        self._heal_pending = si.healing
+        return si
 
     def heal_wait(self):
         """Wait for the background heal, if any; raises when it failed (the
         next commit() then says no)."""
-        check(lib.graft_heal_wait(self._h()), "graft: heal failed")
+        try:
+            check(lib.graft_heal_wait(self._h()), "graft: heal failed")
+        except Exception as e:
+            self.heal_error = e
+            raise
+        self._heal_pending = False
+
+    @property
+    def participating(self):
+        """Whether this rank holds the open step's state, so what it computes
+        from it may enter a cross-group reduction: a quorum is open, no heal
+        is pending (heal_wait() not called yet) or failed, and the rank's
+        committed step is the quorum's. A non-participant contributes zero
+        to GradientAverager's reduction and its commit says no."""
+        info = self._info
+        return (info is not None and self._rt != ffi.NULL and not self._heal_pending
+                and self.heal_error is None and lib.graft_step(self._rt) == info.step)
 
     def commit(self):
         """End of a step: the vote. True: apply the optimizer step now."""
         apply_p = ffi.new("bool *")
-        check(lib.graft_commit(self._h(), apply_p), "graft: commit failed")
+        try:
+            check(lib.graft_commit(self._h(), apply_p), "graft: commit failed")
+        finally:
+            self._info = None
         return bool(apply_p[0])
 
     def veto(self):

@@ -18,9 +18,19 @@ import os
 import torch
 
 from graft.errors import Error, GroupError, PeerError, UsageError
+
+
+class HealFailed(GroupError):
+    """This group failed to heal max_failed_heals times in a row: it cannot
+    take part in the job (the last heal's error is in ``cause``, its text in
+    the message). Raised by Optimizer.zero_grad()."""
+
+    def __init__(self, status, message, cause=None):
+        super().__init__(status, message)
+        self.cause = cause
 from graft.state import ObjectState
 
-__all__ = ["Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
+__all__ = ["HealFailed", "Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
 
 
 def materialize_state(optim):
@@ -85,9 +95,18 @@ class Optimizer:
     load_objects  callable receiving those objects after this group's state
                   was replaced by a heal or a restore.
     object_bytes  the bound of the object region.
+    max_failed_heals  consecutive failed heals after which zero_grad() raises
+                  HealFailed instead of trying again at the next quorum. While
+                  its heal fails, the group is no participant: it contributes
+                  zero to GradientAverager's reduction and its commit says no,
+                  so the healthy groups never commit a step computed from its
+                  state.
     """
 
-    def __init__(self, runtime, optim, objects=None, load_objects=None, object_bytes=1 << 20):
+    def __init__(self, runtime, optim, objects=None, load_objects=None, object_bytes=1 << 20,
+                 max_failed_heals=3):
+        if max_failed_heals < 1:
+            raise UsageError(-1, "graft: max_failed_heals must be at least 1")
         if (objects is None) != (load_objects is None):
             raise UsageError(-1, "graft: objects and load_objects go together")
         self.runtime = runtime
@@ -99,6 +118,8 @@ class Optimizer:
         self.commit_error = None
         self.applied = None
         self._last_step = None
+        self.max_failed_heals = max_failed_heals
+        self.failed_heals = 0   # consecutive
         materialize_state(optim)
         seen = set()
         for gi, group in enumerate(optim.param_groups):
@@ -129,8 +150,17 @@ class Optimizer:
             try:
                 self.runtime.heal_wait()
             except Error as e:
-                # The commit votes no and the group heals at the next quorum.
+                # The commit votes no and the group heals at the next quorum;
+                # until then it is no participant (runtime.participating).
                 self.heal_error = e
+                self.failed_heals += 1
+                if self.failed_heals >= self.max_failed_heals:
+                    raise HealFailed(e.status, "graft: this group failed to heal %d times in a "
+                                     "row at step %d (max_failed_heals %d); last error: %s"
+                                     % (self.failed_heals, self.info.step,
+                                        self.max_failed_heals, e.message), cause=e) from e
+            else:
+                self.failed_heals = 0
         replaced = self.info.healing or (
             self._last_step is None and self.runtime.start_kind != "cold") or (
             self._last_step is not None and self.info.step != self._last_step)
@@ -218,6 +248,14 @@ class GradientAverager:
     vetoes this rank's commit, so the group votes no instead of hanging, and
     the next call rebuilds the group. It supports one rank per group
     (ranks_per_group 1). Call it after backward() and before step().
+
+    Only participants' gradients count: a rank that is healing (heal_wait()
+    not called), failed its heal, or does not hold the quorum's step
+    (``runtime.participating`` false) contributes zeros, and the sum is
+    divided by the number of participants, not the world size (torchft's
+    num_participants()). A non-participant receives the participants'
+    average; its commit says no when its heal failed or it is at another
+    step, so no group commits a step computed from wrong state.
     """
 
     def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0, backend="gloo"):
@@ -243,6 +281,8 @@ class GradientAverager:
         self.rebuilds = 0
         self.failures = 0
         self.last_error = None
+        self.participating = True   # of the last average()
+        self.participants = 0       # of the last average()
 
     def _rebuild(self):
         import socket
@@ -276,7 +316,10 @@ class GradientAverager:
         # collective gets a fresh key prefix. Every member failed the same
         # collective (a timeout or a closed connection reaches all of them),
         # so every member counts the same attempt at this step.
-        step = rt.step
+        # The quorum's step, not this rank's committed one: a rank that
+        # failed to heal is still at its own step but reduces with the others.
+        info = getattr(rt, "_info", None)
+        step = info.step if info is not None else rt.step
         n = self._attempt.get(step, 0)
         self._attempt = {step: n + 1}
         prefix = "q%ds%dr%d" % (qid, step, n)
@@ -319,16 +362,29 @@ class GradientAverager:
         """Average the gradients of parameters across the quorum in place.
         Returns False (and vetoes the commit) when the collective failed."""
         grads = [p.grad for p in parameters if p.grad is not None]
+        part = bool(self.runtime.participating)
+        self.participating = part
         try:
             if self.runtime.quorum_id != self._qid or self.pg is None:
                 self._rebuild()
             world = self.runtime.replica_world
+            if world == 1:
+                self.participants = int(part)
             if world > 1 and grads:
                 # One flat buffer in a fixed order: the same reduction in
-                # every group, every step.
-                flat = torch.cat([g.reshape(-1) for g in grads])
+                # every group, every step. Its last element counts the
+                # participants (a small integer: exact in any float type).
+                if part:
+                    flat = torch.cat([g.reshape(-1) for g in grads]
+                                     + [grads[0].new_ones(1).reshape(-1)])
+                else:
+                    n = sum(g.numel() for g in grads) + 1
+                    flat = grads[0].new_zeros(n)
                 self.pg.allreduce([flat]).wait(self.timeout)
-                flat.div_(world)
+                count = int(flat[-1].item())
+                self.participants = count
+                if count > 0:
+                    flat.div_(count)
                 off = 0
                 for g in grads:
                     n = g.numel()

@@ -30,6 +30,11 @@ def main():
                     help="each group trains on its own data; gradients are averaged over "
                          "--backend")
     ap.add_argument("--backend", default="gloo", help="the averager's backend [gloo]")
+    ap.add_argument("--object-bytes", type=int, default=1 << 20,
+                    help="the bound of the object region (a different one in one group is a "
+                         "layout its heals cannot pass)")
+    ap.add_argument("--max-failed-heals", type=int, default=None,
+                    help="graft.torch.Optimizer's max_failed_heals")
     ap.add_argument("--device", default="cpu",
                     help="where the model and its optimizer state live (cpu, cuda) [cpu]")
     a = ap.parse_args()
@@ -54,9 +59,12 @@ def main():
     opt = graft.torch.Optimizer(
         rt, adam,
         objects=lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()},
-        load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])))
+        load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])),
+        object_bytes=a.object_bytes,
+        **({} if a.max_failed_heals is None else {"max_failed_heals": a.max_failed_heals}))
     avg = graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend) if a.average else None
     skipped = 0
+    losses = []  # (step, loss) of every applied step
     while rt.step < a.steps:
         info = opt.zero_grad()
         if info.step >= a.steps:
@@ -78,7 +86,11 @@ def main():
                 time.sleep(7)
                 a.stall_average_at = -1
             avg.average(model.parameters())
+            print("average step %d world %d participating %d participants %d"
+                  % (info.step, info.replica_world, int(avg.participating),
+                     avg.participants), flush=True)
         if opt.step():
+            losses.append((rt.step - 1, float(loss.item())))
             sched.step()
             if rt.step == a.corrupt_at:
                 with torch.no_grad():
@@ -107,6 +119,7 @@ def main():
         "sched": sched.state_dict(),
         "lr": [gr["lr"] for gr in adam.param_groups],
         "avg": (avg.rebuilds, avg.failures) if avg is not None else None,
+        "losses": losses,
     }
     rt.close()
     with open(a.out, "wb") as f:
