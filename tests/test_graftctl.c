@@ -108,6 +108,14 @@ static void test_usage_and_errors(void **state)
     int rc;
     if (geteuid() == 0) {
         rc = run_ctl_as(true, (const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);
+        if (rc == 127) {
+            /* Even a copy of graftctl in a 0755 folder under /tmp could not
+             * be run as nobody (a noexec /tmp, no user 65534). */
+            print_message("skipped: graftctl cannot be run as nobody (uid 65534) from /tmp\n");
+            free(err);
+            sh("chmod 0700 '%s'", tmpdir);
+            skip();
+        }
     } else {
         sh("chmod 000 '%s'", locked);
         rc = run_ctl((const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);

@@ -52,12 +52,36 @@ static char *slurp(const char *path)
     return buf;
 }
 
+static void sh(const char *fmt, ...);
+
+/* A copy of graftctl that nobody can run, in a fresh 0755 directory under
+ * /tmp: the checkout's build dir may sit under a directory nobody cannot
+ * enter (root's 0700 home, a `mktemp -d` folder), and then execv of the
+ * original fails. graftctl links libgraft statically, so the binary alone
+ * is enough. Writes the directory into dir (removed by the caller). */
+static void nobody_ctl_copy(char *dir, size_t dir_size, char *bin, size_t bin_size)
+{
+    snprintf(dir, dir_size, "/tmp/graft-test-nobody-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0755), 0);
+    snprintf(bin, bin_size, "%s/graftctl", dir);
+    sh("cp '%s' '%s' && chmod 0755 '%s'", ctl_bin, bin, bin);
+}
+
 /* Runs graftctl with args (NULL-terminated, without the program); stdout
  * and stderr into *out_p and *err_p (either may be NULL); stdin is
- * /dev/null. With as_nobody, the child drops root first. */
+ * /dev/null. With as_nobody, the child drops root first and runs a copy of
+ * graftctl that nobody can reach (nobody_ctl_copy); the exit status is 127
+ * when even that copy cannot be run. */
 static int run_ctl_as(bool as_nobody, const char *const *args, char **out_p, char **err_p)
 {
     char outpath[PATH_MAX + 32], errpath[PATH_MAX + 32];
+    char copy_dir[64] = "", copy_bin[96];
+    const char *bin = ctl_bin;
+    if (as_nobody) {
+        nobody_ctl_copy(copy_dir, sizeof(copy_dir), copy_bin, sizeof(copy_bin));
+        bin = copy_bin;
+    }
     snprintf(outpath, sizeof(outpath), "%s/ctl.out", tmpdir);
     snprintf(errpath, sizeof(errpath), "%s/ctl.err", tmpdir);
     pid_t pid = fork();
@@ -75,16 +99,18 @@ static int run_ctl_as(bool as_nobody, const char *const *args, char **out_p, cha
             _exit(125);
         const char *argv[64];
         size_t n = 0;
-        argv[n++] = ctl_bin;
+        argv[n++] = bin;
         for (size_t i = 0; args[i] != NULL && n < 63; i++)
             argv[n++] = args[i];
         argv[n] = NULL;
-        execv(ctl_bin, (char **)argv);
+        execv(bin, (char **)argv);
         _exit(127);
     }
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
     }
+    if (copy_dir[0] != '\0')
+        sh("rm -rf '%s'", copy_dir);
     char *out = slurp(outpath), *err = slurp(errpath);
     if (out_p != NULL)
         *out_p = out;
