@@ -127,6 +127,84 @@ static void test_usage_and_errors(void **state)
     sh("chmod 0700 '%s'", tmpdir);
 }
 
+/* ---------------------------------------------------------------- help --- */
+
+/* Each command's --help (before or after the command) is its own: a usage
+ * line that names it, every option its parser takes, exit 0, and not the
+ * global text. */
+static void test_command_help(void **state)
+{
+    static const struct {
+        const char *cmd, *sub;
+        const char *names[6];
+    } cases[] = {
+        {"status", NULL, {"graftctl [options] status", NULL}},
+        {"watch", NULL, {"--interval-ms N", "--count N", NULL}},
+        {"events", NULL, {"--kind K", "--group G", "--since T", "--until T", "--recoveries", NULL}},
+        {"drift", NULL, {"graftctl [options] drift", NULL}},
+        {"evict", NULL, {"evict GROUP", "--yes", NULL}},
+        {"dashboard", NULL,
+         {"--listen ADDR:PORT", "--token T", "--ckpt-root DIR", "--allow-host NAME",
+          "--interval-ms N", NULL}},
+        {"ckpt", "ls", {"ckpt ls ROOT", "--keep-last N", "--milestone-every M", "--geometric",
+                        NULL}},
+        {"ckpt", "verify", {"ckpt verify ROOT", "--quick", "--secret-file F", NULL}},
+        {"ckpt", "inspect", {"ckpt inspect ROOT STEP", NULL}},
+        {"ckpt", "prune", {"ckpt prune ROOT", "--keep-last N", "--milestone-every M",
+                           "--geometric", "--dry-run", NULL}},
+        {"ckpt", "restore", {"ckpt restore ROOT", "--dry-run", "--step S", "--secret-file F",
+                             NULL}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int before = 0; before < 2; before++) {
+            const char *args[5];
+            size_t n = 0;
+            if (before)
+                args[n++] = "--help";
+            args[n++] = cases[i].cmd;
+            if (cases[i].sub != NULL)
+                args[n++] = cases[i].sub;
+            if (!before)
+                args[n++] = "--help";
+            args[n] = NULL;
+            char *out = NULL;
+            assert_int_equal(run_ctl(args, &out, NULL), 0);
+            if (strncmp(out, "usage: graftctl ", 16) != 0 ||
+                strstr(out, "Commands against a job") != NULL)
+                print_error("graftctl %s %s --help: not its own help:\n%s\n", cases[i].cmd,
+                            cases[i].sub ? cases[i].sub : "", out);
+            assert_int_equal(strncmp(out, "usage: graftctl ", 16), 0);
+            assert_null(strstr(out, "Commands against a job"));
+            for (size_t k = 0; cases[i].names[k] != NULL; k++) {
+                if (strstr(out, cases[i].names[k]) == NULL)
+                    print_error("graftctl %s %s --help lacks '%s':\n%s\n", cases[i].cmd,
+                                cases[i].sub ? cases[i].sub : "", cases[i].names[k], out);
+                assert_non_null(strstr(out, cases[i].names[k]));
+            }
+            free(out);
+        }
+    }
+    /* `ckpt --help` covers every subcommand; the global help lists every
+     * command, dashboard included, and ckpt ls's policy. */
+    char *out = NULL, *err = NULL;
+    assert_int_equal(run_ctl((const char *[]){"ckpt", "--help", NULL}, &out, NULL), 0);
+    for (const char *const *w = (const char *[]){"ckpt ls", "ckpt verify", "ckpt inspect",
+                                                  "ckpt prune", "ckpt restore", NULL};
+         *w != NULL; w++)
+        assert_non_null(strstr(out, *w));
+    free(out);
+    assert_int_equal(run_ctl((const char *[]){"--help", NULL}, &out, NULL), 0);
+    for (const char *const *w = (const char *[]){"  status", "  watch", "  events", "  drift",
+                                                  "  evict GROUP", "  dashboard",
+                                                  "ckpt ls ROOT [--keep-last N]", NULL};
+         *w != NULL; w++)
+        assert_non_null(strstr(out, *w));
+    free(out);
+    assert_int_equal(run_ctl((const char *[]){"frobnicate", "--help", NULL}, NULL, &err), 2);
+    assert_non_null(strstr(err, "unknown command 'frobnicate'"));
+    free(err);
+}
+
 /* -------------------------------------------------------- a live run --- */
 
 static char job[128];
@@ -545,6 +623,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_and_errors),
+        cmocka_unit_test(test_command_help),
         cmocka_unit_test(test_live_run),
         cmocka_unit_test(test_events_match_report),
         cmocka_unit_test(test_ckpt_good),

@@ -3,7 +3,8 @@
  * graftctl_main.c (options, connection, dispatch), graftctl_job.c (status,
  * watch, drift, evict), graftctl_events.c (events) and graftctl_ckpt.c
  * (checkpoint roots, without etcd); graftctl_text.c escapes what others
- * wrote before it is printed. Public headers only.
+ * wrote before it is printed; graftctl_help.c has each command's --help.
+ * Public headers only.
  *
  * Exit status: 0 success, 1 failure (etcd unreachable, unknown job, a
  * checkpoint that does not verify, ...), 2 bad usage.
@@ -62,6 +63,10 @@ int graftctl_cmd_events(const graftctl_opts_t *o, int argc, char **argv);
 int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv);
 
 int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv);
+
+/* Prints the help of command cmd (sub: its first argument, for `ckpt SUB`)
+ * on stdout (graftctl_help.c); false for a command that has none. */
+bool graftctl_help_print(const char *cmd, const char *sub);
 
 /* Views shared by the commands and the dashboard (json_t *, owned by the
  * caller). The status: groups, ranks, health and the latest quorum; NULL

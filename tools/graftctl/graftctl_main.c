@@ -36,7 +36,9 @@ static const char usage[] =
     "                         address, localhost or an --allow-host NAME gets 403\n"
     "\n"
     "Commands on a checkpoint root (no etcd):\n"
-    "  ckpt ls ROOT\n"
+    "  ckpt ls ROOT [--keep-last N] [--milestone-every M] [--geometric]\n"
+    "                         every checkpoint with its retention class under that\n"
+    "                         policy (what prune would keep; nothing is deleted)\n"
     "  ckpt verify ROOT [STEP] [--quick] [--secret-file F]  every chunk of one (default:\n"
     "                         every) checkpoint, the manifest.json sidecar, and with F the\n"
     "                         manifest's MAC under the job secret; exit 1 on a fault\n"
@@ -60,7 +62,7 @@ static const char usage[] =
     "  --timeout-ms N         per etcd request (default 3000)\n"
     "  --json                 JSON instead of tables\n"
     "  --yes                  do not ask for confirmation\n"
-    "  --help                 this text\n"
+    "  --help                 this text; COMMAND --help: that command's own\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 bad usage.\n";
 
@@ -314,14 +316,13 @@ int main(int argc, char **argv)
                                          "--cacert", "--cert", "--key",  "--timeout-ms",
                                          "--password-file"};
     const char *password_file = env_or("GRAFT_ETCD_PASSWORD_FILE", NULL);
-    bool password_flag = false;
+    bool password_flag = false, want_help = false;
     char password_buf[1024];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage, stdout);
-            rc = GRAFTCTL_OK;
-            goto out;
+            want_help = true;
+            continue;
         }
         if (strcmp(a, "--json") == 0) {
             o.json = true;
@@ -368,6 +369,13 @@ int main(int argc, char **argv)
             }
             o.timeout_ms = (uint32_t)t;
         }
+    }
+    /* --help: the command's own help, or this one without a command. */
+    if (want_help && (nrest == 0 || find_command(rest[0]) != NULL)) {
+        if (nrest == 0 || !graftctl_help_print(rest[0], nrest > 1 ? rest[1] : NULL))
+            fputs(usage, stdout);
+        rc = GRAFTCTL_OK;
+        goto out;
     }
     if (nrest == 0) {
         fputs(usage, stderr);
