@@ -1,14 +1,15 @@
 /*
  * The transfer engine's own API, with no pull or one plain pull at most:
  * misuse refused, allocation failures, host blocks from
- * graft_transfer_host_alloc(), listen and advertised addresses, and the
- * UCX_MM_ERROR_HANDLING the endpoint sets. Pulls over the wire are in
+ * graft_transfer_host_alloc(), listen and advertised addresses, and no
+ * shared memory to the listener. Pulls over the wire are in
  * test_transfer_pull.c and the programs beside it; their fixture is in
  * test_transfer_util.h.
  */
 #include "test_transfer_util.h"
 
 #include "alloc_fail.h"
+#include "transfer/ucx_int.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -299,13 +300,12 @@ static void test_listen_address(void **state)
     tf_donors_stop(f, 1);
 }
 
-/* ---- UCX_MM_ERROR_HANDLING ---------------------------------------------- */
+/* ---- no shared memory to the listener -------------------------------------- */
 
 /* What a recipient in a child process saw. */
 typedef struct env_probe {
     int32_t status;    /* the pull's */
     int32_t matches;   /* every byte as the donor wrote it */
-    char mm[16];       /* UCX_MM_ERROR_HANDLING after its endpoint was created */
     char transports[sizeof(((graft_transfer_donor_report_t *)0)->transports)];
 } env_probe_t;
 
@@ -322,8 +322,6 @@ static void env_child(const char *addr, int fd)
     const char *addrs[1] = {addr};
 
     if (graft_transfer_endpoint_create(&cfg, &ep) == GRAFT_OK) {
-        const char *v = getenv("UCX_MM_ERROR_HANDLING");
-        snprintf(res.mm, sizeof(res.mm), "%s", v != NULL ? v : "(unset)");
         res.status = GRAFT_OK;
         for (size_t i = 0; i < TF_N_SMALL && res.status == GRAFT_OK; i++) {
             mem[i] = calloc(1, tf_small_layout[i].bytes + 1);
@@ -350,28 +348,20 @@ static void env_child(const char *addr, int fd)
     _exit(tf_write_full(fd, &res, sizeof(res)) ? 0 : 1);
 }
 
-/* A donor and a recipient process started with UCX_MM_ERROR_HANDLING set to
- * @value (NULL: unset) and UCX_TLS=sm,self,tcp; the test's own environment
- * is put back before it returns. */
-static void env_case(tf_t *f, const char *value, env_probe_t *res)
+/* A donor and a recipient process started with UCX_TLS=sm,self,tcp; the
+ * test's own environment is put back before it returns. */
+static void env_case(tf_t *f, env_probe_t *res)
 {
-    const char *old = getenv("UCX_MM_ERROR_HANDLING");
     const char *old_tls = getenv("UCX_TLS");
-    char saved[32] = "", saved_tls[64] = "";
-    bool had = old != NULL, had_tls = old_tls != NULL;
+    char saved_tls[64] = "";
+    bool had_tls = old_tls != NULL;
     tf_donor_opts_t o = tf_opts(tf_small_layout, TF_N_SMALL, 256u << 10);
     tf_donor_t *d;
     int fds[2], ws = 0;
 
-    if (had)
-        snprintf(saved, sizeof(saved), "%s", old);
     if (had_tls)
         snprintf(saved_tls, sizeof(saved_tls), "%s", old_tls);
     setenv("UCX_TLS", "sm,self,tcp", 1);
-    if (value != NULL)
-        setenv("UCX_MM_ERROR_HANDLING", value, 1);
-    else
-        unsetenv("UCX_MM_ERROR_HANDLING");
     d = tf_donor_start(f, 0, &o);
     assert_int_equal(pipe(fds), 0);
     pid_t child = fork();
@@ -382,10 +372,6 @@ static void env_case(tf_t *f, const char *value, env_probe_t *res)
         env_child(d->addr, fds[1]);
     }
     close(fds[1]);
-    if (had)
-        setenv("UCX_MM_ERROR_HANDLING", saved, 1);
-    else
-        unsetenv("UCX_MM_ERROR_HANDLING");
     if (had_tls)
         setenv("UCX_TLS", saved_tls, 1);
     else
@@ -399,36 +385,52 @@ static void env_case(tf_t *f, const char *value, env_probe_t *res)
     assert_true(got);
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     res->transports[sizeof(res->transports) - 1] = '\0';
-    res->mm[sizeof(res->mm) - 1] = '\0';
-    print_message("# UCX_MM_ERROR_HANDLING %s: %s, lanes '%s'\n", value != NULL ? value : "unset",
-                  graft_status_name(res->status), res->transports);
+    print_message("# %s, lanes '%s'\n", graft_status_name(res->status), res->transports);
     assert_int_equal(tf_donor_stop(d), 0);
 }
 
-/* Unset, the endpoint sets it to y, so that shared memory carries a pull
- * even with peer error handling; set by the user (n), it is left alone and
- * the pull still works, over tcp, which is what UCX does with n. */
-static void test_mm_error_handling_env(void **state)
+/* Shared memory is offered to no one who reaches the listener (a peer
+ * killed in the middle of a write into a worker's shared receive FIFO
+ * would block every connection behind it; docs/SECURITY.md): with
+ * UCX_TLS=sm,self,tcp on both sides every lane of the pull is tcp, and the
+ * bytes arrive whole. */
+static void test_listener_no_shm(void **state)
 {
     tf_t *f = *state;
     env_probe_t res;
     char am_tl[32];
     bool all_tcp;
 
-    env_case(f, NULL, &res);
+    env_case(f, &res);
     assert_int_equal(res.status, GRAFT_OK);
     assert_true(res.matches);
-    assert_string_equal(res.mm, "y");
-    tf_lanes_parse(res.transports, am_tl, sizeof(am_tl), &all_tcp);
-    assert_true(tf_tl_is_shm(am_tl));
-
-    env_case(f, "n", &res);
-    assert_int_equal(res.status, GRAFT_OK);
-    assert_true(res.matches);
-    assert_string_equal(res.mm, "n");
     tf_lanes_parse(res.transports, am_tl, sizeof(am_tl), &all_tcp);
     assert_string_equal(am_tl, "tcp");
     assert_true(all_tcp);
+}
+
+/* The listener's UCX_TLS: the user's list without shared memory, a
+ * negated list extended, and tcp where nothing else is left. */
+static void test_strangers_tls(void **state)
+{
+    static const struct {
+        const char *user, *want;
+    } cases[] = {{NULL, "^sm"},
+                 {"", "^sm"},
+                 {"all", "^sm"},
+                 {"^ib", "^ib,sm"},
+                 {"sm,self,tcp", "self,tcp"},
+                 {"posix,sysv,cma,tcp", "tcp"},
+                 {"rc,shm,tcp", "rc,tcp"},
+                 {"shm", "tcp"},
+                 {"self,sm", "tcp"},
+                 {"tcp,,xpmem,knem,mm", "tcp"}};
+    char out[64];
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        graft__ucx_strangers_tls(cases[i].user, out, sizeof(out));
+        assert_string_equal(out, cases[i].want);
+    }
 }
 
 int main(void)
@@ -438,7 +440,8 @@ int main(void)
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_host_alloc),
         cmocka_unit_test(test_host_alloc_failures),
-        TF_TEST(test_mm_error_handling_env),
+        TF_TEST(test_listener_no_shm),
+        cmocka_unit_test(test_strangers_tls),
         TF_TEST(test_listen_address),
     };
     return tf_run_local("local", tests, ARRAY_SIZE(tests));

@@ -612,23 +612,6 @@ static inline void tf_pull_verified(tf_t *f)
 
 /* ---- transports ------------------------------------------------------------- */
 
-/* Whether the group being run asked UCX for tcp only. */
-static inline bool tf_group_is_tcp(void)
-{
-    const char *tls = getenv("UCX_TLS");
-    return tls != NULL && strcmp(tls, "tcp") == 0;
-}
-
-static inline bool tf_tl_is_shm(const char *tl)
-{
-    static const char *const shm[] = {"sysv", "posix", "cma", "xpmem", "knem"};
-    for (size_t i = 0; i < ARRAY_SIZE(shm); i++) {
-        if (strcmp(tl, shm[i]) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* From a donor report's transports ("tl/dev:use,use tl/dev ..."): the
  * transport of the lane that carries active messages (use "am"), and
  * whether every lane is tcp. */
@@ -659,26 +642,17 @@ static inline void tf_lanes_parse(const char *transports, char *am_tl, size_t am
     *all_tcp_p = all_tcp;
 }
 
-/* The connection to a donor used what the group asked for: over tcp every
- * lane is tcp; over shared memory the lane of the protocol's messages is a
- * shared-memory transport (bulk bytes of malloc'ed memory may still travel
- * on a tcp lane: shared memory cannot map them). A silent fallback to tcp
- * fails here. */
+/* The connection to a donor is tcp in every group: the listener offers
+ * no shared memory (docs/SECURITY.md), whatever UCX_TLS allows. */
 static inline void tf_assert_group_transports(const graft_transfer_donor_report_t *dr)
 {
     char am_tl[32];
     bool all_tcp;
     tf_lanes_parse(dr->transports, am_tl, sizeof(am_tl), &all_tcp);
-    if (tf_group_is_tcp()) {
-        if (!all_tcp)
-            print_message("# lanes: %s\n", dr->transports);
-        assert_true(all_tcp);
-        assert_string_equal(am_tl, "tcp");
-    } else {
-        if (!tf_tl_is_shm(am_tl))
-            print_message("# lanes: %s\n", dr->transports);
-        assert_true(tf_tl_is_shm(am_tl));
-    }
+    if (!all_tcp)
+        print_message("# lanes: %s\n", dr->transports);
+    assert_true(all_tcp);
+    assert_string_equal(am_tl, "tcp");
 }
 
 /* ---- setup, teardown, groups ------------------------------------------------ */

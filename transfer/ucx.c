@@ -64,9 +64,22 @@ graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
                    ucs_status_string(st));
     /* UCT tcp's PUT writes wherever the peer names: not offered by workers
      * that strangers reach (which also makes a stock UCX client emulate
-     * its puts by messages that such a worker does not handle). */
-    if (!rma && (st = ucp_config_modify(cfg, "PUT_ENABLE", "n")) != UCS_OK)
-        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "UCX_TCP_PUT_ENABLE: %s", ucs_status_string(st));
+     * its puts by messages that such a worker does not handle). Nor shared
+     * memory: every sender to a worker writes into its one receive FIFO,
+     * and a peer killed in the middle of a write would leave an element
+     * that is never completed, blocking every connection behind it. */
+    if (!rma) {
+        char tls[256];
+        graft__ucx_strangers_tls(getenv("UCX_TLS"), tls, sizeof(tls));
+        if ((st = ucp_config_modify(cfg, "PUT_ENABLE", "n")) != UCS_OK)
+            GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "UCX_TCP_PUT_ENABLE: %s", ucs_status_string(st));
+        if ((st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) {
+            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "UCX_TLS=%s for the listener: %s", tls,
+                        ucs_status_string(st));
+            ucp_config_release(cfg);
+            return GRAFT_ETRANSPORT;
+        }
+    }
     memset(&p, 0, sizeof(p));
     p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     p.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -81,13 +94,42 @@ graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
     return GRAFT_OK;
 }
 
-void graft__ucx_cctx_release(ucx_cctx_t *cc)
+/* Is @p tok (of length @p n) a shared-memory transport or alias? */
+static bool tls_is_shm(const char *tok, size_t n)
 {
-    if (cc == NULL || --cc->refs > 0)
+    static const char *const shm[] = {"sm", "shm", "mm", "posix", "sysv", "xpmem", "cma", "knem"};
+    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(shm); i++) {
+        if (strlen(shm[i]) == n && strncmp(tok, shm[i], n) == 0)
+            return true;
+    }
+    return false;
+}
+
+void graft__ucx_strangers_tls(const char *user, char *out, size_t size)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    if (user == NULL || user[0] == '\0' || strcmp(user, "all") == 0) {
+        snprintf(out, size, "^sm");
         return;
-    if (cc->owned)
-        ucp_cleanup(cc->ctx);
-    graft_free(cc);
+    }
+    if (user[0] == '^') {
+        snprintf(out, size, "%s,sm", user);
+        return;
+    }
+    for (const char *p = user; *p != '\0';) {
+        size_t n = strcspn(p, ",");
+        if (n > 0 && !tls_is_shm(p, n) && len + n + 2 < size) {
+            len += (size_t)snprintf(out + len, size - len, "%s%.*s", len > 0 ? "," : "", (int)n,
+                                    p);
+        }
+        p += n + (p[n] == ',');
+    }
+    if (len == 0 || strcmp(out, "self") == 0) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "UCX_TLS=%s leaves the listener no network transport: it "
+                   "uses tcp", user);
+        snprintf(out, size, "tcp");
+    }
 }
 
 static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
@@ -132,26 +174,15 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     graft__ucx_msgq_init(&t->msgs);
     ep->transport = t;
 
-    /* With peer error handling UCX skips shared memory unless told that it
-     * may rely on it; the user's explicit choice wins. */
-    if (setenv("UCX_MM_ERROR_HANDLING", "y", 0) != 0)
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "setenv: %s", strerror(errno));
     net_device_of(sa.sin_addr.s_addr != htonl(INADDR_ANY) ? sa.sin_addr : advertised, t->net_dev,
                   sizeof(t->net_dev));
     status = graft__ucx_context_create(t, true, &t->ctx);
     if (status == GRAFT_OK)
         status = graft__ucx_context_create(t, false, &t->srv_ctx);
-    if (status == GRAFT_OK) {
-        t->cctx = graft__calloc(1, sizeof(*t->cctx));
-        status = t->cctx != NULL ? GRAFT_OK : GRAFT_ENOMEM;
-    }
-    if (status != GRAFT_OK)
-        goto err;
-    t->cctx->ctx = t->srv_ctx;
-    t->cctx->refs = 1;
-    status = graft__ucx_worker_create(t->srv_ctx, &t->worker);
     if (status == GRAFT_OK)
-        status = graft__ucx_drop_all(t->worker);
+        status = graft__ucx_worker_create(t->srv_ctx, &t->worker);
+    if (status == GRAFT_OK)
+        status = graft__ucx_donor_handlers(t);
     if (status != GRAFT_OK)
         goto err;
     st = ucp_worker_get_efd(t->worker, &t->efd);
@@ -230,15 +261,10 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
     while (t->conns != NULL) {
         ucx_conn_t *c = t->conns;
         t->conns = c->next;
-        graft__ucx_conn_close(c);
-        graft_free(c);
+        graft__ucx_conn_close(t, c);
     }
+    graft__ucx_closing_reap(t, true);
     graft__ucx_msgq_clear(&t->msgs);
-    graft_free(t->pfds);
-    if (t->spare != NULL)
-        ucp_worker_destroy(t->spare);
-    graft__ucx_cctx_release(t->spare_cctx);
-    graft__ucx_cctx_release(t->cctx);
     if (t->listener != NULL)
         ucp_listener_destroy(t->listener);
     for (size_t i = 0; i < ep->n_regions; i++)

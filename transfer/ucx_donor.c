@@ -1,12 +1,11 @@
 /*
- * UCX backend, the donor's side. One listener worker driven by a progress
- * thread accepts connections, each on a worker of its own. A connection's
- * TransferRequest is answered with a manifest (or a refusal, or a place in
- * the admission queue), its chunk hashes are streamed as the hashing
- * threads finish them, chunk requests are served for pushes, and
- * TransferDone messages and lost connections are counted for the fence.
- * Recipients read regions with one-sided gets, so the donor's training
- * thread never takes part.
+ * UCX backend, the donor's side. One listener worker, driven by a progress
+ * thread, accepts every connection. A connection's TransferRequest is
+ * answered with a manifest (or a refusal, or a place in the admission
+ * queue), its chunk hashes are streamed as the hashing threads finish
+ * them, chunk requests are served for pushes, and TransferDone messages and
+ * lost connections are counted for the fence. The donor's training thread
+ * never takes part.
  */
 #include "ucx_int.h"
 
@@ -19,6 +18,15 @@
 #include <string.h>
 #include <unistd.h>
 
+static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
+{
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (c->ep == uep)
+            return c;
+    }
+    return NULL;
+}
+
 static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
     ucx_conn_t *c = arg;
@@ -27,107 +35,50 @@ static void donor_conn_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
     c->failed = true;
 }
 
-static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
-                                     void *data, size_t length, const ucp_am_recv_param_t *param);
-static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
-                                  void *data, size_t length, const ucp_am_recv_param_t *param);
-static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
-                                       void *data, size_t length,
-                                       const ucp_am_recv_param_t *param);
-static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
-                           size_t length, const ucp_am_recv_param_t *param);
-
-/* A worker for one connection on the connections' context, with the
- * donor's message handlers (msg_cb's is set per connection). */
-static graft_status_t conn_worker_create(graft__transport_state_t *t, ucp_worker_h *w_p,
-                                         int *efd_p)
-{
-    ucp_worker_h w = NULL;
-    graft_status_t status = graft__ucx_worker_create(t->cctx->ctx, &w);
-    if (status == GRAFT_OK && ucp_worker_get_efd(w, efd_p) != UCS_OK)
-        status = GRAFT_ETRANSPORT;
-    if (status == GRAFT_OK)
-        status = graft__ucx_drop_all(w);
-    if (status == GRAFT_OK)
-        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
-    if (status == GRAFT_OK)
-        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_DONE, donor_done_cb, t);
-    if (status == GRAFT_OK)
-        status = graft__ucx_set_am_handler(w, GRAFT__XFER_AM_CHUNK_REQ, donor_chunk_req_cb, t);
-    if (status != GRAFT_OK && w != NULL)
-        ucp_worker_destroy(w);
-    if (status == GRAFT_OK)
-        *w_p = w;
-    return status;
-}
-
-static graft_status_t conn_worker(graft__transport_state_t *t, ucx_conn_t *c)
-{
-    graft_transfer_endpoint_t *ep = t->ep;
-    graft_status_t status;
-    t->spare_failed = false;
-    if (t->spare != NULL) {
-        c->worker = t->spare;
-        c->efd = t->spare_efd;
-        c->cctx = t->spare_cctx;
-        t->spare = NULL;
-        t->spare_cctx = NULL;
-        atomic_store(&ep->serve_failures, 0);
-        return GRAFT_OK;
-    }
-    status = conn_worker_create(t, &c->worker, &c->efd);
-    if (status != GRAFT_OK && graft__ucx_cctx_renew(t) == GRAFT_OK) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "no UCX worker for a connection: trying a fresh context");
-        status = conn_worker_create(t, &c->worker, &c->efd);
-    }
-    if (status != GRAFT_OK) {
-        uint64_t n = atomic_fetch_add(&ep->serve_failures, 1) + 1;
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "this endpoint cannot serve: %llu connections in a row "
-                    "found no UCX worker (graft_transfer_serve_failures)", (unsigned long long)n);
-        return status;
-    }
-    c->cctx = t->cctx;
-    c->cctx->refs++;
-    atomic_store(&ep->serve_failures, 0);
-    return GRAFT_OK;
-}
-
+/* The listener's callback: accept @p req on the listener's worker at once
+ * (a request left for later finds more clients gone) and send it the
+ * challenge: a recipient's request must carry a MAC over our nonce. */
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
 {
     graft__transport_state_t *t = arg;
+    graft_transfer_endpoint_t *ep = t->ep;
     ucp_ep_params_t prm;
-    ucx_conn_t *c;
     ucs_status_t st;
 
     if (!graft__ucx_make_room(t)) {
         graft__ucx_conn_refuse(t, req);
         return;
     }
-    c = graft__calloc(1, sizeof(*c));
-    if (c != NULL) {
-        c->t = t;
-        c->accepted_ns = graft__now_ns();
-    }
-    if (c == NULL || conn_worker(t, c) != GRAFT_OK ||
-        graft__ucx_set_am_handler(c->worker, GRAFT__XFER_AM_MSG, msg_cb, c) != GRAFT_OK) {
+    ucx_conn_t *c = graft__calloc(1, sizeof(*c));
+    if (c == NULL || graft__random_bytes(c->nonce, sizeof(c->nonce)) != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "%s accepting a connection",
-                    c == NULL ? "out of memory" : "no UCX worker");
+                    c == NULL ? "out of memory" : "no random bytes");
         (void)ucp_listener_reject(t->listener, req);
-        goto fail;
+        graft_free(c);
+        return;
     }
+    c->t = t;
+    c->accepted_ns = graft__now_ns();
     graft__ucx_accept_params(&prm, req, donor_conn_err_cb, c);
-    if (graft__random_bytes(c->nonce, sizeof(c->nonce)) != GRAFT_OK) {
-        (void)ucp_listener_reject(t->listener, req);
-        goto fail;
+    st = ucp_ep_create(t->worker, &prm, &c->ep);
+    if (st == UCS_ERR_UNREACHABLE || st == UCS_ERR_CONNECTION_RESET ||
+        st == UCS_ERR_NOT_CONNECTED || st == UCS_ERR_ENDPOINT_TIMEOUT) {
+        /* The client left before it was accepted: nothing of ours failed. */
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "accepting a connection: %s", ucs_status_string(st));
+        graft_free(c);
+        return;
     }
-    st = ucp_ep_create(c->worker, &prm, &c->ep);
     if (st != UCS_OK) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "accepting a connection: %s", ucs_status_string(st));
-        goto fail;
+        uint64_t n = atomic_fetch_add(&ep->serve_failures, 1) + 1;
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "accepting a connection: %s; this endpoint cannot serve "
+                    "(%llu in a row, graft_transfer_serve_failures)", ucs_status_string(st),
+                    (unsigned long long)n);
+        graft_free(c);
+        return;
     }
+    atomic_store(&ep->serve_failures, 0);
     c->next = t->conns;
     t->conns = c;
-    /* The challenge: a recipient's request must carry a MAC over it. */
     Graft__TransferChallenge ch = GRAFT__TRANSFER_CHALLENGE__INIT;
     ch.version = GRAFT__XFER_WIRE_VERSION;
     ch.nonce.data = c->nonce;
@@ -136,13 +87,6 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
         graft__ucx_am_send(c->ep, GRAFT__XFER_AM_CHALLENGE, 0, &ch.base, false) == GRAFT_OK;
     if (!c->challenged)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a new connection its challenge");
-    return;
-fail:
-    if (c != NULL && c->worker != NULL)
-        ucp_worker_destroy(c->worker);
-    if (c != NULL)
-        graft__ucx_cctx_release(c->cctx);
-    graft_free(c);
 }
 
 /* Requests and TransferDone: queued for the progress loop. */
@@ -201,11 +145,16 @@ static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t hea
 static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, void *data,
                            size_t length, const ucp_am_recv_param_t *param)
 {
-    ucx_conn_t *c = arg;
-    graft__transport_state_t *t = c->t;
-    c->messaged = true; /* a sender's connection: no deadline */
+    graft__transport_state_t *t = arg;
+    ucx_conn_t *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+                        ? conn_find(t, param->reply_ep) : NULL;
     (void)header;
     (void)header_length;
+    if (c == NULL || c->failed) {
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a message on an unknown connection dropped");
+        return UCS_OK;
+    }
+    c->messaged = true; /* a sender's connection: no deadline */
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a message of %zu bytes refused", length);
         return UCS_ERR_MESSAGE_TRUNCATED;
@@ -217,15 +166,6 @@ static ucs_status_t msg_cb(void *arg, const void *header, size_t header_length, 
 ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep)
 {
     return ep->transport->srv_ctx;
-}
-
-static ucx_conn_t *conn_find(graft__transport_state_t *t, ucp_ep_h uep)
-{
-    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
-        if (c->ep == uep)
-            return c;
-    }
-    return NULL;
 }
 
 /*
@@ -487,7 +427,7 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
     }
     c = conn_find(t, msg->reply_ep);
     if (c == NULL || c->failed) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "transfer request on an unknown connection: dropped");
+        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "transfer request on an unknown connection: dropped");
         return;
     }
     c->echo = msg->has_header ? msg->header : 0;
@@ -713,23 +653,49 @@ static void stream_hashes(graft__transport_state_t *t)
     pthread_mutex_unlock(&ep->lock);
 }
 
-/* Close a connection by force and destroy its worker (frees nothing else). */
-void graft__ucx_conn_close(ucx_conn_t *c)
+/* Close a connection by force; UCX completes its requests (with errors)
+ * and then the close, and only then is @p c freed: its error callback
+ * holds it until then. */
+void graft__ucx_conn_close(graft__transport_state_t *t, ucx_conn_t *c)
 {
     ucp_request_param_t prm;
-    ucs_status_ptr_t req;
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    req = ucp_ep_close_nbx(c->ep, &prm);
-    if (UCS_PTR_IS_PTR(req)) {
+    c->close_req = ucp_ep_close_nbx(c->ep, &prm);
+    if (UCS_PTR_IS_ERR(c->close_req))
+        c->close_req = NULL;
+    c->next = t->closing;
+    t->closing = c;
+}
+
+void graft__ucx_closing_reap(graft__transport_state_t *t, bool all)
+{
+    if (all) {
         uint64_t deadline = graft__now_ns() + TEARDOWN_NS;
-        while (ucp_request_check_status(req) == UCS_INPROGRESS && graft__now_ns() < deadline)
-            ucp_worker_progress(c->worker);
-        ucp_request_free(req);
+        bool pending = true;
+        while (pending && graft__now_ns() < deadline) {
+            pending = false;
+            for (ucx_conn_t *c = t->closing; c != NULL; c = c->next)
+                pending |= c->close_req != NULL &&
+                           ucp_request_check_status(c->close_req) == UCS_INPROGRESS;
+            if (pending)
+                ucp_worker_progress(t->worker);
+        }
     }
-    ucp_worker_destroy(c->worker);
-    graft__ucx_cctx_release(c->cctx);
+    ucx_conn_t **pp = &t->closing;
+    while (*pp != NULL) {
+        ucx_conn_t *c = *pp;
+        if (!all && c->close_req != NULL &&
+            ucp_request_check_status(c->close_req) == UCS_INPROGRESS) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        if (c->close_req != NULL)
+            ucp_request_free(c->close_req);
+        graft_free(c);
+    }
 }
 
 static void reap_conns(graft__transport_state_t *t)
@@ -738,7 +704,15 @@ static void reap_conns(graft__transport_state_t *t)
     graft__ucx_conns_expire(t);
     while (*pp != NULL) {
         ucx_conn_t *c = *pp;
-        if (c->failed) {
+        if (c->failed && !c->close_due) {
+            /* Closed after one more ucp_worker_progress(), which delivers
+             * the events UCX 1.13 queued for its socket meanwhile: one
+             * still queued when the socket closes goes to the next socket
+             * given the same descriptor, and fails an assertion there
+             * (fixed in UCX 1.22, "Filter stale missed fd events"). */
+            c->close_due = true;
+            pp = &c->next;
+        } else if (c->failed) {
             *pp = c->next;
             if (c->fence_owed) {
                 /* The recipient died or dropped this donor before it said
@@ -754,41 +728,40 @@ static void reap_conns(graft__transport_state_t *t)
                                (unsigned long long)c->fence_step);
                 graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
             }
-            graft__ucx_conn_close(c);
-            graft_free(c);
+            graft__ucx_conn_close(t, c);
         } else {
             pp = &c->next;
         }
     }
+    graft__ucx_closing_reap(t, false);
 }
 
-/* Arm every worker for a wake-up and wait on their descriptors, at most
- * 1 ms so that hashes finished by the hashing threads go out promptly. */
+/* Arm the worker for a wake-up and wait on its descriptor, at most 1 ms
+ * so that hashes finished by the hashing threads go out promptly. */
 static void progress_sleep(graft__transport_state_t *t)
 {
-    size_t n = 1;
-    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next)
-        n++;
-    if (n > t->pfds_cap) {
-        struct pollfd *grown = graft__realloc(t->pfds, n * sizeof(*grown));
-        if (grown == NULL)
-            return; /* spin this round */
-        t->pfds = grown;
-        t->pfds_cap = n;
-    }
+    struct pollfd pfd = {.fd = t->efd, .events = POLLIN};
     if (ucp_worker_arm(t->worker) == UCS_ERR_BUSY)
         return;
-    t->pfds[0] = (struct pollfd){.fd = t->efd, .events = POLLIN};
-    n = 1;
-    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
-        if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY)
-            return;
-        t->pfds[n++] = (struct pollfd){.fd = c->efd, .events = POLLIN};
-    }
-    if (poll(t->pfds, n, 1) < 0 && errno != EINTR) {
+    if (poll(&pfd, 1, 1) < 0 && errno != EINTR) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "poll: %s", strerror(errno));
         graft__sleep_ns(1000000);
     }
+}
+
+graft_status_t graft__ucx_donor_handlers(graft__transport_state_t *t)
+{
+    graft_status_t status = graft__ucx_drop_all(t->worker);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(t->worker, GRAFT__XFER_AM_REQUEST, donor_request_cb, t);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(t->worker, GRAFT__XFER_AM_DONE, donor_done_cb, t);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(t->worker, GRAFT__XFER_AM_CHUNK_REQ,
+                                           donor_chunk_req_cb, t);
+    if (status == GRAFT_OK)
+        status = graft__ucx_set_am_handler(t->worker, GRAFT__XFER_AM_MSG, msg_cb, t);
+    return status;
 }
 
 void *graft__ucx_progress_thread(void *arg)
@@ -796,13 +769,11 @@ void *graft__ucx_progress_thread(void *arg)
     graft__transport_state_t *t = arg;
     while (!atomic_load(&t->stop)) {
         ucx_msg_t *m;
-        while (ucp_worker_progress(t->worker) != 0) {
+        /* Bounded: under a flood the worker always has more to do, and
+         * the requests, the reaper and the hashes must still get their turn. */
+        for (unsigned n = 0; n < PROGRESS_BATCH && ucp_worker_progress(t->worker) != 0; n++) {
         }
         graft__ucx_refused_close(t);
-        for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
-            while (ucp_worker_progress(c->worker) != 0) {
-            }
-        }
         while ((m = graft__ucx_msgq_pop(&t->msgs)) != NULL) {
             if (m->id == GRAFT__XFER_AM_REQUEST)
                 handle_request(t, m);
@@ -814,13 +785,6 @@ void *graft__ucx_progress_thread(void *arg)
         }
         reap_conns(t);
         stream_hashes(t);
-        if (t->spare == NULL && t->conns == NULL && !t->spare_failed) {
-            t->spare_failed = conn_worker_create(t, &t->spare, &t->spare_efd) != GRAFT_OK;
-            if (!t->spare_failed) {
-                t->spare_cctx = t->cctx;
-                t->spare_cctx->refs++;
-            }
-        }
         progress_sleep(t);
     }
     return NULL;

@@ -29,8 +29,8 @@
 #define QUEUE_ASK_NS (100ull * 1000000ull)
 #define QUEUE_STALE_NS (2000ull * 1000000ull)
 /* Connections that have not sent an authenticated request yet: at most
- * this many at once (each holds a worker; ucx_donor.c says why), the
- * oldest closed to make room; each closed after AUTH_DEADLINE_NS. */
+ * this many at once, the oldest closed to make room; each closed after
+ * AUTH_DEADLINE_NS. */
 #define MAX_UNAUTH_CONNS 16u
 #define AUTH_DEADLINE_NS (2000ull * 1000000ull)
 /* When all are taken, the oldest makes room only if it is at least this
@@ -38,6 +38,9 @@
  * connection is refused, which costs no worker. */
 #define UNAUTH_EVICT_NS (250ull * 1000000ull)
 #define REFUSE_HOLD_NS (250ull * 1000000ull)
+/* The donor's progress thread calls ucp_worker_progress() at most this
+ * many times in a row before it serves what came in. */
+#define PROGRESS_BATCH 64u
 /* At most one warning about refused or closed strangers this often. */
 #define STRANGER_WARN_NS (10000ull * 1000000ull)
 
@@ -72,29 +75,20 @@ typedef struct msg_queue {
     ucx_msg_t **tail;
 } msg_queue_t;
 
-/* The context of connections' workers. When a worker cannot be made on it
- * (a network device went away: "No such device") a fresh context replaces
- * it; the old one lives until its last connection is closed. */
-typedef struct ucx_cctx {
-    ucp_context_h ctx;
-    unsigned refs;
-    bool owned; /* ours to clean up (not the listener's context) */
-} ucx_cctx_t;
-
-/* One accepted connection (donor side), on a worker of its own: over
- * shared memory every sender to a worker writes into its one receive FIFO,
- * and a recipient killed in the middle of a write would leave an element
- * that is never completed, blocking every other recipient behind it. */
+/* One accepted connection (donor side), on the listener's worker: one
+ * worker and one asynchronous context for every connection, so that UCX
+ * never moves a socket between asynchronous contexts (a flood of
+ * connections made and closed made UCX 1.13 abort on that). That worker's
+ * context has no shared memory (ucx.c says why). */
 typedef struct ucx_conn {
     struct ucx_conn *next;
-    ucp_worker_h worker;
-    ucx_cctx_t *cctx; /* the worker's context */
     struct graft__transport_state *t;
     uint64_t accepted_ns;
     bool authed;   /* sent a request with a valid MAC */
     bool messaged; /* sent a message (graft_transfer_msg_send) */
-    int efd;
     ucp_ep_h ep;
+    bool close_due;             /* failed, and seen by the reaper once */
+    ucs_status_ptr_t close_req; /* on t->closing: the forced close under way */
     bool failed;
     bool active;         /* manifest sent, hashes streaming */
     bool final_sent;
@@ -127,21 +121,15 @@ struct graft__transport_state {
     /* Two contexts (docs/SECURITY.md, "One layer below: UCX"): ctx has
      * UCP_FEATURE_RMA, maps memory and runs the workers of pulls (which
      * connect only to donors they chose); srv_ctx has no RMA and no tcp
-     * PUT, and runs every worker a stranger can reach: the listener's, the
-     * connections' (on cctx, srv_ctx until a worker fails on it) and the
-     * message sender's. */
+     * PUT and no shared memory, and runs every worker a stranger can
+     * reach: the listener's, which holds every accepted connection, and
+     * the message sender's. */
     ucp_context_h ctx;
     ucp_context_h srv_ctx;
-    ucx_cctx_t *cctx;
     char net_dev[64]; /* UCX_NET_DEVICES for our contexts; "" = UCX's default */
-    ucp_worker_h worker; /* the listener's; each connection has its own */
-    /* A connection's worker made ahead, while no connection is open: making
-     * one takes several milliseconds that a new recipient would wait. */
-    ucp_worker_h spare;
-    int spare_efd;
-    ucx_cctx_t *spare_cctx;
-    /* Refused connections: accepted on the listener's worker (no worker
-     * of their own) and closed by the progress loop REFUSE_HOLD_NS later.
+    ucp_worker_h worker; /* the listener's, and every connection's */
+    /* Refused connections: accepted but never challenged, and closed by
+     * the progress loop REFUSE_HOLD_NS later.
      * UCX 1.13 under a flood can fail an assertion in its tcp connection
      * manager (tcp_sockcm_ep.c:416) and abort the process when a
      * connection is rejected, or closed, before its handshake is done. */
@@ -152,15 +140,13 @@ struct graft__transport_state {
      * each reason: 0 closed to make room, 1 at the deadline, 2 refused. */
     uint64_t strangers[3];
     uint64_t stranger_warn_ns[3];
-    bool spare_failed; /* not retried until the next connection */
     ucp_listener_h listener;
     int efd;
-    struct pollfd *pfds; /* the progress thread's: this worker's and the connections' */
-    size_t pfds_cap;
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
     ucx_conn_t *conns;
+    ucx_conn_t *closing; /* closed, freed once UCX is done with them */
     uint64_t queue_seq; /* the last place given */
     msg_queue_t msgs;
     bool rkey_layout_unknown; /* our own keys do not have the layout checked */
@@ -184,10 +170,12 @@ ucs_status_t graft__ucx_connect(ucp_worker_h w, const struct sockaddr_in *sa,
 /* The context of the endpoint's workers that strangers can reach (no RMA). */
 ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep);
 /* A context for @p t's workers: with UCP_FEATURE_RMA when @p rma, else
- * with tcp PUT off; on t->net_dev. */
+ * with tcp PUT off and no shared memory; on t->net_dev. */
 GRAFT_WUR graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
                                                    ucp_context_h *ctx_p);
-void graft__ucx_cctx_release(ucx_cctx_t *cc);
+/* The UCX_TLS of the strangers' context: the user's list @p user (NULL:
+ * none set) without shared-memory transports, into @p out. */
+void graft__ucx_strangers_tls(const char *user, char *out, size_t size);
 
 /* Resolve a host name or dotted address. */
 GRAFT_WUR graft_status_t graft__ucx_resolve_host(const char *name, struct in_addr *in);
@@ -218,13 +206,17 @@ GRAFT_WUR graft_status_t graft__ucx_drop_all(ucp_worker_h w);
 /* ucx_donor.c */
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg);
 void *graft__ucx_progress_thread(void *arg);
-void graft__ucx_conn_close(ucx_conn_t *c);
+/* Set the donor's message handlers on the listener's worker. */
+GRAFT_WUR graft_status_t graft__ucx_donor_handlers(graft__transport_state_t *t);
+/* Start a forced close of @p c, unlinked by the caller: onto t->closing. */
+void graft__ucx_conn_close(graft__transport_state_t *t, ucx_conn_t *c);
+/* Free the connections whose close is done; all of them when @p all
+ * (teardown, after waiting at most TEARDOWN_NS). */
+void graft__ucx_closing_reap(graft__transport_state_t *t, bool all);
 
 /* ucx_strangers.c */
-/* A fresh context for connections' workers (t->cctx). */
-GRAFT_WUR graft_status_t graft__ucx_cctx_renew(graft__transport_state_t *t);
-/* Room for one more pending connection (the oldest closed if it had its
- * chance); false: refuse the new one. */
+/* Room for one more pending connection (the oldest marked failed if it
+ * had its chance); false: refuse the new one. */
 bool graft__ucx_make_room(graft__transport_state_t *t);
 void graft__ucx_conn_refuse(graft__transport_state_t *t, ucp_conn_request_h req);
 void graft__ucx_refused_close(graft__transport_state_t *t);

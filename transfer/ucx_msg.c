@@ -166,7 +166,9 @@ graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *ad
     ucp_request_param_t prm;
     memset(&prm, 0, sizeof(prm));
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+    /* The reply flag names the connection to the listener's worker, which
+     * drops a message it cannot place. */
+    prm.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
     ucs_status_ptr_t req = ucp_am_send_nbx(p->uep, GRAFT__XFER_AM_MSG, NULL, 0, msg, len, &prm);
     if (UCS_PTR_IS_ERR(req)) {
         st = graft__ucx_status(UCS_PTR_STATUS(req));

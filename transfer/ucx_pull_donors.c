@@ -208,6 +208,7 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
                 return GRAFT_EPROTO;
             }
             d->lptr[i] = lp;
+            GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u: '%s' is mapped here", d->index, r->name);
         }
     }
     d->state = D_READY;

@@ -1,32 +1,13 @@
 /*
  * UCX backend, the donor's side: connections that have not proved the job
  * secret yet (docs/TRANSFER.md, "Contexts, devices and strangers"). At
- * most MAX_UNAUTH_CONNS of them hold a worker; the rest are refused
- * without one; each is closed AUTH_DEADLINE_NS after it was accepted. And
- * the connections' context, replaced when a worker cannot be made on it.
+ * most MAX_UNAUTH_CONNS of them are challenged; the rest are refused
+ * (accepted, never challenged, closed REFUSE_HOLD_NS later); each is
+ * closed AUTH_DEADLINE_NS after it was accepted.
  */
 #include "ucx_int.h"
 
 #include <string.h>
-
-/* Replace the connections' context by a fresh one: a worker that cannot
- * be made on a context ("No such device": an interface it knew is gone)
- * will not be made on it later either. */
-graft_status_t graft__ucx_cctx_renew(graft__transport_state_t *t)
-{
-    ucx_cctx_t *cc = graft__calloc(1, sizeof(*cc));
-    if (cc == NULL)
-        return GRAFT_ENOMEM;
-    if (graft__ucx_context_create(t, false, &cc->ctx) != GRAFT_OK) {
-        graft_free(cc);
-        return GRAFT_ETRANSPORT;
-    }
-    cc->refs = 1;
-    cc->owned = true;
-    graft__ucx_cctx_release(t->cctx);
-    t->cctx = cc;
-    return GRAFT_OK;
-}
 
 /* Strangers turned away (closed at the deadline, or to make room): one
  * warning per STRANGER_WARN_NS, with the count since the last. */
@@ -63,7 +44,7 @@ void graft__ucx_accept_params(ucp_ep_params_t *prm, ucp_conn_request_h req, ucp_
     prm->err_handler.arg = arg;
 }
 
-/* Refuse a connection without a worker of its own (see t->refused). */
+/* Refuse a connection (see t->refused). */
 void graft__ucx_conn_refuse(graft__transport_state_t *t, ucp_conn_request_h req)
 {
     ucp_ep_params_t prm;
@@ -108,31 +89,29 @@ static bool conn_pending(const ucx_conn_t *c)
     return !c->authed && !c->messaged && !c->failed;
 }
 
-/* At most MAX_UNAUTH_CONNS pending connections: the oldest is closed to
- * make room for a new one if it had UNAUTH_EVICT_NS to authenticate (a
- * recipient needs a round trip); false: the new one is to be refused. */
+/* At most MAX_UNAUTH_CONNS pending connections: the oldest is closed (by
+ * the reaper) to make room for a new one if it had UNAUTH_EVICT_NS to
+ * authenticate (a recipient needs a round trip); false: the new one is to
+ * be refused. */
 bool graft__ucx_make_room(graft__transport_state_t *t)
 {
-    ucx_conn_t **oldest = NULL;
+    ucx_conn_t *oldest = NULL;
     uint32_t n = 0;
-    for (ucx_conn_t **pp = &t->conns; *pp != NULL; pp = &(*pp)->next) {
-        if (!conn_pending(*pp))
+    for (ucx_conn_t *c = t->conns; c != NULL; c = c->next) {
+        if (!conn_pending(c))
             continue;
         n++;
-        if (oldest == NULL || (*pp)->accepted_ns < (*oldest)->accepted_ns)
-            oldest = pp;
+        if (oldest == NULL || c->accepted_ns < oldest->accepted_ns)
+            oldest = c;
     }
     if (n < MAX_UNAUTH_CONNS || oldest == NULL)
         return true;
-    if (graft__now_ns() - (*oldest)->accepted_ns < UNAUTH_EVICT_NS) {
+    if (graft__now_ns() - oldest->accepted_ns < UNAUTH_EVICT_NS) {
         stranger_note(t, 2);
         return false;
     }
-    ucx_conn_t *c = *oldest;
-    *oldest = c->next;
     stranger_note(t, 0);
-    graft__ucx_conn_close(c);
-    graft_free(c);
+    oldest->failed = true;
     return true;
 }
 
