@@ -14,7 +14,13 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-os.environ.setdefault("GRAFT_LIBRARY", os.path.join(ROOT, "build", "lib", "libgraft.so"))
+# The build the suite tests: $BUILD as scripts/run-tests.sh sets it (default
+# build). Under SAN=1 its libgraft.so is instrumented and a plain python
+# cannot dlopen it (the ASan runtime must come first), so the Python tests
+# load the plain library that `make check SAN=1` builds in build/.
+BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+LIB_BUILD = os.path.join(ROOT, "build") if os.environ.get("SAN") == "1" else BUILD
+os.environ.setdefault("GRAFT_LIBRARY", os.path.join(LIB_BUILD, "lib", "libgraft.so"))
 WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
 
 

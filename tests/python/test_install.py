@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+from conftest import LIB_BUILD
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -16,7 +18,7 @@ def test_pip_install_into_fresh_venv(tmp_path):
     py = str(venv / "bin" / "python")
     subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
                     "--no-build-isolation", os.path.join(ROOT, "python")],
-                   check=True, cwd=str(tmp_path))
+                   check=True, cwd=str(tmp_path), env=dict(os.environ, BUILD=LIB_BUILD))
     env = {k: v for k, v in os.environ.items() if k not in ("GRAFT_LIBRARY", "PYTHONPATH")}
     r = subprocess.run([py, "-c", "import graft, graft.torch; print(graft.library_path); "
                         "print(graft.version())"], env=env, cwd=str(tmp_path),
@@ -24,5 +26,5 @@ def test_pip_install_into_fresh_venv(tmp_path):
     assert r.returncode == 0, r.stderr
     path, version = r.stdout.split()
     assert str(venv) not in path  # the checkout's library, not a copy
-    assert os.path.samefile(path, os.path.join(ROOT, "build", "lib", "libgraft.so"))
+    assert os.path.samefile(path, os.path.join(LIB_BUILD, "lib", "libgraft.so"))
     assert version == "0.1.0"

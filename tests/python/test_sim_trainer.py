@@ -8,15 +8,16 @@ import sys
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SIM = os.path.join(ROOT, "build", "bin", "graft-sim")
+from conftest import BUILD, ROOT
+
+SIM = os.path.join(BUILD, "bin", "graft-sim")
 
 
 def test_train_ddp_under_graft_sim(tmp_path):
     if not os.access(SIM, os.X_OK):
-        pytest.fail("build/bin/graft-sim is missing: run make")
+        pytest.fail("%s is missing: run make" % SIM)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"),
-               GRAFT_LIBRARY=os.path.join(ROOT, "build", "lib", "libgraft.so"),
+               GRAFT_LIBRARY=os.environ["GRAFT_LIBRARY"],
                GRAFT_SIM_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path))
     report = tmp_path / "report.json"
     cmd = [SIM, "run", "--trainer",
