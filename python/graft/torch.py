@@ -30,7 +30,7 @@ class HealFailed(GroupError):
         self.cause = cause
 from graft.state import ObjectState
 
-__all__ = ["HealFailed", "Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
+__all__ = ["BufferState", "HealFailed", "Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
 
 
 def materialize_state(optim):
@@ -84,6 +84,66 @@ def _state_tensors(optim):
     return out
 
 
+def _module_buffers(modules, exclude):
+    """(region name, buffer) of every buffer of modules, in a fixed order;
+    a buffer is left out when its name (``named_buffers()``'s, such as
+    ``1.running_mean``) or the name's last part is in exclude."""
+    if modules is None:
+        return []
+    if isinstance(modules, torch.nn.Module):
+        modules = [modules]
+    out = []
+    seen = set()
+    for mi, m in enumerate(modules):
+        if not isinstance(m, torch.nn.Module):
+            raise UsageError(-1, "graft: modules takes torch.nn.Module objects, not %s"
+                             % type(m).__name__)
+        for name, b in m.named_buffers():
+            if name in exclude or name.rsplit(".", 1)[-1] in exclude or id(b) in seen:
+                continue
+            seen.add(id(b))
+            out.append(("buffer.%d.%s" % (mi, name), b))
+    return out
+
+
+class BufferState:
+    """Module buffers (BatchNorm's running statistics and batch count) as
+    state. The forward pass updates a buffer in place during the step, while
+    a donor may be serving it, and before the commit says whether the step
+    is taken; so each buffer's region is a shadow copy: save() copies the
+    buffers in before the quorum (the committed state, what a donor serves
+    and the drift check compares), load() copies the shadows back into the
+    buffers after a heal or restore, or when the step was not taken."""
+
+    def __init__(self, runtime, modules, exclude=()):
+        self.buffers = _module_buffers(modules, set(exclude))
+        self.shadows = []
+        for name, b in self.buffers:
+            if b.numel() == 0:
+                continue
+            shadow = b.detach().clone().contiguous()
+            runtime.register(name, shadow, "param")
+            self.shadows.append((name, b, b.data_ptr(), shadow))
+
+    @property
+    def names(self):
+        return [n for n, _, _, _ in self.shadows]
+
+    def save(self):
+        with torch.no_grad():
+            for name, b, ptr, shadow in self.shadows:
+                if b.data_ptr() != ptr:
+                    raise UsageError(-1, "graft: buffer %r was replaced by a new tensor; "
+                                     "graft keeps buffers that are updated in place "
+                                     "(exclude it by name otherwise)" % name)
+                shadow.copy_(b)
+
+    def load(self):
+        with torch.no_grad():
+            for _, b, _, shadow in self.shadows:
+                b.copy_(shadow)
+
+
 class Optimizer:
     """Wraps a torch optimizer so every step runs graft's step protocol.
 
@@ -95,6 +155,12 @@ class Optimizer:
     load_objects  callable receiving those objects after this group's state
                   was replaced by a heal or a restore.
     object_bytes  the bound of the object region.
+    modules       a torch.nn.Module or a list of them: every buffer of each
+                  (BatchNorm's running_mean, running_var,
+                  num_batches_tracked) is state, registered, healed,
+                  restored and drift-checked as ``buffer.<i>.<name>``.
+    exclude_buffers  buffer names (full, as named_buffers() gives them, or
+                  their last part, such as "running_var") left out.
     max_failed_heals  consecutive failed heals after which zero_grad() raises
                   HealFailed instead of trying again at the next quorum. While
                   its heal fails, the group is no participant: it contributes
@@ -104,7 +170,7 @@ class Optimizer:
     """
 
     def __init__(self, runtime, optim, objects=None, load_objects=None, object_bytes=1 << 20,
-                 max_failed_heals=3):
+                 max_failed_heals=3, modules=None, exclude_buffers=()):
         if max_failed_heals < 1:
             raise UsageError(-1, "graft: max_failed_heals must be at least 1")
         if (objects is None) != (load_objects is None):
@@ -130,6 +196,7 @@ class Optimizer:
                 runtime.register("param.%d.%d" % (gi, pi), p.data, "param")
         for name, t in _state_tensors(optim):
             runtime.register(name, t, "optim")
+        self.buffer_state = BufferState(runtime, modules, exclude_buffers)
         # The param groups' hyperparameters (a scheduler's lr) are Python
         # state too; they travel with the caller's objects.
         self.object_state = ObjectState(runtime, "objects", object_bytes)
@@ -144,6 +211,7 @@ class Optimizer:
     def zero_grad(self, set_to_none=False):
         """Start of a step: the quorum, and the heal when this group is behind."""
         self.object_state.pack(self._all_objects())
+        self.buffer_state.save()
         self.heal_error = None
         self.info = self.runtime.quorum()
         if self.info.healing:
@@ -165,6 +233,7 @@ class Optimizer:
             self._last_step is None and self.runtime.start_kind != "cold") or (
             self._last_step is not None and self.info.step != self._last_step)
         if replaced and self.heal_error is None:
+            self.buffer_state.load()
             objs = self.object_state.unpack()
             if objs is not None:
                 self._load_all_objects(objs)
@@ -200,7 +269,9 @@ class Optimizer:
             self.optim.step(closure)
         else:
             # The step is not taken: Python-object state (RNG states drawn
-            # from during the step) goes back to what it was at its start.
+            # from during the step) and the buffers the forward pass
+            # updated go back to what they were at its start.
+            self.buffer_state.load()
             objs = self.object_state.unpack()
             if objs is not None:
                 self._load_all_objects(objs)

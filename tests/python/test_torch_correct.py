@@ -47,3 +47,47 @@ def test_failed_heal_does_not_pollute(spawn, job_env, tmp_path):
     # Group 0 did reduce with group 1 while group 1 could not heal.
     lines0 = "".join(g0.lines)
     assert "world 2 participating 1 participants 1" in lines0, lines0
+
+
+def test_batchnorm_buffers_are_healed(spawn, tmp_path):
+    """A BatchNorm model: group 1 is killed and restarted; after its heal
+    its running statistics and batch count equal the donor's, and at the
+    end every buffer of every group is identical (issue 23: the parameters
+    matched and the buffers did not)."""
+    steps = 20
+    args = ["--steps", steps, "--delay", 0.05, "--batchnorm"]
+    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
+    ws[1].wait_step(8)
+    ws[1].kill()
+    repl = spawn(1, 2, tmp_path / "g1", *args)
+    for w in [ws[0], repl]:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    assert outs[1]["start"] == "peer" and outs[1]["metrics"]["recoveries"] >= 1
+    names = [n for n, _ in outs[0]["buffers"]]
+    assert names == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    for (n, a), (m, b) in zip(outs[0]["buffers"], outs[1]["buffers"]):
+        assert n == m and a.tobytes() == b.tobytes(), n
+    assert int(outs[0]["buffers"][2][1]) == steps  # one forward per applied step
+    for a, b in zip(outs[0]["params"], outs[1]["params"]):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_excluded_buffer_is_not_state(spawn, tmp_path):
+    """exclude_buffers leaves a buffer out: the replacement keeps its own
+    batch count (it counts only its own forwards), the rest is healed."""
+    steps = 16
+    args = ["--steps", steps, "--delay", 0.05, "--batchnorm",
+            "--exclude-buffers", "num_batches_tracked"]
+    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
+    ws[1].wait_step(8)
+    ws[1].kill()
+    repl = spawn(1, 2, tmp_path / "g1", *args)
+    for w in [ws[0], repl]:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    assert outs[1]["start"] == "peer"
+    b0, b1 = dict(outs[0]["buffers"]), dict(outs[1]["buffers"])
+    assert b0["1.running_mean"].tobytes() == b1["1.running_mean"].tobytes()
+    assert int(b0["1.num_batches_tracked"]) == steps
+    assert int(b1["1.num_batches_tracked"]) < steps

@@ -35,6 +35,10 @@ def main():
                          "layout its heals cannot pass)")
     ap.add_argument("--max-failed-heals", type=int, default=None,
                     help="graft.torch.Optimizer's max_failed_heals")
+    ap.add_argument("--batchnorm", action="store_true",
+                    help="a BatchNorm1d after the first layer; its buffers are state")
+    ap.add_argument("--exclude-buffers", default="",
+                    help="comma-separated buffer names graft leaves out")
     ap.add_argument("--device", default="cpu",
                     help="where the model and its optimizer state live (cpu, cuda) [cpu]")
     a = ap.parse_args()
@@ -50,7 +54,8 @@ def main():
     torch.manual_seed(a.seed + group)
     np.random.seed(a.seed + group)
     random.seed(a.seed + group)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+    layers = [torch.nn.Linear(8, 16)] + ([torch.nn.BatchNorm1d(16)] if a.batchnorm else [])
+    model = torch.nn.Sequential(*layers, torch.nn.ReLU(), torch.nn.Dropout(0.2),
                                 torch.nn.Linear(16, 1)).to(a.device)
     adam = torch.optim.Adam(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(adam, step_size=5, gamma=0.9)
@@ -61,6 +66,8 @@ def main():
         objects=lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()},
         load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])),
         object_bytes=a.object_bytes,
+        modules=model if a.batchnorm else None,
+        exclude_buffers=[n for n in a.exclude_buffers.split(",") if n],
         **({} if a.max_failed_heals is None else {"max_failed_heals": a.max_failed_heals}))
     avg = graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend) if a.average else None
     skipped = 0
@@ -120,6 +127,7 @@ def main():
         "lr": [gr["lr"] for gr in adam.param_groups],
         "avg": (avg.rebuilds, avg.failures) if avg is not None else None,
         "losses": losses,
+        "buffers": [(n, b.detach().cpu().numpy().copy()) for n, b in model.named_buffers()],
     }
     rt.close()
     with open(a.out, "wb") as f:
