@@ -415,12 +415,15 @@ static void test_events_match_report(void **state)
     assert_int_equal(json_array_size(json_object_get(none, "events")), 0);
 
     /* The run is over: the last quorum reached the last steps, every
-     * group left, and no drift was recorded. */
+     * group left cleanly (the killed ones too, as their replacements
+     * ended), so the job is completed, not dead; no drift was recorded. */
     json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "status",
                                            NULL});
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), SIM_GROUPS);
     assert_int_equal(json_integer_value(json_object_get(st, "groups_healthy")), 0);
-    assert_string_equal(group_health(st, 0), "dead");
+    for (int g = 0; g < SIM_GROUPS; g++)
+        assert_string_equal(group_health(st, g), "finished");
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
     /* The quorum record shows where the last epoch began (steps of an
      * unchanged epoch do not go through etcd); the progress record, written
      * by every trainer as it ends, the last step. */
@@ -437,6 +440,7 @@ static void test_events_match_report(void **state)
                              &out, NULL),
                      0);
     assert_non_null(strstr(out, "GROUP"));
+    assert_non_null(strstr(out, ": completed, 0 of 3 groups healthy"));
     free(out);
     json_decref(all);
     json_decref(recs);

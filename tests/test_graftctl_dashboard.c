@@ -31,6 +31,7 @@ typedef struct dash {
 } dash_t;
 
 static graft_membership_t *job_member;
+static const char *dash_job = "dash-job"; /* the job dash_start follows */
 static char root[PATH_MAX + 16], outside[PATH_MAX + 16];
 
 static int free_port(void)
@@ -99,7 +100,7 @@ static long http(const dash_t *d, const char *method, const char *path, const ch
     return code;
 }
 
-/* Starts `graftctl dashboard` for job "dash-job" with extra arguments
+/* Starts `graftctl dashboard` for job dash_job with extra arguments
  * (NULL-terminated) and waits until it answers. */
 static void dash_start(dash_t *d, const char *name, const char *const *extra)
 {
@@ -108,7 +109,7 @@ static void dash_start(dash_t *d, const char *name, const char *const *extra)
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", d->port);
     snprintf(port_s, sizeof(port_s), "%d", d->port);
     snprintf(d->log, sizeof(d->log), "%s/%s.log", tmpdir, name);
-    const char *argv[32] = {ctl_bin, "--etcd", endpoint, "--job", "dash-job", "dashboard",
+    const char *argv[32] = {ctl_bin, "--etcd", endpoint, "--job", dash_job, "dashboard",
                             "--listen", listen, "--interval-ms", "100"};
     size_t n = 10;
     for (size_t i = 0; extra[i] != NULL && n < 31; i++)
@@ -353,14 +354,130 @@ static void test_ckpt_root(void **state)
     dash_stop(&d);
 }
 
+/* -------------------------------------------------------- job states --- */
+
+/* A member of group `group` of job (lease_ttl_s 0: the default). */
+static graft_status_t join(const char *job, uint32_t group, uint32_t lease_ttl_s,
+                           graft_membership_t **m_p)
+{
+    const char *eps[] = {endpoint};
+    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
+    graft_membership_config_t mc = {.job = job, .etcd = &ec, .group = group,
+                                    .lease_ttl_s = lease_ttl_s};
+    return graft_membership_create(&mc, m_p);
+}
+
+/* A member in a child process (a lease of 2 s), to be killed: a killed rank
+ * records nothing, its lease just expires. */
+static pid_t member_child(const char *job, uint32_t group)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        graft_membership_t *m = NULL;
+        if (join(job, group, 2, &m) != GRAFT_OK)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    return pid;
+}
+
+/* Waits (up to 15 s) until /metrics holds every line of want (NULL-ended). */
+static void metrics_wait(dash_t *d, const char *const *want)
+{
+    char *body = NULL;
+    for (int i = 0; i < 150; i++) {
+        free(body);
+        body = NULL;
+        assert_int_equal(http(d, "GET", "/metrics", NULL, NULL, &body), 200);
+        bool all = true;
+        for (size_t k = 0; want[k] != NULL && all; k++)
+            all = strstr(body, want[k]) != NULL;
+        if (all) {
+            free(body);
+            return;
+        }
+        sleep_ms(100);
+    }
+    fail_msg("/metrics never held all of '%s'...: %s", want[0], body);
+}
+
+static graft_membership_t *member(const char *job, uint32_t group)
+{
+    graft_membership_t *m = NULL;
+    assert_int_equal(join(job, group, 0, &m), GRAFT_OK);
+    return m;
+}
+
+/* Ends two members cleanly (graft_membership_destroy: the leave) and waits
+ * for /metrics to show want. */
+static void end_both(dash_t *d, graft_membership_t *a, graft_membership_t *b,
+                     const char *const *want)
+{
+    graft_membership_destroy(a);
+    graft_membership_destroy(b);
+    metrics_wait(d, want);
+}
+
+/* A job whose groups all end cleanly (graft_destroy's leave) is completed,
+ * its groups finished, and no group counts as dead; the dashboard's JSON
+ * says so too. A killed group of a running job is dead and the job
+ * degraded; once the others end, the job failed (not completed). */
+static void test_job_states(void **state)
+{
+    dash_t d;
+    dash_job = "done-job";
+    graft_membership_t *m0 = member("done-job", 0), *m1 = member("done-job", 1);
+    dash_start(&d, "done", (const char *const[]){NULL});
+    metrics_wait(&d, (const char *[]){"graft_job_state{state=\"running\"} 1",
+                                      "graft_groups{health=\"healthy\"} 0", "graft_ranks_live 2",
+                                      NULL});
+    end_both(&d, m0, m1,
+             (const char *[]){"graft_job_state{state=\"completed\"} 1",
+                              "graft_job_state{state=\"running\"} 0",
+                              "graft_groups{health=\"finished\"} 2",
+                              "graft_groups{health=\"dead\"} 0", NULL});
+    char *body = NULL;
+    assert_int_equal(http(&d, "GET", "/api/status", NULL, NULL, &body), 200);
+    json_t *st = json_loads(body, 0, NULL);
+    assert_non_null(st);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    assert_string_equal(group_health(st, 0), "finished");
+    assert_string_equal(group_health(st, 1), "finished");
+    json_decref(st);
+    free(body);
+    dash_stop(&d);
+
+    dash_job = "kill-job";
+    m0 = member("kill-job", 0);
+    m1 = member("kill-job", 1);
+    pid_t child = member_child("kill-job", 2);
+    dash_start(&d, "kill", (const char *const[]){NULL});
+    metrics_wait(&d, (const char *[]){"graft_ranks_live 3", "graft_groups{health=\"dead\"} 0",
+                                      NULL});
+    assert_int_equal(kill(child, SIGKILL), 0);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    metrics_wait(&d, (const char *[]){"graft_job_state{state=\"degraded\"} 1",
+                                      "graft_groups{health=\"dead\"} 1", "graft_ranks_live 2",
+                                      NULL});
+    end_both(&d, m0, m1,
+             (const char *[]){"graft_job_state{state=\"failed\"} 1",
+                              "graft_job_state{state=\"completed\"} 0",
+                              "graft_groups{health=\"finished\"} 2",
+                              "graft_groups{health=\"dead\"} 1", NULL});
+    dash_stop(&d);
+    dash_job = "dash-job";
+}
+
 int main(void)
 {
-    (void)group_health; /* a helper of test_graftctl_util.h not needed here */
-    (void)ctl_json;
+    (void)ctl_json; /* a helper of test_graftctl_util.h not needed here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_header),
         cmocka_unit_test(test_token),
         cmocka_unit_test(test_ckpt_root),
+        cmocka_unit_test(test_job_states),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -69,8 +69,12 @@ def test_metrics_parse_while_running(dashboard, sim):
     groups = fams["graft_groups"]
     assert groups.type == "gauge"
     by_health = {s.labels["health"]: s.value for s in groups.samples}
-    assert set(by_health) == {"healthy", "recovering", "cannot-serve", "hung", "dead"}
+    assert set(by_health) == {"healthy", "recovering", "cannot-serve", "hung", "dead",
+                              "finished"}
     assert sum(by_health.values()) == 3
+    states = {s.labels["state"]: s.value for s in fams["graft_job_state"].samples}
+    assert set(states) == {"running", "degraded", "completed", "failed"}
+    assert sum(states.values()) == 1 and states["completed"] == 0
     hist = fams["graft_recovery_phase_seconds"]
     assert hist.type == "histogram"
     phases = {s.labels["phase"] for s in hist.samples}

@@ -55,13 +55,59 @@ static json_t *quorum_json(const graft_quorum_t *q)
                      "formed_unix_ms", (json_int_t)q->formed_unix_ms);
 }
 
-/* Health of one group: dead (no rank live), recovering (a rank missing,
+/* Whether every rank of the group the history names ended cleanly: its
+ * last membership event (join, leave, lease_lost) is the "leave" that
+ * graft_destroy() records before it revokes its lease; not an eviction,
+ * a lost lease, or a kill (which records nothing after the join). No write
+ * of its own: the rank's leave event is the record (docs/OPERATIONS.md). */
+static bool group_finished(const graft_event_t *ev, size_t nev, uint32_t group)
+{
+    uint32_t seen[256]; /* ranks whose newest membership event was read */
+    size_t n = 0;
+    for (size_t i = nev; i-- > 0;) {
+        const graft_event_t *e = &ev[i];
+        if (e->group != group || (e->kind != GRAFT_EVENT_JOIN && e->kind != GRAFT_EVENT_LEAVE &&
+                                  e->kind != GRAFT_EVENT_LEASE_LOST))
+            continue;
+        if (in_list(seen, n, e->rank))
+            continue; /* only the newest event of each rank counts */
+        if (n == sizeof(seen) / sizeof(seen[0]))
+            return false;
+        seen[n++] = e->rank;
+        if (e->kind != GRAFT_EVENT_LEAVE || e->detail == NULL || strcmp(e->detail, "leave") != 0)
+            return false;
+    }
+    return n > 0;
+}
+
+/* The job's state from its groups' health: completed (every group
+ * finished), failed (no rank live and some group did not finish: the state
+ * in memory is gone), degraded (a group dead while others run), running. */
+static const char *job_state(json_t *jgroups)
+{
+    size_t i, n = json_array_size(jgroups), finished = 0, dead = 0;
+    json_t *g;
+    json_array_foreach(jgroups, i, g) {
+        const char *h = json_string_value(json_object_get(g, "health"));
+        finished += strcmp(h, "finished") == 0;
+        dead += strcmp(h, "dead") == 0;
+    }
+    if (n > 0 && finished == n)
+        return "completed";
+    if (n > 0 && finished + dead == n)
+        return "failed";
+    return dead > 0 ? "degraded" : "running";
+}
+
+/* Health of one group: dead (no rank live), finished (no rank live, and
+ * each left cleanly: group_finished), recovering (a rank missing,
  * joining or recovering), cannot-serve (a rank's transfer endpoint cannot
  * serve, so the group is no donor to count on), hung (every rank live but left out of the
  * latest quorum: its leases are renewed while its training loop is not
  * announcing) or healthy. */
 static const char *group_health(const graft_membership_view_t *v, const graft_quorum_t *q,
-                                uint32_t group, uint32_t ranks, uint64_t progress)
+                                uint32_t group, uint32_t ranks, uint64_t progress,
+                                bool finished)
 {
     uint32_t live = 0;
     bool busy = false, cannot_serve = false;
@@ -74,7 +120,7 @@ static const char *group_health(const graft_membership_view_t *v, const graft_qu
         cannot_serve |= m->state == GRAFT_MEMBER_CANNOT_SERVE;
     }
     if (live == 0)
-        return "dead";
+        return finished ? "finished" : "dead";
     if (live < ranks || busy)
         return "recovering";
     if (cannot_serve)
@@ -196,7 +242,8 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                   "lease_ttl_s", (json_int_t)ttl, "lease_id",
                                   (json_int_t)m->lease_id));
         }
-        const char *health = group_health(v, q, groups[gi], ranks, progress);
+        const char *health = group_health(v, q, groups[gi], ranks, progress,
+                                          group_finished(ev, nev, groups[gi]));
         healthy += strcmp(health, "healthy") == 0;
         json_array_append_new(jgroups, json_pack("{s:I,s:s,s:b,s:o}", "group",
                                                  (json_int_t)groups[gi], "health", health,
@@ -205,7 +252,8 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                                                       groups[gi]),
                                                  "ranks", jranks));
     }
-    root = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o}", "job", job, "revision",
+    root = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o}", "job", job, "state",
+                     job_state(jgroups), "revision",
                      (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
                      (json_int_t)ng, "groups_healthy", (json_int_t)healthy, "progress_step",
                      pst == GRAFT_OK ? json_integer((json_int_t)progress) : json_null(),
@@ -226,9 +274,10 @@ out:
 static void status_print(json_t *s)
 {
     json_t *q = json_object_get(s, "quorum");
-    printf("job %s: %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
+    printf("job %s: %s, %" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT
            " groups healthy, %" JSON_INTEGER_FORMAT " ranks per group\n",
            json_string_value(json_object_get(s, "job")),
+           json_string_value(json_object_get(s, "state")),
            json_integer_value(json_object_get(s, "groups_healthy")),
            json_integer_value(json_object_get(s, "groups_known")),
            json_integer_value(json_object_get(s, "ranks_per_group")));

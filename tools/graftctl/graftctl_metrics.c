@@ -67,9 +67,16 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
 
 static void status_metrics(FILE *f, json_t *s)
 {
-    static const char *const healths[] = {"healthy", "recovering", "cannot-serve", "hung", "dead"};
+    static const char *const healths[] = {"healthy", "recovering", "cannot-serve",
+                                          "hung",    "dead",       "finished"};
+    static const char *const states[] = {"running", "degraded", "completed", "failed"};
     size_t i, k;
     json_t *g, *r;
+    const char *state = json_string_value(json_object_get(s, "state"));
+    head(f, "graft_job_state", "gauge", "1 for the job's state, 0 for the others.");
+    for (size_t x = 0; x < sizeof(states) / sizeof(states[0]); x++)
+        fprintf(f, "graft_job_state{state=\"%s\"} %d\n", states[x],
+                state != NULL && strcmp(state, states[x]) == 0);
     head(f, "graft_groups", "gauge", "Groups of the job by health.");
     for (size_t h = 0; h < sizeof(healths) / sizeof(healths[0]); h++) {
         size_t n = 0;
