@@ -13,7 +13,10 @@
  *  - the checkpoint root: only --ckpt-root or a folder under it is listed;
  *    a checkpoint event that names a folder outside it (directly, through
  *    "..", or through a symbolic link) is not listed and is said so, and a
- *    dashboard without --ckpt-root lists nothing the events name.
+ *    dashboard without --ckpt-root lists nothing the events name;
+ *  - job states: members that end cleanly make the job completed and their
+ *    groups finished (none dead) in /metrics and /api/status; a killed
+ *    member's group is dead and the job degraded, then failed.
  */
 #include "test_graftctl_util.h"
 
