@@ -84,6 +84,7 @@ static const field_t fields[] = {
     UINT(stall_timeout_ms, 100, 3600000, "5000"),
     UINT(transfer_timeout_ms, 0, 86400000, "0"),
     UINT(fence_timeout_ms, 10, 3600000, "30000"),
+    UINT(etcd_connect_timeout_ms, 100, 86400000, "10000"),
     {"persist_compression", FIELD_LEVEL, offsetof(graft_config_t, persist_compression), 0, 19,
      "auto", NULL},
     {"persist_file_mode", FIELD_MODE, offsetof(graft_config_t, persist_file_mode), 0, 0, "0600",
@@ -313,6 +314,25 @@ uint64_t graft__config_min_groups(const graft_config_t *c)
     return is_set(c, "min_groups") ? c->min_groups : c->groups;
 }
 
+/* Every comma-separated etcd endpoint is an http:// or https:// URL (the
+ * etcd client refuses others; say so here, where the message reaches the
+ * caller, not only the log). */
+static graft_status_t endpoints_check(const char *list, char **error_p)
+{
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len > 0 && strncmp(p, "http://", 7) != 0 && strncmp(p, "https://", 8) != 0) {
+            error_set(error_p, "config: etcd_endpoints: '%.*s' is not an http(s) URL "
+                               "(write http://%.*s)", (int)len, p, (int)len, p);
+            return GRAFT_EINVAL;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return GRAFT_OK;
+}
+
 graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
 {
     if (c == NULL)
@@ -341,6 +361,8 @@ graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
         error_set(error_p, "config: etcd_endpoints: required");
         return GRAFT_EINVAL;
     }
+    if (endpoints_check(c->etcd_endpoints, error_p) != GRAFT_OK)
+        return GRAFT_EINVAL;
     if ((c->etcd_user == NULL) != (c->etcd_password == NULL)) {
         error_set(error_p, "config: %s: %s", c->etcd_user == NULL ? "etcd_user" : "etcd_password",
                   "etcd_user and etcd_password go together");

@@ -51,6 +51,7 @@ struct graft_config {
     uint64_t fence_timeout_ms;
     uint64_t persist_compression;
     uint64_t persist_file_mode; /* octal, e.g. 0600 (FIELD_MODE) */
+    uint64_t etcd_connect_timeout_ms;
 };
 
 /* Effective min_groups (groups when unset). */

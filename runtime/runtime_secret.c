@@ -213,15 +213,22 @@ graft_status_t graft__rt_secret_load(graft_runtime_t *rt)
     if (allowed != GRAFT_OK)
         return allowed;
     /* A process started while etcd is away (restarting, electing a leader)
-     * waits for it as its first quorum would, up to quorum_timeout_ms,
-     * instead of failing its start. */
-    uint64_t deadline = graft__now_ns() + rt->cfg->quorum_timeout_ms * 1000000ull;
+     * waits for it up to etcd_connect_timeout_ms (at most quorum_timeout_ms)
+     * instead of failing its start; an etcd that is not there at all fails
+     * the start within that bound, naming where it was looked for. */
+    uint64_t wait_ms = GRAFT_MIN(rt->cfg->etcd_connect_timeout_ms, rt->cfg->quorum_timeout_ms);
+    uint64_t deadline = graft__now_ns() + wait_ms * 1000000ull;
     uint64_t backoff = 50000000ull;
     for (;;) {
         graft_status_t st = secret_from_etcd(rt);
-        if ((st != GRAFT_EUNREACHABLE && st != GRAFT_EETCD_TIMEOUT) ||
-            graft__now_ns() + backoff >= deadline)
+        if (st != GRAFT_EUNREACHABLE && st != GRAFT_EETCD_TIMEOUT)
             return st;
+        if (graft__now_ns() + backoff >= deadline) {
+            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "etcd at %s did not answer within %llu ms "
+                        "(etcd_connect_timeout_ms): %s", rt->cfg->etcd_endpoints,
+                        (unsigned long long)wait_ms, graft_status_string(st));
+            return st;
+        }
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "job secret: etcd not answering (%s); asking again in %llu "
                    "ms", graft_status_string(st), (unsigned long long)(backoff / 1000000ull));
         graft__sleep_ns(backoff);

@@ -60,6 +60,29 @@ static void test_defaults_and_roundtrip(void **state)
     graft_config_destroy(NULL);
 }
 
+/* etcdctl's form of an endpoint (no scheme) is refused at validation, the
+ * reason in the message that reaches the caller; the connect bound is a
+ * setting with a default of 10 s. */
+static void test_endpoint_without_scheme(void **state)
+{
+    (void)state;
+    graft_config_t *c = valid_config();
+    char *err = NULL;
+    char *v = NULL;
+    assert_int_equal(graft_config_get(c, "etcd_connect_timeout_ms", &v), GRAFT_OK);
+    assert_string_equal(v, "10000");
+    graft_free(v);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", "http://a:1,127.0.0.1:23791", NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_config_validate(c, &err), GRAFT_EINVAL);
+    assert_non_null(strstr(err, "'127.0.0.1:23791' is not an http(s) URL"));
+    graft_free(err);
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", "https://a:1,http://b:2", NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
+    graft_config_destroy(c);
+}
+
 static void test_bad_values_name_the_field(void **state)
 {
     (void)state;
@@ -246,6 +269,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_roundtrip),
         cmocka_unit_test(test_bad_values_name_the_field),
+        cmocka_unit_test(test_endpoint_without_scheme),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_allocation_failures),

@@ -118,6 +118,7 @@ extern "C" {
  * | fence_timeout_ms    | GRAFT_FENCE_TIMEOUT_MS    | 30000                   |
  * | persist_compression | GRAFT_PERSIST_COMPRESSION | auto (adaptive), 0 (stored), zstd 1..19 |
  * | persist_file_mode   | GRAFT_PERSIST_FILE_MODE   | 0600 (directories 0700) |
+ * | etcd_connect_timeout_ms | GRAFT_ETCD_CONNECT_TIMEOUT_MS | 10000 (at start-up) |
  *
  * transfer_address is where the transfer endpoint listens: an IPv4 address
  * or an interface name (its first IPv4 address), optionally with ":port"
@@ -139,8 +140,13 @@ extern "C" {
  * checkpoint whose MAC is absent or wrong (docs/SECURITY.md, "Checkpoint
  * files").
  *
- * etcd_endpoints is a comma-separated list. In strict mode min_groups must
- * equal groups; in elastic mode it must be in [1, groups].
+ * etcd_endpoints is a comma-separated list of http:// or https:// URLs
+ * (graft_config_validate() refuses "127.0.0.1:2379", saying so). In strict
+ * mode min_groups must equal groups; in elastic mode it must be in
+ * [1, groups]. etcd_connect_timeout_ms bounds how long graft_init() waits
+ * for etcd to answer when it reads the job's secret there (at most
+ * quorum_timeout_ms): past it, graft_init() fails (GRAFT_EUNREACHABLE or
+ * GRAFT_EETCD_TIMEOUT) and the log names the endpoints.
  *
  * The job secret (docs/SECURITY.md) keys the transfer handshake and the
  * steady path's messages; it is not a setting, so no dump of the settings

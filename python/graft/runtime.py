@@ -57,6 +57,14 @@ def _memory(obj):
                      "not %s" % type(obj).__name__)
 
 
+def _setting(cfg, name):
+    """A configuration's setting as text (for error messages)."""
+    out = ffi.new("char **")
+    if lib.graft_config_get(cfg, name.encode(), out) != 0:
+        return "?"
+    return take_string(out)
+
+
 class Runtime:
     """One rank's runtime.
 
@@ -102,7 +110,13 @@ class Runtime:
             if st != 0:
                 raise error_for(st, "graft: " + (take_string(err) or "invalid configuration"))
             rt_p = ffi.new("graft_runtime_t **")
-            check(lib.graft_init(cfg, rt_p), "graft: graft_init failed")
+            self.etcd_endpoints = _setting(cfg, "etcd_endpoints")
+            st = lib.graft_init(cfg, rt_p)
+            if st != 0:
+                raise error_for(st, "graft: graft_init failed (etcd_endpoints %s, "
+                                "etcd_connect_timeout_ms %s)"
+                                % (self.etcd_endpoints,
+                                   _setting(cfg, "etcd_connect_timeout_ms")))
             self._rt = rt_p[0]
         finally:
             lib.graft_config_destroy(cfg)
@@ -182,7 +196,10 @@ class Runtime:
         info = ffi.new("graft_step_info_t *")
         self._info = None
         self.heal_error = None
-        check(lib.graft_quorum(self._h(), info), "graft: quorum failed")
+        st = lib.graft_quorum(self._h(), info)
+        if st in _ETCD_DOWN:
+            raise error_for(st, "graft: quorum failed (etcd_endpoints %s)" % self.etcd_endpoints)
+        check(st, "graft: quorum failed")
         si = StepInfo(info.step, info.quorum_id, bool(info.quorum_changed),
                       info.replica_rank, info.replica_world, bool(info.healing),
                       bool(info.donor), info.n_recipients)
@@ -321,6 +338,8 @@ class Runtime:
 # graft_quorum_blob_publish's "already published" (GRAFT_EEXIST); codes are
 # append-only in common.h's status table.
 _EEXIST = -4
+# GRAFT_EUNREACHABLE and GRAFT_EETCD_TIMEOUT: errors that name the endpoints.
+_ETCD_DOWN = (-500, -501)
 
 
 def version():

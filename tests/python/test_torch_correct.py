@@ -49,20 +49,25 @@ def test_failed_heal_does_not_pollute(spawn, job_env, tmp_path):
     assert "world 2 participating 1 participants 1" in lines0, lines0
 
 
-def test_batchnorm_buffers_are_healed(spawn, tmp_path):
-    """A BatchNorm model: group 1 is killed and restarted; after its heal
-    its running statistics and batch count equal the donor's, and at the
-    end every buffer of every group is identical (issue 23: the parameters
-    matched and the buffers did not)."""
-    steps = 20
-    args = ["--steps", steps, "--delay", 0.05, "--batchnorm"]
+def _kill_and_restart(spawn, tmp_path, *args):
+    """Two groups; group 1 killed at step 8 and restarted; both outputs."""
+    args = list(args) + ["--delay", 0.05]
     ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
     ws[1].wait_step(8)
     ws[1].kill()
     repl = spawn(1, 2, tmp_path / "g1", *args)
     for w in [ws[0], repl]:
         w.finish()
-    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    return [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+
+
+def test_batchnorm_buffers_are_healed(spawn, tmp_path):
+    """A BatchNorm model: group 1 is killed and restarted; after its heal
+    its running statistics and batch count equal the donor's, and at the
+    end every buffer of every group is identical (issue 23: the parameters
+    matched and the buffers did not)."""
+    steps = 20
+    outs = _kill_and_restart(spawn, tmp_path, "--steps", steps, "--batchnorm")
     assert outs[1]["start"] == "peer" and outs[1]["metrics"]["recoveries"] >= 1
     names = [n for n, _ in outs[0]["buffers"]]
     assert names == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
@@ -77,17 +82,60 @@ def test_excluded_buffer_is_not_state(spawn, tmp_path):
     """exclude_buffers leaves a buffer out: the replacement keeps its own
     batch count (it counts only its own forwards), the rest is healed."""
     steps = 16
-    args = ["--steps", steps, "--delay", 0.05, "--batchnorm",
-            "--exclude-buffers", "num_batches_tracked"]
-    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
-    ws[1].wait_step(8)
-    ws[1].kill()
-    repl = spawn(1, 2, tmp_path / "g1", *args)
-    for w in [ws[0], repl]:
-        w.finish()
-    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    outs = _kill_and_restart(spawn, tmp_path, "--steps", steps, "--batchnorm",
+                             "--exclude-buffers", "num_batches_tracked")
     assert outs[1]["start"] == "peer"
     b0, b1 = dict(outs[0]["buffers"]), dict(outs[1]["buffers"])
     assert b0["1.running_mean"].tobytes() == b1["1.running_mean"].tobytes()
     assert int(b0["1.num_batches_tracked"]) == steps
     assert int(b1["1.num_batches_tracked"]) < steps
+
+
+def test_unreachable_etcd_fails_fast(monkeypatch):
+    """Nothing listens on the endpoint: Runtime() fails within
+    etcd_connect_timeout_ms (here 2 s, not quorum_timeout_ms's 300 s), and
+    the exception names the endpoint."""
+    import socket
+    import time
+
+    import pytest
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = "http://127.0.0.1:%d" % port
+    # Without a secret from the environment, graft_init reads it in etcd.
+    monkeypatch.delenv("GRAFT_JOB_SECRET", raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(graft.JobError) as e:
+        graft.Runtime(env=False, job="dead-etcd", group=0, groups=1, etcd_endpoints=url,
+                      etcd_connect_timeout_ms=2000)
+    took = time.monotonic() - t0
+    assert 1.5 < took < 8, took
+    assert url in str(e.value) and "EUNREACHABLE" in str(e.value), str(e.value)
+    # With a secret given, graft_init does not ask etcd; the first quorum
+    # fails at once, naming the endpoint too.
+    monkeypatch.setenv("GRAFT_JOB_SECRET", "0123456789abcdef0123")
+    rt = graft.Runtime(env=False, job="dead-etcd", group=0, groups=1, etcd_endpoints=url,
+                       quorum_timeout_ms=20000)
+    try:
+        rt.register("w", np.zeros(4))
+        t0 = time.monotonic()
+        with pytest.raises(graft.JobError) as e:
+            rt.quorum()
+        assert time.monotonic() - t0 < 8
+        assert url in str(e.value), str(e.value)
+    finally:
+        rt.close()
+
+
+def test_endpoint_without_scheme_is_refused_with_the_reason():
+    """etcdctl's form 127.0.0.1:23791 is refused, the reason in the text."""
+    import pytest
+
+    with pytest.raises(graft.UsageError) as e:
+        graft.Runtime(env=False, job="j", group=0, groups=1,
+                      etcd_endpoints="http://127.0.0.1:2379,127.0.0.1:23791")
+    msg = str(e.value)
+    assert "'127.0.0.1:23791' is not an http(s) URL" in msg, msg
+    assert "http://127.0.0.1:23791" in msg, msg
