@@ -79,6 +79,7 @@ class Runtime:
         self._rt = ffi.NULL
         self._regions = {}       # name -> the object whose memory is the region
         self._names = []         # keeps the C strings alive
+        self.region_table = []   # (name, kind, dtype, bytes) in registration order
         self._events = queue.Queue()
         self._event_fn = None
         self._event_lock = threading.Lock()
@@ -183,6 +184,7 @@ class Runtime:
         check(lib.graft_region_register(rt, reg), "graft: cannot register region %r" % name)
         self._regions[name] = owner
         self._names.append(cname)
+        self.region_table.append((name, int(reg.kind), int(reg.dtype), int(nbytes)))
 
     @property
     def regions(self):

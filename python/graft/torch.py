@@ -20,6 +20,27 @@ import torch
 from graft.errors import Error, GroupError, PeerError, UsageError
 
 
+class LayoutMismatch(UsageError):
+    """This group's region table (names, kinds, dtypes, sizes) differs from
+    the other groups': a different model, optimizer or object_bytes. Raised
+    by GradientAverager when it first reduces with them, naming the first
+    differing region on both sides, instead of a crash inside gloo."""
+
+
+def _layout_diff(mine, theirs, me, them):
+    """The first difference between two region tables, as a sentence."""
+    for i in range(max(len(mine), len(theirs))):
+        a = mine[i] if i < len(mine) else None
+        b = theirs[i] if i < len(theirs) else None
+        if a != b:
+            def say(r):
+                return ("no region" if r is None else
+                        "region %r (kind %d, dtype %d, %d bytes)" % tuple(r))
+            return ("region %d: %s in this group (%s), %s in %s"
+                    % (i, say(a), me, say(b), them))
+    return None
+
+
 class HealFailed(GroupError):
     """This group failed to heal max_failed_heals times in a row: it cannot
     take part in the job (the last heal's error is in ``cause``, its text in
@@ -30,7 +51,7 @@ class HealFailed(GroupError):
         self.cause = cause
 from graft.state import ObjectState
 
-__all__ = ["BufferState", "HealFailed", "Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
+__all__ = ["BufferState", "HealFailed", "LayoutMismatch", "Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
 
 
 def materialize_state(optim):
@@ -324,12 +345,15 @@ class GradientAverager:
     not called), failed its heal, or does not hold the quorum's step
     (``runtime.participating`` false) contributes zeros, and the sum is
     divided by the number of participants, not the world size (torchft's
-    num_participants()). A non-participant receives the participants'
-    average; its commit says no when its heal failed or it is at another
+    num_participants()). A member whose region table differs from the
+    first participant's raises LayoutMismatch when the process group is
+    built (strict_layout=False: only a warning). A non-participant receives
+    the participants' average; its commit says no when its heal failed or it is at another
     step, so no group commits a step computed from wrong state.
     """
 
-    def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0, backend="gloo"):
+    def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0, backend="gloo",
+                 strict_layout=True):
         import datetime
 
         import torch.distributed as dist
@@ -354,6 +378,11 @@ class GradientAverager:
         self.last_error = None
         self.participating = True   # of the last average()
         self.participants = 0       # of the last average()
+        # False: a member whose region table differs is only warned about
+        # (it stays a non-participant while its heals fail); every member
+        # still exchanges its table.
+        self.strict_layout = strict_layout
+        self.layout_error = None
 
     def _rebuild(self):
         import socket
@@ -407,6 +436,41 @@ class GradientAverager:
         else:
             self.pg = dist.ProcessGroupGloo(store, rank, world, self.timeout)
         self.rebuilds += 1
+        self._check_layout()
+
+    def _check_layout(self):
+        """Every member's region table against the first participant's;
+        raises LayoutMismatch in a member whose table differs."""
+        import json
+
+        rt = self.runtime
+        world, me = rt.replica_world, rt.replica_rank
+        if world == 1:
+            return
+        data = json.dumps(rt.region_table).encode()
+        head = torch.tensor([len(data), int(bool(rt.participating))], dtype=torch.int64)
+        heads = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+        self.pg.allgather([heads], [head]).wait(self.timeout)
+        size = max(int(h[0]) for h in heads)
+        buf = torch.zeros(size, dtype=torch.uint8)
+        buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+        outs = [torch.empty(size, dtype=torch.uint8) for _ in range(world)]
+        self.pg.allgather([outs], [buf]).wait(self.timeout)
+        tables = [[list(r) for r in json.loads(bytes(o[:int(h[0])].tolist()).decode())]
+                  for o, h in zip(outs, heads)]
+        ref = next((i for i, h in enumerate(heads) if int(h[1]) == 1), 0)
+        diff = _layout_diff(tables[me], tables[ref], "replica rank %d" % me,
+                            "replica rank %d" % ref)
+        if diff is not None:
+            self.layout_error = diff
+            if not self.strict_layout:
+                import warnings
+
+                warnings.warn("graft: region tables differ: " + diff)
+                return
+            raise LayoutMismatch(-1, "graft: this group's state does not match the "
+                                 "job's (a different model, optimizer or object_bytes): "
+                                 + diff)
 
     def all_gather(self, tensor):
         """Every member's copy of tensor (same shape on all), by replica rank:
@@ -419,6 +483,8 @@ class GradientAverager:
             out = [torch.empty_like(tensor) for _ in range(world)]
             self.pg.allgather([out], [tensor.contiguous()]).wait(self.timeout)
             return out
+        except LayoutMismatch:
+            raise
         except Exception as e:
             self._failed(e)
             return None
@@ -462,6 +528,8 @@ class GradientAverager:
                     g.copy_(flat[off:off + n].view_as(g))
                     off += n
             return True
+        except LayoutMismatch:
+            raise
         except Exception as e:  # a failed or timed-out collective
             self._failed(e)
             return False

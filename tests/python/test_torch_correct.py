@@ -21,7 +21,10 @@ def test_failed_heal_does_not_pollute(spawn, job_env, tmp_path):
     all-reduce, as a non-participant: it contributes zeros and the sum is
     divided by the participants. Group 0 ends bit-identical to a run of its
     own (same losses, parameters, optimizer state); group 1 gives up after
-    max_failed_heals heals with an error naming the heal's failure."""
+    max_failed_heals heals with an error naming the heal's failure. (The
+    averager's layout check would stop group 1 at its first reduction, see
+    test_model_mismatch_is_a_clear_error; it is only a warning here, so
+    group 1 stands for any group whose heal fails.)"""
     steps = 24
     env = {"GRAFT_MODE": "elastic", "GRAFT_MIN_GROUPS": "1"}
     ref_env = dict(env, GRAFT_JOB=job_env["GRAFT_JOB"] + "-ref")
@@ -30,7 +33,8 @@ def test_failed_heal_does_not_pollute(spawn, job_env, tmp_path):
     g0 = spawn(0, 2, tmp_path / "g0", "--steps", steps, "--average", "--delay", 0.3, env=env)
     g0.wait_step(2)
     g1 = spawn(1, 2, tmp_path / "g1", "--steps", steps, "--average", "--delay", 0.3,
-               "--object-bytes", 1 << 19, "--max-failed-heals", 3, env=env)
+               "--object-bytes", 1 << 19, "--max-failed-heals", 3, "--no-strict-layout",
+               env=env)
     out1, _ = g1.proc.communicate(timeout=120)
     assert g1.proc.returncode != 0, out1
     assert "HealFailed" in out1 and "failed to heal 3 times in a row" in out1, out1
@@ -139,3 +143,25 @@ def test_endpoint_without_scheme_is_refused_with_the_reason():
     msg = str(e.value)
     assert "'127.0.0.1:23791' is not an http(s) URL" in msg, msg
     assert "http://127.0.0.1:23791" in msg, msg
+
+
+def test_model_mismatch_is_a_clear_error(spawn, job_env, tmp_path):
+    """Issue 23's model mismatch: group 1's hidden layer is 32 wide, group
+    0's 16. Instead of a crash inside gloo (preamble length) or a layout
+    warning at every step, group 1 raises LayoutMismatch at its first
+    reduction, naming the first differing region on both sides; group 0
+    trains on to the end."""
+    steps = 16
+    env = {"GRAFT_MODE": "elastic", "GRAFT_MIN_GROUPS": "1"}
+    g0 = spawn(0, 2, tmp_path / "g0", "--steps", steps, "--average", "--delay", 0.2, env=env)
+    g0.wait_step(2)
+    g1 = spawn(1, 2, tmp_path / "g1", "--steps", steps, "--average", "--hidden", 32, env=env)
+    out1, _ = g1.proc.communicate(timeout=120)
+    assert g1.proc.returncode == 1, out1  # a Python exception, not an abort in gloo
+    assert "LayoutMismatch" in out1, out1
+    assert ("region 0: region 'param.0.0' (kind 1, dtype 1, 1024 bytes) in this group "
+            "(replica rank 1), region 'param.0.0' (kind 1, dtype 1, 512 bytes) in replica "
+            "rank 0") in out1, out1
+    assert "preamble" not in out1
+    g0.finish()
+    assert _load(tmp_path / "g0")["step"] == steps

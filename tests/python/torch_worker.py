@@ -35,6 +35,10 @@ def main():
                          "layout its heals cannot pass)")
     ap.add_argument("--max-failed-heals", type=int, default=None,
                     help="graft.torch.Optimizer's max_failed_heals")
+    ap.add_argument("--no-strict-layout", action="store_true",
+                    help="GradientAverager(strict_layout=False): a differing region table "
+                         "is only a warning")
+    ap.add_argument("--hidden", type=int, default=16, help="the hidden layer's width")
     ap.add_argument("--batchnorm", action="store_true",
                     help="a BatchNorm1d after the first layer; its buffers are state")
     ap.add_argument("--exclude-buffers", default="",
@@ -54,9 +58,10 @@ def main():
     torch.manual_seed(a.seed + group)
     np.random.seed(a.seed + group)
     random.seed(a.seed + group)
-    layers = [torch.nn.Linear(8, 16)] + ([torch.nn.BatchNorm1d(16)] if a.batchnorm else [])
+    layers = [torch.nn.Linear(8, a.hidden)] + ([torch.nn.BatchNorm1d(a.hidden)]
+                                               if a.batchnorm else [])
     model = torch.nn.Sequential(*layers, torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                torch.nn.Linear(16, 1)).to(a.device)
+                                torch.nn.Linear(a.hidden, 1)).to(a.device)
     adam = torch.optim.Adam(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(adam, step_size=5, gamma=0.9)
 
@@ -69,7 +74,9 @@ def main():
         modules=model if a.batchnorm else None,
         exclude_buffers=[n for n in a.exclude_buffers.split(",") if n],
         **({} if a.max_failed_heals is None else {"max_failed_heals": a.max_failed_heals}))
-    avg = graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend) if a.average else None
+    avg = (graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend,
+                                        strict_layout=not a.no_strict_layout)
+           if a.average else None)
     skipped = 0
     losses = []  # (step, loss) of every applied step
     while rt.step < a.steps:
