@@ -179,6 +179,18 @@ static void lost_donors(const graft_runtime_t *rt, char *buf, size_t len)
     }
 }
 
+/* Whether every donor of a pull refused this rank's region table: such a
+ * heal can never succeed, and says so (GRAFT_ELAYOUT), not "no donor". */
+static bool every_donor_refused_layout(const graft_transfer_report_t *rep)
+{
+    if (rep->n_donors == 0)
+        return false;
+    for (size_t i = 0; i < rep->n_donors; i++)
+        if (rep->donors[i].status != GRAFT_ELAYOUT)
+            return false;
+    return true;
+}
+
 graft_status_t graft_heal_wait(graft_runtime_t *rt)
 {
     if (rt == NULL)
@@ -199,6 +211,8 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
                  rt->nccl_donor, graft_status_string(rt->nccl_status));
     }
     free_donors(rt);
+    if (st == GRAFT_ENODONOR && every_donor_refused_layout(rep))
+        st = GRAFT_ELAYOUT;
     graft__rt_relay_abandon(rt); /* a no-op unless this relay's serve did not begin */
     if (st == GRAFT_OK)
         graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */

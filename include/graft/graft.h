@@ -376,7 +376,8 @@ GRAFT_WUR graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *in
  * @param [in] rt  the runtime.
  * @return GRAFT_OK (the regions hold the quorum's step, verified; except,
  *         in the test build, under the switch GRAFT_TEST_SKIP_REGION, the named
- *         region, which is left as it was); the pull's error (GRAFT_ENODONOR, GRAFT_EDRIFT, GRAFT_ETIMEOUT, ...):
+ *         region, which is left as it was); the pull's error (GRAFT_ENODONOR, GRAFT_EDRIFT, GRAFT_ETIMEOUT,
+ *         GRAFT_ELAYOUT when every donor refused this rank's region table, ...):
  *         the regions' contents are undefined, graft_commit() will vote no
  *         and the group heals again at the next quorum.
  */

@@ -501,13 +501,15 @@ class GradientAverager:
         grads = [p.grad for p in parameters if p.grad is not None]
         part = bool(self.runtime.participating)
         self.participating = part
+        if self.runtime.replica_world == 1:
+            # Nothing to reduce: no process group (and no port to bind).
+            self.participants = int(part)
+            return True
         try:
             if self.runtime.quorum_id != self._qid or self.pg is None:
                 self._rebuild()
             world = self.runtime.replica_world
-            if world == 1:
-                self.participants = int(part)
-            if world > 1 and grads:
+            if grads:
                 # One flat buffer in a fixed order: the same reduction in
                 # every group, every step. Its last element counts the
                 # participants (a small integer: exact in any float type).

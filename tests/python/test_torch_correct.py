@@ -38,6 +38,7 @@ def test_failed_heal_does_not_pollute(spawn, job_env, tmp_path):
     out1, _ = g1.proc.communicate(timeout=120)
     assert g1.proc.returncode != 0, out1
     assert "HealFailed" in out1 and "failed to heal 3 times in a row" in out1, out1
+    assert "GRAFT_ELAYOUT" in out1.splitlines()[-1], out1  # the reason, in the exception
     # It did take part in the collective while it could not heal.
     assert "participating 0" in out1, out1
     g0.finish()
