@@ -508,7 +508,6 @@ class GradientAverager:
         try:
             if self.runtime.quorum_id != self._qid or self.pg is None:
                 self._rebuild()
-            world = self.runtime.replica_world
             if grads:
                 # One flat buffer in a fixed order: the same reduction in
                 # every group, every step. Its last element counts the
