@@ -29,6 +29,13 @@
  *   --step-delay-ms MS    sleep MS per step (simulated compute)
  *   --blob-mib N          add an N MiB blob region to the state
  *   --die-when-serving MS SIGKILL this process MS ms after it starts serving
+ *   --serve-before-end    do not commit the last step before this rank has
+ *                         served once: until a quorum makes it a donor, vote
+ *                         no at the last step (graft_commit_veto) and retry,
+ *                         so a group late to join still finds this one
+ *                         serving (with --die-when-serving: a donor that is
+ *                         sure to die serving, however slowly the other
+ *                         group starts)
  *   --die-at-step N       SIGKILL this process when step N starts, once the
  *                         persistent checkpoint it last started is durable
  *   --die-before-vote N   SIGKILL this process once step N's quorum returned,
@@ -255,7 +262,7 @@ typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
     uint64_t corrupt_at, die_before_vote, vote_delay_at, vote_delay_ms;
     const char *hash_out, *hash_log, *role_log;
-    bool no_graft, die_when_serving;
+    bool no_graft, die_when_serving, serve_before_end;
 } opts_t;
 
 static int parse_u64(const char *flag, const char *v, uint64_t *out)
@@ -283,6 +290,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
         uint64_t *num = NULL;
         if (strcmp(a, "--no-graft") == 0) {
             o->no_graft = true;
+            continue;
+        } else if (strcmp(a, "--serve-before-end") == 0) {
+            o->serve_before_end = true;
             continue;
         } else if (strcmp(a, "--state-hash-out") == 0 || strcmp(a, "--hash-log") == 0 ||
                    strcmp(a, "--role-log") == 0) {
@@ -528,6 +538,7 @@ int main(int argc, char **argv)
             graft_log_level_set(GRAFT_LOG_DEBUG);
     }
 
+    bool served = false;
     while (graft_step(rt) < o.steps || graft_start_kind(rt) == GRAFT_START_UNDECIDED) {
         graft_step_info_t info;
         bool apply = false;
@@ -561,6 +572,10 @@ int main(int argc, char **argv)
             sleep_ms(o.die_when_serving_ms);
             raise(SIGKILL);
         }
+        served = served || info.donor;
+        if (o.serve_before_end && !served && info.step + 1 == o.steps &&
+            graft_commit_veto(rt) != GRAFT_OK)
+            fprintf(stderr, "train_mlp: graft_commit_veto failed\n");
         st = graft_heal_wait(rt);
         uint64_t rng = s.rng;
         if (st == GRAFT_OK)

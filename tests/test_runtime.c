@@ -435,6 +435,28 @@ static uint64_t read_restores(const proc_t *p)
 #define LOST_STEPS 16
 #define LOST_BLOB_MIB 8
 
+/* Wait until the last line of @p's hash log is of step @step. */
+static void wait_log_step(const proc_t *p, uint64_t step, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    for (;;) {
+        char line[128], last[128] = "";
+        uint64_t got = 0;
+        FILE *f = fopen(p->log, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+            memcpy(last, line, sizeof(last));
+        if (f != NULL)
+            fclose(f);
+        if (sscanf(last, "%" SCNu64, &got) == 1 && got == step)
+            return;
+        if (now_s() > end) {
+            print_err_tail(p);
+            fail_msg("%s never logged step %" PRIu64 " (last line: %s)", p->log, step, last);
+        }
+        usleep(10000);
+    }
+}
+
 /* Elastic job of groups 0 and 1 (2 ranks each); group 1 kills itself as
  * soon as it serves. Rank 0 of group 0 is killed and replaced: group 0
  * becomes a recipient, its only donor dies during the heal, and no
@@ -443,8 +465,12 @@ static uint64_t read_restores(const proc_t *p)
 static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
 {
     const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8", NULL};
+    /* --serve-before-end: group 1 holds at its last step until it serves.
+     * Without it, where the replacement is slow to start (one core under
+     * AddressSanitizer), group 1 finished all 16 steps before the
+     * replacement joined, never served, and exited 0. */
     const char *dying[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8",
-                           "--die-when-serving", "0", NULL};
+                           "--die-when-serving", "0", "--serve-before-end", NULL};
     j->extra_env[0] = "GRAFT_MODE=elastic";
     j->extra_env[1] = "GRAFT_MIN_GROUPS=1";
     j->extra_env[2] = "GRAFT_TRANSFER_CHUNK_BYTES=65536";
@@ -462,9 +488,12 @@ static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
     wait_log(d0, 1, 60);
     wait_log(victim, 5, 60);
     kill_proc(victim);
-    /* Group 1 goes on alone (elastic), past group 0's step. */
-    int before = log_lines(d0->log);
-    wait_log(d0, before + 2, 60);
+    /* Group 1 goes on alone (elastic), past group 0's step, up to its
+     * last step, where it holds (--serve-before-end). Its hash log's last
+     * line is then step 15 (not "two more commits": on one core under
+     * AddressSanitizer group 1 could be that close to its hold when the
+     * victim died). */
+    wait_log_step(d0, LOST_STEPS - 1, 60);
     proc_t *repl = spawn(j, 0, 0, flags);
     wait_proc(d0, 60);
     wait_proc(d1, 60);
