@@ -35,9 +35,12 @@
 #define AUTH_DEADLINE_NS (2000ull * 1000000ull)
 /* When all are taken, the oldest makes room only if it is at least this
  * old (a recipient authenticates within a round trip); otherwise the new
- * connection is refused, which costs no worker. */
+ * connection is refused: told to come back (REFUSE_RETRY_MS), never
+ * challenged, and closed REFUSE_HOLD_NS later. */
 #define UNAUTH_EVICT_NS (250ull * 1000000ull)
 #define REFUSE_HOLD_NS (250ull * 1000000ull)
+/* What a refused connection is told: connect again after about this. */
+#define REFUSE_RETRY_MS 50u
 /* The donor's progress thread calls ucp_worker_progress() at most this
  * many times in a row before it serves what came in. */
 #define PROGRESS_BATCH 64u

@@ -334,10 +334,13 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
     }
     for (size_t i = 0; i < p->n_donors; i++) {
         pdonor_t *d = &p->donors[i];
-        if (d->err_flag && d->state != D_FAILED)
+        if (d->err_flag && d->state != D_FAILED && !graft__ucx_donor_turned_away(p, d, now))
             graft__ucx_donor_fail(p, d, graft__ucx_status(d->err_status) == GRAFT_ETRANSPORT
                                  ? GRAFT_EPEER
                                  : graft__ucx_status(d->err_status));
+        graft_status_t rst = graft__ucx_donor_reconnect(p, d, now);
+        if (rst != GRAFT_OK)
+            graft__ucx_donor_fail(p, d, rst);
         if (d->state == D_CONNECTING && now > d->connect_deadline)
             graft__ucx_donor_fail(p, d, d->refused != GRAFT_OK ? d->refused : GRAFT_EPEER_TIMEOUT);
         if (d->state == D_READY && (d->inflight > 0 || (!d->final && !p->o->skip_verify)) &&

@@ -12,6 +12,11 @@
 
 #include <assert.h>
 
+/* A donor that turned a connection away is asked again after this, then
+ * twice as long each time up to the most (with jitter: half to all). */
+#define RECONNECT_FIRST_NS (20ull * 1000000ull)
+#define RECONNECT_MAX_NS (400ull * 1000000ull)
+
 enum { CH_PENDING, CH_INFLIGHT, CH_FETCHED, CH_DONE };
 enum { D_CONNECTING, D_READY, D_FAILED };
 
@@ -56,6 +61,10 @@ typedef struct pdonor {
     uint64_t queued_since_ns;
     void *close_req;
     bool close_when_drained;
+    /* Turned away before a challenge: connect again then, after this
+     * back-off (graft__ucx_donor_reconnect). */
+    uint64_t reconnect_at_ns;
+    uint64_t reconnect_ns;
 } pdonor_t;
 
 typedef struct pslot {
@@ -131,6 +140,13 @@ bool graft__ucx_range_mapped(const uint8_t *lp, uint64_t len);
 /* ucx_pull_donors.c: each donor. */
 /* Connect to donor @p d; the request goes once its challenge came. */
 GRAFT_WUR graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d);
+/* A donor that closed the connection before its challenge turned it away
+ * (all its places for connections not yet authenticated were taken):
+ * close ours and connect again after a jittered back-off, within the
+ * connect deadline. False: not such a case, or no time left. */
+bool graft__ucx_donor_turned_away(pull_t *p, pdonor_t *d, uint64_t now);
+/* Connect again to a donor turned away, when its back-off is over. */
+GRAFT_WUR graft_status_t graft__ucx_donor_reconnect(pull_t *p, pdonor_t *d, uint64_t now);
 /* Give up on @p d for @p why: its chunks go back to the queue. */
 void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why);
 /* Close a donor's connection by force (ucx_pull_donors.c says how). */

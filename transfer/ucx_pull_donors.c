@@ -319,6 +319,38 @@ void graft__ucx_donors_retry(pull_t *p)
     }
 }
 
+/* Close the connection to donor @p d and connect again after a jittered
+ * back-off of at least @p at_least_ns, if the connect deadline allows. */
+static bool donor_retry_later(pull_t *p, pdonor_t *d, uint64_t now, uint64_t at_least_ns,
+                              bool force)
+{
+    d->reconnect_ns = d->reconnect_ns == 0 ? RECONNECT_FIRST_NS
+                                           : GRAFT_MIN(2 * d->reconnect_ns, RECONNECT_MAX_NS);
+    uint64_t wait = GRAFT_MAX(d->reconnect_ns, at_least_ns), jitter = 0;
+    if (graft__random_bytes(&jitter, sizeof(jitter)) != GRAFT_OK)
+        jitter = now; /* any spread will do */
+    wait = wait / 2 + jitter % (wait / 2 + 1);
+    if (now + wait >= d->connect_deadline)
+        return false;
+    if (d->close_req != NULL)
+        ucp_request_free(d->close_req);
+    d->close_req = NULL;
+    graft__ucx_ep_close_start(p, d, force);
+    d->err_flag = false;
+    d->reconnect_at_ns = now + wait;
+    GRAFT_INFO(GRAFT_MOD_TRANSFER, "donor %u (%s) turned the connection away: again in %llu ms",
+               d->index, p->o->donors[d->index], (unsigned long long)(wait / 1000000ull));
+    return true;
+}
+
+bool graft__ucx_donor_turned_away(pull_t *p, pdonor_t *d, uint64_t now)
+{
+    if (d->state != D_CONNECTING || d->challenged || d->uep == NULL ||
+        d->err_status != UCS_ERR_CONNECTION_RESET)
+        return false;
+    return donor_retry_later(p, d, now, 0, true);
+}
+
 /* The donor's challenge: remember its nonce and send the request, whose
  * MAC covers it. A second challenge on the connection is a protocol error. */
 static void handle_challenge(pull_t *p, pdonor_t *d, ucx_msg_t *msg)
@@ -333,7 +365,15 @@ static void handle_challenge(pull_t *p, pdonor_t *d, ucx_msg_t *msg)
             p->status = GRAFT_ENOMEM;
         return;
     }
-    if (ch == NULL || ch->version != GRAFT__XFER_WIRE_VERSION ||
+    if (ch != NULL && ch->version == GRAFT__XFER_WIRE_VERSION && ch->nonce.len == 0 &&
+        ch->busy_retry_ms > 0 && !d->challenged) {
+        /* Turned away: the donor's places for new connections are taken. */
+        uint64_t at_least = (uint64_t)GRAFT_MIN(ch->busy_retry_ms, 1000u) * 1000000ull;
+        if (donor_retry_later(p, d, graft__now_ns(), at_least, false))
+            st = GRAFT_OK;
+        else
+            st = GRAFT_EBUSY;
+    } else if (ch == NULL || ch->version != GRAFT__XFER_WIRE_VERSION ||
         ch->nonce.len != GRAFT_NONCE_BYTES || d->challenged) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) sent a malformed or second challenge",
                    d->index, p->o->donors[d->index]);
@@ -606,6 +646,15 @@ graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d)
     }
     /* The request waits for the donor's challenge (handle_challenge). */
     return graft__random_bytes(d->nonce, sizeof(d->nonce));
+}
+
+graft_status_t graft__ucx_donor_reconnect(pull_t *p, pdonor_t *d, uint64_t now)
+{
+    if (d->state != D_CONNECTING || d->uep != NULL || d->reconnect_at_ns == 0 ||
+        now < d->reconnect_at_ns)
+        return GRAFT_OK;
+    d->reconnect_at_ns = 0;
+    return graft__ucx_donor_connect(p, d);
 }
 
 /* Ask the donor for the pull's step (again, after a step refusal). */

@@ -7,6 +7,8 @@
  */
 #include "ucx_int.h"
 
+#include "proto/graft.pb-c.h"
+
 #include <string.h>
 
 /* Strangers turned away (closed at the deadline, or to make room): one
@@ -57,6 +59,13 @@ void graft__ucx_conn_refuse(graft__transport_state_t *t, ucp_conn_request_h req)
     if (ucp_ep_create(t->worker, &prm, &uep) == UCS_OK) {
         t->refused_ns[t->n_refused] = graft__now_ns();
         t->refused[t->n_refused++] = uep;
+        /* A recipient turned away comes back soon (a place frees within
+         * UNAUTH_EVICT_NS); a stranger learns nothing. */
+        Graft__TransferChallenge busy = GRAFT__TRANSFER_CHALLENGE__INIT;
+        busy.version = GRAFT__XFER_WIRE_VERSION;
+        busy.busy_retry_ms = REFUSE_RETRY_MS;
+        if (graft__ucx_am_send(uep, GRAFT__XFER_AM_CHALLENGE, 0, &busy.base, false) != GRAFT_OK)
+            GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "could not tell a refused connection to come back");
     }
 }
 
