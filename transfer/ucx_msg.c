@@ -184,8 +184,11 @@ graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *ad
             ucp_worker_progress(s->worker);
         if (us == UCS_INPROGRESS) {
             /* A forced close completes the send (with an error), after
-             * which UCX no longer reads the caller's buffer. */
+             * which UCX no longer reads the caller's buffer; peer_close
+             * forces only a failed connection (a graceful one would leave
+             * the send queued, reading the caller's buffer later). */
             st = GRAFT_EPEER_TIMEOUT;
+            p->failed = true;
             peer_drop(s, p);
             p = NULL;
         } else if (us != UCS_OK) {
