@@ -22,6 +22,9 @@ export CMOCKA_MESSAGE_OUTPUT=TAP
 # use every other interface of the machine (and fail when one comes or goes
 # while a test runs). Tests that build their own namespaces set their own.
 export UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}"
+# UCX prints its warnings on stdout unless told otherwise, in the middle
+# of the lines that trainers print there and tests read ("final step ...").
+export UCX_LOG_FILE="${UCX_LOG_FILE:-stderr}"
 # UCX's malloc/mmap hooks fight the sanitizers' interceptors.
 if [ "${SAN:-0}" = 1 ]; then
     export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
