@@ -77,6 +77,9 @@ size_t graft__mac_put_u64(uint8_t *buf, size_t at, uint64_t v);
 uint64_t graft__now_ns(void);      /* CLOCK_MONOTONIC */
 uint64_t graft__wall_ns(void);     /* CLOCK_REALTIME */
 void graft__sleep_ns(uint64_t ns);
+/* A back-off with jitter: uniform in [ns/2, ns], so that processes that
+ * failed together do not come back together (not for cryptography). */
+uint64_t graft__jitter_ns(uint64_t ns);
 
 /* Growable byte buffer; data is always NUL-terminated for convenience. */
 typedef struct graft_buf {

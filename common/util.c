@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t graft__now_ns(void)
 {
@@ -25,6 +26,21 @@ void graft__sleep_ns(uint64_t ns)
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+uint64_t graft__jitter_ns(uint64_t ns)
+{
+    /* xorshift64*, one state per thread, seeded from the clock and the
+     * state's address (which differs between threads and processes). */
+    static _Thread_local uint64_t x;
+    if (x == 0)
+        x = (graft__now_ns() ^ (uint64_t)(uintptr_t)&x ^ ((uint64_t)getpid() << 32)) | 1u;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    uint64_t r = x * 0x2545F4914F6CDD1Dull;
+    uint64_t half = ns / 2;
+    return half + (ns - half == 0 ? 0 : r % (ns - half + 1));
 }
 
 void graft__buf_init(graft_buf_t *b)

@@ -26,6 +26,22 @@
  * server that never sends a newline cannot grow memory without bound. */
 #define GRAFT_ETCD_MAX_WATCH_LINE (16u * 1024u * 1024u)
 
+/* What clients sharing a process's view of etcd share (share_load):
+ * whether etcd is slow and the counters. Reference counted. */
+typedef struct graft__etcd_load {
+    atomic_uint refs;
+    atomic_uint_fast64_t slow_since_ns; /* 0: answering in time */
+    atomic_uint_fast64_t requests, retries, shed, failures, slow_periods;
+} graft__etcd_load_t;
+
+/* Tokens of a client while etcd is slow (its share of the budget). */
+typedef struct graft__etcd_bucket {
+    double tokens;
+    uint64_t last_ns;
+    double rate_per_s;
+    double burst;
+} graft__etcd_bucket_t;
+
 struct graft_etcd {
     char **endpoints;
     size_t n_endpoints;
@@ -54,6 +70,9 @@ struct graft_etcd {
     pthread_mutex_t auth_lock;
     /* Bytes of the answers to requests (watch streams apart). */
     atomic_uint_fast64_t bytes_read;
+    graft_etcd_priority_t priority;
+    graft__etcd_load_t *load;   /* shared; never NULL */
+    graft__etcd_bucket_t bucket; /* under lock */
 };
 
 /* ---- etcd_client.c ------------------------------------------------------ */
@@ -75,6 +94,13 @@ graft_status_t graft__etcd_curl_status(CURLcode rc);
 
 /* True for curl failures that mean "try another endpoint / retry". */
 bool graft__etcd_curl_retryable(CURLcode rc);
+
+/* The retry budget (etcd_client.c). admit: may a request (a retry when
+ * retry) be sent now? Counts it as sent or shed. done: what became of a
+ * sent one (answered: an HTTP answer other than "no leader"; took_ns: how
+ * long it took). */
+bool graft__etcd_load_admit(graft_etcd_t *etcd, bool retry);
+void graft__etcd_load_done(graft_etcd_t *etcd, bool answered, uint64_t took_ns);
 
 /* Endpoint index to try first, and record the one that answered. */
 size_t graft__etcd_endpoint_first(graft_etcd_t *etcd);

@@ -250,6 +250,9 @@ static graft_status_t connect_stream(graft_etcd_watch_t *w)
     curl_easy_setopt(w->easy, CURLOPT_WRITEDATA, w);
     if (curl_multi_add_handle(w->multi, w->easy) != CURLM_OK)
         goto err_conn;
+    /* Counted, not paced: a watch is what tells the view that etcd is
+     * back, and it is re-opened with its own back-off. */
+    atomic_fetch_add(&w->etcd->load->requests, 1);
     w->last_data_ns = graft__now_ns();
     GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd watch %s: streaming from %s at revision %lld", w->prefix,
                 w->url, (long long)w->next_rev);
@@ -285,7 +288,7 @@ static void stream_done(graft_etcd_watch_t *w, CURLcode rc)
          * cannot read is retried with backoff, not in a tight loop. */
         uint32_t b = w->backoff_ms ? w->backoff_ms * 2 : w->etcd->retry_backoff_ms;
         w->backoff_ms = GRAFT_MIN(b, WATCH_MAX_BACKOFF_MS);
-        w->reconnect_at_ns = graft__now_ns() + (uint64_t)w->backoff_ms * 1000000ull;
+        w->reconnect_at_ns = graft__now_ns() + graft__jitter_ns((uint64_t)w->backoff_ms * 1000000ull);
         return;
     }
     if (was_created) {
@@ -313,7 +316,7 @@ static void next_endpoint(graft_etcd_watch_t *w)
         /* Every endpoint failed once: back off before the next round. */
         uint32_t b = w->backoff_ms ? w->backoff_ms * 2 : w->etcd->retry_backoff_ms;
         w->backoff_ms = GRAFT_MIN(b, WATCH_MAX_BACKOFF_MS);
-        w->reconnect_at_ns = graft__now_ns() + (uint64_t)w->backoff_ms * 1000000ull;
+        w->reconnect_at_ns = graft__now_ns() + graft__jitter_ns((uint64_t)w->backoff_ms * 1000000ull);
     } else {
         w->reconnect_at_ns = 0;
     }
@@ -357,7 +360,7 @@ static graft_status_t pump(graft_etcd_watch_t *w, uint64_t deadline_ns)
             w->last_err = st;
             uint32_t b = w->backoff_ms ? w->backoff_ms * 2 : w->etcd->retry_backoff_ms;
             w->backoff_ms = GRAFT_MIN(b, WATCH_MAX_BACKOFF_MS);
-            w->reconnect_at_ns = graft__now_ns() + (uint64_t)w->backoff_ms * 1000000ull;
+            w->reconnect_at_ns = graft__now_ns() + graft__jitter_ns((uint64_t)w->backoff_ms * 1000000ull);
             /* Out of memory or a refused password will not fix itself by
              * waiting; say so now. */
             return st == GRAFT_EUNREACHABLE || st == GRAFT_EETCD_TIMEOUT ? GRAFT_OK : st;

@@ -72,7 +72,7 @@ graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
             };
             graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, seq_key, NULL, 0, 0, false, false};
             GRAFT__MSHIP_REQ(m);
-            st = graft_etcd_txn(m->ops, &cmp, 1, ops, seq > m->cfg.event_history ? 3 : 2, &get,
+            st = graft_etcd_txn(m->bg, &cmp, 1, ops, seq > m->cfg.event_history ? 3 : 2, &get,
                                 1, &res);
             if (st != GRAFT_OK)
                 atomic_fetch_add(&m->n_etcd_errors, 1);
@@ -87,6 +87,10 @@ graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
             pthread_mutex_unlock(&m->mu);
         } else if (st == GRAFT_OK) {
             learn_seq(m, &res);
+            /* Another rank appended first. Ranks that start or re-join
+             * together append together: back off with jitter, or every
+             * conflict is at once one more transaction. */
+            graft__sleep_ns(graft__jitter_ns((uint64_t)(attempt + 1) * 5000000ull));
         }
         graft_etcd_txn_result_clear(&res);
         graft_free(old_key);

@@ -195,7 +195,7 @@ static void rejoin(graft_membership_t *m)
         if (st == GRAFT_OK)
             break;
         GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "re-join failed: %s", graft_status_string(st));
-        graft__mship_sleep(m, backoff);
+        graft__mship_sleep(m, graft__jitter_ns(backoff));
         backoff = GRAFT_MIN(backoff * 2, 1000000000ull);
     }
     if (atomic_load(&m->stop))
@@ -286,13 +286,21 @@ static void *keepalive_main(void *arg)
 
 /* ---------------------------------------------------------- life cycle --- */
 
-static graft_status_t make_client(const graft_etcd_config_t *base, uint32_t timeout_ms,
-                                  uint32_t retries, graft_etcd_t **etcd_p)
+/* The handle's clients share one view of etcd (slow or not) and its
+ * counters, with the caller's clients too when its configuration names
+ * one (share_load); each has its own share of the budget while etcd is
+ * slow (docs/ETCD.md, "When etcd is slow"). */
+static graft_status_t make_client(const graft_etcd_config_t *base, graft_etcd_t *share,
+                                  uint32_t timeout_ms, uint32_t retries,
+                                  graft_etcd_priority_t priority, graft_etcd_t **etcd_p)
 {
     graft_etcd_config_t c = *base;
     if (timeout_ms != 0)
         c.request_timeout_ms = timeout_ms;
     c.max_retries = retries;
+    c.priority = priority;
+    if (share != NULL)
+        c.share_load = share;
     return graft_etcd_create(&c, etcd_p);
 }
 
@@ -378,15 +386,21 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     pthread_mutex_init(&m->mu, NULL);
     m->mu_init = true;
 
-    st = make_client(config->etcd, 0, config->etcd->max_retries, &m->ops);
+    st = make_client(config->etcd, NULL, 0, config->etcd->max_retries,
+                     GRAFT_ETCD_PRIORITY_ESSENTIAL, &m->ops);
+    if (st != GRAFT_OK)
+        goto out_free;
+    /* Event records: one try, and none while etcd is slow. */
+    st = make_client(config->etcd, m->ops, 0, GRAFT_ETCD_NO_RETRIES,
+                     GRAFT_ETCD_PRIORITY_BEST_EFFORT, &m->bg);
     if (st != GRAFT_OK)
         goto out_free;
     /* Renewals must finish well inside TTL/3, and retrying one is pointless:
      * the next renewal comes soon anyway. Against a black-holed etcd each
      * retry would cost another connect timeout and push the detection of a
      * lost lease past the TTL. (0 would mean the default of 3 retries.) */
-    st = make_client(config->etcd, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u),
-                     GRAFT_ETCD_NO_RETRIES, &m->ka);
+    st = make_client(config->etcd, m->ops, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u),
+                     GRAFT_ETCD_NO_RETRIES, GRAFT_ETCD_PRIORITY_ESSENTIAL, &m->ka);
     if (st != GRAFT_OK)
         goto out_free;
     if (!m->cfg.observer) {
@@ -468,6 +482,7 @@ void graft_membership_destroy(graft_membership_t *m)
     }
     graft__mship_view_close(m);
     graft_etcd_destroy(m->ka);
+    graft_etcd_destroy(m->bg);
     graft_etcd_destroy(m->ops);
     graft_free(m->proxy_ranks);
     if (m->mu_init) {
@@ -530,6 +545,11 @@ void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t 
     s.quorum_fast = atomic_load(&m->n_quorum_fast);
     s.etcd_errors = atomic_load(&m->n_etcd_errors);
     s.bytes_read = graft_etcd_bytes_read(m->ops);
+    graft_etcd_stats_t es;
+    graft_etcd_stats_get(m->ops, &es);
+    s.etcd_sent = es.requests;
+    s.etcd_retries = es.retries;
+    s.etcd_shed = es.shed;
     pthread_mutex_lock(&m->mu);
     s.malformed = m->view.malformed;
     pthread_mutex_unlock(&m->mu);

@@ -211,6 +211,7 @@ struct graft_membership {
     char *prefix; /* "/graft/<job>/" */
     graft_etcd_t *ops; /* requests of the calling threads and the view's watch */
     graft_etcd_t *ka;  /* keep-alive and re-join, so a slow request never delays renewal */
+    graft_etcd_t *bg;  /* best effort (event records): shed while etcd is slow */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* the view or the identity changed */

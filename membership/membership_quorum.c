@@ -104,7 +104,7 @@ graft_status_t graft__mship_txn_retry(graft_membership_t *m, const graft_etcd_co
                        ": cannot write %s: %s; retrying with backoff", m->job, m->cfg.group,
                        m->cfg.rank, what, graft_status_string(st));
         warned = true;
-        graft__sleep_ns(GRAFT_MIN(backoff, deadline_ns - now));
+        graft__sleep_ns(GRAFT_MIN(graft__jitter_ns(backoff), deadline_ns - now));
         backoff = GRAFT_MIN(backoff * 2, RETRY_MAX_NS);
     }
 }

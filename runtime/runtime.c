@@ -125,9 +125,14 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft_etcd_create(&rt->etcd_cfg, &rt->etcd);
     if (st != GRAFT_OK)
         goto fail;
+    /* Every client of this process (membership's, the persistent tier's)
+     * shares one view of etcd and one set of counters (docs/ETCD.md, "When
+     * etcd is slow"); the periodic progress records are best effort. */
+    rt->etcd_cfg.share_load = rt->etcd;
     graft_etcd_config_t quick = rt->etcd_cfg;
     quick.request_timeout_ms = GRAFT__RT_PROGRESS_TIMEOUT_MS;
     quick.max_retries = GRAFT_ETCD_NO_RETRIES;
+    quick.priority = GRAFT_ETCD_PRIORITY_BEST_EFFORT;
     st = graft_etcd_create(&quick, &rt->etcd_quick);
     if (st != GRAFT_OK)
         goto fail;

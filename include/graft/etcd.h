@@ -61,6 +61,24 @@ typedef struct graft_etcd graft_etcd_t;
 /** graft_etcd_config_t.watch_idle_ms: never re-open a quiet watch stream. */
 #define GRAFT_ETCD_WATCH_NO_IDLE UINT32_MAX
 
+/**
+ * How much a client's requests matter while etcd is slow
+ * (graft_etcd_config_t::priority). etcd is "slow" from a request that got
+ * no answer (a timeout, no endpoint reachable, no leader) or an answer that
+ * took over a quarter of request_timeout_ms, until a request is answered
+ * in time. While it is slow, best-effort requests are shed (answered
+ * GRAFT_EUNREACHABLE without being sent), and every other request, retries
+ * included, takes a token from its own client's bucket: a request without
+ * a token is shed too. A client's bucket is its share, which no other
+ * client can use up.
+ */
+typedef enum graft_etcd_priority {
+    GRAFT_ETCD_PRIORITY_NORMAL = 0,      /**< 1 request a second while slow, 2 at once */
+    GRAFT_ETCD_PRIORITY_ESSENTIAL = 1,   /**< lease renewals, grants, the quorum: 4 a second,
+                                              4 at once */
+    GRAFT_ETCD_PRIORITY_BEST_EFFORT = 2  /**< event records, progress, dashboards: shed */
+} graft_etcd_priority_t;
+
 /** Client configuration. Zero values select the defaults given. */
 typedef struct graft_etcd_config {
     const char *const *endpoints; /**< e.g. "http://127.0.0.1:2379"; tried in order */
@@ -89,7 +107,32 @@ typedef struct graft_etcd_config {
      *  long, pausing at most 100 ms between rounds. Default 5000 (etcd's
      *  default election timeout is 1 s); none with GRAFT_ETCD_NO_RETRIES. */
     uint32_t election_wait_ms;
+    /** What its requests are worth while etcd is slow; default normal. */
+    graft_etcd_priority_t priority;
+    /** NULL, or a client whose view of etcd (slow or not) and counters
+     *  this one shares: clients of one process that talk to the same etcd
+     *  learn from each other's timeouts, and graft_etcd_stats_get() of any
+     *  of them counts them all. The shared part lives as long as the last
+     *  client that uses it. */
+    graft_etcd_t *share_load;
 } graft_etcd_config_t;
+
+/** Request counters of a client and the clients that share its load. */
+typedef struct graft_etcd_stats {
+    uint64_t requests; /**< HTTP requests sent: every attempt, watch streams opened included */
+    uint64_t retries;  /**< of which the client's own repeats of a request */
+    uint64_t shed;     /**< requests not sent: best-effort or over the budget while slow */
+    uint64_t failures; /**< requests that got no answer in time */
+    uint64_t slow_periods; /**< times etcd turned slow */
+    bool slow;         /**< etcd is slow now */
+} graft_etcd_stats_t;
+
+/**
+ * @brief Read the request counters.
+ * @param [in]  etcd     the client (NULL gives zeros).
+ * @param [out] stats_p  the counters of every client sharing its load.
+ */
+void graft_etcd_stats_get(graft_etcd_t *etcd, graft_etcd_stats_t *stats_p);
 
 /**
  * @brief Create a client. Does not contact etcd until the first request

@@ -637,6 +637,10 @@ typedef struct graft_membership_stats {
                                      (same member set, everyone one step on; docs/KEYS.md) */
     uint64_t bytes_read;        /**< bytes of etcd's answers to the requests counted above
                                      (the view's watch streams apart) */
+    uint64_t etcd_sent;         /**< HTTP requests sent by the handle's etcd clients and the
+                                     clients sharing their load (graft_etcd_stats_t) */
+    uint64_t etcd_retries;      /**< of which repeats by the client */
+    uint64_t etcd_shed;         /**< requests not sent because etcd was slow */
 } graft_membership_stats_t;
 
 /**
