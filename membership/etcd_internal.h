@@ -95,11 +95,18 @@ graft_status_t graft__etcd_curl_status(CURLcode rc);
 /* True for curl failures that mean "try another endpoint / retry". */
 bool graft__etcd_curl_retryable(CURLcode rc);
 
-/* The retry budget (etcd_client.c). admit: may a request (a retry when
+/* ---- etcd_budget.c ------------------------------------------------------ */
+
+/* The retry budget. admit: may a request (a retry when
  * retry) be sent now? Counts it as sent or shed. done: what became of a
  * sent one (answered: an HTTP answer other than "no leader"; took_ns: how
  * long it took). */
 bool graft__etcd_load_admit(graft_etcd_t *etcd, bool retry);
+/* At create: this client's priority and bucket, and the load it shares
+ * (config->share_load's, or a new one). Released at destroy (NULL: none). */
+GRAFT_WUR graft_status_t graft__etcd_load_attach(graft_etcd_t *etcd,
+                                                 const graft_etcd_config_t *config);
+void graft__etcd_load_release(graft__etcd_load_t *l);
 void graft__etcd_load_done(graft_etcd_t *etcd, bool answered, uint64_t took_ns);
 
 /* Endpoint index to try first, and record the one that answered. */
