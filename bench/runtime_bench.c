@@ -20,6 +20,14 @@
  * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--steady-only]
  *                      [--json]
  * Medians over the measured steps / 3 recoveries per size.
+ *
+ * Each steady-state size and path runs in a process of its own with an etcd
+ * of its own, so that a size does not inherit the last one's leftovers
+ * (leases still running out, keys, processes still exiting). A size that
+ * fails says why, per group: graft_init's status, or the status of the
+ * steps it missed, or the signal that ended it. "start req/rank" is the
+ * etcd requests of one rank (keep-alives aside) from graft_init() to its
+ * first committed step: median and most over the ranks.
  */
 #include <graft/etcd.h>
 #include <graft/graft.h>
@@ -53,6 +61,9 @@ static int job_seq;
 /* steady_path of the runtimes made next ("peers" or "etcd"). */
 static const char *steady_path = "peers";
 
+/* graft_init()'s status in the last make_runtime() of this process. */
+static graft_status_t init_status;
+
 static graft_runtime_t *make_runtime(const char *job, int groups, int group, const char *mode)
 {
     graft_config_t *c = NULL;
@@ -72,7 +83,8 @@ static graft_runtime_t *make_runtime(const char *job, int groups, int group, con
              graft_config_set(c, "join_timeout_ms", "3000", NULL) == GRAFT_OK &&
              graft_config_set(c, "fence_timeout_ms", "10000", NULL) == GRAFT_OK &&
              graft_config_set(c, "quorum_timeout_ms", "20000", NULL) == GRAFT_OK;
-    if (ok && graft_init(c, &rt) != GRAFT_OK)
+    init_status = ok ? graft_init(c, &rt) : GRAFT_EINVAL;
+    if (init_status != GRAFT_OK)
         rt = NULL;
     graft_config_destroy(c);
     return rt;
@@ -84,14 +96,40 @@ static graft_runtime_t *make_runtime(const char *job, int groups, int group, con
  * and take again before its run counts as failed. */
 #define MAX_MISSES 10
 
+/* What a group sends the parent: a measured step, its start's etcd
+ * requests, or why it gave up (one record each, all the same size). */
+enum { REC_STEP = 0, REC_START = 1, REC_FAILED = 2 };
+enum { WHY_INIT = 1, WHY_MISSES = 2 };
+typedef struct steady_rec {
+    int kind, group, why;
+    graft_status_t status;
+    double v[4]; /* step: total, quorum, commit s, etcd requests; start: requests */
+} steady_rec_t;
+
+static void steady_send(int fd, const steady_rec_t *r)
+{
+    if (write(fd, r, sizeof(*r)) != sizeof(*r))
+        _exit(3);
+}
+
+static _Noreturn void steady_fail(int fd, int group, int why, graft_status_t st)
+{
+    steady_rec_t r = {REC_FAILED, group, why, st, {0, 0, 0, 0}};
+    steady_send(fd, &r);
+    _exit(why);
+}
+
 static void steady_child(const char *job, int groups, int group, int steps, int fd)
 {
     static uint64_t state[512];
     graft_runtime_t *rt = make_runtime(job, groups, group, "strict");
     graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, state, sizeof(state), 0, 0};
-    if (rt == NULL || graft_region_register(rt, &r) != GRAFT_OK)
-        _exit(1);
+    if (rt == NULL)
+        steady_fail(fd, group, WHY_INIT, init_status);
+    if (graft_region_register(rt, &r) != GRAFT_OK)
+        steady_fail(fd, group, WHY_INIT, GRAFT_EINTERNAL);
     int warm = 5, misses = 0;
+    bool started = false;
     for (int s = 0; s < steps + warm; s++) {
         bool apply = false;
         graft_metrics_t m0;
@@ -109,22 +147,27 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
                     graft_status_string(st != GRAFT_OK ? st : hst),
                     st == GRAFT_OK ? " (not applied; the step is taken again)" : "");
             if (++misses > MAX_MISSES)
-                _exit(2);
+                steady_fail(fd, group, WHY_MISSES, st != GRAFT_OK ? st : hst);
             s--;
             continue;
         }
-        double dt[4] = {graft_test_now_s() - t0, 0, 0, 0};
+        steady_rec_t rec = {REC_STEP, group, 0, GRAFT_OK, {graft_test_now_s() - t0, 0, 0, 0}};
         graft_metrics_t mt;
         graft_metrics_get(rt, &mt);
-        dt[1] = (double)mt.last_quorum_ns * 1e-9;
-        dt[2] = (double)mt.last_commit_ns * 1e-9;
-        dt[3] = (double)(mt.etcd_requests - m0.etcd_requests);
+        if (!started) {
+            steady_rec_t sr = {REC_START, group, 0, GRAFT_OK, {(double)mt.etcd_requests, 0, 0, 0}};
+            steady_send(fd, &sr);
+            started = true;
+        }
+        rec.v[1] = (double)mt.last_quorum_ns * 1e-9;
+        rec.v[2] = (double)mt.last_commit_ns * 1e-9;
+        rec.v[3] = (double)(mt.etcd_requests - m0.etcd_requests);
         /* The update is a function of the committed step, as a trainer's
          * is: a group that healed mid-run then goes on from the donors'
          * state and step, and stays identical to them. */
         state[graft_step(rt) % 512]++;
-        if (s >= warm && write(fd, dt, sizeof(dt)) != sizeof(dt))
-            _exit(3);
+        if (s >= warm)
+            steady_send(fd, &rec);
     }
     graft_destroy(rt);
     _exit(0);
@@ -161,18 +204,59 @@ typedef struct steady_row {
     double med, p99, quorum_med, commit_med;
     double etcd_cpu_ms; /* etcd's CPU time per step, all groups together */
     double etcd_requests; /* etcd requests per step, all groups together (keep-alives aside) */
+    double start_req_med, start_req_max; /* a rank's requests up to its first commit */
+    double put_ms; /* a bare etcd put on this size's etcd */
 } steady_row_t;
+
+static const steady_row_t failed_row = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+
+/* Say why groups failed, one line per cause. */
+static void steady_causes(int groups, const char *path, const steady_rec_t *fails, int n_fail,
+                          const int *exit_sig, const int *exit_code, int n_groups)
+{
+    for (int i = 0; i < n_fail; i++) {
+        const steady_rec_t *f = &fails[i];
+        int same = 0;
+        bool first = true;
+        for (int k = 0; k < n_fail; k++) {
+            bool eq = fails[k].why == f->why && fails[k].status == f->status;
+            same += eq;
+            if (eq && k < i)
+                first = false;
+        }
+        if (first)
+            fprintf(stderr, "  %d groups (%s): %d failed: %s: %s\n", groups, path, same,
+                    f->why == WHY_INIT ? "graft_init" : "more than 10 steps missed, the last",
+                    graft_status_string(f->status));
+    }
+    for (int g = 0; g < n_groups; g++) {
+        if (exit_sig[g] != 0)
+            fprintf(stderr, "  %d groups (%s): group %d ended by signal %d\n", groups, path, g,
+                    exit_sig[g]);
+        else if (exit_code[g] == 3)
+            fprintf(stderr, "  %d groups (%s): group %d could not report to the bench\n",
+                    groups, path, g);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 static int steady(int groups, int steps, steady_row_t *row_p)
 {
     char job[64];
     int fds[2];
     snprintf(job, sizeof(job), "bench-steady-%d-%d", (int)getpid(), job_seq++);
-    if (pipe(fds) != 0)
+    if (groups < 1 || groups > MAX_GROUPS || steps < 1 || pipe(fds) != 0)
         return -1;
-    if (groups < 1 || groups > MAX_GROUPS || steps < 1)
-        return -1;
-    pid_t pids[MAX_GROUPS];
+    static pid_t pids[MAX_GROUPS];
+    static int exit_sig[MAX_GROUPS], exit_code[MAX_GROUPS];
+    static steady_rec_t fails[MAX_GROUPS];
+    static double start_req[MAX_GROUPS];
+    int n_fail = 0, n_start = 0;
     double cpu0 = cpu_s(etcd_pid);
     fflush(stdout); /* or a child's exit prints the table again */
     for (int g = 0; g < groups; g++) {
@@ -186,22 +270,32 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     size_t n = (size_t)groups * (size_t)steps, got = 0;
     double *v = calloc(n, sizeof(*v)), *vq = calloc(n, sizeof(*vq)),
            *vc = calloc(n, sizeof(*vc));
-    double rec[4], requests = 0;
+    double requests = 0;
+    steady_rec_t rec;
     if (v == NULL || vq == NULL || vc == NULL)
-        n = 0; /* nothing is read; the run is reported as failed */
-    while (got < n && read(fds[0], rec, sizeof(rec)) == sizeof(rec)) {
-        v[got] = rec[0];
-        vq[got] = rec[1];
-        vc[got] = rec[2];
-        requests += rec[3];
-        got++;
+        n = 0; /* nothing is kept; the run is reported as failed */
+    /* Until every group closed its end: each sends its steps or why not. */
+    while (read(fds[0], &rec, sizeof(rec)) == sizeof(rec)) {
+        if (rec.kind == REC_FAILED && n_fail < MAX_GROUPS) {
+            fails[n_fail++] = rec;
+        } else if (rec.kind == REC_START && n_start < MAX_GROUPS) {
+            start_req[n_start++] = rec.v[0];
+        } else if (rec.kind == REC_STEP && got < n) {
+            v[got] = rec.v[0];
+            vq[got] = rec.v[1];
+            vc[got] = rec.v[2];
+            requests += rec.v[3];
+            got++;
+        }
     }
     row_p->etcd_requests = requests / steps;
     close(fds[0]);
     int bad = 0;
     for (int g = 0; g < groups; g++) {
-        int st;
+        int st = 0;
         waitpid(pids[g], &st, 0);
+        exit_sig[g] = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+        exit_code[g] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
     double cpu1 = cpu_s(etcd_pid);
@@ -211,10 +305,19 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     row_p->p99 = graft_test_percentile(v, got, 0.99) * 1e3;
     row_p->quorum_med = graft_test_percentile(vq, got, 0.5) * 1e3;
     row_p->commit_med = graft_test_percentile(vc, got, 0.5) * 1e3;
+    qsort(start_req, (size_t)n_start, sizeof(double), cmp_double);
+    row_p->start_req_med = n_start > 0 ? start_req[n_start / 2] : -1;
+    row_p->start_req_max = n_start > 0 ? start_req[n_start - 1] : -1;
     free(v);
     free(vq);
     free(vc);
-    return bad == 0 && n > 0 && got == n ? 0 : -1;
+    if (bad != 0 || n == 0 || got != n) {
+        fprintf(stderr, "steady state with %d groups (%s) failed: %zu of %zu steps measured, "
+                "%d groups did not end well\n", groups, steady_path, got, n, bad);
+        steady_causes(groups, steady_path, fails, n_fail, exit_sig, exit_code, groups);
+        return -1;
+    }
+    return 0;
 }
 
 static double etcd_put_ms(void)
@@ -229,6 +332,53 @@ static double etcd_put_ms(void)
     }
     graft_etcd_destroy(e);
     return graft_test_percentile(v, 200, 0.5);
+}
+
+/* One size on one path in a process of its own, with an etcd of its own
+ * (started and stopped there): *row_p, or failed_row. */
+static int steady_isolated(int groups, int steps, const char *path, steady_row_t *row_p)
+{
+    int fds[2];
+    *row_p = failed_row;
+    if (pipe(fds) != 0)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(fds[0]);
+        graft_test_etcd_t etcd;
+        steady_row_t row = failed_row;
+        if (graft_test_etcd_start(&etcd, NULL) != 0) {
+            fprintf(stderr, "steady state with %d groups (%s): etcd did not start\n", groups,
+                    path);
+            _exit(1);
+        }
+        endpoint = graft_etcd_server_endpoint(etcd.server);
+        etcd_pid = graft_etcd_server_pid(etcd.server);
+        steady_path = path;
+        double put = etcd_put_ms();
+        int rc = steady(groups, steps, &row);
+        row.put_ms = put;
+        graft_test_etcd_stop(&etcd);
+        if (write(fds[1], &row, sizeof(row)) != sizeof(row))
+            _exit(3);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    steady_row_t row;
+    ssize_t n = read(fds[0], &row, sizeof(row));
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (n == sizeof(row))
+        *row_p = row;
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "steady state with %d groups (%s): the bench's process ended by signal "
+                "%d\n", groups, path, WTERMSIG(st));
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 && n == sizeof(row) ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ recovery --- */
@@ -494,39 +644,32 @@ int main(int argc, char **argv)
     if (steps < 1 || sizes[0] < 1)
         return 2;
     signal(SIGPIPE, SIG_IGN);
-    graft_test_etcd_t etcd;
-    if (graft_test_etcd_start(&etcd, NULL) != 0)
-        return 1;
-    endpoint = graft_etcd_server_endpoint(etcd.server);
-    etcd_pid = graft_etcd_server_pid(etcd.server);
     int rc = 0;
 
-    double put = etcd_put_ms();
     /* Each size on both paths: every step through etcd, the comparison,
-     * and the steady path between the members. etcd first: the first job
-     * on a fresh etcd meets it at its slowest (64 joins at once). */
+     * and the steady path between the members, each in a process and on
+     * an etcd of its own (steady_isolated). */
     static const char *const paths[2] = {"etcd", "peers"};
     steady_row_t sr[8][2];
     printf("steady state: graft_quorum()+graft_commit() per step (%d steps per group)\n", steps);
-    printf("  %-8s %-6s %10s %9s %13s %13s %13s %13s %11s %10s\n", "groups", "path",
+    printf("  %-8s %-6s %10s %9s %13s %13s %13s %13s %11s %15s %10s\n", "groups", "path",
            "median ms", "p99 ms", "quorum med ms", "commit med ms", "etcd req/step",
-           "etcd cpu ms", "etcd put ms", "etcd/peers");
+           "etcd cpu ms", "etcd put ms", "start req/rank", "etcd/peers");
     for (int i = 0; i < n_groups; i++) {
         for (int p = 0; p < 2; p++) {
             steady_path = paths[p];
             if (strcmp(only_path, "both") != 0 && strcmp(only_path, paths[p]) != 0) {
-                sr[i][p] = (steady_row_t){-1, -1, -1, -1, -1, -1};
+                sr[i][p] = failed_row;
                 continue;
             }
-            if (steady(groups_list[i], steps, &sr[i][p]) != 0) {
-                fprintf(stderr, "steady state with %d groups (%s) failed\n", groups_list[i],
-                        paths[p]);
+            if (steady_isolated(groups_list[i], steps, paths[p], &sr[i][p]) != 0) {
                 rc = 1;
-                sr[i][p] = (steady_row_t){-1, -1, -1, -1, -1, -1};
+                sr[i][p].med = sr[i][p].p99 = -1; /* what was measured is kept, not shown */
             }
-            printf("  %-8d %-6s %10.2f %9.2f %13.2f %13.2f %13.1f %13.2f %11.2f", groups_list[i],
-                   paths[p], sr[i][p].med, sr[i][p].p99, sr[i][p].quorum_med,
-                   sr[i][p].commit_med, sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms, put);
+            printf("  %-8d %-6s %10.2f %9.2f %13.2f %13.2f %13.1f %13.2f %11.2f %7.0f /%6.0f",
+                   groups_list[i], paths[p], sr[i][p].med, sr[i][p].p99, sr[i][p].quorum_med,
+                   sr[i][p].commit_med, sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms,
+                   sr[i][p].put_ms, sr[i][p].start_req_med, sr[i][p].start_req_max);
             if (p == 1 && sr[i][0].med > 0 && sr[i][1].med > 0)
                 printf(" %9.1fx", sr[i][0].med / sr[i][1].med);
             printf("\n");
@@ -538,8 +681,15 @@ int main(int argc, char **argv)
            "median of 3)\n");
     printf("  %-8s %9s %9s %11s %9s %9s %9s %12s %9s\n", "MiB", "total s", "detect",
            "state init", "quorum", "transfer", "verify", "restore s", "ratio");
-    if (!recover)
+    graft_test_etcd_t etcd = {0};
+    if (!recover) {
         n_sizes = 0;
+    } else {
+        if (graft_test_etcd_start(&etcd, NULL) != 0)
+            return 1;
+        endpoint = graft_etcd_server_endpoint(etcd.server);
+        etcd_pid = graft_etcd_server_pid(etcd.server);
+    }
     for (size_t k = 0; k < n_sizes; k++) {
         rec_row_t tries[3];
         int ok = 0;
@@ -564,7 +714,7 @@ int main(int argc, char **argv)
            "  trainer's work, part of total); ratio = restore from own checkpoint (cold page\n"
            "  cache) / P2P transfer; goal >= 4x\n");
     if (json) {
-        printf("{\"bench\":\"runtime\",\"etcd_put_median_ms\":%.3f,\"steady\":[", put);
+        printf("{\"bench\":\"runtime\",\"steady\":[");
         bool first = true;
         for (int i = 0; i < n_groups; i++)
             for (int p = 0; p < 2; p++) {
@@ -572,10 +722,13 @@ int main(int argc, char **argv)
                     continue;
                 printf("%s{\"groups\":%d,\"path\":\"%s\",\"median_ms\":%.3f,\"p99_ms\":%.3f,"
                        "\"quorum_median_ms\":%.3f,\"commit_median_ms\":%.3f,"
-                       "\"etcd_requests_per_step\":%.2f,\"etcd_cpu_ms_per_step\":%.3f}",
+                       "\"etcd_requests_per_step\":%.2f,\"etcd_cpu_ms_per_step\":%.3f,"
+                       "\"etcd_put_median_ms\":%.3f,\"start_requests_per_rank_median\":%.0f,"
+                       "\"start_requests_per_rank_max\":%.0f}",
                        first ? "" : ",", groups_list[i], paths[p], sr[i][p].med,
                        sr[i][p].p99, sr[i][p].quorum_med, sr[i][p].commit_med,
-                       sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms);
+                       sr[i][p].etcd_requests, sr[i][p].etcd_cpu_ms, sr[i][p].put_ms,
+                       sr[i][p].start_req_med, sr[i][p].start_req_max);
                 first = false;
             }
         printf("],\"recovery\":[");
@@ -589,6 +742,7 @@ int main(int argc, char **argv)
         }
         printf("]}\n");
     }
-    graft_test_etcd_stop(&etcd);
+    if (recover)
+        graft_test_etcd_stop(&etcd);
     return rc;
 }
