@@ -98,7 +98,7 @@ static graft_runtime_t *make_runtime(const char *job, int groups, int group, con
 
 /* What a group sends the parent: a measured step, its start's etcd
  * requests, or why it gave up (one record each, all the same size). */
-enum { REC_STEP = 0, REC_START = 1, REC_FAILED = 2 };
+enum { REC_STEP = 0, REC_START = 1, REC_FAILED = 2, REC_DONE = 3 };
 enum { WHY_INIT = 1, WHY_MISSES = 2 };
 typedef struct steady_rec {
     int kind, group, why;
@@ -169,8 +169,18 @@ static void steady_child(const char *job, int groups, int group, int steps, int 
         if (s >= warm)
             steady_send(fd, &rec);
     }
-    graft_destroy(rt);
-    _exit(0);
+    /* Go on stepping, unmeasured, until the parent has every group's last
+     * step and ends them all: a group that exits at once would leave a
+     * group whose last step did not commit (it heals at the next round)
+     * without the quorum that strict mode needs. */
+    steady_rec_t done = {REC_DONE, group, 0, GRAFT_OK, {0, 0, 0, 0}};
+    steady_send(fd, &done);
+    for (;;) {
+        bool apply = false;
+        if (graft_quorum(rt, NULL) == GRAFT_OK && graft_heal_wait(rt) == GRAFT_OK &&
+            graft_commit(rt, &apply) == GRAFT_OK && apply)
+            state[graft_step(rt) % 512]++;
+    }
 }
 
 /* CPU seconds (user + system) a process has used so far, from
@@ -256,7 +266,7 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     static int exit_sig[MAX_GROUPS], exit_code[MAX_GROUPS];
     static steady_rec_t fails[MAX_GROUPS];
     static double start_req[MAX_GROUPS];
-    int n_fail = 0, n_start = 0;
+    int n_fail = 0, n_start = 0, n_done = 0;
     double cpu0 = cpu_s(etcd_pid);
     fflush(stdout); /* or a child's exit prints the table again */
     for (int g = 0; g < groups; g++) {
@@ -274,9 +284,13 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     steady_rec_t rec;
     if (v == NULL || vq == NULL || vc == NULL)
         n = 0; /* nothing is kept; the run is reported as failed */
-    /* Until every group closed its end: each sends its steps or why not. */
-    while (read(fds[0], &rec, sizeof(rec)) == sizeof(rec)) {
-        if (rec.kind == REC_FAILED && n_fail < MAX_GROUPS) {
+    /* Until every group sent its last step or why it gave up (or closed
+     * its end): then all are ended together (SIGKILL; their etcd goes with
+     * this process). */
+    while (n_done + n_fail < groups && read(fds[0], &rec, sizeof(rec)) == sizeof(rec)) {
+        if (rec.kind == REC_DONE) {
+            n_done++;
+        } else if (rec.kind == REC_FAILED && n_fail < MAX_GROUPS) {
             fails[n_fail++] = rec;
         } else if (rec.kind == REC_START && n_start < MAX_GROUPS) {
             start_req[n_start++] = rec.v[0];
@@ -290,15 +304,19 @@ static int steady(int groups, int steps, steady_row_t *row_p)
     }
     row_p->etcd_requests = requests / steps;
     close(fds[0]);
+    double cpu1 = cpu_s(etcd_pid);
     int bad = 0;
+    for (int g = 0; g < groups; g++)
+        kill(pids[g], SIGKILL);
     for (int g = 0; g < groups; g++) {
         int st = 0;
         waitpid(pids[g], &st, 0);
-        exit_sig[g] = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-        exit_code[g] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        exit_sig[g] = WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL ? WTERMSIG(st) : 0;
+        exit_code[g] = WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+        bad += exit_sig[g] != 0 || exit_code[g] != 0;
     }
-    double cpu1 = cpu_s(etcd_pid);
+    if (n_fail > bad)
+        bad = n_fail;
     /* Per step of the whole job, warm-up steps and start-up included. */
     row_p->etcd_cpu_ms = cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) * 1e3 / (steps + 5) : -1;
     row_p->med = graft_test_percentile(v, got, 0.5) * 1e3;

@@ -32,7 +32,8 @@ static const char *const traces[] = {"GRAFT_TEST_SKIP_REGION",
                                      "graft__persist_crash_countdown",
                                      "graft__persist_crash_point",
                                      "graft__persist_test_compress_delay_us",
-                                     "graft__persist_test_write_delay_us"};
+                                     "graft__persist_test_write_delay_us",
+                                     "graft__ucx_test_no_ticket"};
 
 /* Whether the file holds needle anywhere (symbol tables, strings, debug
  * information alike). */

@@ -307,11 +307,12 @@ typedef struct env_probe {
     int32_t status;    /* the pull's */
     int32_t matches;   /* every byte as the donor wrote it */
     char transports[sizeof(((graft_transfer_donor_report_t *)0)->transports)];
+    char shm_transports[sizeof(((graft_transfer_donor_report_t *)0)->transports)];
 } env_probe_t;
 
 /* The child: no cmocka here (a failed assertion would unwind into the
  * parent's copy of the test runner), only a result on @fd. */
-static void env_child(const char *addr, int fd)
+static void env_child(const char *addr, bool no_ticket, int fd)
 {
     env_probe_t res = {.status = GRAFT_EINTERNAL};
     graft_transfer_config_t cfg = {.job_secret = SECRET, .job_secret_len = strlen(SECRET),
@@ -321,6 +322,7 @@ static void env_child(const char *addr, int fd)
     graft_transfer_report_t rep;
     const char *addrs[1] = {addr};
 
+    graft__ucx_test_no_ticket = no_ticket;
     if (graft_transfer_endpoint_create(&cfg, &ep) == GRAFT_OK) {
         res.status = GRAFT_OK;
         for (size_t i = 0; i < TF_N_SMALL && res.status == GRAFT_OK; i++) {
@@ -340,6 +342,8 @@ static void env_child(const char *addr, int fd)
                 res.matches =
                     res.matches && tf_pattern_matches(mem[i], tf_small_layout[i].bytes, i + 1);
             snprintf(res.transports, sizeof(res.transports), "%s", rep.donors[0].transports);
+            snprintf(res.shm_transports, sizeof(res.shm_transports), "%s",
+                     rep.donors[0].shm_transports);
         }
     }
     graft_transfer_endpoint_destroy(ep);
@@ -348,9 +352,10 @@ static void env_child(const char *addr, int fd)
     _exit(tf_write_full(fd, &res, sizeof(res)) ? 0 : 1);
 }
 
-/* A donor and a recipient process started with UCX_TLS=sm,self,tcp; the
- * test's own environment is put back before it returns. */
-static void env_case(tf_t *f, env_probe_t *res)
+/* A donor process started with UCX_TLS=sm,self,tcp and a recipient
+ * process with @p recipient_tls; the test's own environment is put back
+ * before it returns. */
+static void env_case(tf_t *f, const char *recipient_tls, bool no_ticket, env_probe_t *res)
 {
     const char *old_tls = getenv("UCX_TLS");
     char saved_tls[64] = "";
@@ -369,7 +374,8 @@ static void env_case(tf_t *f, env_probe_t *res)
     if (child == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(fds[0]);
-        env_child(d->addr, fds[1]);
+        setenv("UCX_TLS", recipient_tls, 1);
+        env_child(d->addr, no_ticket, fds[1]);
     }
     close(fds[1]);
     if (had_tls)
@@ -385,15 +391,19 @@ static void env_case(tf_t *f, env_probe_t *res)
     assert_true(got);
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     res->transports[sizeof(res->transports) - 1] = '\0';
-    print_message("# %s, lanes '%s'\n", graft_status_name(res->status), res->transports);
+    res->shm_transports[sizeof(res->shm_transports) - 1] = '\0';
+    print_message("# %s, lanes '%s', second connection '%s'\n", graft_status_name(res->status),
+                  res->transports, res->shm_transports);
     assert_int_equal(tf_donor_stop(d), 0);
 }
 
 /* Shared memory is offered to no one who reaches the listener (a peer
  * killed in the middle of a write into a worker's shared receive FIFO
  * would block every connection behind it; docs/SECURITY.md): with
- * UCX_TLS=sm,self,tcp on both sides every lane of the pull is tcp, and the
- * bytes arrive whole. */
+ * UCX_TLS=sm,self,tcp on both sides every lane of the first connection is
+ * tcp. Once authenticated, the recipient on the same host reads over the
+ * second connection its manifest named, shared memory only, and the bytes
+ * arrive whole. */
 static void test_listener_no_shm(void **state)
 {
     tf_t *f = *state;
@@ -401,12 +411,73 @@ static void test_listener_no_shm(void **state)
     char am_tl[32];
     bool all_tcp;
 
-    env_case(f, &res);
+    env_case(f, "sm,self,tcp", false, &res);
     assert_int_equal(res.status, GRAFT_OK);
     assert_true(res.matches);
     tf_lanes_parse(res.transports, am_tl, sizeof(am_tl), &all_tcp);
     assert_string_equal(am_tl, "tcp");
     assert_true(all_tcp);
+    tf_lanes_parse(res.shm_transports, am_tl, sizeof(am_tl), &all_tcp);
+    assert_true(strcmp(am_tl, "posix") == 0 || strcmp(am_tl, "sysv") == 0);
+    assert_null(strstr(res.shm_transports, "tcp"));
+}
+
+/* A recipient whose UCX_TLS allows no shared memory cannot reach the
+ * second connection a donor on its host offers: it reads over the first,
+ * and the pull succeeds. */
+static void test_shm_offer_unreachable(void **state)
+{
+    tf_t *f = *state;
+    env_probe_t res;
+    char am_tl[32];
+    bool all_tcp;
+
+    env_case(f, "tcp", false, &res);
+    assert_int_equal(res.status, GRAFT_OK);
+    assert_true(res.matches);
+    tf_lanes_parse(res.transports, am_tl, sizeof(am_tl), &all_tcp);
+    assert_true(all_tcp);
+    assert_string_equal(res.shm_transports, "");
+}
+
+/* Chunk requests on the second connection without the ticket its manifest
+ * gave are refused (GRAFT_ETOKEN): the recipient drops the donor and
+ * installs nothing. */
+static void test_shm_ticket_required(void **state)
+{
+    tf_t *f = *state;
+    env_probe_t res;
+
+    env_case(f, "sm,self,tcp", true, &res);
+    assert_int_equal(res.status, GRAFT_ENODONOR);
+    assert_false(res.matches);
+}
+
+/* The shared-memory context's UCX_TLS: the shared-memory transports the
+ * user's list allows, none where it names none or excludes them. */
+static void test_shm_tls(void **state)
+{
+    static const struct {
+        const char *user, *want;
+    } cases[] = {{NULL, "sm"},
+                 {"", "sm"},
+                 {"all", "sm"},
+                 {"^ib", "sm"},
+                 {"sm,self,tcp", "sm"},
+                 {"posix,sysv,cma,tcp", "posix,sysv,cma"},
+                 {"rc,shm,tcp", "shm"},
+                 {"tcp", NULL},
+                 {"self,tcp", NULL},
+                 {"^sm", NULL},
+                 {"^ib,cma", NULL}};
+    char out[64];
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        bool ok = graft__ucx_shm_tls(cases[i].user, out, sizeof(out));
+        assert_int_equal(ok, cases[i].want != NULL);
+        if (ok)
+            assert_string_equal(out, cases[i].want);
+    }
 }
 
 /* The listener's UCX_TLS: the user's list without shared memory, a
@@ -441,7 +512,10 @@ int main(void)
         cmocka_unit_test(test_host_alloc),
         cmocka_unit_test(test_host_alloc_failures),
         TF_TEST(test_listener_no_shm),
+        TF_TEST(test_shm_offer_unreachable),
+        TF_TEST(test_shm_ticket_required),
         cmocka_unit_test(test_strangers_tls),
+        cmocka_unit_test(test_shm_tls),
         TF_TEST(test_listen_address),
     };
     return tf_run_local("local", tests, ARRAY_SIZE(tests));

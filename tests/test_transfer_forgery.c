@@ -319,10 +319,18 @@ static fwd_t *answer_changed(fwd_t *f, void (*change)(Graft__TransferManifest *)
         return f;
     char *error = m->error;
     change(m);
-    size_t len = graft__transfer_manifest__get_packed_size(m);
+    /* The seal stays where the donor wrote it, behind every other field
+     * (later field numbers included), as an attacker would leave it. */
+    Graft__TransferManifest seal_only = GRAFT__TRANSFER_MANIFEST__INIT;
+    seal_only.seal = m->seal;
+    m->seal.len = 0;
+    size_t body = graft__transfer_manifest__get_packed_size(m);
+    size_t len = body + graft__transfer_manifest__get_packed_size(&seal_only);
     uint8_t *buf = malloc(len + 1);
     assert(buf != NULL);
     graft__transfer_manifest__pack(m, buf);
+    graft__transfer_manifest__pack(&seal_only, buf + body);
+    m->seal = seal_only.seal;
     m->error = error; /* change_status() points it at a literal */
     fwd_t *c = fwd_copy(f, buf, len);
     free(buf);

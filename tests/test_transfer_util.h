@@ -643,7 +643,10 @@ static inline void tf_lanes_parse(const char *transports, char *am_tl, size_t am
 }
 
 /* The connection to a donor is tcp in every group: the listener offers
- * no shared memory (docs/SECURITY.md), whatever UCX_TLS allows. */
+ * no shared memory (docs/SECURITY.md), whatever UCX_TLS allows. Where
+ * UCX_TLS allows it, the donor (on this host) offered its second
+ * connection after the handshake, shared memory only, and the chunks came
+ * over it; over tcp alone there is none. */
 static inline void tf_assert_group_transports(const graft_transfer_donor_report_t *dr)
 {
     char am_tl[32];
@@ -653,6 +656,15 @@ static inline void tf_assert_group_transports(const graft_transfer_donor_report_
         print_message("# lanes: %s\n", dr->transports);
     assert_true(all_tcp);
     assert_string_equal(am_tl, "tcp");
+    if (strcmp(getenv("UCX_TLS"), "tcp") == 0 || dr->chunks == 0) {
+        assert_string_equal(dr->shm_transports, "");
+        return;
+    }
+    tf_lanes_parse(dr->shm_transports, am_tl, sizeof(am_tl), &all_tcp);
+    if (strstr(dr->shm_transports, "tcp") != NULL || am_tl[0] == '\0')
+        print_message("# second connection's lanes: '%s'\n", dr->shm_transports);
+    assert_null(strstr(dr->shm_transports, "tcp"));
+    assert_true(strcmp(am_tl, "posix") == 0 || strcmp(am_tl, "sysv") == 0);
 }
 
 /* ---- setup, teardown, groups ------------------------------------------------ */

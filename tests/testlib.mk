@@ -2,20 +2,21 @@
 #
 # Fault switches that break recovery on purpose (GRAFT_TEST_SKIP_REGION, see
 # docs/RUNTIME.md) and the persistent tier's test hooks (the crash
-# countdown and the delays of persist/persist_internal.h) are compiled only
-# with -DGRAFT_TEST_FAULTS. Only runtime/ and persist/ have them, so the
-# test library is the ordinary objects of the other modules plus runtime/
-# and persist/ built again with the flag:
+# countdown and the delays of persist/persist_internal.h) and the UCX
+# backend's (graft__ucx_test_no_ticket, transfer/ucx_int.h) are compiled
+# only with -DGRAFT_TEST_FAULTS. Only runtime/, persist/ and transfer/ have
+# them, so the test library is the ordinary objects of the other modules
+# plus those three built again with the flag:
 #   $(BUILD)/testlib/lib/libgraft-test.a   the library with the switches
 #   $(BUILD)/testlib/bin/train_mlp         the example trainer linked to it
 # Only the tests that exercise a switch link them (test_runtime_api,
-# test_persist and test_persist_kill, and test_sim_live's broken-heal run
+# test_persist, test_persist_kill and test_transfer, and test_sim_live's broken-heal run
 # through that train_mlp); lib/, bin/,
 # `make demo` and the shared library never have them
 # (tests/test_fault_switches.c checks).
 
 TESTLIB_BUILD := $(BUILD)/testlib
-TESTLIB_RT_OBJS := $(patsubst %.c,$(TESTLIB_BUILD)/obj/%.o,$(filter runtime/% persist/%,$(LIB_SRCS)))
+TESTLIB_RT_OBJS := $(patsubst %.c,$(TESTLIB_BUILD)/obj/%.o,$(filter runtime/% persist/% transfer/%,$(LIB_SRCS)))
 TESTLIB_A := $(TESTLIB_BUILD)/lib/libgraft-test.a
 TESTLIB_TRAINER := $(TESTLIB_BUILD)/bin/train_mlp
 
@@ -23,7 +24,7 @@ $(TESTLIB_BUILD)/obj/%.o: %.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -DGRAFT_TEST_FAULTS -MMD -MP -c $< -o $@
 
-$(TESTLIB_A): $(filter-out $(BUILD)/obj/runtime/% $(BUILD)/obj/persist/%,$(LIB_OBJS)) $(TESTLIB_RT_OBJS)
+$(TESTLIB_A): $(filter-out $(BUILD)/obj/runtime/% $(BUILD)/obj/persist/% $(BUILD)/obj/transfer/%,$(LIB_OBJS)) $(TESTLIB_RT_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
@@ -39,9 +40,10 @@ $(BUILD)/tests/test_runtime_api: $(BUILD)/obj/tests/test_runtime_api.o $(SUPPORT
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 
-# The persist tests that drive the hooks (the crash countdown, the delays):
-# built with the flag, which declares them, and linked to the test library.
-TESTLIB_HOOK_TESTS := test_persist test_persist_kill
+# The tests that drive the hooks (the crash countdown, the delays, the
+# ticket): built with the flag, which declares them, and linked to the
+# test library.
+TESTLIB_HOOK_TESTS := test_persist test_persist_kill test_transfer
 $(TESTLIB_HOOK_TESTS:%=$(BUILD)/obj/tests/%.o): TEST_CFLAGS += -DGRAFT_TEST_FAULTS
 $(TESTLIB_HOOK_TESTS:%=$(BUILD)/tests/%): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(TESTLIB_A)
 	@mkdir -p $(dir $@)

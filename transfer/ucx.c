@@ -68,6 +68,8 @@ graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
      * memory: every sender to a worker writes into its one receive FIFO,
      * and a peer killed in the middle of a write would leave an element
      * that is never completed, blocking every connection behind it. */
+    if (rma)
+        graft__ucx_mm_error_handling(cfg);
     if (!rma) {
         char tls[256];
         graft__ucx_strangers_tls(getenv("UCX_TLS"), tls, sizeof(tls));
@@ -94,8 +96,7 @@ graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
     return GRAFT_OK;
 }
 
-/* Is @p tok (of length @p n) a shared-memory transport or alias? */
-static bool tls_is_shm(const char *tok, size_t n)
+bool graft__ucx_tls_is_shm(const char *tok, size_t n)
 {
     static const char *const shm[] = {"sm", "shm", "mm", "posix", "sysv", "xpmem", "cma", "knem"};
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(shm); i++) {
@@ -119,7 +120,7 @@ void graft__ucx_strangers_tls(const char *user, char *out, size_t size)
     }
     for (const char *p = user; *p != '\0';) {
         size_t n = strcspn(p, ",");
-        if (n > 0 && !tls_is_shm(p, n) && len + n + 2 < size) {
+        if (n > 0 && !graft__ucx_tls_is_shm(p, n) && len + n + 2 < size) {
             len += (size_t)snprintf(out + len, size - len, "%s%.*s", len > 0 ? "," : "", (int)n,
                                     p);
         }
@@ -185,6 +186,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
         status = graft__ucx_donor_handlers(t);
     if (status != GRAFT_OK)
         goto err;
+    graft__ucx_shm_init(t);
     st = ucp_worker_get_efd(t->worker, &t->efd);
     if (st != UCS_OK) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "ucp_worker_get_efd: %s", ucs_status_string(st));
@@ -282,6 +284,8 @@ static void ucx_fini(graft_transfer_endpoint_t *ep)
         ucp_worker_destroy(t->worker);
     if (t->srv_ctx != NULL)
         ucp_cleanup(t->srv_ctx);
+    if (t->shm_ctx != NULL)
+        ucp_cleanup(t->shm_ctx);
     if (t->ctx != NULL)
         ucp_cleanup(t->ctx);
     graft_free(t);

@@ -59,6 +59,10 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
     }
     c->t = t;
     c->accepted_ns = graft__now_ns();
+    c->shm_efd = -1;
+    ucp_conn_request_attr_t ra = {.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR};
+    c->peer_local = t->shm_ctx != NULL && ucp_conn_request_query(req, &ra) == UCS_OK &&
+                    graft__ucx_addr_is_local((const struct sockaddr *)&ra.client_address);
     graft__ucx_accept_params(&prm, req, donor_conn_err_cb, c);
     st = ucp_ep_create(t->worker, &prm, &c->ep);
     if (st == UCS_ERR_UNREACHABLE || st == UCS_ERR_CONNECTION_RESET ||
@@ -89,10 +93,10 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a new connection its challenge");
 }
 
-/* Requests and TransferDone: queued for the progress loop. */
-static ucs_status_t donor_am_enqueue(graft__transport_state_t *t, unsigned id, const void *header,
-                                     size_t header_length, void *data, size_t length,
-                                     const ucp_am_recv_param_t *param)
+/* Requests, chunk requests and TransferDone: queued for the progress loop. */
+ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
+                                      const void *header, size_t header_length, void *data,
+                                      size_t length, const ucp_am_recv_param_t *param)
 {
     bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     bool too_large = rndv || length > REQUEST_MAX_BYTES;
@@ -104,6 +108,7 @@ static ucs_status_t donor_am_enqueue(graft__transport_state_t *t, unsigned id, c
     }
     memset(m, 0, sizeof(*m));
     m->id = id;
+    m->conn = conn;
     m->reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
     m->has_header = header_length == sizeof(uint64_t);
     if (m->has_header)
@@ -121,23 +126,23 @@ static ucs_status_t donor_am_enqueue(graft__transport_state_t *t, unsigned id, c
 static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
                                      void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    return donor_am_enqueue(arg, GRAFT__XFER_AM_REQUEST, header, header_length, data, length,
-                            param);
+    return graft__ucx_donor_enqueue(arg, NULL, GRAFT__XFER_AM_REQUEST, header, header_length,
+                                    data, length, param);
 }
 
 static ucs_status_t donor_done_cb(void *arg, const void *header, size_t header_length,
                                   void *data, size_t length, const ucp_am_recv_param_t *param)
 {
-    return donor_am_enqueue(arg, GRAFT__XFER_AM_DONE, header, header_length, data, length,
-                            param);
+    return graft__ucx_donor_enqueue(arg, NULL, GRAFT__XFER_AM_DONE, header, header_length, data,
+                                    length, param);
 }
 
 static ucs_status_t donor_chunk_req_cb(void *arg, const void *header, size_t header_length,
                                        void *data, size_t length,
                                        const ucp_am_recv_param_t *param)
 {
-    return donor_am_enqueue(arg, GRAFT__XFER_AM_CHUNK_REQ, header, header_length, data, length,
-                            param);
+    return graft__ucx_donor_enqueue(arg, NULL, GRAFT__XFER_AM_CHUNK_REQ, header, header_length,
+                                    data, length, param);
 }
 
 /* A short message (graft_transfer_msg_send): into the endpoint's inbox. A
@@ -365,6 +370,13 @@ static graft_status_t send_manifest(graft_transfer_endpoint_t *ep, ucx_conn_t *c
     }
     m.n_regions = nr;
     m.regions = rmp;
+    /* A recipient on this host reads over shared memory (ucx_shm.c). */
+    if (graft__ucx_conn_shm_offer(ep->transport, c)) {
+        m.shm_address.data = (uint8_t *)c->shm_address;
+        m.shm_address.len = c->shm_address_len;
+        m.shm_ticket.data = c->shm_ticket;
+        m.shm_ticket.len = sizeof(c->shm_ticket);
+    }
 
     c->cursor = 0;
     c->region_cursor = 0;
@@ -554,14 +566,19 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
 {
     graft_transfer_endpoint_t *ep = t->ep;
     Graft__ChunkRequest *req = NULL;
-    ucx_conn_t *c = msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
+    /* On a connection's shared-memory worker, the answer goes back there. */
+    ucx_conn_t *c = msg->conn != NULL ? msg->conn
+                    : msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
+    ucp_ep_h reply = msg->conn != NULL ? msg->reply_ep : c != NULL ? c->ep : NULL;
     chunk_hdr_t *h;
+    if (msg->conn != NULL && reply != NULL)
+        c->shm_reply_ep = reply; /* closed before its worker (ucx_shm.c) */
     const void *src = NULL;
     size_t len = 0;
     ucp_request_param_t prm;
     ucs_status_ptr_t sreq;
 
-    if (c == NULL || c->failed) {
+    if (c == NULL || c->failed || reply == NULL) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "chunk request on an unknown connection: dropped");
         return;
     }
@@ -581,6 +598,9 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
         pthread_mutex_lock(&ep->lock);
         if (!c->active || !ep->serving || c->gen != ep->serve_gen) {
             h->status = GRAFT_ESTEP;
+        } else if (msg->conn != NULL &&
+                   !graft__mac_equal(req->ticket.data, req->ticket.len, c->shm_ticket)) {
+            h->status = GRAFT_ETOKEN;
         } else if (req->region >= ep->n_regions ||
                    req->chunk >= ep->regions[req->region].n_chunks) {
             h->status = GRAFT_EPROTO;
@@ -604,7 +624,7 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
     /* Rendezvous: the recipient's UCX pulls the bytes zero-copy where the
      * transport can. The region stays valid until serve_end (contract). */
     prm.flags = len > 0 ? UCP_AM_SEND_FLAG_RNDV : 0;
-    sreq = ucp_am_send_nbx(c->ep, GRAFT__XFER_AM_CHUNK_DATA, h, sizeof(*h), src, len, &prm);
+    sreq = ucp_am_send_nbx(reply, GRAFT__XFER_AM_CHUNK_DATA, h, sizeof(*h), src, len, &prm);
     if (sreq == NULL) {
         graft_free(h);
     } else if (UCS_PTR_IS_ERR(sreq)) {
@@ -694,6 +714,7 @@ void graft__ucx_closing_reap(graft__transport_state_t *t, bool all)
         *pp = c->next;
         if (c->close_req != NULL)
             ucp_request_free(c->close_req);
+        graft__ucx_conn_shm_close(c);
         graft_free(c);
     }
 }
@@ -736,14 +757,16 @@ static void reap_conns(graft__transport_state_t *t)
     graft__ucx_closing_reap(t, false);
 }
 
-/* Arm the worker for a wake-up and wait on its descriptor, at most 1 ms
- * so that hashes finished by the hashing threads go out promptly. */
+/* Arm the workers for a wake-up and wait on their descriptors, at most
+ * 1 ms so that hashes finished by the hashing threads go out promptly. */
 static void progress_sleep(graft__transport_state_t *t)
 {
-    struct pollfd pfd = {.fd = t->efd, .events = POLLIN};
-    if (ucp_worker_arm(t->worker) == UCS_ERR_BUSY)
+    struct pollfd pfds[32] = {{.fd = t->efd, .events = POLLIN}};
+    size_t n = 1;
+    if (ucp_worker_arm(t->worker) == UCS_ERR_BUSY ||
+        !graft__ucx_shm_arm(t, pfds, GRAFT_ARRAY_SIZE(pfds), &n))
         return;
-    if (poll(&pfd, 1, 1) < 0 && errno != EINTR) {
+    if (poll(pfds, (nfds_t)n, 1) < 0 && errno != EINTR) {
         GRAFT_ERROR(GRAFT_MOD_TRANSFER, "poll: %s", strerror(errno));
         graft__sleep_ns(1000000);
     }
@@ -773,6 +796,7 @@ void *graft__ucx_progress_thread(void *arg)
          * the requests, the reaper and the hashes must still get their turn. */
         for (unsigned n = 0; n < PROGRESS_BATCH && ucp_worker_progress(t->worker) != 0; n++) {
         }
+        (void)graft__ucx_shm_progress(t);
         graft__ucx_refused_close(t);
         while ((m = graft__ucx_msgq_pop(&t->msgs)) != NULL) {
             if (m->id == GRAFT__XFER_AM_REQUEST)

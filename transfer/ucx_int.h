@@ -1,7 +1,8 @@
 /*
  * Shared by the files of the UCX backend: ucx.c (endpoint, regions, host
  * memory), ucx_wire.c (pieces both sides use), ucx_donor.c (serving),
- * ucx_strangers.c (connections not authenticated yet),
+ * ucx_strangers.c (connections not authenticated yet), ucx_shm.c (shared
+ * memory for authenticated recipients on this host),
  * ucx_pull.c (pulling), ucx_msg.c (short messages). Not installed.
  */
 #ifndef GRAFT_UCX_INT_H
@@ -51,6 +52,8 @@
  * followed by RKEY_PAD zero bytes (ucx_wire.c says why). */
 #define RKEY_MAX_BYTES 4096u
 #define RKEY_PAD 256u
+/* A donor's shared-memory worker address (ucx_shm.c): at most this long. */
+#define SHM_ADDRESS_MAX_BYTES 8192u
 
 /* Header of a CHUNK_DATA message: the request's echo, its tag, a status. */
 typedef struct chunk_hdr {
@@ -65,6 +68,9 @@ typedef struct ucx_msg {
     struct ucx_msg *next;
     unsigned id;
     ucp_ep_h reply_ep;
+    /* Came on this connection's shared-memory worker (reply_ep is there);
+     * NULL: on the listener's worker. */
+    struct ucx_conn *conn;
     uint64_t header;
     bool has_header;
     bool too_large;
@@ -117,6 +123,17 @@ typedef struct ucx_conn {
     /* Answers sealed so far on this connection: the next one's sequence
      * number (transfer_auth.c, docs/SECURITY.md). */
     uint64_t seq;
+    /* The peer connected from one of our own addresses: it may be offered
+     * shared memory once authenticated (ucx_shm.c). */
+    bool peer_local;
+    /* That offer: a worker on t->shm_ctx for this connection alone, its
+     * wake-up descriptor and address, and the ticket its requests carry. */
+    ucp_worker_h shm_worker;
+    int shm_efd;
+    ucp_address_t *shm_address;
+    size_t shm_address_len;
+    ucp_ep_h shm_reply_ep; /* where its chunks went: UCX made it for the recipient */
+    uint8_t shm_ticket[GRAFT_MAC_BYTES];
 } ucx_conn_t;
 
 struct graft__transport_state {
@@ -129,6 +146,9 @@ struct graft__transport_state {
      * the message sender's. */
     ucp_context_h ctx;
     ucp_context_h srv_ctx;
+    /* Shared-memory transports only, for authenticated recipients on this
+     * host, a worker each (ucx_shm.c); NULL when UCX_TLS allows none. */
+    ucp_context_h shm_ctx;
     char net_dev[64]; /* UCX_NET_DEVICES for our contexts; "" = UCX's default */
     ucp_worker_h worker; /* the listener's, and every connection's */
     /* Refused connections: accepted but never challenged, and closed by
@@ -179,6 +199,9 @@ GRAFT_WUR graft_status_t graft__ucx_context_create(graft__transport_state_t *t, 
 /* The UCX_TLS of the strangers' context: the user's list @p user (NULL:
  * none set) without shared-memory transports, into @p out. */
 void graft__ucx_strangers_tls(const char *user, char *out, size_t size);
+/* Whether UCX_TLS name @p tok (@p n bytes) is a shared-memory transport or
+ * alias. */
+bool graft__ucx_tls_is_shm(const char *tok, size_t n);
 
 /* Resolve a host name or dotted address. */
 GRAFT_WUR graft_status_t graft__ucx_resolve_host(const char *name, struct in_addr *in);
@@ -208,6 +231,11 @@ GRAFT_WUR graft_status_t graft__ucx_drop_all(ucp_worker_h w);
 
 /* ucx_donor.c */
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg);
+/* An active message for the progress loop: onto t->msgs, from connection
+ * @p conn's shared-memory worker, or from the listener's when NULL. */
+ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
+                                      const void *header, size_t header_length, void *data,
+                                      size_t length, const ucp_am_recv_param_t *param);
 void *graft__ucx_progress_thread(void *arg);
 /* Set the donor's message handlers on the listener's worker. */
 GRAFT_WUR graft_status_t graft__ucx_donor_handlers(graft__transport_state_t *t);
@@ -227,6 +255,37 @@ void graft__ucx_conns_expire(graft__transport_state_t *t);
 /* The parameters of accepting @p req, with peer error handling. */
 void graft__ucx_accept_params(ucp_ep_params_t *prm, ucp_conn_request_h req,
                               ucp_err_handler_cb_t cb, void *arg);
+
+/* ucx_shm.c: shared memory for authenticated recipients on this host. */
+/* Our contexts rely on shared memory's peer error handling (UCX 1.13
+ * offers shared memory on a connection with peer error handling only
+ * then), unless the user chose otherwise. */
+void graft__ucx_mm_error_handling(ucp_config_t *cfg);
+/* The UCX_TLS of the shared-memory context: the shared-memory transports
+ * of the user's list @p user (NULL: none set), into @p out; false when it
+ * allows none. */
+bool graft__ucx_shm_tls(const char *user, char *out, size_t size);
+/* Make t->shm_ctx, or leave it NULL (no shared memory offered). */
+void graft__ucx_shm_init(graft__transport_state_t *t);
+/* Whether @p sa (a peer's address) is one of this host's. */
+bool graft__ucx_addr_is_local(const struct sockaddr *sa);
+/* Make @p c's offer on first use (c->shm_address and c->shm_ticket);
+ * false when nothing is offered. */
+bool graft__ucx_conn_shm_offer(graft__transport_state_t *t, ucx_conn_t *c);
+/* Destroy @p c's worker, if it has one (its requests complete, failed). */
+void graft__ucx_conn_shm_close(ucx_conn_t *c);
+/* Progress every live connection's worker; the work done. */
+unsigned graft__ucx_shm_progress(graft__transport_state_t *t);
+/* Arm every live connection's worker and add its descriptor to @p pfds
+ * (room for @p max); false when one has work already (do not sleep). */
+bool graft__ucx_shm_arm(graft__transport_state_t *t, struct pollfd *pfds, size_t max,
+                        size_t *n_p);
+
+#ifdef GRAFT_TEST_FAULTS
+/* Chunk requests on a donor's shared-memory connection go without the
+ * ticket (a test of the donor's check). */
+extern volatile int graft__ucx_test_no_ticket;
+#endif
 
 /* ucx_pull.c */
 GRAFT_WUR graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,

@@ -222,7 +222,17 @@ static void issue_get(pull_t *p, pdonor_t *d, uint64_t c)
         cr.region = ri;
         cr.chunk = idx;
         cr.tag = (uint32_t)(s - p->slots);
-        graft_status_t st = graft__ucx_am_send(d->uep, GRAFT__XFER_AM_CHUNK_REQ,
+        if (d->shm_uep != NULL) {
+            cr.ticket.data = d->shm_ticket;
+            cr.ticket.len = sizeof(d->shm_ticket);
+#ifdef GRAFT_TEST_FAULTS
+            if (graft__ucx_test_no_ticket)
+                cr.ticket.len = 0;
+#endif
+        }
+        /* Over the donor's shared-memory worker when it offered one. */
+        graft_status_t st = graft__ucx_am_send(d->shm_uep != NULL ? d->shm_uep : d->uep,
+                                               GRAFT__XFER_AM_CHUNK_REQ,
                                         (p->nonce << 8) | d->index, &cr.base, true);
         if (st != GRAFT_OK) {
             s->st = st == GRAFT_ENOMEM ? UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
@@ -427,7 +437,12 @@ static void pull_teardown(pull_t *p)
                 ucp_request_free(d->close_req);
                 d->close_req = NULL;
             }
-            busy = busy || d->close_req != NULL;
+            if (d->shm_close_req != NULL &&
+                ucp_request_check_status(d->shm_close_req) != UCS_INPROGRESS) {
+                ucp_request_free(d->shm_close_req);
+                d->shm_close_req = NULL;
+            }
+            busy = busy || d->close_req != NULL || d->shm_close_req != NULL;
         }
         if (!busy)
             break;
@@ -441,6 +456,9 @@ static void pull_teardown(pull_t *p)
         if (d->close_req != NULL)
             ucp_request_free(d->close_req);
         d->close_req = NULL;
+        if (d->shm_close_req != NULL)
+            ucp_request_free(d->shm_close_req);
+        d->shm_close_req = NULL;
         for (size_t r = 0; d->rkeys != NULL && r < p->ep->n_regions; r++) {
             if (d->rkeys[r] != NULL)
                 ucp_rkey_destroy(d->rkeys[r]);

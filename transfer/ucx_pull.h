@@ -34,6 +34,11 @@ typedef struct pdonor {
     uint32_t index;
     ucp_worker_h worker; /* this donor's alone: see graft__ucx_pull */
     ucp_ep_h uep;
+    /* Its shared-memory worker, when it offered one and it is reachable
+     * (ucx_shm.c): chunk requests go there. */
+    ucp_ep_h shm_uep;
+    void *shm_close_req;
+    uint8_t shm_ticket[GRAFT_MAC_BYTES];
     int state;
     bool final;
     bool err_flag;
@@ -137,7 +142,15 @@ void graft__ucx_drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint
 /* Whether [lp, lp + len) is mapped in this process. */
 bool graft__ucx_range_mapped(const uint8_t *lp, uint64_t len);
 
+/* ucx_shm.c: a donor's offer of shared memory, from its first manifest:
+ * connect to it, or stay on the connection we have. */
+GRAFT_WUR graft_status_t graft__ucx_donor_shm_connect(pull_t *p, pdonor_t *d,
+                                                      const Graft__TransferManifest *m);
+
 /* ucx_pull_donors.c: each donor. */
+/* A donor connection's error: the donor is dropped in the pull's loop. */
+void graft__ucx_recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status);
+
 /* Connect to donor @p d; the request goes once its challenge came. */
 GRAFT_WUR graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d);
 /* A donor that closed the connection before its challenge turned it away

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static void recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
+void graft__ucx_recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
 {
     pdonor_t *d = arg;
     (void)uep;
@@ -79,6 +79,20 @@ void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force)
 {
     ucp_request_param_t prm;
     ucs_status_ptr_t req;
+    if (d->shm_uep != NULL) {
+        /* Always by force: its worker at the donor lives only as long as
+         * our first connection, which we close next. */
+        if (p->rep->donors[d->index].chunks > 0)
+            lanes_describe(d->shm_uep, p->rep->donors[d->index].shm_transports,
+                           sizeof(p->rep->donors[d->index].shm_transports));
+        memset(&prm, 0, sizeof(prm));
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        req = ucp_ep_close_nbx(d->shm_uep, &prm);
+        d->shm_uep = NULL;
+        if (UCS_PTR_IS_PTR(req))
+            d->shm_close_req = req;
+    }
     if (d->uep == NULL)
         return;
     /* Only a connection the donor answered on is wired up: UCX 1.13's
@@ -211,6 +225,8 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
             GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u: '%s' is mapped here", d->index, r->name);
         }
     }
+    if (graft__ucx_donor_shm_connect(p, d, m) != GRAFT_OK)
+        return GRAFT_EPROTO;
     d->state = D_READY;
     return GRAFT_OK;
 }
@@ -637,7 +653,7 @@ graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "bad donor address '%s'", p->o->donors[d->index]);
         return GRAFT_EINVAL;
     }
-    st = graft__ucx_connect(d->worker, &sa, recip_err_cb, d, &d->uep);
+    st = graft__ucx_connect(d->worker, &sa, graft__ucx_recip_err_cb, d, &d->uep);
     if (st != UCS_OK) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "connecting to %s: %s", p->o->donors[d->index],
                    ucs_status_string(st));

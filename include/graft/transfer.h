@@ -442,6 +442,11 @@ typedef struct graft_transfer_donor_report {
      *  the donor never answered (the connection may not be up), and with
      *  the NCCL backend; cut at a lane boundary when longer. */
     char transports[160];
+    /** The lanes, written as transports is, of the second connection that
+     *  a donor on this host offered after the handshake (shared-memory
+     *  transports only; the chunks came over it). Empty when none was
+     *  used: another host, UCX_TLS without shared memory, or NCCL. */
+    char shm_transports[160];
 } graft_transfer_donor_report_t;
 
 /** Outcome of a pull. */
