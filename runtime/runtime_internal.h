@@ -116,6 +116,10 @@ struct graft_runtime {
     uint64_t progress_ns;      /* and when */
     uint64_t progress_retry_ns; /* after a failed write at a commit, not before */
     bool progress_failing;      /* the last write failed (logged once) */
+    /* The group's progress record (rank 0 only, runtime_step.c). */
+    uint64_t gprogress_step;    /* the step it last wrote */
+    uint64_t gprogress_ns;      /* and when (0: never) */
+    uint64_t gprogress_retry_ns; /* after a failed write, not before */
     /* For the periodic progress record at a commit: a short timeout and no
      * retry, so that an etcd that hangs holds a committed step back briefly. */
     graft_etcd_t *etcd_quick;
@@ -341,6 +345,8 @@ char *graft__rt_key_drift_folder(const graft_runtime_t *rt, uint64_t step, uint3
 char *graft__rt_key_drift(const graft_runtime_t *rt, uint64_t step, uint32_t rank,
                           uint32_t group);
 char *graft__rt_key_progress(const graft_runtime_t *rt);
+/* group_progress/<this rank's group> */
+char *graft__rt_key_group_progress(const graft_runtime_t *rt);
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step);
 char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step);
 char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank);
@@ -365,6 +371,9 @@ GRAFT_WUR graft_status_t graft__rt_drift_decode(const graft_runtime_t *rt, const
 GRAFT_WUR graft_status_t graft__rt_progress_encode(uint64_t step, uint8_t **buf_p, size_t *len_p);
 GRAFT_WUR graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len,
                                                    uint64_t *step_p);
+/* The ProgressRecord of group_progress/<group> (with group, rate, time). */
+GRAFT_WUR graft_status_t graft__rt_group_progress_encode(const graft_group_progress_t *gp,
+                                                       uint8_t **buf_p, size_t *len_p);
 /* Write checkpoints/<step> (best effort: a failure is logged). */
 void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, uint64_t step,
                                      const char *status);

@@ -1,7 +1,8 @@
 /*
  * The records the runtime keeps in etcd under /graft/<job>/ (docs/KEYS.md):
  * one function per key, and the encoding of each value. Values are
- * protobuf messages from proto/graft.proto: ProgressRecord at progress,
+ * protobuf messages from proto/graft.proto: ProgressRecord at progress and
+ * at group_progress/<group>,
  * JobSecret at secret, DriftRecord under drift/, CheckpointRecord under
  * checkpoints/, and under ckpt/ the persist shard records (ShardInfo,
  * encoded by persist/).
@@ -31,31 +32,41 @@ char *graft__rt_key_drift(const graft_runtime_t *rt, uint64_t step, uint32_t ran
                            step, rank, group);
 }
 
-graft_status_t graft_drift_key_folder(const char *job, char **folder_p)
+/* A key (or folder) under a job's prefix, for the readers tools call. */
+static graft_status_t job_key(const char *job, const char *rest, char **key_p)
 {
     char *prefix = NULL;
-    if (folder_p == NULL)
+    if (key_p == NULL)
         return GRAFT_EINVAL;
     graft_status_t st = graft_membership_job_prefix(job, &prefix);
     if (st != GRAFT_OK)
         return st;
-    char *folder = graft__asprintf("%s" DRIFT_FOLDER, prefix);
+    char *key = graft__asprintf("%s%s", prefix, rest);
     graft_free(prefix);
-    if (folder == NULL)
+    if (key == NULL)
         return GRAFT_ENOMEM;
-    *folder_p = folder;
+    *key_p = key;
     return GRAFT_OK;
 }
 
-/* The one spelling of the progress key, for the runtime and for tools. */
-static char *progress_key(const char *prefix)
+graft_status_t graft_drift_key_folder(const char *job, char **folder_p)
 {
-    return graft__asprintf("%sprogress", prefix);
+    return job_key(job, DRIFT_FOLDER, folder_p);
 }
+
+/* The one spelling of the progress key, for the runtime and for tools. */
+#define PROGRESS_KEY "progress"
 
 char *graft__rt_key_progress(const graft_runtime_t *rt)
 {
-    return progress_key(rt->prefix);
+    return graft__asprintf("%s" PROGRESS_KEY, rt->prefix);
+}
+
+#define GROUP_PROGRESS_FOLDER "group_progress/"
+
+char *graft__rt_key_group_progress(const graft_runtime_t *rt)
+{
+    return graft__asprintf("%s" GROUP_PROGRESS_FOLDER "%" PRIu32, rt->prefix, rt->group);
 }
 
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step)
@@ -166,15 +177,21 @@ void graft__rt_checkpoint_record_put(graft_runtime_t *rt, graft_etcd_t *etcd, ui
     graft_free(key);
 }
 
-graft_status_t graft__rt_progress_encode(uint64_t step, uint8_t **buf_p, size_t *len_p)
+graft_status_t graft__rt_group_progress_encode(const graft_group_progress_t *gp, uint8_t **buf_p,
+                                              size_t *len_p)
 {
     Graft__ProgressRecord rec = GRAFT__PROGRESS_RECORD__INIT;
     rec.version = RECORD_VERSION;
-    rec.step = step;
+    rec.step = gp->step;
+    rec.group = gp->group;
+    rec.steps_per_second = gp->steps_per_second;
+    rec.unix_ms = gp->unix_ms;
+    rec.quorum_id = gp->quorum_id;
     return pack(&rec.base, buf_p, len_p);
 }
 
-graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len, uint64_t *step_p)
+static graft_status_t group_progress_decode(const uint8_t *buf, size_t len,
+                                            graft_group_progress_t *gp)
 {
     bool oom = false;
     ProtobufCAllocator pa = graft__pb_allocator_tracked(&oom);
@@ -182,25 +199,41 @@ graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len, uint64_
     if (rec == NULL)
         return oom ? GRAFT_ENOMEM : GRAFT_EMALFORMED;
     graft_status_t st = rec->version != RECORD_VERSION ? GRAFT_EFORMAT : GRAFT_OK;
-    if (st == GRAFT_OK)
-        *step_p = rec->step;
+    if (st == GRAFT_OK) {
+        gp->group = rec->group;
+        gp->step = rec->step;
+        gp->steps_per_second = rec->steps_per_second;
+        gp->unix_ms = rec->unix_ms;
+        gp->quorum_id = rec->quorum_id;
+    }
     graft__progress_record__free_unpacked(rec, &graft__pb_allocator);
+    return st;
+}
+
+graft_status_t graft__rt_progress_encode(uint64_t step, uint8_t **buf_p, size_t *len_p)
+{
+    graft_group_progress_t gp = {.step = step};
+    return graft__rt_group_progress_encode(&gp, buf_p, len_p);
+}
+
+graft_status_t graft__rt_progress_decode(const uint8_t *buf, size_t len, uint64_t *step_p)
+{
+    graft_group_progress_t gp;
+    graft_status_t st = group_progress_decode(buf, len, &gp);
+    if (st == GRAFT_OK)
+        *step_p = gp.step;
     return st;
 }
 
 graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job, uint64_t *step_p)
 {
-    char *prefix = NULL;
+    char *key = NULL;
     graft_etcd_kv_t kv;
     if (etcd == NULL || step_p == NULL)
         return GRAFT_EINVAL;
-    graft_status_t st = graft_membership_job_prefix(job, &prefix);
+    graft_status_t st = job_key(job, PROGRESS_KEY, &key);
     if (st != GRAFT_OK)
         return st;
-    char *key = progress_key(prefix);
-    graft_free(prefix);
-    if (key == NULL)
-        return GRAFT_ENOMEM;
     memset(&kv, 0, sizeof(kv));
     st = graft_etcd_get(etcd, key, &kv, NULL);
     if (st == GRAFT_OK)
@@ -208,6 +241,52 @@ graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job, uint64_t
     graft_etcd_kv_clear(&kv);
     graft_free(key);
     return st;
+}
+
+graft_status_t graft_group_progress_read(graft_etcd_t *etcd, const char *job,
+                                         graft_group_progress_t **recs_p, size_t *n_p)
+{
+    char *folder = NULL;
+    graft_etcd_range_result_t res;
+    graft_group_progress_t *recs = NULL;
+    size_t n = 0;
+    if (etcd == NULL || recs_p == NULL || n_p == NULL)
+        return GRAFT_EINVAL;
+    graft_status_t st = job_key(job, GROUP_PROGRESS_FOLDER, &folder);
+    if (st != GRAFT_OK)
+        return st;
+    memset(&res, 0, sizeof(res));
+    graft_etcd_range_opts_t ro = {.prefix = true};
+    st = graft_etcd_range(etcd, folder, &ro, &res);
+    if (st == GRAFT_OK && res.n_kvs > 0) {
+        recs = graft__calloc(res.n_kvs, sizeof(*recs));
+        if (recs == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    /* A record that does not decode is left out: the others still tell
+     * how far their groups got. */
+    for (size_t i = 0; st == GRAFT_OK && i < res.n_kvs; i++) {
+        graft_status_t dst = group_progress_decode(res.kvs[i].value, res.kvs[i].value_len,
+                                                   &recs[n]);
+        if (dst == GRAFT_ENOMEM)
+            st = dst;
+        else if (dst == GRAFT_OK)
+            n++;
+    }
+    graft_etcd_range_result_clear(&res);
+    graft_free(folder);
+    if (st != GRAFT_OK) {
+        graft_free(recs);
+        return st;
+    }
+    *recs_p = recs;
+    *n_p = n;
+    return GRAFT_OK;
+}
+
+void graft_group_progress_free(graft_group_progress_t *recs)
+{
+    graft_free(recs);
 }
 
 graft_status_t graft__rt_secret_encode(const uint8_t *secret, size_t len, uint8_t **buf_p,

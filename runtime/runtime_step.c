@@ -119,11 +119,50 @@ out:
 /* graft_quorum() starts its tries of a round at least this far apart. */
 #define QUORUM_RETRY_NS (100ull * 1000000ull)
 
+/* The group's progress record, group_progress/<group>: rank 0 of each group
+ * writes the group's committed step and its rate every
+ * GRAFT_GROUP_PROGRESS_EVERY_MS at a commit (G groups: G / 2 puts a second
+ * at the default, docs/PERFORMANCE.md), at its first commit and at
+ * graft_destroy(). The ranks of a group commit together, so rank 0's step
+ * is the group's. Quick, like the periodic job record: the training thread
+ * never waits long for etcd, and a failure is tried again a second later. */
+static void publish_group_progress(graft_runtime_t *rt, bool quick)
+{
+    uint64_t step = graft_step(rt), now = graft__now_ns();
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (rt->rank != 0 || step == 0 || step == rt->gprogress_step)
+        return;
+    graft_group_progress_t gp = {.group = rt->group, .step = step,
+                                 .unix_ms = graft__wall_ns() / 1000000u,
+                                 .quorum_id = rt->prev_quorum_id};
+    if (rt->gprogress_ns != 0 && now > rt->gprogress_ns && step > rt->gprogress_step)
+        gp.steps_per_second = (double)(step - rt->gprogress_step) * 1e9 /
+                              (double)(now - rt->gprogress_ns);
+    char *key = graft__rt_key_group_progress(rt);
+    graft_status_t st = key == NULL ? GRAFT_ENOMEM
+                                    : graft__rt_group_progress_encode(&gp, &buf, &len);
+    if (st == GRAFT_OK)
+        st = graft_etcd_put(quick ? rt->etcd_quick : rt->etcd, key, buf, len, 0, NULL, NULL);
+    if (st == GRAFT_OK) {
+        rt->gprogress_step = step;
+        rt->gprogress_ns = now;
+    } else {
+        rt->gprogress_retry_ns = now + PROGRESS_RETRY_NS;
+        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "cannot write %s: %s", key != NULL ? key : "",
+                    graft_status_string(st));
+    }
+    graft_free(buf);
+    graft_free(key);
+}
+
 void graft__rt_publish_progress(graft_runtime_t *rt, bool quick)
 {
     uint64_t step = graft_step(rt);
     uint8_t *buf = NULL;
     size_t len = 0;
+    if (!quick)
+        publish_group_progress(rt, false); /* the first commit, graft_destroy() */
     if (step == 0 || step == rt->progress_step)
         return;
     char *key = graft__rt_key_progress(rt);
@@ -173,6 +212,10 @@ static void progress_due(graft_runtime_t *rt, const graft_quorum_t *q)
                     now - rt->progress_ns >= PROGRESS_EVERY_NS;
     if ((!rt->progress_published || reporter) && now >= rt->progress_retry_ns)
         graft__rt_publish_progress(rt, rt->progress_published);
+    if (now >= rt->gprogress_retry_ns &&
+        (rt->gprogress_ns == 0 ||
+         now - rt->gprogress_ns >= GRAFT_GROUP_PROGRESS_EVERY_MS * 1000000ull))
+        publish_group_progress(rt, true);
 }
 
 graft_status_t graft__rt_join(graft_runtime_t *rt)

@@ -227,35 +227,12 @@ static void test_live_run(void **state)
 
     char steps[16];
     snprintf(steps, sizeof(steps), "%d", SIM_STEPS);
-    pid_t sim = fork();
-    assert_true(sim >= 0);
-    if (sim == 0) {
-        char log[PATH_MAX + 32];
-        snprintf(log, sizeof(log), "%s/sim.out", tmpdir);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0)
-            _exit(126);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        const char *argv[] = {sim_bin, "run", "--groups", "3", "--ranks", "2", "--steps", steps,
-                              "--seed", "11", "--schedule", sched, "--etcd", endpoint,
+    const char *sim_argv[] = {sim_bin, "run", "--groups", "3", "--ranks", "2", "--steps",
+                              steps, "--seed", "11", "--schedule", sched, "--etcd", endpoint,
                               "--persist-root", root, "--persist-every", "20", "--json", rep,
                               NULL};
-        execv(sim_bin, (char **)argv);
-        _exit(127);
-    }
-    /* The run's job name is the folder it makes under the persist root. */
-    for (int i = 0; i < 600 && job[0] == '\0'; i++) {
-        DIR *d = opendir(root);
-        for (struct dirent *e = d ? readdir(d) : NULL; e != NULL; e = readdir(d))
-            if (strncmp(e->d_name, "sim-", 4) == 0)
-                snprintf(job, sizeof(job), "%.120s", e->d_name);
-        if (d != NULL)
-            closedir(d);
-        if (job[0] == '\0')
-            sleep_ms(100);
-    }
-    assert_true(job[0] != '\0');
+    pid_t sim = spawn_logged(sim_argv, "sim.out");
+    sim_job_wait(root, job, sizeof(job));
     snprintf(job_root, sizeof(job_root), "%s/%s", root, job);
 
     /* status while the run goes on: every group and rank, with addresses. */

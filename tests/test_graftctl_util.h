@@ -173,6 +173,42 @@ static const char *group_health(json_t *status, int group)
     return "absent";
 }
 
+/* Starts argv[0] with argv, stdout and stderr into log (tmpdir/<name>);
+ * the child's pid. */
+static inline pid_t spawn_logged(const char *const *argv, const char *name)
+{
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof(log), "%s/%s", tmpdir, name);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0)
+            _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The job of a `graft-sim run --persist-root root`: the folder the run
+ * makes under its persist root (waits up to 60 s). */
+static inline void sim_job_wait(const char *root, char *job, size_t len)
+{
+    for (int i = 0; i < 600 && job[0] == '\0'; i++) {
+        DIR *d = opendir(root);
+        for (struct dirent *e = d ? readdir(d) : NULL; e != NULL; e = readdir(d))
+            if (strncmp(e->d_name, "sim-", 4) == 0)
+                snprintf(job, len, "%.120s", e->d_name);
+        if (d != NULL)
+            closedir(d);
+        if (job[0] == '\0')
+            sleep_ms(100);
+    }
+    assert_true(job[0] != '\0');
+}
 
 /* Group set-up: the binaries next to this program (BUILD/tests/x ->
  * BUILD/bin/graftctl, BUILD/bin/graft-sim), a temporary directory and an

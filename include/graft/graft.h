@@ -657,6 +657,41 @@ typedef struct graft_etcd graft_etcd_t; /* <graft/etcd.h> */
 GRAFT_WUR graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job,
                                              uint64_t *step_p);
 
+/** One group's progress record (docs/KEYS.md, `group_progress/<group>`). */
+typedef struct graft_group_progress {
+    uint32_t group;
+    uint64_t step;            /**< the group's committed steps when written */
+    double steps_per_second;  /**< since the record before (0 in the first) */
+    uint64_t unix_ms;         /**< when rank 0 of the group wrote it */
+    uint64_t quorum_id;       /**< the quorum it committed in */
+} graft_group_progress_t;
+
+/** How often rank 0 of each group writes its group's progress record, at
+ *  a commit (and at its first commit and graft_destroy()). */
+#define GRAFT_GROUP_PROGRESS_EVERY_MS 2000
+
+/**
+ * @brief Every group's progress record: each group's rank 0 writes its
+ *        group's committed step and step rate every
+ *        GRAFT_GROUP_PROGRESS_EVERY_MS at a commit, so tools see steps of
+ *        the steady path (which goes between the members, not through
+ *        etcd) without a write per step.
+ * @param [in]  etcd    a client of the job's etcd.
+ * @param [in]  job     the job's name.
+ * @param [out] recs_p  the records (a record that does not decode is left
+ *                      out); free with graft_group_progress_free().
+ * @param [out] n_p     how many (0: none written yet).
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, or the etcd client's error.
+ */
+GRAFT_WUR graft_status_t graft_group_progress_read(graft_etcd_t *etcd, const char *job,
+                                                   graft_group_progress_t **recs_p, size_t *n_p);
+
+/**
+ * @brief Free graft_group_progress_read()'s records. Accepts NULL.
+ * @param [in] recs  the records.
+ */
+void graft_group_progress_free(graft_group_progress_t *recs);
+
 /**
  * @brief Route the library's log messages (the same as graft_log_sink_set()).
  * @param [in] fn   the sink, or NULL for standard error.

@@ -138,6 +138,32 @@ static const char *group_health(const graft_membership_view_t *v, const graft_qu
     return "healthy";
 }
 
+/* A group's progress record older than this is stale: its rate reads 0
+ * (the group stopped committing, ended or died). */
+#define PROGRESS_STALE_MS (3u * GRAFT_GROUP_PROGRESS_EVERY_MS)
+
+static const graft_group_progress_t *group_progress_find(const graft_group_progress_t *gp,
+                                                         size_t n, uint32_t group)
+{
+    for (size_t i = 0; i < n; i++)
+        if (gp[i].group == group)
+            return &gp[i];
+    return NULL;
+}
+
+/* The group's progress as its rank 0 last reported it (null without a
+ * record): step, rate (0 once stale), and the record's age. */
+static json_t *group_progress_json(const graft_group_progress_t *p, uint64_t now_ms)
+{
+    if (p == NULL)
+        return json_null();
+    uint64_t age = now_ms > p->unix_ms ? now_ms - p->unix_ms : 0;
+    return json_pack("{s:I,s:f,s:I,s:I,s:I}", "step", (json_int_t)p->step, "steps_per_second",
+                     age > PROGRESS_STALE_MS ? 0.0 : p->steps_per_second, "unix_ms",
+                     (json_int_t)p->unix_ms, "age_ms", (json_int_t)age, "quorum_id",
+                     (json_int_t)p->quorum_id);
+}
+
 /* The groups the job has: live members, the latest quorum, and every
  * group the history names (a dead group has no member record left). */
 static void note_group(uint32_t *groups, size_t *n, size_t cap, uint32_t g)
@@ -183,6 +209,8 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
     uint32_t groups[4096];
     size_t ng = 0;
     uint32_t ranks = 1;
+    graft_group_progress_t *gp = NULL;
+    size_t ngp = 0;
 
     st = graft_membership_view_get(c->obs, &v);
     if (st != GRAFT_OK)
@@ -210,7 +238,6 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                 ranks = ev[i].rank + 1;
         }
     }
-    qsort(groups, ng, sizeof(groups[0]), cmp_u32);
     jrecord = quorum_record_json(c, v, ev, nev);
     /* How far the job got: the quorum record shows where its epoch began
      * (steps of an unchanged epoch do not go through etcd). */
@@ -220,11 +247,31 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         st = pst;
         goto out;
     }
+    /* Each group's rank 0 reports its step every few seconds: the job's
+     * step is the newest of those and the job's record. */
+    st = graft_group_progress_read(c->etcd, job, &gp, &ngp);
+    if (st != GRAFT_OK)
+        goto out;
+    uint64_t job_step = pst == GRAFT_OK ? progress : 0, now_ms = graftctl_now_ms();
+    double rate = 0;
+    for (size_t i = 0; i < ngp; i++) {
+        note_group(groups, &ng, 4096, gp[i].group);
+        if (gp[i].step > job_step)
+            job_step = gp[i].step;
+    }
+    qsort(groups, ng, sizeof(groups[0]), cmp_u32);
 
     json_t *jgroups = json_array();
     size_t healthy = 0;
     for (size_t gi = 0; gi < ng; gi++) {
         json_t *jranks = json_array();
+        const graft_group_progress_t *gpr = group_progress_find(gp, ngp, groups[gi]);
+        json_t *jprogress = group_progress_json(gpr, now_ms);
+        /* The groups of a quorum commit together: the job's rate is the
+         * fastest fresh group's. */
+        double grate = json_number_value(json_object_get(jprogress, "steps_per_second"));
+        if (grate > rate)
+            rate = grate;
         for (size_t i = 0; i < v->n_members; i++) {
             const graft_member_t *m = &v->members[i];
             if (m->group != groups[gi])
@@ -232,31 +279,41 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
             int64_t ttl = -1;
             if (graft_etcd_lease_ttl(c->etcd, m->lease_id, &ttl, NULL) != GRAFT_OK)
                 ttl = -1;
+            /* The member record has the step at which the rank turned
+             * healthy; a rank that holds its group's step has the step its
+             * rank 0 reported since. */
+            uint64_t step = m->committed_step;
+            bool holds = m->state == GRAFT_MEMBER_HEALTHY ||
+                         m->state == GRAFT_MEMBER_CANNOT_SERVE;
+            if (holds && gpr != NULL && gpr->step > step)
+                step = gpr->step;
             json_array_append_new(
                 jranks, json_pack("{s:I,s:s,s:I,s:I,s:o,s:I,s:o,s:I,s:I}", "rank",
                                   (json_int_t)m->rank, "state", member_state_name(m->state),
-                                  "step", (json_int_t)m->committed_step, "incarnation",
+                                  "step", (json_int_t)step, "incarnation",
                                   (json_int_t)m->incarnation, "host", graftctl_json_text(m->host),
                                   "pid", (json_int_t)m->pid, "transfer_address",
                                   graftctl_json_text(m->transfer_address),
                                   "lease_ttl_s", (json_int_t)ttl, "lease_id",
                                   (json_int_t)m->lease_id));
         }
-        const char *health = group_health(v, q, groups[gi], ranks, progress,
+        const char *health = group_health(v, q, groups[gi], ranks, job_step,
                                           group_finished(ev, nev, groups[gi]));
         healthy += strcmp(health, "healthy") == 0;
-        json_array_append_new(jgroups, json_pack("{s:I,s:s,s:b,s:o}", "group",
+        json_array_append_new(jgroups, json_pack("{s:I,s:s,s:b,s:o,s:o}", "group",
                                                  (json_int_t)groups[gi], "health", health,
                                                  "in_quorum",
                                                  q != NULL && in_list(q->members, q->n_members,
                                                                       groups[gi]),
-                                                 "ranks", jranks));
+                                                 "progress", jprogress, "ranks", jranks));
     }
-    root = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o}", "job", job, "state",
+    root = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:f,s:o,s:o,s:o}", "job", job, "state",
                      job_state(jgroups), "revision",
                      (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
                      (json_int_t)ng, "groups_healthy", (json_int_t)healthy, "progress_step",
                      pst == GRAFT_OK ? json_integer((json_int_t)progress) : json_null(),
+                     "step", job_step > 0 ? json_integer((json_int_t)job_step) : json_null(),
+                     "steps_per_second", rate,
                      "quorum", q != NULL ? quorum_json(q) : json_null(), "quorum_record",
                      jrecord, "groups", jgroups);
     jrecord = NULL;
@@ -264,6 +321,7 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         st = GRAFT_ENOMEM;
 out:
     json_decref(jrecord);
+    graft_group_progress_free(gp);
     graft_membership_events_free(ev, nev);
     graft_membership_quorum_free(q);
     graft_membership_view_free(v);
@@ -281,10 +339,12 @@ static void status_print(json_t *s)
            json_integer_value(json_object_get(s, "groups_healthy")),
            json_integer_value(json_object_get(s, "groups_known")),
            json_integer_value(json_object_get(s, "ranks_per_group")));
-    json_t *progress = json_object_get(s, "progress_step");
-    if (json_is_integer(progress))
-        printf("progress: step %" JSON_INTEGER_FORMAT " committed (reported every 10 s)\n",
-               json_integer_value(progress));
+    json_t *step = json_object_get(s, "step");
+    if (json_is_integer(step))
+        printf("progress: step %" JSON_INTEGER_FORMAT " committed, %.1f steps/s (each group's "
+               "rank 0 reports every %d s)\n", json_integer_value(step),
+               json_number_value(json_object_get(s, "steps_per_second")),
+               GRAFT_GROUP_PROGRESS_EVERY_MS / 1000);
     if (json_is_object(q)) {
         printf("quorum id %" JSON_INTEGER_FORMAT " round %" JSON_INTEGER_FORMAT
                " formed at step %" JSON_INTEGER_FORMAT " members",
@@ -295,8 +355,11 @@ static void status_print(json_t *s)
         json_t *x;
         json_array_foreach(json_object_get(q, "members"), i, x)
             printf(" %" JSON_INTEGER_FORMAT, json_integer_value(x));
+        /* Its recipients heal at the quorum's step; once the job is past
+         * it they are done (steps after go between the members). */
+        bool healed = json_integer_value(step) > json_integer_value(json_object_get(q, "step"));
         json_array_foreach(json_object_get(q, "recoveries"), i, x)
-            printf("%s%" JSON_INTEGER_FORMAT, i == 0 ? "; recovering " : ",",
+            printf("%s%" JSON_INTEGER_FORMAT, i > 0 ? "," : healed ? "; healed " : "; recovering ",
                    json_integer_value(json_object_get(x, "recipient")));
         printf("\n");
     } else if (!json_is_string(json_object_get(s, "quorum_record"))) {

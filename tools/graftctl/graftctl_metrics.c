@@ -65,6 +65,39 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A gauge per group from a field of its progress record (groups without
+ * one have no sample). */
+static void group_gauge(FILE *f, json_t *s, const char *name, const char *field,
+                        const char *help)
+{
+    size_t i;
+    json_t *g;
+    head(f, name, "gauge", help);
+    json_array_foreach(json_object_get(s, "groups"), i, g) {
+        json_t *v = json_object_get(json_object_get(g, "progress"), field);
+        if (v != NULL)
+            fprintf(f, "%s{group=\"%" JSON_INTEGER_FORMAT "\"} %.15g\n", name,
+                    json_integer_value(json_object_get(g, "group")), json_number_value(v));
+    }
+}
+
+/* Steps from each group's progress record (its rank 0 writes one every
+ * GRAFT_GROUP_PROGRESS_EVERY_MS): the job's step is the newest. */
+static void progress_metrics(FILE *f, json_t *s)
+{
+    head(f, "graft_job_step", "gauge", "The newest step a group of the job committed.");
+    fprintf(f, "graft_job_step %" JSON_INTEGER_FORMAT "\n",
+            json_integer_value(json_object_get(s, "step")));
+    head(f, "graft_job_steps_per_second", "gauge",
+         "Committed steps per second of the job (its fastest group with a fresh record).");
+    fprintf(f, "graft_job_steps_per_second %.3f\n",
+            json_number_value(json_object_get(s, "steps_per_second")));
+    group_gauge(f, s, "graft_group_committed_step", "step",
+                "A group's committed step as its rank 0 last reported it.");
+    group_gauge(f, s, "graft_group_steps_per_second", "steps_per_second",
+                "A group's committed steps per second (0 once its record is stale).");
+}
+
 static void status_metrics(FILE *f, json_t *s)
 {
     static const char *const healths[] = {"healthy", "recovering", "cannot-serve",
@@ -103,8 +136,10 @@ static void status_metrics(FILE *f, json_t *s)
         head(f, "graft_quorum_members", "gauge", "Groups in the latest quorum.");
         fprintf(f, "graft_quorum_members %zu\n", json_array_size(json_object_get(q, "members")));
     }
+    progress_metrics(f, s);
     head(f, "graft_rank_committed_step", "gauge",
-         "Committed step in a rank's member record (updated when it turns healthy).");
+         "A live rank's committed step: its group's progress record while it holds the "
+         "group's step, else its member record.");
     json_array_foreach(json_object_get(s, "groups"), i, g)
         json_array_foreach(json_object_get(g, "ranks"), k, r)
             fprintf(f, "graft_rank_committed_step{group=\"%" JSON_INTEGER_FORMAT

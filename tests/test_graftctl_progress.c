@@ -1,0 +1,288 @@
+/*
+ * Fresh progress without etcd on the steady path (issue 28, item 2): each
+ * group's rank 0 writes its group's committed step and step rate every
+ * GRAFT_GROUP_PROGRESS_EVERY_MS (group_progress/<group>), and `graftctl
+ * status`, the dashboard's /api/status and its /metrics (graft_job_step,
+ * graft_group_committed_step, graft_job_steps_per_second) show it.
+ *
+ * Against a live `graft-sim run` (2 groups x 2 ranks of the real trainer,
+ * a real etcd): while it runs, the test reads the trainer's own committed
+ * step from the commit log graft-sim keeps for each rank
+ * (commits-g<G>-r<R>.txt in its run folder) and, at the same moments, the
+ * step each of the three views gives. Every view's step is at least the
+ * trainer's step of 5 s before and at most the trainer's step after the
+ * read. After the run, every group's record holds the final step.
+ */
+#include "test_graftctl_http.h"
+
+#include <graft/etcd.h>
+#include <graft/graft.h>
+
+#define GROUPS 2
+#define STEPS 500
+#define LAG_MS 5000
+
+static char run_tmp[PATH_MAX + 16];
+static char job[128];
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* GET http://127.0.0.1:port/path: the body, or NULL when no 200 came. */
+static char *http_get(int port, const char *path)
+{
+    char *body = NULL;
+    if (graftctl_http(port, "GET", path, NULL, NULL, &body) == 200)
+        return body;
+    free(body);
+    return NULL;
+}
+
+/* The trainer's committed step: the highest step in the last line of any
+ * rank's commit log ("<step> <hash>" per applied step); -1 before any. */
+static long long trainer_step(const char *run_dir)
+{
+    long long best = -1;
+    for (int g = 0; g < GROUPS; g++) {
+        for (int r = 0; r < 2; r++) {
+            char path[2 * PATH_MAX + 128], buf[512];
+            snprintf(path, sizeof(path), "%s/commits-g%d-r%d.txt", run_dir, g, r);
+            FILE *f = fopen(path, "r");
+            if (f == NULL)
+                continue;
+            long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+            long from = size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0;
+            size_t n = fseek(f, from, SEEK_SET) == 0 ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+            fclose(f);
+            buf[n] = '\0';
+            /* The last whole line. */
+            char *end = strrchr(buf, '\n');
+            if (end == NULL)
+                continue;
+            *end = '\0';
+            char *start = strrchr(buf, '\n');
+            long long st = -1;
+            if (sscanf(start != NULL ? start + 1 : buf, "%lld", &st) == 1 && st > best)
+                best = st;
+        }
+    }
+    return best;
+}
+
+/* The run folder graft-sim made under run_tmp (graft-sim-run-XXXXXX). */
+static bool find_run_dir(char *dir, size_t len)
+{
+    DIR *d = opendir(run_tmp);
+    bool found = false;
+    for (struct dirent *e = d ? readdir(d) : NULL; e != NULL && !found; e = readdir(d))
+        if (strncmp(e->d_name, "graft-sim-run-", 14) == 0) {
+            snprintf(dir, len, "%s/%s", run_tmp, e->d_name);
+            found = true;
+        }
+    if (d != NULL)
+        closedir(d);
+    return found;
+}
+
+/* The trainer's step as time went: t (monotonic ms) and step. */
+typedef struct sample {
+    uint64_t t;
+    long long step;
+} sample_t;
+
+static sample_t hist[4096];
+static size_t nhist;
+
+/* The trainer's step LAG_MS before t (-1: the history does not reach back
+ * that far, so the read is not judged). */
+static long long step_before(uint64_t t)
+{
+    long long s = -1;
+    for (size_t i = 0; i < nhist && hist[i].t + LAG_MS <= t; i++)
+        s = hist[i].step;
+    return nhist > 0 && hist[0].t + LAG_MS <= t ? s : -1;
+}
+
+/* One view's step against the trainer's: at least its step LAG_MS ago, at
+ * most its step now. Returns whether the read was judged. */
+static bool judge(const char *view, long long v, uint64_t t, long long after)
+{
+    long long before = step_before(t);
+    if (before < 1 || after < 0) /* after < 0: the run is over, its folder gone */
+        return false;
+    if (v < before || v > after + 1)
+        print_error("%s: step %lld; the trainer was at %lld %d ms before, at %lld after\n", view,
+                    v, before, LAG_MS, after);
+    assert_true(v >= before);
+    assert_true(v <= after + 1); /* its record is put just before the log line */
+    return true;
+}
+
+static long long metric(const char *text, const char *name)
+{
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\n%s ", name);
+    const char *p = text != NULL ? strstr(text, pat) : NULL;
+    return p != NULL ? atoll(p + strlen(pat)) : -1;
+}
+
+static pid_t start_sim(const char *root, const char *rep)
+{
+    /* Simulated compute per step, so that the run lasts long enough for
+     * reads 5 s apart; the run folder where the test finds it. */
+    setenv("GRAFT_SIM_STEP_MS", "25", 1);
+    setenv("TMPDIR", run_tmp, 1);
+    const char *argv[] = {sim_bin, "run", "--groups", "2", "--ranks", "2", "--steps", "500",
+                          "--mode", "elastic", "--seed", "5", "--etcd", endpoint,
+                          "--persist-root", root, "--persist-every", "100", "--json", rep,
+                          NULL};
+    pid_t sim = spawn_logged(argv, "sim.out");
+    unsetenv("GRAFT_SIM_STEP_MS");
+    unsetenv("TMPDIR");
+    return sim;
+}
+
+static pid_t start_dashboard(int port)
+{
+    char listen[64];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    const char *argv[] = {ctl_bin, "--etcd", endpoint, "--job", job, "dashboard",
+                          "--listen", listen, "--interval-ms", "200", NULL};
+    return spawn_logged(argv, "dashboard.log");
+}
+
+static int sim_done(pid_t sim, int *ws)
+{
+    return waitpid(sim, ws, WNOHANG) == sim;
+}
+
+static void test_live_progress(void **state)
+{
+    char root[PATH_MAX + 32], rep[PATH_MAX + 32], run_dir[2 * PATH_MAX + 64];
+    snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
+    snprintf(rep, sizeof(rep), "%s/run.json", tmpdir);
+    snprintf(run_tmp, sizeof(run_tmp), "%s/simtmp", tmpdir);
+    mkdir(root, 0755);
+    mkdir(run_tmp, 0755);
+    pid_t sim = start_sim(root, rep);
+    sim_job_wait(root, job, sizeof(job));
+    for (int i = 0; i < 300 && !find_run_dir(run_dir, sizeof(run_dir)); i++)
+        sleep_ms(100);
+    assert_true(find_run_dir(run_dir, sizeof(run_dir)));
+
+    int port = free_port(), ws = 0;
+    pid_t dash = -1;
+    size_t judged[3] = {0, 0, 0}, rated = 0;
+    bool done = false;
+    const char *const status_args[] = {"--etcd", endpoint, "--job", job, "--json", "status",
+                                       NULL};
+    while (!(done = sim_done(sim, &ws))) {
+        long long before = trainer_step(run_dir);
+        uint64_t t = mono_ms();
+        if (before >= 0 && nhist < sizeof(hist) / sizeof(hist[0]))
+            hist[nhist++] = (sample_t){t, before};
+        /* The dashboard exits while the job has no keys: start it again. */
+        if (dash < 0 || waitpid(dash, NULL, WNOHANG) == dash)
+            dash = start_dashboard(port);
+        char *out = NULL;
+        json_t *st = run_ctl(status_args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
+        free(out);
+        char *metrics = http_get(port, "/metrics");
+        char *api = http_get(port, "/api/status");
+        json_t *jap = api != NULL ? json_loads(api, 0, NULL) : NULL;
+        long long after = trainer_step(run_dir);
+        json_t *sv = json_object_get(st, "step");
+        if (json_is_integer(sv))
+            judged[0] += judge("status", json_integer_value(sv), t, after);
+        long long m = metric(metrics, "graft_job_step");
+        if (m > 0)
+            judged[1] += judge("/metrics graft_job_step", m, t, after);
+        json_t *av = json_object_get(jap, "step");
+        if (json_is_integer(av))
+            judged[2] += judge("/api/status", json_integer_value(av), t, after);
+        /* A rate while the steps go. */
+        if (json_number_value(json_object_get(st, "steps_per_second")) > 0 &&
+            metrics != NULL && strstr(metrics, "graft_group_committed_step{group=\"1\"}") &&
+            strstr(metrics, "\ngraft_job_steps_per_second 0.000") == NULL)
+            rated++;
+        json_decref(st);
+        json_decref(jap);
+        free(metrics);
+        free(api);
+        sleep_ms(300);
+    }
+    assert_true(done && WIFEXITED(ws));
+    if (WEXITSTATUS(ws) != 0) {
+        char log[PATH_MAX + 32];
+        snprintf(log, sizeof(log), "%s/sim.out", tmpdir);
+        char *simout = slurp(log);
+        print_error("graft-sim run failed:\n%s\n", simout);
+        free(simout);
+    }
+    assert_int_equal(WEXITSTATUS(ws), 0);
+    print_message("reads judged: status %zu, /metrics %zu, /api/status %zu; %zu with a rate\n",
+                  judged[0], judged[1], judged[2], rated);
+    assert_true(judged[0] >= 5 && judged[1] >= 5 && judged[2] >= 5);
+    assert_true(rated >= 3);
+
+    /* After the run: each group's rank 0 wrote the final step as it ended. */
+    json_t *st = ctl_json(status_args);
+    assert_int_equal(json_integer_value(json_object_get(st, "step")), STEPS);
+    size_t i;
+    json_t *g;
+    size_t groups = 0;
+    json_array_foreach(json_object_get(st, "groups"), i, g) {
+        json_t *p = json_object_get(g, "progress");
+        assert_true(json_is_object(p));
+        assert_int_equal(json_integer_value(json_object_get(p, "step")), STEPS);
+        groups++;
+    }
+    assert_int_equal(groups, GROUPS);
+    assert_string_equal(group_health(st, 0), "finished");
+    json_decref(st);
+    char *text = NULL;
+    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+                             &text, NULL),
+                     0);
+    assert_non_null(strstr(text, "progress: step 500 committed"));
+    free(text);
+    kill(dash, SIGTERM);
+    waitpid(dash, NULL, 0);
+
+    /* What it cost etcd: a key's version counts the puts to it. One per
+     * GRAFT_GROUP_PROGRESS_EVERY_MS while steps go, and at the first
+     * commit and at the end (docs/PERFORMANCE.md). */
+    const char *eps[] = {endpoint};
+    graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
+    graft_etcd_t *e = NULL;
+    assert_int_equal(graft_etcd_create(&ec, &e), GRAFT_OK);
+    double secs = (double)(hist[nhist - 1].t - hist[0].t) / 1000.0;
+    for (int grp = 0; grp < GROUPS; grp++) {
+        char key[256];
+        graft_etcd_kv_t kv;
+        memset(&kv, 0, sizeof(kv));
+        snprintf(key, sizeof(key), "/graft/%s/group_progress/%d", job, grp);
+        assert_int_equal(graft_etcd_get(e, key, &kv, NULL), GRAFT_OK);
+        print_message("%s: %" PRId64 " puts over a run of %.1f s of steps\n", key, kv.version,
+                      secs);
+        assert_true(kv.version >= 2);
+        assert_true((double)kv.version <= secs * 1000.0 / GRAFT_GROUP_PROGRESS_EVERY_MS + 4);
+        graft_etcd_kv_clear(&kv);
+    }
+    graft_etcd_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_live_progress),
+    };
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, graftctl_test_setup, graftctl_test_teardown);
+    curl_global_cleanup();
+    return rc;
+}
