@@ -7,6 +7,7 @@
  * the second tier.
  */
 #include "persist_internal.h"
+#include "persist_remote.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,10 @@ void graft__persist_commit_job(graft_persist_writer_t *w, gp_job_t *j)
             GRAFT_WARN(GRAFT_MOD_PERSIST, "retention under %s failed", w->second_root);
         res.second_tier_status = st;
     }
+    /* Durable and verified locally: the uploader takes it from here,
+     * without holding up the next checkpoint. */
+    if (res.status == GRAFT_OK && w->remote != NULL)
+        graft__persist_remote_enqueue(w->remote, j->step);
     pthread_mutex_lock(&w->mu);
     for (gp_step_rec_t *s = w->steps; s; s = s->next)
         if (s->step == j->step && !s->done) {

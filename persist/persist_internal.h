@@ -364,6 +364,9 @@ struct graft_persist_writer {
     gp_step_rec_t *steps;
     gp_staging_t *pool;
 
+    /* The remote tier's uploader (persist_remote.c); NULL without one. */
+    struct graft__remote *remote;
+
     gp_pool_t hp; /* compression helpers */
     /* The background thread's own encoder, for chunks no helper took. */
     ZSTD_CCtx *cctx;

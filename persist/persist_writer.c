@@ -10,6 +10,7 @@
  * page cache.
  */
 #include "persist_internal.h"
+#include "persist_remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -477,6 +478,9 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
         goto err;
     }
     st = graft__persist_mkdirs(w->root, w->file_mode);
+    if (st == GRAFT_OK && config->remote != NULL)
+        st = graft__persist_remote_create(config->remote, w->root, w->secret, w->secret_len,
+                                          &w->remote);
     if (st != GRAFT_OK)
         goto err;
     pthread_mutex_init(&w->mu, NULL);
@@ -503,6 +507,7 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     *writer_p = w;
     return GRAFT_OK;
 err:
+    graft__persist_remote_destroy(w->remote);
     graft_free(w->hp.h);
     graft_free(w->root);
     graft_free(w->second_root);
@@ -528,6 +533,7 @@ void graft_persist_writer_destroy(graft_persist_writer_t *w)
         pthread_cond_destroy(&w->cv_done);
         sem_destroy(&w->hp.done);
     }
+    graft__persist_remote_destroy(w->remote);
     while (w->shards) {
         gp_shard_rec_t *r = w->shards;
         w->shards = r->next;

@@ -33,6 +33,10 @@
  *     region/kind filters, fingerprint re-check, progress callback).
  *  5. Retention: graft_persist_retention_plan() (pure) and
  *     graft_persist_retention_apply() (deletes what the plan drops).
+ *  6. The remote tier: graft_persist_config_t::remote uploads every
+ *     checkpoint to an S3-compatible bucket in the background;
+ *     graft_persist_remote_restore() restores from it when no local root
+ *     holds an intact checkpoint.
  *
  * Thread safety: a writer may be used from one thread at a time; its work
  * runs on its own background threads. Reader functions are reentrant.
@@ -187,6 +191,9 @@ typedef struct graft_persist_config {
     const uint8_t *secret;     /**< job secret: every manifest carries its MAC under it
                                     (docs/FORMAT.md); NULL = no MAC. Copied */
     size_t secret_len;         /**< 1..GRAFT_PERSIST_SECRET_MAX_BYTES when secret is set */
+    /** The remote tier (an S3-compatible bucket; see "Remote tier" below);
+     *  NULL = none. Copied. */
+    const struct graft_persist_remote_config *remote;
 } graft_persist_config_t;
 
 /** Options of one checkpoint, given at commit. */
@@ -500,6 +507,116 @@ GRAFT_WUR graft_status_t graft_persist_retention_plan(const graft_persist_retent
 GRAFT_WUR graft_status_t graft_persist_retention_apply(const char *root,
                                                        const graft_persist_retention_t *policy,
                                                        size_t *deleted_p);
+
+/* ------------------------------------------------------------------------ */
+/* Remote tier                                                              */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * An S3-compatible bucket behind the local root. Once a checkpoint is
+ * durable and verified locally, a background uploader sends its shards
+ * (multipart uploads of parallel parts, each with its Content-MD5 so that
+ * the store verifies it), then manifest.json, checks every shard is stored
+ * with its size, and sends manifest.pb LAST: a remote checkpoint is visible
+ * only when complete. Requests are signed by libcurl's SigV4. The uploader
+ * never blocks a save: while one checkpoint uploads, only the newest of
+ * those waiting is kept, the others are superseded (logged, counted in
+ * ::graft_persist_remote_stats_t). The remote layout is described in
+ * docs/FORMAT.md.
+ */
+typedef struct graft_persist_remote_config {
+    const char *url;              /**< s3://bucket[/prefix]; required */
+    const char *endpoint;         /**< http(s)://host[:port] of a non-AWS store (path-style
+                                       requests); NULL = AWS_ENDPOINT_URL_S3, else
+                                       AWS_ENDPOINT_URL, else AWS's endpoint of the region */
+    const char *region;           /**< NULL = AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1 */
+    const char *credentials_file; /**< used when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are
+                                       unset; NULL = AWS_SHARED_CREDENTIALS_FILE, else
+                                       ~/.aws/credentials */
+    const char *profile;          /**< its profile; NULL = AWS_PROFILE, else "default" */
+    uint64_t part_bytes;          /**< multipart part size, 5 MiB..5 GiB; 0 = 8 MiB. A file of
+                                       at most one part is one PUT */
+    uint32_t parallel;            /**< parts in flight per file; 0 = 8 */
+    uint32_t max_retries;         /**< retries per request or part; 0 = 8 */
+    uint32_t backoff_ms;          /**< first back-off (doubled per retry, jittered, at least
+                                       Retry-After); 0 = 200 */
+    uint32_t timeout_ms;          /**< per request; 0 = 60000 */
+    uint32_t keep_last;           /**< remote retention: keep the newest N complete
+                                       checkpoints; 0 = keep all */
+} graft_persist_remote_config_t;
+
+/** The uploader's counters (graft_persist_remote_stats()). */
+typedef struct graft_persist_remote_stats {
+    bool enabled;               /**< the writer has a remote tier */
+    uint64_t uploaded;          /**< checkpoints made complete remotely */
+    uint64_t superseded;        /**< checkpoints dropped while waiting for a newer one */
+    uint64_t failed;            /**< uploads given up (the reason in last_error) */
+    uint64_t retries;           /**< requests and parts resent */
+    uint64_t bytes_sent;        /**< bytes accepted by the store */
+    uint64_t deleted;           /**< remote checkpoints removed by retention */
+    bool has_uploaded;
+    uint64_t last_uploaded_step;
+    uint64_t newest_local_step; /**< the newest step handed to the uploader */
+    uint32_t waiting;           /**< checkpoints queued or uploading */
+    graft_status_t last_status; /**< of the last upload (GRAFT_OK before any) */
+    char last_error[512];       /**< names what failed (a missing credential, an object) */
+} graft_persist_remote_stats_t;
+
+/**
+ * @brief The writer's remote tier counters.
+ * @param [in]  writer   the writer.
+ * @param [out] stats_p  the counters (enabled false without a remote tier).
+ * @return GRAFT_OK or GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_stats(graft_persist_writer_t *writer,
+                                                    graft_persist_remote_stats_t *stats_p);
+
+/**
+ * @brief Wait until the uploader has nothing waiting or running.
+ * @param [in] writer      the writer.
+ * @param [in] timeout_ms  how long to wait.
+ * @return GRAFT_OK, GRAFT_ETIMEOUT, GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_flush(graft_persist_writer_t *writer,
+                                                    uint32_t timeout_ms);
+
+/**
+ * @brief The complete checkpoints in the bucket (those with a manifest.pb),
+ *        newest first.
+ * @param [in]  remote   the bucket.
+ * @param [out] steps_p  their steps; free with graft_free(). NULL if none.
+ * @param [out] n_p      how many.
+ * @param [out] why      the reason of a failure; may be NULL.
+ * @param [in]  why_len  its size.
+ * @return GRAFT_OK; GRAFT_EINVAL (bad URL, missing credentials: why names
+ *         them); GRAFT_EAUTH (the store refused the credentials); GRAFT_EIO.
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_list(const graft_persist_remote_config_t *remote,
+                                                   uint64_t **steps_p, size_t *n_p, char *why,
+                                                   size_t why_len);
+
+/**
+ * @brief Restore from the bucket: the newest complete checkpoint (or
+ *        params->step) is downloaded into @p local_root (shards, then
+ *        manifest.pb last), fully verified there (every chunk, and the
+ *        manifest's MAC when params->secret is set), then restored as
+ *        graft_persist_restore() does, resharding included. A checkpoint
+ *        with an object missing or corrupt is removed from local_root,
+ *        reported in result_p->skipped_reasons (naming the object), and the
+ *        next older one is tried.
+ * @param [in]  remote      the bucket.
+ * @param [in]  local_root  where the checkpoint is downloaded (e.g. the
+ *                          emptied local root); created if absent.
+ * @param [in]  params      as graft_persist_restore().
+ * @param [out] result_p    as graft_persist_restore(); may be NULL.
+ * @return GRAFT_OK; GRAFT_ENOCHECKPOINT (none in the bucket verifies);
+ *         GRAFT_EINVAL, GRAFT_EAUTH, GRAFT_EIO as graft_persist_remote_list();
+ *         with params->step set, that checkpoint's own error.
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_restore(const graft_persist_remote_config_t *remote,
+                                                      const char *local_root,
+                                                      const graft_persist_restore_params_t *params,
+                                                      graft_persist_restore_result_t *result_p);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,125 @@
+/*
+ * Private to persist/: a small S3 client over libcurl (persist_s3.c,
+ * persist_s3_multi.c), signed by libcurl's own SigV4 (CURLOPT_AWS_SIGV4).
+ * Every request is retried with jittered, doubling back-off on a
+ * connection error, a 5xx or a 429 (honouring Retry-After); a multipart
+ * upload resends only the part that failed. Used by the remote tier
+ * (persist_remote.c).
+ */
+#ifndef GRAFT_PERSIST_S3_H
+#define GRAFT_PERSIST_S3_H
+
+#include "graft_internal.h"
+#include <graft/persist.h>
+
+#include <curl/curl.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GP_S3_MIN_PART_BYTES (5ull << 20)
+#define GP_S3_DEFAULT_PART_BYTES (8ull << 20)
+#define GP_S3_MAX_PART_BYTES (5ull << 30)
+#define GP_S3_MAX_PARTS 10000u
+
+typedef struct graft__s3 {
+    char *url;       /* s3://bucket/prefix, as configured (messages) */
+    char *bucket;
+    char *prefix;    /* "" or "a/b/" (ends in '/') */
+    char *base;      /* "http://host:port/bucket" or "https://bucket.s3.region.amazonaws.com" */
+    char *region;
+    char *sigv4;     /* "aws:amz:<region>:s3" */
+    char *access_key;
+    char *secret_key;
+    char *token_header; /* "x-amz-security-token: ..." or NULL */
+    uint64_t part_bytes;
+    uint32_t parallel;
+    uint32_t max_retries;
+    uint32_t backoff_ms;
+    uint32_t timeout_ms;
+    /* Set by the owner to end retries early (the writer being destroyed). */
+    atomic_bool *stop;
+    /* Counters, read by the remote tier's statistics. */
+    atomic_uint_least64_t retries;
+    atomic_uint_least64_t bytes_sent;
+} graft__s3_t;
+
+/* Resolve the configuration: the URL, endpoint, region and credentials
+ * (the configuration, else AWS_* variables, else the credentials file).
+ * A missing piece is GRAFT_EINVAL with why naming it. */
+GRAFT_WUR graft_status_t graft__s3_create(const graft_persist_remote_config_t *cfg,
+                                          graft__s3_t **s3_p, char *why, size_t why_len);
+void graft__s3_destroy(graft__s3_t *s3);
+/* GRAFT_OK when url is an s3://bucket[/prefix] URL; else GRAFT_EINVAL. */
+GRAFT_WUR graft_status_t graft__s3_url_check(const char *url, char *why, size_t why_len);
+
+/* A response: status, body (NUL-terminated), the ETag and Retry-After
+ * headers. */
+typedef struct graft__s3_resp {
+    long http;
+    char *body;
+    size_t len;
+    size_t cap;
+    int fd;           /* >= 0: the body goes to this file instead */
+    uint64_t written; /* bytes written to fd */
+    bool write_failed;
+    char etag[128];
+    long retry_after_s;
+} graft__s3_resp_t;
+
+/* An easy handle for one request, signed, with the configured timeouts;
+ * body may be NULL. *hdrs_p must be freed (curl_slist_free_all) after the
+ * transfer. NULL when out of memory. */
+void *graft__s3_easy(graft__s3_t *s3, const char *method, const char *key, const char *query,
+                     const uint8_t *body, size_t body_len, const char *content_md5,
+                     graft__s3_resp_t *resp, struct curl_slist **hdrs_p);
+void graft__s3_resp_reset(graft__s3_resp_t *r);
+/* The outcome of a finished transfer: GRAFT_OK on a 2xx, GRAFT_ENOTFOUND
+ * on a 404, GRAFT_EAUTH on a 403, GRAFT_EIO otherwise; why names the
+ * request and the store's error code. *retry_p: worth another try. */
+graft_status_t graft__s3_outcome(const graft__s3_t *s3, int curl_code, const graft__s3_resp_t *r,
+                                 const char *what, bool *retry_p, char *why, size_t why_len);
+/* Sleep before try number attempt (1 = first retry): doubling back-off
+ * with full jitter, at least Retry-After. false when told to stop. */
+bool graft__s3_backoff(graft__s3_t *s3, uint32_t attempt, long retry_after_s);
+/* The same delay in ms, counted as a retry, without sleeping. */
+uint64_t graft__s3_backoff_ms(graft__s3_t *s3, uint32_t attempt, long retry_after_s);
+/* One request, retried; resp->fd set by the caller (-1: body kept in
+ * resp->body, freed by the caller). what names it in messages. */
+GRAFT_WUR graft_status_t graft__s3_request(graft__s3_t *s3, const char *method, const char *key,
+                                           const char *query, const uint8_t *body,
+                                           size_t body_len, const char *md5,
+                                           graft__s3_resp_t *resp, const char *what, char *why,
+                                           size_t why_len);
+/* The text of <tag>...</tag> in xml, copied into out; false if absent. */
+bool graft__s3_xml_tag(const char *xml, const char *tag, char *out, size_t out_len);
+/* Multipart upload (persist_s3_multi.c). */
+GRAFT_WUR graft_status_t graft__s3_multipart(graft__s3_t *s3, const char *key, int fd,
+                                             uint64_t bytes, char *why, size_t why_len);
+
+/* Base64 of the MD5 of data (25 bytes with the NUL). */
+void graft__s3_md5_b64(const void *data, size_t len, char out[32]);
+
+/* Upload the file at path to key: one PUT when it fits a part, else a
+ * multipart upload with parallel parts (persist_s3_multi.c). */
+GRAFT_WUR graft_status_t graft__s3_put_file(graft__s3_t *s3, const char *key, int fd,
+                                            uint64_t bytes, char *why, size_t why_len);
+GRAFT_WUR graft_status_t graft__s3_put_bytes(graft__s3_t *s3, const char *key,
+                                             const uint8_t *data, size_t len, char *why,
+                                             size_t why_len);
+/* Download key into the file fd (truncated first); *bytes_p its size. */
+GRAFT_WUR graft_status_t graft__s3_get_file(graft__s3_t *s3, const char *key, int fd,
+                                            uint64_t *bytes_p, char *why, size_t why_len);
+/* Size of key; GRAFT_ENOTFOUND when absent. */
+GRAFT_WUR graft_status_t graft__s3_head(graft__s3_t *s3, const char *key, uint64_t *bytes_p,
+                                        char *why, size_t why_len);
+GRAFT_WUR graft_status_t graft__s3_delete(graft__s3_t *s3, const char *key, char *why,
+                                          size_t why_len);
+/* Every key below prefix + sub (sub may be ""), relative to the prefix;
+ * free with graft__s3_keys_free(). */
+GRAFT_WUR graft_status_t graft__s3_list(graft__s3_t *s3, const char *sub, char ***keys_p,
+                                        size_t *n_p, char *why, size_t why_len);
+void graft__s3_keys_free(char **keys, size_t n);
+
+#endif
