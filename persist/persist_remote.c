@@ -357,6 +357,16 @@ graft_status_t graft_persist_remote_stats(graft_persist_writer_t *w,
     return GRAFT_OK;
 }
 
+graft_status_t graft_persist_remote_upload(graft_persist_writer_t *w, uint64_t step)
+{
+    if (w == NULL)
+        return GRAFT_EINVAL;
+    if (w->remote == NULL)
+        return GRAFT_ENOTSUP;
+    graft__persist_remote_enqueue(w->remote, step);
+    return GRAFT_OK;
+}
+
 graft_status_t graft_persist_remote_flush(graft_persist_writer_t *w, uint32_t timeout_ms)
 {
     if (w == NULL)

@@ -196,6 +196,36 @@ static graft_status_t fetch(graft__s3_t *s3, const char *pfx, const char *dir, c
     return st;
 }
 
+/* Whether root already holds step intact (another rank installed it). */
+static bool local_intact(const char *root, uint64_t step, const graft__persist_key_t *key)
+{
+    return graft_persist_verify_mac(root, step, GRAFT_PERSIST_VERIFY_FULL,
+                                    key != NULL ? key->bytes : NULL, key != NULL ? key->len : 0,
+                                    NULL) == GRAFT_OK;
+}
+
+/* Install the verified scratch directory whole, as root's step directory
+ * (it appears with its manifest), unless an intact copy is there. */
+static graft_status_t install(const char *root, uint64_t step, const char *scratch,
+                              const char *dir, const graft__persist_key_t *key, char *why,
+                              size_t why_len)
+{
+    if (local_intact(root, step, key))
+        return GRAFT_OK;
+    if (step_remove(root, step) != GRAFT_OK) {
+        snprintf(why, why_len, "%s: could not remove the local copy", dir);
+        return GRAFT_EIO;
+    }
+    if (rename(scratch, dir) != 0) {
+        int err = errno;
+        if ((err == ENOTEMPTY || err == EEXIST) && local_intact(root, step, key))
+            return GRAFT_OK;
+        snprintf(why, why_len, "rename %s: %s", scratch, strerror(err));
+        return GRAFT_EIO;
+    }
+    return graft__persist_fsync_dir(root);
+}
+
 /* Download, verify and install one checkpoint under root. */
 static graft_status_t fetch_checkpoint(graft__s3_t *s3, const char *root, uint64_t step,
                                        const graft__persist_key_t *key, char *why,
@@ -203,11 +233,16 @@ static graft_status_t fetch_checkpoint(graft__s3_t *s3, const char *root, uint64
 {
     char pfx[40];
     snprintf(pfx, sizeof(pfx), "step-%020llu/", (unsigned long long)step);
-    char *scratch = graft__asprintf("%s/.remote-step-%020llu", root, (unsigned long long)step);
+    /* One scratch directory per process: ranks sharing a root download
+     * side by side, and the first one installed is used by all. */
+    char *scratch = graft__asprintf("%s/.remote-step-%020llu.%ld", root, (unsigned long long)step,
+                                    (long)getpid());
     char *dir = graft__persist_step_dir(root, step);
     Graft__CheckpointManifest *m = NULL;
     char vwhy[400];
     graft_status_t st = scratch != NULL && dir != NULL ? GRAFT_OK : GRAFT_ENOMEM;
+    if (st == GRAFT_OK && local_intact(root, step, key))
+        goto out; /* another rank sharing the root installed it */
     if (st == GRAFT_OK) {
         scratch_remove(scratch);
         if (mkdir(scratch, 0700) != 0) {
@@ -240,19 +275,11 @@ static graft_status_t fetch_checkpoint(graft__s3_t *s3, const char *root, uint64
         if (st != GRAFT_OK)
             snprintf(why, why_len, "s3://%s/%s%s%s", s3->bucket, s3->prefix, pfx, vwhy);
     }
-    /* Installed whole: the step directory appears with its manifest. */
-    if (st == GRAFT_OK && step_remove(root, step) != GRAFT_OK) {
-        snprintf(why, why_len, "%s: could not remove the local copy", dir);
-        st = GRAFT_EIO;
-    }
-    if (st == GRAFT_OK && rename(scratch, dir) != 0) {
-        snprintf(why, why_len, "rename %s: %s", scratch, strerror(errno));
-        st = GRAFT_EIO;
-    }
     if (st == GRAFT_OK)
-        st = graft__persist_fsync_dir(root);
-    if (st != GRAFT_OK && scratch != NULL)
+        st = install(root, step, scratch, dir, key, why, why_len);
+    if (scratch != NULL)
         scratch_remove(scratch);
+out:
     if (m != NULL)
         graft__manifest_free(m);
     graft_free(scratch);

@@ -222,6 +222,41 @@ static void test_upload_restore_bit_exact(void **state)
     state_free(&s);
 }
 
+/* Distributed mode: each rank writes its shard, one rank commits, and the
+ * committed checkpoint is handed to the uploader. */
+static void test_distributed_commit_upload(void **state)
+{
+    fix_t *f = *state;
+    NEED_SERVER(f);
+    graft_persist_remote_config_t remote = graft_test_s3_remote(&f->s3, "dist");
+    state2_t s;
+    state_make(&s, 15, 2u << 20);
+    graft_persist_writer_t *w = writer_make(f->root, &remote);
+    uint8_t *infos[RANKS];
+    size_t lens[RANKS];
+    for (uint32_t r = 0; r < RANKS; r++)
+        assert_int_equal(graft_persist_shard_write(w, 15, r, RANKS, s.regions[r], 2), GRAFT_OK);
+    for (uint32_t r = 0; r < RANKS; r++)
+        assert_int_equal(graft_persist_shard_wait(w, 15, r, &infos[r], &lens[r]), GRAFT_OK);
+    graft_persist_commit_opts_t opts = {.secret = secret, .secret_len = sizeof(secret)};
+    assert_int_equal(graft_persist_commit(f->root, 15, RANKS, (const uint8_t *const *)infos, lens,
+                                          NULL, &opts),
+                     GRAFT_OK);
+    for (uint32_t r = 0; r < RANKS; r++)
+        graft_free(infos[r]);
+    assert_int_equal(graft_persist_remote_upload(w, 15), GRAFT_OK);
+    flush_ok(w, 1);
+    graft_persist_writer_destroy(w);
+    pt_rmtree_contents(f->root);
+    assert_int_equal(restore_check(&remote, f->root, &s, 2u << 20, NULL), 15);
+    state_free(&s);
+
+    /* Without a remote tier there is nothing to hand over to. */
+    graft_persist_writer_t *plain = writer_make(f->root, NULL);
+    assert_int_equal(graft_persist_remote_upload(plain, 15), GRAFT_ENOTSUP);
+    graft_persist_writer_destroy(plain);
+}
+
 /* ------------------------------------------------------- server killed --- */
 
 /* Every checkpoint with a manifest.pb in the listing has all its objects. */
@@ -496,6 +531,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_upload_restore_bit_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distributed_commit_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_killed_mid_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_down_supersedes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_object_falls_back, setup, teardown),

@@ -572,6 +572,18 @@ GRAFT_WUR graft_status_t graft_persist_remote_stats(graft_persist_writer_t *writ
                                                     graft_persist_remote_stats_t *stats_p);
 
 /**
+ * @brief Distributed mode: hand a checkpoint committed under the writer's
+ *        root by graft_persist_commit() to the uploader (a writer's own
+ *        saves are handed over by themselves). Returns at once; a
+ *        checkpoint still waiting is superseded by this one.
+ * @param [in] writer  the writer; its configuration has a remote tier.
+ * @param [in] step    the step committed.
+ * @return GRAFT_OK; GRAFT_ENOTSUP (no remote tier); GRAFT_EINVAL.
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_upload(graft_persist_writer_t *writer,
+                                                     uint64_t step);
+
+/**
  * @brief Wait until the uploader has nothing waiting or running.
  * @param [in] writer      the writer.
  * @param [in] timeout_ms  how long to wait.
