@@ -18,11 +18,12 @@ from graft.errors import (ChunkError, Error, GroupError, JobError, PeerError,
                           StateTooLarge, SystemResourceError, UsageError)
 from graft.runtime import (DTYPES, KINDS, LOG_LEVELS, Event, Runtime, StepInfo,
                            set_log_callback, set_log_level, version)
+from graft.launcher import launcher_settings
 from graft.state import ObjectState, rng_state, set_rng_state
 
 __all__ = [
     "Runtime", "StepInfo", "Event", "ObjectState", "rng_state", "set_rng_state",
     "Error", "UsageError", "SystemResourceError", "ChunkError", "PeerError", "GroupError",
     "JobError", "StateTooLarge", "LibraryNotFound", "KINDS", "DTYPES", "version",
-    "library_path", "set_log_callback", "set_log_level", "LOG_LEVELS",
+    "library_path", "set_log_callback", "set_log_level", "LOG_LEVELS", "launcher_settings",
 ]

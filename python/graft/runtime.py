@@ -73,10 +73,17 @@ class Runtime:
     those of graft.h's settings table (``job``, ``group``, ``groups``,
     ``etcd_endpoints``, ``persist_root``, ...). Use it as a context manager
     or call close().
+
+    ``group``, ``groups``, ``rank`` and ``ranks_per_group`` are attributes
+    once it is created. Under torchrun (a group of many ranks), pass
+    ``**graft.launcher_settings()``: the rank and group size come from
+    ``RANK`` / ``WORLD_SIZE``, the group from ``GRAFT_GROUP`` or
+    ``REPLICA_GROUP_ID``.
     """
 
     def __init__(self, env=True, **settings):
         self._rt = ffi.NULL
+        self.group = self.groups = self.rank = self.ranks_per_group = None
         self._regions = {}       # name -> the object whose memory is the region
         self._names = []         # keeps the C strings alive
         self.region_table = []   # (name, kind, dtype, bytes) in registration order
@@ -112,6 +119,11 @@ class Runtime:
                 raise error_for(st, "graft: " + (take_string(err) or "invalid configuration"))
             rt_p = ffi.new("graft_runtime_t **")
             self.etcd_endpoints = _setting(cfg, "etcd_endpoints")
+            # Where this process sits: its group and its rank in it (a
+            # group of many ranks is a launcher's world, see launcher.py).
+            for name in ("group", "groups", "rank", "ranks_per_group"):
+                text = _setting(cfg, name)
+                setattr(self, name, int(text) if text.isdigit() else None)
             st = lib.graft_init(cfg, rt_p)
             if st != 0:
                 raise error_for(st, "graft: graft_init failed (etcd_endpoints %s, "

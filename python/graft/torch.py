@@ -51,7 +51,8 @@ class HealFailed(GroupError):
         self.cause = cause
 from graft.state import ObjectState
 
-__all__ = ["BufferState", "HealFailed", "LayoutMismatch", "Optimizer", "materialize_state", "DataPosition", "GradientAverager"]
+__all__ = ["BufferState", "HealFailed", "LayoutMismatch", "Optimizer", "materialize_state",
+           "local_optimizer", "DataPosition", "GradientAverager"]
 
 
 def materialize_state(optim):
@@ -86,6 +87,23 @@ def materialize_state(optim):
                 raise UsageError(-2, "graft: %s creates its state lazily and graft cannot "
                                  "materialize it; take one step before wrapping it"
                                  % type(optim).__name__)
+
+
+def local_optimizer(optim):
+    """The optimizer that holds this rank's state: for a
+    ZeroRedundancyOptimizer, the local optimizer of its shard (each rank of
+    a group holds its own part, and rank r of a replacement pulls rank r's
+    part from a donor); otherwise optim itself."""
+    try:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+    except ImportError:  # a torch built without distributed
+        return optim
+    if isinstance(optim, ZeroRedundancyOptimizer):
+        if getattr(optim, "_overlap_with_ddp", False):
+            raise UsageError(-2, "graft: ZeroRedundancyOptimizer(overlap_with_ddp=True) "
+                             "creates its local optimizer at run time; not supported")
+        return optim.optim
+    return optim
 
 
 def _state_tensors(optim):
@@ -170,6 +188,9 @@ class Optimizer:
 
     runtime       a graft.Runtime with no quorum taken yet.
     optim         the optimizer; its parameters must be contiguous CPU tensors.
+                  A ZeroRedundancyOptimizer (a group of many ranks) is
+                  supported: every rank registers every parameter and its
+                  own shard of the state (local_optimizer()).
     objects       optional callable returning the Python-object state to keep
                   identical across groups (RNG states, scheduler state_dict,
                   sampler position); packed before every quorum.
@@ -207,7 +228,10 @@ class Optimizer:
         self._last_step = None
         self.max_failed_heals = max_failed_heals
         self.failed_heals = 0   # consecutive
-        materialize_state(optim)
+        # A ZeroRedundancyOptimizer's parameters are every parameter (each
+        # rank holds them all); its state is the local optimizer's shard.
+        self.local_optim = local_optimizer(optim)
+        materialize_state(self.local_optim)
         seen = set()
         for gi, group in enumerate(optim.param_groups):
             for pi, p in enumerate(group["params"]):
@@ -215,7 +239,7 @@ class Optimizer:
                     continue
                 seen.add(id(p))
                 runtime.register("param.%d.%d" % (gi, pi), p.data, "param")
-        for name, t in _state_tensors(optim):
+        for name, t in _state_tensors(self.local_optim):
             runtime.register(name, t, "optim")
         self.buffer_state = BufferState(runtime, modules, exclude_buffers)
         # The param groups' hyperparameters (a scheduler's lr) are Python
@@ -338,8 +362,11 @@ class GradientAverager:
     rendezvous address travels in the runtime's quorum blob (replica rank 0
     publishes a free port on ``host``). A collective that fails or times out
     vetoes this rank's commit, so the group votes no instead of hanging, and
-    the next call rebuilds the group. It supports one rank per group
-    (ranks_per_group 1). Call it after backward() and before step().
+    the next call rebuilds the group. With several ranks per group (a
+    torchrun world, ``ranks_per_group`` > 1), rank r of every group reduces
+    with rank r of the others only, over a process group of its own, beside
+    the group's own process group (DDP, ZeroRedundancyOptimizer). Call it
+    after backward() and before step().
 
     Only participants' gradients count: a rank that is healing (heal_wait()
     not called), failed its heal, or does not hold the quorum's step
@@ -385,31 +412,35 @@ class GradientAverager:
         self.layout_error = None
 
     def _rebuild(self):
-        import socket
-
         import torch.distributed as dist
 
         self.pg = None
         rt = self.runtime
         qid, rank, world = rt.quorum_id, rt.replica_rank, rt.replica_world
+        me = getattr(rt, "rank", 0) or 0
         if qid != self._qid:
-            # A new member set: a new store, its address in the quorum's blob.
+            # A new member set: a new store, its address in the quorum's
+            # blob. One store serves the whole job (every rank of every
+            # group); rank 0 of replica rank 0 hosts it.
             self._store = None
-            if rank == 0:
-                with socket.socket() as s:
-                    s.bind((self.host, 0))
-                    port = s.getsockname()[1]
-                rt.blob_publish(("gloo %s:%d" % (self.host, port)).encode())
+            # Not waiting for the workers here: that wait holds the GIL, and
+            # the runtime's transfer thread may need it (a log or event
+            # callback) to serve a heal the other members are waiting for.
+            if rank == 0 and me == 0:
+                # Port 0: the store binds a port the system picks and holds
+                # it; picking a free port first and binding it later let
+                # another process take it in between.
+                self._store = dist.TCPStore(self.host, 0, None, True, self.timeout,
+                                            wait_for_workers=False)
+                rt.blob_publish(("gloo %s:%d" % (self.host, self._store.port)).encode())
             blob = rt.blob_get(qid, self.timeout_ms).decode()
             if not blob.startswith("gloo "):
                 raise UsageError(-1, "graft: the quorum blob of quorum %d is not a gloo "
                                  "rendezvous: %r" % (qid, blob[:40]))
             host, port = blob[5:].rsplit(":", 1)
-            # Not waiting for the workers here: that wait holds the GIL, and
-            # the runtime's transfer thread may need it (a log or event
-            # callback) to serve a heal the other members are waiting for.
-            self._store = dist.TCPStore(host, int(port), world, rank == 0, self.timeout,
-                                        wait_for_workers=False)
+            if self._store is None or self._store.port != int(port):
+                self._store = dist.TCPStore(host, int(port), None, False, self.timeout,
+                                            wait_for_workers=False)
             self._qid = qid
             self._attempt = {}
         # Within one quorum the store stays; a group rebuilt after a failed
@@ -422,7 +453,9 @@ class GradientAverager:
         step = info.step if info is not None else rt.step
         n = self._attempt.get(step, 0)
         self._attempt = {step: n + 1}
-        prefix = "q%ds%dr%d" % (qid, step, n)
+        # Rank r of every group reduces with rank r of the others (HSDP's
+        # replicate dimension): one process group per rank in the group.
+        prefix = "q%ds%dr%d/rank%d" % (qid, step, n, me)
         store = dist.PrefixStore(prefix, self._store)
         if self.backend == "nccl":
             # A collective that times out must raise in wait() (and the

@@ -24,7 +24,7 @@ os.environ.setdefault("GRAFT_LIBRARY", os.path.join(LIB_BUILD, "lib", "libgraft.
 WORKER = os.path.join(os.path.dirname(__file__), "torch_worker.py")
 
 
-def _free_port():
+def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -38,7 +38,7 @@ def etcd(tmp_path_factory):
         pytest.fail("etcd not found: run scripts/deps.sh (etcd-server)")
     data = tmp_path_factory.mktemp("etcd")
     for _ in range(5):
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         url = "http://127.0.0.1:%d" % client
         purl = "http://127.0.0.1:%d" % peer
         proc = subprocess.Popen(
@@ -66,11 +66,10 @@ def etcd(tmp_path_factory):
     pytest.fail("etcd did not start")
 
 
-@pytest.fixture
-def job_env(etcd):
+def job_settings(etcd, prefix="py-"):
     """Settings shared by every group of a fresh job (short timeouts)."""
     return {
-        "GRAFT_JOB": "py-" + uuid.uuid4().hex[:10],
+        "GRAFT_JOB": prefix + uuid.uuid4().hex[:10],
         "GRAFT_ETCD_ENDPOINTS": etcd,
         "GRAFT_LEASE_TTL_MS": "2000",
         "GRAFT_JOIN_TIMEOUT_MS": "1000",
@@ -81,16 +80,29 @@ def job_env(etcd):
     }
 
 
+@pytest.fixture
+def job_env(etcd):
+    """Settings shared by every group of a fresh job (short timeouts)."""
+    return job_settings(etcd)
+
+
+def group_env(env, group, groups):
+    """The environment of one group's processes: this one's, then env, the
+    group's id and count, and the package on PYTHONPATH."""
+    e = dict(os.environ)
+    e.update(env)
+    e["GRAFT_GROUP"] = str(group)
+    e["GRAFT_GROUPS"] = str(groups)
+    e["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(ROOT, "python")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    return e
+
+
 class Worker:
     """One group as a process running torch_worker.py."""
 
     def __init__(self, env, group, groups, out, args):
-        e = dict(os.environ)
-        e.update(env)
-        e["GRAFT_GROUP"] = str(group)
-        e["GRAFT_GROUPS"] = str(groups)
-        e["PYTHONPATH"] = os.pathsep.join(
-            [os.path.join(ROOT, "python")] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+        e = group_env(env, group, groups)
         self.out = out
         self.proc = subprocess.Popen(
             [sys.executable, WORKER, "--out", str(out)] + [str(a) for a in args],

@@ -1,0 +1,229 @@
+"""Groups of many ranks under torchrun (issue 23): 3 groups x 2 ranks, each
+group one torchrun world running examples/python/train_torchrun.py on
+CPU/gloo (DDP and ZeroRedundancyOptimizer inside the group, rank r of every
+group averaging with rank r of the others). A rank killed (torchrun restarts
+the group) and a whole group killed (a new torchrun replaces it) both end
+with every rank of every group bit-identical to the same rank of a
+fault-free run: parameters, its shard of Adam's state, RNG states."""
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import graft  # noqa: F401  (GRAFT_LIBRARY and sys.path come from conftest)
+from conftest import ROOT, free_port, group_env, job_settings
+
+TRAINER = os.path.join(ROOT, "examples", "python", "train_torchrun.py")
+GROUPS, RANKS, STEPS = 3, 2, 12
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed.run")
+
+
+class Torchrun:
+    """One group: a torchrun agent and its ranks, in a session of their own
+    (so the whole group can be killed), read line by line by a thread."""
+
+    def __init__(self, env, group, out, max_restarts=0, delay=0.1):
+        e = group_env(env, group, GROUPS)
+        # Debian's torch 1.13 on Python 3.11 cannot parse torchrun's default
+        # "--redirects 0" (AttributeError: 'NoneType' object has no attribute
+        # 'get'); redirecting and teeing standard error works. A rendezvous
+        # endpoint per group: --standalone's fixed port would make the
+        # groups' agents share one rendezvous store.
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+               "--nproc_per_node", str(RANKS), "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(),
+               "--max_restarts", str(max_restarts), "--monitor_interval", "0.5",
+               "-r", "2", "-t", "2", TRAINER, "--steps", str(STEPS),
+               "--delay", str(delay), "--out", str(out)]
+        self.group = group
+        self.proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.lines = []
+        self._cv = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self._cv:
+                self.lines.append(line)
+                self._cv.notify_all()
+        with self._cv:
+            self.lines.append(None)  # end of output
+            self._cv.notify_all()
+
+    def wait_for(self, predicate, what, timeout=120):
+        """The first line (after those already seen by an earlier wait) for
+        which predicate is true."""
+        deadline = time.time() + timeout
+        with self._cv:
+            i = 0
+            while True:
+                while i < len(self.lines):
+                    line = self.lines[i]
+                    i += 1
+                    if line is None:
+                        raise AssertionError("group %d ended before %s:\n%s"
+                                             % (self.group, what, self.text()))
+                    if predicate(line):
+                        return line
+                left = deadline - time.time()
+                if left <= 0:
+                    raise AssertionError("group %d: no %s in %d s:\n%s"
+                                         % (self.group, what, timeout, self.text()))
+                self._cv.wait(left)
+
+    def text(self):
+        return "".join(x for x in list(self.lines) if x is not None)
+
+    def pid_of(self, rank):
+        """The newest pid rank printed."""
+        tag = "group %d rank %d: pid " % (self.group, rank)
+        pids = [int(x.split(tag)[1].split(",")[0]) for x in list(self.lines)
+                if x is not None and tag in x]
+        assert pids, self.text()
+        return pids[-1]
+
+    def wait_step(self, step):
+        tag = "group %d rank 0: step " % self.group
+        return self.wait_for(lambda x: tag in x and int(x.split(tag)[1].split()[0]) >= step,
+                             "step %d" % step)
+
+    def kill(self):
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def finish(self, timeout=240):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("group %d hung:\n%s" % (self.group, self.text()))
+        self._reader.join(10)
+        assert self.proc.returncode == 0, "group %d failed:\n%s" % (self.group, self.text())
+
+
+@pytest.fixture
+def torchrun(job_env):
+    groups = []
+
+    def start(group, out, env=None, **kw):
+        e = dict(job_env)
+        e.update(env or {})
+        t = Torchrun(e, group, out, **kw)
+        groups.append(t)
+        return t
+
+    yield start
+    for t in groups:
+        if t.proc.poll() is None:
+            t.kill()
+
+
+def _states(prefix):
+    out = {}
+    for g in range(GROUPS):
+        for r in range(RANKS):
+            with open("%s.g%d.r%d" % (prefix, g, r), "rb") as f:
+                out[g, r] = pickle.load(f)
+    return out
+
+
+def _assert_same(a, b, what):
+    assert a["step"] == b["step"] == STEPS, what
+    assert len(a["params"]) == len(b["params"]), what
+    for x, y in zip(a["params"], b["params"]):
+        assert x.tobytes() == y.tobytes(), what + ": parameters"
+    assert [n for n, _ in a["optim"]] == [n for n, _ in b["optim"]], what
+    for (n, x), (_, y) in zip(a["optim"], b["optim"]):
+        assert x.tobytes() == y.tobytes(), what + ": " + n
+    assert a["rng"][0].tobytes() == b["rng"][0].tobytes(), what + ": torch RNG"
+    assert a["rng"][1].tobytes() == b["rng"][1].tobytes(), what + ": numpy RNG"
+    assert a["rng"][2] == b["rng"][2], what + ": random's RNG"
+
+
+@pytest.fixture(scope="module")
+def reference(etcd, tmp_path_factory):
+    """A fault-free run of the same job (its own job name): the state every
+    rank of every group must end with."""
+    out = tmp_path_factory.mktemp("ref") / "ref"
+    env = job_settings(etcd, "tr-ref-")
+    groups = [Torchrun(env, g, out, delay=0) for g in range(GROUPS)]
+    try:
+        for t in groups:
+            t.finish()
+    finally:
+        for t in groups:
+            if t.proc.poll() is None:
+                t.kill()
+    states = _states(out)
+    # Each rank holds its own shard of Adam's state (ZeroRedundancyOptimizer).
+    assert [n for n, _ in states[0, 0]["optim"]] != [n for n, _ in states[0, 1]["optim"]]
+    return states
+
+
+def _check(states, reference):
+    for (g, r), st in states.items():
+        _assert_same(st, reference[g, r], "group %d rank %d" % (g, r))
+
+
+def test_rank_killed_torchrun_restarts_the_group(torchrun, reference, tmp_path):
+    out = tmp_path / "run"
+    groups = [torchrun(g, out, max_restarts=2) for g in range(GROUPS)]
+    groups[1].wait_step(4)
+    victim = groups[1].pid_of(1)
+    os.kill(victim, signal.SIGKILL)
+    # torchrun stops the group's other rank and starts both again; they heal.
+    groups[1].wait_for(lambda x: "group 1 rank 1: start peer" in x, "rank 1's heal")
+    for t in groups:
+        t.finish()
+    states = _states(out)
+    assert states[1, 0]["start"] == "peer" and states[1, 1]["start"] == "peer"
+    assert states[1, 1]["metrics"]["recoveries"] >= 1
+    assert victim != groups[1].pid_of(1)
+    _check(states, reference)
+
+
+def test_group_killed_and_replaced(torchrun, reference, tmp_path):
+    out = tmp_path / "run"
+    groups = [torchrun(g, out) for g in range(GROUPS)]
+    groups[2].wait_step(4)
+    groups[2].kill()
+    repl = torchrun(2, out)
+    for t in [groups[0], groups[1], repl]:
+        t.finish()
+    states = _states(out)
+    assert states[2, 0]["start"] == "peer" and states[2, 1]["start"] == "peer"
+    assert sum(states[g, r]["metrics"]["serves"] for g in (0, 1) for r in range(RANKS)) >= 2
+    _check(states, reference)
+
+
+def test_launcher_settings():
+    """RANK / WORLD_SIZE give the rank and the group's size; GRAFT_GROUP or
+    torchft's REPLICA_GROUP_ID the group; a GRAFT_* variable that disagrees
+    with the launcher's is an error naming both."""
+    ls = graft.launcher_settings
+    assert ls({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "GRAFT_GROUP": "3",
+               "GRAFT_GROUPS": "4"}) == {"group": 3, "groups": 4, "rank": 1,
+                                          "ranks_per_group": 2}
+    assert ls({"RANK": "0", "WORLD_SIZE": "2", "REPLICA_GROUP_ID": "1",
+               "NUM_REPLICA_GROUPS": "3"}) == {"group": 1, "groups": 3, "rank": 0,
+                                                "ranks_per_group": 2}
+    assert ls({}) == {}
+    with pytest.raises(graft.UsageError) as e:
+        ls({"RANK": "1", "GRAFT_RANK": "0", "WORLD_SIZE": "2"})
+    assert "GRAFT_RANK=0" in str(e.value) and "RANK=1" in str(e.value)
+    with pytest.raises(graft.UsageError) as e:
+        ls({"RANK": "2", "WORLD_SIZE": "2"})
+    assert "outside a group of 2" in str(e.value)
+    with pytest.raises(graft.UsageError) as e:
+        ls({"REPLICA_GROUP_ID": "x"})
+    assert "REPLICA_GROUP_ID='x'" in str(e.value)
