@@ -31,6 +31,7 @@ struct graft__remote {
     bool has_next;
     uint64_t next_step;
     bool busy;
+    uint64_t busy_step;
     graft_persist_remote_stats_t stats;
 };
 
@@ -242,6 +243,7 @@ static void *uploader_main(void *arg)
         uint64_t step = r->next_step;
         r->has_next = false;
         r->busy = true;
+        r->busy_step = step;
         pthread_mutex_unlock(&r->mu);
         upload_one(r, step);
         pthread_mutex_lock(&r->mu);
@@ -301,16 +303,28 @@ void graft__persist_remote_destroy(graft__remote_t *r)
     if (r == NULL)
         return;
     if (r->started) {
+        /* The last checkpoint of a job that ends is worth a short wait. */
+        uint64_t deadline = graft__now_ns() + GP_REMOTE_DRAIN_MS * 1000000ull;
         pthread_mutex_lock(&r->mu);
+        while ((r->has_next || r->busy) && graft__now_ns() < deadline) {
+            pthread_mutex_unlock(&r->mu);
+            graft__sleep_ns(10u * 1000000u);
+            pthread_mutex_lock(&r->mu);
+        }
+        bool waiting = r->has_next, busy = r->busy;
+        uint64_t next = r->next_step, running = r->busy_step;
         r->stop = true;
-        if (r->has_next || r->busy)
-            GRAFT_WARN(GRAFT_MOD_PERSIST, "writer destroyed with an upload %s; step %llu is "
-                       "not in the bucket", r->busy ? "running" : "waiting",
-                       (unsigned long long)r->next_step);
         atomic_store(&r->cancel, true);
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
         pthread_join(r->thread, NULL);
+        if (busy && !(r->stats.has_uploaded && r->stats.last_uploaded_step == running))
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "writer destroyed: the upload of step %llu was "
+                       "canceled after %d s; it is not in the bucket", (unsigned long long)running,
+                       GP_REMOTE_DRAIN_MS / 1000);
+        if (waiting)
+            GRAFT_WARN(GRAFT_MOD_PERSIST, "writer destroyed: step %llu was never uploaded",
+                       (unsigned long long)next);
     }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);

@@ -9,6 +9,10 @@
 #include <graft/persist.h>
 
 typedef struct graft__remote graft__remote_t;
+
+/* How long destroying a writer waits for the uploads still to do before
+ * canceling them. */
+#define GP_REMOTE_DRAIN_MS 30000
 struct graft__s3;
 
 /* The uploader of a writer. A bad URL is GRAFT_EINVAL; credentials that
@@ -17,7 +21,8 @@ struct graft__s3;
 GRAFT_WUR graft_status_t graft__persist_remote_create(const graft_persist_remote_config_t *cfg,
                                                       const char *root, const uint8_t *secret,
                                                       size_t secret_len, graft__remote_t **r_p);
-/* Ends a running upload at its next retry and joins the thread. */
+/* Waits up to GP_REMOTE_DRAIN_MS for the uploads still to do, then cancels
+ * them (at the next retry or part) and joins the thread. */
 void graft__persist_remote_destroy(graft__remote_t *r);
 /* Hand a checkpoint committed locally to the uploader (never blocks on
  * the network). */

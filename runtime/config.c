@@ -79,6 +79,10 @@ static const field_t fields[] = {
     UINT(persist_keep_last, 1, 1u << 20, "3"),
     UINT(persist_milestone_every, 0, UINT32_MAX, "0"),
     STR(persist_second_root),
+    STR(persist_remote),
+    STR(persist_remote_endpoint),
+    STR(persist_remote_region),
+    UINT(persist_remote_keep_last, 0, 1u << 20, "0"),
     UINT(drift_check_every, 0, UINT32_MAX, "0"),
     UINT(quorum_timeout_ms, 100, 86400000, "300000"),
     UINT(stall_timeout_ms, 100, 3600000, "5000"),
@@ -397,6 +401,15 @@ graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
 #endif
     if (c->persist_second_root != NULL && c->persist_root == NULL) {
         error_set(error_p, "config: persist_second_root: needs persist_root");
+        return GRAFT_EINVAL;
+    }
+    if (c->persist_remote != NULL && c->persist_root == NULL) {
+        error_set(error_p, "config: persist_remote: needs persist_root (the local tier "
+                           "comes first)");
+        return GRAFT_EINVAL;
+    }
+    if (c->persist_remote != NULL && strncmp(c->persist_remote, "s3://", 5) != 0) {
+        error_set(error_p, "config: persist_remote: not an s3://bucket[/prefix] URL");
         return GRAFT_EINVAL;
     }
     return GRAFT_OK;

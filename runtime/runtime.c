@@ -27,7 +27,8 @@ static graft_status_t config_copy(const graft_config_t *src, graft_config_t **ds
     char **slots[] = {&c->job,       &c->etcd_endpoints, &c->etcd_user, &c->etcd_password,
                       &c->etcd_ca,   &c->etcd_cert,      &c->etcd_key,  &c->transfer_address,
                       &c->transfer_advertise, &c->job_secret_file, &c->persist_root,
-                      &c->persist_second_root};
+                      &c->persist_second_root, &c->persist_remote,
+                      &c->persist_remote_endpoint, &c->persist_remote_region};
     const char *vals[GRAFT_ARRAY_SIZE(slots)];
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(slots); i++) {
         vals[i] = *slots[i];

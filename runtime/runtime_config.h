@@ -44,6 +44,10 @@ struct graft_config {
     uint64_t persist_keep_last;
     uint64_t persist_milestone_every;
     char *persist_second_root;
+    char *persist_remote;          /* s3://bucket/prefix (persist.h, "Remote tier") */
+    char *persist_remote_endpoint; /* a non-AWS store's URL */
+    char *persist_remote_region;
+    uint64_t persist_remote_keep_last;
     uint64_t drift_check_every;
     uint64_t quorum_timeout_ms;
     uint64_t stall_timeout_ms;

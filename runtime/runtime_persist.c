@@ -27,10 +27,24 @@ static uint32_t leftover_age_ms(const graft_runtime_t *rt)
     return (uint32_t)GRAFT_MIN(rt->cfg->fence_timeout_ms * 2 + 60000u, UINT32_MAX);
 }
 
+/* The remote tier's settings (credentials come from AWS_* or the
+ * credentials file, never from the configuration). */
+static graft_persist_remote_config_t remote_config(const graft_runtime_t *rt)
+{
+    graft_persist_remote_config_t rc = {
+        .url = rt->cfg->persist_remote,
+        .endpoint = rt->cfg->persist_remote_endpoint,
+        .region = rt->cfg->persist_remote_region,
+        .keep_last = (uint32_t)rt->cfg->persist_remote_keep_last,
+    };
+    return rc;
+}
+
 graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
 {
     if (rt->cfg->persist_root == NULL)
         return GRAFT_OK;
+    graft_persist_remote_config_t rc = remote_config(rt);
     graft_persist_config_t pc = {
         .root = rt->cfg->persist_root,
         .second_root = rt->cfg->persist_second_root,
@@ -46,6 +60,7 @@ graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
          * takes only a checkpoint whose MAC verifies (docs/SECURITY.md). */
         .secret = rt->secret_len > 0 ? rt->secret : NULL,
         .secret_len = rt->secret_len,
+        .remote = rt->cfg->persist_remote != NULL ? &rc : NULL,
     };
     return graft_persist_writer_create(&pc, &rt->writer);
 }
@@ -77,6 +92,30 @@ static graft_status_t persist_regions(graft_runtime_t *rt, graft_persist_region_
     return GRAFT_OK;
 }
 
+/* No local checkpoint verifies (every host lost its disk): the bucket's
+ * newest intact one, downloaded into the local root. Skipped local
+ * checkpoints stay in the reasons. */
+static graft_status_t restore_remote(graft_runtime_t *rt, const graft_persist_restore_params_t *p,
+                                     graft_persist_restore_result_t *res)
+{
+    graft_persist_remote_config_t rc = remote_config(rt);
+    graft_persist_restore_result_t remote_res;
+    memset(&remote_res, 0, sizeof(remote_res));
+    graft_status_t st = graft_persist_remote_restore(&rc, rt->cfg->persist_root, p, &remote_res);
+    if (st == GRAFT_ENOCHECKPOINT && remote_res.skipped == 0)
+        return res->skipped > 0 ? GRAFT_ENOCHECKPOINT : st; /* an empty bucket */
+    size_t used = strlen(res->skipped_reasons);
+    snprintf(res->skipped_reasons + used, sizeof(res->skipped_reasons) - used, "%s",
+             remote_res.skipped_reasons);
+    remote_res.skipped += res->skipped;
+    memcpy(remote_res.skipped_reasons, res->skipped_reasons, sizeof(res->skipped_reasons));
+    *res = remote_res;
+    if (st == GRAFT_OK)
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "restored step %" PRIu64 " from %s", res->step,
+                   rt->cfg->persist_remote);
+    return st;
+}
+
 graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
 {
     graft_persist_region_t *pr = NULL;
@@ -86,7 +125,7 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
     /* An empty root is the normal first start, not an error to log. */
     graft_status_t st = graft_persist_list(rt->cfg->persist_root, &entries, &n_entries);
     graft_free(entries);
-    if (st == GRAFT_OK && n_entries == 0)
+    if (st == GRAFT_OK && n_entries == 0 && rt->cfg->persist_remote == NULL)
         return GRAFT_ENOCHECKPOINT;
     st = persist_regions(rt, &pr);
     if (st != GRAFT_OK)
@@ -108,7 +147,10 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
     };
     memset(&res, 0, sizeof(res));
     uint64_t t0 = graft__now_ns();
-    st = graft_persist_restore(rt->cfg->persist_root, &p, &res);
+    st = n_entries > 0 ? graft_persist_restore(rt->cfg->persist_root, &p, &res)
+                       : GRAFT_ENOCHECKPOINT;
+    if (st == GRAFT_ENOCHECKPOINT && rt->cfg->persist_remote != NULL)
+        st = restore_remote(rt, &p, &res);
     graft_free(pr);
     if (st == GRAFT_ENOCHECKPOINT && res.skipped > 0) {
         /* Checkpoints are there but none may be loaded (corrupt, or not
@@ -206,6 +248,10 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
     size_t deleted = 0;
     if (graft_persist_retention_apply(rt->cfg->persist_root, &pol, &deleted) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "retention under %s failed", rt->cfg->persist_root);
+    /* The committer's uploader sends it to the bucket in the background. */
+    if (rt->cfg->persist_remote != NULL && rt->writer != NULL &&
+        graft_persist_remote_upload(rt->writer, step) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": not handed to the uploader", step);
     int64_t ndel = 0;
     /* The shard records did their job; the checkpoint record stays. */
     if (graft_etcd_delete(etcd, prefix, true, &ndel, NULL) != GRAFT_OK)

@@ -211,20 +211,7 @@ static void test_kill_all_restore(void **state)
     check_final(k, steps);
     check_logs(k, steps);
     /* The restarted processes started from step 5. */
-    for (int i = first_new; i < k->n; i++) {
-        FILE *lf = fopen(k->p[i].log, "r");
-        unsigned first = 0;
-        char h[17];
-        assert_non_null(lf);
-        assert_int_equal(fscanf(lf, "%u %16s", &first, h), 2);
-        fclose(lf);
-        assert_int_equal(first, 6);
-        uint64_t step, rec;
-        char hash[17], start[16];
-        read_final(&k->p[i], &step, hash, start, &rec);
-        if (strcmp(start, "restore") != 0 && strcmp(start, "peer") != 0)
-            fail_msg("group %d rank %d started %s", k->p[i].group, k->p[i].rank, start);
-    }
+    check_restarted_from(k, first_new, 6);
     rm_rf(j.dir);
 }
 

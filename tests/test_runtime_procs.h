@@ -400,6 +400,27 @@ static inline void check_logs(job_t *j, int steps)
     }
 }
 
+/* Processes first_new.. of j (restarted after every group died) started
+ * from a checkpoint (restored, or healed from a peer that restored) and
+ * their first committed step is first_step. */
+static inline void check_restarted_from(job_t *j, int first_new, unsigned first_step)
+{
+    for (int i = first_new; i < j->n; i++) {
+        FILE *lf = fopen(j->p[i].log, "r");
+        unsigned first = 0;
+        char h[17];
+        assert_non_null(lf);
+        assert_int_equal(fscanf(lf, "%u %16s", &first, h), 2);
+        fclose(lf);
+        assert_int_equal(first, first_step);
+        uint64_t step, rec;
+        char hash[17], start[16];
+        read_final(&j->p[i], &step, hash, start, &rec);
+        if (strcmp(start, "restore") != 0 && strcmp(start, "peer") != 0)
+            fail_msg("group %d rank %d started %s", j->p[i].group, j->p[i].rank, start);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;

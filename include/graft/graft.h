@@ -111,6 +111,10 @@ extern "C" {
  * | persist_keep_last   | GRAFT_PERSIST_KEEP_LAST   | 3                       |
  * | persist_milestone_every | GRAFT_PERSIST_MILESTONE_EVERY | 0 (none)        |
  * | persist_second_root | GRAFT_PERSIST_SECOND_ROOT | (none)                  |
+ * | persist_remote      | GRAFT_PERSIST_REMOTE      | (none) s3://bucket/prefix |
+ * | persist_remote_endpoint | GRAFT_PERSIST_REMOTE_ENDPOINT | (AWS) a non-AWS store's URL |
+ * | persist_remote_region | GRAFT_PERSIST_REMOTE_REGION | AWS_REGION, else us-east-1 |
+ * | persist_remote_keep_last | GRAFT_PERSIST_REMOTE_KEEP_LAST | 0 (keep all) |
  * | drift_check_every   | GRAFT_DRIFT_CHECK_EVERY   | 0 (off)                 |
  * | quorum_timeout_ms   | GRAFT_QUORUM_TIMEOUT_MS   | 300000                  |
  * | stall_timeout_ms    | GRAFT_STALL_TIMEOUT_MS    | 5000 (donor stall)      |

@@ -238,7 +238,9 @@ GRAFT_WUR graft_status_t graft_persist_writer_create(const graft_persist_config_
                                                      graft_persist_writer_t **writer_p);
 
 /**
- * @brief Wait for all background work, then free the writer.
+ * @brief Wait for all background work, then free the writer. Uploads to
+ *        the remote tier still running or waiting get up to 30 s, then are
+ *        canceled (logged).
  * @param [in] writer  may be NULL.
  */
 void graft_persist_writer_destroy(graft_persist_writer_t *writer);
