@@ -109,6 +109,12 @@ static void test_lose_every_disk_restore_from_bucket(void **state)
     check_logs(k, steps);
     /* Restored from the bucket (or healed from a peer that was). */
     check_restarted_from(k, first_new, (unsigned)newest + 1);
+    /* The restarted job's checkpoint reached the bucket before its
+     * processes ended (a writer waits for its uploads). */
+    assert_int_equal(graft_persist_remote_list(&rc, &rsteps, &n, why, sizeof(why)), GRAFT_OK);
+    assert_true(n > 0);
+    assert_int_equal(rsteps[0], 15);
+    graft_free(rsteps);
     rm_rf(j.dir);
 }
 
