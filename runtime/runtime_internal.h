@@ -116,6 +116,7 @@ struct graft_runtime {
     uint64_t progress_ns;      /* and when */
     uint64_t progress_retry_ns; /* after a failed write at a commit, not before */
     bool progress_failing;      /* the last write failed (logged once) */
+    char vote_reason[192]; /* a vote's reason built at graft_commit() */
     /* The group's progress record (rank 0 only, runtime_step.c). */
     uint64_t gprogress_step;    /* the step it last wrote */
     uint64_t gprogress_ns;      /* and when (0: never) */

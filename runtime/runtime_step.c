@@ -582,6 +582,16 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     if (ok && q->n_members < rt->min_groups) {
         ok = false;
         reason = "too few groups";
+        /* The quorum was formed under another group's min_groups: the
+         * groups were started with different settings, and no round will
+         * ever satisfy this one. Said so in the vote (the job's history). */
+        if (q->min_groups != rt->min_groups) {
+            snprintf(rt->vote_reason, sizeof(rt->vote_reason),
+                     GRAFT_CONFIG_MISMATCH_TEXT ": min_groups %" PRIu32 " in group %" PRIu32
+                     " (GRAFT_GROUPS %" PRIu32 "), %" PRIu32 " in the quorum another group formed",
+                     rt->min_groups, rt->group, rt->groups, q->min_groups);
+            reason = rt->vote_reason;
+        }
     }
     if (ok && rt->cfg->drift_check_every > 0 && q->step > 0 &&
         q->step % rt->cfg->drift_check_every == 0) {

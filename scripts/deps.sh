@@ -14,7 +14,7 @@ libjansson-dev libcmocka-dev \
 iproute2 procps \
 python3-venv python3-pytest \
 clang libclang-rt-dev \
-libmicrohttpd-dev chromium python3-prometheus-client \
+libmicrohttpd-dev chromium python3-prometheus-client prometheus \
 python3-torch python3-numpy python3-cffi"
 
 missing=""

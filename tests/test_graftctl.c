@@ -214,15 +214,12 @@ static json_t *report;
 static void test_live_run(void **state)
 {
     char sched[PATH_MAX + 32], root[PATH_MAX + 32], rep[PATH_MAX + 32], watch_out[PATH_MAX + 32];
-    snprintf(sched, sizeof(sched), "%s/sched.json", tmpdir);
     snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
     snprintf(rep, sizeof(rep), "%s/run.json", tmpdir);
     snprintf(watch_out, sizeof(watch_out), "%s/watch.out", tmpdir);
-    FILE *f = fopen(sched, "w");
-    assert_non_null(f);
-    fprintf(f, "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":140},"
-               "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":200}]}\n");
-    fclose(f);
+    tmp_file_write(sched, sizeof(sched), "sched.json",
+                   "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":140},"
+                   "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":200}]}\n");
     mkdir(root, 0755);
 
     char steps[16];
@@ -558,6 +555,105 @@ static void test_ckpt_damaged(void **state)
     expect_verify_fails(dir, "manifest.json", NULL);
 }
 
+/* Tools that explain themselves (issue 28, item 5): ckpt ls on the run's
+ * persist root (which holds the job's folder) lists the job; restore
+ * --dry-run --step says absent or corrupt and why; inspect leaves out a
+ * code revision the trainer did not give; events --since takes dates and
+ * times of day, and the table shows local times. */
+static void test_tools_explain(void **state)
+{
+    assert_true(job_root[0] != '\0');
+    char root[PATH_MAX + 32], dir[PATH_MAX + 64], step[32];
+    char *out = NULL, *err = NULL;
+    snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
+    json_t *jobs = ctl_json((const char *[]){"--json", "ckpt", "ls", root, NULL});
+    json_t *j0 = json_array_get(json_object_get(jobs, "jobs"), 0);
+    assert_int_equal(json_array_size(json_object_get(jobs, "jobs")), 1);
+    assert_string_equal(json_string_value(json_object_get(j0, "job")), job);
+    assert_true(json_integer_value(json_object_get(j0, "checkpoints")) >= 2);
+    json_decref(jobs);
+    assert_int_equal(run_ctl((const char *[]){"ckpt", "ls", root, NULL}, &out, NULL), 0);
+    assert_non_null(strstr(out, "holds job folders"));
+    assert_non_null(strstr(out, job));
+    free(out);
+    assert_int_equal(run_ctl((const char *[]){"ckpt", "verify", root, NULL}, NULL, &err), 1);
+    assert_non_null(strstr(err, "it holds the job folders "));
+    assert_non_null(strstr(err, job));
+    free(err);
+
+    assert_int_equal(run_ctl((const char *[]){"ckpt", "restore", job_root, "--dry-run",
+                                              "--step", "25", NULL},
+                             NULL, &err),
+                     1);
+    assert_non_null(strstr(err, "step 25 under "));
+    assert_non_null(strstr(err, ": absent"));
+    free(err);
+    json_int_t newest;
+    damaged_copy("flipped-restore",
+                 "f=shard-0-of-2; s=$(stat -c %s $f); "
+                 "printf '\\377' | dd of=$f bs=1 seek=$((s / 2)) conv=notrunc status=none",
+                 dir, sizeof(dir), &newest);
+    snprintf(step, sizeof(step), "%lld", (long long)newest);
+    assert_int_equal(run_ctl((const char *[]){"--json", "ckpt", "restore", dir, "--dry-run",
+                                              "--step", step, NULL},
+                             &out, &err),
+                     1);
+    json_t *rs = json_loads(out, 0, NULL);
+    assert_non_null(rs);
+    assert_string_equal(json_string_value(json_object_get(rs, "step_state")), "corrupt");
+    json_decref(rs);
+    if (strstr(err, ": corrupt: ") == NULL || strstr(err, "shard-0-of-2") == NULL)
+        print_error("restore --dry-run --step %s: %s\n", step, err);
+    assert_non_null(strstr(err, ": corrupt: "));
+    assert_non_null(strstr(err, "shard-0-of-2"));
+    free(out);
+    free(err);
+
+    assert_int_equal(run_ctl((const char *[]){"ckpt", "inspect", job_root, step, NULL}, &out,
+                             NULL),
+                     0);
+    assert_non_null(strstr(out, " by graft "));
+    assert_null(strstr(out, "code revision"));
+    free(out);
+
+    const char *base[] = {"--etcd", endpoint, "--job", job, "--json", "events", "--since"};
+    json_t *all = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+                                            NULL});
+    size_t n = json_array_size(json_object_get(all, "events"));
+    json_decref(all);
+    assert_true(n > 0);
+    const char *const same[] = {"yesterday", "today", "00:00", "2000-01-01", "2000-01-01 00:00",
+                                "2000-01-01T00:00:00"};
+    for (size_t k = 0; k < sizeof(same) / sizeof(same[0]); k++) {
+        json_t *e = ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
+                                              base[5], base[6], same[k], NULL});
+        assert_int_equal(json_array_size(json_object_get(e, "events")), n);
+        json_decref(e);
+    }
+    json_t *later = ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
+                                              base[5], base[6], "2999-01-01", NULL});
+    assert_int_equal(json_array_size(json_object_get(later, "events")), 0);
+    json_decref(later);
+    const char *const bad[] = {"25:61", "2026-13-40", "yesterdays", "12:00junk"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
+        assert_int_equal(run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
+                                                  "--since", bad[k], NULL},
+                                 NULL, NULL),
+                         2);
+    assert_int_equal(run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
+                                              "--kind", "join", NULL},
+                             &out, NULL),
+                     0);
+    int y, mo, d, h, mi, se, ms;
+    char *line = strchr(out, '\n');
+    assert_non_null(line);
+    assert_non_null(strstr(out, " TIME "));
+    assert_int_equal(sscanf(line + 1, "%*d %d-%d-%d %d:%d:%d.%d", &y, &mo, &d, &h, &mi, &se, &ms),
+                     7);
+    assert_true(y >= 2024 && mo >= 1 && mo <= 12 && ms >= 0 && ms < 1000);
+    free(out);
+}
+
 static void test_ckpt_prune(void **state)
 {
     assert_true(job_root[0] != '\0');
@@ -609,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_events_match_report),
         cmocka_unit_test(test_ckpt_good),
         cmocka_unit_test(test_ckpt_damaged),
+        cmocka_unit_test(test_tools_explain),
         cmocka_unit_test(test_ckpt_prune),
     };
     /* The tests after test_live_run read the run it made; a filter that

@@ -177,7 +177,7 @@ static const char *group_health(json_t *status, int group)
  * the child's pid. */
 static inline pid_t spawn_logged(const char *const *argv, const char *name)
 {
-    char log[PATH_MAX + 32];
+    char log[PATH_MAX + 128];
     snprintf(log, sizeof(log), "%s/%s", tmpdir, name);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -191,6 +191,16 @@ static inline pid_t spawn_logged(const char *const *argv, const char *name)
         _exit(127);
     }
     return pid;
+}
+
+/* Writes text into tmpdir/name; its path into path (len bytes). */
+static inline void tmp_file_write(char *path, size_t len, const char *name, const char *text)
+{
+    snprintf(path, len, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
 }
 
 /* The job of a `graft-sim run --persist-root root`: the folder the run

@@ -5,7 +5,8 @@
  * incomplete checkpoint ever listed; saves never held up by a store that
  * is down, older waiting checkpoints superseded; a corrupt or missing
  * object found on restore with a fallback to the older checkpoint;
- * missing credentials named, the local tier unaffected; remote retention.
+ * missing credentials named, and credentials the store refuses, the local
+ * tier unaffected either way; remote retention.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -527,6 +528,43 @@ static void test_credentials_missing(void **state)
     state_free(&s);
 }
 
+/* Credentials the store does not know: the store's refusal is named, the
+ * local tier goes on. */
+static void test_credentials_refused(void **state)
+{
+    fix_t *f = *state;
+    NEED_SERVER(f);
+    graft_test_s3_t strict;
+    assert_int_equal(graft_test_s3_start_auth(&strict, "graft-strict"), 0);
+    graft_persist_remote_config_t remote = graft_test_s3_remote(&strict, "job");
+    state2_t s;
+    state_make(&s, 6, 256u << 10);
+    graft_persist_writer_t *w = writer_make(f->root, &remote);
+    save(w, 6, &s);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    graft_persist_remote_stats_t st;
+    assert_int_equal(graft_persist_remote_stats(w, &st), GRAFT_OK);
+    assert_int_equal(st.uploaded, 0);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(st.last_status, GRAFT_EAUTH);
+    assert_non_null(strstr(st.last_error, "HTTP 403 InvalidAccessKeyId"));
+    assert_non_null(strstr(st.last_error, "AWS_ACCESS_KEY_ID"));
+    /* Refused at once, not retried. */
+    assert_int_equal(st.retries, 0);
+    graft_persist_writer_destroy(w);
+    assert_int_equal(graft_persist_verify_mac(f->root, 6, GRAFT_PERSIST_VERIFY_FULL, secret,
+                                              sizeof(secret), NULL),
+                     GRAFT_OK);
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    char why[512] = "";
+    assert_int_equal(graft_persist_remote_list(&remote, &steps, &n, why, sizeof(why)),
+                     GRAFT_EAUTH);
+    assert_non_null(strstr(why, "InvalidAccessKeyId"));
+    graft_test_s3_stop(&strict);
+    state_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -537,6 +575,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_object_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_retention, setup, teardown),
         cmocka_unit_test_setup_teardown(test_credentials_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_credentials_refused, setup, teardown),
     };
     return cmocka_run_group_tests_name("persist_remote", tests, NULL, NULL);
 }

@@ -670,6 +670,11 @@ typedef struct graft_group_progress {
     uint64_t quorum_id;       /**< the quorum it committed in */
 } graft_group_progress_t;
 
+/** How a vote's reason (and so the job's vote_result event) begins when
+ *  this group's min_groups (GRAFT_GROUPS / GRAFT_MIN_GROUPS) differs from
+ *  the one the quorum was formed with: the groups' settings disagree. */
+#define GRAFT_CONFIG_MISMATCH_TEXT "config mismatch"
+
 /** How often rank 0 of each group writes its group's progress record, at
  *  a commit (and at its first commit and graft_destroy()). */
 #define GRAFT_GROUP_PROGRESS_EVERY_MS 2000

@@ -70,15 +70,17 @@ def test_metrics_parse_while_running(dashboard, sim):
     assert groups.type == "gauge"
     by_health = {s.labels["health"]: s.value for s in groups.samples}
     assert set(by_health) == {"healthy", "recovering", "cannot-serve", "hung", "dead",
-                              "finished"}
+                              "finished", "misconfigured"}
     assert sum(by_health.values()) == 3
     states = {s.labels["state"]: s.value for s in fams["graft_job_state"].samples}
-    assert set(states) == {"running", "degraded", "completed", "failed"}
+    assert set(states) == {"running", "degraded", "paused", "completed", "failed"}
     assert sum(states.values()) == 1 and states["completed"] == 0
     hist = fams["graft_recovery_phase_seconds"]
     assert hist.type == "histogram"
     phases = {s.labels["phase"] for s in hist.samples}
-    assert {"transfer", "verify", "rejoin_to_assign", "total"} <= phases
+    # The total is its own histogram, so a sum over phase counts once.
+    assert {"transfer", "verify", "rejoin_to_assign"} <= phases and "total" not in phases
+    assert fams["graft_recovery_seconds"].type == "histogram"
     for phase in phases:
         buckets = [s for s in hist.samples
                    if s.name.endswith("_bucket") and s.labels["phase"] == phase]
@@ -88,8 +90,8 @@ def test_metrics_parse_while_running(dashboard, sim):
         count = next(s.value for s in hist.samples
                      if s.name.endswith("_count") and s.labels["phase"] == phase)
         assert count == counts[-1]
-    for name in ("graft_events", "graft_recoveries", "graft_recovery_bytes",
-                 "graft_checkpoints"):
+    for name in ("graft_events", "graft_recoveries", "graft_initial_syncs",
+                 "graft_recovery_bytes", "graft_checkpoints"):
         assert fams[name].type == "counter", name
         assert all(s.name.endswith("_total") or s.name.endswith("_created")
                    for s in fams[name].samples)

@@ -17,18 +17,35 @@
 
 #include <curl/curl.h>
 
+/* A free port below the ephemeral range: one that the system's own
+ * choice (bind to port 0) gives may be taken by an outgoing connection
+ * before the server binds it, or when it restarts (seen with tens of
+ * thousands of connections in TIME_WAIT on a shared machine). */
 static int free_port(void)
 {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(s, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (s >= 0)
-        close(s);
-    return port;
+    int low = 32768, high = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &low, &high) != 2)
+            low = 32768;
+        fclose(f);
+    }
+    int lo = 10000, hi = low > 12000 ? low : 65535;
+    if (low <= 12000)
+        lo = high + 1 < 60000 ? high + 1 : 10000;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int i = 0; i < 200; i++) {
+        int port = lo + (int)(rand_r(&seed) % (unsigned)(hi - lo));
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (s >= 0)
+            close(s);
+        if (ok)
+            return port;
+    }
+    return -1;
 }
 
 static int executable(const char *path)
@@ -89,8 +106,12 @@ static int spawn(graft_test_s3_t *t)
         }
         if (chdir(t->dir) != 0)
             _exit(126);
-        /* Requests are signed but not checked (moto's default). */
-        unsetenv("INITIAL_NO_AUTH_ACTION_COUNT");
+        /* Requests are signed but not checked (moto's default), or checked
+         * from the second one on (the first creates the bucket). */
+        if (t->auth)
+            setenv("INITIAL_NO_AUTH_ACTION_COUNT", "1", 1);
+        else
+            unsetenv("INITIAL_NO_AUTH_ACTION_COUNT");
         execl(t->server, t->server, "-H", "127.0.0.1", "-p", port, (char *)NULL);
         _exit(127);
     }
@@ -120,9 +141,10 @@ static int spawn(graft_test_s3_t *t)
     return -1;
 }
 
-int graft_test_s3_start(graft_test_s3_t *t, const char *bucket)
+static int start(graft_test_s3_t *t, const char *bucket, int auth)
 {
     memset(t, 0, sizeof(*t));
+    t->auth = auth;
     if (find_server(t) != 0)
         return 1;
     snprintf(t->dir, sizeof(t->dir), "%s/graft-s3.XXXXXX",
@@ -136,11 +158,27 @@ int graft_test_s3_start(graft_test_s3_t *t, const char *bucket)
     setenv("AWS_SECRET_ACCESS_KEY", GRAFT_TEST_S3_SECRET, 1);
     setenv("AWS_REGION", "us-east-1", 1);
     unsetenv("AWS_SESSION_TOKEN");
-    t->port = free_port();
-    if (t->port <= 0)
-        return -1;
-    snprintf(t->endpoint, sizeof(t->endpoint), "http://127.0.0.1:%d", t->port);
-    return spawn(t);
+    /* A port found free may be taken before the server binds it (another
+     * test's connection): then another one. */
+    for (int attempt = 0; attempt < 5; attempt++) {
+        t->port = free_port();
+        if (t->port <= 0)
+            return -1;
+        snprintf(t->endpoint, sizeof(t->endpoint), "http://127.0.0.1:%d", t->port);
+        if (spawn(t) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+int graft_test_s3_start(graft_test_s3_t *t, const char *bucket)
+{
+    return start(t, bucket, 0);
+}
+
+int graft_test_s3_start_auth(graft_test_s3_t *t, const char *bucket)
+{
+    return start(t, bucket, 1);
 }
 
 void graft_test_s3_kill(graft_test_s3_t *t)
@@ -155,7 +193,13 @@ void graft_test_s3_kill(graft_test_s3_t *t)
 int graft_test_s3_restart(graft_test_s3_t *t)
 {
     graft_test_s3_kill(t);
-    return spawn(t);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if (spawn(t) == 0)
+            return 0;
+        struct timespec ts = {0, 300 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
 }
 
 void graft_test_s3_stop(graft_test_s3_t *t)

@@ -22,6 +22,7 @@ typedef struct graft_test_s3 {
     char endpoint[64];   /* http://127.0.0.1:<port> */
     char bucket[64];
     char skip_reason[512];
+    int auth;            /* graft_test_s3_start_auth(): credentials checked */
 } graft_test_s3_t;
 
 /* The credentials the tests use; set into the environment (AWS_*) by
@@ -33,6 +34,11 @@ typedef struct graft_test_s3 {
  * moto_server can be found (skip_reason says why and how to install it),
  * -1 (with a message on stderr) on failure. */
 int graft_test_s3_start(graft_test_s3_t *t, const char *bucket);
+
+/* The same, with the server checking every request's credentials once the
+ * bucket is made (moto's INITIAL_NO_AUTH_ACTION_COUNT=1). It knows no key,
+ * so every later request is refused (403 InvalidAccessKeyId). */
+int graft_test_s3_start_auth(graft_test_s3_t *t, const char *bucket);
 
 /* Kill the server (SIGKILL): every request fails until a restart. */
 void graft_test_s3_kill(graft_test_s3_t *t);

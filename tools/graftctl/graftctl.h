@@ -78,6 +78,20 @@ json_t *graftctl_event_json(const graft_event_t *e);
  * from the events before it (graftctl_events.c). */
 json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i);
 
+/* The job's states from more than one record (graftctl_state.c): the
+ * detail of the group's newest failed vote when it names a config mismatch
+ * and no rank of the group joined since (NULL otherwise); and, for a
+ * status with ranks live whose groups committed no step for three group
+ * progress periods, state "paused" with its "state_reason". */
+const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_t group);
+void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t nev);
+
+/* A folder of job folders (graftctl_ckpt_jobs.c): each folder under root
+ * that holds step-* folders, as {"job", "checkpoints", "newest_step"}, by
+ * name; and that list for a person (or as JSON). */
+json_t *graftctl_ckpt_job_folders(const char *root);
+void graftctl_ckpt_jobs_print(const char *root, json_t *jobs, bool json);
+
 /* Text from etcd or a checkpoint file, for a human output
  * (graftctl_text.c): printable UTF-8 as it is, control characters (C0,
  * DEL, C1), bidirectional overrides and bytes that are not UTF-8 escaped
@@ -93,5 +107,8 @@ json_t *graftctl_json_text(const char *s);
 void graftctl_print_json(void *json_t_root); /* prints and decrefs a json_t */
 bool graftctl_parse_u64(const char *s, uint64_t *v_p);
 uint64_t graftctl_now_ms(void);
+/* Unix milliseconds as local "YYYY-MM-DD HH:MM:SS.mmm", for a person
+ * (--json keeps the number). */
+const char *graftctl_time_text(uint64_t unix_ms, char *buf, size_t len);
 
 #endif

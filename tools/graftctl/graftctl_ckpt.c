@@ -40,6 +40,14 @@ static const char *state_name(graft_persist_state_t s)
                                            : "corrupt";
 }
 
+static bool has_step_dir(DIR *d)
+{
+    bool any = false;
+    for (struct dirent *e = readdir(d); e != NULL && !any; e = readdir(d))
+        any = strncmp(e->d_name, "step-", 5) == 0;
+    return any;
+}
+
 /* A root that does not exist, cannot be read or holds no step-* folder is
  * named as such, rather than listed as empty. */
 static int check_root(const char *root)
@@ -60,13 +68,24 @@ static int check_root(const char *root)
                 errno == EACCES ? "permission denied" : strerror(errno));
         return GRAFTCTL_FAIL;
     }
-    bool any = false;
-    for (struct dirent *e = readdir(d); e != NULL && !any; e = readdir(d))
-        any = strncmp(e->d_name, "step-", 5) == 0;
+    bool any = has_step_dir(d);
     closedir(d);
     if (!any) {
-        fprintf(stderr, "graftctl ckpt: %s: not a checkpoint directory (no step-* folder)\n",
-                root);
+        /* A persist root of several jobs: say which folders hold them. */
+        json_t *jobs = graftctl_ckpt_job_folders(root);
+        char names[1024] = "";
+        size_t i, used = 0;
+        json_t *j;
+        json_array_foreach(jobs, i, j)
+            if (used + 64 < sizeof(names))
+                used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%.60s",
+                                         i ? ", " : "",
+                                         json_string_value(json_object_get(j, "job")));
+        char text[GRAFTCTL_TEXT_LEN];
+        fprintf(stderr, "graftctl ckpt: %s: not a checkpoint directory (no step-* folder)%s%s\n",
+                root, used ? "; it holds the job folders " : "",
+                used ? graftctl_text(names, text, sizeof(text)) : "");
+        json_decref(jobs);
         return GRAFTCTL_FAIL;
     }
     return GRAFTCTL_OK;
@@ -425,12 +444,15 @@ static void inspect_print(json_t *m, const graft_persist_entry_t *v, graft_statu
     char t[5][GRAFTCTL_TEXT_LEN];
 #define TEXT(i, s) graftctl_text((s), t[i], sizeof(t[i]))
 #define FIELD(obj, key) json_string_value(json_object_get((obj), (key)))
+    /* The code revision only when the trainer gave one. */
+    const char *rev = FIELD(m, "code_revision");
+    bool has_rev = rev != NULL && rev[0] != '\0';
     printf("step %" JSON_INTEGER_FORMAT " (%s%s%s), written %" JSON_INTEGER_FORMAT
-           " unix ms by graft %s, code revision %s\n",
+           " unix ms by graft %s%s%s\n",
            json_integer_value(json_object_get(m, "step")), state_name(v->state),
            vst != GRAFT_OK ? ": " : "", vst != GRAFT_OK ? TEXT(0, v->reason) : "",
            json_integer_value(json_object_get(m, "unix_ms")), TEXT(1, FIELD(m, "library_version")),
-           TEXT(2, FIELD(m, "code_revision")));
+           has_rev ? ", code revision " : "", has_rev ? TEXT(2, rev) : "");
     printf("ranks %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " bytes (%" JSON_INTEGER_FORMAT
            " stored), layout %s, sidecar %s%s%s\n",
            json_integer_value(json_object_get(m, "ranks")),
@@ -586,10 +608,22 @@ static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
     }
     if (tty)
         fprintf(stderr, "\r\033[K");
+    /* The step asked for: not there at all, or there and refused. */
+    const char *step_state = NULL;
+    char step_why[GRAFTCTL_TEXT_LEN] = "";
+    if (chosen == NULL && a->has_step) {
+        json_t *x = json_array_get(skipped, 0);
+        step_state = x == NULL ? "absent" : "corrupt";
+        if (x != NULL)
+            graftctl_text(json_string_value(json_object_get(x, "reason")), step_why,
+                          sizeof(step_why));
+    }
     if (o->json) {
-        graftctl_print_json(json_pack("{s:s,s:o,s:o}", "root", a->root, "would_restore",
+        graftctl_print_json(json_pack("{s:s,s:o,s:o,s:o}", "root", a->root, "would_restore",
                                       chosen != NULL ? entry_json(chosen) : json_null(),
-                                      "skipped", skipped));
+                                      "skipped", skipped, "step_state",
+                                      step_state != NULL ? json_string(step_state)
+                                                         : json_null()));
     } else {
         size_t i;
         json_t *x;
@@ -604,13 +638,36 @@ static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
                    chosen->step, chosen->ranks, chosen->raw_bytes);
         json_decref(skipped);
     }
-    if (chosen == NULL) {
-        fprintf(stderr, "graftctl ckpt restore: no checkpoint%s under %s verifies\n",
-                a->has_step ? " of that step" : "", a->root);
+    if (step_state != NULL) {
+        fprintf(stderr, "graftctl ckpt restore: step %" PRIu64 " under %s: %s%s%s\n", a->step,
+                a->root, step_state, step_why[0] ? ": " : " (no step-* folder of that step)",
+                step_why);
+        rc = GRAFTCTL_FAIL;
+    } else if (chosen == NULL) {
+        fprintf(stderr, "graftctl ckpt restore: no checkpoint under %s verifies\n", a->root);
         rc = GRAFTCTL_FAIL;
     }
     graft_free(e);
     return rc;
+}
+
+/* `ckpt ls ROOT` where ROOT holds job folders and no step-* folder: lists
+ * the jobs (true), else leaves ls to its usual path (false). */
+static bool ls_jobs(const graftctl_opts_t *o, int argc, char **argv)
+{
+    DIR *d = argc == 3 && argv[2][0] != '-' ? opendir(argv[2]) : NULL;
+    if (d == NULL)
+        return false; /* check_root() says why */
+    bool steps = has_step_dir(d);
+    closedir(d);
+    if (steps)
+        return false;
+    json_t *jobs = graftctl_ckpt_job_folders(argv[2]);
+    bool listed = json_array_size(jobs) > 0;
+    if (listed)
+        graftctl_ckpt_jobs_print(argv[2], jobs, o->json);
+    json_decref(jobs);
+    return listed;
 }
 
 int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv)
@@ -631,6 +688,8 @@ int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv)
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         if (strcmp(argv[1], subs[i].name) != 0)
             continue;
+        if (subs[i].fn == ckpt_ls && ls_jobs(o, argc, argv))
+            return GRAFTCTL_OK;
         int rc = parse_args(argc, argv, 2, &a);
         return rc != GRAFTCTL_OK ? rc : subs[i].fn(o, &a);
     }

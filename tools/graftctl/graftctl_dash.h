@@ -33,14 +33,16 @@ typedef struct graftctl_histogram {
 /* Counters since the dashboard started (the history it found counts too). */
 typedef struct graftctl_metrics {
     uint64_t events[GRAFT_EVENT_ERROR + 1]; /* by kind */
-    uint64_t recoveries_ok;
+    uint64_t recoveries_ok;      /* heals after step 0 */
     uint64_t recoveries_failed;
+    uint64_t initial_syncs;      /* heals at step 0: a group's first state, no failure */
     uint64_t recovery_bytes;
     double transfer_seconds;
     graftctl_histogram_t phases[GRAFTCTL_PHASES];
     uint64_t checkpoints_ok;
     uint64_t checkpoints_failed;
     uint64_t last_checkpoint_step;
+    uint64_t last_checkpoint_unix_ms;
     uint64_t etcd_errors;
 } graftctl_metrics_t;
 

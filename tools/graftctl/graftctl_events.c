@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -29,7 +30,59 @@ typedef struct events_filter {
     bool recoveries;
 } events_filter_t;
 
-/* T is unix milliseconds, or an age: 90s, 10m, 2h, 1d. */
+/* A date or a time of day, local time: today, yesterday, YYYY-MM-DD,
+ * YYYY-MM-DD HH:MM[:SS] (or with a T), HH:MM[:SS] (today's, or
+ * yesterday's when today's is still to come). */
+static bool parse_clock(const char *s, uint64_t *ms_p)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    tm.tm_isdst = -1;
+    struct tm day = tm;
+    bool date = false, clock = true;
+    const char *end = NULL;
+    if (strcmp(s, "today") == 0 || strcmp(s, "yesterday") == 0) {
+        tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+        tm.tm_mday -= s[0] == 'y';
+        end = s + strlen(s);
+        clock = false;
+    } else if ((end = strptime(s, "%Y-%m-%d", &day)) != NULL) {
+        tm = day; /* a failed strptime may have written some fields */
+        date = true;
+        tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+        if (*end == ' ' || *end == 'T')
+            end++;
+        else
+            clock = false;
+    } else {
+        end = s;
+    }
+    if (clock) {
+        tm.tm_sec = 0;
+        struct tm hms = tm, hm = tm;
+        const char *e = strptime(end, "%H:%M:%S", &hms);
+        if (e != NULL)
+            tm = hms;
+        else if ((e = strptime(end, "%H:%M", &hm)) != NULL)
+            tm = hm;
+        end = e;
+    }
+    if (end == NULL || *end != '\0')
+        return false;
+    time_t t = mktime(&tm);
+    if (t == (time_t)-1)
+        return false;
+    if (!date && clock && t > now)
+        t -= 86400; /* a time of day still to come: yesterday's */
+    if (t < 0)
+        return false;
+    *ms_p = (uint64_t)t * 1000u;
+    return true;
+}
+
+/* T is unix milliseconds, an age (90s, 10m, 2h, 1d), or a date or time of
+ * day (parse_clock). */
 static bool parse_time(const char *s, uint64_t *ms_p)
 {
     uint64_t v;
@@ -38,6 +91,8 @@ static bool parse_time(const char *s, uint64_t *ms_p)
         *ms_p = v;
         return true;
     }
+    if (parse_clock(s, ms_p))
+        return true;
     if (n < 2)
         return false;
     char unit = s[n - 1];
@@ -190,9 +245,11 @@ static void print_event(const graft_event_t *e)
     for (size_t i = 0; i < e->n_members && used + 12 < sizeof(members); i++)
         used += (size_t)snprintf(members + used, sizeof(members) - used, "%s%" PRIu32,
                                  i ? "," : "", e->members[i]);
-    printf("%-8" PRIu64 " %-15" PRIu64 " %-18s %-6" PRIu32 " %-5" PRIu32 " %-8" PRIu64
+    char when[40];
+    graftctl_time_text(e->unix_ms, when, sizeof(when));
+    printf("%-8" PRIu64 " %-23s %-18s %-6" PRIu32 " %-5" PRIu32 " %-8" PRIu64
            " %-5" PRIu64 " %-10s %s\n",
-           e->seq, e->unix_ms, graft_event_kind_string(e->kind), e->group, e->rank, e->step,
+           e->seq, when, graft_event_kind_string(e->kind), e->group, e->rank, e->step,
            e->quorum_id, members[0] ? members : "-",
            graftctl_text(e->detail, detail, sizeof(detail)));
 }
@@ -217,7 +274,7 @@ int graftctl_cmd_events(const graftctl_opts_t *o, int argc, char **argv)
     }
     json_t *list = json_array();
     if (!o->json && !f.recoveries)
-        printf("%-8s %-15s %-18s %-6s %-5s %-8s %-5s %-10s %s\n", "SEQ", "UNIX_MS", "KIND",
+        printf("%-8s %-23s %-18s %-6s %-5s %-8s %-5s %-10s %s\n", "SEQ", "TIME", "KIND",
                "GROUP", "RANK", "STEP", "QID", "MEMBERS", "DETAIL");
     if (!o->json && f.recoveries)
         printf("%-8s %-6s %-5s %-8s %-4s %-12s %-10s %-10s %-10s %s\n", "SEQ", "GROUP", "RANK",

@@ -39,11 +39,15 @@ static const help_t helps[] = {
      "usage: graftctl [options] events [--kind K[,K]] [--group G] [--since T]\n"
      "                                 [--until T] [--recoveries]\n"
      "\n"
-     "The job's retained event history, oldest first.\n"
+     "The job's retained event history, oldest first; times in local time (--json:\n"
+     "unix_ms).\n"
      "\n"
      "  --kind K[,K]           only these kinds (join, leave, quorum, recovery_done, ...)\n"
      "  --group G              only events of group G\n"
-     "  --since T, --until T   T is unix milliseconds or an age: 90s, 10m, 2h, 1d\n"
+     "  --since T, --until T   T is unix milliseconds, an age (90s, 10m, 2h, 1d), a day\n"
+     "                         (today, yesterday, 2026-11-27), a date and time\n"
+     "                         ('2026-11-27 14:00[:SS]') or a time of day (14:00[:SS]:\n"
+     "                         today's, or yesterday's if still to come), local time\n"
      "  --recoveries           each recovery with its phases, donors and bytes\n" JOB_FOOT},
     {"drift",
      "usage: graftctl [options] drift\n"

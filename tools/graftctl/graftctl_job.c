@@ -107,7 +107,7 @@ static const char *job_state(json_t *jgroups)
  * announcing) or healthy. */
 static const char *group_health(const graft_membership_view_t *v, const graft_quorum_t *q,
                                 uint32_t group, uint32_t ranks, uint64_t progress,
-                                bool finished)
+                                bool finished, const char *mismatch)
 {
     uint32_t live = 0;
     bool busy = false, cannot_serve = false;
@@ -121,6 +121,8 @@ static const char *group_health(const graft_membership_view_t *v, const graft_qu
     }
     if (live == 0)
         return finished ? "finished" : "dead";
+    if (mismatch != NULL)
+        return "misconfigured"; /* its settings and the quorum's disagree */
     if (live < ranks || busy)
         return "recovering";
     if (cannot_serve)
@@ -297,11 +299,16 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                   "lease_ttl_s", (json_int_t)ttl, "lease_id",
                                   (json_int_t)m->lease_id));
         }
+        const char *mismatch = graftctl_group_mismatch(ev, nev, groups[gi]);
         const char *health = group_health(v, q, groups[gi], ranks, job_step,
-                                          group_finished(ev, nev, groups[gi]));
+                                          group_finished(ev, nev, groups[gi]), mismatch);
         healthy += strcmp(health, "healthy") == 0;
-        json_array_append_new(jgroups, json_pack("{s:I,s:s,s:b,s:o,s:o}", "group",
+        json_array_append_new(jgroups, json_pack("{s:I,s:s,s:o,s:b,s:o,s:o}", "group",
                                                  (json_int_t)groups[gi], "health", health,
+                                                 "reason",
+                                                 strcmp(health, "misconfigured") == 0
+                                                     ? graftctl_json_text(mismatch)
+                                                     : json_null(),
                                                  "in_quorum",
                                                  q != NULL && in_list(q->members, q->n_members,
                                                                       groups[gi]),
@@ -319,6 +326,8 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
     jrecord = NULL;
     if (root == NULL)
         st = GRAFT_ENOMEM;
+    else
+        graftctl_job_pause_check(root, ev, nev);
 out:
     json_decref(jrecord);
     graft_group_progress_free(gp);
@@ -339,6 +348,11 @@ static void status_print(json_t *s)
            json_integer_value(json_object_get(s, "groups_healthy")),
            json_integer_value(json_object_get(s, "groups_known")),
            json_integer_value(json_object_get(s, "ranks_per_group")));
+    json_t *state_reason = json_object_get(s, "state_reason");
+    char text[GRAFTCTL_TEXT_LEN];
+    if (json_is_string(state_reason))
+        printf("paused: %s\n",
+               graftctl_text(json_string_value(state_reason), text, sizeof(text)));
     json_t *step = json_object_get(s, "step");
     if (json_is_integer(step))
         printf("progress: step %" JSON_INTEGER_FORMAT " committed, %.1f steps/s (each group's "
@@ -367,7 +381,6 @@ static void status_print(json_t *s)
     }
     json_t *record = json_object_get(s, "quorum_record");
     if (json_is_string(record)) {
-        char text[GRAFTCTL_TEXT_LEN];
         printf("%s\n", graftctl_text(json_string_value(record), text, sizeof(text)));
     }
     printf("\n%-6s %-10s %-5s %-11s %-8s %-20s %-8s %-7s %s\n", "GROUP", "HEALTH", "RANK",
@@ -378,6 +391,10 @@ static void status_print(json_t *s)
         json_int_t group = json_integer_value(json_object_get(g, "group"));
         const char *health = json_string_value(json_object_get(g, "health"));
         json_t *ranks = json_object_get(g, "ranks");
+        if (json_is_string(json_object_get(g, "reason")))
+            printf("group %" JSON_INTEGER_FORMAT " %s: %s\n", group, health,
+                   graftctl_text(json_string_value(json_object_get(g, "reason")), text,
+                                 sizeof(text)));
         if (json_array_size(ranks) == 0)
             printf("%-6" JSON_INTEGER_FORMAT " %-10s %-5s\n", group, health, "-");
         json_array_foreach(ranks, ri, r) {

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,18 @@ static const char usage[] =
     "  --help                 this text; COMMAND --help: that command's own\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 bad usage.\n";
+
+const char *graftctl_time_text(uint64_t unix_ms, char *buf, size_t len)
+{
+    time_t t = (time_t)(unix_ms / 1000u);
+    struct tm tm;
+    char day[32];
+    if (localtime_r(&t, &tm) == NULL || strftime(day, sizeof(day), "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, len, "%" PRIu64, unix_ms);
+    else
+        snprintf(buf, len, "%s.%03u", day, (unsigned)(unix_ms % 1000u));
+    return buf;
+}
 
 bool graftctl_parse_u64(const char *s, uint64_t *v_p)
 {

@@ -2,7 +2,8 @@
  * The dashboard's /metrics: Prometheus text exposition format 0.0.4.
  * Names follow Prometheus conventions: a graft_ prefix, counters end in
  * _total, durations are in seconds and end in _seconds, and the recovery
- * phases are one histogram labelled by phase.
+ * phases are one histogram labelled by phase (the total has its own, so a
+ * sum over phase counts each second once).
  */
 #include "graftctl_dash.h"
 
@@ -26,6 +27,8 @@ void graftctl_metrics_count_event(graftctl_metrics_t *m, const graft_event_t *e)
             m->checkpoints_ok++;
             if (e->step > m->last_checkpoint_step)
                 m->last_checkpoint_step = e->step;
+            if (e->unix_ms > m->last_checkpoint_unix_ms)
+                m->last_checkpoint_unix_ms = e->unix_ms;
         } else {
             m->checkpoints_failed++;
         }
@@ -49,7 +52,13 @@ void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *r)
         m->recoveries_failed++;
         return;
     }
-    m->recoveries_ok++;
+    /* A group's pull at step 0 is its first state (a job's groups start
+     * from one), not a recovery from a failure; its bytes and phases count
+     * like a heal's. */
+    if (json_integer_value(json_object_get(r, "step")) == 0)
+        m->initial_syncs++;
+    else
+        m->recoveries_ok++;
     m->recovery_bytes += (uint64_t)json_integer_value(json_object_get(r, "bytes"));
     json_t *ph = json_object_get(r, "phases_s");
     for (int p = 0; p < GRAFTCTL_PHASES; p++) {
@@ -100,9 +109,10 @@ static void progress_metrics(FILE *f, json_t *s)
 
 static void status_metrics(FILE *f, json_t *s)
 {
-    static const char *const healths[] = {"healthy", "recovering", "cannot-serve",
-                                          "hung",    "dead",       "finished"};
-    static const char *const states[] = {"running", "degraded", "completed", "failed"};
+    static const char *const healths[] = {"healthy", "recovering", "cannot-serve", "hung",
+                                          "dead",    "finished",   "misconfigured"};
+    static const char *const states[] = {"running", "degraded", "paused", "completed",
+                                         "failed"};
     size_t i, k;
     json_t *g, *r;
     const char *state = json_string_value(json_object_get(s, "state"));
@@ -117,6 +127,12 @@ static void status_metrics(FILE *f, json_t *s)
             n += strcmp(json_string_value(json_object_get(g, "health")), healths[h]) == 0;
         fprintf(f, "graft_groups{health=\"%s\"} %zu\n", healths[h], n);
     }
+    head(f, "graft_group_config_mismatch", "gauge",
+         "1 for a live group whose settings (min_groups) disagree with the quorum's.");
+    json_array_foreach(json_object_get(s, "groups"), i, g)
+        if (strcmp(json_string_value(json_object_get(g, "health")), "misconfigured") == 0)
+            fprintf(f, "graft_group_config_mismatch{group=\"%" JSON_INTEGER_FORMAT "\"} 1\n",
+                    json_integer_value(json_object_get(g, "group")));
     head(f, "graft_ranks_live", "gauge", "Ranks with a live member record.");
     size_t live = 0;
     json_array_foreach(json_object_get(s, "groups"), i, g)
@@ -157,6 +173,55 @@ static void status_metrics(FILE *f, json_t *s)
                     json_integer_value(json_object_get(r, "lease_ttl_s")));
 }
 
+/* One histogram's series (labels: "" or `phase="x",`). */
+static void histogram(FILE *f, const char *name, const char *labels, const graftctl_histogram_t *h)
+{
+    uint64_t cum = 0;
+    for (int b = 0; b < GRAFTCTL_BUCKETS; b++) {
+        cum += h->counts[b];
+        fprintf(f, "%s_bucket{%sle=\"%g\"} %" PRIu64 "\n", name, labels, graftctl_buckets[b], cum);
+    }
+    fprintf(f, "%s_bucket{%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, h->count);
+    size_t n = strlen(labels);
+    /* The labels without their trailing comma, in braces, or none. */
+    fprintf(f, "%s_sum%s%.*s%s %.6f\n", name, n ? "{" : "", (int)(n ? n - 1 : 0), labels,
+            n ? "}" : "", h->sum);
+    fprintf(f, "%s_count%s%.*s%s %" PRIu64 "\n", name, n ? "{" : "", (int)(n ? n - 1 : 0), labels,
+            n ? "}" : "", h->count);
+}
+
+/* Times of the newest checkpoint, quorum and commit, for staleness alerts
+ * (time() - x > ...); no sample while there is none. */
+static void timestamps(FILE *f, const graftctl_metrics_t *m, json_t *s)
+{
+    uint64_t commit_ms = 0;
+    size_t i;
+    json_t *g;
+    json_array_foreach(json_object_get(s, "groups"), i, g) {
+        json_t *u = json_object_get(json_object_get(g, "progress"), "unix_ms");
+        if (json_is_integer(u) && (uint64_t)json_integer_value(u) > commit_ms)
+            commit_ms = (uint64_t)json_integer_value(u);
+    }
+    uint64_t quorum_ms = (uint64_t)json_integer_value(
+        json_object_get(json_object_get(s, "quorum"), "formed_unix_ms"));
+    const struct {
+        const char *name, *help;
+        uint64_t ms;
+    } t[] = {
+        {"graft_last_checkpoint_timestamp_seconds", "When the newest checkpoint committed.",
+         m->last_checkpoint_unix_ms},
+        {"graft_last_quorum_timestamp_seconds", "When the latest quorum was formed.", quorum_ms},
+        {"graft_last_commit_timestamp_seconds",
+         "When a group last reported a committed step (every few seconds while steps go).",
+         commit_ms},
+    };
+    for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++) {
+        head(f, t[k].name, "gauge", t[k].help);
+        if (t[k].ms > 0)
+            fprintf(f, "%s %.3f\n", t[k].name, (double)t[k].ms / 1e3);
+    }
+}
+
 char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
 {
     char *buf = NULL;
@@ -170,37 +235,37 @@ char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
     for (int k = GRAFT_EVENT_JOIN; k <= GRAFT_EVENT_ERROR; k++)
         fprintf(f, "graft_events_total{kind=\"%s\"} %" PRIu64 "\n",
                 graft_event_kind_string((graft_event_kind_t)k), m->events[k]);
-    head(f, "graft_recoveries_total", "counter", "Heals of a rank (recovery_done), by result.");
+    head(f, "graft_recoveries_total", "counter",
+         "Heals of a rank after a failure (recovery_done after step 0), by result.");
     fprintf(f, "graft_recoveries_total{result=\"ok\"} %" PRIu64 "\n", m->recoveries_ok);
     fprintf(f, "graft_recoveries_total{result=\"failed\"} %" PRIu64 "\n", m->recoveries_failed);
-    head(f, "graft_recovery_bytes_total", "counter", "Bytes pulled from donors by heals.");
+    head(f, "graft_initial_syncs_total", "counter",
+         "Pulls at step 0: a group taking the job's first state from another, no failure.");
+    fprintf(f, "graft_initial_syncs_total %" PRIu64 "\n", m->initial_syncs);
+    head(f, "graft_recovery_bytes_total", "counter",
+         "Bytes pulled from donors by heals and initial syncs.");
     fprintf(f, "graft_recovery_bytes_total %" PRIu64 "\n", m->recovery_bytes);
     head(f, "graft_recovery_transfer_seconds_total", "counter",
          "Time heals spent pulling state (bytes_total over this is the throughput).");
     fprintf(f, "graft_recovery_transfer_seconds_total %.6f\n", m->transfer_seconds);
     head(f, "graft_recovery_phase_seconds", "histogram",
-         "Duration of each phase of a heal, as the job's events record them.");
-    for (int p = 0; p < GRAFTCTL_PHASES; p++) {
-        uint64_t cum = 0;
-        for (int b = 0; b < GRAFTCTL_BUCKETS; b++) {
-            cum += m->phases[p].counts[b];
-            fprintf(f, "graft_recovery_phase_seconds_bucket{phase=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-                    phase_names[p], graftctl_buckets[b], cum);
-        }
-        fprintf(f, "graft_recovery_phase_seconds_bucket{phase=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
-                phase_names[p], m->phases[p].count);
-        fprintf(f, "graft_recovery_phase_seconds_sum{phase=\"%s\"} %.6f\n", phase_names[p],
-                m->phases[p].sum);
-        fprintf(f, "graft_recovery_phase_seconds_count{phase=\"%s\"} %" PRIu64 "\n",
-                phase_names[p], m->phases[p].count);
+         "Duration of each phase of a heal, as the job's events record them; the phases add "
+         "up to about graft_recovery_seconds.");
+    for (int p = 0; p < GRAFTCTL_PHASE_TOTAL; p++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "phase=\"%s\",", phase_names[p]);
+        histogram(f, "graft_recovery_phase_seconds", labels, &m->phases[p]);
     }
+    head(f, "graft_recovery_seconds", "histogram",
+         "A heal from its assignment to recovery_done.");
+    histogram(f, "graft_recovery_seconds", "", &m->phases[GRAFTCTL_PHASE_TOTAL]);
     head(f, "graft_checkpoints_total", "counter", "Checkpoints committed, by result.");
     fprintf(f, "graft_checkpoints_total{result=\"ok\"} %" PRIu64 "\n", m->checkpoints_ok);
     fprintf(f, "graft_checkpoints_total{result=\"failed\"} %" PRIu64 "\n", m->checkpoints_failed);
     head(f, "graft_checkpoint_last_step", "gauge", "Step of the newest committed checkpoint.");
     fprintf(f, "graft_checkpoint_last_step %" PRIu64 "\n", m->last_checkpoint_step);
-    head(f, "graft_drift_events_total", "counter", "Replica drift detected.");
-    fprintf(f, "graft_drift_events_total %" PRIu64 "\n", m->events[GRAFT_EVENT_DRIFT]);
+    if (status != NULL)
+        timestamps(f, m, status);
     head(f, "graft_dashboard_etcd_errors_total", "counter",
          "Refreshes of the dashboard that etcd failed.");
     fprintf(f, "graft_dashboard_etcd_errors_total %" PRIu64 "\n", m->etcd_errors);

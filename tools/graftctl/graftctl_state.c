@@ -1,0 +1,99 @@
+/*
+ * The job's states that need more than one group's records: a group whose
+ * settings disagree with the quorum's (misconfigured) and a job that has
+ * live ranks but commits no step (paused), each with its reason. Read from
+ * the status graftctl_status_json() built and the job's event history; no
+ * record of its own.
+ */
+#include "graftctl.h"
+
+#include <graft/graft.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* No step for this long (three group progress periods) with ranks live:
+ * the job is paused. */
+#define PAUSED_AFTER_MS (3u * GRAFT_GROUP_PROGRESS_EVERY_MS)
+
+const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_t group)
+{
+    /* The group's newest join or vote result: a rank that joined since the
+     * failed vote may have been started with the right settings. */
+    for (size_t i = nev; i-- > 0;) {
+        const graft_event_t *e = &ev[i];
+        if (e->group != group ||
+            (e->kind != GRAFT_EVENT_JOIN && e->kind != GRAFT_EVENT_VOTE_RESULT))
+            continue;
+        if (e->kind == GRAFT_EVENT_VOTE_RESULT && !e->ok && e->detail != NULL &&
+            strstr(e->detail, GRAFT_CONFIG_MISMATCH_TEXT) != NULL)
+            return e->detail;
+        return NULL;
+    }
+    return NULL;
+}
+
+/* The newest failed vote, its group and detail, for a reason. */
+static const graft_event_t *newest_no(const graft_event_t *ev, size_t nev)
+{
+    for (size_t i = nev; i-- > 0;)
+        if (ev[i].kind == GRAFT_EVENT_VOTE_RESULT && !ev[i].ok)
+            return &ev[i];
+    return NULL;
+}
+
+/* Why a job with live ranks commits nothing: a misconfigured group, fewer
+ * live groups than the quorum needs, the newest failed vote, or only the
+ * time. Writes into why. */
+static void pause_reason(json_t *status, const graft_event_t *ev, size_t nev, uint64_t idle_ms,
+                         char *why, size_t len)
+{
+    size_t i, live = 0;
+    json_t *g;
+    json_array_foreach(json_object_get(status, "groups"), i, g) {
+        if (strcmp(json_string_value(json_object_get(g, "health")), "misconfigured") == 0) {
+            snprintf(why, len, "group %" JSON_INTEGER_FORMAT ": %s",
+                     json_integer_value(json_object_get(g, "group")),
+                     json_string_value(json_object_get(g, "reason")));
+            return;
+        }
+        live += json_array_size(json_object_get(g, "ranks")) > 0;
+    }
+    json_int_t need = json_integer_value(
+        json_object_get(json_object_get(status, "quorum"), "min_groups"));
+    if ((json_int_t)live < need) {
+        snprintf(why, len, "no quorum: %zu groups live, %" JSON_INTEGER_FORMAT " needed "
+                 "(min_groups)", live, need);
+        return;
+    }
+    const graft_event_t *no = newest_no(ev, nev);
+    if (no != NULL && graftctl_now_ms() - no->unix_ms <= idle_ms) {
+        char text[GRAFTCTL_TEXT_LEN];
+        snprintf(why, len, "group %" PRIu32 " voted no at step %" PRIu64 ": %s", no->group,
+                 no->step, graftctl_text(no->detail, text, sizeof(text)));
+        return;
+    }
+    snprintf(why, len, "no step committed for %" PRIu64 " s", idle_ms / 1000);
+}
+
+void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t nev)
+{
+    size_t i, live = 0;
+    json_t *g;
+    uint64_t idle = UINT64_MAX;
+    if (!json_is_integer(json_object_get(status, "step")))
+        return; /* no step yet: a job starting is not paused */
+    json_array_foreach(json_object_get(status, "groups"), i, g) {
+        live += json_array_size(json_object_get(g, "ranks"));
+        json_t *age = json_object_get(json_object_get(g, "progress"), "age_ms");
+        if (json_is_integer(age) && (uint64_t)json_integer_value(age) < idle)
+            idle = (uint64_t)json_integer_value(age);
+    }
+    if (live == 0 || idle == UINT64_MAX || idle <= PAUSED_AFTER_MS)
+        return; /* no group record: a job of an older library, or none yet */
+    char why[GRAFTCTL_TEXT_LEN + 128];
+    pause_reason(status, ev, nev, idle, why, sizeof(why));
+    json_object_set_new(status, "state", json_string("paused"));
+    json_object_set_new(status, "state_reason", graftctl_json_text(why));
+}
