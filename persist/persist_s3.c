@@ -167,6 +167,36 @@ static graft_status_t parse_url(graft__s3_t *s3, const char *url, char *why, siz
     return s3->bucket != NULL && s3->prefix != NULL ? GRAFT_OK : GRAFT_ENOMEM;
 }
 
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
+{
+    graft__s3_t *s3 = arg;
+    pthread_mutex_lock(&s3->locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *arg)
+{
+    graft__s3_t *s3 = arg;
+    pthread_mutex_unlock(&s3->locks[data]);
+}
+
+static graft_status_t share_make(graft__s3_t *s3)
+{
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&s3->locks[i], NULL);
+    s3->locks_made = true;
+    s3->share = curl_share_init();
+    if (s3->share == NULL)
+        return GRAFT_ENOMEM;
+    if (curl_share_setopt(s3->share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
+        curl_share_setopt(s3->share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
+        curl_share_setopt(s3->share, CURLSHOPT_USERDATA, s3) != CURLSHE_OK ||
+        curl_share_setopt(s3->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK ||
+        curl_share_setopt(s3->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK ||
+        curl_share_setopt(s3->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK)
+        return GRAFT_EINTERNAL;
+    return GRAFT_OK;
+}
+
 graft_status_t graft__s3_url_check(const char *url, char *why, size_t why_len)
 {
     graft__s3_t tmp = {0};
@@ -238,6 +268,11 @@ graft_status_t graft__s3_create(const graft_persist_remote_config_t *cfg, graft_
     s3->max_retries = cfg->max_retries != 0 ? cfg->max_retries : 8u;
     s3->backoff_ms = cfg->backoff_ms != 0 ? cfg->backoff_ms : 200u;
     s3->timeout_ms = cfg->timeout_ms != 0 ? cfg->timeout_ms : 60000u;
+    st = share_make(s3);
+    if (st != GRAFT_OK) {
+        snprintf(why, why_len, "curl_share_init: %s", graft_status_string(st));
+        goto fail;
+    }
     *s3_p = s3;
     return GRAFT_OK;
 fail:
@@ -249,6 +284,10 @@ void graft__s3_destroy(graft__s3_t *s3)
 {
     if (s3 == NULL)
         return;
+    if (s3->share != NULL)
+        curl_share_cleanup(s3->share);
+    for (int i = 0; s3->locks_made && i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&s3->locks[i]);
     if (s3->secret_key != NULL)
         memset(s3->secret_key, 0, strlen(s3->secret_key));
     graft_free(s3->url);
@@ -371,6 +410,7 @@ void *graft__s3_easy(graft__s3_t *s3, const char *method, const char *key, const
     }
     curl_easy_setopt(e, CURLOPT_URL, url);
     graft_free(url);
+    curl_easy_setopt(e, CURLOPT_SHARE, s3->share);
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s3->sigv4);
     curl_easy_setopt(e, CURLOPT_USERNAME, s3->access_key);
     curl_easy_setopt(e, CURLOPT_PASSWORD, s3->secret_key);

@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,6 +39,11 @@ typedef struct graft__s3 {
     uint32_t max_retries;
     uint32_t backoff_ms;
     uint32_t timeout_ms;
+    /* Connections (and DNS, TLS sessions) kept between requests: a new
+     * TLS handshake per part would cost more than many parts. */
+    CURLSH *share;
+    pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+    bool locks_made;
     /* Set by the owner to end retries early (the writer being destroyed). */
     atomic_bool *stop;
     /* Counters, read by the remote tier's statistics. */
