@@ -89,8 +89,9 @@ graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
             learn_seq(m, &res);
             /* Another rank appended first. Ranks that start or re-join
              * together append together: back off with jitter, or every
-             * conflict is at once one more transaction. */
-            graft__sleep_ns(graft__jitter_ns((uint64_t)(attempt + 1) * 5000000ull));
+             * conflict is at once one more transaction. At most 20 ms a
+             * time: some callers wait for their record (docs/RUNTIME.md). */
+            graft__sleep_ns(graft__jitter_ns((uint64_t)GRAFT_MIN(attempt + 1, 4) * 5000000ull));
         }
         graft_etcd_txn_result_clear(&res);
         graft_free(old_key);
