@@ -10,10 +10,14 @@ group that was killed and restarted heals before its first step: rank r
 pulls rank r's state (all parameters and its shard of Adam's state) from a
 healthy group, then trains on, bit-identical to a run without the failure.
 
-    # one group of 2 ranks (run it 3 times with GRAFT_GROUP=0, 1, 2)
+    # one group of 2 ranks (run it 3 times with GRAFT_GROUP=0, 1, 2, each
+    # with a --master_port of its own)
     GRAFT_JOB=demo GRAFT_GROUPS=3 GRAFT_GROUP=0 \\
-      torchrun --standalone --nproc_per_node 2 --max_restarts 3 \\
-      examples/python/train_torchrun.py --steps 200
+      torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
+      --max_restarts 3 -r 2 -t 2 examples/python/train_torchrun.py --steps 200
+
+(-r 2 -t 2: Debian's torchrun on Python 3.11 fails on its own default
+--redirects.)
 
 See --help for the variables, and README.md's Python quick start.
 """
@@ -107,7 +111,8 @@ def main():
                                 torch.nn.Dropout(0.1), torch.nn.Linear(a.hidden, 1))
     if ranks > 1:
         net = torch.nn.parallel.DistributedDataParallel(model)
-        inner = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=a.lr)
+        inner = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                        lr=a.lr)
     else:
         net = model
         inner = torch.optim.Adam(model.parameters(), lr=a.lr)

@@ -7,7 +7,9 @@ with every rank of every group bit-identical to the same rank of a
 fault-free run: parameters, its shard of Adam's state, RNG states."""
 import os
 import pickle
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,28 +27,48 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.run")
 
 
+def quiet_port():
+    """A free port below the ephemeral range (32768 and up on Linux), so
+    the many connections other tests open on this machine cannot take it
+    between now and torchrun's bind."""
+    for _ in range(100):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 class Torchrun:
     """One group: a torchrun agent and its ranks, in a session of their own
     (so the whole group can be killed), read line by line by a thread."""
 
-    def __init__(self, env, group, out, max_restarts=0, delay=0.1):
-        e = group_env(env, group, GROUPS)
+    def __init__(self, env, group, out, max_restarts=0, delay=0.1, steps=STEPS, groups=GROUPS):
+        e = group_env(env, group, groups)
         # Debian's torch 1.13 on Python 3.11 cannot parse torchrun's default
         # "--redirects 0" (AttributeError: 'NoneType' object has no attribute
-        # 'get'); redirecting and teeing standard error works. A rendezvous
-        # endpoint per group: --standalone's fixed port would make the
-        # groups' agents share one rendezvous store.
+        # 'get'); redirecting and teeing standard error works. The static
+        # rendezvous, a port per group: the agent holds its store there and
+        # the ranks use it, at every restart. (--standalone's fixed port
+        # would make the groups' agents share one store; the c10d
+        # rendezvous picks a new free port for the ranks' store at each
+        # restart and binds it later, and another process took it in
+        # between on this busy machine.)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-               "--nproc_per_node", str(RANKS), "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "127.0.0.1:%d" % free_port(),
+               "--nproc_per_node", str(RANKS), "--rdzv_backend", "static",
+               "--master_addr", "127.0.0.1", "--master_port", str(quiet_port()),
                "--max_restarts", str(max_restarts), "--monitor_interval", "0.5",
-               "-r", "2", "-t", "2", TRAINER, "--steps", str(STEPS),
+               "-r", "2", "-t", "2", TRAINER, "--steps", str(steps),
                "--delay", str(delay), "--out", str(out)]
         self.group = group
         self.proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.lines = []
+        self.times = []   # when each line was read (time.time())
         self._cv = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -55,17 +77,18 @@ class Torchrun:
         for line in self.proc.stdout:
             with self._cv:
                 self.lines.append(line)
+                self.times.append(time.time())
                 self._cv.notify_all()
         with self._cv:
             self.lines.append(None)  # end of output
             self._cv.notify_all()
 
-    def wait_for(self, predicate, what, timeout=120):
-        """The first line (after those already seen by an earlier wait) for
-        which predicate is true."""
+    def wait_for(self, predicate, what, timeout=120, since=0):
+        """The first line from line number since on for which predicate is
+        true: (line, when it was read, the number of the line after it)."""
         deadline = time.time() + timeout
         with self._cv:
-            i = 0
+            i = since
             while True:
                 while i < len(self.lines):
                     line = self.lines[i]
@@ -74,7 +97,7 @@ class Torchrun:
                         raise AssertionError("group %d ended before %s:\n%s"
                                              % (self.group, what, self.text()))
                     if predicate(line):
-                        return line
+                        return line, self.times[i - 1], i
                 left = deadline - time.time()
                 if left <= 0:
                     raise AssertionError("group %d: no %s in %d s:\n%s"
