@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "graft_internal.h"
+#include "s3_fault_proxy.h"
 #include "s3_fixture.h"
 #include "tests/test_persist_util.h"
 
@@ -256,6 +257,59 @@ static void test_distributed_commit_upload(void **state)
     graft_persist_writer_t *plain = writer_make(f->root, NULL);
     assert_int_equal(graft_persist_remote_upload(plain, 15), GRAFT_ENOTSUP);
     graft_persist_writer_destroy(plain);
+}
+
+/* ----------------------------------------------------------- HTTP faults --- */
+
+/* Lines of the server's request log that contain needle. */
+static int log_count(const graft_test_s3_t *t, const char *needle)
+{
+    char path[300], line[2048];
+    snprintf(path, sizeof(path), "%s/moto.log", t->dir);
+    FILE *fp = fopen(path, "r");
+    int n = 0;
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL)
+        n += strstr(line, needle) != NULL;
+    if (fp != NULL)
+        fclose(fp);
+    return n;
+}
+
+/* 503s with Retry-After on parts, 500s on the manifest: the part alone is
+ * sent again after at least Retry-After, never the whole upload. */
+static void test_http_faults_retried(void **state)
+{
+    fix_t *f = *state;
+    NEED_SERVER(f);
+    graft_test_s3_proxy_t proxy;
+    assert_int_equal(graft_test_s3_proxy_start(&proxy, f->s3.port), 0);
+    graft_persist_remote_config_t remote = graft_test_s3_remote(&f->s3, "faults");
+    remote.endpoint = proxy.endpoint;
+    state2_t s;
+    state_make(&s, 25, PER_RANK);
+    graft_persist_writer_t *w = writer_make(f->root, &remote);
+    graft_test_s3_proxy_inject(&proxy, "partNumber=", 3, 503, 1);
+    uint64_t t0 = graft__now_ns();
+    save(w, 25, &s);
+    flush_ok(w, 1);
+    assert_true(graft__now_ns() - t0 >= 1000000000ull);
+    assert_int_equal(atomic_load(&proxy.injected), 3);
+    graft_persist_remote_stats_t st;
+    assert_int_equal(graft_persist_remote_stats(w, &st), GRAFT_OK);
+    assert_true(st.retries >= 3);
+    /* One multipart upload per shard, each completed once. */
+    assert_int_equal(log_count(&f->s3, "?uploads HTTP"), 2);
+    assert_int_equal(log_count(&f->s3, "shard-0-of-2?uploadId="), 1);
+
+    graft_test_s3_proxy_inject(&proxy, "manifest.pb", 2, 500, 0);
+    save(w, 35, &s);
+    flush_ok(w, 2);
+    assert_int_equal(atomic_load(&proxy.injected), 5);
+    graft_persist_writer_destroy(w);
+    pt_rmtree_contents(f->root);
+    assert_int_equal(restore_check(&remote, f->root, &s, PER_RANK, NULL), 35);
+    graft_test_s3_proxy_stop(&proxy);
+    state_free(&s);
 }
 
 /* ------------------------------------------------------- server killed --- */
@@ -570,6 +624,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_upload_restore_bit_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distributed_commit_upload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_http_faults_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_killed_mid_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_down_supersedes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_object_falls_back, setup, teardown),

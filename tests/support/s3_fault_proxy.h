@@ -1,0 +1,42 @@
+/*
+ * An HTTP proxy on loopback in front of the S3 fixture's server that
+ * injects faults at the HTTP level: the next N requests whose request line
+ * contains a pattern are answered with a given status (e.g. 503 with
+ * Retry-After) and never reach the store. Every request is forwarded on a
+ * connection of its own ("Connection: close"), so each one is seen.
+ */
+#ifndef GRAFT_TEST_S3_FAULT_PROXY_H
+#define GRAFT_TEST_S3_FAULT_PROXY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct graft_test_s3_proxy {
+    int listen_fd;
+    int upstream_port;
+    int port;
+    char endpoint[64]; /* http://127.0.0.1:<port> */
+    pthread_t thread;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    char pattern[128];  /* in the request line, e.g. "partNumber=" */
+    int inject_left;    /* requests still to answer with status */
+    int status;         /* e.g. 503 */
+    int retry_after_s;  /* > 0: a Retry-After header */
+    atomic_int injected;
+    atomic_int forwarded;
+} graft_test_s3_proxy_t;
+
+/* Start the proxy in front of 127.0.0.1:upstream_port. Returns 0 or -1. */
+int graft_test_s3_proxy_start(graft_test_s3_proxy_t *p, int upstream_port);
+
+/* Answer the next count requests whose request line contains pattern with
+ * status (and Retry-After when retry_after_s > 0). */
+void graft_test_s3_proxy_inject(graft_test_s3_proxy_t *p, const char *pattern, int count,
+                                int status, int retry_after_s);
+
+void graft_test_s3_proxy_stop(graft_test_s3_proxy_t *p);
+
+#endif
