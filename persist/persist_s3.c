@@ -33,6 +33,19 @@ void graft__s3_md5_b64(const void *data, size_t len, char out[32])
     EVP_EncodeBlock((unsigned char *)out, md, (int)n);
 }
 
+/* "x-amz-content-sha256: <hex>": S3 wants the payload's hash as a header,
+ * which libcurl 7.88 does not add (it signs every header we add). */
+static void sha256_header(const void *data, size_t len, char out[96])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(data != NULL ? data : "", len, md, &n, EVP_sha256(), NULL) != 1)
+        n = 0;
+    int k = snprintf(out, 96, "x-amz-content-sha256: ");
+    for (unsigned int i = 0; i < n && k < 94; i++)
+        k += snprintf(out + k, (size_t)(96 - k), "%02x", md[i]);
+}
+
 /* ------------------------------------------------------ configuration --- */
 
 static const char *env_or(const char *v, const char *name)
@@ -427,15 +440,27 @@ void *graft__s3_easy(graft__s3_t *s3, const char *method, const char *key, const
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body != NULL ? (const char *)body : "");
     }
-    h = curl_slist_append(h, "Expect:");
-    h = h != NULL ? curl_slist_append(h, "Content-Type: application/octet-stream") : NULL;
-    if (h != NULL && content_md5 != NULL) {
-        char line[64];
-        snprintf(line, sizeof(line), "Content-MD5: %s", content_md5);
-        h = curl_slist_append(h, line);
+    char sha[96], md5[64] = "";
+    sha256_header(body, body != NULL ? body_len : 0, sha);
+    if (content_md5 != NULL)
+        snprintf(md5, sizeof(md5), "Content-MD5: %s", content_md5);
+    /* No "Expect:" to suppress 100-continue: libcurl 7.88 would sign it as
+     * an empty header it does not send, and AWS would refuse the
+     * signature. */
+    const char *lines[] = {"Content-Type: application/octet-stream", sha,
+                           md5[0] != '\0' ? md5 : NULL, s3->token_header};
+    bool ok = true;
+    for (size_t i = 0; ok && i < GRAFT_ARRAY_SIZE(lines); i++) {
+        if (lines[i] == NULL)
+            continue;
+        struct curl_slist *n = curl_slist_append(h, lines[i]);
+        ok = n != NULL;
+        h = n != NULL ? n : h;
     }
-    if (h != NULL && s3->token_header != NULL)
-        h = curl_slist_append(h, s3->token_header);
+    if (!ok) {
+        curl_slist_free_all(h);
+        h = NULL;
+    }
     if (h == NULL) {
         curl_easy_cleanup(e);
         return NULL;
@@ -690,11 +715,13 @@ graft_status_t graft__s3_list(graft__s3_t *s3, const char *sub, char ***keys_p, 
     graft_status_t st = GRAFT_OK;
     char **keys = NULL;
     size_t n = 0;
-    char token[1024] = "";
-    char *full = graft__asprintf("%s%s", s3->prefix, sub);
-    /* Query values encode '/' too (SigV4's canonical query string). */
-    char *enc_prefix = full != NULL ? curl_easy_escape(NULL, full, 0) : NULL;
-    graft_free(full);
+    /* Keys and the prefix hold only characters that need no escaping in a
+     * query (parse_url() refuses the others), and libcurl 7.88 escapes the
+     * canonical query itself: values go as they are. Pages continue with
+     * start-after (our own key) rather than an opaque token that would
+     * need escaping. */
+    char *enc_prefix = graft__asprintf("%s%s", s3->prefix, sub);
+    char after[1024] = "";
     graft__s3_resp_t r = {.fd = -1};
     char what[300];
     snprintf(what, sizeof(what), "LIST %s%s", s3->prefix, sub);
@@ -703,30 +730,28 @@ graft_status_t graft__s3_list(graft__s3_t *s3, const char *sub, char ***keys_p, 
         goto out;
     }
     for (;;) {
-        char *tok = token[0] ? curl_easy_escape(NULL, token, 0) : NULL;
         /* Parameters in sorted order, as SigV4 signs them. */
-        char *query = graft__asprintf("%s%s%slist-type=2&prefix=%s",
-                                      tok != NULL ? "continuation-token=" : "",
-                                      tok != NULL ? tok : "", tok != NULL ? "&" : "", enc_prefix);
-        curl_free(tok);
+        char *query = graft__asprintf("list-type=2&prefix=%s%s%s", enc_prefix,
+                                      after[0] ? "&start-after=" : "", after);
         if (query == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
         }
         st = graft__s3_request(s3, "GET", NULL, query, NULL, 0, NULL, &r, what, why, why_len);
         graft_free(query);
+        size_t before = n;
         if (st == GRAFT_OK)
             st = list_page(s3, r.body != NULL ? r.body : "", &keys, &n);
         if (st != GRAFT_OK)
             goto out;
         char trunc[16] = "";
         graft__s3_xml_tag(r.body, "IsTruncated", trunc, sizeof(trunc));
-        if (strcmp(trunc, "true") != 0 ||
-            !graft__s3_xml_tag(r.body, "NextContinuationToken", token, sizeof(token)))
+        if (strcmp(trunc, "true") != 0 || n == before)
             break;
+        snprintf(after, sizeof(after), "%s%s", s3->prefix, keys[n - 1]);
     }
 out:
-    curl_free(enc_prefix);
+    graft_free(enc_prefix);
     graft_free(r.body);
     if (st != GRAFT_OK) {
         graft__s3_keys_free(keys, n);

@@ -49,7 +49,7 @@ static graft_status_t create_upload(upload_t *u, char *why, size_t why_len)
     char what[300];
     char id[512] = "";
     snprintf(what, sizeof(what), "CreateMultipartUpload %s%s", u->s3->prefix, u->key);
-    graft_status_t st = graft__s3_request(u->s3, "POST", u->key, "uploads", NULL, 0, NULL, &r,
+    graft_status_t st = graft__s3_request(u->s3, "POST", u->key, "uploads=", NULL, 0, NULL, &r,
                                           what, why, why_len);
     if (st == GRAFT_OK && !graft__s3_xml_tag(r.body, "UploadId", id, sizeof(id))) {
         snprintf(why, why_len, "%s: no UploadId in the answer", what);

@@ -86,6 +86,24 @@ static int find_server(graft_test_s3_t *t)
     return 1;
 }
 
+typedef struct sink {
+    char *data;
+    size_t len;
+} sink_t;
+
+static size_t on_data(char *p, size_t size, size_t n, void *arg)
+{
+    sink_t *s = arg;
+    char *d = realloc(s->data, s->len + size * n + 1);
+    if (d == NULL)
+        return 0;
+    memcpy(d + s->len, p, size * n);
+    s->data = d;
+    s->len += size * n;
+    d[s->len] = '\0';
+    return size * n;
+}
+
 static long request(const graft_test_s3_t *t, const char *method, const char *key,
                     const uint8_t *body, size_t len, char **out_p, size_t *out_len_p);
 
@@ -109,7 +127,7 @@ static int spawn(graft_test_s3_t *t)
         /* Requests are signed but not checked (moto's default), or checked
          * from the second one on (the first creates the bucket). */
         if (t->auth)
-            setenv("INITIAL_NO_AUTH_ACTION_COUNT", "1", 1);
+            setenv("INITIAL_NO_AUTH_ACTION_COUNT", t->auth == 2 ? "4" : "1", 1);
         else
             unsetenv("INITIAL_NO_AUTH_ACTION_COUNT");
         execl(t->server, t->server, "-H", "127.0.0.1", "-p", port, (char *)NULL);
@@ -145,6 +163,8 @@ static int start(graft_test_s3_t *t, const char *bucket, int auth)
 {
     memset(t, 0, sizeof(*t));
     t->auth = auth;
+    snprintf(t->key_id, sizeof(t->key_id), "%s", GRAFT_TEST_S3_KEY_ID);
+    snprintf(t->secret, sizeof(t->secret), "%s", GRAFT_TEST_S3_SECRET);
     if (find_server(t) != 0)
         return 1;
     snprintf(t->dir, sizeof(t->dir), "%s/graft-s3.XXXXXX",
@@ -174,6 +194,69 @@ static int start(graft_test_s3_t *t, const char *bucket, int auth)
 int graft_test_s3_start(graft_test_s3_t *t, const char *bucket)
 {
     return start(t, bucket, 0);
+}
+
+/* One call of the server's IAM API (form-encoded), its answer in *out_p. */
+static long iam(const graft_test_s3_t *t, const char *form, char **out_p)
+{
+    CURL *e = curl_easy_init();
+    if (e == NULL)
+        return -1;
+    sink_t s = {0};
+    curl_easy_setopt(e, CURLOPT_URL, t->endpoint);
+    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:iam");
+    curl_easy_setopt(e, CURLOPT_USERNAME, t->key_id);
+    curl_easy_setopt(e, CURLOPT_PASSWORD, t->secret);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, form);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 20000L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &s);
+    long code = -1;
+    if (curl_easy_perform(e) == CURLE_OK)
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(e);
+    *out_p = s.data;
+    return code;
+}
+
+static void xml_text(const char *xml, const char *tag, char *out, size_t len)
+{
+    char open[64];
+    snprintf(open, sizeof(open), "<%s>", tag);
+    const char *a = xml != NULL ? strstr(xml, open) : NULL;
+    const char *b = a != NULL ? strchr(a + strlen(open), '<') : NULL;
+    if (b != NULL)
+        snprintf(out, len, "%.*s", (int)(b - a - (long)strlen(open)), a + strlen(open));
+}
+
+int graft_test_s3_start_signed(graft_test_s3_t *t, const char *bucket)
+{
+    int rc = start(t, bucket, 2);
+    if (rc != 0)
+        return rc;
+    static const char *const calls[] = {
+        "Action=CreateUser&UserName=graft&Version=2010-05-08",
+        "Action=PutUserPolicy&UserName=graft&PolicyName=all&Version=2010-05-08&PolicyDocument="
+        "%7B%22Version%22%3A%222012-10-17%22%2C%22Statement%22%3A%5B%7B%22Effect%22%3A%22Allow"
+        "%22%2C%22Action%22%3A%22*%22%2C%22Resource%22%3A%22*%22%7D%5D%7D",
+        "Action=CreateAccessKey&UserName=graft&Version=2010-05-08"};
+    char *out = NULL;
+    for (size_t i = 0; i < 3; i++) {
+        free(out);
+        out = NULL;
+        if (iam(t, calls[i], &out) != 200) {
+            fprintf(stderr, "moto IAM %s: %s\n", calls[i], out != NULL ? out : "(no answer)");
+            free(out);
+            graft_test_s3_stop(t);
+            return -1;
+        }
+    }
+    xml_text(out, "AccessKeyId", t->key_id, sizeof(t->key_id));
+    xml_text(out, "SecretAccessKey", t->secret, sizeof(t->secret));
+    free(out);
+    setenv("AWS_ACCESS_KEY_ID", t->key_id, 1);
+    setenv("AWS_SECRET_ACCESS_KEY", t->secret, 1);
+    return 0;
 }
 
 int graft_test_s3_start_auth(graft_test_s3_t *t, const char *bucket)
@@ -231,24 +314,6 @@ graft_persist_remote_config_t graft_test_s3_remote(const graft_test_s3_t *t, con
     return r;
 }
 
-typedef struct sink {
-    char *data;
-    size_t len;
-} sink_t;
-
-static size_t on_data(char *p, size_t size, size_t n, void *arg)
-{
-    sink_t *s = arg;
-    char *d = realloc(s->data, s->len + size * n + 1);
-    if (d == NULL)
-        return 0;
-    memcpy(d + s->len, p, size * n);
-    s->data = d;
-    s->len += size * n;
-    d[s->len] = '\0';
-    return size * n;
-}
-
 /* One signed request to the bucket (key NULL: the bucket itself, or a
  * query when key starts with '?'). */
 static long request(const graft_test_s3_t *t, const char *method, const char *key,
@@ -263,8 +328,8 @@ static long request(const graft_test_s3_t *t, const char *method, const char *ke
     sink_t s = {0};
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
-    curl_easy_setopt(e, CURLOPT_USERNAME, GRAFT_TEST_S3_KEY_ID);
-    curl_easy_setopt(e, CURLOPT_PASSWORD, GRAFT_TEST_S3_SECRET);
+    curl_easy_setopt(e, CURLOPT_USERNAME, t->key_id);
+    curl_easy_setopt(e, CURLOPT_PASSWORD, t->secret);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 20000L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);

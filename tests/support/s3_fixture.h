@@ -22,7 +22,9 @@ typedef struct graft_test_s3 {
     char endpoint[64];   /* http://127.0.0.1:<port> */
     char bucket[64];
     char skip_reason[512];
-    int auth;            /* graft_test_s3_start_auth(): credentials checked */
+    int auth;            /* 0: unchecked; 1: every key refused; 2: a key of its own */
+    char key_id[64];     /* the credentials the fixture uses (and sets as AWS_*) */
+    char secret[96];
 } graft_test_s3_t;
 
 /* The credentials the tests use; set into the environment (AWS_*) by
@@ -39,6 +41,12 @@ int graft_test_s3_start(graft_test_s3_t *t, const char *bucket);
  * bucket is made (moto's INITIAL_NO_AUTH_ACTION_COUNT=1). It knows no key,
  * so every later request is refused (403 InvalidAccessKeyId). */
 int graft_test_s3_start_auth(graft_test_s3_t *t, const char *bucket);
+
+/* The same, but the server also makes a user allowed everything and an
+ * access key for it (its IAM API, before checking starts), set into
+ * AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY: every request is then checked,
+ * its SigV4 signature included. Returns as graft_test_s3_start(). */
+int graft_test_s3_start_signed(graft_test_s3_t *t, const char *bucket);
 
 /* Kill the server (SIGKILL): every request fails until a restart. */
 void graft_test_s3_kill(graft_test_s3_t *t);
