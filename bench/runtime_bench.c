@@ -369,10 +369,14 @@ static int steady_isolated(int groups, int steps, const char *path, steady_row_t
         close(fds[0]);
         graft_test_etcd_t etcd;
         steady_row_t row = failed_row;
-        if (graft_test_etcd_start(&etcd, NULL) != 0) {
-            fprintf(stderr, "steady state with %d groups (%s): etcd did not start\n", groups,
-                    path);
-            _exit(1);
+        /* A port picked free can be taken before etcd binds it (other
+         * programs on a busy machine): up to 3 tries, each failure said. */
+        int tries = 0;
+        while (graft_test_etcd_start(&etcd, NULL) != 0) {
+            fprintf(stderr, "steady state with %d groups (%s): etcd did not start (try %d of "
+                    "3; its log's last lines above)\n", groups, path, tries + 1);
+            if (++tries == 3)
+                _exit(1);
         }
         endpoint = graft_etcd_server_endpoint(etcd.server);
         etcd_pid = graft_etcd_server_pid(etcd.server);

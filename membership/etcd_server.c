@@ -47,11 +47,45 @@ struct graft_etcd_cluster {
     char *endpoints; /* comma-separated client URLs */
 };
 
+/* A loopback port that binds now, below the ephemeral range, or -1. The
+ * system's own choice (bind to port 0) is in that range, where an outgoing
+ * connection can take it before etcd binds it: seen as "bind: address
+ * already in use" on a machine where other programs held tens of
+ * thousands of connections (runtime_bench starting an etcd per size). */
+static int port_below_ephemeral(void)
+{
+    int low = 32768, high = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &low, &high) != 2)
+            low = 32768;
+        fclose(f);
+    }
+    if (low <= 12000)
+        return -1; /* no room below it: leave the choice to the system */
+    unsigned seed = (unsigned)getpid() ^ (unsigned)graft__now_ns();
+    for (int i = 0; i < 100; i++) {
+        int port = 10000 + (int)(rand_r(&seed) % (unsigned)(low - 10000));
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return port;
+    }
+    return -1;
+}
+
 static int free_port(graft_status_t *st_p)
 {
     int port = -1;
     if (*st_p != GRAFT_OK)
         return -1;
+    port = port_below_ephemeral();
+    if (port > 0)
+        return port;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         GRAFT_ERROR(GRAFT_MOD_ETCD, "socket: %s", strerror(errno));
