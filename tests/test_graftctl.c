@@ -344,6 +344,13 @@ static void test_events_match_report(void **state)
         assert_true(json_real_value(json_object_get(ph, "transfer")) >= 0);
     }
     assert_int_equal(bytes, json_integer_value(json_object_get(report, "bytes_transferred")));
+    /* A rank's pull after its first join is its first state, not a heal:
+     * graft_initial_syncs_total, not graft_recoveries_total. Every group
+     * but the one the job's state came from made one at the start. */
+    size_t initial = 0;
+    json_array_foreach(json_object_get(recs, "recoveries"), i, e)
+        initial += json_is_true(json_object_get(e, "initial"));
+    assert_true(initial >= 1 && initial <= (SIM_GROUPS - 1) * SIM_RANKS);
 
     /* Every failure of the report was healed: a recovery of its group at
      * or after the step it failed at, with its phases cut from the history. */
@@ -358,7 +365,8 @@ static void test_events_match_report(void **state)
             if (json_integer_value(json_object_get(e, "group")) == group &&
                 json_integer_value(json_object_get(e, "step")) >= at &&
                 json_object_get(json_object_get(e, "phases_s"), "total") != NULL &&
-                json_array_size(json_object_get(e, "donors")) >= 1)
+                json_array_size(json_object_get(e, "donors")) >= 1 &&
+                !json_is_true(json_object_get(e, "initial"))) /* a replacement's heal */
                 found = true;
         }
         if (!found)
@@ -630,6 +638,14 @@ static void test_tools_explain(void **state)
         assert_int_equal(json_array_size(json_object_get(e, "events")), n);
         json_decref(e);
     }
+    json_t *o = ctl_json((const char *[]){base[0], base[1], base[2], base[3], "events", "-o",
+                                          "json", NULL});
+    assert_int_equal(json_array_size(json_object_get(o, "events")), n); /* kubectl's -o json */
+    json_decref(o);
+    assert_int_equal(run_ctl((const char *[]){base[0], base[1], base[2], base[3], "-o", "yaml",
+                                              "events", NULL},
+                             NULL, NULL),
+                     2);
     json_t *later = ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
                                               base[5], base[6], "2999-01-01", NULL});
     assert_int_equal(json_array_size(json_object_get(later, "events")), 0);

@@ -409,6 +409,88 @@ static void test_job_states(void **state)
     dash_job = "dash-job";
 }
 
+/* ----------------------------------------------------------- waiting --- */
+
+/* /api/state once its "waiting" holds want (want NULL: once it is null). */
+static void waiting_until(int port, const char *want)
+{
+    char *body = NULL;
+    for (int i = 0; i < 300; i++) {
+        free(body);
+        body = NULL;
+        if (graftctl_http(port, "GET", "/api/state", NULL, NULL, &body) == 200) {
+            json_t *st = json_loads(body, 0, NULL);
+            const char *w = json_string_value(json_object_get(st, "waiting"));
+            bool done = want != NULL ? w != NULL && strstr(w, want) != NULL : w == NULL;
+            json_decref(st);
+            if (done) {
+                free(body);
+                return;
+            }
+        }
+        sleep_ms(100);
+    }
+    fail_msg("/api/state never had waiting '%s': %s", want ? want : "(null)", body);
+}
+
+/* The dashboard started before etcd and before the job (issue 28, item 6):
+ * it answers at once, says what it waits for, graft_up 0; then etcd comes
+ * up (without the job), then the job's first key: graft_up 1. */
+static void test_waits_for_job(void **state)
+{
+    char listen[64], etcd_url[64], peer_url[64], data[PATH_MAX + 32];
+    int port = free_port(), eport = free_port(), pport = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(etcd_url, sizeof(etcd_url), "http://127.0.0.1:%d", eport);
+    snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", pport);
+    snprintf(data, sizeof(data), "%s/late-etcd", tmpdir);
+    const char *dargv[] = {ctl_bin, "--etcd", etcd_url, "--job", "notyet", "dashboard",
+                           "--listen", listen, "--interval-ms", "100", NULL};
+    pid_t dash = spawn_logged(dargv, "late.log");
+    waiting_until(port, "waiting for job 'notyet': etcd unreachable");
+    char *m = NULL;
+    assert_int_equal(graftctl_http(port, "GET", "/metrics", NULL, NULL, &m), 200);
+    assert_non_null(strstr(m, "\ngraft_up 0\n"));
+    free(m);
+    assert_int_equal(graftctl_http(port, "GET", "/api/status", NULL, NULL, &m), 503);
+    assert_non_null(strstr(m, "waiting for job"));
+    free(m);
+
+    const char *eargv[] = {"/usr/bin/etcd", "--data-dir", data, "--listen-client-urls", etcd_url,
+                           "--advertise-client-urls", etcd_url, "--listen-peer-urls", peer_url,
+                           "--initial-advertise-peer-urls", peer_url, "--initial-cluster",
+                           NULL, "--log-level", "warn", NULL};
+    char cluster[96];
+    snprintf(cluster, sizeof(cluster), "default=%s", peer_url);
+    eargv[12] = cluster;
+    pid_t late = spawn_logged(eargv, "late-etcd.log");
+    waiting_until(port, "waiting for job 'notyet': unknown job");
+    const char *eps[] = {etcd_url};
+    graft_etcd_t *c = graft_test_etcd_client(eps, 1, NULL, NULL);
+    assert_non_null(c);
+    assert_int_equal(graft_etcd_put(c, "/graft/notyet/demo/x", (const uint8_t *)"x", 1, 0,
+                                    NULL, NULL),
+                     GRAFT_OK);
+    waiting_until(port, NULL);
+    for (int i = 0; i < 100; i++) {
+        m = NULL;
+        assert_int_equal(graftctl_http(port, "GET", "/metrics", NULL, NULL, &m), 200);
+        bool up = strstr(m, "\ngraft_up 1\n") != NULL;
+        free(m);
+        if (up)
+            break;
+        assert_true(i < 99);
+        sleep_ms(100);
+    }
+    graft_etcd_destroy(c);
+    kill(dash, SIGTERM);
+    int ws = 0;
+    assert_int_equal(waitpid(dash, &ws, 0), dash);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    kill(late, SIGTERM);
+    waitpid(late, NULL, 0);
+}
+
 int main(void)
 {
     (void)ctl_json; /* a helper of test_graftctl_util.h not needed here */
@@ -417,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_token),
         cmocka_unit_test(test_ckpt_root),
         cmocka_unit_test(test_job_states),
+        cmocka_unit_test(test_waits_for_job),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

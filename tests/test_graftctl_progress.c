@@ -171,24 +171,24 @@ static int sim_done(pid_t sim, int *ws)
 
 static char *final_metrics; /* /metrics after the run, for test_promtool */
 
-/* /metrics once the run is over (issue 28, item 8): the step-0 pulls of a
- * run without failures are initial syncs, not recoveries (only heals after
- * step 0, of a group left behind, count there);
+/* /metrics once the run is over (issue 28, item 8): each rank's pull after
+ * its first join is an initial sync, not a recovery (only other heals, of a
+ * group left behind, count there: a run without failures);
  * the total of a heal apart from its phases; no drift counter beside
  * graft_events_total; the timestamps of the newest commit, quorum and
  * checkpoint. */
 static void metrics_after_run(int port)
 {
     json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
-                                           "--kind", "recovery_done", NULL});
+                                           "--recoveries", NULL});
     long long syncs = 0, heals = 0;
     size_t i;
     json_t *e;
-    json_array_foreach(json_object_get(ev, "events"), i, e) {
-        bool at0 = json_integer_value(json_object_get(e, "step")) == 0;
+    json_array_foreach(json_object_get(ev, "recoveries"), i, e) {
+        bool first = json_is_true(json_object_get(e, "initial"));
         bool ok = json_is_true(json_object_get(e, "ok"));
-        syncs += at0 && ok;
-        heals += !at0 && ok; /* a group left behind under load heals too */
+        syncs += first && ok; /* a rank's pull after its first join */
+        heals += !first && ok; /* a group left behind under load heals too */
     }
     json_decref(ev);
     char *m = NULL;
@@ -202,7 +202,7 @@ static void metrics_after_run(int port)
         sleep_ms(100);
     }
     assert_non_null(m);
-    print_message("in the history: %lld step-0 pulls, %lld heals after step 0\n", syncs, heals);
+    print_message("in the history: %lld initial syncs, %lld other heals\n", syncs, heals);
     char want[96];
     snprintf(want, sizeof(want), "\ngraft_recoveries_total{result=\"ok\"} %lld\n", heals);
     if (metric(m, "graft_initial_syncs_total") != syncs || strstr(m, want) == NULL)

@@ -52,6 +52,8 @@ typedef struct graftctl_conn {
 
 /* Connect (prints the error and returns GRAFTCTL_FAIL on failure). */
 int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c);
+/* The same, with the message in why (len bytes) instead of on stderr. */
+int graftctl_connect_why(const graftctl_opts_t *o, graftctl_conn_t *c, char *why, size_t len);
 void graftctl_disconnect(graftctl_conn_t *c);
 
 /* Commands: argv[0] is the command's name; each returns an exit status. */

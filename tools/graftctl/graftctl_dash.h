@@ -61,6 +61,8 @@ typedef struct graftctl_refusals {
 typedef struct graftctl_dash {
     pthread_mutex_t mu;
     graftctl_conn_t conn;
+    bool connected;      /* etcd answered and the job has keys */
+    char waiting[1100];  /* until then: "waiting for job ...: why" */
     const char *job;
     const char *token; /* NULL: evict disabled */
     /* The checkpoint root: only --ckpt-root (ckpt_root, root_given) or a
@@ -86,7 +88,8 @@ typedef struct graftctl_dash {
 
 void graftctl_metrics_count_event(graftctl_metrics_t *m, const graft_event_t *e);
 void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *recovery);
-/* The exposition text (malloc'ed), from the counters and the status. */
+/* The exposition text (malloc'ed), from the counters and the status
+ * (NULL until the dashboard has seen the job: graft_up 0). */
 char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status);
 void graftctl_metrics_free(graftctl_metrics_t *m);
 

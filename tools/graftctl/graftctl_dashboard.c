@@ -185,6 +185,38 @@ static graft_status_t take_events(graftctl_dash_t *d)
     return GRAFT_OK;
 }
 
+/* Until etcd answers and the job has keys: try again at each refresh, and
+ * say what it waits for (on the page, and on stderr when it changes). */
+static int await_job(graftctl_dash_t *d, const graftctl_opts_t *o)
+{
+    char why[1024];
+    graftctl_conn_t c;
+    int rc = graftctl_connect_why(o, &c, why, sizeof(why));
+    if (rc == GRAFTCTL_USAGE) {
+        fprintf(stderr, "graftctl: %s\n", why); /* no job name, or a bad one */
+        return rc;
+    }
+    if (rc == GRAFTCTL_OK) {
+        pthread_mutex_lock(&d->mu);
+        d->conn = c;
+        d->connected = true;
+        d->waiting[0] = '\0';
+        pthread_mutex_unlock(&d->mu);
+        fprintf(stderr, "graftctl dashboard: job '%s' found\n", o->job);
+        return rc;
+    }
+    char now[sizeof(d->waiting)];
+    snprintf(now, sizeof(now), "waiting for job '%s': %s", o->job, why);
+    pthread_mutex_lock(&d->mu);
+    bool changed = strcmp(now, d->waiting) != 0;
+    memcpy(d->waiting, now, sizeof(now));
+    d->refreshed_unix_ms = graftctl_now_ms();
+    pthread_mutex_unlock(&d->mu);
+    if (changed)
+        fprintf(stderr, "graftctl dashboard: %s\n", now);
+    return rc;
+}
+
 static void refresh(graftctl_dash_t *d, bool with_ckpt)
 {
     graft_status_t st;
@@ -250,7 +282,8 @@ static json_t *state_json(graftctl_dash_t *d)
     json_array_foreach(d->events, i, e)
         if (strcmp(json_string_value(json_object_get(e, "kind")), "drift") == 0)
             json_array_append(drift, e);
-    return json_pack("{s:s,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:O,s:o}", "job", d->job,
+    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:O,s:o}", "job", d->job,
+                     "waiting", d->waiting[0] ? graftctl_json_text(d->waiting) : json_null(),
                      "refreshed_unix_ms", (json_int_t)d->refreshed_unix_ms, "evict_enabled",
                      d->token != NULL, "checkpoint_root", graftctl_json_text(d->ckpt_listed),
                      "checkpoint_root_note", d->ckpt_note, "status",
@@ -449,7 +482,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     else if (strcmp(url, "/api/status") == 0)
         ret = answer_json(conn, d->status != NULL ? 200 : 503,
                           d->status != NULL ? json_incref(d->status)
-                                            : json_pack("{s:s}", "error", "no status yet"));
+                                            : json_pack("{s:o}", "error",
+                                                        graftctl_json_text(d->waiting[0]
+                                                                               ? d->waiting
+                                                                               : "no status "
+                                                                                 "yet")));
     else if (strcmp(url, "/api/events") == 0)
         ret = answer_json(conn, 200, json_pack("{s:O}", "events", d->events));
     else if (strcmp(url, "/metrics") == 0)
@@ -532,16 +569,20 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
         fprintf(stderr, "graftctl dashboard: --listen '%s' is not IPv4-ADDRESS:PORT\n", listen);
         return GRAFTCTL_USAGE;
     }
-    int rc = graftctl_connect(o, &d.conn);
-    if (rc != GRAFTCTL_OK)
-        return rc;
-    rc = GRAFTCTL_FAIL;
+    int rc = GRAFTCTL_FAIL;
     d.job = o->job;
     d.events = json_array();
     d.recoveries = json_array();
     pthread_mutex_init(&d.mu, NULL);
     pthread_mutex_init(&d.refusals.mu, NULL);
-    refresh(&d, true);
+    /* It may start before etcd or the job: it serves "waiting" until then. */
+    int found = await_job(&d, o);
+    if (found == GRAFTCTL_USAGE) {
+        rc = found;
+        goto out;
+    }
+    if (found == GRAFTCTL_OK)
+        refresh(&d, true);
     daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
                               on_request, &d, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
@@ -558,7 +599,13 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
     for (unsigned n = 1; !stop_flag; n++) {
         struct timespec ts = {(time_t)(interval / 1000), (long)(interval % 1000) * 1000000L};
         nanosleep(&ts, NULL);
-        refresh(&d, n % 4 == 0);
+        bool found_now = false;
+        if (!d.connected) {
+            if (await_job(&d, o) != GRAFTCTL_OK)
+                continue;
+            found_now = true;
+        }
+        refresh(&d, found_now || n % 4 == 0);
     }
     rc = GRAFTCTL_OK;
 out:

@@ -226,13 +226,19 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
         json_object_set_new(phases, "verify", json_real(rest > 0 ? rest : 0));
         json_object_set_new(phases, "total", json_real((double)(d->unix_ms - assigned->unix_ms) / 1e3));
     }
+    /* The rank's first join in a history that starts at the job's first
+     * event: its group's first state, not a recovery from a failure. */
+    bool initial = join != NULL && n > 0 && ev[0].seq <= 1;
+    for (const graft_event_t *e = ev; initial && e < join; e++)
+        initial = !(e->kind == GRAFT_EVENT_JOIN && e->group == d->group && e->rank == d->rank);
     json_t *jd = json_array();
     for (size_t i = 0; assigned != NULL && i < assigned->n_members; i++)
         json_array_append_new(jd, json_integer(assigned->members[i]));
     double gbps = d->duration_us > 0 ? (double)bytes / ((double)d->duration_us * 1e3) : 0;
-    return json_pack("{s:I,s:I,s:I,s:I,s:b,s:I,s:o,s:f,s:o,s:o}", "seq", (json_int_t)d->seq,
+    return json_pack("{s:I,s:I,s:I,s:I,s:b,s:b,s:I,s:o,s:f,s:o,s:o}", "seq", (json_int_t)d->seq,
                      "group", (json_int_t)d->group, "rank", (json_int_t)d->rank, "step",
-                     (json_int_t)d->step, "ok", d->ok, "bytes", (json_int_t)bytes, "donors", jd,
+                     (json_int_t)d->step, "ok", d->ok, "initial", initial, "bytes",
+                     (json_int_t)bytes, "donors", jd,
                      "throughput_gb_s", gbps, "phases_s", phases, "detail",
                      graftctl_json_text(d->detail));
 }

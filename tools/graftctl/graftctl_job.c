@@ -166,12 +166,58 @@ static json_t *group_progress_json(const graft_group_progress_t *p, uint64_t now
                      (json_int_t)p->quorum_id);
 }
 
+/* A live rank: its member record, its lease's time left, and its step.
+ * The member record has the step at which the rank turned healthy; a rank
+ * that holds its group's step has the step its rank 0 reported since. */
+static json_t *rank_json(graftctl_conn_t *c, const graft_member_t *m,
+                         const graft_group_progress_t *gpr)
+{
+    int64_t ttl = -1;
+    if (graft_etcd_lease_ttl(c->etcd, m->lease_id, &ttl, NULL) != GRAFT_OK)
+        ttl = -1;
+    uint64_t step = m->committed_step;
+    bool holds = m->state == GRAFT_MEMBER_HEALTHY || m->state == GRAFT_MEMBER_CANNOT_SERVE;
+    if (holds && gpr != NULL && gpr->step > step)
+        step = gpr->step;
+    return json_pack("{s:I,s:s,s:I,s:I,s:o,s:I,s:o,s:I,s:I}", "rank", (json_int_t)m->rank,
+                     "state", member_state_name(m->state), "step", (json_int_t)step,
+                     "incarnation", (json_int_t)m->incarnation, "host",
+                     graftctl_json_text(m->host), "pid", (json_int_t)m->pid,
+                     "transfer_address", graftctl_json_text(m->transfer_address), "lease_ttl_s",
+                     (json_int_t)ttl, "lease_id", (json_int_t)m->lease_id);
+}
+
 /* The groups the job has: live members, the latest quorum, and every
  * group the history names (a dead group has no member record left). */
 static void note_group(uint32_t *groups, size_t *n, size_t cap, uint32_t g)
 {
     if (!in_list(groups, *n, g) && *n < cap)
         groups[(*n)++] = g;
+}
+
+/* Every group of the job (note_group) and the ranks per group, as the
+ * member records and the history show them. */
+static size_t job_groups(const graft_membership_view_t *v, const graft_quorum_t *q,
+                         const graft_event_t *ev, size_t nev, uint32_t *groups, size_t cap,
+                         uint32_t *ranks_p)
+{
+    size_t ng = 0;
+    for (size_t i = 0; i < v->n_members; i++) {
+        note_group(groups, &ng, cap, v->members[i].group);
+        if (v->members[i].rank + 1 > *ranks_p)
+            *ranks_p = v->members[i].rank + 1;
+    }
+    for (size_t i = 0; q != NULL && i < q->n_members; i++)
+        note_group(groups, &ng, cap, q->members[i]);
+    for (size_t i = 0; i < nev; i++) {
+        if (ev[i].kind == GRAFT_EVENT_JOIN || ev[i].kind == GRAFT_EVENT_LEAVE ||
+            ev[i].kind == GRAFT_EVENT_LEASE_LOST) {
+            note_group(groups, &ng, cap, ev[i].group);
+            if (ev[i].rank + 1 > *ranks_p)
+                *ranks_p = ev[i].rank + 1;
+        }
+    }
+    return ng;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -225,21 +271,7 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
     st = graft_membership_events_read(c->obs, 0, &ev, &nev);
     if (st != GRAFT_OK)
         goto out;
-    for (size_t i = 0; i < v->n_members; i++) {
-        note_group(groups, &ng, 4096, v->members[i].group);
-        if (v->members[i].rank + 1 > ranks)
-            ranks = v->members[i].rank + 1;
-    }
-    for (size_t i = 0; q != NULL && i < q->n_members; i++)
-        note_group(groups, &ng, 4096, q->members[i]);
-    for (size_t i = 0; i < nev; i++) {
-        if (ev[i].kind == GRAFT_EVENT_JOIN || ev[i].kind == GRAFT_EVENT_LEAVE ||
-            ev[i].kind == GRAFT_EVENT_LEASE_LOST) {
-            note_group(groups, &ng, 4096, ev[i].group);
-            if (ev[i].rank + 1 > ranks)
-                ranks = ev[i].rank + 1;
-        }
-    }
+    ng = job_groups(v, q, ev, nev, groups, 4096, &ranks);
     jrecord = quorum_record_json(c, v, ev, nev);
     /* How far the job got: the quorum record shows where its epoch began
      * (steps of an unchanged epoch do not go through etcd). */
@@ -274,31 +306,9 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         double grate = json_number_value(json_object_get(jprogress, "steps_per_second"));
         if (grate > rate)
             rate = grate;
-        for (size_t i = 0; i < v->n_members; i++) {
-            const graft_member_t *m = &v->members[i];
-            if (m->group != groups[gi])
-                continue;
-            int64_t ttl = -1;
-            if (graft_etcd_lease_ttl(c->etcd, m->lease_id, &ttl, NULL) != GRAFT_OK)
-                ttl = -1;
-            /* The member record has the step at which the rank turned
-             * healthy; a rank that holds its group's step has the step its
-             * rank 0 reported since. */
-            uint64_t step = m->committed_step;
-            bool holds = m->state == GRAFT_MEMBER_HEALTHY ||
-                         m->state == GRAFT_MEMBER_CANNOT_SERVE;
-            if (holds && gpr != NULL && gpr->step > step)
-                step = gpr->step;
-            json_array_append_new(
-                jranks, json_pack("{s:I,s:s,s:I,s:I,s:o,s:I,s:o,s:I,s:I}", "rank",
-                                  (json_int_t)m->rank, "state", member_state_name(m->state),
-                                  "step", (json_int_t)step, "incarnation",
-                                  (json_int_t)m->incarnation, "host", graftctl_json_text(m->host),
-                                  "pid", (json_int_t)m->pid, "transfer_address",
-                                  graftctl_json_text(m->transfer_address),
-                                  "lease_ttl_s", (json_int_t)ttl, "lease_id",
-                                  (json_int_t)m->lease_id));
-        }
+        for (size_t i = 0; i < v->n_members; i++)
+            if (v->members[i].group == groups[gi])
+                json_array_append_new(jranks, rank_json(c, &v->members[i], gpr));
         const char *mismatch = graftctl_group_mismatch(ev, nev, groups[gi]);
         const char *health = group_health(v, q, groups[gi], ranks, job_step,
                                           group_finished(ev, nev, groups[gi]), mismatch);

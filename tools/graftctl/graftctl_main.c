@@ -61,7 +61,7 @@ static const char usage[] =
     "  --cert FILE            client certificate (GRAFT_ETCD_CERT)\n"
     "  --key FILE             client key (GRAFT_ETCD_KEY)\n"
     "  --timeout-ms N         per etcd request (default 3000)\n"
-    "  --json                 JSON instead of tables\n"
+    "  --json, -o json        JSON instead of tables (raw values: unix ms, seconds)\n"
     "  --yes                  do not ask for confirmation\n"
     "  --help                 this text; COMMAND --help: that command's own\n"
     "\n"
@@ -143,23 +143,23 @@ static bool valid_job(const char *job)
     return true;
 }
 
-int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
+int graftctl_connect_why(const graftctl_opts_t *o, graftctl_conn_t *c, char *why, size_t len)
 {
     int rc = GRAFTCTL_FAIL;
     graft_status_t st;
     graft_etcd_range_result_t res = {0};
     memset(c, 0, sizeof(*c));
     if (o->job == NULL) {
-        fprintf(stderr, "graftctl: no job: give --job NAME or set GRAFT_JOB\n");
+        snprintf(why, len, "no job: give --job NAME or set GRAFT_JOB");
         return GRAFTCTL_USAGE;
     }
     if (!valid_job(o->job)) {
-        fprintf(stderr, "graftctl: bad job name '%s' (1-64 of [A-Za-z0-9_.-])\n", o->job);
+        snprintf(why, len, "bad job name '%s' (1-64 of [A-Za-z0-9_.-])", o->job);
         return GRAFTCTL_USAGE;
     }
     char *prefix = NULL;
     if (graft_membership_job_prefix(o->job, &prefix) != GRAFT_OK) {
-        fprintf(stderr, "graftctl: out of memory\n");
+        snprintf(why, len, "out of memory");
         return GRAFTCTL_FAIL;
     }
     snprintf(c->prefix, sizeof(c->prefix), "%s", prefix);
@@ -178,7 +178,7 @@ int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
     };
     st = graft_etcd_create(&ec, &c->etcd);
     if (st != GRAFT_OK) {
-        fprintf(stderr, "graftctl: etcd client: %s\n", graft_status_string(st));
+        snprintf(why, len, "etcd client: %s", graft_status_string(st));
         goto fail;
     }
     /* One cheap read first, so that an unreachable etcd or an unknown job
@@ -186,17 +186,17 @@ int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
     graft_etcd_range_opts_t ro = {.prefix = true, .count_only = true};
     st = graft_etcd_range(c->etcd, c->prefix, &ro, &res);
     if (st == GRAFT_EAUTH) {
-        fprintf(stderr, "graftctl: etcd at %s: %s (check --user and --password, or --cacert, "
-                "--cert and --key for TLS)\n", o->endpoints_text, graft_status_string(st));
+        snprintf(why, len, "etcd at %s: %s (check --user and --password, or --cacert, "
+                "--cert and --key for TLS)", o->endpoints_text, graft_status_string(st));
         goto fail;
     }
     if (st != GRAFT_OK) {
-        fprintf(stderr, "graftctl: etcd unreachable (tried %s): %s\n", o->endpoints_text,
+        snprintf(why, len, "etcd unreachable (tried %s): %s", o->endpoints_text,
                 graft_status_string(st));
         goto fail;
     }
     if (res.count == 0) {
-        fprintf(stderr, "graftctl: unknown job '%s': no keys under %s in etcd at %s\n", o->job,
+        snprintf(why, len, "unknown job '%s': no keys under %s in etcd at %s", o->job,
                 c->prefix, o->endpoints_text);
         goto fail;
     }
@@ -207,7 +207,7 @@ int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
     };
     st = graft_membership_create(&mc, &c->obs);
     if (st != GRAFT_OK) {
-        fprintf(stderr, "graftctl: observing job '%s' at %s: %s\n", o->job, o->endpoints_text,
+        snprintf(why, len, "observing job '%s' at %s: %s", o->job, o->endpoints_text,
                 graft_status_string(st));
         goto fail;
     }
@@ -217,6 +217,15 @@ fail:
     graftctl_disconnect(c);
 out:
     graft_etcd_range_result_clear(&res);
+    return rc;
+}
+
+int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c)
+{
+    char why[1024];
+    int rc = graftctl_connect_why(o, c, why, sizeof(why));
+    if (rc != GRAFTCTL_OK)
+        fprintf(stderr, "graftctl: %s\n", why);
     return rc;
 }
 
@@ -339,6 +348,16 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--json") == 0) {
             o.json = true;
+            continue;
+        }
+        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            /* kubectl's spelling: -o json (raw values), -o table (for a person) */
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(v, "json") != 0 && strcmp(v, "table") != 0) {
+                fprintf(stderr, "graftctl: %s takes json or table, not '%s'\n", a, v);
+                return GRAFTCTL_USAGE;
+            }
+            o.json = strcmp(v, "json") == 0;
             continue;
         }
         if (strcmp(a, "--yes") == 0 || strcmp(a, "-y") == 0) {

@@ -52,10 +52,10 @@ void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *r)
         m->recoveries_failed++;
         return;
     }
-    /* A group's pull at step 0 is its first state (a job's groups start
-     * from one), not a recovery from a failure; its bytes and phases count
-     * like a heal's. */
-    if (json_integer_value(json_object_get(r, "step")) == 0)
+    /* A rank's pull after its first join is its group's first state (a
+     * job's groups start from one), not a recovery from a failure; its
+     * bytes and phases count like a heal's. */
+    if (json_is_true(json_object_get(r, "initial")))
         m->initial_syncs++;
     else
         m->recoveries_ok++;
@@ -229,6 +229,8 @@ char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
     FILE *f = open_memstream(&buf, &len);
     if (f == NULL)
         return NULL;
+    head(f, "graft_up", "gauge", "1 once the dashboard has read the job from etcd, else 0.");
+    fprintf(f, "graft_up %d\n", status != NULL);
     if (status != NULL)
         status_metrics(f, status);
     head(f, "graft_events_total", "counter", "Events of the job's history, by kind.");
@@ -236,11 +238,11 @@ char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
         fprintf(f, "graft_events_total{kind=\"%s\"} %" PRIu64 "\n",
                 graft_event_kind_string((graft_event_kind_t)k), m->events[k]);
     head(f, "graft_recoveries_total", "counter",
-         "Heals of a rank after a failure (recovery_done after step 0), by result.");
+         "Heals of a rank that was replaced or fell behind (not its first pull), by result.");
     fprintf(f, "graft_recoveries_total{result=\"ok\"} %" PRIu64 "\n", m->recoveries_ok);
     fprintf(f, "graft_recoveries_total{result=\"failed\"} %" PRIu64 "\n", m->recoveries_failed);
     head(f, "graft_initial_syncs_total", "counter",
-         "Pulls at step 0: a group taking the job's first state from another, no failure.");
+         "A rank's pull after its first join: its group taking the job's state, no failure.");
     fprintf(f, "graft_initial_syncs_total %" PRIu64 "\n", m->initial_syncs);
     head(f, "graft_recovery_bytes_total", "counter",
          "Bytes pulled from donors by heals and initial syncs.");
