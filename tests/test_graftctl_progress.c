@@ -382,7 +382,7 @@ static pid_t start_sim_with(const char *name, const char *const *extra)
     argv[n] = NULL;
     char log[64];
     snprintf(log, sizeof(log), "sim-%s.out", name);
-    setenv("GRAFT_SIM_STEP_MS", "25", 1);
+    setenv("GRAFT_SIM_STEP_MS", "25", 0); /* unless the test set its own */
     pid_t sim = child(spawn_logged(argv, log));
     unsetenv("GRAFT_SIM_STEP_MS");
     job[0] = '\0';
@@ -533,6 +533,43 @@ static int teardown(void **state)
     return graftctl_test_teardown(state);
 }
 
+static bool at_step_2(json_t *st)
+{
+    return json_integer_value(json_object_get(st, "step")) >= 2;
+}
+
+/* Slow steps are not a pause: 8 s steps (longer than the 6 s of three
+ * record periods) keep the job running, its records fresh for three of
+ * its steps. */
+static void test_slow_steps_not_paused(void **state)
+{
+    setenv("GRAFT_SIM_STEP_MS", "8000", 1);
+    pid_t sim = start_sim_with("slow", (const char *[]){"--steps", "5", "--mode", "elastic",
+                                                         NULL});
+    json_t *st = status_until(at_step_2);
+    const char *const args[] = {"--etcd", endpoint, "--job", job, "--json", "status", NULL};
+    size_t reads = 0;
+    while (json_integer_value(json_object_get(st, "step")) < 4) {
+        const char *state_now = json_string_value(json_object_get(st, "state"));
+        if (strcmp(state_now, "paused") == 0)
+            print_error("paused at step %lld: %s\n",
+                        (long long)json_integer_value(json_object_get(st, "step")),
+                        json_string_value(json_object_get(st, "state_reason")));
+        assert_string_not_equal(state_now, "paused");
+        json_decref(st);
+        sleep_ms(500);
+        char *out = NULL;
+        st = run_ctl(args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
+        free(out);
+        assert_non_null(st);
+        reads++;
+    }
+    print_message("%zu reads over two 8 s steps, none paused\n", reads);
+    assert_true(reads >= 20);
+    json_decref(st);
+    stop_sim(sim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -540,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_promtool),
         cmocka_unit_test(test_config_mismatch),
         cmocka_unit_test(test_paused),
+        cmocka_unit_test(test_slow_steps_not_paused),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -83,8 +83,9 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
 /* The job's states from more than one record (graftctl_state.c): the
  * detail of the group's newest failed vote when it names a config mismatch
  * and no rank of the group joined since (NULL otherwise); and, for a
- * status with ranks live whose groups committed no step for three group
- * progress periods, state "paused" with its "state_reason". */
+ * status with ranks live whose groups' progress records are all stale
+ * (older than three record periods and three of the group's steps),
+ * state "paused" with its "state_reason". */
 const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_t group);
 void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t nev);
 

@@ -140,9 +140,17 @@ static const char *group_health(const graft_membership_view_t *v, const graft_qu
     return "healthy";
 }
 
-/* A group's progress record older than this is stale: its rate reads 0
- * (the group stopped committing, ended or died). */
-#define PROGRESS_STALE_MS (3u * GRAFT_GROUP_PROGRESS_EVERY_MS)
+/* A group's progress record is stale (the group stopped committing, ended
+ * or died) when it is older than three record periods and than three of
+ * the group's steps at the rate it last reported (a job of 30 s steps is
+ * not stale after 6 s); its rate then reads 0. */
+static uint64_t stale_after_ms(double steps_per_second)
+{
+    uint64_t ms = 3u * GRAFT_GROUP_PROGRESS_EVERY_MS;
+    if (steps_per_second > 0 && 3000.0 / steps_per_second > (double)ms)
+        ms = (uint64_t)(3000.0 / steps_per_second);
+    return ms;
+}
 
 static const graft_group_progress_t *group_progress_find(const graft_group_progress_t *gp,
                                                          size_t n, uint32_t group)
@@ -160,10 +168,11 @@ static json_t *group_progress_json(const graft_group_progress_t *p, uint64_t now
     if (p == NULL)
         return json_null();
     uint64_t age = now_ms > p->unix_ms ? now_ms - p->unix_ms : 0;
-    return json_pack("{s:I,s:f,s:I,s:I,s:I}", "step", (json_int_t)p->step, "steps_per_second",
-                     age > PROGRESS_STALE_MS ? 0.0 : p->steps_per_second, "unix_ms",
-                     (json_int_t)p->unix_ms, "age_ms", (json_int_t)age, "quorum_id",
-                     (json_int_t)p->quorum_id);
+    bool stale = age > stale_after_ms(p->steps_per_second);
+    return json_pack("{s:I,s:f,s:I,s:I,s:b,s:I}", "step", (json_int_t)p->step,
+                     "steps_per_second", stale ? 0.0 : p->steps_per_second, "unix_ms",
+                     (json_int_t)p->unix_ms, "age_ms", (json_int_t)age, "stale", stale,
+                     "quorum_id", (json_int_t)p->quorum_id);
 }
 
 /* A live rank: its member record, its lease's time left, and its step.

@@ -13,10 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* No step for this long (three group progress periods) with ranks live:
- * the job is paused. */
-#define PAUSED_AFTER_MS (3u * GRAFT_GROUP_PROGRESS_EVERY_MS)
-
 const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_t group)
 {
     /* The group's newest join or vote result: a rank that joined since the
@@ -79,18 +75,22 @@ static void pause_reason(json_t *status, const graft_event_t *ev, size_t nev, ui
 
 void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t nev)
 {
-    size_t i, live = 0;
+    size_t i, live = 0, fresh = 0;
     json_t *g;
     uint64_t idle = UINT64_MAX;
     if (!json_is_integer(json_object_get(status, "step")))
         return; /* no step yet: a job starting is not paused */
+    /* Paused: every group's progress record is stale (older than three
+     * record periods and three of its steps), with ranks live. */
     json_array_foreach(json_object_get(status, "groups"), i, g) {
         live += json_array_size(json_object_get(g, "ranks"));
-        json_t *age = json_object_get(json_object_get(g, "progress"), "age_ms");
+        json_t *p = json_object_get(g, "progress");
+        json_t *age = json_object_get(p, "age_ms");
+        fresh += json_is_false(json_object_get(p, "stale"));
         if (json_is_integer(age) && (uint64_t)json_integer_value(age) < idle)
             idle = (uint64_t)json_integer_value(age);
     }
-    if (live == 0 || idle == UINT64_MAX || idle <= PAUSED_AFTER_MS)
+    if (live == 0 || idle == UINT64_MAX || fresh > 0)
         return; /* no group record: a job of an older library, or none yet */
     char why[GRAFTCTL_TEXT_LEN + 128];
     pause_reason(status, ev, nev, idle, why, sizeof(why));
