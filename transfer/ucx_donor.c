@@ -571,14 +571,13 @@ static void handle_chunk_req(graft__transport_state_t *t, ucx_msg_t *msg)
                     : msg->reply_ep != NULL ? conn_find(t, msg->reply_ep) : NULL;
     ucp_ep_h reply = msg->conn != NULL ? msg->reply_ep : c != NULL ? c->ep : NULL;
     chunk_hdr_t *h;
-    if (msg->conn != NULL && reply != NULL)
-        c->shm_reply_ep = reply; /* closed before its worker (ucx_shm.c) */
     const void *src = NULL;
     size_t len = 0;
     ucp_request_param_t prm;
     ucs_status_ptr_t sreq;
 
-    if (c == NULL || c->failed || reply == NULL) {
+    if (c == NULL || c->failed || reply == NULL ||
+        (msg->conn != NULL && !graft__ucx_conn_shm_reply_note(c, reply))) {
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "chunk request on an unknown connection: dropped");
         return;
     }

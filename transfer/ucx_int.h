@@ -132,7 +132,11 @@ typedef struct ucx_conn {
     int shm_efd;
     ucp_address_t *shm_address;
     size_t shm_address_len;
-    ucp_ep_h shm_reply_ep; /* where its chunks went: UCX made it for the recipient */
+    /* Where its answers went: endpoints UCX made for whoever sent chunk
+     * requests there (the recipient; more only if its address leaked),
+     * closed before the worker. A request from a further one is dropped. */
+    ucp_ep_h shm_reply_eps[4];
+    unsigned n_shm_reply_eps;
     uint8_t shm_ticket[GRAFT_MAC_BYTES];
 } ucx_conn_t;
 
@@ -272,6 +276,9 @@ bool graft__ucx_addr_is_local(const struct sockaddr *sa);
 /* Make @p c's offer on first use (c->shm_address and c->shm_ticket);
  * false when nothing is offered. */
 bool graft__ucx_conn_shm_offer(graft__transport_state_t *t, ucx_conn_t *c);
+/* Remember @p reply, an endpoint on @p c's worker an answer goes out on;
+ * false when it is one too many (the request is dropped). */
+bool graft__ucx_conn_shm_reply_note(ucx_conn_t *c, ucp_ep_h reply);
 /* Destroy @p c's worker, if it has one (its requests complete, failed). */
 void graft__ucx_conn_shm_close(ucx_conn_t *c);
 /* Progress every live connection's worker; the work done. */

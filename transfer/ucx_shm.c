@@ -186,23 +186,35 @@ bool graft__ucx_conn_shm_offer(graft__transport_state_t *t, ucx_conn_t *c)
     return c->shm_address != NULL;
 }
 
+bool graft__ucx_conn_shm_reply_note(ucx_conn_t *c, ucp_ep_h reply)
+{
+    for (unsigned i = 0; i < c->n_shm_reply_eps; i++) {
+        if (c->shm_reply_eps[i] == reply)
+            return true;
+    }
+    if (c->n_shm_reply_eps == GRAFT_ARRAY_SIZE(c->shm_reply_eps))
+        return false;
+    c->shm_reply_eps[c->n_shm_reply_eps++] = reply;
+    return true;
+}
+
 void graft__ucx_conn_shm_close(ucx_conn_t *c)
 {
-    /* The endpoint our chunks went out on is closed by force first, which
-     * fails its requests (UCX 1.13 asserts when a worker is destroyed
+    /* The endpoints answers went out on are closed by force first, which
+     * fails their requests (UCX 1.13 asserts when a worker is destroyed
      * under an endpoint with requests); the others go with the worker. */
-    if (c->shm_reply_ep != NULL) {
+    for (unsigned i = 0; i < c->n_shm_reply_eps; i++) {
         ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                    .flags = UCP_EP_CLOSE_FLAG_FORCE};
-        ucs_status_ptr_t req = ucp_ep_close_nbx(c->shm_reply_ep, &prm);
+        ucs_status_ptr_t req = ucp_ep_close_nbx(c->shm_reply_eps[i], &prm);
         uint64_t deadline = graft__now_ns() + TEARDOWN_NS;
         while (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS &&
                graft__now_ns() < deadline)
             ucp_worker_progress(c->shm_worker);
         if (UCS_PTR_IS_PTR(req))
             ucp_request_free(req);
-        c->shm_reply_ep = NULL;
     }
+    c->n_shm_reply_eps = 0;
     if (c->shm_worker != NULL)
         ucp_worker_destroy(c->shm_worker);
     c->shm_worker = NULL;
