@@ -151,17 +151,17 @@ def torchrun(job_env):
             t.kill()
 
 
-def _states(prefix):
+def _states(prefix, groups=GROUPS):
     out = {}
-    for g in range(GROUPS):
+    for g in range(groups):
         for r in range(RANKS):
             with open("%s.g%d.r%d" % (prefix, g, r), "rb") as f:
                 out[g, r] = pickle.load(f)
     return out
 
 
-def _assert_same(a, b, what):
-    assert a["step"] == b["step"] == STEPS, what
+def _assert_same(a, b, what, steps=STEPS):
+    assert a["step"] == b["step"] == steps, what
     assert len(a["params"]) == len(b["params"]), what
     for x, y in zip(a["params"], b["params"]):
         assert x.tobytes() == y.tobytes(), what + ": parameters"
@@ -227,6 +227,28 @@ def test_group_killed_and_replaced(torchrun, reference, tmp_path):
     assert states[2, 0]["start"] == "peer" and states[2, 1]["start"] == "peer"
     assert sum(states[g, r]["metrics"]["serves"] for g in (0, 1) for r in range(RANKS)) >= 2
     _check(states, reference)
+
+
+def test_elastic_group_trains_on(torchrun, tmp_path):
+    """Elastic (min_groups 1), 2 groups x 2 ranks: group 1 is killed whole;
+    group 0 commits steps alone; the replacement group heals to where group
+    0 is, and both end with every rank identical to the other group's."""
+    steps = 24
+    env = {"GRAFT_MODE": "elastic", "GRAFT_MIN_GROUPS": "1"}
+    out = tmp_path / "run"
+    groups = [torchrun(g, out, env=env, groups=2, steps=steps) for g in range(2)]
+    groups[1].wait_step(6)
+    groups[1].kill()
+    groups[0].wait_for(lambda x: "group 0 rank 0: step " in x and x.rstrip().endswith("groups 1"),
+                       "a step committed alone")
+    repl = torchrun(1, out, env=env, groups=2, steps=steps)
+    repl.wait_for(lambda x: "group 1 rank 1: start peer" in x, "rank 1's heal")
+    for t in (groups[0], repl):
+        t.finish()
+    states = _states(out, groups=2)
+    for r in range(RANKS):
+        assert states[1, r]["start"] == "peer"
+        _assert_same(states[1, r], states[0, r], "rank %d" % r, steps=steps)
 
 
 def test_launcher_settings():
