@@ -344,7 +344,7 @@ static void test_events_match_report(void **state)
         assert_true(json_real_value(json_object_get(ph, "transfer")) >= 0);
     }
     assert_int_equal(bytes, json_integer_value(json_object_get(report, "bytes_transferred")));
-    /* A rank's pull after its first join is its first state, not a heal:
+    /* A heal that gave a group its first state is no recovery:
      * graft_initial_syncs_total, not graft_recoveries_total. Every group
      * but the one the job's state came from made one at the start. */
     size_t initial = 0;

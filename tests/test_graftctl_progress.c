@@ -171,9 +171,9 @@ static int sim_done(pid_t sim, int *ws)
 
 static char *final_metrics; /* /metrics after the run, for test_promtool */
 
-/* /metrics once the run is over (issue 28, item 8): each rank's pull after
- * its first join is an initial sync, not a recovery (only other heals, of a
- * group left behind, count there: a run without failures);
+/* /metrics once the run is over (issue 28, item 8): a heal that gave a
+ * group its first state is an initial sync, not a recovery (only other
+ * heals, of a group left behind, count there: a run without failures);
  * the total of a heal apart from its phases; no drift counter beside
  * graft_events_total; the timestamps of the newest commit, quorum and
  * checkpoint. */
@@ -187,7 +187,7 @@ static void metrics_after_run(int port)
     json_array_foreach(json_object_get(ev, "recoveries"), i, e) {
         bool first = json_is_true(json_object_get(e, "initial"));
         bool ok = json_is_true(json_object_get(e, "ok"));
-        syncs += first && ok; /* a rank's pull after its first join */
+        syncs += first && ok; /* a group's first state */
         heals += !first && ok; /* a group left behind under load heals too */
     }
     json_decref(ev);

@@ -195,6 +195,29 @@ json_t *graftctl_event_json(const graft_event_t *e)
 }
 
 /* One recovery of a rank: its recovery_done and the events before it. */
+/* Whether the heal ev[done_i] gave its group its first state, rather than
+ * healing it from a failure: in a history that starts at the job's first
+ * event, the group healed in no earlier quorum and was no donor before (it
+ * held no state). A rank that lost its lease before its first pull is
+ * still taking its first state; a replaced rank of a group that served or
+ * healed before is not. */
+static bool first_state(const graft_event_t *ev, size_t done_i)
+{
+    const graft_event_t *d = &ev[done_i];
+    if (ev[0].seq > 1)
+        return false; /* the history lost its start */
+    for (size_t i = 0; i < done_i; i++) {
+        const graft_event_t *e = &ev[i];
+        if (e->kind == GRAFT_EVENT_RECOVERY_DONE && e->ok && e->group == d->group &&
+            e->quorum_id != d->quorum_id)
+            return false;
+        for (size_t k = 0; e->kind == GRAFT_EVENT_RECOVERY_ASSIGNED && k < e->n_members; k++)
+            if (e->members[k] == d->group)
+                return false;
+    }
+    return true;
+}
+
 json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
 {
     const graft_event_t *d = &ev[done_i];
@@ -226,11 +249,7 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
         json_object_set_new(phases, "verify", json_real(rest > 0 ? rest : 0));
         json_object_set_new(phases, "total", json_real((double)(d->unix_ms - assigned->unix_ms) / 1e3));
     }
-    /* The rank's first join in a history that starts at the job's first
-     * event: its group's first state, not a recovery from a failure. */
-    bool initial = join != NULL && n > 0 && ev[0].seq <= 1;
-    for (const graft_event_t *e = ev; initial && e < join; e++)
-        initial = !(e->kind == GRAFT_EVENT_JOIN && e->group == d->group && e->rank == d->rank);
+    bool initial = first_state(ev, done_i);
     json_t *jd = json_array();
     for (size_t i = 0; assigned != NULL && i < assigned->n_members; i++)
         json_array_append_new(jd, json_integer(assigned->members[i]));

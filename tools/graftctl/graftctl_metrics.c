@@ -52,9 +52,9 @@ void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *r)
         m->recoveries_failed++;
         return;
     }
-    /* A rank's pull after its first join is its group's first state (a
-     * job's groups start from one), not a recovery from a failure; its
-     * bytes and phases count like a heal's. */
+    /* A heal that gave a group its first state (a job's groups start from
+     * one) is no recovery from a failure; its bytes and phases count like
+     * a heal's. */
     if (json_is_true(json_object_get(r, "initial")))
         m->initial_syncs++;
     else
@@ -238,11 +238,11 @@ char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
         fprintf(f, "graft_events_total{kind=\"%s\"} %" PRIu64 "\n",
                 graft_event_kind_string((graft_event_kind_t)k), m->events[k]);
     head(f, "graft_recoveries_total", "counter",
-         "Heals of a rank that was replaced or fell behind (not its first pull), by result.");
+         "Heals of a rank that was replaced or fell behind (not a group's first state).");
     fprintf(f, "graft_recoveries_total{result=\"ok\"} %" PRIu64 "\n", m->recoveries_ok);
     fprintf(f, "graft_recoveries_total{result=\"failed\"} %" PRIu64 "\n", m->recoveries_failed);
     head(f, "graft_initial_syncs_total", "counter",
-         "A rank's pull after its first join: its group taking the job's state, no failure.");
+         "Heals that gave a group its first state (a job's start), no failure.");
     fprintf(f, "graft_initial_syncs_total %" PRIu64 "\n", m->initial_syncs);
     head(f, "graft_recovery_bytes_total", "counter",
          "Bytes pulled from donors by heals and initial syncs.");
