@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 typedef struct conn {
@@ -154,8 +155,11 @@ static void *conn_main(void *arg)
             forward(c->p, c->fd, buf, got, head_len);
         }
     }
+    graft_test_s3_proxy_t *p = c->p;
     close(c->fd);
     free(c);
+    /* The last touch of the proxy: stop waits for it. */
+    atomic_fetch_sub(&p->live, 1);
     return NULL;
 }
 
@@ -169,6 +173,9 @@ static void *accept_main(void *arg)
         int fd = accept(p->listen_fd, NULL, NULL);
         if (fd < 0)
             continue;
+        /* A client that goes quiet cannot hold up graft_test_s3_proxy_stop(). */
+        struct timeval tv = {.tv_sec = 2};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         conn_t *c = malloc(sizeof(*c));
         pthread_t t;
         if (c == NULL) {
@@ -177,7 +184,9 @@ static void *accept_main(void *arg)
         }
         c->p = p;
         c->fd = fd;
+        atomic_fetch_add(&p->live, 1);
         if (pthread_create(&t, NULL, conn_main, c) != 0) {
+            atomic_fetch_sub(&p->live, 1);
             close(fd);
             free(c);
             continue;
@@ -225,6 +234,7 @@ void graft_test_s3_proxy_stop(graft_test_s3_proxy_t *p)
     pthread_join(p->thread, NULL);
     close(p->listen_fd);
     /* Connection threads end within a poll period once stop is set. */
-    usleep(300 * 1000);
+    while (atomic_load(&p->live) > 0)
+        usleep(10 * 1000);
     pthread_mutex_destroy(&p->mu);
 }

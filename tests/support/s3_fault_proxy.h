@@ -27,6 +27,7 @@ typedef struct graft_test_s3_proxy {
     int retry_after_s;  /* > 0: a Retry-After header */
     atomic_int injected;
     atomic_int forwarded;
+    atomic_int live;    /* connection threads running */
 } graft_test_s3_proxy_t;
 
 /* Start the proxy in front of 127.0.0.1:upstream_port. Returns 0 or -1. */
