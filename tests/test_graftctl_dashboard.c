@@ -486,6 +486,13 @@ static void test_waits_for_job(void **state)
     kill(dash, SIGTERM);
     int ws = 0;
     assert_int_equal(waitpid(dash, &ws, 0), dash);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%s/late.log", tmpdir);
+        char *log = slurp(path);
+        print_error("the dashboard ended with %d:\n%s\n", ws, log);
+        free(log);
+    }
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     kill(late, SIGTERM);
     waitpid(late, NULL, 0);

@@ -282,14 +282,16 @@ static json_t *state_json(graftctl_dash_t *d)
     json_array_foreach(d->events, i, e)
         if (strcmp(json_string_value(json_object_get(e, "kind")), "drift") == 0)
             json_array_append(drift, e);
-    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:O,s:o}", "job", d->job,
+    /* No listing yet (the job not found, or no refresh with it): an empty
+     * one of this answer's own ("o" takes it; "O" would keep it forever). */
+    json_t *ckpts = d->checkpoints != NULL ? json_incref(d->checkpoints) : json_array();
+    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:o,s:o}", "job", d->job,
                      "waiting", d->waiting[0] ? graftctl_json_text(d->waiting) : json_null(),
                      "refreshed_unix_ms", (json_int_t)d->refreshed_unix_ms, "evict_enabled",
                      d->token != NULL, "checkpoint_root", graftctl_json_text(d->ckpt_listed),
                      "checkpoint_root_note", d->ckpt_note, "status",
                      d->status != NULL ? d->status : json_null(), "quorums", quorums,
-                     "recoveries", d->recoveries, "checkpoints",
-                     d->checkpoints != NULL ? d->checkpoints : json_array(), "drift", drift);
+                     "recoveries", d->recoveries, "checkpoints", ckpts, "drift", drift);
 }
 
 /* ------------------------------------------------------------- guards --- */
