@@ -233,15 +233,18 @@ def test_elastic_group_trains_on(torchrun, tmp_path):
     """Elastic (min_groups 1), 2 groups x 2 ranks: group 1 is killed whole;
     group 0 commits steps alone; the replacement group heals to where group
     0 is, and both end with every rank identical to the other group's."""
-    steps = 24
+    # Group 0 must still be training when the replacement is up (one that
+    # comes after every other group finished finds no donor): 0.3 s a
+    # step leaves it about 15 s after the kill.
+    steps = 60
     env = {"GRAFT_MODE": "elastic", "GRAFT_MIN_GROUPS": "1"}
     out = tmp_path / "run"
-    groups = [torchrun(g, out, env=env, groups=2, steps=steps) for g in range(2)]
+    groups = [torchrun(g, out, env=env, groups=2, steps=steps, delay=0.3) for g in range(2)]
     groups[1].wait_step(6)
     groups[1].kill()
     groups[0].wait_for(lambda x: "group 0 rank 0: step " in x and x.rstrip().endswith("groups 1"),
                        "a step committed alone")
-    repl = torchrun(1, out, env=env, groups=2, steps=steps)
+    repl = torchrun(1, out, env=env, groups=2, steps=steps, delay=0.3)
     repl.wait_for(lambda x: "group 1 rank 1: start peer" in x, "rank 1's heal")
     for t in (groups[0], repl):
         t.finish()
