@@ -359,8 +359,9 @@ class GradientAverager:
     with NCCL and a GPU; refused with a clear error otherwise).
 
     The process group is rebuilt whenever the quorum id changes; its
-    rendezvous address travels in the runtime's quorum blob (replica rank 0
-    publishes a free port on ``host``). A collective that fails or times out
+    rendezvous address travels in the runtime's quorum blob (rank 0 of
+    replica rank 0 hosts a store on ``host``, on a port it holds before
+    publishing it). A collective that fails or times out
     vetoes this rank's commit, so the group votes no instead of hanging, and
     the next call rebuilds the group. With several ranks per group (a
     torchrun world, ``ranks_per_group`` > 1), rank r of every group reduces
