@@ -111,8 +111,8 @@ static graft_status_t restore_remote(graft_runtime_t *rt, const graft_persist_re
     memcpy(remote_res.skipped_reasons, res->skipped_reasons, sizeof(res->skipped_reasons));
     *res = remote_res;
     if (st == GRAFT_OK)
-        GRAFT_INFO(GRAFT_MOD_RUNTIME, "restored step %" PRIu64 " from %s", res->step,
-                   rt->cfg->persist_remote);
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "restored step %" PRIu64 " from %s (no checkpoint under "
+                   "%s verified)", res->step, rt->cfg->persist_remote, rt->cfg->persist_root);
     return st;
 }
 
@@ -171,7 +171,8 @@ graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p)
     }
     if (res.skipped > 0)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "restored step %" PRIu64 " after skipping %" PRIu32
-                   " newer checkpoints:\n%s", res.step, res.skipped, res.skipped_reasons);
+                   " checkpoints that did not verify:\n%s", res.step, res.skipped,
+                   res.skipped_reasons);
     pthread_mutex_lock(&rt->mu);
     rt->metrics.restores++;
     pthread_mutex_unlock(&rt->mu);

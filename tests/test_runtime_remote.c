@@ -59,15 +59,32 @@ static void test_config_keys(void **state)
     graft_config_destroy(c);
 }
 
-static void test_lose_every_disk_restore_from_bucket(void **state)
+/* Flip one byte of every shard of every local checkpoint. */
+static void corrupt_all(const char *root)
 {
-    (void)state;
-    if (!have_s3)
-        skip(); /* no moto_server: the reason is printed by the group setup */
+    for (int step = 5; step <= 10; step += 5)
+        for (int r = 0; r < R; r++) {
+            char shard[400];
+            snprintf(shard, sizeof(shard), "%s/step-%020d/shard-%d-of-%d", root, step, r, R);
+            FILE *f = fopen(shard, "r+b");
+            assert_non_null(f);
+            assert_int_equal(fseek(f, 200, SEEK_SET), 0);
+            int c = fgetc(f);
+            assert_int_equal(fseek(f, 200, SEEK_SET), 0);
+            fputc(c ^ 0x40, f);
+            fclose(f);
+        }
+}
+
+/* Every group dies at step 13 (checkpoints every 5 steps); then every
+ * local root is deleted (lose_disks) or every local checkpoint corrupted;
+ * the restarted job restores from the bucket. */
+static void remote_restore_job(const char *name, bool lose_disks)
+{
     job_t j;
     const int steps = 18;
     char root[280], env_root[340], env_remote[200], env_ep[200];
-    job_init(&j, "remote");
+    job_init(&j, name);
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     snprintf(env_remote, sizeof(env_remote), "GRAFT_PERSIST_REMOTE=s3://%s/%s", s3.bucket, j.name);
@@ -98,8 +115,10 @@ static void test_lose_every_disk_restore_from_bucket(void **state)
     graft_free(rsteps);
     assert_true(newest == 5 || newest == 10);
 
-    /* Every host lost its disk. */
-    rm_rf(root);
+    if (lose_disks)
+        rm_rf(root); /* every host lost its disk */
+    else
+        corrupt_all(root);
     job_t *k = &j;
     int first_new = k->n;
     const char *flags[] = {"--steps", "18", NULL};
@@ -118,11 +137,29 @@ static void test_lose_every_disk_restore_from_bucket(void **state)
     rm_rf(j.dir);
 }
 
+static void test_lose_every_disk_restore_from_bucket(void **state)
+{
+    (void)state;
+    if (!have_s3)
+        skip(); /* no moto_server: the reason is printed by the group setup */
+    remote_restore_job("remote", true);
+}
+
+/* No local checkpoint verifies (each has a corrupt shard): the bucket's. */
+static void test_corrupt_disks_restore_from_bucket(void **state)
+{
+    (void)state;
+    if (!have_s3)
+        skip();
+    remote_restore_job("remote-corrupt", false);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_lose_every_disk_restore_from_bucket),
+        cmocka_unit_test(test_corrupt_disks_restore_from_bucket),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
