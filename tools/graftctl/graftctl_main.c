@@ -355,7 +355,7 @@ int main(int argc, char **argv)
             const char *v = i + 1 < argc ? argv[++i] : "";
             if (strcmp(v, "json") != 0 && strcmp(v, "table") != 0) {
                 fprintf(stderr, "graftctl: %s takes json or table, not '%s'\n", a, v);
-                return GRAFTCTL_USAGE;
+                goto out; /* rc is still GRAFTCTL_USAGE */
             }
             o.json = strcmp(v, "json") == 0;
             continue;
