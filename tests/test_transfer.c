@@ -453,6 +453,48 @@ static void test_shm_ticket_required(void **state)
     assert_false(res.matches);
 }
 
+/* An endpoint made and destroyed under each UCX_TLS puts nothing on
+ * standard output, where UCX writes its warnings when UCX_LOG_FILE is unset
+ * (the settings our contexts apply must be ones this UCX knows: it warned
+ * at every worker about TCP_PUT_ENABLE, and about MM_ERROR_HANDLING where
+ * no shared-memory transport was allowed). */
+static void test_ucx_quiet(void **state)
+{
+    static const char *const tls[] = {"tcp", "sm,self,tcp", "self,tcp,posix"};
+    (void)state;
+    for (size_t i = 0; i < ARRAY_SIZE(tls); i++) {
+        char out[4096] = "";
+        int fds[2], ws = 0;
+        assert_int_equal(pipe(fds), 0);
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            graft_transfer_config_t cfg = {.job_secret = SECRET,
+                                           .job_secret_len = strlen(SECRET)};
+            graft_transfer_endpoint_t *ep = NULL;
+            dup2(fds[1], STDOUT_FILENO);
+            close(fds[0]);
+            unsetenv("UCX_LOG_FILE");
+            setenv("UCX_TLS", tls[i], 1);
+            graft_status_t st = graft_transfer_endpoint_create(&cfg, &ep);
+            graft_transfer_endpoint_destroy(ep);
+            fflush(stdout);
+            _exit(st == GRAFT_OK ? 0 : 1);
+        }
+        close(fds[1]);
+        size_t got = 0;
+        ssize_t n;
+        while ((n = read(fds[0], out + got, sizeof(out) - 1 - got)) > 0)
+            got += (size_t)n;
+        close(fds[0]);
+        assert_int_equal(waitpid(child, &ws, 0), child);
+        if (got > 0)
+            print_message("# UCX_TLS=%s printed: %s\n", tls[i], out);
+        assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        assert_int_equal(got, 0);
+    }
+}
+
 /* The shared-memory context's UCX_TLS: the shared-memory transports the
  * user's list allows, none where it names none or excludes them. */
 static void test_shm_tls(void **state)
@@ -516,6 +558,7 @@ int main(void)
         TF_TEST(test_shm_ticket_required),
         cmocka_unit_test(test_strangers_tls),
         cmocka_unit_test(test_shm_tls),
+        cmocka_unit_test(test_ucx_quiet),
         TF_TEST(test_listen_address),
     };
     return tf_run_local("local", tests, ARRAY_SIZE(tests));

@@ -73,10 +73,13 @@ graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
     if (!rma) {
         char tls[256];
         graft__ucx_strangers_tls(getenv("UCX_TLS"), tls, sizeof(tls));
-        /* UCX 1.13 applies "PUT_ENABLE" to tcp and ignores
-         * "TCP_PUT_ENABLE" here; UCX 1.22 is the other way round (its
-         * put went through, test_rma_malloc): both. */
-        ucs_status_t st2 = ucp_config_modify(cfg, "TCP_PUT_ENABLE", "n");
+        /* UCX 1.13 applies "PUT_ENABLE" to tcp (and warns at every worker
+         * about "TCP_PUT_ENABLE"); UCX 1.22 takes only "TCP_PUT_ENABLE" (a
+         * stranger's put went through, test_rma_malloc): after 1.13, both. */
+        unsigned major = 0, minor = 0, release = 0;
+        ucp_get_version(&major, &minor, &release);
+        ucs_status_t st2 = major > 1 || (major == 1 && minor > 13)
+                               ? ucp_config_modify(cfg, "TCP_PUT_ENABLE", "n") : UCS_ERR_UNSUPPORTED;
         if ((st = ucp_config_modify(cfg, "PUT_ENABLE", "n")) != UCS_OK && st2 != UCS_OK)
             GRAFT_WARN(GRAFT_MOD_TRANSFER, "UCX_TCP_PUT_ENABLE=n: %s", ucs_status_string(st));
         if ((st = ucp_config_modify(cfg, "TLS", tls)) != UCS_OK) {

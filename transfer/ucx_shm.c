@@ -104,7 +104,12 @@ void graft__ucx_shm_init(graft__transport_state_t *t)
 
 void graft__ucx_mm_error_handling(ucp_config_t *cfg)
 {
+    char tls[256];
     ucs_status_t st;
+    /* Where no shared-memory transport is allowed UCX warns about it at
+     * every worker (on standard output, by default). */
+    if (!graft__ucx_shm_tls(getenv("UCX_TLS"), tls, sizeof(tls)))
+        return;
     if (getenv("UCX_MM_ERROR_HANDLING") == NULL &&
         (st = ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y")) != UCS_OK)
         GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "UCX_MM_ERROR_HANDLING: %s", ucs_status_string(st));
