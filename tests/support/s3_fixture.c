@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,6 +54,16 @@ static int executable(const char *path)
     return access(path, X_OK) == 0;
 }
 
+/* The server is started from inside its temp dir: a relative path (BUILD
+ * is "build" under make check) would no longer name it. */
+static int found(graft_test_s3_t *t)
+{
+    char abs[PATH_MAX];
+    if (realpath(t->server, abs) != NULL && strlen(abs) < sizeof(t->server))
+        memcpy(t->server, abs, strlen(abs) + 1);
+    return 0;
+}
+
 /* $GRAFT_MOTO_SERVER, then $BUILD/venv/bin/moto_server (build/venv when
  * BUILD is unset), then moto_server on the PATH. */
 static int find_server(graft_test_s3_t *t)
@@ -60,13 +71,13 @@ static int find_server(graft_test_s3_t *t)
     const char *env = getenv("GRAFT_MOTO_SERVER");
     if (env != NULL && env[0] != '\0' && executable(env)) {
         snprintf(t->server, sizeof(t->server), "%s", env);
-        return 0;
+        return found(t);
     }
     const char *build = getenv("BUILD");
     snprintf(t->server, sizeof(t->server), "%s/venv/bin/moto_server",
              build != NULL && build[0] != '\0' ? build : "build");
     if (executable(t->server))
-        return 0;
+        return found(t);
     const char *path = getenv("PATH");
     char *copy = strdup(path != NULL ? path : "");
     char *save = NULL;
