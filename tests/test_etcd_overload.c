@@ -109,7 +109,7 @@ static void *proxy_main(void *arg)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&at, 128 * 1024);
+        pthread_attr_setstacksize(&at, 1024 * 1024); /* 32 KiB of buffers, and the loader's xsave area */
         if (pthread_create(&t, &at, pipe_main, (void *)(intptr_t)c) != 0)
             close(c);
         pthread_attr_destroy(&at);
