@@ -179,7 +179,7 @@ static void test_kill_all_restore(void **state)
     j.extra_env[2] = "GRAFT_PERSIST_KEEP_LAST=5";
     const char *dying[] = {"--steps", "18", "--die-at-step", "13", "--step-delay-ms", "40", NULL};
     spawn_all(&j, dying);
-    wait_all(&j, 120);
+    (void)wait_job_lost(&j, 120, 5.0);
     for (int i = 0; i < j.n; i++)
         assert_true(WIFSIGNALED(j.p[i].status));
     /* As an orchestrator would, restart once the dead members' leases are

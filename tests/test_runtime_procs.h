@@ -222,6 +222,47 @@ static inline void wait_all(job_t *j, double timeout_s)
     }
 }
 
+/* Every process of a job that dies at one step (--die-at-step): once the
+ * first is gone, the rest get @p grace_s to reach that step too; one still
+ * running then is killed, as the disaster would kill it. A rank whose last
+ * vote had not reached it when its peers died waits in graft_quorum() for
+ * a quorum that cannot form (60 s, then an error exit): the peers' deaths
+ * race their votes. Returns how many were killed here. */
+static inline int wait_job_lost(job_t *j, double timeout_s, double grace_s)
+{
+    double end = now_s() + timeout_s, first_gone = 0.0;
+    int killed = 0;
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < j->n; i++) {
+            proc_t *p = &j->p[i];
+            if (!p->done && waitpid(p->pid, &p->status, WNOHANG) == p->pid)
+                p->done = true;
+            all = all && p->done;
+            if (p->done && first_gone == 0.0)
+                first_gone = now_s();
+        }
+        if (all)
+            break;
+        if (now_s() > end)
+            fail_msg("no trainer of the job died within %.0f s", timeout_s);
+        if (first_gone > 0.0 && now_s() - first_gone > grace_s) {
+            for (int i = 0; i < j->n; i++)
+                if (!j->p[i].done) {
+                    kill(j->p[i].pid, SIGKILL);
+                    waitpid(j->p[i].pid, &j->p[i].status, 0);
+                    j->p[i].done = true;
+                    killed++;
+                }
+        }
+        usleep(20 * 1000);
+    }
+    if (killed > 0)
+        print_message("# %d trainer(s) still waiting %.0f s after the first died: killed\n",
+                      killed, grace_s);
+    return killed;
+}
+
 static inline void kill_proc(proc_t *p)
 {
     assert_int_equal(kill(p->pid, SIGKILL), 0);

@@ -96,7 +96,7 @@ static void remote_restore_job(const char *name, bool lose_disks)
     const char *dying[] = {"--steps", "18", "--die-at-step", "13", "--step-delay-ms", "150",
                            NULL};
     spawn_all(&j, dying);
-    wait_all(&j, 120);
+    (void)wait_job_lost(&j, 120, 5.0);
     for (int i = 0; i < j.n; i++)
         assert_true(WIFSIGNALED(j.p[i].status));
     usleep(2600 * 1000);
