@@ -143,6 +143,17 @@ static void sim_progress(graft_sim_run_t *r, int final)
     fflush(stdout);
 }
 
+/* A run that timed out: what each rank still running last logged (the
+ * run's directory is gone by the time someone reads the error). */
+static void sim_unfinished_logs(graft_sim_run_t *r)
+{
+    for (int i = 0; i < r->nslots; i++) {
+        int g = i / r->o->ranks, k = i % r->o->ranks;
+        if (graft_sim_sup_state(r->sup, g, k) != GRAFT_SIM_PROC_DONE)
+            graft_sim_sup_log_tail(r->sup, g, k, 1500);
+    }
+}
+
 /* ------------------------------------------------------------- a run --- */
 
 /* GRAFT_SIM_KEEP set to anything but "" or "0": keep the run directory,
@@ -446,6 +457,17 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         if (graft_sim_sup_done(r.sup) > 0 && first_done_ns == 0) {
             first_done_ns = graft_sim_now_ns();
         }
+        /* Strict: every quorum needs every group, and a finished rank has
+         * left for good; a rank that dies now can never heal. */
+        int dg, dr;
+        if (o->mode == GRAFT_SIM_LIVE_STRICT && first_done_ns != 0 &&
+            graft_sim_sup_dead(r.sup, &dg, &dr)) {
+            graft_sim_run_fail(&r, "group %d rank %d died after a rank had finished its last "
+                               "step: in strict mode no quorum can form again (see %s)",
+                               dg, dr, graft_sim_sup_log_path(r.sup, dg, dr));
+            graft_sim_sup_log_tail(r.sup, dg, dr, 3000);
+            break;
+        }
         if (o->mode == GRAFT_SIM_LIVE_ELASTIC && first_done_ns != 0 &&
             graft_sim_now_ns() - first_done_ns > 5000000000ull) {
             res->completed = 1;
@@ -455,6 +477,7 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
         if (graft_sim_now_ns() - r.t0 > timeout_ns) {
             graft_sim_run_fail(&r, "timed out after %.0f s at step %lld", (double)timeout_ns / 1e9,
                                r.job_step);
+            sim_unfinished_logs(&r);
             break;
         }
         if (r.donor_pending) {

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ typedef struct sim_proc {
     char *commits_path;
     char *role_path;
     char **envp; /* the common environment plus this process's group/rank */
+    bool sigkilled; /* the injector sent it SIGKILL */
 } sim_proc_t;
 
 struct graft_sim_sup {
@@ -263,6 +265,22 @@ void graft_sim_sup_destroy(graft_sim_sup_t *s)
     free(s);
 }
 
+/* A death the injector did not cause (a trainer that failed, or a
+ * sanitizer's exit) is said where it happens, with the log that says why. */
+static void sim_sup_death_note(graft_sim_sup_t *s, sim_proc_t *p, int i, int ws)
+{
+    bool ours = p->sigkilled && WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL;
+    p->sigkilled = false;
+    if (ours)
+        return;
+    if (WIFEXITED(ws))
+        fprintf(stderr, "graft-sim run: group %d rank %d exited with status %d (see %s)\n",
+                i / s->cfg.ranks, i % s->cfg.ranks, WEXITSTATUS(ws), p->log_path);
+    else
+        fprintf(stderr, "graft-sim run: group %d rank %d died of %s (see %s)\n",
+                i / s->cfg.ranks, i % s->cfg.ranks, strsignal(WTERMSIG(ws)), p->log_path);
+}
+
 graft_status_t graft_sim_sup_poll(graft_sim_sup_t *s)
 {
     uint64_t now = graft_sim_now_ns();
@@ -276,6 +294,7 @@ graft_status_t graft_sim_sup_poll(graft_sim_sup_t *s)
                     p->state = GRAFT_SIM_PROC_DONE;
                     s->done++;
                 } else {
+                    sim_sup_death_note(s, p, i, ws);
                     p->state = GRAFT_SIM_PROC_DEAD;
                     p->restart_at_ns = now + (uint64_t)s->cfg.restart_delay_ms * 1000000ull;
                 }
@@ -318,6 +337,7 @@ graft_status_t graft_sim_sup_signal(graft_sim_sup_t *s, int group, int rank, int
     if (kill(p->pid, sig) != 0) {
         return GRAFT_ESTATE;
     }
+    p->sigkilled |= sig == SIGKILL;
     if (sig == SIGSTOP) {
         p->state = GRAFT_SIM_PROC_STOPPED;
     } else if (sig == SIGCONT) {
@@ -351,6 +371,17 @@ int graft_sim_sup_done(const graft_sim_sup_t *s)
     return s->done;
 }
 
+int graft_sim_sup_dead(const graft_sim_sup_t *s, int *group, int *rank)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->procs[i].state == GRAFT_SIM_PROC_DEAD) {
+            *group = i / s->cfg.ranks;
+            *rank = i % s->cfg.ranks;
+            return 1;
+        }
+    return 0;
+}
+
 const char *graft_sim_sup_hash_path(const graft_sim_sup_t *s, int group, int rank)
 {
     sim_proc_t *p = sim_sup_proc(s, group, rank);
@@ -373,4 +404,21 @@ const char *graft_sim_sup_role_path(const graft_sim_sup_t *s, int group, int ran
 {
     sim_proc_t *p = sim_sup_proc(s, group, rank);
     return p != NULL ? p->role_path : "";
+}
+
+void graft_sim_sup_log_tail(const graft_sim_sup_t *s, int group, int rank, long max)
+{
+    sim_proc_t *p = sim_sup_proc(s, group, rank);
+    FILE *f = p != NULL ? fopen(p->log_path, "r") : NULL;
+    if (f == NULL)
+        return;
+    char buf[4096];
+    if (max > (long)sizeof(buf) - 1)
+        max = (long)sizeof(buf) - 1;
+    if (fseek(f, -max, SEEK_END) != 0)
+        rewind(f);
+    size_t n = fread(buf, 1, (size_t)max, f);
+    buf[n] = '\0';
+    fclose(f);
+    fprintf(stderr, "graft-sim run: %s ends:\n%s\n", p->log_path, buf);
 }

@@ -105,6 +105,15 @@ uint64_t graft_sim_sup_started_ns(const graft_sim_sup_t *sup, int group, int ran
 int graft_sim_sup_done(const graft_sim_sup_t *sup);
 
 /**
+ * @brief Whether a process is dead and waiting for its replacement.
+ * @param [in]  sup    the supervisor.
+ * @param [out] group  the first such process's group.
+ * @param [out] rank   and rank.
+ * @return 1 if one is, else 0.
+ */
+int graft_sim_sup_dead(const graft_sim_sup_t *sup, int *group, int *rank);
+
+/**
  * @brief Path of the state-hash file of (group, rank).
  * @param [in] sup    the supervisor.
  * @param [in] group  its group.
@@ -121,6 +130,12 @@ const char *graft_sim_sup_hash_path(const graft_sim_sup_t *sup, int group, int r
  * @return a string owned by the supervisor.
  */
 const char *graft_sim_sup_log_path(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Print the last @max bytes (at most 4095) of a process's log to
+ *        standard error: the run's directory may be gone when the error is read.
+ */
+void graft_sim_sup_log_tail(const graft_sim_sup_t *sup, int group, int rank, long max);
 
 /**
  * @brief Path of the --hash-log file of (group, rank) ("step hash" per
