@@ -233,14 +233,15 @@ GRAFT_WUR graft_status_t graft__ucx_set_am_handler(ucp_worker_h w, unsigned id,
 #define GRAFT__UCX_AM_IDS 32u
 GRAFT_WUR graft_status_t graft__ucx_drop_all(ucp_worker_h w);
 
-/* ucx_donor.c */
+/* ucx_donor_conns.c */
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg);
+/* The connection whose endpoint is @p uep, or NULL. */
+ucx_conn_t *graft__ucx_conn_find(graft__transport_state_t *t, ucp_ep_h uep);
 /* An active message for the progress loop: onto t->msgs, from connection
  * @p conn's shared-memory worker, or from the listener's when NULL. */
 ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
                                       const void *header, size_t header_length, void *data,
                                       size_t length, const ucp_am_recv_param_t *param);
-void *graft__ucx_progress_thread(void *arg);
 /* Set the donor's message handlers on the listener's worker. */
 GRAFT_WUR graft_status_t graft__ucx_donor_handlers(graft__transport_state_t *t);
 /* Start a forced close of @p c, unlinked by the caller: onto t->closing. */
@@ -248,6 +249,12 @@ void graft__ucx_conn_close(graft__transport_state_t *t, ucx_conn_t *c);
 /* Free the connections whose close is done; all of them when @p all
  * (teardown, after waiting at most TEARDOWN_NS). */
 void graft__ucx_closing_reap(graft__transport_state_t *t, bool all);
+/* Expire strangers, close the failed connections (one progress after they
+ * failed), count a lost recipient for the fence, free closed ones. */
+void graft__ucx_conns_reap(graft__transport_state_t *t);
+
+/* ucx_donor.c */
+void *graft__ucx_progress_thread(void *arg);
 
 /* ucx_strangers.c */
 /* Room for one more pending connection (the oldest marked failed if it
