@@ -522,6 +522,24 @@ static void test_shm_tls(void **state)
     }
 }
 
+/* The caveat of docs/SECURITY.md ("A connection flood"): said for UCX
+ * before 1.22 listening where other hosts reach it, not on loopback, not
+ * from 1.22 on. */
+static void test_flood_caveat(void **state)
+{
+    (void)state;
+    in_addr_t lo = htonl(INADDR_LOOPBACK), lo2 = inet_addr("127.3.2.1"), any = htonl(INADDR_ANY),
+              eth = inet_addr("10.1.2.3");
+    assert_true(graft__ucx_flood_caveat(1, 13, any));
+    assert_true(graft__ucx_flood_caveat(1, 13, eth));
+    assert_true(graft__ucx_flood_caveat(1, 21, eth));
+    assert_true(graft__ucx_flood_caveat(0, 99, eth));
+    assert_false(graft__ucx_flood_caveat(1, 13, lo));
+    assert_false(graft__ucx_flood_caveat(1, 13, lo2));
+    assert_false(graft__ucx_flood_caveat(1, 22, eth));
+    assert_false(graft__ucx_flood_caveat(2, 0, any));
+}
+
 /* The listener's UCX_TLS: the user's list without shared memory, a
  * negated list extended, and tcp where nothing else is left. */
 static void test_strangers_tls(void **state)
@@ -557,6 +575,7 @@ int main(void)
         TF_TEST(test_shm_offer_unreachable),
         TF_TEST(test_shm_ticket_required),
         cmocka_unit_test(test_strangers_tls),
+        cmocka_unit_test(test_flood_caveat),
         cmocka_unit_test(test_shm_tls),
         cmocka_unit_test(test_ucx_quiet),
         TF_TEST(test_listen_address),

@@ -17,6 +17,25 @@
 
 static void ucx_fini(graft_transfer_endpoint_t *ep);
 
+bool graft__ucx_flood_caveat(unsigned major, unsigned minor, in_addr_t listen_addr)
+{
+    return (major < 1 || (major == 1 && minor < 22)) && (ntohl(listen_addr) >> 24) != 127;
+}
+
+/* Said once per process: the caveat of docs/SECURITY.md ("A connection
+ * flood"), where hosts other than this one reach the listener. */
+static void flood_caveat(in_addr_t listen_addr)
+{
+    static atomic_bool said;
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    if (graft__ucx_flood_caveat(major, minor, listen_addr) && !atomic_exchange(&said, true))
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "UCX %u.%u.%u can crash in its own thread under a flood "
+                   "of connections to the transfer port (fixed in UCX 1.22): where untrusted "
+                   "hosts reach it, build against UCX 1.22 or later (make UCX_PREFIX=DIR, "
+                   "docs/OPERATIONS.md)", major, minor, release);
+}
+
 /* The interface that holds @p a (loopback: "lo"), into @p out; "" when no
  * interface holds it, or the user chose UCX_NET_DEVICES. */
 static void net_device_of(struct in_addr a, char *out, size_t size)
@@ -223,6 +242,7 @@ static graft_status_t ucx_init(graft_transfer_endpoint_t *ep)
     }
     snprintf(ep->address, sizeof(ep->address), "%s:%u", host,
              (unsigned)ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port));
+    flood_caveat(sa.sin_addr.s_addr);
 
     rc = pthread_create(&t->thread, NULL, graft__ucx_progress_thread, t);
     if (rc != 0) {

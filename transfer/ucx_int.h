@@ -276,6 +276,10 @@ void graft__ucx_mm_error_handling(ucp_config_t *cfg);
  * of the user's list @p user (NULL: none set), into @p out; false when it
  * allows none. */
 bool graft__ucx_shm_tls(const char *user, char *out, size_t size);
+/* Whether UCX @p major.@p minor (before 1.22: a flood of connections can
+ * crash its async thread) listening on @p listen_addr (network order; not
+ * loopback: other hosts reach it) deserves the caveat at endpoint creation. */
+bool graft__ucx_flood_caveat(unsigned major, unsigned minor, in_addr_t listen_addr);
 /* Make t->shm_ctx, or leave it NULL (no shared memory offered). */
 void graft__ucx_shm_init(graft__transport_state_t *t);
 /* Whether @p sa (a peer's address) is one of this host's. */
