@@ -489,6 +489,65 @@ static void test_config_mismatch(void **state)
     stop_sim(sim);
 }
 
+static bool voting_no(json_t *st)
+{
+    return strcmp(group_health(st, 0), "voting-no") == 0;
+}
+
+/* One group of two ranks, each vetoing the last step until it served
+ * (train_mlp --serve-before-end), and no other group to serve: the group
+ * votes no at that step again and again. status names it voting-no with
+ * the rank that voted no and why (the vote events'), the dashboard's
+ * /api/status the same, /metrics counts it; the job is paused, saying
+ * so. */
+static void test_voting_no(void **state)
+{
+    char wrapper[PATH_MAX + 32], train[PATH_MAX + 32], text[2 * PATH_MAX];
+    snprintf(train, sizeof(train), "%s", sim_bin);
+    *strrchr(train, '/') = '\0';
+    snprintf(text, sizeof(text), "#!/bin/sh\nexec '%s/train_mlp' \"$@\" --serve-before-end\n",
+             train);
+    tmp_file_write(wrapper, sizeof(wrapper), "vetoer.sh", text);
+    assert_int_equal(chmod(wrapper, 0755), 0);
+    pid_t sim = start_sim_with("vetoes", (const char *[]){"--groups", "1", "--ranks", "2",
+                                                           "--steps", "40", "--mode", "elastic",
+                                                           "--trainer", wrapper, NULL});
+    json_t *st = status_until(voting_no);
+    int port = free_port();
+    pid_t dash = start_dashboard(port);
+    json_t *g = json_array_get(json_object_get(st, "groups"), 0);
+    const char *reason = json_string_value(json_object_get(g, "reason"));
+    assert_non_null(reason);
+    print_message("group 0: %s\n", reason);
+    assert_non_null(strstr(reason, " failed votes at step 39, the newest: rank "));
+    assert_non_null(strstr(reason, " voted no: the trainer vetoed the step"));
+    json_decref(st);
+    char *out = NULL;
+    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+                             &out, NULL),
+                     0);
+    assert_non_null(strstr(out, "group 0 voting-no: "));
+    assert_non_null(strstr(out, "the trainer vetoed the step"));
+    free(out);
+    metrics_have(port, (const char *[]){"graft_groups{health=\"voting-no\"} 1",
+                                        "graft_group_voting_no{group=\"0\"} 1", NULL});
+    char *api = NULL;
+    for (int k = 0; k < 50; k++) {
+        free(api);
+        api = http_get(port, "/api/status");
+        if (api != NULL && strstr(api, "the trainer vetoed the step") != NULL)
+            break;
+        sleep_ms(200);
+    }
+    assert_non_null(api);
+    assert_non_null(strstr(api, "\"health\":\"voting-no\""));
+    assert_non_null(strstr(api, " voted no: the trainer vetoed the step"));
+    free(api);
+    kill(dash, SIGTERM);
+    waitpid(dash, NULL, 0);
+    stop_sim(sim);
+}
+
 static bool paused(json_t *st)
 {
     return strcmp(json_string_value(json_object_get(st, "state")), "paused") == 0;
@@ -576,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_live_progress),
         cmocka_unit_test(test_promtool),
         cmocka_unit_test(test_config_mismatch),
+        cmocka_unit_test(test_voting_no),
         cmocka_unit_test(test_paused),
         cmocka_unit_test(test_slow_steps_not_paused),
     };

@@ -88,6 +88,18 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
  * state "paused" with its "state_reason". */
 const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_t group);
 void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t nev);
+/* Failed votes in a row that make a group "voting-no", and how recent the
+ * newest of them must be (graftctl_state.c). */
+#define GRAFTCTL_VOTING_NO_AFTER 3
+#define GRAFTCTL_VOTING_NO_WITHIN_MS 15000
+/* Whether the group votes no repeatedly: GRAFTCTL_VOTING_NO_AFTER failed
+ * votes (a config mismatch aside) since its newest join, none before the
+ * step its progress record last reported (@p committed: 0 without one),
+ * the newest within GRAFTCTL_VOTING_NO_WITHIN_MS. Writes the reason (the
+ * count and the newest vote's detail, which names the rank that voted no
+ * and why) into why and returns true. */
+bool graftctl_group_voting_no(const graft_event_t *ev, size_t nev, uint32_t group,
+                              uint64_t committed, uint64_t now_ms, char *why, size_t len);
 
 /* A folder of job folders (graftctl_ckpt_jobs.c): each folder under root
  * that holds step-* folders, as {"job", "checkpoints", "newest_step"}, by

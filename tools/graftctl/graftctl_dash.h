@@ -12,6 +12,9 @@
 /* Events and recoveries the dashboard keeps. */
 #define GRAFTCTL_DASH_KEEP 2000
 
+/* Step-rate samples the dashboard keeps (one a second: 5 minutes). */
+#define GRAFTCTL_DASH_RATE_KEEP 300
+
 /* Upper bounds of the recovery phase histograms, seconds. */
 #define GRAFTCTL_BUCKETS 12
 extern const double graftctl_buckets[GRAFTCTL_BUCKETS];
@@ -83,6 +86,10 @@ typedef struct graftctl_dash {
     json_t *events;      /* graftctl_event_json()s, oldest first */
     json_t *recoveries;  /* graftctl_recovery_json()s */
     json_t *checkpoints;
+    /* [unix_ms, job step, steps/s], one a second at most, the newest
+     * GRAFTCTL_DASH_RATE_KEEP: the page's step-rate sparkline. */
+    json_t *rate_history;
+    uint64_t rate_sampled_ms;
     graftctl_metrics_t metrics;
 } graftctl_dash_t;
 

@@ -154,6 +154,9 @@ static json_t *checkpoints_json(graftctl_dash_t *d)
  * whole retained history is read each time: a recovery's phases come from
  * the events before its recovery_done, which may be older than the last
  * one held. */
+/* How long a hole in the event sequence is waited for (take_events). */
+#define GRAFTCTL_DASH_HOLE_MS 2000
+
 static graft_status_t take_events(graftctl_dash_t *d)
 {
     graft_event_t *ev = NULL;
@@ -161,9 +164,18 @@ static graft_status_t take_events(graftctl_dash_t *d)
     graft_status_t st = graft_membership_events_read(d->conn.obs, 0, &ev, &n);
     if (st != GRAFT_OK)
         return st;
+    uint64_t now = graftctl_now_ms();
     for (size_t i = 0; i < n; i++) {
         if (ev[i].seq <= d->last_seq)
             continue;
+        /* A writer takes its seq before it puts the event, so a newer one
+         * can be read before an older one lands: wait for the hole (a
+         * heal read without its quorum or join counts as a first sync
+         * forever) up to GRAFTCTL_DASH_HOLE_MS; an event whose put failed
+         * leaves one for good. */
+        if (d->last_seq > 0 && ev[i].seq > d->last_seq + 1 &&
+            ev[i].unix_ms + GRAFTCTL_DASH_HOLE_MS > now)
+            break;
         d->last_seq = ev[i].seq;
         learn_ckpt_root(d, &ev[i]);
         json_array_append_new(d->events, graftctl_event_json(&ev[i]));
@@ -217,6 +229,23 @@ static int await_job(graftctl_dash_t *d, const graftctl_opts_t *o)
     return rc;
 }
 
+/* A step-rate sample (at most one a second) for the page's sparkline. */
+static void sample_rate(graftctl_dash_t *d)
+{
+    uint64_t now = graftctl_now_ms();
+    json_t *step = json_object_get(d->status, "step");
+    if (d->status == NULL || now < d->rate_sampled_ms + 1000)
+        return;
+    d->rate_sampled_ms = now;
+    json_array_append_new(
+        d->rate_history,
+        json_pack("[I,I,f]", (json_int_t)now,
+                  json_is_integer(step) ? json_integer_value(step) : (json_int_t)0,
+                  json_number_value(json_object_get(d->status, "steps_per_second"))));
+    while (json_array_size(d->rate_history) > GRAFTCTL_DASH_RATE_KEEP)
+        json_array_remove(d->rate_history, 0);
+}
+
 static void refresh(graftctl_dash_t *d, bool with_ckpt)
 {
     graft_status_t st;
@@ -230,6 +259,7 @@ static void refresh(graftctl_dash_t *d, bool with_ckpt)
     }
     if (take_events(d) != GRAFT_OK)
         d->metrics.etcd_errors++;
+    sample_rate(d);
     if (with_ckpt) {
         json_decref(d->checkpoints);
         d->checkpoints = checkpoints_json(d);
@@ -285,13 +315,14 @@ static json_t *state_json(graftctl_dash_t *d)
     /* No listing yet (the job not found, or no refresh with it): an empty
      * one of this answer's own ("o" takes it; "O" would keep it forever). */
     json_t *ckpts = d->checkpoints != NULL ? json_incref(d->checkpoints) : json_array();
-    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:o,s:o}", "job", d->job,
+    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:o,s:o,s:O}", "job", d->job,
                      "waiting", d->waiting[0] ? graftctl_json_text(d->waiting) : json_null(),
                      "refreshed_unix_ms", (json_int_t)d->refreshed_unix_ms, "evict_enabled",
                      d->token != NULL, "checkpoint_root", graftctl_json_text(d->ckpt_listed),
                      "checkpoint_root_note", d->ckpt_note, "status",
                      d->status != NULL ? d->status : json_null(), "quorums", quorums,
-                     "recoveries", d->recoveries, "checkpoints", ckpts, "drift", drift);
+                     "recoveries", d->recoveries, "checkpoints", ckpts, "drift", drift,
+                     "rate_history", d->rate_history);
 }
 
 /* ------------------------------------------------------------- guards --- */
@@ -575,6 +606,7 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
     d.job = o->job;
     d.events = json_array();
     d.recoveries = json_array();
+    d.rate_history = json_array();
     pthread_mutex_init(&d.mu, NULL);
     pthread_mutex_init(&d.refusals.mu, NULL);
     /* It may start before etcd or the job: it serves "waiting" until then. */
@@ -616,6 +648,7 @@ out:
     json_decref(d.status);
     json_decref(d.events);
     json_decref(d.recoveries);
+    json_decref(d.rate_history);
     json_decref(d.checkpoints);
     graftctl_metrics_free(&d.metrics);
     pthread_mutex_destroy(&d.refusals.mu);

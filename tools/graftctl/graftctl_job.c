@@ -102,12 +102,13 @@ static const char *job_state(json_t *jgroups)
 /* Health of one group: dead (no rank live), finished (no rank live, and
  * each left cleanly: group_finished), recovering (a rank missing,
  * joining or recovering), cannot-serve (a rank's transfer endpoint cannot
- * serve, so the group is no donor to count on), hung (every rank live but left out of the
+ * serve, so the group is no donor to count on), voting-no (its votes fail
+ * again and again: graftctl_group_voting_no), hung (every rank live but left out of the
  * latest quorum: its leases are renewed while its training loop is not
  * announcing) or healthy. */
 static const char *group_health(const graft_membership_view_t *v, const graft_quorum_t *q,
                                 uint32_t group, uint32_t ranks, uint64_t progress,
-                                bool finished, const char *mismatch)
+                                bool finished, const char *mismatch, bool voting_no)
 {
     uint32_t live = 0;
     bool busy = false, cannot_serve = false;
@@ -127,6 +128,8 @@ static const char *group_health(const graft_membership_view_t *v, const graft_qu
         return "recovering";
     if (cannot_serve)
         return "cannot-serve";
+    if (voting_no)
+        return "voting-no";
     if (q != NULL && !in_list(q->members, q->n_members, group))
         return "hung";
     /* A recipient of the latest quorum recovers until the job committed
@@ -310,23 +313,33 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         json_t *jranks = json_array();
         const graft_group_progress_t *gpr = group_progress_find(gp, ngp, groups[gi]);
         json_t *jprogress = group_progress_json(gpr, now_ms);
+        for (size_t i = 0; i < v->n_members; i++)
+            if (v->members[i].group == groups[gi])
+                json_array_append_new(jranks, rank_json(c, &v->members[i], gpr));
+        const char *mismatch = graftctl_group_mismatch(ev, nev, groups[gi]);
+        char novote[GRAFTCTL_TEXT_LEN + 96];
+        bool voting_no = graftctl_group_voting_no(ev, nev, groups[gi],
+                                                  gpr != NULL ? gpr->step : 0, now_ms, novote,
+                                                  sizeof(novote));
+        const char *health = group_health(v, q, groups[gi], ranks, job_step,
+                                          group_finished(ev, nev, groups[gi]), mismatch,
+                                          voting_no);
+        /* A group that ended steps no more, however fresh its last record. */
+        if (strcmp(health, "finished") == 0 && json_is_object(jprogress))
+            json_object_set_new(jprogress, "steps_per_second", json_real(0));
         /* The groups of a quorum commit together: the job's rate is the
          * fastest fresh group's. */
         double grate = json_number_value(json_object_get(jprogress, "steps_per_second"));
         if (grate > rate)
             rate = grate;
-        for (size_t i = 0; i < v->n_members; i++)
-            if (v->members[i].group == groups[gi])
-                json_array_append_new(jranks, rank_json(c, &v->members[i], gpr));
-        const char *mismatch = graftctl_group_mismatch(ev, nev, groups[gi]);
-        const char *health = group_health(v, q, groups[gi], ranks, job_step,
-                                          group_finished(ev, nev, groups[gi]), mismatch);
         healthy += strcmp(health, "healthy") == 0;
         json_array_append_new(jgroups, json_pack("{s:I,s:s,s:o,s:b,s:o,s:o}", "group",
                                                  (json_int_t)groups[gi], "health", health,
                                                  "reason",
                                                  strcmp(health, "misconfigured") == 0
                                                      ? graftctl_json_text(mismatch)
+                                                 : strcmp(health, "voting-no") == 0
+                                                     ? graftctl_json_text(novote)
                                                      : json_null(),
                                                  "in_quorum",
                                                  q != NULL && in_list(q->members, q->n_members,

@@ -109,8 +109,9 @@ static void progress_metrics(FILE *f, json_t *s)
 
 static void status_metrics(FILE *f, json_t *s)
 {
-    static const char *const healths[] = {"healthy", "recovering", "cannot-serve", "hung",
-                                          "dead",    "finished",   "misconfigured"};
+    static const char *const healths[] = {"healthy",  "recovering", "cannot-serve",
+                                          "voting-no", "hung",       "dead",
+                                          "finished", "misconfigured"};
     static const char *const states[] = {"running", "degraded", "paused", "completed",
                                          "failed"};
     size_t i, k;
@@ -132,6 +133,13 @@ static void status_metrics(FILE *f, json_t *s)
     json_array_foreach(json_object_get(s, "groups"), i, g)
         if (strcmp(json_string_value(json_object_get(g, "health")), "misconfigured") == 0)
             fprintf(f, "graft_group_config_mismatch{group=\"%" JSON_INTEGER_FORMAT "\"} 1\n",
+                    json_integer_value(json_object_get(g, "group")));
+    head(f, "graft_group_voting_no", "gauge",
+         "1 for a live group whose votes failed again and again (status says which rank "
+         "voted no and why).");
+    json_array_foreach(json_object_get(s, "groups"), i, g)
+        if (strcmp(json_string_value(json_object_get(g, "health")), "voting-no") == 0)
+            fprintf(f, "graft_group_voting_no{group=\"%" JSON_INTEGER_FORMAT "\"} 1\n",
                     json_integer_value(json_object_get(g, "group")));
     head(f, "graft_ranks_live", "gauge", "Ranks with a live member record.");
     size_t live = 0;

@@ -1,7 +1,9 @@
 /*
  * The dashboard page: one self-contained document (no CDN, no web fonts,
  * no external script) that polls /api/state and /api/events every 500 ms.
- * Tiles carry data-group and data-health for scripts and tests. Text
+ * Tiles carry data-group and data-health for scripts and tests, and each
+ * group's step lag behind the job (data-lag); the header has a step-rate
+ * sparkline of the dashboard's samples (#ratespark, data-samples). Text
  * from the job's records is set with textContent, never as markup.
  */
 #include "graftctl_dash.h"
@@ -33,6 +35,10 @@ const char graftctl_dashboard_page[] =
     ".health-dead { background: #c23b3b; }\n"
     ".health-finished { background: #5b6b80; }\n"
     ".health-misconfigured { background: #a3324f; }\n"
+    ".health-cannot-serve { background: #b5532a; }\n"
+    ".health-voting-no { background: #8c6d1f; }\n"
+    "#ratespark { vertical-align: middle; background: #2a3142; border-radius: 3px; }\n"
+    ".glag { font-weight: 600; }\n"
     ".legend span { display: inline-block; padding: 1px 6px; border-radius: 3px; color: #fff; margin-right: 6px; }\n"
     ".bar { display: inline-block; height: 10px; vertical-align: middle; }\n"
     ".ph-rejoin_to_assign { background: #6c8ebf; } .ph-transfer { background: #d9912b; } .ph-verify { background: #2f9e5a; }\n"
@@ -44,10 +50,10 @@ const char graftctl_dashboard_page[] =
     "</style>\n"
     "</head>\n"
     "<body>\n"
-    "<header><h1>graft</h1><span id=\"job\" class=\"sub\"></span><span id=\"step\" class=\"sub\"></span><span id=\"quorum\" class=\"sub\"></span><span id=\"updated\" class=\"sub\"></span></header>\n"
+    "<header><h1>graft</h1><span id=\"job\" class=\"sub\"></span><span id=\"step\" class=\"sub\"></span><span class=\"sub\" title=\"steps per second, last 3 minutes\"><svg id=\"ratespark\" width=\"180\" height=\"26\" data-samples=\"0\"></svg> <span id=\"ratemax\"></span></span><span id=\"quorum\" class=\"sub\"></span><span id=\"updated\" class=\"sub\"></span></header>\n"
     "<main>\n"
     "<section class=\"wide\"><h2>Groups</h2>\n"
-    "<div class=\"legend\"><span class=\"health-healthy\">healthy</span><span class=\"health-recovering\">recovering</span><span class=\"health-hung\">hung</span><span class=\"health-dead\">dead</span><span class=\"health-finished\">finished</span><span class=\"health-misconfigured\">misconfigured</span></div>\n"
+    "<div class=\"legend\"><span class=\"health-healthy\">healthy</span><span class=\"health-recovering\">recovering</span><span class=\"health-hung\">hung</span><span class=\"health-dead\">dead</span><span class=\"health-finished\">finished</span><span class=\"health-misconfigured\">misconfigured</span><span class=\"health-cannot-serve\">cannot-serve</span><span class=\"health-voting-no\">voting-no</span></div>\n"
     "<div id=\"groups\" class=\"groups\" style=\"margin-top:8px\"></div>\n"
     "<div id=\"evict\" style=\"margin-top:8px; display:none\">Evict group <input id=\"evict-group\" size=\"4\"> with operator token <input id=\"evict-token\" type=\"password\" size=\"16\"> <button id=\"evict-go\">Evict</button> <span id=\"evict-result\"></span></div>\n"
     "</section>\n"
@@ -88,10 +94,26 @@ const char graftctl_dashboard_page[] =
     "    t.appendChild(el(\"div\", {}, g.health + (g.in_quorum ? \" \\u00b7 in quorum\" : \"\")));\n"
     "    if (g.reason) t.appendChild(el(\"div\", {\"class\": \"reason\"}, g.reason));\n"
     "    if (g.progress) t.appendChild(el(\"div\", {\"class\": \"gstep\", \"data-step\": g.progress.step}, \"step \" + g.progress.step + \" \\u00b7 \" + g.progress.steps_per_second.toFixed(1) + \" steps/s\"));\n"
+    "    const lag = g.progress && st.step != null ? Math.max(0, st.step - g.progress.step) : null;\n"
+    "    t.appendChild(el(\"div\", {\"class\": \"glag\", \"data-lag\": lag === null ? \"\" : lag}, lag === null ? \"lag: no progress record\" : \"lag \" + lag + (lag === 1 ? \" step\" : \" steps\")));\n"
     "    for (const r of g.ranks) t.appendChild(el(\"div\", {}, \"r\" + r.rank + \" \" + r.state + \" step \" + r.step + \" lease \" + r.lease_ttl_s + \"s\"));\n"
     "    tiles.push(t);\n"
     "  }\n"
     "  box.replaceChildren(...tiles);\n"
+    "}\n"
+    "\n"
+    "function drawRate(h) {\n"
+    "  const ns = \"http://www.w3.org/2000/svg\", svg = document.getElementById(\"ratespark\");\n"
+    "  const w = 180, hh = 26, pts = (h || []).slice(-180);\n"
+    "  svg.setAttribute(\"data-samples\", pts.length);\n"
+    "  const top = Math.max(0.001, ...pts.map(p => p[2]));\n"
+    "  document.getElementById(\"ratemax\").textContent = pts.length ? \"max \" + top.toFixed(1) + \" steps/s\" : \"\";\n"
+    "  if (pts.length < 2) { svg.replaceChildren(); return; }\n"
+    "  const t0 = pts[0][0], span = Math.max(1, pts[pts.length - 1][0] - t0);\n"
+    "  const line = document.createElementNS(ns, \"polyline\");\n"
+    "  line.setAttribute(\"points\", pts.map(p => ((p[0] - t0) / span * (w - 2) + 1).toFixed(1) + \",\" + (hh - 2 - p[2] / top * (hh - 4)).toFixed(1)).join(\" \"));\n"
+    "  line.setAttribute(\"fill\", \"none\"); line.setAttribute(\"stroke\", \"#7fd1a0\"); line.setAttribute(\"stroke-width\", \"1.5\");\n"
+    "  svg.replaceChildren(line);\n"
     "}\n"
     "\n"
     "function drawRecoveries(recs) {\n"
@@ -145,6 +167,7 @@ const char graftctl_dashboard_page[] =
     "  document.getElementById(\"quorum\").textContent = q ? \"quorum \" + q.id + \" round \" + q.round + \" step \" + q.step + \" members [\" + q.members.join(\",\") + \"]\" : \"no quorum yet\";\n"
     "  document.getElementById(\"updated\").textContent = \"updated \" + hhmmss(s.refreshed_unix_ms);\n"
     "  drawGroups(s.status);\n"
+    "  drawRate(s.rate_history);\n"
     "  drawRecoveries(s.recoveries);\n"
     "  fill(\"quorums\", s.quorums.slice(-12).reverse().map(e => row([e.seq, e.quorum_id, e.round, e.step, \"[\" + e.members.join(\",\") + \"]\", (e.duration_us / 1000).toFixed(1) + \" ms\"])));\n"
     "  const ck = document.getElementById(\"ckroot\");\n"

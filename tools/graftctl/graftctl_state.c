@@ -30,6 +30,40 @@ const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_
     return NULL;
 }
 
+bool graftctl_group_voting_no(const graft_event_t *ev, size_t nev, uint32_t group,
+                              uint64_t committed, uint64_t now_ms, char *why, size_t len)
+{
+    const graft_event_t *newest = NULL;
+    uint64_t first_step = 0;
+    size_t n = 0;
+    /* Rank 0 of the group records each failed vote of its group (a vote
+     * that passes records nothing): "rank R voted no: why". */
+    for (size_t i = nev; i-- > 0;) {
+        const graft_event_t *e = &ev[i];
+        if (e->group != group)
+            continue;
+        if (e->kind == GRAFT_EVENT_JOIN)
+            break; /* a rank joined since: it may vote otherwise */
+        if (e->kind != GRAFT_EVENT_VOTE_RESULT || e->ok || e->step < committed)
+            continue;
+        if (e->detail != NULL && strstr(e->detail, GRAFT_CONFIG_MISMATCH_TEXT) != NULL)
+            return false; /* misconfigured says it */
+        newest = newest != NULL ? newest : e;
+        first_step = e->step;
+        n++;
+    }
+    if (n < GRAFTCTL_VOTING_NO_AFTER || newest->unix_ms + GRAFTCTL_VOTING_NO_WITHIN_MS < now_ms)
+        return false;
+    char text[GRAFTCTL_TEXT_LEN];
+    if (first_step == newest->step)
+        snprintf(why, len, "%zu failed votes at step %" PRIu64 ", the newest: %s", n,
+                 newest->step, graftctl_text(newest->detail, text, sizeof(text)));
+    else
+        snprintf(why, len, "%zu failed votes, steps %" PRIu64 "-%" PRIu64 ", the newest: %s", n,
+                 first_step, newest->step, graftctl_text(newest->detail, text, sizeof(text)));
+    return true;
+}
+
 /* The newest failed vote, its group and detail, for a reason. */
 static const graft_event_t *newest_no(const graft_event_t *ev, size_t nev)
 {
