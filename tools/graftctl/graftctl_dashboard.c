@@ -170,8 +170,8 @@ static graft_status_t take_events(graftctl_dash_t *d)
             continue;
         /* A writer takes its seq before it puts the event, so a newer one
          * can be read before an older one lands: wait for the hole (a
-         * heal read without its quorum or join counts as a first sync
-         * forever) up to GRAFTCTL_DASH_HOLE_MS; an event whose put failed
+         * heal read without its assignment or join has no phases for
+         * good) up to GRAFTCTL_DASH_HOLE_MS; an event whose put failed
          * leaves one for good. */
         if (d->last_seq > 0 && ev[i].seq > d->last_seq + 1 &&
             ev[i].unix_ms + GRAFTCTL_DASH_HOLE_MS > now)

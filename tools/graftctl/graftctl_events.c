@@ -194,67 +194,18 @@ json_t *graftctl_event_json(const graft_event_t *e)
                      graftctl_json_text(e->detail));
 }
 
-static bool lists(const graft_event_t *e, uint32_t group)
+/* Whether the heal @d gave its group its first state rather than healing
+ * it from a failure: a heal in a quorum at step 0, where nothing was ever
+ * committed, so nothing was lost (a new job's groups take their state from
+ * one). Read from the event itself: the history around it is best-effort
+ * (events are shed while etcd is slow), and a rule that asked whether the
+ * group served or stood in an earlier quorum misread a group whose
+ * quorum_formed event had been shed (test_metrics_agree_with_the_report). A
+ * group that joins a running job pulls the job's state as a replacement
+ * does and counts with the recoveries. */
+static bool first_state(const graft_event_t *d)
 {
-    for (size_t k = 0; k < e->n_members; k++)
-        if (e->members[k] == group)
-            return true;
-    return false;
-}
-
-static bool same_formation(const graft_event_t *a, const graft_event_t *b)
-{
-    return a->quorum_id == b->quorum_id && a->step == b->step;
-}
-
-/* Whether @group held the job's state when the quorum formation @f formed:
- * every member of a quorum holds it or pulls it there, and one that pulls
- * leaves a recovery_done of that formation (ok or not), or was named a
- * recipient. The donors of a new job's first pulls are named nowhere. */
-static bool held_state_at(const graft_event_t *ev, size_t n, const graft_event_t *f,
-                          uint32_t group)
-{
-    if (!lists(f, group))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        const graft_event_t *e = &ev[i];
-        if (e->group == group && e->quorum_id == f->quorum_id &&
-            ((e->kind == GRAFT_EVENT_RECOVERY_DONE && e->step == f->step) ||
-             (e->kind == GRAFT_EVENT_RECOVERY_ASSIGNED && e->round == f->round)))
-            return false;
-    }
-    return true;
-}
-
-/* Whether the heal ev[done_i] gave its group its first state, rather than
- * healing it from a failure. In a history that starts at the job's first
- * event, the group held state before the assignment this heal answers if
- * it served as a donor, healed in an earlier formation, or held state at
- * an earlier formation (held_state_at). A rank that lost its lease before
- * its group's first pull is still taking that first state. */
-static bool first_state(const graft_event_t *ev, size_t n, size_t done_i)
-{
-    const graft_event_t *d = &ev[done_i];
-    if (ev[0].seq > 1)
-        return false; /* the history lost its start */
-    size_t assigned = done_i; /* the assignment's index, or done_i without one */
-    for (size_t i = done_i; i-- > 0;)
-        if (ev[i].kind == GRAFT_EVENT_RECOVERY_ASSIGNED && ev[i].group == d->group) {
-            assigned = i;
-            break;
-        }
-    for (size_t i = 0; i < done_i; i++) {
-        const graft_event_t *e = &ev[i];
-        if (e->kind == GRAFT_EVENT_RECOVERY_ASSIGNED && lists(e, d->group))
-            return false; /* it served */
-        if (i >= assigned || same_formation(e, d))
-            continue;
-        if (e->kind == GRAFT_EVENT_RECOVERY_DONE && e->ok && e->group == d->group)
-            return false;
-        if (e->kind == GRAFT_EVENT_QUORUM_FORMED && held_state_at(ev, n, e, d->group))
-            return false;
-    }
-    return true;
+    return d->step == 0;
 }
 
 /* One recovery of a rank: its recovery_done and the events before it. */
@@ -289,7 +240,7 @@ json_t *graftctl_recovery_json(const graft_event_t *ev, size_t n, size_t done_i)
         json_object_set_new(phases, "verify", json_real(rest > 0 ? rest : 0));
         json_object_set_new(phases, "total", json_real((double)(d->unix_ms - assigned->unix_ms) / 1e3));
     }
-    bool initial = first_state(ev, n, done_i);
+    bool initial = first_state(d);
     json_t *jd = json_array();
     for (size_t i = 0; assigned != NULL && i < assigned->n_members; i++)
         json_array_append_new(jd, json_integer(assigned->members[i]));
