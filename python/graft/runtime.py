@@ -119,6 +119,9 @@ class Runtime:
                 raise error_for(st, "graft: " + (take_string(err) or "invalid configuration"))
             rt_p = ffi.new("graft_runtime_t **")
             self.etcd_endpoints = _setting(cfg, "etcd_endpoints")
+            # strict: a step commits only with every group (bit-exact after
+            # a failure); elastic: with min_groups of them.
+            self.mode = _setting(cfg, "mode")
             # Where this process sits: its group and its rank in it (a
             # group of many ranks is a launcher's world, see launcher.py).
             for name in ("group", "groups", "rank", "ranks_per_group"):

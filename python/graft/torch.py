@@ -373,7 +373,11 @@ class GradientAverager:
     not called), failed its heal, or does not hold the quorum's step
     (``runtime.participating`` false) contributes zeros, and the sum is
     divided by the number of participants, not the world size (torchft's
-    num_participants()). A member whose region table differs from the
+    num_participants()). In strict mode a step is bit-exact with a run
+    without failures only when every group took part, so a reduction with
+    fewer participants than members vetoes the step in every member (each
+    sees the same count): every group retries it, and the group whose heal
+    failed heals again. A member whose region table differs from the
     first participant's raises LayoutMismatch when the process group is
     built (strict_layout=False: only a warning). A non-participant receives
     the participants' average; its commit says no when its heal failed or it is at another
@@ -406,6 +410,7 @@ class GradientAverager:
         self.last_error = None
         self.participating = True   # of the last average()
         self.participants = 0       # of the last average()
+        self.held = 0               # strict-mode steps vetoed for a missing participant
         # False: a member whose region table differs is only warned about
         # (it stays a non-participant while its heals fail); every member
         # still exchanges its table.
@@ -531,7 +536,8 @@ class GradientAverager:
 
     def average(self, parameters):
         """Average the gradients of parameters across the quorum in place.
-        Returns False (and vetoes the commit) when the collective failed."""
+        Returns False (and vetoes the commit) when the collective failed, or
+        in strict mode when a member did not participate."""
         grads = [p.grad for p in parameters if p.grad is not None]
         part = bool(self.runtime.participating)
         self.participating = part
@@ -562,6 +568,10 @@ class GradientAverager:
                     n = g.numel()
                     g.copy_(flat[off:off + n].view_as(g))
                     off += n
+                if self.runtime.mode == "strict" and count < self.runtime.replica_world:
+                    self.held += 1
+                    self.runtime.veto()
+                    return False
             return True
         except LayoutMismatch:
             raise

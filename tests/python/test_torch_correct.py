@@ -54,6 +54,50 @@ def test_failed_heal_does_not_pollute(spawn, job_env, tmp_path):
     assert "world 2 participating 1 participants 1" in lines0, lines0
 
 
+def test_failed_heal_in_strict_mode_holds_every_group(spawn, job_env, tmp_path):
+    """Strict mode promises the result of a run without failures. Group 1
+    is killed at step 4 and replaced by a process whose heals fail (a
+    smaller object region): while it fails, a step averaged without it
+    would differ from the fault-free one, so group 0 vetoes it too (the
+    reduction counted fewer participants than members) and applies
+    nothing. The failing replacement gives up after 2 heals; a good one
+    heals, and both groups end bit-identical to a fault-free run. (Under
+    torchrun, a group whose rank 0 failed its heal while rank 1 healed let
+    the other groups commit a 2-of-3 average: every rank ended identical,
+    and different from the fault-free run.)"""
+    steps = 12
+    args = ["--steps", steps, "--average"]
+    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
+    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), *args, env=ref_env) for g in range(2)]
+    for w in refs:
+        w.finish()
+    g0 = spawn(0, 2, tmp_path / "g0", *args, "--delay", 0.05)
+    g1 = spawn(1, 2, tmp_path / "g1", *args, "--delay", 0.05)
+    g1.wait_step(4)
+    g1.kill()
+    bad = spawn(1, 2, tmp_path / "bad", *args, "--object-bytes", 1 << 19,
+                "--max-failed-heals", 2, "--no-strict-layout")
+    out_bad, _ = bad.proc.communicate(timeout=120)
+    assert bad.proc.returncode != 0, out_bad
+    assert "failed to heal 2 times in a row" in out_bad, out_bad
+    assert "participating 0" in out_bad, out_bad
+    good = spawn(1, 2, tmp_path / "g1", *args)
+    for w in [g0, good]:
+        w.finish()
+    lines0 = "".join(g0.lines)
+    # Group 0 did reduce with the failing replacement, and held the step.
+    assert "world 2 participating 1 participants 1" in lines0, lines0
+    for g in range(2):
+        name, a, ref = "group %d" % g, _load(tmp_path / ("g%d" % g)), _load(tmp_path / ("ref%d" % g))
+        assert a["step"] == ref["step"] == steps, name
+        assert a["losses"][-1] == ref["losses"][-1], name
+        for x, y in zip(a["params"], ref["params"]):
+            assert x.tobytes() == y.tobytes(), name
+        for (n, x), (m, y) in zip(a["optim"], ref["optim"]):
+            assert n == m and x.tobytes() == y.tobytes(), name
+    assert _load(tmp_path / "g0")["losses"] == _load(tmp_path / "ref0")["losses"]
+
+
 def _kill_and_restart(spawn, tmp_path, *args):
     """Two groups; group 1 killed at step 8 and restarted; both outputs."""
     args = list(args) + ["--delay", 0.05]
