@@ -83,6 +83,7 @@ static const field_t fields[] = {
     STR(persist_remote_endpoint),
     STR(persist_remote_region),
     UINT(persist_remote_keep_last, 0, 1u << 20, "0"),
+    UINT(persist_final, 0, 1, "1"),
     UINT(drift_check_every, 0, UINT32_MAX, "0"),
     UINT(quorum_timeout_ms, 100, 86400000, "300000"),
     UINT(stall_timeout_ms, 100, 3600000, "5000"),

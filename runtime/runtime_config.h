@@ -48,6 +48,7 @@ struct graft_config {
     char *persist_remote_endpoint; /* a non-AWS store's URL */
     char *persist_remote_region;
     uint64_t persist_remote_keep_last;
+    uint64_t persist_final; /* 1: a checkpoint at graft_finish()'s commit */
     uint64_t drift_check_every;
     uint64_t quorum_timeout_ms;
     uint64_t stall_timeout_ms;

@@ -109,6 +109,7 @@ struct graft_runtime {
     bool need_state;
     bool round_restored;   /* this quorum fell back to a checkpoint of another step */
     bool vetoed;           /* graft_commit_veto() in this step: vote no */
+    bool finishing;        /* graft_finish() in this step: the trainer's last */
     bool healthy_published;
     bool cannot_serve_published; /* the member record says GRAFT_MEMBER_CANNOT_SERVE */
     bool progress_published; /* the job's progress key, at least once per process */
@@ -320,6 +321,9 @@ void graft__rt_persist_close(graft_runtime_t *rt);
 GRAFT_WUR graft_status_t graft__rt_restore(graft_runtime_t *rt, uint64_t *step_p);
 /* At commit of quorum q (state = q->step), before the vote is known. */
 GRAFT_WUR graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q);
+/* The final checkpoint at the commit of a step marked by graft_finish()
+ * (persist_final): started off the schedule too, and waited for. */
+GRAFT_WUR graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t *q);
 /* Wait for the background checkpoint work of the previous step. */
 void graft__rt_persist_join(graft_runtime_t *rt);
 

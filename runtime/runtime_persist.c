@@ -409,11 +409,11 @@ static bool persist_verified(const graft_runtime_t *rt, uint64_t step)
                                     NULL) == GRAFT_OK;
 }
 
-graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q)
+/* This rank's part in the checkpoint of q's step, as the schedule assigns
+ * it (due or not: the final one is taken off the schedule). */
+static graft_status_t persist_step(graft_runtime_t *rt, const graft_quorum_t *q)
 {
     uint64_t k = rt->cfg->persist_every;
-    if (rt->writer == NULL || q->step == 0 || q->step % k != 0 || q->n_members == 0)
-        return GRAFT_OK;
     size_t n = q->n_members;
     uint32_t my_writer = q->members[(q->step / k + rt->rank) % n];
     uint32_t committer = q->members[(q->step / k) % n];
@@ -426,6 +426,34 @@ graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quor
     if (persist_verified(rt, q->step))
         return GRAFT_OK;
     return ckpt_start(rt, q->step, write, commit, false);
+}
+
+graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    if (rt->writer == NULL || q->step == 0 || q->step % rt->cfg->persist_every != 0 ||
+        q->n_members == 0)
+        return GRAFT_OK;
+    return persist_step(rt, q);
+}
+
+graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    if (rt->writer == NULL || rt->cfg->persist_final == 0 || q->step == 0 || q->n_members == 0)
+        return GRAFT_OK;
+    graft_status_t st = persist_step(rt, q);
+    if (st != GRAFT_OK)
+        return st;
+    /* The trainer ends after this commit: its part (and a scheduled
+     * checkpoint's before it) is durable when the call returns. */
+    graft__rt_persist_join(rt);
+    if (rt->ckpt.step != q->step)
+        return GRAFT_OK; /* no part of it is this rank's, or it was on disk */
+    if (rt->ckpt_status == GRAFT_OK)
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "final checkpoint of step %" PRIu64 ": %s%s durable",
+                   q->step, rt->ckpt.write_shard ? "shard" : "",
+                   rt->ckpt.commit_manifest ? (rt->ckpt.write_shard ? "+manifest" : "manifest")
+                                            : "");
+    return rt->ckpt_status;
 }
 
 graft_status_t graft_checkpoint_wait(graft_runtime_t *rt)

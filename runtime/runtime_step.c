@@ -626,12 +626,16 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     if (decision) {
         /* The persistent snapshot is of the state the step started from,
          * which is what the regions hold until the optimizer step. */
-        graft_status_t pst = graft__rt_persist_at_commit(rt, q);
+        graft_status_t pst = rt->finishing ? graft__rt_persist_final(rt, q)
+                                           : graft__rt_persist_at_commit(rt, q);
         if (pst != GRAFT_OK)
-            GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint of step %" PRIu64 " not taken: %s", q->step,
-                       graft_status_string(pst));
-        graft__rt_set_step(rt, q->step + 1);
-        publish_health(rt, q->step + 1);
+            GRAFT_WARN(GRAFT_MOD_RUNTIME, "%scheckpoint of step %" PRIu64 " not taken: %s",
+                       rt->finishing ? "final " : "", q->step, graft_status_string(pst));
+        /* The trainer's last step (graft_finish()) is not applied: the
+         * committed step stays the one its regions hold. */
+        uint64_t committed = rt->finishing ? q->step : q->step + 1;
+        graft__rt_set_step(rt, committed);
+        publish_health(rt, committed);
         progress_due(rt, q);
     } else {
         /* A healed group holds the quorum's step even when the vote fails. */
@@ -654,8 +658,19 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     rt->q = NULL;
     rt->round_restored = false;
     rt->vetoed = false;
-    *apply_p = decision;
+    *apply_p = decision && !rt->finishing;
+    rt->finishing = false;
     return ret;
+}
+
+graft_status_t graft_finish(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (rt->q == NULL)
+        return GRAFT_ESTATE;
+    rt->finishing = true;
+    return GRAFT_OK;
 }
 
 graft_status_t graft_commit_veto(graft_runtime_t *rt)

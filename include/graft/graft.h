@@ -115,6 +115,7 @@ extern "C" {
  * | persist_remote_endpoint | GRAFT_PERSIST_REMOTE_ENDPOINT | (AWS) a non-AWS store's URL |
  * | persist_remote_region | GRAFT_PERSIST_REMOTE_REGION | AWS_REGION, else us-east-1 |
  * | persist_remote_keep_last | GRAFT_PERSIST_REMOTE_KEEP_LAST | 0 (keep all) |
+ * | persist_final       | GRAFT_PERSIST_FINAL       | 1 (0: off; see graft_finish()) |
  * | drift_check_every   | GRAFT_DRIFT_CHECK_EVERY   | 0 (off)                 |
  * | quorum_timeout_ms   | GRAFT_QUORUM_TIMEOUT_MS   | 300000                  |
  * | stall_timeout_ms    | GRAFT_STALL_TIMEOUT_MS    | 5000 (donor stall)      |
@@ -531,6 +532,27 @@ void graft_fingerprint_set(graft_runtime_t *rt, graft_fingerprint_fn fn, void *a
  *         not arrive); the writer's error (GRAFT_ENOSPC, GRAFT_EIO, ...).
  */
 GRAFT_WUR graft_status_t graft_checkpoint_now(graft_runtime_t *rt);
+
+/**
+ * @brief Mark the open step as the trainer's last: the trainer opened it
+ *        (graft_quorum(), graft_heal_wait()) only to end, its regions hold
+ *        the final state and it will not apply it. Call it on every rank of
+ *        every group, between graft_quorum() and graft_commit() of that
+ *        step. At that graft_commit(), when the group commits, persist_root
+ *        is set and persist_final is 1 (the default), the step's checkpoint
+ *        is written even off the persist_every schedule (by the writers and
+ *        the committer a scheduled one of that step has), unless one of
+ *        that step is on disk already, and graft_commit() returns once this
+ *        rank's part of it is durable (the committer: the manifest); the
+ *        committed step stays the quorum's step and apply_p is false. Only
+ *        inside a step are the regions known to hold one step's state (the
+ *        trainer may not have applied its last commit, or may keep state it
+ *        packs into a region at the start of a step), so graft_destroy()
+ *        writes no checkpoint of its own.
+ * @param [in] rt  the runtime.
+ * @return GRAFT_OK; GRAFT_EINVAL (NULL); GRAFT_ESTATE (no quorum open).
+ */
+GRAFT_WUR graft_status_t graft_finish(graft_runtime_t *rt);
 
 /**
  * @brief Wait until the background part of the last persistent checkpoint
