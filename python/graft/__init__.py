@@ -13,6 +13,10 @@
 
 The PyTorch adapter is graft.torch (imported on its own).
 """
+# The package's version (pyproject.toml reads it here); graft.version() is
+# the loaded libgraft's.
+__version__ = "0.1.0"
+
 from graft._lib import LibraryNotFound, path as library_path
 from graft.errors import (ChunkError, Error, GroupError, JobError, PeerError,
                           StateTooLarge, SystemResourceError, UsageError)
@@ -26,4 +30,5 @@ __all__ = [
     "Error", "UsageError", "SystemResourceError", "ChunkError", "PeerError", "GroupError",
     "JobError", "StateTooLarge", "LibraryNotFound", "KINDS", "DTYPES", "version",
     "library_path", "set_log_callback", "set_log_level", "LOG_LEVELS", "launcher_settings",
+    "__version__",
 ]

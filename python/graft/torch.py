@@ -14,10 +14,19 @@ optimizer's lazily created state so a replacement registers the same region
 table before its first quorum. Python-object state (RNG states, a scheduler,
 a sampler position) travels in a bounded ObjectState region.
 """
+import inspect
 import os
+from typing import Any, Callable, Dict, Iterable, Optional
+
 import torch
 
 from graft.errors import Error, GroupError, PeerError, UsageError
+from graft.stateful import StateDicts
+
+# The installed torch's default for zero_grad(set_to_none=...): False up to
+# 1.13, True from 2.0.
+_SET_TO_NONE = inspect.signature(torch.optim.Optimizer.zero_grad).parameters[
+    "set_to_none"].default
 
 
 class LayoutMismatch(UsageError):
@@ -58,9 +67,11 @@ __all__ = ["BufferState", "HealFailed", "LayoutMismatch", "Optimizer", "material
 def materialize_state(optim):
     """Create the per-parameter state an optimizer would create lazily at its
     first step, with the values it would start from, so the state exists (and
-    can be registered) before any step. Supports Adam, AdamW and SGD (with
-    momentum and no dampening); other optimizers must already have their
-    state, or an error says so."""
+    can be registered) before any step. Adam, AdamW and SGD (with momentum
+    and no dampening) directly; any other optimizer by a step with zero
+    gradients (parameters put back, step counters reset) once two small
+    stand-ins proved that exact for its class and hyperparameters, or an
+    error says why not."""
     for group in optim.param_groups:
         for p in group["params"]:
             st = optim.state[p]
@@ -84,9 +95,87 @@ def materialize_state(optim):
                 # step's clone of the gradient, bit for bit.
                 st["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             else:
-                raise UsageError(-2, "graft: %s creates its state lazily and graft cannot "
-                                 "materialize it; take one step before wrapping it"
-                                 % type(optim).__name__)
+                _materialize_by_dry_step(optim)
+                return
+
+
+def _reset_counters(optim):
+    """Step counters (a state's "step") back to 0, tensor or number."""
+    for st in optim.state.values():
+        if "step" in st:
+            if torch.is_tensor(st["step"]):
+                st["step"].zero_()
+            else:
+                st["step"] = 0
+
+
+def _dry_step(optim):
+    """One step with zero gradients, the parameters (and gradients) put back
+    and the step counters reset: the state exists, at the values a zero
+    gradient leaves, which are the fresh ones for most optimizers."""
+    params = [p for g in optim.param_groups for p in g["params"]]
+    saved = [(p.detach().clone(), p.grad) for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optim.step()
+    with torch.no_grad():
+        for p, (data, grad) in zip(params, saved):
+            p.copy_(data)
+            p.grad = grad
+    _reset_counters(optim)
+
+
+def _stand_in(optim, gen):
+    """An optimizer of optim's class and hyperparameters over small tensors
+    (5 elements per parameter group, of its first parameter's dtype)."""
+    groups = []
+    for g in optim.param_groups:
+        p0 = g["params"][0]
+        t = torch.randn(5, generator=gen, dtype=torch.float64).to(p0.dtype).to(p0.device)
+        groups.append(dict({k: v for k, v in g.items() if k != "params"},
+                           params=[t.requires_grad_()]))
+    try:
+        return type(optim)(groups, **optim.defaults)
+    except TypeError:
+        return type(optim)(groups)
+
+
+def _materialize_by_dry_step(optim):
+    """The state of any other optimizer: _dry_step(), first verified on two
+    small stand-ins (one fresh, one materialized so) that take the same 3
+    steps and must end bit-identical, parameters and state. Refused with
+    the reason otherwise (NAdam's mu_product, Adamax's exp_inf: a zero
+    gradient moves them)."""
+    name = type(optim).__name__
+    try:
+        a, b = _stand_in(optim, torch.Generator().manual_seed(7)), \
+            _stand_in(optim, torch.Generator().manual_seed(7))
+        _dry_step(b)
+        gen = torch.Generator().manual_seed(11)
+        for _ in range(3):
+            for ga, gb in zip(a.param_groups, b.param_groups):
+                for pa, pb in zip(ga["params"], gb["params"]):
+                    g = torch.randn(pa.shape, generator=gen, dtype=torch.float64)
+                    pa.grad = g.to(pa.dtype).to(pa.device)
+                    pb.grad = pa.grad.clone()
+            a.step()
+            b.step()
+        same = all(torch.equal(pa, pb) for ga, gb in zip(a.param_groups, b.param_groups)
+                   for pa, pb in zip(ga["params"], gb["params"]))
+        sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+        for k in sa:
+            for key, va in sa[k].items():
+                vb = sb[k].get(key)
+                same = same and (torch.equal(va, vb) if torch.is_tensor(va) else va == vb)
+    except Exception as e:  # an optimizer graft cannot build or step a copy of
+        raise UsageError(-2, "graft: %s creates its state lazily, and graft could not check "
+                         "that a step with zero gradients creates it as the first step would "
+                         "(%s); take one step before wrapping it" % (name, e)) from e
+    if not same:
+        raise UsageError(-2, "graft: %s creates its state lazily, and a step with zero "
+                         "gradients does not leave it as the first step would; take one step "
+                         "before wrapping it" % name)
+    _dry_step(optim)
 
 
 def local_optimizer(optim):
@@ -183,8 +272,10 @@ class BufferState:
                 b.copy_(shadow)
 
 
-class Optimizer:
-    """Wraps a torch optimizer so every step runs graft's step protocol.
+class Optimizer(torch.optim.Optimizer):
+    """Wraps a torch optimizer so every step runs graft's step protocol. It
+    is a torch.optim.Optimizer (a scheduler takes it), whose param_groups,
+    state and defaults are the wrapped optimizer's.
 
     runtime       a graft.Runtime with no quorum taken yet.
     optim         the optimizer; its parameters must be contiguous CPU tensors.
@@ -203,6 +294,9 @@ class Optimizer:
                   restored and drift-checked as ``buffer.<i>.<name>``.
     exclude_buffers  buffer names (full, as named_buffers() gives them, or
                   their last part, such as "running_var") left out.
+    stateful      optional {key: object with state_dict()/load_state_dict()}
+                  kept as state (a scheduler, a GradScaler, a data loader);
+                  see register_state_dict_fn().
     max_failed_heals  consecutive failed heals after which zero_grad() raises
                   HealFailed instead of trying again at the next quorum. While
                   its heal fails, the group is no participant: it contributes
@@ -211,8 +305,14 @@ class Optimizer:
                   state.
     """
 
-    def __init__(self, runtime, optim, objects=None, load_objects=None, object_bytes=1 << 20,
-                 max_failed_heals=3, modules=None, exclude_buffers=()):
+    def __init__(self, runtime: Any, optim: torch.optim.Optimizer,
+                 objects: Optional[Callable[[], Any]] = None,
+                 load_objects: Optional[Callable[[Any], None]] = None,
+                 object_bytes: int = 1 << 20, max_failed_heals: int = 3,
+                 modules: Any = None, exclude_buffers: Iterable[str] = (),
+                 stateful: Optional[Dict[str, Any]] = None) -> None:
+        # torch.optim.Optimizer.__init__ is not called: the wrapped optimizer
+        # holds the parameters, their groups and the state.
         if max_failed_heals < 1:
             raise UsageError(-1, "graft: max_failed_heals must be at least 1")
         if (objects is None) != (load_objects is None):
@@ -242,6 +342,9 @@ class Optimizer:
         for name, t in _state_tensors(self.local_optim):
             runtime.register(name, t, "optim")
         self.buffer_state = BufferState(runtime, modules, exclude_buffers)
+        self.state_dicts = StateDicts(runtime)
+        for key, obj in (stateful or {}).items():
+            self.state_dicts.add_object(key, obj)
         # The param groups' hyperparameters (a scheduler's lr) are Python
         # state too; they travel with the caller's objects.
         self.object_state = ObjectState(runtime, "objects", object_bytes)
@@ -250,11 +353,58 @@ class Optimizer:
     def param_groups(self):
         return self.optim.param_groups
 
-    def state_dict(self):
+    @property
+    def state(self):
+        return self.optim.state
+
+    @property
+    def defaults(self):
+        return self.optim.defaults
+
+    def __repr__(self) -> str:
+        return "graft.torch.Optimizer(%r)" % (self.optim,)
+
+    def state_dict(self) -> Dict[str, Any]:
         return self.optim.state_dict()
 
-    def zero_grad(self, set_to_none=False):
-        """Start of a step: the quorum, and the heal when this group is behind."""
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Refused: the wrapped optimizer's state tensors are registered
+        regions, and a load replaces them. Load into the optimizer before
+        wrapping it; later, restore through graft (persist_root)."""
+        raise UsageError(-3, "graft: load the state into the wrapped optimizer before making "
+                         "graft.torch.Optimizer (its state tensors are registered regions); "
+                         "a running job restores through persist_root")
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        raise UsageError(-1, "graft: the parameters are registered when the Optimizer is "
+                         "made; add the group to the wrapped optimizer before that")
+
+    def register_state_dict_fn(self, key: str, load_fn: Callable[[Any], None],
+                               save_fn: Callable[[], Any]) -> None:
+        """Keep save_fn()'s state dict as state under key (torchft's
+        register_state_dict_fn): packed before every quorum, handed to
+        load_fn after a heal, a restore or a step that was not applied.
+        Tensors of 64 KiB and more are regions of their own (zero-copy),
+        the rest is pickled. Before the first zero_grad(); the same keys in
+        every group."""
+        self._before_first_step("register_state_dict_fn()")
+        self.state_dicts.add(key, load_fn, save_fn)
+
+    def register_stateful(self, key: str, obj: Any) -> None:
+        """register_state_dict_fn() for an object with state_dict() and
+        load_state_dict()."""
+        self._before_first_step("register_stateful()")
+        self.state_dicts.add_object(key, obj)
+
+    def _before_first_step(self, what: str) -> None:
+        if self.info is not None or self._last_step is not None:
+            raise UsageError(-3, "graft: %s after the first step" % what)
+
+    def zero_grad(self, set_to_none: Optional[bool] = None) -> Any:
+        """Start of a step: the quorum, and the heal when this group is
+        behind. set_to_none defaults to the installed torch's default."""
+        if set_to_none is None:
+            set_to_none = _SET_TO_NONE
         self.object_state.pack(self._all_objects())
         self.buffer_state.save()
         self.heal_error = None
@@ -289,15 +439,16 @@ class Optimizer:
         hyper = [{k: v for k, v in g.items() if k != "params"}
                  for g in self.optim.param_groups]
         user = self._objects() if self._objects is not None else None
-        return {"param_groups": hyper, "user": user}
+        return {"param_groups": hyper, "user": user, "state_dicts": self.state_dicts.save()}
 
     def _load_all_objects(self, objs):
         for g, saved in zip(self.optim.param_groups, objs["param_groups"]):
             g.update(saved)
         if self._load_objects is not None and objs["user"] is not None:
             self._load_objects(objs["user"])
+        self.state_dicts.load(objs.get("state_dicts"))
 
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> bool:
         """End of a step: the commit; applies the optimizer step only on a
         yes. Returns whether it applied."""
         if self.info is None:

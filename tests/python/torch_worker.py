@@ -16,6 +16,39 @@ import graft
 import graft.torch
 
 
+class Ema:
+    """A stateful object of the user's: a running average of the losses
+    held in a large tensor (a region of its own) and a count (pickled)."""
+
+    def __init__(self, n):
+        self.t = torch.zeros(n, dtype=torch.float32)
+        self.count = 0
+
+    def update(self, loss):
+        self.t.mul_(0.9).add_(loss * 0.1 + self.count * 1e-3)
+        self.count += 1
+
+    def state_dict(self):
+        return {"t": self.t, "count": self.count}
+
+    def load_state_dict(self, sd):
+        self.t.copy_(sd["t"])
+        self.count = sd["count"]
+
+
+class Position:
+    """A data loader's position, as StatefulDataLoader keeps it."""
+
+    def __init__(self):
+        self.index = 0
+
+    def state_dict(self):
+        return {"index": self.index}
+
+    def load_state_dict(self, sd):
+        self.index = sd["index"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -43,6 +76,9 @@ def main():
                     help="a BatchNorm1d after the first layer; its buffers are state")
     ap.add_argument("--exclude-buffers", default="",
                     help="comma-separated buffer names graft leaves out")
+    ap.add_argument("--stateful", action="store_true",
+                    help="the scheduler (made on the graft optimizer), an EMA holding a 128 KiB "
+                         "tensor and a data position kept through register_stateful()")
     ap.add_argument("--device", default="cpu",
                     help="where the model and its optimizer state live (cpu, cuda) [cpu]")
     a = ap.parse_args()
@@ -63,17 +99,26 @@ def main():
     model = torch.nn.Sequential(*layers, torch.nn.ReLU(), torch.nn.Dropout(0.2),
                                 torch.nn.Linear(a.hidden, 1)).to(a.device)
     adam = torch.optim.Adam(model.parameters(), lr=0.01)
-    sched = torch.optim.lr_scheduler.StepLR(adam, step_size=5, gamma=0.9)
+    sched = None if a.stateful else torch.optim.lr_scheduler.StepLR(adam, step_size=5, gamma=0.9)
 
     rt = graft.Runtime()
+    ema, position = Ema(32768), Position()
     opt = graft.torch.Optimizer(
         rt, adam,
-        objects=lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()},
-        load_objects=lambda o: (graft.set_rng_state(o["rng"]), sched.load_state_dict(o["sched"])),
+        objects=((lambda: {"rng": graft.rng_state()}) if a.stateful else
+                 (lambda: {"rng": graft.rng_state(), "sched": sched.state_dict()})),
+        load_objects=((lambda o: graft.set_rng_state(o["rng"])) if a.stateful else
+                      (lambda o: (graft.set_rng_state(o["rng"]),
+                                  sched.load_state_dict(o["sched"])))),
         object_bytes=a.object_bytes,
         modules=model if a.batchnorm else None,
         exclude_buffers=[n for n in a.exclude_buffers.split(",") if n],
+        stateful={"ema": ema, "position": position} if a.stateful else None,
         **({} if a.max_failed_heals is None else {"max_failed_heals": a.max_failed_heals}))
+    if a.stateful:
+        # The wrapper is a torch.optim.Optimizer: the scheduler takes it.
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.9)
+        opt.register_stateful("sched", sched)
     avg = (graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend,
                                         strict_layout=not a.no_strict_layout)
            if a.average else None)
@@ -106,6 +151,8 @@ def main():
         if opt.step():
             losses.append((rt.step - 1, float(loss.item())))
             sched.step()
+            ema.update(float(loss.item()))
+            position.index += 32
             if rt.step == a.corrupt_at:
                 with torch.no_grad():
                     next(model.parameters()).view(-1)[0] += 1.0
@@ -135,6 +182,9 @@ def main():
         "avg": (avg.rebuilds, avg.failures) if avg is not None else None,
         "losses": losses,
         "buffers": [(n, b.detach().cpu().numpy().copy()) for n, b in model.named_buffers()],
+        "ema": (ema.t.numpy().copy(), ema.count),
+        "position": position.index,
+        "regions": [r[0] for r in rt.region_table],
     }
     rt.close()
     with open(a.out, "wb") as f:
