@@ -729,3 +729,7 @@ class GradientAverager:
         except Exception as e:  # a failed or timed-out collective
             self._failed(e)
             return False
+
+
+# Round-based synchronization (LocalSGD, DiLoCo) builds on the above.
+from graft.torch_sync import DiLoCo, LocalSGD  # noqa: E402,F401

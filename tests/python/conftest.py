@@ -101,11 +101,11 @@ def group_env(env, group, groups):
 class Worker:
     """One group as a process running torch_worker.py."""
 
-    def __init__(self, env, group, groups, out, args):
+    def __init__(self, env, group, groups, out, args, script=WORKER):
         e = group_env(env, group, groups)
         self.out = out
         self.proc = subprocess.Popen(
-            [sys.executable, WORKER, "--out", str(out)] + [str(a) for a in args],
+            [sys.executable, script, "--out", str(out)] + [str(a) for a in args],
             env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
 
@@ -140,10 +140,10 @@ class Worker:
 def spawn(job_env):
     workers = []
 
-    def start(group, groups, out, *args, env=None):
+    def start(group, groups, out, *args, env=None, script=WORKER):
         e = dict(job_env)
         e.update(env or {})
-        w = Worker(e, group, groups, out, list(args))
+        w = Worker(e, group, groups, out, list(args), script)
         workers.append(w)
         return w
 
