@@ -731,5 +731,7 @@ class GradientAverager:
             return False
 
 
-# Round-based synchronization (LocalSGD, DiLoCo) builds on the above.
+# Round-based synchronization (LocalSGD, DiLoCo) and the DDP wrapper build on
+# the above.
 from graft.torch_sync import DiLoCo, LocalSGD  # noqa: E402,F401
+from graft.torch_ddp import DistributedDataParallel  # noqa: E402,F401

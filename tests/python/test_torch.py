@@ -133,6 +133,33 @@ def test_gradient_averaging_survives_a_kill(spawn, tmp_path):
         assert rebuilds >= 2  # the first quorum's group, then the one after the kill
 
 
+def test_ddp_wrapper_heals_and_matches_the_averager(spawn, job_env, tmp_path):
+    """graft.torch.DistributedDataParallel: the cross-group reduction runs in
+    DDP's communication hook. Two groups, group 1 killed at step 8 and
+    restarted: both end bit-identical to a fault-free run whose groups
+    average with GradientAverager.average() (the same reduction, element
+    for element), with the same losses."""
+    steps = 16
+    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
+    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), "--steps", steps, "--average", env=ref_env)
+            for g in range(2)]
+    for w in refs:
+        w.finish()
+    args = ["--steps", steps, "--average", "--ddp", "--delay", 0.05]
+    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
+    ws[1].wait_step(8)
+    ws[1].kill()
+    repl = spawn(1, 2, tmp_path / "g1", *args)
+    for w in [ws[0], repl]:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    ref = _load(tmp_path / "ref0")
+    _assert_identical([ref] + outs)
+    assert outs[1]["start"] == "peer" and outs[1]["metrics"]["recoveries"] >= 1
+    assert outs[0]["losses"] == ref["losses"]
+    assert "participants 2" in "".join(ws[0].lines + [""])
+
+
 def test_failed_collective_votes_no(spawn, tmp_path):
     """Replica rank 1 stalls past the collective's 5 s timeout at step 4:
     both groups' allreduce fails, each vetoes its commit (no hang, no step

@@ -63,6 +63,9 @@ def main():
                     help="each group trains on its own data; gradients are averaged over "
                          "--backend")
     ap.add_argument("--backend", default="gloo", help="the averager's backend [gloo]")
+    ap.add_argument("--ddp", action="store_true",
+                    help="with --average: the reduction in graft.torch.DistributedDataParallel's "
+                         "hook instead of an average() call")
     ap.add_argument("--object-bytes", type=int, default=1 << 20,
                     help="the bound of the object region (a different one in one group is a "
                          "layout its heals cannot pass)")
@@ -122,6 +125,7 @@ def main():
     avg = (graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend,
                                         strict_layout=not a.no_strict_layout)
            if a.average else None)
+    net = graft.torch.DistributedDataParallel(rt, model, averager=avg) if a.ddp else model
     skipped = 0
     losses = []  # (step, loss) of every applied step
     while rt.step < a.steps:
@@ -136,7 +140,7 @@ def main():
             np.random.randn(32, 8).astype(np.float32)) * 0.01
         x = x.to(a.device)
         y = x.sum(dim=1, keepdim=True)
-        loss = torch.nn.functional.mse_loss(model(x), y) * (1.0 + 0.01 * random.random())
+        loss = torch.nn.functional.mse_loss(net(x), y) * (1.0 + 0.01 * random.random())
         loss.backward()
         if avg is not None:
             if info.step == a.stall_average_at and info.replica_rank == 1:
@@ -144,7 +148,8 @@ def main():
 
                 time.sleep(7)
                 a.stall_average_at = -1
-            avg.average(model.parameters())
+            if not a.ddp:
+                avg.average(model.parameters())
             print("average step %d world %d participating %d participants %d"
                   % (info.step, info.replica_world, int(avg.participating),
                      avg.participants), flush=True)
