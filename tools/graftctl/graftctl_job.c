@@ -386,7 +386,15 @@ static void status_print(json_t *s)
         printf("paused: %s\n",
                graftctl_text(json_string_value(state_reason), text, sizeof(text)));
     json_t *step = json_object_get(s, "step");
-    if (json_is_integer(step))
+    const char *state = json_string_value(json_object_get(s, "state"));
+    bool ended = strcmp(state, "completed") == 0 || strcmp(state, "failed") == 0;
+    if (json_is_integer(step) && json_is_true(json_object_get(s, "progress_stale")) && !ended)
+        printf("progress: step %" JSON_INTEGER_FORMAT " committed, no progress for %"
+               JSON_INTEGER_FORMAT " s (each group's rank 0 reports every %d s)\n",
+               json_integer_value(step),
+               json_integer_value(json_object_get(s, "progress_age_ms")) / 1000,
+               GRAFT_GROUP_PROGRESS_EVERY_MS / 1000);
+    else if (json_is_integer(step))
         printf("progress: step %" JSON_INTEGER_FORMAT " committed, %.1f steps/s (each group's "
                "rank 0 reports every %d s)\n", json_integer_value(step),
                json_number_value(json_object_get(s, "steps_per_second")),
@@ -427,6 +435,12 @@ static void status_print(json_t *s)
             printf("group %" JSON_INTEGER_FORMAT " %s: %s\n", group, health,
                    graftctl_text(json_string_value(json_object_get(g, "reason")), text,
                                  sizeof(text)));
+        json_t *p = json_object_get(g, "progress");
+        if (json_array_size(ranks) > 0 && json_is_true(json_object_get(p, "stale")))
+            printf("group %" JSON_INTEGER_FORMAT " %s: no progress for %" JSON_INTEGER_FORMAT
+                   " s (at step %" JSON_INTEGER_FORMAT ")\n", group, health,
+                   json_integer_value(json_object_get(p, "age_ms")) / 1000,
+                   json_integer_value(json_object_get(p, "step")));
         if (json_array_size(ranks) == 0)
             printf("%-6" JSON_INTEGER_FORMAT " %-10s %-5s\n", group, health, "-");
         json_array_foreach(ranks, ri, r) {

@@ -105,6 +105,18 @@ static void progress_metrics(FILE *f, json_t *s)
                 "A group's committed step as its rank 0 last reported it.");
     group_gauge(f, s, "graft_group_steps_per_second", "steps_per_second",
                 "A group's committed steps per second (0 once its record is stale).");
+    size_t i;
+    json_t *g;
+    head(f, "graft_group_progress_timestamp_seconds", "gauge",
+         "When a group's rank 0 last reported its step (at a commit, every 2 s at most): "
+         "time() minus it is how long the group has not progressed.");
+    json_array_foreach(json_object_get(s, "groups"), i, g) {
+        json_t *v = json_object_get(json_object_get(g, "progress"), "unix_ms");
+        if (json_is_integer(v))
+            fprintf(f, "graft_group_progress_timestamp_seconds{group=\"%" JSON_INTEGER_FORMAT
+                    "\"} %.3f\n", json_integer_value(json_object_get(g, "group")),
+                    (double)json_integer_value(v) / 1000.0);
+    }
 }
 
 static void status_metrics(FILE *f, json_t *s)

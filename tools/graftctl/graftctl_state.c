@@ -124,8 +124,14 @@ void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t ne
         if (json_is_integer(age) && (uint64_t)json_integer_value(age) < idle)
             idle = (uint64_t)json_integer_value(age);
     }
-    if (live == 0 || idle == UINT64_MAX || fresh > 0)
+    if (idle == UINT64_MAX)
         return; /* no group record: a job of an older library, or none yet */
+    /* How long since any group reported a step, and whether every record
+     * is stale: 'no progress for N s' where a rate would mislead. */
+    json_object_set_new(status, "progress_age_ms", json_integer((json_int_t)idle));
+    json_object_set_new(status, "progress_stale", json_boolean(fresh == 0));
+    if (live == 0 || fresh > 0)
+        return;
     char why[GRAFTCTL_TEXT_LEN + 128];
     pause_reason(status, ev, nev, idle, why, sizeof(why));
     json_object_set_new(status, "state", json_string("paused"));
