@@ -190,17 +190,27 @@ void graft__rt_publish_progress(graft_runtime_t *rt, bool quick)
  * Each change is one etcd write; a failed one is tried at the next commit. */
 static void publish_health(graft_runtime_t *rt, uint64_t step)
 {
-    bool cannot_serve = graft_transfer_serve_failures(rt->ep) > 0;
+    uint64_t failures = graft_transfer_serve_failures(rt->ep);
+    bool cannot_serve = failures > 0;
     if (rt->healthy_published && cannot_serve == rt->cannot_serve_published)
         return;
     graft_member_state_t state = cannot_serve ? GRAFT_MEMBER_CANNOT_SERVE : GRAFT_MEMBER_HEALTHY;
     if (graft_membership_update(rt->m, state, step) != GRAFT_OK)
         return;
-    if (cannot_serve != rt->cannot_serve_published)
+    if (cannot_serve != rt->cannot_serve_published) {
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": %s", rt->group,
                    rt->rank, cannot_serve ? "its transfer endpoint cannot serve: the member "
                                             "record says so until it can"
                                           : "its transfer endpoint serves again");
+        /* The reason, for the tools (the member record has only the
+         * state): one event each time the rank stops serving. */
+        char detail[192];
+        snprintf(detail, sizeof(detail), "%s: rank %" PRIu32 "'s transfer endpoint failed to "
+                 "accept %" PRIu64 " connection(s) in a row (its log names UCX's error)",
+                 GRAFT_CANNOT_SERVE_TEXT, rt->rank, failures);
+        if (cannot_serve)
+            graft__rt_job_event(rt, GRAFT_EVENT_ERROR, step, false, 0, detail);
+    }
     rt->healthy_published = true;
     rt->cannot_serve_published = cannot_serve;
 }

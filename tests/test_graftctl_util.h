@@ -162,15 +162,23 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* The health graftctl status gives a group ("absent" if it has none). */
-static const char *group_health(json_t *status, int group)
+/* A string field of a group in graftctl status (NULL: no such group or
+ * field). */
+static inline const char *group_field(json_t *status, int group, const char *field)
 {
     size_t i;
     json_t *g;
     json_array_foreach(json_object_get(status, "groups"), i, g)
         if (json_integer_value(json_object_get(g, "group")) == group)
-            return json_string_value(json_object_get(g, "health"));
-    return "absent";
+            return json_string_value(json_object_get(g, field));
+    return NULL;
+}
+
+/* The health graftctl status gives a group ("absent" if it has none). */
+static const char *group_health(json_t *status, int group)
+{
+    const char *h = group_field(status, group, "health");
+    return h != NULL ? h : "absent";
 }
 
 /* Starts argv[0] with argv, stdout and stderr into log (tmpdir/<name>);

@@ -697,6 +697,11 @@ typedef struct graft_group_progress {
  *  the one the quorum was formed with: the groups' settings disagree. */
 #define GRAFT_CONFIG_MISMATCH_TEXT "config mismatch"
 
+/** How the error event begins that a rank records in the job's history
+ *  when its member record turns GRAFT_MEMBER_CANNOT_SERVE (its transfer
+ *  endpoint failed to accept connections): tools read the reason there. */
+#define GRAFT_CANNOT_SERVE_TEXT "cannot serve"
+
 /** How often rank 0 of each group writes its group's progress record, at
  *  a commit (and at its first commit and graft_destroy()). */
 #define GRAFT_GROUP_PROGRESS_EVERY_MS 2000

@@ -100,6 +100,11 @@ void graftctl_job_pause_check(json_t *status, const graft_event_t *ev, size_t ne
  * and why) into why and returns true. */
 bool graftctl_group_voting_no(const graft_event_t *ev, size_t nev, uint32_t group,
                               uint64_t committed, uint64_t now_ms, char *why, size_t len);
+/* Why a group is "cannot-serve": its ranks whose member record says so,
+ * and the newest GRAFT_CANNOT_SERVE_TEXT error event of the group (the
+ * accept failures the rank counted), written into why. */
+void graftctl_group_cannot_serve_reason(const graft_membership_view_t *v, const graft_event_t *ev,
+                                        size_t nev, uint32_t group, char *why, size_t len);
 
 /* A folder of job folders (graftctl_ckpt_jobs.c): each folder under root
  * that holds step-* folders, as {"job", "checkpoints", "newest_step"}, by

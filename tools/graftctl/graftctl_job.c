@@ -324,6 +324,9 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
         const char *health = group_health(v, q, groups[gi], ranks, job_step,
                                           group_finished(ev, nev, groups[gi]), mismatch,
                                           voting_no);
+        char noserve[GRAFTCTL_TEXT_LEN + 160];
+        if (strcmp(health, "cannot-serve") == 0)
+            graftctl_group_cannot_serve_reason(v, ev, nev, groups[gi], noserve, sizeof(noserve));
         /* A group that ended steps no more, however fresh its last record. */
         if (strcmp(health, "finished") == 0 && json_is_object(jprogress))
             json_object_set_new(jprogress, "steps_per_second", json_real(0));
@@ -340,6 +343,8 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
                                                      ? graftctl_json_text(mismatch)
                                                  : strcmp(health, "voting-no") == 0
                                                      ? graftctl_json_text(novote)
+                                                 : strcmp(health, "cannot-serve") == 0
+                                                     ? graftctl_json_text(noserve)
                                                      : json_null(),
                                                  "in_quorum",
                                                  q != NULL && in_list(q->members, q->n_members,

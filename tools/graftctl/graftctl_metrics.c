@@ -119,6 +119,19 @@ static void progress_metrics(FILE *f, json_t *s)
     }
 }
 
+/* A gauge of 1 for each group of one health (no sample for the others). */
+static void health_gauge(FILE *f, json_t *s, const char *name, const char *health,
+                         const char *help)
+{
+    size_t i;
+    json_t *g;
+    head(f, name, "gauge", help);
+    json_array_foreach(json_object_get(s, "groups"), i, g)
+        if (strcmp(json_string_value(json_object_get(g, "health")), health) == 0)
+            fprintf(f, "%s{group=\"%" JSON_INTEGER_FORMAT "\"} 1\n", name,
+                    json_integer_value(json_object_get(g, "group")));
+}
+
 static void status_metrics(FILE *f, json_t *s)
 {
     static const char *const healths[] = {"healthy",  "recovering", "cannot-serve",
@@ -140,19 +153,14 @@ static void status_metrics(FILE *f, json_t *s)
             n += strcmp(json_string_value(json_object_get(g, "health")), healths[h]) == 0;
         fprintf(f, "graft_groups{health=\"%s\"} %zu\n", healths[h], n);
     }
-    head(f, "graft_group_config_mismatch", "gauge",
-         "1 for a live group whose settings (min_groups) disagree with the quorum's.");
-    json_array_foreach(json_object_get(s, "groups"), i, g)
-        if (strcmp(json_string_value(json_object_get(g, "health")), "misconfigured") == 0)
-            fprintf(f, "graft_group_config_mismatch{group=\"%" JSON_INTEGER_FORMAT "\"} 1\n",
-                    json_integer_value(json_object_get(g, "group")));
-    head(f, "graft_group_voting_no", "gauge",
-         "1 for a live group whose votes failed again and again (status says which rank "
-         "voted no and why).");
-    json_array_foreach(json_object_get(s, "groups"), i, g)
-        if (strcmp(json_string_value(json_object_get(g, "health")), "voting-no") == 0)
-            fprintf(f, "graft_group_voting_no{group=\"%" JSON_INTEGER_FORMAT "\"} 1\n",
-                    json_integer_value(json_object_get(g, "group")));
+    health_gauge(f, s, "graft_group_config_mismatch", "misconfigured",
+                 "1 for a live group whose settings (min_groups) disagree with the quorum's.");
+    health_gauge(f, s, "graft_group_voting_no", "voting-no",
+                 "1 for a live group whose votes failed again and again (status says which "
+                 "rank voted no and why).");
+    health_gauge(f, s, "graft_group_cannot_serve", "cannot-serve",
+                 "1 for a live group with a rank whose transfer endpoint cannot serve (status "
+                 "says which rank and why).");
     head(f, "graft_ranks_live", "gauge", "Ranks with a live member record.");
     size_t live = 0;
     json_array_foreach(json_object_get(s, "groups"), i, g)

@@ -64,6 +64,29 @@ bool graftctl_group_voting_no(const graft_event_t *ev, size_t nev, uint32_t grou
     return true;
 }
 
+void graftctl_group_cannot_serve_reason(const graft_membership_view_t *v, const graft_event_t *ev,
+                                        size_t nev, uint32_t group, char *why, size_t len)
+{
+    char ranks[96] = "", text[GRAFTCTL_TEXT_LEN];
+    size_t used = 0;
+    for (size_t i = 0; i < v->n_members && used < sizeof(ranks) - 16; i++)
+        if (v->members[i].group == group && v->members[i].state == GRAFT_MEMBER_CANNOT_SERVE)
+            used += (size_t)snprintf(ranks + used, sizeof(ranks) - used, "%s%" PRIu32,
+                                     used > 0 ? "," : "", v->members[i].rank);
+    const size_t lead = strlen(GRAFT_CANNOT_SERVE_TEXT);
+    for (size_t i = nev; i-- > 0;) {
+        const graft_event_t *e = &ev[i];
+        if (e->group == group && e->kind == GRAFT_EVENT_ERROR && !e->ok && e->detail != NULL &&
+            strncmp(e->detail, GRAFT_CANNOT_SERVE_TEXT, lead) == 0) {
+            snprintf(why, len, "rank %s %s (at step %" PRIu64 ")", ranks,
+                     graftctl_text(e->detail, text, sizeof(text)), e->step);
+            return;
+        }
+    }
+    snprintf(why, len, "rank %s %s: its member record says so (no event in the history)", ranks,
+             GRAFT_CANNOT_SERVE_TEXT);
+}
+
 /* The newest failed vote, its group and detail, for a reason. */
 static const graft_event_t *newest_no(const graft_event_t *ev, size_t nev)
 {
