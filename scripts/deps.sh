@@ -12,7 +12,7 @@ libzstd-dev libxxhash-dev \
 etcd-server etcd-client \
 libjansson-dev libcmocka-dev \
 iproute2 procps \
-python3-venv python3-pytest \
+python3-venv python3-pytest python3-build python3-setuptools python3-wheel \
 clang libclang-rt-dev \
 libmicrohttpd-dev chromium python3-prometheus-client prometheus \
 python3-torch python3-numpy python3-cffi"

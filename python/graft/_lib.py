@@ -1,9 +1,12 @@
 """Loads libgraft.so with cffi (ABI mode) and declares the part of
 include/graft/graft.h and include/graft/common.h the package uses.
 
-The library is found, in order, at $GRAFT_LIBRARY, next to the checkout this
-package was installed from (recorded at build time), at ../build/lib relative
-to a source tree the package is imported from, and on the loader's path.
+The library is found, in order, at $GRAFT_LIBRARY, bundled in the package
+(graft/libgraft.so, which `pip install` of the repository or of its sdist
+compiles and copies there), next to the checkout this package was installed
+from (`pip install ./python` records it at build time), at ../build/lib
+relative to a source tree the package is imported from, and on the loader's
+path.
 """
 import os
 
@@ -144,14 +147,17 @@ def _candidates():
         # An explicit choice is the only one tried: a wrong path must fail
         # loudly, not fall back to some other build.
         return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
     found = []
+    bundled = os.path.join(here, "libgraft.so")
+    if os.path.exists(bundled):
+        found.append(bundled)
     try:
         from graft import _checkout  # written at install time
 
         found.append(_checkout.LIBRARY)
     except ImportError:
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
     found.append(os.path.join(here, "..", "..", "build", "lib", "libgraft.so"))
     found.append("libgraft.so")
     return found, False
