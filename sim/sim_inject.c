@@ -8,6 +8,7 @@
 #include "sim_live_int.h"
 
 #include <graft/etcd.h>
+#include <graft/persist.h>
 
 #include <assert.h>
 #include <dirent.h>
@@ -39,6 +40,48 @@ static int sim_group_alive(graft_sim_run_t *r, int g)
     return 1;
 }
 
+/* The newest complete checkpoint in the object store (-1: none, or no
+ * store), asked at most every 500 ms (the injector looks far more often). */
+static long long sim_remote_newest(graft_sim_run_t *r)
+{
+    uint64_t now = graft_sim_now_ns();
+    if (r->remote_url[0] == '\0')
+        return -1;
+    if (r->remote_checked_ns != 0 && now - r->remote_checked_ns < 500000000ull)
+        return r->remote_newest;
+    r->remote_checked_ns = now;
+    graft_persist_remote_config_t rc;
+    memset(&rc, 0, sizeof(rc));
+    rc.url = r->remote_url;
+    rc.endpoint = r->o->persist_remote_endpoint;
+    rc.max_retries = 1;
+    rc.timeout_ms = 5000;
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    char why[256] = "";
+    graft_status_t st = graft_persist_remote_list(&rc, &steps, &n, why, sizeof(why));
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim run: cannot list %s: %s%s%s\n", r->remote_url,
+                graft_status_string(st), why[0] ? ": " : "", why);
+        r->remote_newest = -1;
+    } else {
+        r->remote_newest = n > 0 ? (long long)steps[0] : -1;
+    }
+    graft_free(steps);
+    return r->remote_newest;
+}
+
+/* lose_disks: everything under the job's local checkpoint root goes, as
+ * when the hosts are replaced by new ones with empty disks. */
+static void sim_wipe_local_root(graft_sim_run_t *r)
+{
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'/* '%s'/.[!.]*", r->persist_root, r->persist_root);
+    if (strchr(r->persist_root, '\'') != NULL || system(cmd) != 0) {
+        graft_sim_run_fail(r, "lose_disks: could not empty %s", r->persist_root);
+    }
+}
+
 static void sim_kill(graft_sim_run_t *r, int g, int k)
 {
     if (graft_sim_sup_signal(r->sup, g, k, SIGKILL) != GRAFT_OK) {
@@ -60,7 +103,7 @@ static int sim_other_copy(graft_sim_run_t *r, int g)
         int busy = 0;
         for (size_t k = 0; k < r->n_open && !busy; k++) {
             const graft_sim_recovery_t *rec = &r->res->recoveries[r->open[k].rec];
-            busy = rec->group == h || rec->kind == GRAFT_SIM_DISASTER;
+            busy = rec->group == h || graft_sim_kind_is_disaster(rec->kind);
         }
         if (!busy) {
             return 1;
@@ -428,6 +471,7 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
         r->hang_n++;
         return 1;
     case GRAFT_SIM_DISASTER:
+    case GRAFT_SIM_LOSE_DISKS:
         for (int g = 0; g < G; g++) {
             if (!sim_group_alive(r, g)) {
                 return 0;
@@ -440,8 +484,11 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
          * (two when one is to be corrupted): a disaster before that loses
          * the job by design (GRAFT_ESTATELOST), which is not what the event
          * is meant to show. A checkpoint of step s is written in the
-         * background after s commits, so a step count alone cannot tell. */
-        if (sim_complete_checkpoints(r, NULL, 0) < (ev->corrupt ? 2 : 1)) {
+         * background after s commits, so a step count alone cannot tell.
+         * Losing the disks needs one in the object store. */
+        if (ev->kind == GRAFT_SIM_LOSE_DISKS ? sim_remote_newest(r) < 0
+                                             : sim_complete_checkpoints(r, NULL, 0) <
+                                                   (ev->corrupt ? 2 : 1)) {
             return 0;
         }
         sim_record_injected(r, idx, ev);
@@ -476,14 +523,20 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
             graft_sim_result_t *res = r->res;
             graft_sim_recovery_t none, *rec = &none;
             if (res->n_recoveries > 0 &&
-                res->recoveries[res->n_recoveries - 1].kind == GRAFT_SIM_DISASTER) {
+                graft_sim_kind_is_disaster(res->recoveries[res->n_recoveries - 1].kind)) {
                 rec = &res->recoveries[res->n_recoveries - 1];
             }
             if (ev->corrupt) {
                 rec->corrupted_step = sim_corrupt_newest(r, idx);
             }
             char good[256];
-            if (sim_complete_checkpoints(r, good, sizeof(good)) > 0) {
+            if (ev->kind == GRAFT_SIM_LOSE_DISKS) {
+                /* Every rank is dead: what the store holds now is what the
+                 * job comes back from, and the local root goes. */
+                r->remote_checked_ns = 0;
+                rec->checkpoint_step = sim_remote_newest(r);
+                sim_wipe_local_root(r);
+            } else if (sim_complete_checkpoints(r, good, sizeof(good)) > 0) {
                 rec->checkpoint_step = strtoll(good + 5, NULL, 10);
             }
         }

@@ -177,7 +177,8 @@ static char *sim_env(const char *k, const char *fmt, ...)
     /* A value the user exported wins (e.g. a longer lease on a slow box). */
     if (asprintf(&s, "%s=%s", k, user != NULL && strcmp(k, "GRAFT_JOB") != 0 &&
                                          strcmp(k, "GRAFT_ETCD_ENDPOINTS") != 0 &&
-                                         strcmp(k, "GRAFT_PERSIST_ROOT") != 0
+                                         strcmp(k, "GRAFT_PERSIST_ROOT") != 0 &&
+                                         strcmp(k, "GRAFT_PERSIST_REMOTE") != 0
                                      ? user
                                      : v) < 0) {
         s = NULL;
@@ -316,6 +317,18 @@ static graft_status_t sim_run_once(const graft_sim_live_opts_t *o,
     env[e++] = sim_env("GRAFT_JOIN_TIMEOUT_MS", "%d", 1000);
     env[e++] = sim_env("GRAFT_PERSIST_ROOT", "%s", proot);
     env[e++] = sim_env("GRAFT_PERSIST_EVERY", "%lld", o->persist_every);
+    if (o->persist_remote != NULL) {
+        /* This job's own prefix in the bucket, as its own local root. */
+        size_t n = strlen(o->persist_remote);
+        while (n > 5 && o->persist_remote[n - 1] == '/')
+            n--;
+        snprintf(r.remote_url, sizeof(r.remote_url), "%.*s/%s", (int)n, o->persist_remote,
+                 r.job);
+        env[e++] = sim_env("GRAFT_PERSIST_REMOTE", "%s", r.remote_url);
+        if (o->persist_remote_endpoint != NULL)
+            env[e++] = sim_env("GRAFT_PERSIST_REMOTE_ENDPOINT", "%s",
+                               o->persist_remote_endpoint);
+    }
     /* Without --netns the trainers talk over loopback only: keep UCX off
      * the host's other interfaces, whose coming and going (another job's
      * veths) made every new UCX worker fail with "No such device" in a

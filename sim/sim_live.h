@@ -33,6 +33,10 @@ typedef struct graft_sim_live_opts {
     int etcd_members;           /**< --etcd-members N: the embedded etcd's size, >= 1 */
     const char *persist_root;   /**< --persist-root DIR or NULL */
     long long persist_every;    /**< --persist-every K, >= 1 when persist_root is set, else 0 */
+    const char *persist_remote; /**< --persist-remote s3://bucket[/prefix] or NULL: the
+                                     trainers' remote tier, under prefix/<job> */
+    const char *persist_remote_endpoint; /**< --persist-remote-endpoint URL (a non-AWS store)
+                                     or NULL */
     int netns;                  /**< --netns given */
     const char *json_path;      /**< --json FILE or NULL */
     const char *plot_path;      /**< --plot FILE.svg or NULL (default: the --json path, .svg) */

@@ -223,6 +223,11 @@ typedef struct graft_sim_run {
     char job[64];
     char dir[PATH_MAX];
     const char *persist_root;
+    /* --persist-remote: the job's prefix in the bucket (else empty), and
+     * when the store was last seen holding a complete checkpoint. */
+    char remote_url[PATH_MAX];
+    long long remote_newest;     /* its newest complete checkpoint; -1: none seen */
+    uint64_t remote_checked_ns;
     /* Checkpoints a disaster corrupted (their step directories' steps):
      * no longer restorable, so no longer counted before the next one. */
     long long corrupted[256];

@@ -31,6 +31,7 @@ static void sim_run_usage(FILE *out)
             "                        \"group\", \"rank\", \"duration_ms\", \"corrupt\"}]}; K is\n"
             "                        kill_rank, kill_group, kill_donor, hang, disaster,\n"
             "                        etcd_restart (embedded etcd of one member),\n"
+            "                        lose_disks (--persist-remote),\n"
             "                        partition, isolate, netem, throttle, cut_donor\n"
             "                        (--netns) or etcd_leader_kill (SIGKILL etcd's leader,\n"
             "                        restart it after duration_ms; --etcd-members >= 3)\n"
@@ -41,6 +42,12 @@ static void sim_run_usage(FILE *out)
             "                        instead of etcd_restart\n"
             "  --persist-root DIR    keep persistent checkpoints here\n"
             "  --persist-every K     persistent checkpoint every K steps (with --persist-root)\n"
+            "  --persist-remote s3://BUCKET[/PREFIX]\n"
+            "                        the trainers' object-store tier (under PREFIX/<job>;\n"
+            "                        credentials from AWS_*); --random-failures then draws\n"
+            "                        lose_disks: a disaster that also wipes the local root\n"
+            "  --persist-remote-endpoint URL\n"
+            "                        a non-AWS store's http(s) URL (path-style requests)\n"
             "  --netns               groups in network namespaces with shaped links\n"
             "  --json FILE           write the report as JSON\n"
             "  --trainer CMD         the trainer: a /bin/sh command the contract's flags are\n"
@@ -107,7 +114,7 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
         static const char *const with_value[] = {
             "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
             "--random-failures", "--schedule", "--etcd", "--etcd-members", "--persist-root",
-            "--persist-every",
+            "--persist-every", "--persist-remote", "--persist-remote-endpoint",
             "--json", "--plot", "--trainer"};
         int known = 0;
         for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
@@ -192,6 +199,22 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
             if (sim_run_int(flag, val, 1, LLONG_MAX, &o->persist_every) != 0) {
                 return 2;
             }
+        } else if (strcmp(flag, "--persist-remote") == 0) {
+            if (strncmp(val, "s3://", 5) != 0 || val[5] == '\0' || val[5] == '/') {
+                fprintf(stderr, "graft-sim run: error: --persist-remote: '%s' is not "
+                                "s3://bucket[/prefix]\n", val);
+                return 2;
+            }
+            o->persist_remote = val;
+        } else if (strcmp(flag, "--persist-remote-endpoint") == 0) {
+            if (!((strncmp(val, "http://", 7) == 0 && val[7] != '\0') ||
+                  (strncmp(val, "https://", 8) == 0 && val[8] != '\0')) ||
+                strchr(val, ',') != NULL) {
+                fprintf(stderr, "graft-sim run: error: --persist-remote-endpoint: '%s' is not "
+                                "one http:// or https:// URL\n", val);
+                return 2;
+            }
+            o->persist_remote_endpoint = val;
         } else if (strcmp(flag, "--plot") == 0) {
             o->plot_path = val;
         } else if (strcmp(flag, "--trainer") == 0) {
@@ -212,6 +235,11 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
     if (o->etcd_members > 1 && o->netns) {
         fprintf(stderr, "graft-sim run: error: --netns runs one embedded etcd member; it "
                         "cannot be combined with --etcd-members\n");
+        return 2;
+    }
+    if (o->persist_remote_endpoint != NULL && o->persist_remote == NULL) {
+        fprintf(stderr, "graft-sim run: error: --persist-remote-endpoint needs "
+                        "--persist-remote\n");
         return 2;
     }
     if (o->persist_every > 0 && o->persist_root == NULL) {

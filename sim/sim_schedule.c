@@ -14,11 +14,16 @@
 static const char *const sim_kind_names[GRAFT_SIM_KIND_COUNT] = {
     "kill_rank", "kill_group", "kill_donor", "hang",
     "disaster",  "etcd_restart", "partition", "etcd_leader_kill",
-    "isolate",   "netem",        "throttle",  "cut_donor"};
+    "isolate",   "netem",        "throttle",  "cut_donor", "lose_disks"};
 
 const char *graft_sim_kind_name(graft_sim_kind_t kind)
 {
     return (unsigned)kind < GRAFT_SIM_KIND_COUNT ? sim_kind_names[kind] : "unknown";
+}
+
+int graft_sim_kind_is_disaster(graft_sim_kind_t kind)
+{
+    return kind == GRAFT_SIM_DISASTER || kind == GRAFT_SIM_LOSE_DISKS;
 }
 
 static uint64_t sim_rng_next(uint64_t *s)
@@ -98,6 +103,8 @@ static int sim_kind_possible(const graft_sim_live_opts_t *o, graft_sim_kind_t k)
     case GRAFT_SIM_CUT_DONOR:
         /* The recipient must have another donor to fail over to. */
         return o->netns && o->groups >= 3;
+    case GRAFT_SIM_LOSE_DISKS:
+        return o->persist_remote != NULL;
     default:
         return 1;
     }
@@ -117,6 +124,8 @@ static const char *sim_kind_needs(const graft_sim_live_opts_t *o, graft_sim_kind
     case GRAFT_SIM_CUT_DONOR:
         return o->netns ? "needs at least 3 groups: the recipient fails over to another donor"
                         : "needs --netns";
+    case GRAFT_SIM_LOSE_DISKS:
+        return "needs --persist-remote (the object store the job comes back from)";
     default:
         return "needs --netns";
     }
@@ -128,6 +137,7 @@ static void sim_event_trim_targets(graft_sim_event_t *ev)
 {
     switch (ev->kind) {
     case GRAFT_SIM_DISASTER:
+    case GRAFT_SIM_LOSE_DISKS:
     case GRAFT_SIM_ETCD_RESTART:
     case GRAFT_SIM_ETCD_LEADER_KILL:
         ev->group = ev->rank = -1;
@@ -241,7 +251,11 @@ static graft_status_t sim_plan_random(const graft_sim_live_opts_t *o, long long 
         ev.at_ms = -1;
         ev.duration_ms = sim_default_duration(ev.kind, rng);
         sim_event_trim_targets(&ev);
-        if (ev.kind == GRAFT_SIM_DISASTER) {
+        if (ev.kind == GRAFT_SIM_DISASTER && o->persist_remote != NULL && ndis++ % 2 == 0) {
+            /* With an object store, every other disaster (the first
+             * among them) also loses the disks. */
+            ev.kind = GRAFT_SIM_LOSE_DISKS;
+        } else if (ev.kind == GRAFT_SIM_DISASTER) {
             /* Every other disaster corrupts the newest checkpoint (the engine
              * always keeps one: a temporary root when none is given). */
             ev.corrupt = ndis++ % 2;

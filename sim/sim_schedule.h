@@ -37,6 +37,8 @@ typedef enum graft_sim_kind {
                                   (--netns only) */
     GRAFT_SIM_CUT_DONOR,     /**< kill a group, then cut the donor group serving its heal
                                   off it for duration_ms (--netns, >= 3 groups) */
+    GRAFT_SIM_LOSE_DISKS,    /**< a disaster that also wipes the local checkpoint root: the
+                                  job comes back from the object store (--persist-remote) */
     GRAFT_SIM_KIND_COUNT
 } graft_sim_kind_t;
 
@@ -63,6 +65,9 @@ typedef struct graft_sim_schedule {
  * @return a static string.
  */
 const char *graft_sim_kind_name(graft_sim_kind_t kind);
+
+/** Whether a kind kills every group (disaster, lose_disks). */
+int graft_sim_kind_is_disaster(graft_sim_kind_t kind);
 
 /**
  * @brief Plan the schedule of a run: the events of --schedule FILE (if any),

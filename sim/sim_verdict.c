@@ -135,7 +135,7 @@ static void sim_logs_measure(graft_sim_result_t *res, const sim_log_t *logs, int
     size_t d = 0;
     for (size_t i = 0; i < res->n_recoveries && d < res->n_disasters; i++) {
         graft_sim_recovery_t *rc = &res->recoveries[i];
-        if (rc->kind != GRAFT_SIM_DISASTER) {
+        if (!graft_sim_kind_is_disaster(rc->kind)) {
             continue;
         }
         const long *at = &res->disaster_offs[d * (size_t)nslots];
@@ -540,7 +540,7 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
         if (rc->corrupted_step >= 0) {
             json_object_set_new(e, "corrupted_step", json_integer(rc->corrupted_step));
         }
-        if (rc->kind == GRAFT_SIM_DISASTER) {
+        if (graft_sim_kind_is_disaster(rc->kind)) {
             json_object_set_new(e, "checkpoint_step", rc->checkpoint_step >= 0
                                                           ? json_integer(rc->checkpoint_step)
                                                           : json_null());
