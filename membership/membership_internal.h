@@ -265,6 +265,13 @@ struct graft_membership {
     atomic_uint_fast64_t n_quorum_conflicts;
     atomic_uint_fast64_t n_quorum_fast;
     atomic_uint_fast64_t n_etcd_errors;
+
+    /* Failed votes of this group in a row, as its rank 0 records them in
+     * the job's history (membership_votes.c, vote_event()): the training
+     * thread's alone. */
+    uint64_t novote_run;     /* failed votes since the last one that passed */
+    uint64_t novote_skipped; /* not recorded since the last recorded one */
+    uint64_t novote_last_ns; /* when the last one was recorded */
 };
 
 /* Count one etcd request of the handle. */

@@ -428,6 +428,45 @@ graft_status_t graft_membership_vote_delegate(graft_membership_t *m, const graft
     return GRAFT_OK;
 }
 
+/* Rank 0 records its group's failed vote in the job's history. A group
+ * that votes no at every try (a trainer vetoing each step, a setting that
+ * differs) would write one event per try, tens a second, and push every
+ * join and heal out of the history: the first VOTE_EVENTS_IN_FULL of a run
+ * are recorded, then one every VOTE_EVENT_EVERY_NS at most, saying how
+ * many it stands for ("(+K failed votes not recorded)"). */
+#define VOTE_EVENTS_IN_FULL 3
+#define VOTE_EVENT_EVERY_NS 5000000000ull
+
+static void vote_event(graft_membership_t *m, const graft_quorum_t *q, uint64_t inc,
+                       const char *why)
+{
+    uint64_t now = graft__now_ns();
+    if (++m->novote_run > VOTE_EVENTS_IN_FULL && now - m->novote_last_ns < VOTE_EVENT_EVERY_NS) {
+        m->novote_skipped++;
+        return;
+    }
+    char detail[160 + 64]; /* why: the 160 bytes of commit_vote_opts() */
+    snprintf(detail, sizeof(detail), "%s", why);
+    if (m->novote_skipped > 0)
+        snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
+                 " (+%" PRIu64 " failed votes not recorded)", m->novote_skipped);
+    graft_event_t ev = {0};
+    ev.kind = GRAFT_EVENT_VOTE_RESULT;
+    ev.group = m->cfg.group;
+    ev.incarnation = inc;
+    ev.quorum_id = q->id;
+    ev.round = q->round;
+    ev.step = q->step;
+    ev.ok = false;
+    ev.detail = detail;
+    if (graft__mship_event_put(m, &ev) != GRAFT_OK) {
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "vote event not recorded");
+        return;
+    }
+    m->novote_last_ns = now;
+    m->novote_skipped = 0;
+}
+
 graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_quorum_t *q,
                                             bool ok, const char *reason, uint32_t timeout_ms,
                                             bool *decision_p)
@@ -571,19 +610,11 @@ graft_status_t graft_membership_commit_vote_opts(graft_membership_t *m, const gr
     if (!decision) {
         GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " step %" PRIu64 ": commit vote "
                    "failed (%s)", m->job, m->cfg.group, q->step, why);
-        if (m->cfg.rank == 0) {
-            graft_event_t ev = {0};
-            ev.kind = GRAFT_EVENT_VOTE_RESULT;
-            ev.group = m->cfg.group;
-            ev.incarnation = inc;
-            ev.quorum_id = q->id;
-            ev.round = q->round;
-            ev.step = q->step;
-            ev.ok = false;
-            ev.detail = why;
-            if (graft__mship_event_put(m, &ev) != GRAFT_OK)
-                GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "vote event not recorded");
-        }
+        if (m->cfg.rank == 0)
+            vote_event(m, q, inc, why);
+    } else {
+        m->novote_run = 0;
+        m->novote_skipped = 0;
     }
 out:
     graft_free(guess);

@@ -492,6 +492,23 @@ static void test_config_mismatch(void **state)
     stop_sim(sim);
 }
 
+#define VOTE_WINDOW_MS 10000
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The failed votes a vote event stands for beyond itself ("... (+K failed
+ * votes not recorded)"). */
+static size_t vote_event_skipped(const char *detail)
+{
+    const char *p = detail != NULL ? strstr(detail, " (+") : NULL;
+    return p != NULL ? (size_t)strtoul(p + 3, NULL, 10) : 0;
+}
+
 static bool voting_no(json_t *st)
 {
     return strcmp(group_health(st, 0), "voting-no") == 0;
@@ -548,6 +565,37 @@ static void test_voting_no(void **state)
     free(api);
     kill(dash, SIGTERM);
     waitpid(dash, NULL, 0);
+    /* The group votes no at every try: its history gets few vote events,
+     * not one per try (each would push a join or a heal out of it). */
+    uint64_t t0 = wall_ms();
+    sleep_ms(VOTE_WINDOW_MS);
+    size_t votes = 0, tries = 0;
+    json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+                                           "--kind", "vote_result", NULL});
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(ev, "events"), i, e) {
+        uint64_t at = (uint64_t)json_integer_value(json_object_get(e, "unix_ms"));
+        if (at < t0 || at > t0 + VOTE_WINDOW_MS)
+            continue;
+        votes++;
+        tries += 1 + vote_event_skipped(json_string_value(json_object_get(e, "detail")));
+    }
+    json_decref(ev);
+    print_message("%zu vote events in %d s, for %zu failed votes\n", votes,
+                  VOTE_WINDOW_MS / 1000, tries);
+    /* One every 5 s at most (one per try before: 249 in 10 s here), each
+     * saying how many it stands for. */
+    assert_true(votes >= 1 && votes <= VOTE_WINDOW_MS / 5000 + 1);
+    assert_true(tries > votes);
+    /* The count in the reason is the tries', not the events'. */
+    st = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "status", NULL});
+    reason = json_string_value(json_object_get(json_array_get(json_object_get(st, "groups"), 0),
+                                               "reason"));
+    print_message("group 0: %s\n", reason != NULL ? reason : "(none)");
+    assert_non_null(reason);
+    assert_true(strtoull(reason, NULL, 10) >= tries);
+    json_decref(st);
     stop_sim(sim);
 }
 

@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_t group)
@@ -28,6 +29,17 @@ const char *graftctl_group_mismatch(const graft_event_t *ev, size_t nev, uint32_
         return NULL;
     }
     return NULL;
+}
+
+/* The failed votes a vote event stands for beyond itself: rank 0 records
+ * the first few of a run, then one every few seconds ending "(+K failed
+ * votes not recorded)" (membership_votes.c). */
+static size_t vote_event_skipped(const char *detail)
+{
+    const char *p = detail != NULL ? strstr(detail, " (+") : NULL;
+    if (p == NULL || strstr(p, " failed votes not recorded)") == NULL)
+        return 0;
+    return (size_t)strtoull(p + 3, NULL, 10);
 }
 
 bool graftctl_group_voting_no(const graft_event_t *ev, size_t nev, uint32_t group,
@@ -50,7 +62,7 @@ bool graftctl_group_voting_no(const graft_event_t *ev, size_t nev, uint32_t grou
             return false; /* misconfigured says it */
         newest = newest != NULL ? newest : e;
         first_step = e->step;
-        n++;
+        n += 1 + vote_event_skipped(e->detail);
     }
     if (n < GRAFTCTL_VOTING_NO_AFTER || newest->unix_ms + GRAFTCTL_VOTING_NO_WITHIN_MS < now_ms)
         return false;
