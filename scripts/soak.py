@@ -135,6 +135,12 @@ def main():
     ap.add_argument("--etcd-members", type=int, default=1,
                     help="members of the embedded etcd [1]; with 3 or more the mix kills "
                          "etcd's leader instead of restarting etcd")
+    ap.add_argument("--persist-remote", metavar="s3://BUCKET[/PREFIX]",
+                    help="an object store for the trainers' remote tier (credentials from "
+                         "AWS_*): the mix then holds lose_disks, disasters that also empty "
+                         "the local checkpoint root")
+    ap.add_argument("--persist-remote-endpoint", metavar="URL",
+                    help="the store's URL when it is not AWS S3")
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between samples [5]")
     ap.add_argument("--warmup", type=float, default=60.0,
                     help="a process's first sample counted is this many seconds after it "
@@ -165,6 +171,10 @@ def main():
            "--random-failures", str(a.failures), "--persist-root", ckpts,
            "--persist-every", str(a.persist_every), "--json", report,
            "--etcd-members", str(a.etcd_members)] + (["--netns"] if a.netns else [])
+    if a.persist_remote:
+        cmd += ["--persist-remote", a.persist_remote]
+    if a.persist_remote_endpoint:
+        cmd += ["--persist-remote-endpoint", a.persist_remote_endpoint]
     print("soak:", " ".join(cmd), flush=True)
     log = open(os.path.join(out, "sim.log"), "w")
     env = dict(os.environ)

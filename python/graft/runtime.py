@@ -303,6 +303,16 @@ class Runtime:
 
     # -- persistent tier --------------------------------------------------
 
+    def finish(self):
+        """End the job cleanly from inside an open step (after quorum() and
+        heal_wait(), instead of training it): the step is committed without
+        being applied and, with persist_root set and persist_final on (the
+        default), its checkpoint is written (unless one of that step is on
+        disk) and waited for, so the final state is on disk. Every rank of
+        every group calls it at the same step."""
+        check(lib.graft_finish(self._h()), "graft: cannot finish here")
+        self.commit()
+
     def checkpoint_now(self):
         """Write a checkpoint of the committed step now (blocks until durable)."""
         check(lib.graft_checkpoint_now(self._h()), "graft: checkpoint failed")

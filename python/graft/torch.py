@@ -448,6 +448,18 @@ class Optimizer(torch.optim.Optimizer):
             self._load_objects(objs["user"])
         self.state_dicts.load(objs.get("state_dicts"))
 
+    def finish(self) -> None:
+        """End the job cleanly instead of training the step zero_grad()
+        opened (every rank of every group, at the same step): the final
+        state's checkpoint is written when persist_root is set
+        (Runtime.finish())."""
+        if self.info is None:
+            raise UsageError(-3, "graft: finish() outside a step (call zero_grad() first)")
+        try:
+            self.runtime.finish()
+        finally:
+            self.info = None
+
     def step(self, closure: Optional[Callable[[], Any]] = None) -> bool:
         """End of a step: the commit; applies the optimizer step only on a
         yes. Returns whether it applied."""

@@ -115,3 +115,37 @@ def test_optimizer_whose_lazy_state_cannot_be_made_is_refused(job_env):
     with _runtime(job_env, "-nadam") as rt:
         with pytest.raises(graft.UsageError, match="NAdam creates its state lazily.*take one step"):
             graft.torch.Optimizer(rt, torch.optim.NAdam(m.parameters()))
+
+
+def test_finish_writes_the_final_checkpoint(job_env, tmp_path):
+    """A clean end through Optimizer.finish(): with persist_every far past
+    the run, the only checkpoint is the final step's, and it holds the
+    final parameters (a second runtime restores them)."""
+    root = tmp_path / "ckpt"
+    m = torch.nn.Linear(4, 2)
+
+    def runtime():
+        return graft.Runtime(env=False, job=job_env["GRAFT_JOB"] + "-fin", group=0, groups=1,
+                             etcd_endpoints=job_env["GRAFT_ETCD_ENDPOINTS"],
+                             persist_root=str(root), persist_every=1000)
+
+    with runtime() as rt:
+        opt = graft.torch.Optimizer(rt, torch.optim.SGD(m.parameters(), lr=0.1))
+        while True:
+            info = opt.zero_grad()
+            if info.step >= 5:
+                opt.finish()
+                break
+            m(torch.ones(1, 4)).sum().backward()
+            assert opt.step()
+        assert rt.step == 5
+    final = [p.detach().clone() for p in m.parameters()]
+    steps = sorted(d.name for d in root.iterdir() if d.name.startswith("step-"))
+    assert steps == ["step-%020d" % 5]
+    m2 = torch.nn.Linear(4, 2)
+    with runtime() as rt:
+        graft.torch.Optimizer(rt, torch.optim.SGD(m2.parameters(), lr=0.1))
+        rt.quorum()
+        assert rt.start_kind == "restore" and rt.step == 5
+    for a, b in zip(final, m2.parameters()):
+        assert torch.equal(a, b)
