@@ -67,7 +67,7 @@ def sample(pid):
 def check_rollbacks(recoveries):
     """Disasters that restarted the job from before the newest checkpoint
     that was intact when every rank was dead (the documented rollback)."""
-    disasters = [x for x in recoveries if x.get("kind") == "disaster"]
+    disasters = [x for x in recoveries if x.get("kind") in ("disaster", "lose_disks")]
     beyond = []
     for i, x in enumerate(disasters):
         want, got = x.get("checkpoint_step"), x.get("restored_step")
