@@ -107,6 +107,9 @@ struct graft_runtime {
      * checkpoint): a start that expects donors, a start of a job that has
      * committed steps, a failed recovery. Never satisfied by a cold start. */
     bool need_state;
+    /* Since when this rank, lacking state, waits for a round with a group
+     * that holds it (live outside the quorums formed so far); 0: not. */
+    uint64_t state_wait_since_ns;
     bool round_restored;   /* this quorum fell back to a checkpoint of another step */
     bool vetoed;           /* graft_commit_veto() in this step: vote no */
     bool finishing;        /* graft_finish() in this step: the trainer's last */

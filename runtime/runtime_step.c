@@ -327,6 +327,60 @@ static bool is_member(const graft_quorum_t *q, uint32_t group)
     return false;
 }
 
+/* A group outside quorum q whose ranks hold the job's state (healthy, or
+ * healthy but unable to serve): a round formed while its readiness lagged
+ * (a loaded host, an elastic job of min_groups 1). Its lowest such group
+ * into *group_p. */
+static bool state_outside(graft_runtime_t *rt, const graft_quorum_t *q, uint32_t *group_p)
+{
+    graft_membership_view_t *v = NULL;
+    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        return false;
+    bool found = false;
+    for (size_t i = 0; i < v->n_members && !found; i++) {
+        const graft_member_t *m = &v->members[i];
+        if (m->group == rt->group || is_member(q, m->group))
+            continue;
+        if (m->state == GRAFT_MEMBER_HEALTHY || m->state == GRAFT_MEMBER_CANNOT_SERVE) {
+            found = true;
+            *group_p = m->group;
+        }
+    }
+    graft_membership_view_free(v);
+    return found;
+}
+
+/* Whether this rank, lacking state in quorum q, waits for a later round
+ * instead of falling back: a group that holds the state is live outside q
+ * (up to quorum_timeout_ms; past it, the fallback decides). Declaring the
+ * job's state lost, or rolling back to a checkpoint, while a group holds
+ * the state would be wrong: an elastic group joining a loaded job formed
+ * its first round alone and ended with "job state lost". */
+static bool wait_for_state(graft_runtime_t *rt, const graft_quorum_t *q)
+{
+    uint32_t other = 0;
+    uint64_t now = graft__now_ns();
+    if (!state_outside(rt, q, &other)) {
+        rt->state_wait_since_ns = 0;
+        return false;
+    }
+    if (rt->state_wait_since_ns == 0) {
+        rt->state_wait_since_ns = now;
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": quorum %" PRIu64
+                   " has no group with the job's state at step %" PRIu64 ", but group %" PRIu32
+                   " is live outside it: voting no and waiting for a round with it", rt->group,
+                   rt->rank, q->id, q->step, other);
+        return true;
+    }
+    if (now - rt->state_wait_since_ns < rt->cfg->quorum_timeout_ms * 1000000ull)
+        return true;
+    GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": group %" PRIu32
+               " held the job's state outside every quorum for %" PRIu64 " ms", rt->group,
+               rt->rank, other, rt->cfg->quorum_timeout_ms);
+    rt->state_wait_since_ns = 0;
+    return false;
+}
+
 /* No group of quorum q can give this rank the state it lacks: restore the
  * newest checkpoint that verifies, or fail. The ranks of the group that
  * come here (the one lacking state, and those whose step is above the
@@ -392,6 +446,10 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
      * never served, and before the step-0 sync, so a job that had
      * progressed is never started over. */
     if (!q->must_recover && (rt->need_state || graft_step(rt) > q->step)) {
+        if (wait_for_state(rt, q)) {
+            st = GRAFT_ENODONOR; /* not fatal: the vote is no, the next round tries again */
+            goto out;
+        }
         st = fallback(rt, q);
         *fatal_p = st != GRAFT_OK;
         /* A checkpoint of q's own step is the state every member holds at
@@ -410,6 +468,7 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
     if (st != GRAFT_OK)
         goto out;
     if (plan.n_donors > 0) {
+        rt->state_wait_since_ns = 0;
         /* From here until a heal succeeds only a group or a checkpoint can
          * make the regions valid again. */
         if (!rt->cold_sync)
