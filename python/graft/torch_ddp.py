@@ -18,6 +18,7 @@ zeros, the sum is divided by the participants, a strict-mode step without
 every group is vetoed, a failed collective vetoes), element for element the
 same result.
 """
+import threading
 from typing import Any, Optional
 
 import torch
@@ -29,56 +30,97 @@ from graft.torch import GradientAverager, LayoutMismatch
 
 class _CrossGroup:
     """The hook's state: the runtime, the averager whose process group
-    reduces across groups, and what the step's first bucket learnt."""
+    reduces across groups, and the step's count of participants, launched
+    at its first bucket beside that bucket's reduction (a non-participant
+    knows by itself to send zeros; only the division waits for the count)."""
 
     def __init__(self, runtime: Any, averager: GradientAverager, group_pg: Any) -> None:
         self.runtime = runtime
         self.averager = averager
         self.group_pg = group_pg
         self.group_size = group_pg.size()
-        self.count = 0          # participants of this step (its first bucket counts them)
         self.reduce = False     # whether this step reduces across groups
+        self._lock = threading.Lock()
+        self._count_t = None    # the count's tensor while its reduction runs
+        self._count_work = None
+        self._count = None      # the count, once known
 
     def start(self) -> None:
         """At a backward's first bucket: the process group (rebuilt for a new
-        quorum) and the number of participants, counted by every member."""
+        quorum) and the count of participants launched, not waited for."""
         av, rt = self.averager, self.runtime
         part = bool(rt.participating)
         av.participating = part
         self.reduce = False
+        self._count = None
         if rt.replica_world == 1:
-            av.participants = self.count = int(part)
+            av.participants = self._count = int(part)
             return
         try:
             if rt.quorum_id != av._qid or av.pg is None:
                 av._rebuild()
-            c = torch.tensor([1.0 if part else 0.0])
-            av.pg.allreduce([c]).wait(av.timeout)
+            self._count_t = torch.tensor([1.0 if part else 0.0])
+            self._count_work = av.pg.allreduce([self._count_t])
         except LayoutMismatch:
             raise
-        except Exception as e:  # a failed or timed-out collective: the step is vetoed
+        except Exception as e:  # a failed collective: the step is vetoed
             av._failed(e)
             return
-        av.participants = self.count = int(c.item())
-        if rt.mode == "strict" and self.count < rt.replica_world:
-            av.held += 1
-            rt.veto()
-        self.reduce = self.count > 0
+        self.reduce = True
+
+    def count(self) -> int:
+        """The participants of this step (waiting for their count once);
+        in strict mode a count below the members vetoes the step."""
+        with self._lock:
+            if self._count is None:
+                av, rt = self.averager, self.runtime
+                self._count_work.wait(av.timeout)
+                self._count = int(self._count_t.item())
+                av.participants = self._count
+                if rt.mode == "strict" and self._count < rt.replica_world:
+                    av.held += 1
+                    rt.veto()
+            return self._count
+
+    def failed(self, e: Exception) -> None:
+        with self._lock:
+            if self.reduce:
+                self.reduce = False
+                self.averager._failed(e)
+
+    def launch(self, t: torch.Tensor) -> Any:
+        """t's reduction across groups started (zeros from a non-participant):
+        its future, or None when this step does not reduce."""
+        if not self.reduce:
+            return None
+        if not self.averager.participating:
+            t.zero_()
+        try:
+            return self.averager.pg.allreduce([t]).get_future()
+        except Exception as e:
+            self.failed(e)
+            return None
+
+    def divided(self, fut: Any, t: torch.Tensor) -> torch.Tensor:
+        """After t's reduction: t divided by the participants."""
+        try:
+            fut.value()
+            n = self.count()
+        except Exception as e:  # the collective failed: the step is vetoed
+            self.failed(e)
+            return t
+        return t.div_(n) if n > 0 else t
 
     def cross(self, t: torch.Tensor) -> torch.Tensor:
-        """t (the group's average) averaged over the participants, in place."""
-        av = self.averager
-        if not self.reduce:
+        """t (the group's average) averaged over the participants, blocking."""
+        fut = self.launch(t)
+        if fut is None:
             return t
         try:
-            if not av.participating:
-                t.zero_()
-            av.pg.allreduce([t]).wait(av.timeout)
-            t.div_(self.count)
-        except Exception as e:
-            self.reduce = False
-            av._failed(e)
-        return t
+            fut.wait()
+        except Exception:
+            pass  # divided() sees the error
+        return self.divided(fut, t)
 
 
 def _hook(state: _CrossGroup, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -86,26 +128,16 @@ def _hook(state: _CrossGroup, bucket: dist.GradBucket) -> torch.futures.Future[t
     if bucket.index() == 0:
         state.start()
     if state.group_size == 1:
-        if state.reduce and state.averager.participating:
-            # Asynchronous: the backward goes on while the bucket travels.
-            work = state.averager.pg.allreduce([buf])
-            return work.get_future().then(lambda f: _divided(state, f, buf))
+        # Asynchronous: the backward goes on while the bucket travels.
+        fut = state.launch(buf)
+        if fut is not None:
+            return fut.then(lambda f: state.divided(f, buf))
         done = torch.futures.Future()
-        done.set_result(state.cross(buf))
+        done.set_result(buf)
         return done
     work = state.group_pg.allreduce([buf])
     return work.get_future().then(
         lambda f: state.cross(f.value()[0].div_(state.group_size)))
-
-
-def _divided(state: _CrossGroup, fut: Any, buf: torch.Tensor) -> torch.Tensor:
-    try:
-        fut.value()
-    except Exception as e:  # the collective failed: the step is vetoed
-        state.reduce = False
-        state.averager._failed(e)
-        return buf
-    return buf.div_(state.count)
 
 
 class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
