@@ -22,6 +22,8 @@ struct graft__remote {
     uint8_t secret[GRAFT_PERSIST_SECRET_MAX_BYTES];
     size_t secret_len;
     uint32_t keep_last;
+    uint64_t milestone_every;
+    uint64_t abandoned_ms;
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;
@@ -208,7 +210,8 @@ static void upload_one(graft__remote_t *r, uint64_t step)
                        (double)(graft__now_ns() - t0) / 1e9);
             size_t deleted = 0;
             if (r->keep_last > 0 &&
-                graft__persist_remote_retention(r->s3, r->keep_last, &deleted) != GRAFT_OK)
+                graft__persist_remote_retention(r->s3, r->keep_last, r->milestone_every,
+                                                &deleted) != GRAFT_OK)
                 GRAFT_WARN(GRAFT_MOD_PERSIST, "remote retention in %s failed", r->s3->url);
             pthread_mutex_lock(&r->mu);
             r->stats.deleted += deleted;
@@ -231,9 +234,26 @@ static void upload_one(graft__remote_t *r, uint64_t step)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Abort the multipart uploads left behind (docs/FORMAT.md, "Remote
+ * layout"): best effort, tried again after the next upload. */
+static void sweep(graft__remote_t *r)
+{
+    char why[512] = "";
+    size_t aborted = 0;
+    if (r->s3 == NULL)
+        return;
+    if (graft__s3_sweep_uploads(r->s3, r->abandoned_ms, &aborted, why, sizeof(why)) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_MOD_PERSIST, "%s: abandoned multipart uploads not cleaned: %s",
+                   r->s3->url, why);
+    pthread_mutex_lock(&r->mu);
+    r->stats.aborted_uploads += aborted;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void *uploader_main(void *arg)
 {
     graft__remote_t *r = arg;
+    sweep(r);
     pthread_mutex_lock(&r->mu);
     for (;;) {
         while (!r->stop && !r->has_next)
@@ -246,6 +266,7 @@ static void *uploader_main(void *arg)
         r->busy_step = step;
         pthread_mutex_unlock(&r->mu);
         upload_one(r, step);
+        sweep(r);
         pthread_mutex_lock(&r->mu);
         r->busy = false;
         pthread_cond_broadcast(&r->cv);
@@ -275,6 +296,10 @@ graft_status_t graft__persist_remote_create(const graft_persist_remote_config_t 
     memcpy(r->secret, secret, secret_len);
     r->secret_len = secret_len;
     r->keep_last = cfg->keep_last;
+    r->milestone_every = cfg->milestone_every;
+    r->abandoned_ms = cfg->abandoned_after_ms != 0
+                          ? cfg->abandoned_after_ms
+                          : 2ull * (cfg->timeout_ms != 0 ? cfg->timeout_ms : 60000u) + 60000u;
     r->stats.enabled = true;
     st = graft__s3_create(cfg, &r->s3, why, sizeof(why));
     if (st != GRAFT_OK) {

@@ -102,14 +102,28 @@ graft_status_t graft_persist_remote_list(const graft_persist_remote_config_t *re
 }
 
 graft_status_t graft__persist_remote_retention(graft__s3_t *s3, uint32_t keep_last,
-                                               size_t *deleted_p)
+                                               uint64_t milestone_every, size_t *deleted_p)
 {
-    char why[512];
+    char why[512] = "";
     uint64_t *steps = NULL;
     char **keys = NULL;
+    bool *keep = NULL;
     size_t n = 0, nkeys = 0, deleted = 0;
     graft_status_t st = list_complete(s3, &steps, &n, &keys, &nkeys, why, sizeof(why));
-    for (size_t i = keep_last; st == GRAFT_OK && i < n; i++) {
+    /* The local tier's plan (graft_persist_retention_plan()): the newest
+     * keep_last, and milestones, whatever their age. */
+    graft_persist_retention_t policy = {.keep_last = keep_last,
+                                        .milestone_every = milestone_every};
+    keep = st == GRAFT_OK ? graft__calloc(n + 1, sizeof(*keep)) : NULL;
+    if (st == GRAFT_OK && keep == NULL) {
+        snprintf(why, sizeof(why), "out of memory");
+        st = GRAFT_ENOMEM;
+    }
+    if (st == GRAFT_OK)
+        st = graft_persist_retention_plan(&policy, steps, NULL, n, keep);
+    for (size_t i = 0; st == GRAFT_OK && i < n; i++) {
+        if (keep[i])
+            continue;
         char pfx[40];
         snprintf(pfx, sizeof(pfx), "step-%020llu/", (unsigned long long)steps[i]);
         char mkey[64];
@@ -128,6 +142,7 @@ graft_status_t graft__persist_remote_retention(graft__s3_t *s3, uint32_t keep_la
     if (st != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_PERSIST, "remote retention: %s", why);
     graft_free(steps);
+    graft_free(keep);
     graft__s3_keys_free(keys, nkeys);
     if (deleted_p != NULL)
         *deleted_p = deleted;

@@ -196,6 +196,7 @@ static graft_status_t share_make(graft__s3_t *s3)
 {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&s3->locks[i], NULL);
+    pthread_mutex_init(&s3->orphans_mu, NULL);
     s3->locks_made = true;
     s3->share = curl_share_init();
     if (s3->share == NULL)
@@ -301,6 +302,8 @@ void graft__s3_destroy(graft__s3_t *s3)
         curl_share_cleanup(s3->share);
     for (int i = 0; s3->locks_made && i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&s3->locks[i]);
+    if (s3->locks_made)
+        pthread_mutex_destroy(&s3->orphans_mu);
     if (s3->secret_key != NULL)
         memset(s3->secret_key, 0, strlen(s3->secret_key));
     graft_free(s3->url);

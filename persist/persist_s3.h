@@ -24,6 +24,20 @@
 #define GP_S3_MAX_PART_BYTES (5ull << 30)
 #define GP_S3_MAX_PARTS 10000u
 
+/* A multipart upload this client began and could not abort. */
+#define GP_S3_MAX_ORPHANS 64
+typedef struct graft__s3_orphan {
+    char key[1024]; /* the full key, prefix included */
+    char upload_id[512];
+} graft__s3_orphan_t;
+
+/* An upload with no part yet, and when this client first listed it (some
+ * stores, moto among them, answer a made-up Initiated time). */
+typedef struct graft__s3_seen {
+    char upload_id[512];
+    int64_t first_s;
+} graft__s3_seen_t;
+
 typedef struct graft__s3 {
     char *url;       /* s3://bucket/prefix, as configured (messages) */
     char *bucket;
@@ -46,6 +60,12 @@ typedef struct graft__s3 {
     bool locks_made;
     /* Set by the owner to end retries early (the writer being destroyed). */
     atomic_bool *stop;
+    /* Uploads whose abort failed, for the next sweep. */
+    pthread_mutex_t orphans_mu;
+    graft__s3_orphan_t orphans[GP_S3_MAX_ORPHANS];
+    size_t n_orphans;
+    graft__s3_seen_t seen[GP_S3_MAX_ORPHANS];
+    size_t n_seen;
     /* Counters, read by the remote tier's statistics. */
     atomic_uint_least64_t retries;
     atomic_uint_least64_t bytes_sent;
@@ -103,6 +123,15 @@ bool graft__s3_xml_tag(const char *xml, const char *tag, char *out, size_t out_l
 /* Multipart upload (persist_s3_multi.c). */
 GRAFT_WUR graft_status_t graft__s3_multipart(graft__s3_t *s3, const char *key, int fd,
                                              uint64_t bytes, char *why, size_t why_len);
+
+/* Abort the multipart uploads below the prefix that were abandoned: those
+ * this client failed to abort, and those of anyone whose newest part is
+ * older than idle_ms (with no part: first listed by this client idle_ms
+ * ago); *aborted_p how many (persist_s3_sweep.c). A live writer's upload
+ * sends a part at least every request timeout plus back-off, so idle_ms
+ * must exceed that. */
+GRAFT_WUR graft_status_t graft__s3_sweep_uploads(graft__s3_t *s3, uint64_t idle_ms,
+                                                 size_t *aborted_p, char *why, size_t why_len);
 
 /* Base64 of the MD5 of data (25 bytes with the NUL). */
 void graft__s3_md5_b64(const void *data, size_t len, char out[32]);

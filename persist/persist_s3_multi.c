@@ -236,10 +236,25 @@ static graft_status_t complete_upload(upload_t *u, char *why, size_t why_len)
     return st;
 }
 
-/* Best effort: the store would otherwise keep the parts (and bill them). */
+/* The store would otherwise keep the parts (and bill them). An abort that
+ * fails (the store down) is remembered and tried again by the next sweep
+ * (graft__s3_sweep_uploads()). */
 static void abort_upload(upload_t *u)
 {
-    (void)upload_request(u, "DELETE", "uploadId=%s", "AbortMultipartUpload");
+    graft_status_t st = upload_request(u, "DELETE", "uploadId=%s", "AbortMultipartUpload");
+    if (st == GRAFT_OK || st == GRAFT_ENOTFOUND)
+        return;
+    char *id = curl_unescape(u->id_enc, 0);
+    pthread_mutex_lock(&u->s3->orphans_mu);
+    if (id != NULL && u->s3->n_orphans < GP_S3_MAX_ORPHANS) {
+        graft__s3_orphan_t *o = &u->s3->orphans[u->s3->n_orphans++];
+        snprintf(o->key, sizeof(o->key), "%s%s", u->s3->prefix, u->key);
+        snprintf(o->upload_id, sizeof(o->upload_id), "%s", id);
+    }
+    pthread_mutex_unlock(&u->s3->orphans_mu);
+    GRAFT_WARN(GRAFT_MOD_PERSIST, "AbortMultipartUpload of %s%s failed (%s); the next sweep "
+               "tries again", u->s3->prefix, u->key, graft_status_string(st));
+    curl_free(id);
 }
 
 static graft_status_t upload_once(upload_t *u, uint64_t bytes, char *why, size_t why_len)

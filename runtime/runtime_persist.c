@@ -36,6 +36,7 @@ static graft_persist_remote_config_t remote_config(const graft_runtime_t *rt)
         .endpoint = rt->cfg->persist_remote_endpoint,
         .region = rt->cfg->persist_remote_region,
         .keep_last = (uint32_t)rt->cfg->persist_remote_keep_last,
+        .milestone_every = rt->cfg->persist_milestone_every,
     };
     return rc;
 }

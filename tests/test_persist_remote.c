@@ -6,7 +6,7 @@
  * is down, older waiting checkpoints superseded; a corrupt or missing
  * object found on restore with a fallback to the older checkpoint;
  * missing credentials named, and credentials the store refuses, the local
- * tier unaffected either way; remote retention.
+ * tier unaffected either way; remote retention, milestones kept.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,9 +37,8 @@ typedef struct fix {
 static int setup(void **state)
 {
     fix_t *f = calloc(1, sizeof(*f));
-    int rc = graft_test_s3_start(&f->s3, "graft-ckpt");
+    int rc = graft_test_s3_setup(&f->s3, "graft-ckpt");
     if (rc != 0) {
-        fprintf(stderr, "%s\n", rc > 0 ? f->s3.skip_reason : "moto_server did not start");
         free(f);
         *state = NULL;
         return rc > 0 ? 0 : -1;
@@ -157,6 +156,20 @@ static void flush_ok(graft_persist_writer_t *w, uint64_t want_uploaded)
     assert_int_equal(st.uploaded, want_uploaded);
 }
 
+/* The bucket lists exactly these complete checkpoints (newest first). */
+static void assert_remote_steps(const graft_persist_remote_config_t *remote,
+                                const uint64_t *want, size_t nwant)
+{
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    char why[512];
+    assert_int_equal(graft_persist_remote_list(remote, &steps, &n, why, sizeof(why)), GRAFT_OK);
+    assert_int_equal(n, nwant);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(steps[i], want[i]);
+    graft_free(steps);
+}
+
 /* ------------------------------------------------------------ round trip --- */
 
 static void test_upload_restore_bit_exact(void **state)
@@ -185,13 +198,7 @@ static void test_upload_restore_bit_exact(void **state)
     assert_non_null(strstr(keys, "jobs/a/step-00000000000000000010/shard-0-of-2\n"));
     assert_non_null(strstr(keys, "jobs/a/step-00000000000000000010/shard-1-of-2\n"));
     free(keys);
-    uint64_t *steps = NULL;
-    size_t n = 0;
-    char why[512];
-    assert_int_equal(graft_persist_remote_list(&remote, &steps, &n, why, sizeof(why)), GRAFT_OK);
-    assert_int_equal(n, 1);
-    assert_int_equal(steps[0], 10);
-    graft_free(steps);
+    assert_remote_steps(&remote, (const uint64_t[]){10}, 1);
 
     /* Every host lost: restore from the bucket into an empty root. */
     pt_rmtree_contents(f->root);
@@ -476,14 +483,13 @@ static void test_corrupt_object_falls_back(void **state)
 
 /* ----------------------------------------------------------- retention --- */
 
-static void test_remote_retention(void **state)
+/* Save and upload steps 1..last (small) under remote's policy; returns
+ * the checkpoints retention deleted from the bucket. */
+static uint64_t upload_steps(const char *root, const graft_persist_remote_config_t *remote,
+                             uint64_t last)
 {
-    fix_t *f = *state;
-    NEED_SERVER(f);
-    graft_persist_remote_config_t remote = graft_test_s3_remote(&f->s3, "ret");
-    remote.keep_last = 2;
-    graft_persist_writer_t *w = writer_make(f->root, &remote);
-    for (uint64_t i = 1; i <= 4; i++) {
+    graft_persist_writer_t *w = writer_make(root, remote);
+    for (uint64_t i = 1; i <= last; i++) {
         state2_t s;
         state_make(&s, i, 64u << 10);
         save(w, i, &s);
@@ -492,8 +498,17 @@ static void test_remote_retention(void **state)
     }
     graft_persist_remote_stats_t st;
     assert_int_equal(graft_persist_remote_stats(w, &st), GRAFT_OK);
-    assert_int_equal(st.deleted, 2);
     graft_persist_writer_destroy(w);
+    return st.deleted;
+}
+
+static void test_remote_retention(void **state)
+{
+    fix_t *f = *state;
+    NEED_SERVER(f);
+    graft_persist_remote_config_t remote = graft_test_s3_remote(&f->s3, "ret");
+    remote.keep_last = 2;
+    assert_int_equal(upload_steps(f->root, &remote, 4), 2);
     char *keys = graft_test_s3_keys(&f->s3, "ret/");
     assert_non_null(keys);
     /* Whole checkpoints gone, not only their manifests. */
@@ -508,6 +523,28 @@ static void test_remote_retention(void **state)
     assert_int_equal(graft_persist_list(f->root, &ents, &n), GRAFT_OK);
     assert_int_equal(n, 4);
     graft_free(ents);
+}
+
+/* Milestones survive remote retention as on disk: keep_last 2 and every
+ * third step, over steps 1..7, leave 3, 6 and 7 whole in the bucket. */
+static void test_remote_retention_milestones(void **state)
+{
+    fix_t *f = *state;
+    NEED_SERVER(f);
+    graft_persist_remote_config_t remote = graft_test_s3_remote(&f->s3, "mil");
+    remote.keep_last = 2;
+    remote.milestone_every = 3;
+    assert_int_equal(upload_steps(f->root, &remote, 7), 4);
+    assert_remote_steps(&remote, (const uint64_t[]){7, 6, 3}, 3);
+    char *keys = graft_test_s3_keys(&f->s3, "mil/");
+    assert_non_null(keys);
+    for (int gone = 1; gone <= 5; gone++) {
+        char pfx[64];
+        snprintf(pfx, sizeof(pfx), "step-%020d/", gone);
+        assert_true((strstr(keys, pfx) == NULL) == (gone != 3));
+    }
+    assert_non_null(strstr(keys, "mil/step-00000000000000000003/shard-0-of-2\n"));
+    free(keys);
 }
 
 /* --------------------------------------------------------- credentials --- */
@@ -673,6 +710,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_down_supersedes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_object_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_retention, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remote_retention_milestones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_credentials_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_credentials_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_signatures_verified, setup, teardown),

@@ -545,6 +545,14 @@ typedef struct graft_persist_remote_config {
     uint32_t timeout_ms;          /**< per request; 0 = 60000 */
     uint32_t keep_last;           /**< remote retention: keep the newest N complete
                                        checkpoints; 0 = keep all */
+    uint64_t milestone_every;     /**< remote retention also keeps the steps that are
+                                       multiples of M, as the local tier's
+                                       graft_persist_retention_t::milestone_every; 0 = none */
+    uint32_t abandoned_after_ms;  /**< a multipart upload below the prefix that sent nothing
+                                       for this long is abandoned (a writer killed mid-upload)
+                                       and aborted, when the uploader starts and after each
+                                       upload; 0 = 2 x timeout_ms + 60 s. Uploads this writer
+                                       failed to abort are aborted at its next sweep */
 } graft_persist_remote_config_t;
 
 /** The uploader's counters (graft_persist_remote_stats()). */
@@ -562,6 +570,7 @@ typedef struct graft_persist_remote_stats {
     uint32_t waiting;           /**< checkpoints queued or uploading */
     graft_status_t last_status; /**< of the last upload (GRAFT_OK before any) */
     char last_error[512];       /**< names what failed (a missing credential, an object) */
+    uint64_t aborted_uploads;   /**< abandoned multipart uploads aborted by the sweep */
 } graft_persist_remote_stats_t;
 
 /**

@@ -68,7 +68,9 @@ static bool should_inject(graft_test_s3_proxy_t *p, const char *head, int *statu
     if (p->inject_left > 0 && eol != NULL) {
         char line[1024];
         snprintf(line, sizeof(line), "%.*s", (int)(eol - head), head);
-        if (strstr(line, p->pattern) != NULL) {
+        if (strstr(line, p->pattern) != NULL && p->pass_left > 0) {
+            p->pass_left--;
+        } else if (strstr(line, p->pattern) != NULL) {
             p->inject_left--;
             hit = true;
             *status = p->status;
@@ -148,7 +150,12 @@ static void *conn_main(void *arg)
     ssize_t got = read_head(c->fd, buf, sizeof(buf), &head_len);
     int status = 0, ra = 0;
     if (got > 0) {
-        if (should_inject(c->p, buf, &status, &ra)) {
+        if (should_inject(c->p, buf, &status, &ra) && status == 0) {
+            atomic_fetch_add(&c->p->delayed, 1);
+            for (int ms = 0; ms < c->p->delay_ms && !atomic_load(&c->p->stop); ms += 10)
+                usleep(10000);
+            forward(c->p, c->fd, buf, got, head_len);
+        } else if (status != 0) {
             inject(c->fd, buf, got, head_len, status, ra);
             atomic_fetch_add(&c->p->injected, 1);
         } else {
@@ -217,15 +224,31 @@ int graft_test_s3_proxy_start(graft_test_s3_proxy_t *p, int upstream_port)
     return 0;
 }
 
-void graft_test_s3_proxy_inject(graft_test_s3_proxy_t *p, const char *pattern, int count,
-                                int status, int retry_after_s)
+void graft_test_s3_proxy_inject_after(graft_test_s3_proxy_t *p, const char *pattern, int pass,
+                                      int count, int status, int retry_after_s)
 {
     pthread_mutex_lock(&p->mu);
     snprintf(p->pattern, sizeof(p->pattern), "%s", pattern);
+    p->pass_left = pass;
     p->inject_left = count;
     p->status = status;
     p->retry_after_s = retry_after_s;
     pthread_mutex_unlock(&p->mu);
+}
+
+void graft_test_s3_proxy_inject(graft_test_s3_proxy_t *p, const char *pattern, int count,
+                                int status, int retry_after_s)
+{
+    graft_test_s3_proxy_inject_after(p, pattern, 0, count, status, retry_after_s);
+}
+
+void graft_test_s3_proxy_delay(graft_test_s3_proxy_t *p, const char *pattern, int count,
+                               int delay_ms)
+{
+    pthread_mutex_lock(&p->mu);
+    p->delay_ms = delay_ms;
+    pthread_mutex_unlock(&p->mu);
+    graft_test_s3_proxy_inject_after(p, pattern, 0, count, 0, 0);
 }
 
 void graft_test_s3_proxy_stop(graft_test_s3_proxy_t *p)

@@ -25,6 +25,9 @@ typedef struct graft_test_s3_proxy {
     int inject_left;    /* requests still to answer with status */
     int status;         /* e.g. 503 */
     int retry_after_s;  /* > 0: a Retry-After header */
+    int pass_left;      /* matching requests still let through before injecting */
+    int delay_ms;       /* status 0: forward each hit this late instead */
+    atomic_int delayed;
     atomic_int injected;
     atomic_int forwarded;
     atomic_int live;    /* connection threads running */
@@ -37,6 +40,16 @@ int graft_test_s3_proxy_start(graft_test_s3_proxy_t *p, int upstream_port);
  * status (and Retry-After when retry_after_s > 0). */
 void graft_test_s3_proxy_inject(graft_test_s3_proxy_t *p, const char *pattern, int count,
                                 int status, int retry_after_s);
+
+/* The same, after letting the next pass requests matching pattern
+ * through. */
+void graft_test_s3_proxy_inject_after(graft_test_s3_proxy_t *p, const char *pattern, int pass,
+                                      int count, int status, int retry_after_s);
+
+/* A slow store: the next count requests matching pattern reach it (and
+ * their answers come back) delay_ms late. */
+void graft_test_s3_proxy_delay(graft_test_s3_proxy_t *p, const char *pattern, int count,
+                               int delay_ms);
 
 void graft_test_s3_proxy_stop(graft_test_s3_proxy_t *p);
 

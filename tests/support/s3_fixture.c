@@ -207,6 +207,14 @@ int graft_test_s3_start(graft_test_s3_t *t, const char *bucket)
     return start(t, bucket, 0);
 }
 
+int graft_test_s3_setup(graft_test_s3_t *t, const char *bucket)
+{
+    int rc = start(t, bucket, 0);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", rc > 0 ? t->skip_reason : "moto_server did not start");
+    return rc;
+}
+
 /* One call of the server's IAM API (form-encoded), its answer in *out_p. */
 static long iam(const graft_test_s3_t *t, const char *form, char **out_p)
 {

@@ -37,6 +37,9 @@ typedef struct graft_test_s3 {
  * -1 (with a message on stderr) on failure. */
 int graft_test_s3_start(graft_test_s3_t *t, const char *bucket);
 
+/* graft_test_s3_start(), saying on stderr why it skips or fails. */
+int graft_test_s3_setup(graft_test_s3_t *t, const char *bucket);
+
 /* The same, with the server checking every request's credentials once the
  * bucket is made (moto's INITIAL_NO_AUTH_ACTION_COUNT=1). It knows no key,
  * so every later request is refused (403 InvalidAccessKeyId). */

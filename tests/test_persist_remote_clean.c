@@ -1,0 +1,213 @@
+/*
+ * The remote tier leaves no multipart upload behind, against a real
+ * S3-compatible server (moto_server) with HTTP faults from
+ * tests/support/s3_fault_proxy.c: an upload whose parts fail past the
+ * retries and whose abort is refused too is aborted by the same writer
+ * once the store answers again; one left by a writer that is gone is
+ * aborted by the next writer's start once it sent nothing for the idle
+ * time, and not before (it could be a live writer's).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graft_internal.h"
+#include "s3_fault_proxy.h"
+#include "s3_fixture.h"
+#include "tests/test_persist_util.h"
+
+#define BYTES (11u << 20) /* three 5 MiB parts */
+
+static const uint8_t secret[] = "remote-clean-test-secret";
+
+typedef struct fix {
+    graft_test_s3_t s3;
+    graft_test_s3_proxy_t proxy;
+    char *root;
+    uint8_t *w;
+    uint64_t stepv;
+    graft_persist_region_t regions[2];
+} fix_t;
+
+static int setup(void **state)
+{
+    fix_t *f = calloc(1, sizeof(*f));
+    *state = NULL; /* skipped (no moto_server) or failed */
+    int rc = graft_test_s3_setup(&f->s3, "graft-clean");
+    if (rc == 0 && graft_test_s3_proxy_start(&f->proxy, f->s3.port) != 0) {
+        graft_test_s3_stop(&f->s3);
+        rc = -1;
+    }
+    if (rc != 0) {
+        free(f);
+        return rc > 0 ? 0 : -1;
+    }
+    f->root = pt_tmpdir();
+    f->w = malloc(BYTES);
+    pt_fill(f->w, BYTES, 41);
+    f->stepv = 10;
+    f->regions[0] = (graft_persist_region_t){.name = "w", .kind = GRAFT_PERSIST_KIND_PARAM,
+                                             .dtype = 1, .ptr = f->w, .bytes = BYTES};
+    f->regions[1] = (graft_persist_region_t){.name = "step", .kind = GRAFT_PERSIST_KIND_STEP,
+                                             .dtype = 2, .ptr = &f->stepv,
+                                             .bytes = sizeof(uint64_t)};
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fix_t *f = *state;
+    if (f == NULL)
+        return 0;
+    graft_test_s3_proxy_stop(&f->proxy);
+    graft_test_s3_stop(&f->s3);
+    pt_rmtree(f->root);
+    free(f->w);
+    free(f);
+    return 0;
+}
+
+
+static graft_persist_writer_t *writer_make(fix_t *f, const graft_persist_remote_config_t *remote)
+{
+    graft_persist_config_t cfg = {.root = f->root, .compression_level = 0,
+                                  .chunk_bytes = 1u << 20, .secret = secret,
+                                  .secret_len = sizeof(secret), .remote = remote};
+    graft_persist_writer_t *w = NULL;
+    assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
+    return w;
+}
+
+/* The multipart uploads the server holds, asked of it directly. */
+static int uploads_in_store(const fix_t *f)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    assert_int_equal(graft_test_s3_get(&f->s3, "?uploads", &data, &len), 200);
+    int n = 0;
+    for (const char *p = strstr((const char *)data, "<UploadId>"); p != NULL;
+         p = strstr(p + 1, "<UploadId>"))
+        n++;
+    free(data);
+    return n;
+}
+
+static graft_persist_remote_stats_t stats_of(graft_persist_writer_t *w)
+{
+    graft_persist_remote_stats_t st;
+    assert_int_equal(graft_persist_remote_stats(w, &st), GRAFT_OK);
+    return st;
+}
+
+/* A writer through the proxy whose first upload fails: every request about
+ * a multipart upload (its parts, ListParts, the abort) answered 500, one
+ * retry each, after the first part when with_part (one part at a time).
+ * The store is left holding the upload. */
+static graft_persist_writer_t *upload_abandoned(fix_t *f, graft_persist_remote_config_t *remote,
+                                                bool with_part)
+{
+    *remote = graft_test_s3_remote(&f->s3, "clean");
+    remote->endpoint = f->proxy.endpoint;
+    remote->max_retries = 1;
+    remote->backoff_ms = 10;
+    remote->parallel = 1;
+    graft_persist_writer_t *w = writer_make(f, remote);
+    graft_test_s3_proxy_inject_after(&f->proxy, "uploadId=", with_part ? 1 : 0, 100000, 500, 0);
+    const graft_persist_region_t *rp[1] = {f->regions};
+    size_t nr[1] = {2};
+    assert_int_equal(graft_persist_save(w, 10, 1, rp, nr, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_wait(w, 10, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    graft_persist_remote_stats_t st = stats_of(w);
+    assert_int_equal(st.uploaded, 0);
+    assert_int_equal(st.failed, 1);
+    assert_int_equal(st.aborted_uploads, 0);
+    assert_int_equal(uploads_in_store(f), 1);
+    graft_test_s3_proxy_inject(&f->proxy, "uploadId=", 0, 500, 0);
+    return w;
+}
+
+/* A part failed past the retries and the abort was refused: the same
+ * writer aborts the upload after its next upload, once the store answers. */
+static void test_failed_upload_aborted_later(void **state)
+{
+    fix_t *f = *state;
+    if (f == NULL)
+        skip(); /* no moto_server: setup() said why */
+    graft_persist_remote_config_t remote;
+    graft_persist_writer_t *w = upload_abandoned(f, &remote, false);
+    assert_int_equal(graft_persist_remote_upload(w, 10), GRAFT_OK);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    graft_persist_remote_stats_t st = stats_of(w);
+    if (st.uploaded != 1)
+        fprintf(stderr, "second upload: %s\n", st.last_error);
+    assert_int_equal(st.uploaded, 1);
+    assert_int_equal(st.aborted_uploads, 1);
+    assert_int_equal(uploads_in_store(f), 0);
+    graft_persist_writer_destroy(w);
+}
+
+/* The writer that began the upload is gone, one part stored: a new writer
+ * leaves it while it may still be live (a part within the idle time), and
+ * aborts it at its start once its newest part is older than that. */
+static void test_abandoned_upload_aborted_at_start(void **state)
+{
+    fix_t *f = *state;
+    if (f == NULL)
+        skip(); /* no moto_server: setup() said why */
+    graft_persist_remote_config_t remote;
+    graft_persist_writer_t *w = upload_abandoned(f, &remote, true);
+    graft_persist_writer_destroy(w);
+    assert_int_equal(uploads_in_store(f), 1);
+
+    /* Young: not touched, even after an upload's sweep. */
+    graft_persist_remote_config_t direct = graft_test_s3_remote(&f->s3, "clean");
+    direct.abandoned_after_ms = 120000;
+    w = writer_make(f, &direct);
+    assert_int_equal(graft_persist_remote_upload(w, 10), GRAFT_OK);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    assert_int_equal(stats_of(w).uploaded, 1);
+    assert_int_equal(stats_of(w).aborted_uploads, 0);
+    assert_int_equal(uploads_in_store(f), 1);
+    graft_persist_writer_destroy(w);
+
+    /* Idle for longer than abandoned_after_ms: the next start aborts it,
+     * with nothing uploaded. */
+    sleep(3);
+    direct.abandoned_after_ms = 1500;
+    w = writer_make(f, &direct);
+    int n = 1;
+    uint64_t aborted = 0;
+    for (int i = 0; i < 500 && (n != 0 || aborted == 0); i++) {
+        usleep(20000);
+        n = uploads_in_store(f);
+        aborted = stats_of(w).aborted_uploads;
+    }
+    assert_int_equal(n, 0);
+    assert_int_equal(aborted, 1);
+    assert_int_equal(stats_of(w).uploaded, 0);
+    graft_persist_writer_destroy(w);
+    /* The checkpoint itself is intact in the bucket. */
+    char *keys = graft_test_s3_keys(&f->s3, "clean/");
+    assert_non_null(keys);
+    assert_non_null(strstr(keys, "clean/step-00000000000000000010/manifest.pb\n"));
+    assert_non_null(strstr(keys, "clean/step-00000000000000000010/shard-0-of-1\n"));
+    free(keys);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_failed_upload_aborted_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abandoned_upload_aborted_at_start, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
