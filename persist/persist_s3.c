@@ -503,7 +503,11 @@ graft_status_t graft__s3_outcome(const graft__s3_t *s3, int curl_code, const gra
             return GRAFT_EIO;
         }
         *retry_p = true;
-        snprintf(why, why_len, "%s: %s", what, curl_easy_strerror((CURLcode)curl_code));
+        if (curl_code == CURLE_OPERATION_TIMEDOUT)
+            snprintf(why, why_len, "%s: no answer from %s within the request timeout "
+                     "(timeout_ms %u)", what, s3->url, s3->timeout_ms);
+        else
+            snprintf(why, why_len, "%s: %s", what, curl_easy_strerror((CURLcode)curl_code));
         return GRAFT_EIO;
     }
     char code[64] = "";

@@ -1,11 +1,13 @@
 /*
- * The remote tier leaves no multipart upload behind, against a real
- * S3-compatible server (moto_server) with HTTP faults from
- * tests/support/s3_fault_proxy.c: an upload whose parts fail past the
- * retries and whose abort is refused too is aborted by the same writer
- * once the store answers again; one left by a writer that is gone is
- * aborted by the next writer's start once it sent nothing for the idle
- * time, and not before (it could be a live writer's).
+ * The remote tier against a real S3-compatible server (moto_server) with
+ * HTTP faults from tests/support/s3_fault_proxy.c. No multipart upload is
+ * left behind: an upload whose parts fail past the retries and whose abort
+ * is refused too is aborted by the same writer once the store answers
+ * again; one left by a writer that is gone is aborted by the next writer's
+ * start once it sent nothing for the idle time, and not before (it could
+ * be a live writer's). A slow store: parts answered later than the request
+ * timeout are resent and the upload completes, or fails naming the part
+ * and the timeout; saves are never held up meanwhile.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -203,11 +205,117 @@ static void test_abandoned_upload_aborted_at_start(void **state)
     free(keys);
 }
 
+/* ------------------------------------------------------- a slow store --- */
+
+static double save_wait_s(fix_t *f, graft_persist_writer_t *w, uint64_t step)
+{
+    const graft_persist_region_t *rp[1] = {f->regions};
+    size_t nr[1] = {2};
+    uint64_t t0 = graft__now_ns();
+    assert_int_equal(graft_persist_save(w, step, 1, rp, nr, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_wait(w, step, NULL), GRAFT_OK);
+    return (double)(graft__now_ns() - t0) / 1e9;
+}
+
+/* A writer through the proxy (one part at a time, the given request
+ * timeout and retries) whose next n parts are answered delay_ms late. */
+static graft_persist_writer_t *slow_writer(fix_t *f, graft_persist_remote_config_t *r,
+                                           uint32_t timeout_ms, uint32_t max_retries, int n,
+                                           int delay_ms)
+{
+    *r = graft_test_s3_remote(&f->s3, "slow");
+    r->endpoint = f->proxy.endpoint;
+    r->timeout_ms = timeout_ms;
+    r->max_retries = max_retries;
+    r->backoff_ms = 10;
+    r->parallel = 1;
+    graft_persist_writer_t *w = writer_make(f, r);
+    graft_test_s3_proxy_delay(&f->proxy, "partNumber=", n, delay_ms);
+    return w;
+}
+
+/* Two parts answered 3 s late with a 1.5 s request timeout: both are
+ * resent and the upload completes, bit-exact; a save meanwhile takes no
+ * longer than a local save. */
+static void test_slow_store_completes(void **state)
+{
+    fix_t *f = *state;
+    if (f == NULL)
+        skip();
+    graft_persist_remote_config_t remote;
+    graft_persist_writer_t *w = slow_writer(f, &remote, 1500, 3, 2, 3000);
+    uint64_t t0 = graft__now_ns();
+    (void)save_wait_s(f, w, 10);
+    /* The upload of step 10 is stuck on its first part: a save now. */
+    double save_s = save_wait_s(f, w, 20);
+    graft_persist_remote_stats_t st = stats_of(w);
+    assert_int_equal(st.uploaded, 0);
+    assert_true(st.waiting >= 1);
+    assert_true(save_s < 1.0);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    st = stats_of(w);
+    if (st.uploaded != 2)
+        fprintf(stderr, "slow store: %s\n", st.last_error);
+    assert_int_equal(st.uploaded, 2);
+    assert_int_equal(st.failed, 0);
+    assert_true(st.retries >= 2);
+    assert_int_equal(atomic_load(&f->proxy.delayed), 2);
+    assert_true(graft__now_ns() - t0 >= 3000000000ull); /* two timeouts at least */
+    graft_persist_writer_destroy(w);
+    /* Every host lost: step 10 from the bucket, bit-exact. */
+    pt_rmtree_contents(f->root);
+    uint8_t *back = calloc(1, BYTES);
+    uint64_t stepv = 0;
+    graft_persist_region_t regs[2] = {f->regions[0], f->regions[1]};
+    regs[0].ptr = back;
+    regs[1].ptr = &stepv;
+    graft_persist_restore_params_t p = {.rank = 0, .ranks = 1, .regions = regs, .nregions = 2,
+                                        .step = 10, .verify_full = true, .secret = secret,
+                                        .secret_len = sizeof(secret)};
+    graft_persist_remote_config_t direct = graft_test_s3_remote(&f->s3, "slow");
+    assert_int_equal(graft_persist_remote_restore(&direct, f->root, &p, NULL), GRAFT_OK);
+    assert_memory_equal(back, f->w, BYTES);
+    assert_int_equal(stepv, 10);
+    free(back);
+}
+
+/* Every part answered later than the timeout, one retry: the upload fails
+ * with an error naming the part and the timeout, is aborted (nothing left
+ * in the store), and saves went on. */
+static void test_slow_store_times_out(void **state)
+{
+    fix_t *f = *state;
+    if (f == NULL)
+        skip();
+    graft_persist_remote_config_t remote;
+    graft_persist_writer_t *w = slow_writer(f, &remote, 1000, 1, 100000, 2500);
+    (void)save_wait_s(f, w, 10);
+    assert_true(save_wait_s(f, w, 20) < 1.0);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    graft_persist_remote_stats_t st = stats_of(w);
+    assert_int_equal(st.uploaded, 0);
+    assert_true(st.failed >= 1);
+    assert_int_equal(st.last_status, GRAFT_EIO);
+    assert_non_null(strstr(st.last_error, "UploadPart 1 of slow/step-"));
+    assert_non_null(strstr(st.last_error, "within the request timeout (timeout_ms 1000)"));
+    assert_int_equal(uploads_in_store(f), 0);
+    graft_persist_writer_destroy(w);
+    uint64_t *steps = NULL;
+    size_t n = 0;
+    char why[256];
+    graft_persist_remote_config_t direct = graft_test_s3_remote(&f->s3, "slow");
+    assert_int_equal(graft_persist_remote_list(&direct, &steps, &n, why, sizeof(why)), GRAFT_OK);
+    assert_int_equal(n, 0);
+    graft_free(steps);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_failed_upload_aborted_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abandoned_upload_aborted_at_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_store_completes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_store_times_out, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
