@@ -144,9 +144,14 @@ def _materialize_by_dry_step(optim):
     """The state of any other optimizer: _dry_step(), first verified on two
     small stand-ins (one fresh, one materialized so) that take the same 3
     steps and must end bit-identical, parameters and state. Refused with
-    the reason otherwise (NAdam's mu_product, Adamax's exp_inf: a zero
+    the reason otherwise (NAdam's mu_product, ASGD's eta and mu: a zero
     gradient moves them)."""
     name = type(optim).__name__
+    if any(optim.state.get(p) for g in optim.param_groups for p in g["params"]):
+        # A step with zero gradients would move the state that exists.
+        raise UsageError(-2, "graft: %s holds state for some parameters and not for others; "
+                         "take a step with every parameter's gradient before wrapping it"
+                         % name)
     try:
         a, b = _stand_in(optim, torch.Generator().manual_seed(7)), \
             _stand_in(optim, torch.Generator().manual_seed(7))

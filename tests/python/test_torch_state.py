@@ -149,3 +149,15 @@ def test_finish_writes_the_final_checkpoint(job_env, tmp_path):
         assert rt.start_kind == "restore" and rt.step == 5
     for a, b in zip(final, m2.parameters()):
         assert torch.equal(a, b)
+
+
+def test_optimizer_with_partial_lazy_state_is_refused(job_env):
+    """RMSprop that stepped with only one of its parameters' gradients:
+    a zero-gradient step would move the state that exists, so it is refused."""
+    m = torch.nn.Linear(6, 3)
+    opt = torch.optim.RMSprop(m.parameters(), lr=0.01)
+    m.weight.grad = torch.ones_like(m.weight)
+    opt.step()
+    with _runtime(job_env, "-partial") as rt:
+        with pytest.raises(graft.UsageError, match="some parameters and not for others"):
+            graft.torch.Optimizer(rt, opt)
