@@ -61,7 +61,8 @@ class HealFailed(GroupError):
 from graft.state import ObjectState
 
 __all__ = ["BufferState", "HealFailed", "LayoutMismatch", "Optimizer", "materialize_state",
-           "local_optimizer", "DataPosition", "GradientAverager"]
+           "local_optimizer", "DataPosition", "GradientAverager", "LocalSGD", "DiLoCo",
+           "DistributedDataParallel"]
 
 
 def materialize_state(optim):
