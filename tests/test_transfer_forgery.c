@@ -118,7 +118,10 @@ static void forged_refused(tf_t *f, int32_t mode, const char *says, double withi
 }
 
 /* The relay in @p mode beside the honest donor: the pull fails over and
- * holds the donor's bytes, each region where it belongs. */
+ * holds the donor's bytes, each region where it belongs. Chunks the relay
+ * carried before its forged answer arrived may count (the manifest's own
+ * hashes cover them: they verified, as in forged_refused()); the rest
+ * came from the honest donor. */
 static void forged_failover(tf_t *f, int32_t mode)
 {
     const char *two[2] = {f->addrs[1], f->addrs[0]};
@@ -128,9 +131,9 @@ static void forged_failover(tf_t *f, int32_t mode)
     f->po.n_donors = 2;
     tf_pull_verified(f);
     assert_int_equal(f->rep.donors[0].status, GRAFT_ETOKEN);
-    assert_int_equal(f->rep.donors[0].chunks, 0);
     assert_int_equal(f->rep.donors[1].status, GRAFT_OK);
-    assert_int_equal(f->rep.donors[1].bytes, f->rep.bytes);
+    assert_true(f->rep.donors[1].chunks > 0);
+    assert_int_equal(f->rep.donors[0].bytes + f->rep.donors[1].bytes, f->rep.bytes);
     f->po.donors = &f->addrs[1];
     f->po.n_donors = 1;
 }
