@@ -211,7 +211,7 @@ typedef struct graft_sim_link_fault {
     uint64_t until;        /* when it is restored */
 } graft_sim_link_fault_t;
 
-/* One run of the engine (sim_run_once() in sim_live.c). */
+/* One run of the engine (graft_sim_run_once() in sim_live.c). */
 typedef struct graft_sim_run {
     const graft_sim_live_opts_t *o;
     const graft_sim_schedule_t *sched;
@@ -287,6 +287,23 @@ extern int graft_sim_ballast_mib;
 /** The signal that stops the run at its next tick (SIGINT, SIGTERM, SIGHUP); 0: none. */
 extern volatile sig_atomic_t graft_sim_stop_signal;
 
+/** Milliseconds of simulated compute per trainer step (GRAFT_SIM_STEP_MS; 0: none). */
+extern int graft_sim_step_ms;
+
+/** SIGINT, SIGTERM and SIGHUP set graft_sim_stop_signal from now on. */
+void graft_sim_catch_stop_signals(void);
+
+/** GRAFT_SIM_KEEP set to anything but "" or "0": keep the run directory. */
+bool graft_sim_keep(void);
+
+/** One run of the engine: the given schedule (empty for the reference)
+ *  against a fresh set of trainers under a job name of its own. */
+graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
+                                  const graft_sim_schedule_t *sched,
+                                  graft_etcd_cluster_t *cluster, const char *endpoint,
+                                  const char *tag, const char *persist_root,
+                                  graft_sim_result_t *res);
+
 /** Make room in *arr (*cap elements of elem bytes) for element n; 0, or -1 when out of
  *  memory (*arr unchanged). */
 int graft_sim_grow(void **arr, size_t *cap, size_t n, size_t elem);
@@ -299,6 +316,23 @@ const char *graft_sim_trainer_path(char *buf, size_t len);
 
 /** Create the directories above path (not path itself). */
 void graft_sim_mkdirs(const char *path);
+
+/* sim_tiers.c */
+
+/** The complete checkpoints of the run's local root not corrupted on
+ *  purpose; the newest one's directory name into newest (may be NULL). */
+int graft_sim_complete_checkpoints(const graft_sim_run_t *r, char *newest, size_t cap);
+
+/** Flip a byte in ONE shard of the newest complete checkpoint (its rank
+ *  from the seed and plan_index); its step, -1 when none was corrupted. */
+long long graft_sim_corrupt_newest(graft_sim_run_t *r, size_t plan_index);
+
+/** The object store's newest complete checkpoint (-1: none, or no store),
+ *  asked at most every 500 ms (remote_checked_ns = 0 forces a look). */
+long long graft_sim_remote_newest(graft_sim_run_t *r);
+
+/** lose_disks: empty the job's local checkpoint root. */
+void graft_sim_wipe_local_root(graft_sim_run_t *r);
 
 /* sim_observe.c */
 

@@ -95,8 +95,9 @@ static void test_schedule_random_covers_every_kind(void **state)
     for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
         if (k == GRAFT_SIM_PARTITION || k == GRAFT_SIM_ISOLATE || k == GRAFT_SIM_NETEM ||
             k == GRAFT_SIM_THROTTLE || k == GRAFT_SIM_CUT_DONOR ||
-            k == GRAFT_SIM_ETCD_LEADER_KILL) {
-            assert_int_equal(by_kind[k], 0); /* no --netns, one etcd member */
+            k == GRAFT_SIM_ETCD_LEADER_KILL || k == GRAFT_SIM_LOSE_DISKS) {
+            /* no --netns, one etcd member, no object store */
+            assert_int_equal(by_kind[k], 0);
         } else {
             assert_true(by_kind[k] > 0);
         }
@@ -457,6 +458,19 @@ static void test_binary_rejects_bad_input(void **state)
     assert_int_equal(run_sim(sched, NULL, &out), 2);
     assert_non_null(strstr(out, "events[0].group"));
     free(out);
+
+    /* The knobs in the environment are checked before anything starts. */
+    const char *small[] = {"--groups", "1", "--ranks", "1", "--steps", "5", NULL};
+    const char *knob_env[][2] = {{"GRAFT_SIM_STEP_MS=5ms", NULL},
+                                 {"GRAFT_SIM_BALLAST_MIB=4097", NULL}};
+    const char *knob_says[] = {"GRAFT_SIM_STEP_MS: '5ms' is not 0..60000",
+                               "GRAFT_SIM_BALLAST_MIB: '4097' is not 0..4096"};
+    for (size_t k = 0; k < ARRAY_SIZE(knob_says); k++) {
+        assert_int_equal(run_sim(small, knob_env[k], &out), 2);
+        if (strstr(out, knob_says[k]) == NULL)
+            fail_msg("no \"%s\" in:\n%s", knob_says[k], out);
+        free(out);
+    }
 
     /* A trainer that does not exist is an error, not a verdict. */
     const char *args[] = {"--groups", "1", "--ranks", "1", "--steps", "5", NULL};
