@@ -33,17 +33,28 @@ void graft__s3_md5_b64(const void *data, size_t len, char out[32])
     EVP_EncodeBlock((unsigned char *)out, md, (int)n);
 }
 
-/* "x-amz-content-sha256: <hex>": S3 wants the payload's hash as a header,
- * which libcurl 7.88 does not add (it signs every header we add). */
-static void sha256_header(const void *data, size_t len, char out[96])
+void graft__s3_hex(const unsigned char *md, unsigned int n, char out[65])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (EVP_Digest(data != NULL ? data : "", len, md, &n, EVP_sha256(), NULL) != 1)
-        n = 0;
-    int k = snprintf(out, 96, "x-amz-content-sha256: ");
-    for (unsigned int i = 0; i < n && k < 94; i++)
-        k += snprintf(out + k, (size_t)(96 - k), "%02x", md[i]);
+    out[0] = '\0';
+    for (unsigned int i = 0; i < n && i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* "x-amz-content-sha256: <hex>": S3 wants the payload's hash as a header,
+ * which libcurl 7.88 does not add (it signs every header we add). hex: the
+ * hash computed already, or NULL. */
+static void sha256_header(const void *data, size_t len, const char *hex, char out[96])
+{
+    char own[65] = "";
+    if (hex == NULL) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int n = 0;
+        if (EVP_Digest(data != NULL ? data : "", len, md, &n, EVP_sha256(), NULL) != 1)
+            n = 0;
+        graft__s3_hex(md, n, own);
+        hex = own;
+    }
+    snprintf(out, 96, "x-amz-content-sha256: %s", hex);
 }
 
 /* ------------------------------------------------------ configuration --- */
@@ -413,6 +424,15 @@ void *graft__s3_easy(graft__s3_t *s3, const char *method, const char *key, const
                      const uint8_t *body, size_t body_len, const char *content_md5,
                      graft__s3_resp_t *resp, struct curl_slist **hdrs_p)
 {
+    return graft__s3_easy_hashed(s3, method, key, query, body, body_len, content_md5, NULL, resp,
+                                 hdrs_p);
+}
+
+void *graft__s3_easy_hashed(graft__s3_t *s3, const char *method, const char *key,
+                            const char *query, const uint8_t *body, size_t body_len,
+                            const char *content_md5, const char *sha256_hex,
+                            graft__s3_resp_t *resp, struct curl_slist **hdrs_p)
+{
     char *path = key != NULL ? key_encode(s3->prefix, key) : graft__strdup("");
     char *url = path != NULL ? graft__asprintf("%s/%s%s%s", s3->base, path,
                                                query != NULL ? "?" : "", query != NULL ? query : "")
@@ -444,7 +464,7 @@ void *graft__s3_easy(graft__s3_t *s3, const char *method, const char *key, const
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body != NULL ? (const char *)body : "");
     }
     char sha[96], md5[64] = "";
-    sha256_header(body, body != NULL ? body_len : 0, sha);
+    sha256_header(body, body != NULL ? body_len : 0, sha256_hex, sha);
     if (content_md5 != NULL)
         snprintf(md5, sizeof(md5), "Content-MD5: %s", content_md5);
     /* No "Expect:" to suppress 100-continue: libcurl 7.88 would sign it as

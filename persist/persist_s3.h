@@ -100,6 +100,13 @@ typedef struct graft__s3_resp {
 void *graft__s3_easy(graft__s3_t *s3, const char *method, const char *key, const char *query,
                      const uint8_t *body, size_t body_len, const char *content_md5,
                      graft__s3_resp_t *resp, struct curl_slist **hdrs_p);
+/* The same, with the body's SHA-256 (64 hex digits) computed already. */
+void *graft__s3_easy_hashed(graft__s3_t *s3, const char *method, const char *key,
+                            const char *query, const uint8_t *body, size_t body_len,
+                            const char *content_md5, const char *sha256_hex,
+                            graft__s3_resp_t *resp, struct curl_slist **hdrs_p);
+/* Lower-case hex of the first n (<= 32) bytes of md. */
+void graft__s3_hex(const unsigned char *md, unsigned int n, char out[65]);
 void graft__s3_resp_reset(graft__s3_resp_t *r);
 /* The outcome of a finished transfer: GRAFT_OK on a 2xx, GRAFT_ENOTFOUND
  * on a 404, GRAFT_EAUTH on a 403, GRAFT_EIO otherwise; why names the

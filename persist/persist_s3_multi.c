@@ -8,6 +8,8 @@
 #include "persist_s3.h"
 #include "persist_internal.h"
 
+#include <openssl/evp.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,25 +108,66 @@ static void part_release(CURLM *m, part_t *p)
     p->buf = NULL;
 }
 
+/* Read the part (again at every try: memory holds only the parts in
+ * flight) and hash it (MD5 for Content-MD5, SHA-256 for the signature) a
+ * slice at a time, keeping the parts in flight moving between slices:
+ * hashing a whole part at once stalled every transfer for ~20 ms a part. */
+#define GP_S3_SLICE (1u << 20)
+static graft_status_t part_read(upload_t *u, CURLM *m, part_t *p, char sha_hex[65], char *why,
+                                size_t why_len)
+{
+    EVP_MD_CTX *md5 = EVP_MD_CTX_new(), *sha = EVP_MD_CTX_new();
+    graft_status_t st = GRAFT_OK;
+    bool ok = md5 != NULL && sha != NULL && EVP_DigestInit_ex(md5, EVP_md5(), NULL) == 1 &&
+              EVP_DigestInit_ex(sha, EVP_sha256(), NULL) == 1;
+    for (uint64_t off = 0; ok && off < p->len; off += GP_S3_SLICE) {
+        size_t n = (size_t)GRAFT_MIN((uint64_t)GP_S3_SLICE, p->len - off);
+        ssize_t got = pread(u->fd, p->buf + off, n, (off_t)(p->off + off));
+        if (got < 0 || (size_t)got != n) {
+            snprintf(why, why_len, "%s: reading part %u of the local file: %s", u->key, p->num,
+                     got < 0 ? strerror(errno) : "short read");
+            st = GRAFT_EIO;
+            break;
+        }
+        ok = EVP_DigestUpdate(md5, p->buf + off, n) == 1 &&
+             EVP_DigestUpdate(sha, p->buf + off, n) == 1;
+        int running;
+        (void)curl_multi_perform(m, &running);
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    if (st == GRAFT_OK && ok && EVP_DigestFinal_ex(md5, md, &mdn) == 1)
+        EVP_EncodeBlock((unsigned char *)p->md5, md, (int)mdn);
+    else
+        ok = false;
+    if (st == GRAFT_OK && ok && EVP_DigestFinal_ex(sha, md, &mdn) == 1)
+        graft__s3_hex(md, mdn, sha_hex);
+    else
+        ok = false;
+    EVP_MD_CTX_free(md5);
+    EVP_MD_CTX_free(sha);
+    if (st == GRAFT_OK && !ok) {
+        snprintf(why, why_len, "%s: hashing part %u failed", u->key, p->num);
+        st = GRAFT_EINTERNAL;
+    }
+    return st;
+}
+
 static graft_status_t part_start(upload_t *u, CURLM *m, part_t *p, char *why, size_t why_len)
 {
     p->buf = graft__malloc(p->len);
     if (p->buf == NULL)
         return GRAFT_ENOMEM;
-    /* Read again at every try: memory holds only the parts in flight. */
-    ssize_t got = pread(u->fd, p->buf, p->len, (off_t)p->off);
-    if (got < 0 || (uint64_t)got != p->len) {
-        snprintf(why, why_len, "%s: reading part %u of the local file: %s", u->key, p->num,
-                 got < 0 ? strerror(errno) : "short read");
-        return GRAFT_EIO;
-    }
-    graft__s3_md5_b64(p->buf, p->len, p->md5);
+    char sha_hex[65];
+    graft_status_t st = part_read(u, m, p, sha_hex, why, why_len);
+    if (st != GRAFT_OK)
+        return st;
     char query[700];
     snprintf(query, sizeof(query), "partNumber=%u&uploadId=%s", p->num, u->id_enc);
     p->resp.fd = -1;
     graft__s3_resp_reset(&p->resp);
-    p->easy = graft__s3_easy(u->s3, "PUT", u->key, query, p->buf, p->len, p->md5, &p->resp,
-                             &p->hdrs);
+    p->easy = graft__s3_easy_hashed(u->s3, "PUT", u->key, query, p->buf, p->len, p->md5,
+                                    sha_hex, &p->resp, &p->hdrs);
     if (p->easy == NULL)
         return GRAFT_ENOMEM;
     curl_easy_setopt(p->easy, CURLOPT_PRIVATE, p);
