@@ -125,6 +125,12 @@ GRAFT_WUR graft_status_t graft__s3_request(graft__s3_t *s3, const char *method, 
                                            size_t body_len, const char *md5,
                                            graft__s3_resp_t *resp, const char *what, char *why,
                                            size_t why_len);
+/* One request without a body, tried once with its own timeout (a probe,
+ * a clean-up that is tried again later anyway). */
+GRAFT_WUR graft_status_t graft__s3_request_once(graft__s3_t *s3, const char *method,
+                                                const char *key, const char *query,
+                                                long timeout_ms, graft__s3_resp_t *resp,
+                                                const char *what, char *why, size_t why_len);
 /* The text of <tag>...</tag> in xml, copied into out; false if absent. */
 bool graft__s3_xml_tag(const char *xml, const char *tag, char *out, size_t out_len);
 /* Multipart upload (persist_s3_multi.c). */

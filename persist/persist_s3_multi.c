@@ -72,19 +72,10 @@ static graft_status_t upload_request(upload_t *u, const char *method, const char
     snprintf(query, sizeof(query), query_fmt, u->id_enc);
     graft__s3_resp_t r = {.fd = -1};
     char why[256];
-    struct curl_slist *h = NULL;
-    graft_status_t st = GRAFT_ENOMEM;
-    CURL *e = graft__s3_easy(u->s3, method, u->key, query, NULL, 0, NULL, &r, &h);
-    if (e != NULL) {
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
-        CURLcode cc = curl_easy_perform(e);
-        bool retry;
-        st = graft__s3_outcome(u->s3, (int)cc, &r, what, &retry, why, sizeof(why));
-        if (st != GRAFT_OK)
-            GRAFT_DEBUG(GRAFT_MOD_PERSIST, "%s", why);
-        curl_easy_cleanup(e);
-    }
-    curl_slist_free_all(h);
+    graft_status_t st = graft__s3_request_once(u->s3, method, u->key, query, 5000L, &r, what, why,
+                                               sizeof(why));
+    if (st != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MOD_PERSIST, "%s", why);
     graft_free(r.body);
     return st;
 }

@@ -6,7 +6,9 @@
  * abort, and those of anyone that sent nothing for the idle time
  * (ListParts: the newest part's LastModified; an upload with no part, which
  * costs nothing stored, from when this client first listed it, since some
- * stores answer a made-up Initiated time).
+ * stores answer a made-up Initiated time). Each request is tried once: a
+ * sweep that fails is tried again after the next upload, and a store that
+ * is down does not hold up the upload behind it.
  */
 #include "persist_s3.h"
 #include "persist_internal.h"
@@ -88,8 +90,8 @@ static int64_t last_activity(graft__s3_t *s3, const char *rel, const char *id,
     graft__s3_resp_t r = {.fd = -1};
     char why[256];
     int64_t last = INT64_MAX;
-    if (query != NULL && graft__s3_request(s3, "GET", rel, query, NULL, 0, NULL, &r, "ListParts",
-                                           why, sizeof(why)) == GRAFT_OK) {
+    if (query != NULL && graft__s3_request_once(s3, "GET", rel, query, (long)s3->timeout_ms, &r,
+                                                "ListParts", why, sizeof(why)) == GRAFT_OK) {
         last = newest_time(r.body != NULL ? r.body : "", "LastModified");
         if (last == 0)
             last = first_seen(s3, id, now);
@@ -122,7 +124,8 @@ static graft_status_t sweep_one(graft__s3_t *s3, const char *upload, int64_t now
         graft__s3_resp_t r = {.fd = -1};
         snprintf(query, sizeof(query), "uploadId=%s", id_enc);
         snprintf(what, sizeof(what), "AbortMultipartUpload %s", key);
-        st = graft__s3_request(s3, "DELETE", rel, query, NULL, 0, NULL, &r, what, why, why_len);
+        st = graft__s3_request_once(s3, "DELETE", rel, query, (long)s3->timeout_ms, &r, what,
+                                    why, why_len);
         graft_free(r.body);
         if (st == GRAFT_OK || st == GRAFT_ENOTFOUND) {
             GRAFT_INFO(GRAFT_MOD_PERSIST, "s3://%s/%s: aborted an abandoned multipart upload "
@@ -149,8 +152,8 @@ graft_status_t graft__s3_sweep_uploads(graft__s3_t *s3, uint64_t idle_ms, size_t
     graft__s3_resp_t r = {.fd = -1};
     char what[300];
     snprintf(what, sizeof(what), "ListMultipartUploads %s", s3->prefix);
-    graft_status_t st = graft__s3_request(s3, "GET", NULL, query, NULL, 0, NULL, &r, what, why,
-                                          why_len);
+    graft_status_t st = graft__s3_request_once(s3, "GET", NULL, query, (long)s3->timeout_ms, &r,
+                                               what, why, why_len);
     graft_free(query);
     int64_t now = (int64_t)time(NULL);
     for (const char *p = st == GRAFT_OK && r.body != NULL ? strstr(r.body, "<Upload>") : NULL;
