@@ -70,6 +70,10 @@ def parse():
     ap.add_argument("--delay", type=float, default=0.0,
                     help="seconds to sleep after each step (to watch it, or kill it) [0]")
     ap.add_argument("--log-every", type=int, default=1, help="a progress line every N steps [1]")
+    ap.add_argument("--graft-ddp", action="store_true",
+                    help="reduce across groups in graft.torch.DistributedDataParallel's "
+                         "communication hook (overlapping the backward pass) instead of an "
+                         "average() call after it")
     ap.add_argument("--out", default="",
                     help="at the end, write this rank's state (a pickle) to OUT.g<group>.r<rank>")
     return ap.parse_args()
@@ -109,18 +113,23 @@ def main():
 
     model = torch.nn.Sequential(torch.nn.Linear(8, a.hidden), torch.nn.ReLU(),
                                 torch.nn.Dropout(0.1), torch.nn.Linear(a.hidden, 1))
-    if ranks > 1:
+    rt = graft.Runtime(**where)
+    avg = graft.torch.GradientAverager(rt, timeout_s=5)
+    if a.graft_ddp:
+        # torch's DDP over the group's ranks, its hook also reducing across groups.
+        net = graft.torch.DistributedDataParallel(rt, model, averager=avg)
+    elif ranks > 1:
         net = torch.nn.parallel.DistributedDataParallel(model)
+    else:
+        net = model
+    if ranks > 1:
         inner = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                         lr=a.lr)
     else:
-        net = model
         inner = torch.optim.Adam(model.parameters(), lr=a.lr)
 
-    rt = graft.Runtime(**where)
     opt = graft.torch.Optimizer(rt, inner, objects=graft.rng_state,
                                 load_objects=graft.set_rng_state)
-    avg = graft.torch.GradientAverager(rt, timeout_s=5)
     tag = "group %d rank %d" % (rt.group, rt.rank)
     say("%s: pid %d, %d ranks per group, %d groups" % (tag, os.getpid(), ranks, rt.groups))
 
@@ -139,7 +148,8 @@ def main():
                      a.batch)
         loss = torch.nn.functional.mse_loss(net(x), y)
         loss.backward()                      # DDP: averaged over the group's ranks
-        avg.average(model.parameters())      # rank r of every group: averaged across groups
+        if not a.graft_ddp:
+            avg.average(model.parameters())  # rank r of every group: averaged across groups
         applied = opt.step()                 # the commit: the step is taken only on a yes
         if rt.step % a.log_every == 0 or not applied:
             say("%s: step %d loss %.5f groups %d%s"

@@ -46,7 +46,8 @@ class Torchrun:
     """One group: a torchrun agent and its ranks, in a session of their own
     (so the whole group can be killed), read line by line by a thread."""
 
-    def __init__(self, env, group, out, max_restarts=0, delay=0.1, steps=STEPS, groups=GROUPS):
+    def __init__(self, env, group, out, max_restarts=0, delay=0.1, steps=STEPS, groups=GROUPS,
+                 extra=()):
         e = group_env(env, group, groups)
         # Debian's torch 1.13 on Python 3.11 cannot parse torchrun's default
         # "--redirects 0" (AttributeError: 'NoneType' object has no attribute
@@ -62,7 +63,7 @@ class Torchrun:
                "--master_addr", "127.0.0.1", "--master_port", str(quiet_port()),
                "--max_restarts", str(max_restarts), "--monitor_interval", "0.5",
                "-r", "2", "-t", "2", TRAINER, "--steps", str(steps),
-               "--delay", str(delay), "--out", str(out)]
+               "--delay", str(delay), "--out", str(out)] + list(extra)
         self.group = group
         self.proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True,
@@ -227,6 +228,29 @@ def test_group_killed_and_replaced(torchrun, reference, tmp_path):
     assert states[2, 0]["start"] == "peer" and states[2, 1]["start"] == "peer"
     assert sum(states[g, r]["metrics"]["serves"] for g in (0, 1) for r in range(RANKS)) >= 2
     _check(states, reference)
+
+
+def test_graft_ddp_group_killed_and_replaced(torchrun, tmp_path):
+    """graft.torch.DistributedDataParallel in a group of 2 ranks (its hook
+    averages each bucket over the group's ranks, then over rank r of the
+    other group): group 1 killed whole and replaced, every rank ends
+    bit-identical to a fault-free run of the same trainer."""
+    extra = ["--graft-ddp"]
+    ref_out, out = tmp_path / "ref", tmp_path / "run"
+    ref_env = {"GRAFT_JOB": "tr-ddp-ref-" + os.urandom(4).hex()}
+    refs = [torchrun(g, ref_out, env=ref_env, groups=2, delay=0, extra=extra) for g in range(2)]
+    for t in refs:
+        t.finish()
+    groups = [torchrun(g, out, groups=2, extra=extra) for g in range(2)]
+    groups[1].wait_step(4)
+    groups[1].kill()
+    repl = torchrun(1, out, groups=2, extra=extra)
+    for t in [groups[0], repl]:
+        t.finish()
+    states, ref = _states(out, groups=2), _states(ref_out, groups=2)
+    assert states[1, 0]["start"] == "peer" and states[1, 1]["start"] == "peer"
+    for (g, r), st in states.items():
+        _assert_same(st, ref[g, r], "group %d rank %d" % (g, r))
 
 
 def test_elastic_group_trains_on(torchrun, tmp_path):
