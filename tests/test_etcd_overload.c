@@ -146,6 +146,37 @@ static void proxy_end(void)
 
 /* ------------------------------------------------ the budget, in-process --- */
 
+/* SIGSTOP etcd and wait until every thread of it is stopped: kill()
+ * returns before that, and on a loaded machine a request sent right after
+ * was still answered (test_budget_sheds_and_paces under AddressSanitizer). */
+static void etcd_stop(pid_t pid)
+{
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 400; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        buf[n] = '\0';
+        const char *st = strrchr(buf, ')');  /* "pid (comm) S ..." */
+        if (st != NULL && st[1] == ' ' && st[2] == 'T')
+            return;
+        usleep(5000);
+    }
+    fail_msg("etcd (pid %d) did not stop within 2 s of SIGSTOP", (int)pid);
+}
+
+/* After each test: etcd running again, whatever the test left it as. */
+static int etcd_resume(void **state)
+{
+    (void)state;
+    if (etcd.server != NULL)
+        kill(graft_etcd_server_pid(etcd.server), SIGCONT);
+    return 0;
+}
+
 static graft_etcd_t *client(graft_etcd_t *share, graft_etcd_priority_t priority)
 {
     const char *ep[] = {graft_etcd_server_endpoint(etcd.server)};
@@ -187,7 +218,7 @@ static void test_budget_sheds_and_paces(void **state)
     assert_false(s0.slow);
 
     pid_t pid = graft_etcd_server_pid(etcd.server);
-    assert_int_equal(kill(pid, SIGSTOP), 0);
+    etcd_stop(pid);
     /* The first timeout makes etcd slow for every client of the load. */
     assert_int_equal(graft_etcd_get(ess, "/ov/k", &kv, NULL), GRAFT_EETCD_TIMEOUT);
     graft_etcd_stats_get(bg, &s1);
@@ -407,9 +438,9 @@ static void test_job_through_starved_etcd(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_budget_sheds_and_paces),
-        cmocka_unit_test(test_job_through_stopped_etcd),
-        cmocka_unit_test(test_job_through_starved_etcd),
+        cmocka_unit_test_teardown(test_budget_sheds_and_paces, etcd_resume),
+        cmocka_unit_test_teardown(test_job_through_stopped_etcd, etcd_resume),
+        cmocka_unit_test_teardown(test_job_through_starved_etcd, etcd_resume),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
