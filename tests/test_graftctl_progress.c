@@ -684,7 +684,7 @@ static void test_slow_steps_not_paused(void **state)
                                                          NULL});
     json_t *st = status_until(at_step_2);
     const char *const args[] = {"--etcd", endpoint, "--job", job, "--json", "status", NULL};
-    size_t reads = 0;
+    size_t reads = 0, failed = 0;
     while (json_integer_value(json_object_get(st, "step")) < 4) {
         const char *state_now = json_string_value(json_object_get(st, "state"));
         if (strcmp(state_now, "paused") == 0)
@@ -692,13 +692,23 @@ static void test_slow_steps_not_paused(void **state)
                         (long long)json_integer_value(json_object_get(st, "step")),
                         json_string_value(json_object_get(st, "state_reason")));
         assert_string_not_equal(state_now, "paused");
-        json_decref(st);
+        json_t *last = st;
         sleep_ms(500);
         char *out = NULL;
-        st = run_ctl(args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
+        int rc = run_ctl(args, &out, NULL);
+        st = rc == 0 ? json_loads(out, 0, NULL) : NULL;
+        if (st == NULL) {
+            /* A read that failed (etcd slow to answer graftctl under
+             * AddressSanitizer) says nothing of the job's state: said, and
+             * the last state kept; the job must still read as running. */
+            print_error("graftctl status exited %d: %s\n", rc, out != NULL ? out : "");
+            assert_true(++failed <= 3);
+            st = last;
+        } else {
+            json_decref(last);
+            reads++;
+        }
         free(out);
-        assert_non_null(st);
-        reads++;
     }
     print_message("%zu reads over two 8 s steps, none paused\n", reads);
     assert_true(reads >= 20);
