@@ -278,6 +278,28 @@ class BufferState:
                 b.copy_(shadow)
 
 
+def _wait_heal(owner, info, unit):
+    """The heal a quorum started, when it did: True once healed. A failed
+    heal is kept in owner.heal_error (the commit votes no, the group heals
+    at the next quorum, and until then it is no participant) and counted in
+    owner.failed_heals; max_failed_heals in a row raise HealFailed."""
+    if not info.healing:
+        return False
+    try:
+        owner.runtime.heal_wait()
+    except Error as e:
+        owner.heal_error = e
+        owner.failed_heals += 1
+        if owner.failed_heals >= owner.max_failed_heals:
+            raise HealFailed(e.status, "graft: this group failed to heal %d times in a row at "
+                             "%s %d (max_failed_heals %d); last error: %s"
+                             % (owner.failed_heals, unit, info.step, owner.max_failed_heals,
+                                e.message), cause=e) from e
+        return False
+    owner.failed_heals = 0
+    return True
+
+
 class Optimizer(torch.optim.Optimizer):
     """Wraps a torch optimizer so every step runs graft's step protocol. It
     is a torch.optim.Optimizer (a scheduler takes it), whose param_groups,
@@ -415,21 +437,7 @@ class Optimizer(torch.optim.Optimizer):
         self.buffer_state.save()
         self.heal_error = None
         self.info = self.runtime.quorum()
-        if self.info.healing:
-            try:
-                self.runtime.heal_wait()
-            except Error as e:
-                # The commit votes no and the group heals at the next quorum;
-                # until then it is no participant (runtime.participating).
-                self.heal_error = e
-                self.failed_heals += 1
-                if self.failed_heals >= self.max_failed_heals:
-                    raise HealFailed(e.status, "graft: this group failed to heal %d times in a "
-                                     "row at step %d (max_failed_heals %d); last error: %s"
-                                     % (self.failed_heals, self.info.step,
-                                        self.max_failed_heals, e.message), cause=e) from e
-            else:
-                self.failed_heals = 0
+        _wait_heal(self, self.info, "step")
         replaced = self.info.healing or (
             self._last_step is None and self.runtime.start_kind != "cold") or (
             self._last_step is not None and self.info.step != self._last_step)

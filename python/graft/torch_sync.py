@@ -31,11 +31,10 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from graft.errors import Error, GroupError, PeerError, UsageError
+from graft.errors import GroupError, PeerError, UsageError
 from graft.state import ObjectState
 from graft.stateful import StateDicts
-from graft.torch import (GradientAverager, HealFailed, _state_tensors,
-                         materialize_state)
+from graft.torch import GradientAverager, _state_tensors, _wait_heal, materialize_state
 
 
 class _Carrier:
@@ -91,21 +90,9 @@ class _Rounds:
         self.object_state.pack(self.state_dicts.save())
         self.heal_error = None
         info = self.runtime.quorum()
-        if info.healing:
-            try:
-                self.runtime.heal_wait()
-            except Error as e:
-                self.heal_error = e
-                self.failed_heals += 1
-                if self.failed_heals >= self.max_failed_heals:
-                    raise HealFailed(e.status, "graft: this group failed to heal %d times in a "
-                                     "row at round %d (max_failed_heals %d); last error: %s"
-                                     % (self.failed_heals, info.step, self.max_failed_heals,
-                                        e.message), cause=e) from e
-            else:
-                self.failed_heals = 0
-                self._load_objects()
-        elif not self._started and self.runtime.start_kind != "cold":
+        if _wait_heal(self, info, "round"):
+            self._load_objects()
+        elif not info.healing and not self._started and self.runtime.start_kind != "cold":
             self._load_objects()       # restored from a checkpoint before the quorum
         self._started = True
         self.info = info
