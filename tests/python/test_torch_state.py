@@ -161,3 +161,20 @@ def test_optimizer_with_partial_lazy_state_is_refused(job_env):
     with _runtime(job_env, "-partial") as rt:
         with pytest.raises(graft.UsageError, match="some parameters and not for others"):
             graft.torch.Optimizer(rt, opt)
+
+
+def test_wrong_uses_are_refused_with_the_reason(job_env):
+    """finish() outside a step, a LocalSGD round of no steps, a DiLoCo outer
+    optimizer over other parameters, a DDP wrapper that would re-bucket."""
+    m, other = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+    with _runtime(job_env, "-wrong") as rt:
+        opt = graft.torch.Optimizer(rt, torch.optim.SGD(m.parameters(), lr=0.1))
+        with pytest.raises(graft.UsageError, match="outside a step"):
+            opt.finish()
+        with pytest.raises(graft.UsageError, match="sync_every must be at least 1"):
+            graft.torch.LocalSGD(rt, m, 0)
+        with pytest.raises(graft.UsageError, match="over the model's parameters"):
+            graft.torch.DiLoCo(rt, m, torch.optim.SGD(other.parameters(), lr=0.7), 3)
+        for kw in ({"static_graph": True}, {"find_unused_parameters": False}):
+            with pytest.raises(graft.UsageError, match="re-buckets"):
+                graft.torch.DistributedDataParallel(rt, m, **kw)
