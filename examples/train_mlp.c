@@ -36,6 +36,8 @@
  *                         serving (with --die-when-serving: a donor that is
  *                         sure to die serving, however slowly the other
  *                         group starts)
+ *   --serve-at STEP       the same hold at step STEP: a group started first
+ *                         waits there for a late group to join it
  *   --die-at-step N       SIGKILL this process when step N starts, once the
  *                         persistent checkpoint it last started is durable
  *   --die-before-vote N   SIGKILL this process once step N's quorum returned,
@@ -261,6 +263,9 @@ static graft_status_t fingerprint(void *arg, uint64_t *fp_p)
 typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
     uint64_t corrupt_at, die_before_vote, vote_delay_at, vote_delay_ms;
+    /* Hold at this step (vetoing its commit) until this group has served
+     * once; UINT64_MAX: never. --serve-before-end: the last step. */
+    uint64_t serve_at;
     const char *hash_out, *hash_log, *role_log;
     bool no_graft, die_when_serving, serve_before_end;
 } opts_t;
@@ -285,6 +290,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     memset(o, 0, sizeof(*o));
     o->steps = 20;
     o->seed = 1;
+    o->serve_at = UINT64_MAX;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t *num = NULL;
@@ -328,6 +334,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             num = &o->corrupt_at;
         } else if (strcmp(a, "--checkpoint-at") == 0) {
             num = &o->ckpt_at;
+        } else if (strcmp(a, "--serve-at") == 0) {
+            num = &o->serve_at;
         } else {
             fprintf(stderr, "train_mlp: unknown flag '%s' (see docs/RUNTIME.md)\n", a);
             return -1;
@@ -573,8 +581,8 @@ int main(int argc, char **argv)
             raise(SIGKILL);
         }
         served = served || info.donor;
-        if (o.serve_before_end && !served && info.step + 1 == o.steps &&
-            graft_commit_veto(rt) != GRAFT_OK)
+        uint64_t hold_at = o.serve_before_end ? o.steps - 1 : o.serve_at;
+        if (!served && info.step == hold_at && graft_commit_veto(rt) != GRAFT_OK)
             fprintf(stderr, "train_mlp: graft_commit_veto failed\n");
         st = graft_heal_wait(rt);
         uint64_t rng = s.rng;

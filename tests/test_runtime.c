@@ -452,6 +452,12 @@ static void wait_log_step(const proc_t *p, uint64_t step, double timeout_s)
 static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
 {
     const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8", NULL};
+    /* --serve-at 2: group 0 holds at step 2 until group 1 has joined and
+     * pulled from it. Without it, group 0 could finish its 16 steps before
+     * group 1's processes had started (about 0.5 s each with UCX 1.22),
+     * and group 1 then found no state to join. */
+    const char *first[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8",
+                           "--serve-at", "2", NULL};
     /* --serve-before-end: group 1 holds at its last step until it serves.
      * Without it, where the replacement is slow to start (one core under
      * AddressSanitizer), group 1 finished all 16 steps before the
@@ -467,8 +473,8 @@ static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
      * group 1 serves is the heal below. (Started together, group 1 could
      * form the first quorum on its own before group 0 had joined, and then
      * serve group 0's start-up sync and die there.) */
-    proc_t *victim = spawn(j, 0, 0, flags);
-    proc_t *rank1 = spawn(j, 0, 1, flags);
+    proc_t *victim = spawn(j, 0, 0, first);
+    proc_t *rank1 = spawn(j, 0, 1, first);
     wait_log(victim, 1, 60);
     proc_t *d0 = spawn(j, 1, 0, dying);
     proc_t *d1 = spawn(j, 1, 1, dying);
