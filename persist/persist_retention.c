@@ -70,6 +70,23 @@ static bool leftover_old_enough(const char *dir, const graft_persist_retention_t
     return age_ms >= (int64_t)policy->leftover_min_age_ms;
 }
 
+/* Complete, and under the policy's secret (when it has one) genuine: a
+ * checkpoint someone forged in the root does not count toward what is
+ * kept. */
+static bool genuine(const char *root, const graft_persist_entry_t *e,
+                    const graft_persist_retention_t *policy)
+{
+    if (policy->secret == NULL)
+        return true;
+    graft_persist_entry_t why;
+    if (graft_persist_verify_mac(root, e->step, GRAFT_PERSIST_VERIFY_QUICK, policy->secret,
+                                 policy->secret_len, &why) == GRAFT_OK)
+        return true;
+    GRAFT_WARN(GRAFT_MOD_PERSIST, "retention under %s: step %llu is not counted: %s", root,
+               (unsigned long long)e->step, why.reason);
+    return false;
+}
+
 graft_status_t graft_persist_retention_apply(const char *root,
                                              const graft_persist_retention_t *policy,
                                              size_t *deleted_p)
@@ -85,11 +102,15 @@ graft_status_t graft_persist_retention_apply(const char *root,
         return st;
     size_t nvalid = 0;
     uint64_t newest_valid = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        /* From here on, a forged checkpoint is handled as a corrupt one. */
+        if (e[i].state == GRAFT_PERSIST_COMPLETE && !genuine(root, &e[i], policy))
+            e[i].state = GRAFT_PERSIST_CORRUPT;
         if (e[i].state == GRAFT_PERSIST_COMPLETE) {
             newest_valid = nvalid == 0 ? e[i].step : GRAFT_MAX(newest_valid, e[i].step);
             nvalid++;
         }
+    }
     if (nvalid == 0)
         goto out; /* nothing valid: touch nothing */
     steps = graft__calloc(nvalid, sizeof(*steps));

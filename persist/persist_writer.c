@@ -467,6 +467,9 @@ graft_status_t graft_persist_writer_create(const graft_persist_config_t *config,
     if (config->secret != NULL) {
         memcpy(w->secret, config->secret, config->secret_len);
         w->secret_len = config->secret_len;
+        /* Retention counts only the checkpoints written under it. */
+        w->retention.secret = w->secret;
+        w->retention.secret_len = w->secret_len;
     }
     w->root = graft__strdup(config->root);
     w->second_root = config->second_root ? graft__strdup(config->second_root) : NULL;

@@ -246,7 +246,9 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
     }
     graft_persist_retention_t pol = {.keep_last = (uint32_t)rt->cfg->persist_keep_last,
                                      .milestone_every = rt->cfg->persist_milestone_every,
-                                     .leftover_min_age_ms = leftover_age_ms(rt)};
+                                     .leftover_min_age_ms = leftover_age_ms(rt),
+                                     .secret = rt->secret_len > 0 ? rt->secret : NULL,
+                                     .secret_len = rt->secret_len};
     size_t deleted = 0;
     if (graft_persist_retention_apply(rt->cfg->persist_root, &pol, &deleted) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "retention under %s failed", rt->cfg->persist_root);

@@ -514,6 +514,59 @@ static void test_forged_manifest(void **state)
     pt_rmtree(tmp);
 }
 
+/* Retention under the job secret counts only genuine checkpoints: a forged
+ * newest one neither pushes a genuine one out of keep_last nor is kept as
+ * the newest; once older than the newest genuine one it goes. */
+static bool has_step(const char *root, uint64_t step)
+{
+    char *m = pt_path(root, step, "manifest.pb");
+    bool ok = access(m, F_OK) == 0;
+    free(m);
+    return ok;
+}
+
+static void test_retention_skips_forged(void **state)
+{
+    (void)state;
+    char *tmp = pt_tmpdir();
+    char *root = join(tmp, "root");
+    save_opts_t o = {.secret = secret, .secret_len = SECRET_LEN};
+    graft_persist_write_result_t res;
+    assert_int_equal(save(root, 10, 1, &o, &res), GRAFT_OK);
+    assert_int_equal(save(root, 20, 1, &o, &res), GRAFT_OK);
+    assert_int_equal(save(root, 30, 1, &o, &res), GRAFT_OK);
+    forge(root, 30, NULL, 0); /* no MAC: written without the secret */
+    graft_persist_retention_t pol = {.keep_last = 2, .secret = secret, .secret_len = SECRET_LEN};
+    size_t deleted = 9;
+    log_text[0] = '\0';
+    assert_int_equal(graft_persist_retention_apply(root, &pol, &deleted), GRAFT_OK);
+    /* The two newest genuine (10, 20) stay; the forged 30 is newer than
+     * them, so it stays too (it could still be a commit in progress), and
+     * the warning names it. */
+    assert_int_equal(deleted, 0);
+    assert_true(has_step(root, 10) && has_step(root, 20) && has_step(root, 30));
+    assert_true(log_has("step 30 is not counted"));
+    /* Without the secret the forgery counts, and pushes 10 out. */
+    graft_persist_retention_t blind = {.keep_last = 2};
+    char *copy = join(tmp, "copy");
+    char cmd[2 * PATH_MAX];
+    snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", root, copy);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(graft_persist_retention_apply(copy, &blind, &deleted), GRAFT_OK);
+    assert_int_equal(deleted, 1);
+    assert_false(has_step(copy, 10));
+    /* Two genuine ones after it: the forged 30 is now a leftover. */
+    assert_int_equal(save(root, 40, 1, &o, &res), GRAFT_OK);
+    assert_int_equal(save(root, 50, 1, &o, &res), GRAFT_OK);
+    assert_int_equal(graft_persist_retention_apply(root, &pol, &deleted), GRAFT_OK);
+    assert_false(has_step(root, 30));
+    assert_false(has_step(root, 10) || has_step(root, 20));
+    assert_true(has_step(root, 40) && has_step(root, 50));
+    free(copy);
+    free(root);
+    pt_rmtree(tmp);
+}
+
 /* --------------------------------------------------------------- graftctl --- */
 
 static char ctl_bin[PATH_MAX + 32];
@@ -648,6 +701,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_widened_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_setting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_manifest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_skips_forged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_graftctl_verify_secret, setup, teardown),
     };
     if (getenv("TEST_FILTER") != NULL)

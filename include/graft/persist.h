@@ -167,6 +167,13 @@ typedef struct graft_persist_retention {
      *  committed elsewhere, when a newer one completed first, is not taken
      *  for a leftover. */
     uint32_t leftover_min_age_ms;
+    /** The job secret: when set, only checkpoints whose manifest MAC is
+     *  valid under it count as valid (a forged one is not counted toward
+     *  keep_last, is never the newest kept, and is removed like a crash's
+     *  leftover when older than the newest genuine one); NULL: every
+     *  complete checkpoint counts. */
+    const uint8_t *secret;
+    size_t secret_len;
 } graft_persist_retention_t;
 
 /** Writer configuration. Zeroed fields take their defaults. */
