@@ -555,3 +555,12 @@ void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t 
     pthread_mutex_unlock(&m->mu);
     *stats_p = s;
 }
+
+void graft_membership_min_groups_set(graft_membership_t *m, uint32_t min_groups)
+{
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->cfg.min_groups = min_groups == 0 ? 1 : min_groups;
+    pthread_mutex_unlock(&m->mu);
+}

@@ -113,6 +113,11 @@ struct graft_runtime {
     bool round_restored;   /* this quorum fell back to a checkpoint of another step */
     bool vetoed;           /* graft_commit_veto() in this step: vote no */
     bool finishing;        /* graft_finish() in this step: the trainer's last */
+    bool finished;         /* a closing step committed: graft_finished() */
+    /* Other groups that ended the job cleanly (their finished/<group>
+     * record, runtime_finish.c), and the highest step they ended at. */
+    uint32_t n_finished;
+    uint64_t finished_step;
     bool healthy_published;
     bool cannot_serve_published; /* the member record says GRAFT_MEMBER_CANNOT_SERVE */
     bool progress_published; /* the job's progress key, at least once per process */
@@ -315,6 +320,18 @@ void graft__rt_skip_free(graft_runtime_t *rt);
 #define graft__rt_skip_restore(rt) ((void)(rt))
 #define graft__rt_skip_free(rt) ((void)(rt))
 #endif
+
+/* runtime_finish.c: a clean end that a job of several groups can take. */
+/* Rank 0 at join: a finished record of an earlier run of this group goes. */
+void graft__rt_finished_clear(graft_runtime_t *rt);
+/* Before an etcd round: read the finished records when a group is missing
+ * (or @p always) and lower the rounds' min_groups by the finished groups. */
+void graft__rt_finished_refresh(graft_runtime_t *rt, bool always);
+/* After a closing step this rank committed: rank 0 writes the record. */
+void graft__rt_finished_publish(graft_runtime_t *rt, uint64_t step);
+/* Quorum q formed without groups that finished at a later step than q's:
+ * no group left can compute q's step, so this rank needs the job's state. */
+bool graft__rt_finished_ahead(const graft_runtime_t *rt, const graft_quorum_t *q);
 
 /* runtime_persist.c */
 GRAFT_WUR graft_status_t graft__rt_persist_open(graft_runtime_t *rt);

@@ -443,7 +443,16 @@ graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t
 {
     if (rt->writer == NULL || rt->cfg->persist_final == 0 || q->step == 0 || q->n_members == 0)
         return GRAFT_OK;
-    graft_status_t st = persist_step(rt, q);
+    /* One group writes every shard (the group that commits a scheduled
+     * checkpoint of this step): the groups of one quorum need not all
+     * commit their closing step, and a writer must not wait for another
+     * group's shard that may never come (docs/RUNTIME.md, "A clean end").
+     * A group closing later, in a round without the writer, finds it on
+     * disk or, if the writer did not commit, writes it itself. */
+    uint32_t writer = q->members[(q->step / rt->cfg->persist_every) % q->n_members];
+    graft_status_t st = GRAFT_OK;
+    if (writer == rt->group && !persist_verified(rt, q->step))
+        st = ckpt_start(rt, q->step, true, rt->rank == 0, true);
     if (st != GRAFT_OK)
         return st;
     /* The trainer ends after this commit: its part (and a scheduled

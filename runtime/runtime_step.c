@@ -262,6 +262,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         return st;
     }
     rt->joined = true;
+    graft__rt_finished_clear(rt); /* an earlier run's clean end is not this one's */
     uint64_t joined_ns = graft__now_ns();
     rt->heal_detect_ns = joined_ns - rt->start_ns;
 
@@ -521,6 +522,8 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     if (st != GRAFT_OK)
         return st;
     rt->q_steady = q != NULL;
+    if (q == NULL)
+        graft__rt_finished_refresh(rt, false); /* groups that ended are not waited for */
     for (bool first = true; q == NULL; first = false) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
@@ -542,6 +545,8 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
             graft_status_class(st) != GRAFT_CLASS_JOB)
             return st;
         GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "quorum round: %s; trying again", graft_status_string(st));
+        if (st == GRAFT_ENOQUORUM)
+            graft__rt_finished_refresh(rt, true); /* a group may have ended since */
         /* One that failed at once (an etcd that answers every request with
          * an error) is not asked again in a tight loop. */
         uint64_t until = GRAFT_MIN(now + QUORUM_RETRY_NS, deadline);
@@ -571,6 +576,14 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         graft__rt_emit(rt, &ev);
     }
     bool fatal = false;
+    if (!q->must_recover && graft__rt_finished_ahead(rt, q)) {
+        /* Only a checkpoint can give this group the step the others ended
+         * at: no group left computes a step without them. */
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": quorum at step %"
+                   PRIu64 " formed without the groups that ended at step %" PRIu64,
+                   rt->group, rt->rank, q->step, rt->finished_step);
+        rt->need_state = true;
+    }
     st = start_role(rt, q, &fatal);
     if (!rt->q_steady && !fatal) {
         /* After the role started: a donor's serve must not wait for the
@@ -648,13 +661,15 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
         ok = false;
         reason = "the trainer vetoed the step";
     }
-    if (ok && q->n_members < rt->min_groups) {
+    if (ok && rt->finishing && q->n_members < rt->min_groups)
+        graft__rt_finished_refresh(rt, true); /* a round formed by a group that knew */
+    if (ok && q->n_members + (rt->finishing ? rt->n_finished : 0) < rt->min_groups) {
         ok = false;
         reason = "too few groups";
         /* The quorum was formed under another group's min_groups: the
          * groups were started with different settings, and no round will
          * ever satisfy this one. Said so in the vote (the job's history). */
-        if (q->min_groups != rt->min_groups) {
+        if (q->min_groups != rt->min_groups && rt->n_finished == 0) {
             snprintf(rt->vote_reason, sizeof(rt->vote_reason),
                      GRAFT_CONFIG_MISMATCH_TEXT ": min_groups %" PRIu32 " in group %" PRIu32
                      " (GRAFT_GROUPS %" PRIu32 "), %" PRIu32 " in the quorum another group formed",
@@ -700,6 +715,8 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
         if (pst != GRAFT_OK)
             GRAFT_WARN(GRAFT_MOD_RUNTIME, "%scheckpoint of step %" PRIu64 " not taken: %s",
                        rt->finishing ? "final " : "", q->step, graft_status_string(pst));
+        if (rt->finishing)
+            graft__rt_finished_publish(rt, q->step); /* the others no longer wait for it */
         /* The trainer's last step (graft_finish()) is not applied: the
          * committed step stays the one its regions hold. */
         uint64_t committed = rt->finishing ? q->step : q->step + 1;

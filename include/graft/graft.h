@@ -540,11 +540,13 @@ GRAFT_WUR graft_status_t graft_checkpoint_now(graft_runtime_t *rt);
  *        every group, between graft_quorum() and graft_commit() of that
  *        step. At that graft_commit(), when the group commits, persist_root
  *        is set and persist_final is 1 (the default), the step's checkpoint
- *        is written even off the persist_every schedule (by the writers and
- *        the committer a scheduled one of that step has), unless one of
- *        that step is on disk already, and graft_commit() returns once this
- *        rank's part of it is durable (the committer: the manifest); the
- *        committed step stays the quorum's step and apply_p is false. Only
+ *        is written even off the persist_every schedule, every shard by
+ *        one group of the quorum (the one that commits a scheduled
+ *        checkpoint of that step), unless one of that step is on disk
+ *        already, and graft_commit() returns once this rank's part of it is
+ *        durable (its rank 0: the manifest); the committed step stays the
+ *        quorum's step and apply_p is false. graft_finished() then says
+ *        whether the group committed it (if not, open the step again). Only
  *        inside a step are the regions known to hold one step's state (the
  *        trainer may not have applied its last commit, or may keep state it
  *        packs into a region at the start of a step), so graft_destroy()
@@ -553,6 +555,19 @@ GRAFT_WUR graft_status_t graft_checkpoint_now(graft_runtime_t *rt);
  * @return GRAFT_OK; GRAFT_EINVAL (NULL); GRAFT_ESTATE (no quorum open).
  */
 GRAFT_WUR graft_status_t graft_finish(graft_runtime_t *rt);
+
+/**
+ * @brief Whether this rank committed a closing step (one marked by
+ *        graft_finish()): the trainer may end. False after a closing
+ *        graft_commit() whose group did not commit (a rank voted no, the
+ *        step fell back, ...): the trainer opens the step again with
+ *        graft_quorum() and calls graft_finish() again. Groups that ended
+ *        cleanly are not waited for by the others' rounds (docs/RUNTIME.md,
+ *        "A clean end: the closing step").
+ * @param [in] rt  the runtime (NULL: false).
+ * @return true once a closing step committed.
+ */
+bool graft_finished(const graft_runtime_t *rt);
 
 /**
  * @brief Wait until the background part of the last persistent checkpoint

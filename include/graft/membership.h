@@ -231,6 +231,15 @@ GRAFT_WUR graft_status_t graft_membership_view_wait(graft_membership_t *m, uint6
  */
 bool graft_membership_group_healthy(graft_membership_t *m, uint32_t group);
 
+/**
+ * @brief Change the number of ready groups the rounds this rank forms need
+ *        from now on (the runtime lowers it by the groups that ended the job
+ *        cleanly, docs/RUNTIME.md, "A clean end").
+ * @param [in] m           the handle.
+ * @param [in] min_groups  the new minimum (0 is taken as 1).
+ */
+void graft_membership_min_groups_set(graft_membership_t *m, uint32_t min_groups);
+
 /* ------------------------------------------------------------------------ */
 /* Quorum                                                                   */
 /* ------------------------------------------------------------------------ */
