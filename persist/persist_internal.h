@@ -142,6 +142,16 @@ GRAFT_WUR graft_status_t graft__checkpoint_verify(const char *dir,
                                                   const Graft__CheckpointManifest *m, bool full,
                                                   char *why, size_t why_len);
 
+/* Restore p->step from root opening only the shards it reads (each
+ * checked against the manifest when opened, every chunk's hash when
+ * decoded), without verifying every shard first: the remote tier's
+ * restore, whose download holds only this rank's shards, verified
+ * already (persist_reader.c). */
+GRAFT_WUR graft_status_t graft__persist_restore_read(const char *root,
+                                                     const graft_persist_restore_params_t *p,
+                                                     graft_persist_restore_result_t *res,
+                                                     char *why, size_t why_len);
+
 /* Layout hash of a rank's region table. */
 uint64_t graft__persist_layout_hash(const graft_persist_region_t *regions, size_t n);
 /* Layout hash of a manifest's global region table. */

@@ -278,7 +278,7 @@ static graft_status_t restore_region(restore_ctx_t *c, const graft_persist_regio
 }
 
 static graft_status_t restore_step(const char *root, uint64_t step,
-                                   const graft_persist_restore_params_t *p,
+                                   const graft_persist_restore_params_t *p, bool upfront,
                                    graft_persist_restore_result_t *res, char *why, size_t why_len)
 {
     graft_status_t st;
@@ -295,7 +295,8 @@ static graft_status_t restore_step(const char *root, uint64_t step,
         goto out;
     /* Quick (or full) verification of every shard first, so a checkpoint
      * with a missing or damaged shard is rejected before any byte lands. */
-    st = graft__checkpoint_verify(dir, m, p->verify_full, c.why, sizeof(c.why));
+    if (upfront)
+        st = graft__checkpoint_verify(dir, m, p->verify_full, c.why, sizeof(c.why));
     if (st != GRAFT_OK)
         goto out;
     c.dir = dir;
@@ -344,6 +345,14 @@ out:
     return st;
 }
 
+graft_status_t graft__persist_restore_read(const char *root,
+                                           const graft_persist_restore_params_t *p,
+                                           graft_persist_restore_result_t *res, char *why,
+                                           size_t why_len)
+{
+    return restore_step(root, p->step, p, false, res, why, why_len);
+}
+
 static graft_status_t params_check(const graft_persist_restore_params_t *p)
 {
     if (p->ranks == 0 || p->rank >= p->ranks || (p->nregions > 0 && p->regions == NULL) ||
@@ -375,7 +384,7 @@ graft_status_t graft_persist_restore(const char *root, const graft_persist_resto
     memset(&res, 0, sizeof(res));
     char why[256];
     if (params->step != 0) {
-        st = restore_step(root, params->step, params, &res, why, sizeof(why));
+        st = restore_step(root, params->step, params, true, &res, why, sizeof(why));
         if (st != GRAFT_OK)
             GRAFT_ERROR(GRAFT_MOD_PERSIST, "restore: %s", why);
         goto out;
@@ -388,7 +397,7 @@ graft_status_t graft_persist_restore(const char *root, const graft_persist_resto
     bool all_layout = n > 0;
     st = GRAFT_ENOCHECKPOINT;
     for (size_t i = 0; i < n; i++) {
-        graft_status_t s1 = restore_step(root, steps[i], params, &res, why, sizeof(why));
+        graft_status_t s1 = restore_step(root, steps[i], params, true, &res, why, sizeof(why));
         if (s1 == GRAFT_OK) {
             st = GRAFT_OK;
             break;

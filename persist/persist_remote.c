@@ -208,13 +208,17 @@ static void upload_one(graft__remote_t *r, uint64_t step)
             GRAFT_INFO(GRAFT_MOD_PERSIST, "step %llu uploaded to %s in %.1f s",
                        (unsigned long long)step, r->s3->url,
                        (double)(graft__now_ns() - t0) / 1e9);
-            size_t deleted = 0;
-            if (r->keep_last > 0 &&
-                graft__persist_remote_retention(r->s3, r->keep_last, r->milestone_every,
-                                                &deleted) != GRAFT_OK)
+            /* Also after a failed upload's leftovers: they are removed
+             * once a newer checkpoint is complete. */
+            size_t deleted = 0, leftovers = 0;
+            char rwhy[512] = "";
+            if (graft__persist_remote_retention(r->s3, r->keep_last, r->milestone_every,
+                                                &deleted, &leftovers, rwhy,
+                                                sizeof(rwhy)) != GRAFT_OK)
                 GRAFT_WARN(GRAFT_MOD_PERSIST, "remote retention in %s failed", r->s3->url);
             pthread_mutex_lock(&r->mu);
             r->stats.deleted += deleted;
+            r->stats.leftovers_removed += leftovers;
             pthread_mutex_unlock(&r->mu);
         } else if (r->s3 != NULL) {
             GRAFT_ERROR(GRAFT_MOD_PERSIST, "upload of step %llu to %s failed: %s",

@@ -27,11 +27,15 @@ void graft__persist_remote_destroy(graft__remote_t *r);
 /* Hand a checkpoint committed locally to the uploader (never blocks on
  * the network). */
 void graft__persist_remote_enqueue(graft__remote_t *r, uint64_t step);
-/* Keep the newest keep_last complete checkpoints in the bucket and those
- * whose step is a multiple of milestone_every (0: none); delete the others
- * whole, manifest.pb first. */
+/* Keep the newest keep_last (0: all) complete checkpoints in the bucket
+ * and those whose step is a multiple of milestone_every (0: none); delete
+ * the others whole, manifest.pb first. Then delete the objects of every
+ * step-* prefix without a manifest.pb older than the newest complete
+ * checkpoint (an upload given up). *deleted_p, *leftovers_p (may be NULL):
+ * how many of each. */
 GRAFT_WUR graft_status_t graft__persist_remote_retention(struct graft__s3 *s3, uint32_t keep_last,
                                                          uint64_t milestone_every,
-                                                         size_t *deleted_p);
+                                                         size_t *deleted_p, size_t *leftovers_p,
+                                                         char *why, size_t why_len);
 
 #endif

@@ -337,7 +337,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
     size_t len = size * n;
     if (r->fd >= 0 && r->http >= 200 && r->http < 300) {
         for (size_t off = 0; off < len;) {
-            ssize_t w = write(r->fd, data + off, len - off);
+            ssize_t w = r->at_offset
+                            ? pwrite(r->fd, data + off, len - off,
+                                     (off_t)(r->offset + r->written + off))
+                            : write(r->fd, data + off, len - off);
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0) {
@@ -527,7 +530,8 @@ graft_status_t graft__s3_outcome(const graft__s3_t *s3, int curl_code, const gra
             snprintf(why, why_len, "%s: no answer from %s within the request timeout "
                      "(timeout_ms %u)", what, s3->url, s3->timeout_ms);
         else
-            snprintf(why, why_len, "%s: %s", what, curl_easy_strerror((CURLcode)curl_code));
+            snprintf(why, why_len, "%s: %s (store %s)", what,
+                     curl_easy_strerror((CURLcode)curl_code), s3->base);
         return GRAFT_EIO;
     }
     char code[64] = "";

@@ -89,6 +89,8 @@ typedef struct graft__s3_resp {
     size_t cap;
     int fd;           /* >= 0: the body goes to this file instead */
     uint64_t written; /* bytes written to fd */
+    bool at_offset;   /* the body goes to fd at offset + written (a ranged GET) */
+    uint64_t offset;
     bool write_failed;
     char etag[128];
     long retry_after_s;
@@ -159,6 +161,15 @@ GRAFT_WUR graft_status_t graft__s3_put_bytes(graft__s3_t *s3, const char *key,
 /* Download key into the file fd (truncated first); *bytes_p its size. */
 GRAFT_WUR graft_status_t graft__s3_get_file(graft__s3_t *s3, const char *key, int fd,
                                             uint64_t *bytes_p, char *why, size_t why_len);
+/* Download key, bytes long, into fd with ranged GETs of part_bytes,
+ * parallel ones in flight (persist_s3_get.c); each range is retried
+ * alone. A store holding another size is GRAFT_ETRUNCATED. */
+GRAFT_WUR graft_status_t graft__s3_get_ranged(graft__s3_t *s3, const char *key, int fd,
+                                              uint64_t bytes, char *why, size_t why_len);
+/* GRAFT_OK when the store holds key with this size (HEAD); else
+ * GRAFT_ENOTFOUND or GRAFT_ETRUNCATED, why naming s3://bucket/key. */
+GRAFT_WUR graft_status_t graft__s3_size_check(graft__s3_t *s3, const char *key, uint64_t bytes,
+                                              char *why, size_t why_len);
 /* Size of key; GRAFT_ENOTFOUND when absent. */
 GRAFT_WUR graft_status_t graft__s3_head(graft__s3_t *s3, const char *key, uint64_t *bytes_p,
                                         char *why, size_t why_len);

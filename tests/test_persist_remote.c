@@ -469,13 +469,28 @@ static void test_corrupt_object_falls_back(void **state)
     graft_persist_region_t regs[2] = {s30.regions[0][0], s30.regions[0][1]};
     regs[0].ptr = buf;
     regs[1].ptr = &stepv;
+    /* verify_full: every shard downloaded and verified, so step 40 is
+     * refused by rank 0 too, although rank 0 reads only shard 0 (without
+     * it, rank 0 would read its own shard of step 40: test below and
+     * tests/test_persist_remote_shards.c). */
     graft_persist_restore_params_t p = {.rank = 0, .ranks = RANKS, .regions = regs, .nregions = 2,
-                                        .secret = secret, .secret_len = sizeof(secret)};
+                                        .verify_full = true, .secret = secret,
+                                        .secret_len = sizeof(secret)};
     assert_int_equal(graft_persist_remote_restore(&remote, f->root, &p, &res),
                      GRAFT_ENOCHECKPOINT);
     assert_int_equal(res.skipped, 2);
     assert_non_null(strstr(res.skipped_reasons, "step 30: s3://graft-ckpt/c/step-00000000000000000030/"
                                                 "shard-0-of-2: missing from the store"));
+    /* Without verify_full rank 0 downloads and verifies only its own
+     * shard (shard 0, intact in step 40), checks shard 1 is stored with its
+     * size, and takes step 40; nothing is left under the root. */
+    p.verify_full = false;
+    assert_int_equal(graft_persist_remote_restore(&remote, f->root, &p, &res), GRAFT_OK);
+    assert_int_equal(res.step, 40);
+    assert_memory_equal(buf, s40.w[0], per);
+    assert_int_equal(graft_persist_list(f->root, &ents, &n), GRAFT_OK);
+    assert_int_equal(n, 0);
+    graft_free(ents);
     free(buf);
     state_free(&s30);
     state_free(&s40);

@@ -309,6 +309,68 @@ static void test_slow_store_times_out(void **state)
     graft_free(steps);
 }
 
+/* An upload that gives up after its shard is stored (every PUT of
+ * manifest.json answered 500) leaves objects without a manifest.pb: never
+ * listed, and removed once a newer checkpoint is complete in the bucket. */
+static void test_given_up_upload_leftovers_removed(void **state)
+{
+    fix_t *f = *state;
+    if (f == NULL)
+        skip(); /* no moto_server: setup() said why */
+    graft_persist_remote_config_t remote = graft_test_s3_remote(&f->s3, "left");
+    remote.endpoint = f->proxy.endpoint;
+    remote.max_retries = 1;
+    remote.backoff_ms = 10;
+    graft_persist_writer_t *w = writer_make(f, &remote);
+    graft_test_s3_proxy_inject(&f->proxy, "manifest.json", 100000, 500, 0);
+    const graft_persist_region_t *rp[1] = {f->regions};
+    size_t nr[1] = {2};
+    assert_int_equal(graft_persist_save(w, 10, 1, rp, nr, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_wait(w, 10, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    graft_persist_remote_stats_t st = stats_of(w);
+    assert_int_equal(st.failed, 1);
+    assert_non_null(strstr(st.last_error, "manifest.json"));
+    char *keys = graft_test_s3_keys(&f->s3, "left/");
+    assert_non_null(keys);
+    assert_non_null(strstr(keys, "left/step-00000000000000000010/shard-0-of-1\n"));
+    assert_null(strstr(keys, "manifest.pb"));
+    free(keys);
+    char why[512];
+    uint64_t *steps = NULL;
+    size_t n = 9;
+    graft_persist_remote_config_t direct = graft_test_s3_remote(&f->s3, "left");
+    assert_int_equal(graft_persist_remote_list(&direct, &steps, &n, why, sizeof(why)), GRAFT_OK);
+    assert_int_equal(n, 0);
+
+    /* A newer checkpoint completes: step 10's objects go with the sweep
+     * that follows it, and a prefix newer than it (an upload perhaps
+     * still going) stays. */
+    assert_int_equal(graft_test_s3_put(&f->s3, "left/step-00000000000000000030/shard-0-of-1",
+                                       (const uint8_t *)"x", 1), 200);
+    graft_test_s3_proxy_inject(&f->proxy, "manifest.json", 0, 500, 0);
+    f->stepv = 20;
+    assert_int_equal(graft_persist_save(w, 20, 1, rp, nr, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_wait(w, 20, NULL), GRAFT_OK);
+    assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
+    st = stats_of(w);
+    if (st.uploaded != 1)
+        fprintf(stderr, "upload of step 20: %s\n", st.last_error);
+    assert_int_equal(st.uploaded, 1);
+    assert_int_equal(st.leftovers_removed, 1);
+    graft_persist_writer_destroy(w);
+    keys = graft_test_s3_keys(&f->s3, "left/");
+    assert_non_null(keys);
+    assert_null(strstr(keys, "step-00000000000000000010/"));
+    assert_non_null(strstr(keys, "left/step-00000000000000000020/manifest.pb\n"));
+    assert_non_null(strstr(keys, "left/step-00000000000000000030/shard-0-of-1\n"));
+    free(keys);
+    assert_int_equal(graft_persist_remote_list(&direct, &steps, &n, why, sizeof(why)), GRAFT_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(steps[0], 20);
+    graft_free(steps);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +378,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abandoned_upload_aborted_at_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_store_completes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_store_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_given_up_upload_leftovers_removed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -578,6 +578,8 @@ typedef struct graft_persist_remote_stats {
     graft_status_t last_status; /**< of the last upload (GRAFT_OK before any) */
     char last_error[512];       /**< names what failed (a missing credential, an object) */
     uint64_t aborted_uploads;   /**< abandoned multipart uploads aborted by the sweep */
+    uint64_t leftovers_removed; /**< step-* prefixes without manifest.pb (an upload given up)
+                                     older than the newest complete checkpoint, removed */
 } graft_persist_remote_stats_t;
 
 /**
@@ -625,15 +627,75 @@ GRAFT_WUR graft_status_t graft_persist_remote_list(const graft_persist_remote_co
                                                    uint64_t **steps_p, size_t *n_p, char *why,
                                                    size_t why_len);
 
+/** A step-* prefix of the bucket (graft_persist_remote_entries()). */
+typedef struct graft_persist_remote_entry {
+    uint64_t step;
+    bool complete;    /**< it has manifest.pb: a checkpoint */
+    uint32_t objects; /**< objects under the prefix */
+} graft_persist_remote_entry_t;
+
+/**
+ * @brief Every step-* prefix of the bucket, complete or not, newest first.
+ * @param [in]  remote     the bucket.
+ * @param [out] entries_p  free with graft_free(); NULL if none.
+ * @param [out] n_p        how many.
+ * @param [out] why        the reason of a failure; may be NULL.
+ * @param [in]  why_len    its size.
+ * @return as graft_persist_remote_list().
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_entries(const graft_persist_remote_config_t *remote,
+                                                      graft_persist_remote_entry_t **entries_p,
+                                                      size_t *n_p, char *why, size_t why_len);
+
+/**
+ * @brief Download one complete checkpoint into @p local_root as
+ *        graft_persist_remote_restore() does (every shard, every chunk
+ *        verified, the MAC under secret when given), installed as
+ *        local_root/step-<20 digits>/; nothing is left there when it fails.
+ * @return GRAFT_OK; GRAFT_ENOTFOUND (no manifest.pb: why says so);
+ *         GRAFT_ECORRUPT, GRAFT_ETRUNCATED, GRAFT_EHASH... with why naming
+ *         the object (s3://bucket/prefix/step-.../shard-...) and chunk;
+ *         GRAFT_EINVAL, GRAFT_EAUTH, GRAFT_EIO as graft_persist_remote_list().
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_fetch(const graft_persist_remote_config_t *remote,
+                                                    uint64_t step, const char *local_root,
+                                                    const uint8_t *secret, size_t secret_len,
+                                                    char *why, size_t why_len);
+
+/**
+ * @brief Remote retention now: keep the newest keep_last complete
+ *        checkpoints (0: all) and the multiples of milestone_every, delete
+ *        the others whole (manifest.pb first), then the objects of every
+ *        step-* prefix without manifest.pb older than the newest complete
+ *        checkpoint.
+ * @param [out] deleted_p    checkpoints deleted; may be NULL.
+ * @param [out] leftovers_p  incomplete prefixes removed; may be NULL.
+ * @return GRAFT_OK; as graft_persist_remote_list() otherwise.
+ */
+GRAFT_WUR graft_status_t graft_persist_remote_prune(const graft_persist_remote_config_t *remote,
+                                                    uint32_t keep_last, uint64_t milestone_every,
+                                                    size_t *deleted_p, size_t *leftovers_p,
+                                                    char *why, size_t why_len);
+
 /**
  * @brief Restore from the bucket: the newest complete checkpoint (or
- *        params->step) is downloaded into @p local_root (shards, then
- *        manifest.pb last), fully verified there (every chunk, and the
- *        manifest's MAC when params->secret is set), then restored as
- *        graft_persist_restore() does, resharding included. A checkpoint
- *        with an object missing or corrupt is removed from local_root,
- *        reported in result_p->skipped_reasons (naming the object), and the
- *        next older one is tried.
+ *        params->step), downloaded into @p local_root with ranged,
+ *        parallel GETs (part_bytes each, `parallel` in flight, each range
+ *        retried alone), then restored as graft_persist_restore() does,
+ *        resharding included.
+ *        With params->verify_full, every shard is downloaded and every
+ *        chunk of each verified (and the manifest's MAC when
+ *        params->secret is set), and the checkpoint is installed under
+ *        local_root as step-<20 digits>/ (ranks sharing a root download it
+ *        once): every rank takes the same checkpoint.
+ *        Without it, a rank downloads only the shards holding its regions
+ *        into a scratch directory of its own (removed after), verifies
+ *        every chunk of those and the manifest's MAC, and checks that the
+ *        others are stored with their size (HEAD): a corrupt byte in a
+ *        shard it does not read is not seen, as in a quick local check.
+ *        A checkpoint with an object missing or corrupt is removed from
+ *        local_root, reported in result_p->skipped_reasons (naming the
+ *        object), and the next older one is tried.
  * @param [in]  remote      the bucket.
  * @param [in]  local_root  where the checkpoint is downloaded (e.g. the
  *                          emptied local root); created if absent.

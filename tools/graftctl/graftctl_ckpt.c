@@ -5,6 +5,7 @@
  * and restore --dry-run, all through graft/persist.h.
  */
 #include "graftctl.h"
+#include "graftctl_ckpt.h"
 
 #include <graft/persist.h>
 
@@ -20,18 +21,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-
-typedef struct ckpt_args {
-    const char *root;
-    bool has_step;
-    uint64_t step;
-    bool quick;
-    bool dry_run;
-    graft_persist_retention_t policy;
-    /* --secret-file: the job secret the manifests' MACs are checked with */
-    uint8_t secret[GRAFT_PERSIST_SECRET_MAX_BYTES];
-    size_t secret_len;
-} ckpt_args_t;
 
 static const char *state_name(graft_persist_state_t s)
 {
@@ -146,6 +135,10 @@ static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
             a->dry_run = true;
         } else if (strcmp(s, "--geometric") == 0) {
             a->policy.geometric = true;
+        } else if (strcmp(s, "--endpoint") == 0 && i + 1 < argc) {
+            a->endpoint = argv[++i];
+        } else if (strcmp(s, "--region") == 0 && i + 1 < argc) {
+            a->region = argv[++i];
         } else if (strcmp(s, "--secret-file") == 0 && i + 1 < argc) {
             int rc = secret_load(argv[++i], a);
             if (rc != GRAFTCTL_OK)
@@ -176,10 +169,17 @@ static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
         fprintf(stderr, "graftctl ckpt %s: give the checkpoint ROOT\n", argv[first - 1]);
         return GRAFTCTL_USAGE;
     }
+    if (graftctl_ckpt_is_remote(a->root))
+        return GRAFTCTL_OK; /* the store is asked by the command itself */
+    if (a->endpoint != NULL || a->region != NULL) {
+        fprintf(stderr, "graftctl ckpt %s: --endpoint and --region are for an s3:// ROOT\n",
+                argv[first - 1]);
+        return GRAFTCTL_USAGE;
+    }
     return check_root(a->root);
 }
 
-static json_t *entry_json(const graft_persist_entry_t *e)
+json_t *graftctl_ckpt_entry_json(const graft_persist_entry_t *e)
 {
     return json_pack("{s:I,s:s,s:s,s:o,s:I,s:I,s:I,s:b}", "step", (json_int_t)e->step, "state",
                      state_name(e->state), "status", graft_status_name(e->status), "reason",
@@ -296,7 +296,7 @@ static int ckpt_ls(const graftctl_opts_t *o, const ckpt_args_t *a)
         seen_valid |= newest;
         const char *cls = retention_class(&a->policy, &e[i], newest, keep[i]);
         if (o->json) {
-            json_t *j = entry_json(&e[i]);
+            json_t *j = graftctl_ckpt_entry_json(&e[i]);
             json_object_set_new(j, "retention", json_string(cls));
             json_array_append_new(list, j);
         } else {
@@ -318,7 +318,7 @@ out:
 
 /* The sidecar is for people; it is compared with manifest.pb, the
  * manifest of record, and a disagreement is reported, never trusted. */
-static const char *sidecar_check(const char *root, uint64_t step, char *why, size_t why_len)
+const char *graftctl_ckpt_sidecar(const char *root, uint64_t step, char *why, size_t why_len)
 {
     char path[4096];
     char *pb = NULL;
@@ -394,14 +394,14 @@ static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
             a->secret_len > 0 ? a->secret : NULL, a->secret_len, &v);
         char why[512] = "";
         const char *sidecar = st == GRAFT_ENOTFOUND ? "absent"
-                                                    : sidecar_check(a->root, e[i].step, why,
+                                                    : graftctl_ckpt_sidecar(a->root, e[i].step, why,
                                                                     sizeof(why));
         bool bad = st != GRAFT_OK || strcmp(sidecar, "ok") != 0;
         faults += bad;
         if (tty)
             fprintf(stderr, "\r\033[K");
         if (o->json) {
-            json_t *j = entry_json(&v);
+            json_t *j = graftctl_ckpt_entry_json(&v);
             json_object_set_new(j, "ok", json_boolean(!bad));
             json_object_set_new(j, "authenticated", json_boolean(a->secret_len > 0 && st == GRAFT_OK));
             json_object_set_new(j, "sidecar", json_string(sidecar));
@@ -438,7 +438,7 @@ out:
 
 /* The manifest for a person: every name in it comes from the file, so
  * each is escaped (graftctl_text). */
-static void inspect_print(json_t *m, const graft_persist_entry_t *v, graft_status_t vst,
+void graftctl_ckpt_inspect_print(json_t *m, const graft_persist_entry_t *v, graft_status_t vst,
                           const char *sidecar, const char *why)
 {
     char t[5][GRAFTCTL_TEXT_LEN];
@@ -494,7 +494,7 @@ static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
     }
     graft_persist_entry_t v;
     graft_status_t vst = graft_persist_verify(a->root, a->step, GRAFT_PERSIST_VERIFY_QUICK, &v);
-    const char *sidecar = sidecar_check(a->root, a->step, why, sizeof(why));
+    const char *sidecar = graftctl_ckpt_sidecar(a->root, a->step, why, sizeof(why));
     json_t *m = json_loads(text, 0, NULL);
     graft_free(text);
     if (o->json) {
@@ -504,7 +504,7 @@ static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
                                       "sidecar_reason", graftctl_json_text(why)));
         return GRAFTCTL_OK;
     }
-    inspect_print(m, &v, vst, sidecar, why);
+    graftctl_ckpt_inspect_print(m, &v, vst, sidecar, why);
     json_decref(m);
     return GRAFTCTL_OK;
 }
@@ -620,7 +620,7 @@ static int ckpt_restore(const graftctl_opts_t *o, const ckpt_args_t *a)
     }
     if (o->json) {
         graftctl_print_json(json_pack("{s:s,s:o,s:o,s:o}", "root", a->root, "would_restore",
-                                      chosen != NULL ? entry_json(chosen) : json_null(),
+                                      chosen != NULL ? graftctl_ckpt_entry_json(chosen) : json_null(),
                                       "skipped", skipped, "step_state",
                                       step_state != NULL ? json_string(step_state)
                                                          : json_null()));
@@ -691,7 +691,12 @@ int graftctl_cmd_ckpt(const graftctl_opts_t *o, int argc, char **argv)
         if (subs[i].fn == ckpt_ls && ls_jobs(o, argc, argv))
             return GRAFTCTL_OK;
         int rc = parse_args(argc, argv, 2, &a);
-        return rc != GRAFTCTL_OK ? rc : subs[i].fn(o, &a);
+        if (rc == GRAFTCTL_OK && graftctl_ckpt_is_remote(a.root))
+            rc = graftctl_ckpt_remote(o, subs[i].name, &a);
+        else if (rc == GRAFTCTL_OK)
+            rc = subs[i].fn(o, &a);
+        explicit_bzero(a.secret, sizeof(a.secret));
+        return rc;
     }
     fprintf(stderr, "graftctl ckpt: unknown subcommand '%s'\n", argv[1]);
     return GRAFTCTL_USAGE;

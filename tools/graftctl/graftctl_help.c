@@ -12,7 +12,12 @@
     "gives JSON. The options every command takes: graftctl --help.\n"
 #define CKPT_FOOT                                                                                \
     "\nWorks on the files alone (no etcd). ROOT is a job's checkpoint directory, the\n"         \
-    "one that holds step-* folders. --json gives JSON. graftctl --help: the rest.\n"
+    "one that holds step-* folders, or its remote tier, s3://BUCKET/PREFIX: the\n"            \
+    "store is --endpoint URL (else GRAFT_PERSIST_REMOTE_ENDPOINT, AWS_ENDPOINT_URL_S3\n"       \
+    "or AWS_ENDPOINT_URL, else AWS S3), --region R (else GRAFT_PERSIST_REMOTE_REGION,\n"          \
+    "AWS_REGION); credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"               \
+    "AWS_SESSION_TOKEN or the AWS credentials file. --json gives JSON. graftctl\n"            \
+    "--help: the rest.\n"
 
 typedef struct help {
     const char *name; /* "status", "ckpt ls", ... */
@@ -75,11 +80,14 @@ static const help_t helps[] = {
      "  --interval-ms N        how often the job is read, 50..60000 (default 500)\n" JOB_FOOT},
     {"ckpt ls",
      "usage: graftctl ckpt ls ROOT [--keep-last N] [--milestone-every M] [--geometric]\n"
+     "                       [--endpoint URL] [--region R]\n"
      "\n"
      "Every step-* checkpoint under ROOT, newest first, quickly verified, with its\n"
      "retention class under the policy given (newest, config_change, milestone,\n"
      "kept, prunable, invalid). Nothing is deleted: this is what `ckpt prune` with\n"
-     "the same policy would keep.\n"
+     "the same policy would keep. On s3://, every step-* prefix with its objects:\n"
+     "complete (it has manifest.pb) or incomplete (a leftover that prune removes\n"
+     "when older than the newest complete checkpoint; in_progress otherwise).\n"
      "\n"
      "  --keep-last N          the policy keeps the newest N checkpoints (without\n"
      "                         it, or with 0, every one is kept)\n"
@@ -88,33 +96,45 @@ static const help_t helps[] = {
      "                         [2^k, 2^(k+1)) steps behind the newest step\n" CKPT_FOOT},
     {"ckpt verify",
      "usage: graftctl ckpt verify ROOT [STEP] [--quick] [--secret-file F]\n"
+     "                           [--endpoint URL] [--region R]\n"
      "\n"
      "Every chunk of one (default: every) checkpoint, naming the file and chunk at\n"
      "fault, and the manifest.json sidecar against manifest.pb. Exit 1 on a fault.\n"
+     "On s3://, each checkpoint is downloaded into a scratch directory under\n"
+     "$TMPDIR (removed after) and verified as a restore does: a missing or corrupt\n"
+     "object is named (s3://B/P/step-.../shard-1-of-2: chunk 1: ...).\n"
      "\n"
      "  --quick                manifest, shard headers, indexes and footers only,\n"
      "                         not every chunk's hashes\n"
      "  --secret-file F        also check the manifest's MAC under the job secret\n" CKPT_FOOT},
     {"ckpt inspect",
-     "usage: graftctl ckpt inspect ROOT STEP\n"
+     "usage: graftctl ckpt inspect ROOT STEP [--endpoint URL] [--region R]\n"
      "\n"
-     "The manifest of step STEP: regions, shards, hashes, and the sidecar's state.\n" CKPT_FOOT},
+     "The manifest of step STEP: regions, shards, hashes, and the sidecar's state.\n"
+     "On s3://, the checkpoint is downloaded and verified first.\n" CKPT_FOOT},
     {"ckpt prune",
      "usage: graftctl ckpt prune ROOT --keep-last N [--milestone-every M] [--geometric]\n"
-     "                          [--dry-run]\n"
+     "                          [--dry-run] [--endpoint URL] [--region R]\n"
      "\n"
-     "Deletes the checkpoints the policy does not keep (asks unless --yes).\n"
+     "Deletes the checkpoints the policy does not keep (asks unless --yes). On\n"
+     "s3://, the remote retention: --yes or --dry-run is required; a checkpoint\n"
+     "goes manifest.pb first, then its other objects, and every incomplete prefix\n"
+     "older than the newest complete checkpoint (an upload given up) goes too.\n"
+     "--geometric is not applied there.\n"
      "\n"
      "  --keep-last N          keep the newest N (required, N >= 1)\n"
      "  --milestone-every M    also keep every one whose step is a multiple of M\n"
      "  --geometric            also keep, of the rest, the newest in each band of\n"
      "                         [2^k, 2^(k+1)) steps behind the newest step\n"
-     "  --dry-run              say what would go, delete nothing\n" CKPT_FOOT},
+     "  --dry-run              say what would go, delete nothing\n"
+     "  --endpoint URL         an s3:// ROOT's store (http://host:port)\n" CKPT_FOOT},
     {"ckpt restore",
      "usage: graftctl ckpt restore ROOT --dry-run [--step S] [--secret-file F]\n"
+     "                            [--endpoint URL] [--region R]\n"
      "\n"
      "Which checkpoint a trainer's start-up would restore: the newest one (or step S)\n"
-     "that verifies in full, and the ones skipped with why.\n"
+     "that verifies in full, and the ones skipped with why. On s3://, what\n"
+     "graft_persist_remote_restore() would take (each one downloaded and verified).\n"
      "\n"
      "  --dry-run              required: the restore itself is the trainer's\n"
      "  --step S               that step instead of the newest\n"
