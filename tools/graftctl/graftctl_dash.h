@@ -14,6 +14,8 @@
 
 /* Step-rate samples the dashboard keeps (one a second: 5 minutes). */
 #define GRAFTCTL_DASH_RATE_KEEP 300
+/* The remote tier's bucket is listed (one LIST request) at most this often. */
+#define GRAFTCTL_DASH_REMOTE_MS 10000
 
 /* Upper bounds of the recovery phase histograms, seconds. */
 #define GRAFTCTL_BUCKETS 12
@@ -91,7 +93,21 @@ typedef struct graftctl_dash {
     json_t *rate_history;
     uint64_t rate_sampled_ms;
     graftctl_metrics_t metrics;
+    /* The remote tier (graftctl_dash_remote.c): --ckpt-remote, else
+     * GRAFT_PERSIST_REMOTE; NULL: not shown. remote_polled_ms is the main
+     * loop's alone. */
+    const char *remote_url;
+    json_t *remote; /* graftctl_dash_remote_poll()'s newest listing */
+    uint64_t remote_polled_ms;
 } graftctl_dash_t;
+
+/* A new listing of the bucket when one is due (none for
+ * GRAFTCTL_DASH_REMOTE_MS), else NULL; called without the lock. */
+json_t *graftctl_dash_remote_poll(const char *url, uint64_t *polled_ms_p);
+/* /api/state's "remote": the listing and the upload lag against the local
+ * checkpoints (graftctl_dashboard.c's checkpoints_json()); null without a
+ * remote tier. */
+json_t *graftctl_dash_remote_json(const char *url, json_t *listing, json_t *local);
 
 void graftctl_metrics_count_event(graftctl_metrics_t *m, const graft_event_t *e);
 void graftctl_metrics_count_recovery(graftctl_metrics_t *m, json_t *recovery);

@@ -249,7 +249,12 @@ static void sample_rate(graftctl_dash_t *d)
 static void refresh(graftctl_dash_t *d, bool with_ckpt)
 {
     graft_status_t st;
+    json_t *remote = graftctl_dash_remote_poll(d->remote_url, &d->remote_polled_ms);
     pthread_mutex_lock(&d->mu);
+    if (remote != NULL) {
+        json_decref(d->remote);
+        d->remote = remote;
+    }
     json_t *s = graftctl_status_json(&d->conn, d->job, &st);
     if (s != NULL) {
         json_decref(d->status);
@@ -315,14 +320,15 @@ static json_t *state_json(graftctl_dash_t *d)
     /* No listing yet (the job not found, or no refresh with it): an empty
      * one of this answer's own ("o" takes it; "O" would keep it forever). */
     json_t *ckpts = d->checkpoints != NULL ? json_incref(d->checkpoints) : json_array();
-    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:o,s:o,s:O}", "job", d->job,
+    json_t *remote = graftctl_dash_remote_json(d->remote_url, d->remote, ckpts);
+    return json_pack("{s:s,s:o,s:I,s:b,s:o,s:s,s:O,s:o,s:O,s:o,s:o,s:O,s:o}", "job", d->job,
                      "waiting", d->waiting[0] ? graftctl_json_text(d->waiting) : json_null(),
                      "refreshed_unix_ms", (json_int_t)d->refreshed_unix_ms, "evict_enabled",
                      d->token != NULL, "checkpoint_root", graftctl_json_text(d->ckpt_listed),
                      "checkpoint_root_note", d->ckpt_note, "status",
                      d->status != NULL ? d->status : json_null(), "quorums", quorums,
                      "recoveries", d->recoveries, "checkpoints", ckpts, "drift", drift,
-                     "rate_history", d->rate_history);
+                     "rate_history", d->rate_history, "remote", remote);
 }
 
 /* ------------------------------------------------------------- guards --- */
@@ -578,6 +584,8 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
             ok = strlen(v) < sizeof(d.ckpt_root);
             snprintf(d.ckpt_root, sizeof(d.ckpt_root), "%s", v);
             d.root_given = true;
+        } else if (ok && strcmp(a, "--ckpt-remote") == 0) {
+            d.remote_url = v;
         } else if (ok && strcmp(a, "--allow-host") == 0) {
             ok = valid_host_name(v) && d.n_allow_hosts < GRAFTCTL_DASH_HOSTS;
             if (ok)
@@ -588,8 +596,8 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
             ok = false;
         if (!ok) {
             fprintf(stderr, "graftctl dashboard: bad argument '%s' (--listen HOST:PORT, --token "
-                    "T, --ckpt-root DIR, --allow-host NAME (a DNS name, up to %d), "
-                    "--interval-ms N)\n", a, GRAFTCTL_DASH_HOSTS);
+                    "T, --ckpt-root DIR, --ckpt-remote s3://B/P, --allow-host NAME (a DNS "
+                    "name, up to %d), --interval-ms N)\n", a, GRAFTCTL_DASH_HOSTS);
             return GRAFTCTL_USAGE;
         }
         i++;
@@ -602,6 +610,10 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
         fprintf(stderr, "graftctl dashboard: --listen '%s' is not IPv4-ADDRESS:PORT\n", listen);
         return GRAFTCTL_USAGE;
     }
+    if (d.remote_url == NULL)
+        d.remote_url = getenv("GRAFT_PERSIST_REMOTE");
+    if (d.remote_url != NULL && d.remote_url[0] == '\0')
+        d.remote_url = NULL;
     int rc = GRAFTCTL_FAIL;
     d.job = o->job;
     d.events = json_array();
@@ -650,6 +662,7 @@ out:
     json_decref(d.recoveries);
     json_decref(d.rate_history);
     json_decref(d.checkpoints);
+    json_decref(d.remote);
     graftctl_metrics_free(&d.metrics);
     pthread_mutex_destroy(&d.refusals.mu);
     pthread_mutex_destroy(&d.mu);

@@ -67,7 +67,8 @@ static const help_t helps[] = {
      "with no terminal to ask on it refuses (exit 2).\n" JOB_FOOT},
     {"dashboard",
      "usage: graftctl [options] dashboard [--listen ADDR:PORT] [--token T]\n"
-     "                 [--ckpt-root DIR] [--allow-host NAME]... [--interval-ms N]\n"
+     "                 [--ckpt-root DIR] [--ckpt-remote URL] [--allow-host NAME]...\n"
+     "                 [--interval-ms N]\n"
      "\n"
      "The job over HTTP: a page, a JSON API and /metrics (Prometheus).\n"
      "\n"
@@ -75,6 +76,8 @@ static const help_t helps[] = {
      "  --token T              operator token, 8 characters or more\n"
      "                         (GRAFT_DASHBOARD_TOKEN)\n"
      "  --ckpt-root DIR        list and verify checkpoints only under DIR\n"
+     "  --ckpt-remote URL      the job's remote tier, s3://BUCKET/PREFIX (default\n"
+     "                         GRAFT_PERSIST_REMOTE), with the upload lag\n"
      "  --allow-host NAME      a Host name to answer besides addresses and localhost\n"
      "                         (others get 403); may be repeated\n"
      "  --interval-ms N        how often the job is read, 50..60000 (default 500)\n" JOB_FOOT},
