@@ -336,6 +336,8 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
     graft__s3_resp_t *r = arg;
     size_t len = size * n;
     if (r->fd >= 0 && r->http >= 200 && r->http < 300) {
+        if (r->at_offset && r->written + len > r->limit)
+            return 0; /* more than the range asked: the transfer fails */
         for (size_t off = 0; off < len;) {
             ssize_t w = r->at_offset
                             ? pwrite(r->fd, data + off, len - off,

@@ -89,8 +89,9 @@ typedef struct graft__s3_resp {
     size_t cap;
     int fd;           /* >= 0: the body goes to this file instead */
     uint64_t written; /* bytes written to fd */
-    bool at_offset;   /* the body goes to fd at offset + written (a ranged GET) */
+    bool at_offset;   /* the body goes to fd at offset + written (a ranged GET), */
     uint64_t offset;
+    uint64_t limit;   /* and no more than limit bytes of it (a store ignoring the range) */
     bool write_failed;
     char etag[128];
     long retry_after_s;

@@ -29,7 +29,7 @@ static graft_status_t get_range(ranged_t *g, uint64_t off, uint64_t len, char *w
                                 size_t why_len)
 {
     graft__s3_t *s3 = g->s3;
-    graft__s3_resp_t r = {.fd = g->fd, .at_offset = true, .offset = off};
+    graft__s3_resp_t r = {.fd = g->fd, .at_offset = true, .offset = off, .limit = len};
     char what[400], range[64];
     snprintf(what, sizeof(what), "GET %s%s (bytes %" PRIu64 "-%" PRIu64 ")", s3->prefix, g->key,
              off, off + len - 1);
@@ -54,9 +54,10 @@ static graft_status_t get_range(ranged_t *g, uint64_t off, uint64_t len, char *w
         curl_slist_free_all(h);
         bool retry = false;
         st = graft__s3_outcome(s3, (int)cc, &r, what, &retry, why, why_len);
-        if (st == GRAFT_OK && (r.http != 206 || r.written != len)) {
-            /* A 200 is the whole object: the store ignored the range, or
-             * the object is smaller than the manifest says. */
+        /* A 200 is the whole object: fine when that is the range asked
+         * (a store may answer so), else the store ignored the range. */
+        bool whole = r.http == 200 && off == 0 && len == g->bytes;
+        if (st == GRAFT_OK && ((r.http != 206 && !whole) || r.written != len)) {
             snprintf(why, why_len, "%s: HTTP %ld with %" PRIu64 " bytes, %" PRIu64 " asked",
                      what, r.http, r.written, len);
             st = GRAFT_ETRUNCATED;
