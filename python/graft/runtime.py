@@ -309,9 +309,19 @@ class Runtime:
         being applied and, with persist_root set and persist_final on (the
         default), its checkpoint is written (unless one of that step is on
         disk) and waited for, so the final state is on disk. Every rank of
-        every group calls it at the same step."""
+        every group calls it at the same step. Returns whether this group
+        committed the closing step (graft_finished()); on False the trainer
+        opens the step again (quorum()) and calls finish() again. Groups that
+        ended are not waited for by the others (docs/RUNTIME.md, "A clean
+        end: the closing step")."""
         check(lib.graft_finish(self._h()), "graft: cannot finish here")
         self.commit()
+        return self.finished
+
+    @property
+    def finished(self):
+        """Whether this rank committed a closing step (finish())."""
+        return bool(lib.graft_finished(self._h()))
 
     def checkpoint_now(self):
         """Write a checkpoint of the committed step now (blocks until durable)."""

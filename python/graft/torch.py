@@ -462,16 +462,23 @@ class Optimizer(torch.optim.Optimizer):
             self._load_objects(objs["user"])
         self.state_dicts.load(objs.get("state_dicts"))
 
-    def finish(self) -> None:
+    def finish(self) -> bool:
         """End the job cleanly instead of training the step zero_grad()
         opened (every rank of every group, at the same step): the final
         state's checkpoint is written when persist_root is set
-        (Runtime.finish())."""
+        (Runtime.finish()). Returns whether this group committed the
+        closing step; on False, call zero_grad() and finish() again (the
+        groups that ended are not waited for)."""
         if self.info is None:
             raise UsageError(-3, "graft: finish() outside a step (call zero_grad() first)")
         try:
-            self.runtime.finish()
+            return self.runtime.finish()
+        except (GroupError, PeerError) as e:
+            # As at step(): a group- or peer-level failure is a no.
+            self.commit_error = e
+            return False
         finally:
+            self._last_step = self.runtime.step
             self.info = None
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> bool:
