@@ -52,7 +52,7 @@ struct graft_etcd_cluster {
  * connection can take it before etcd binds it: seen as "bind: address
  * already in use" on a machine where other programs held tens of
  * thousands of connections (runtime_bench starting an etcd per size). */
-static int port_below_ephemeral(void)
+int graft_etcd_server_free_port(void)
 {
     int low = 32768, high = 60999;
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
@@ -83,7 +83,7 @@ static int free_port(graft_status_t *st_p)
     int port = -1;
     if (*st_p != GRAFT_OK)
         return -1;
-    port = port_below_ephemeral();
+    port = graft_etcd_server_free_port();
     if (port > 0)
         return port;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

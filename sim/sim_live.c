@@ -246,6 +246,7 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
 {
     graft_status_t st = GRAFT_OK;
     graft_sim_run_t r;
+    int *master_ports = NULL; /* per group, --torch-world */
     memset(&r, 0, sizeof(r));
     memset(res, 0, sizeof(*res));
     r.o = o;
@@ -400,6 +401,15 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
         extra[n_extra++] = step_ms;
     }
     sc.extra_args = extra;
+    /* --torch-world: each group's rendezvous. */
+    if (o->torch_world) {
+        master_ports = calloc((size_t)o->groups, sizeof(int));
+        st = master_ports == NULL ? GRAFT_ENOMEM : graft_sim_free_ports(o->groups, master_ports);
+        if (st != GRAFT_OK) {
+            goto out;
+        }
+    }
+    sc.master_ports = master_ports;
     res->ballast_mib = graft_sim_ballast_mib;
     if (access(trainer, X_OK) != 0) {
         fprintf(stderr, "graft-sim run: error: trainer %s: %s (set GRAFT_SIM_TRAINER or build "
@@ -533,6 +543,7 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
     graft_sim_verdict_scan_logs(res, r.dir, o->groups, o->ranks, o->mode == GRAFT_SIM_LIVE_ELASTIC);
 out:
     graft_sim_sup_destroy(r.sup);
+    free(master_ports);
     graft_membership_destroy(r.obs);
     graft_membership_quorum_free(r.quorum);
     while (r.n_open > 0) {

@@ -38,6 +38,7 @@ typedef struct graft_sim_live_opts {
     const char *persist_remote_endpoint; /**< --persist-remote-endpoint URL (a non-AWS store)
                                      or NULL */
     int netns;                  /**< --netns given */
+    int torch_world;            /**< --torch-world: a group's ranks are one torch world */
     const char *json_path;      /**< --json FILE or NULL */
     const char *plot_path;      /**< --plot FILE.svg or NULL (default: the --json path, .svg) */
 } graft_sim_live_opts_t;

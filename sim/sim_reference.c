@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +34,10 @@ static void sim_ref_key(const graft_sim_live_opts_t *o, char *key, size_t len)
      * seed, the mode, which trainer binary (path, size, mtime) and its
      * ballast (the blob is part of the state). */
     int n = snprintf(desc, sizeof(desc), "v1 g=%d r=%d steps=%lld seed=%" PRIu64
-                     " mode=%d trainer=%s size=%lld mtime=%lld.%09ld blob=%d",
+                     " mode=%d trainer=%s size=%lld mtime=%lld.%09ld blob=%d world=%d",
                      o->groups, o->ranks, o->steps, o->seed, (int)o->mode, trainer,
                      (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec,
-                     graft_sim_ballast_mib);
+                     graft_sim_ballast_mib, o->torch_world);
     snprintf(key, len, "%016" PRIx64, (uint64_t)XXH3_64bits(desc, (size_t)n));
 }
 
@@ -64,12 +65,97 @@ static char *sim_cache_path(const graft_sim_live_opts_t *o)
     return p;
 }
 
+/* Start rank k of the reference: the trainer with --no-graft, in a process
+ * group of its own (a launcher and its worker are one), dying with
+ * graft-sim; everything it needs is made before fork(). */
+static pid_t sim_reference_spawn(const char *trainer, char *const argv[], int k, int world,
+                                 int port)
+{
+    /* --torch-world: what torchrun gives a worker (see the supervisor). */
+    char env[6][48];
+    snprintf(env[0], sizeof(env[0]), "GRAFT_RANK=%d", k);
+    snprintf(env[1], sizeof(env[1]), "MASTER_PORT=%d", port);
+    snprintf(env[2], sizeof(env[2]), "RANK=%d", k);
+    snprintf(env[3], sizeof(env[3]), "LOCAL_RANK=%d", k);
+    snprintf(env[4], sizeof(env[4]), "WORLD_SIZE=%d", world);
+    snprintf(env[5], sizeof(env[5]), "LOCAL_WORLD_SIZE=%d", world);
+    pid_t pid = fork();
+    if (pid != 0) {
+        if (pid > 0) {
+            setpgid(pid, pid);
+        }
+        return pid;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setpgid(0, 0);
+    putenv(env[0]);
+    if (world > 0) {
+        putenv((char *)"MASTER_ADDR=127.0.0.1");
+        for (int i = 1; i < 6; i++) {
+            putenv(env[i]);
+        }
+    }
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) {
+        dup2(devnull, 1);
+    }
+    execv(trainer, argv);
+    _exit(127);
+}
+
+static void sim_reference_kill(const pid_t *pids, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (pids[k] > 0) {
+            kill(-pids[k], SIGKILL);
+        }
+    }
+}
+
+/* Wait for the reference's ranks; the first that fails (or graft-sim's
+ * stop) ends the others, which may be waiting for it at a rendezvous. */
+static graft_status_t sim_reference_wait(pid_t *pids, int n)
+{
+    graft_status_t st = GRAFT_OK;
+    for (int left = n; left > 0;) {
+        if (graft_sim_stop_signal != 0) {
+            st = GRAFT_EIO;
+            sim_reference_kill(pids, n);
+        }
+        bool reaped = false;
+        for (int k = 0; k < n; k++) {
+            int ws = 0;
+            if (pids[k] <= 0 || waitpid(pids[k], &ws, WNOHANG) != pids[k]) {
+                continue;
+            }
+            kill(-pids[k], SIGKILL); /* a launcher's worker left behind */
+            pids[k] = -1;
+            left--;
+            reaped = true;
+            if ((WIFEXITED(ws) && WEXITSTATUS(ws) == 0) || st != GRAFT_OK) {
+                continue;
+            }
+            if (graft_sim_stop_signal == 0) {
+                fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n", k);
+            }
+            st = GRAFT_EIO;
+            sim_reference_kill(pids, n);
+        }
+        if (!reaped) {
+            usleep(10000);
+        }
+    }
+    return st;
+}
+
 /*
- * The fault-free reference: every rank r of the trainer run alone with the
- * same seed (--no-graft, GRAFT_RANK=r). The trainer's data parallelism has
- * every group compute the same global batch, so one group alone ends where
- * G fault-free groups end; the runtime is not involved at all, which is
- * what makes it a reference.
+ * The fault-free reference: the ranks of one group, the trainer run with
+ * the same seed and without the runtime (--no-graft, GRAFT_RANK=r). The
+ * trainer's data parallelism has every group compute the same global
+ * batch, so one group alone ends where G fault-free groups end; the runtime
+ * is not involved at all, which is what makes it a reference. The ranks
+ * run together, and with --torch-world as one torch world (a launcher such
+ * as torchrun starts a world only whole).
  */
 static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const char *dir,
                                         char **hash_p)
@@ -83,51 +169,40 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
     ref.ranks = o->ranks;
     ref.completed = 1;
     ref.rank_hashes = calloc((size_t)o->ranks, sizeof(char *));
-    if (ref.rank_hashes == NULL) {
-        return GRAFT_ENOMEM;
+    char(*hp)[PATH_MAX + 64] = calloc((size_t)o->ranks, sizeof(*hp));
+    pid_t *pids = calloc((size_t)o->ranks, sizeof(pid_t));
+    char steps[32], seed[32], blob[32];
+    int port = 0;
+    if (ref.rank_hashes == NULL || hp == NULL || pids == NULL) {
+        st = GRAFT_ENOMEM;
+        goto out;
     }
-    for (int k = 0; k < o->ranks && st == GRAFT_OK; k++) {
-        char hp[PATH_MAX + 64], steps[32], seed[32], rank[32], blob[32];
-        snprintf(hp, sizeof(hp), "%s/ref-hash-r%d.txt", dir, k);
-        snprintf(steps, sizeof(steps), "%lld", o->steps);
-        snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
-        snprintf(rank, sizeof(rank), "%d", k);
-        snprintf(blob, sizeof(blob), "%d", graft_sim_ballast_mib);
-        pid_t pid = fork();
-        if (pid < 0) {
+    if (o->torch_world && (st = graft_sim_free_ports(1, &port)) != GRAFT_OK) {
+        goto out;
+    }
+    snprintf(steps, sizeof(steps), "%lld", o->steps);
+    snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
+    snprintf(blob, sizeof(blob), "%d", graft_sim_ballast_mib);
+    int started = 0;
+    for (; started < o->ranks; started++) {
+        int k = started;
+        snprintf(hp[k], sizeof(hp[k]), "%s/ref-hash-r%d.txt", dir, k);
+        char *argv[] = {(char *)trainer, "--no-graft", "--steps", steps, "--seed", seed,
+                        "--state-hash-out", hp[k], "--blob-mib", blob, NULL};
+        pids[k] = sim_reference_spawn(trainer, argv, k, o->torch_world ? o->ranks : 0, port);
+        if (pids[k] < 0) {
+            fprintf(stderr, "graft-sim run: error: fork: %s\n", strerror(errno));
             st = GRAFT_ESYS;
+            for (int j = 0; j < k; j++) {
+                kill(-pids[j], SIGKILL);
+            }
             break;
         }
-        if (pid == 0) {
-            /* Dies with graft-sim, like the supervised trainers. */
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            setenv("GRAFT_RANK", rank, 1);
-            int devnull = open("/dev/null", O_WRONLY);
-            if (devnull >= 0) {
-                dup2(devnull, 1);
-            }
-            execl(trainer, trainer, "--no-graft", "--steps", steps, "--seed", seed,
-                  "--state-hash-out", hp, "--blob-mib", blob, (char *)NULL);
-            _exit(127);
-        }
-        int ws = 0;
-        if (graft_sim_stop_signal != 0) {
-            kill(pid, SIGKILL); /* the signal came before the wait */
-        }
-        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-            if (graft_sim_stop_signal != 0) {
-                kill(pid, SIGKILL);
-            }
-        }
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-            if (graft_sim_stop_signal == 0) {
-                fprintf(stderr, "graft-sim run: error: the reference trainer (rank %d) failed\n",
-                        k);
-            }
-            st = GRAFT_EIO;
-            break;
-        }
-        FILE *f = fopen(hp, "r");
+    }
+    graft_status_t wst = sim_reference_wait(pids, started);
+    st = st == GRAFT_OK ? wst : st;
+    for (int k = 0; k < o->ranks && st == GRAFT_OK; k++) {
+        FILE *f = fopen(hp[k], "r");
         char buf[256] = "";
         if (f != NULL) {
             if (fgets(buf, sizeof(buf), f) == NULL) {
@@ -148,7 +223,10 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
             ref.final_hash = NULL;
         }
     }
+out:
     graft_sim_result_clear(&ref);
+    free(hp);
+    free(pids);
     return st;
 }
 

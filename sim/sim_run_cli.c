@@ -52,6 +52,11 @@ static void sim_run_usage(FILE *out)
             "  --json FILE           write the report as JSON\n"
             "  --trainer CMD         the trainer: a /bin/sh command the contract's flags are\n"
             "                        appended to (docs/SIM.md) [train_mlp next to graft-sim]\n"
+            "  --torch-world         the ranks of a group are one torch world: each is started\n"
+            "                        as torchrun starts a worker (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+            "                        MASTER_ADDR, MASTER_PORT: a port per group), and when one\n"
+            "                        dies the others of its group are stopped and all start\n"
+            "                        again, as torchrun restarts a world\n"
             "  --plot FILE.svg       timeline plot [the --json path with .svg]\n"
             "Exit status: 0 only when the verdict holds; 2 bad usage; %d live mode not in "
             "this build.\n",
@@ -109,6 +114,10 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
         }
         if (strcmp(flag, "--netns") == 0) {
             o->netns = 1;
+            continue;
+        }
+        if (strcmp(flag, "--torch-world") == 0) {
+            o->torch_world = 1;
             continue;
         }
         static const char *const with_value[] = {
@@ -235,6 +244,11 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
     if (o->etcd_members > 1 && o->netns) {
         fprintf(stderr, "graft-sim run: error: --netns runs one embedded etcd member; it "
                         "cannot be combined with --etcd-members\n");
+        return 2;
+    }
+    if (o->torch_world && o->netns) {
+        fprintf(stderr, "graft-sim run: error: --torch-world's rendezvous is on loopback; it "
+                        "cannot be combined with --netns\n");
         return 2;
     }
     if (o->persist_remote_endpoint != NULL && o->persist_remote == NULL) {

@@ -6,6 +6,8 @@
  */
 #include "sim_supervisor.h"
 
+#include <graft/etcd.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -75,8 +77,21 @@ static void sim_sup_strv_free(char **v)
     free(v);
 }
 
+/* What torchrun sets for a worker, set here for a torch world's process. */
+static bool sim_sup_torch_var(const char *kv, size_t klen)
+{
+    static const char *const names[] = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+                                        "WORLD_SIZE", "LOCAL_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strlen(names[i]) == klen && strncmp(kv, names[i], klen) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* The inherited environment, minus what we set, plus config->env and the
- * per-process GRAFT_GROUP/GRAFT_RANK. */
+ * per-process GRAFT_GROUP/GRAFT_RANK (and a torch world's variables). */
 static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
 {
     size_t n_env = 0, n_add = 0;
@@ -86,7 +101,7 @@ static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
     while (c->env != NULL && c->env[n_add] != NULL) {
         n_add++;
     }
-    char **v = calloc(n_env + n_add + 3, sizeof(*v));
+    char **v = calloc(n_env + n_add + 9, sizeof(*v));
     if (v == NULL) {
         return NULL;
     }
@@ -95,7 +110,8 @@ static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
         const char *eq = strchr(environ[i], '=');
         size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
         int overridden = (klen == 11 && strncmp(environ[i], "GRAFT_GROUP", 11) == 0) ||
-                         (klen == 10 && strncmp(environ[i], "GRAFT_RANK", 10) == 0);
+                         (klen == 10 && strncmp(environ[i], "GRAFT_RANK", 10) == 0) ||
+                         (c->master_ports != NULL && sim_sup_torch_var(environ[i], klen));
         for (size_t j = 0; j < n_add && !overridden; j++) {
             overridden = strncmp(c->env[j], environ[i], klen) == 0 && c->env[j][klen] == '=';
         }
@@ -110,6 +126,15 @@ static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
     }
     if ((v[k++] = sim_sup_fmt("GRAFT_GROUP=%d", g)) == NULL ||
         (v[k++] = sim_sup_fmt("GRAFT_RANK=%d", r)) == NULL) {
+        goto fail;
+    }
+    if (c->master_ports != NULL &&
+        ((v[k++] = strdup("MASTER_ADDR=127.0.0.1")) == NULL ||
+         (v[k++] = sim_sup_fmt("MASTER_PORT=%d", c->master_ports[g])) == NULL ||
+         (v[k++] = sim_sup_fmt("RANK=%d", r)) == NULL ||
+         (v[k++] = sim_sup_fmt("LOCAL_RANK=%d", r)) == NULL ||
+         (v[k++] = sim_sup_fmt("WORLD_SIZE=%d", c->ranks)) == NULL ||
+         (v[k++] = sim_sup_fmt("LOCAL_WORLD_SIZE=%d", c->ranks)) == NULL)) {
         goto fail;
     }
     return v;
@@ -147,6 +172,7 @@ static graft_status_t sim_sup_spawn(graft_sim_sup_t *s, int idx)
     if (pid == 0) {
         /* Children must not outlive the simulator, whatever kills it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0);
         if (getppid() != parent) {
             _exit(127);
         }
@@ -164,10 +190,31 @@ static graft_status_t sim_sup_spawn(graft_sim_sup_t *s, int idx)
         _exit(127);
     }
     close(fd);
+    setpgid(pid, pid); /* also here: a signal sent before the child's own call reaches it */
     p->pid = pid;
     p->state = GRAFT_SIM_PROC_RUNNING;
     p->starts++;
     p->started_ns = graft_sim_now_ns();
+    return GRAFT_OK;
+}
+
+graft_status_t graft_sim_free_ports(int n, int *ports)
+{
+    for (int i = 0; i < n; i++) {
+        int tries = 0;
+        bool dup;
+        do {
+            ports[i] = graft_etcd_server_free_port();
+            dup = false;
+            for (int j = 0; j < i; j++) {
+                dup = dup || ports[j] == ports[i];
+            }
+        } while ((ports[i] < 0 || dup) && ++tries < 20);
+        if (ports[i] < 0 || dup) {
+            fprintf(stderr, "graft-sim run: error: no free loopback port for a torch rendezvous\n");
+            return GRAFT_ESYS;
+        }
+    }
     return GRAFT_OK;
 }
 
@@ -246,6 +293,7 @@ void graft_sim_sup_destroy(graft_sim_sup_t *s)
     for (int i = 0; s->procs != NULL && i < s->n; i++) {
         sim_proc_t *p = &s->procs[i];
         if (p->pid > 0 && (p->state == GRAFT_SIM_PROC_RUNNING || p->state == GRAFT_SIM_PROC_STOPPED)) {
+            kill(-p->pid, SIGKILL);
             kill(p->pid, SIGKILL);
             while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR) {
             }
@@ -281,6 +329,24 @@ static void sim_sup_death_note(graft_sim_sup_t *s, sim_proc_t *p, int i, int ws)
                 i / s->cfg.ranks, i % s->cfg.ranks, strsignal(WTERMSIG(ws)), p->log_path);
 }
 
+/* A torch world lost rank i: its group's other running ranks are killed
+ * (reaped as dead by the next poll and started again), as torchrun stops
+ * a world's workers when one fails. Their deaths are the supervisor's own,
+ * not failures to report. */
+static void sim_sup_end_world(graft_sim_sup_t *s, int i)
+{
+    int g = i / s->cfg.ranks;
+    for (int k = g * s->cfg.ranks; k < (g + 1) * s->cfg.ranks; k++) {
+        sim_proc_t *q = &s->procs[k];
+        if (k != i && q->pid > 0 &&
+            (q->state == GRAFT_SIM_PROC_RUNNING || q->state == GRAFT_SIM_PROC_STOPPED)) {
+            kill(-q->pid, SIGKILL);
+            kill(q->pid, SIGKILL);
+            q->sigkilled = true;
+        }
+    }
+}
+
 graft_status_t graft_sim_sup_poll(graft_sim_sup_t *s)
 {
     uint64_t now = graft_sim_now_ns();
@@ -290,6 +356,9 @@ graft_status_t graft_sim_sup_poll(graft_sim_sup_t *s)
             int ws = 0;
             pid_t w = waitpid(p->pid, &ws, WNOHANG);
             if (w == p->pid) {
+                /* What it started and left behind (a launcher's worker)
+                 * goes with it. */
+                kill(-p->pid, SIGKILL);
                 if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
                     p->state = GRAFT_SIM_PROC_DONE;
                     s->done++;
@@ -297,6 +366,9 @@ graft_status_t graft_sim_sup_poll(graft_sim_sup_t *s)
                     sim_sup_death_note(s, p, i, ws);
                     p->state = GRAFT_SIM_PROC_DEAD;
                     p->restart_at_ns = now + (uint64_t)s->cfg.restart_delay_ms * 1000000ull;
+                    if (s->cfg.master_ports != NULL) {
+                        sim_sup_end_world(s, i);
+                    }
                 }
                 p->pid = -1;
             }
@@ -334,7 +406,7 @@ graft_status_t graft_sim_sup_signal(graft_sim_sup_t *s, int group, int rank, int
     if (p->pid <= 0 || (p->state != GRAFT_SIM_PROC_RUNNING && p->state != GRAFT_SIM_PROC_STOPPED)) {
         return GRAFT_ESTATE;
     }
-    if (kill(p->pid, sig) != 0) {
+    if (kill(-p->pid, sig) != 0 && kill(p->pid, sig) != 0) {
         return GRAFT_ESTATE;
     }
     p->sigkilled |= sig == SIGKILL;

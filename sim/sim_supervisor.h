@@ -2,7 +2,10 @@
  * The supervisor of `graft-sim run`: it starts G x R trainer processes and,
  * like an orchestrator, starts a replacement whenever one dies (after a
  * short delay), until a process exits 0, which means it finished its steps.
- * It also carries out the signals the injector asks for.
+ * It also carries out the signals the injector asks for. Each process leads
+ * a process group of its own, and a signal reaches the whole group: a
+ * trainer started by a launcher (torchrun and its worker) is killed,
+ * stopped and resumed as one.
  */
 #ifndef GRAFT_SIM_SUPERVISOR_H
 #define GRAFT_SIM_SUPERVISOR_H
@@ -26,6 +29,12 @@ typedef struct graft_sim_sup_config {
     uint32_t restart_delay_ms;      /**< orchestrator's delay before a replacement */
     int max_restarts;               /**< per process; past it the run fails */
     int role_log;                   /**< pass --role-log (train_mlp: serves and heals) */
+    /** A group is one torch world: its processes get what torchrun gives a
+     *  worker (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, and
+     *  MASTER_ADDR=127.0.0.1, MASTER_PORT=master_ports[g]), and when one
+     *  dies the others of its group are killed, so that the world starts
+     *  again whole; NULL: the ranks are independent processes. */
+    const int *master_ports;
 } graft_sim_sup_config_t;
 
 /** State of one supervised process. */
@@ -35,6 +44,15 @@ typedef enum graft_sim_proc_state {
     GRAFT_SIM_PROC_DEAD,    /**< waiting for its replacement */
     GRAFT_SIM_PROC_DONE     /**< exited 0 */
 } graft_sim_proc_state_t;
+
+/**
+ * @brief @p n distinct loopback ports that bind now (below the ephemeral
+ *        range where there is room), for the groups' torch rendezvous.
+ * @param [in]  n      how many.
+ * @param [out] ports  n ports.
+ * @return GRAFT_OK, GRAFT_ESYS (no free port found).
+ */
+GRAFT_WUR graft_status_t graft_sim_free_ports(int n, int *ports);
 
 /**
  * @brief Create a supervisor and start every process.

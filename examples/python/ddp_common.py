@@ -52,12 +52,19 @@ class Net(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
+def torch_world():
+    """The ranks of a group are one torch world (torchrun's, or graft-sim
+    --torch-world's): WORLD_SIZE above 1."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def setup(a):
     """Deterministic CPU torch; the model (rank r of a group seeds with seed +
-    r), Adam, a step LR schedule, and the ballast of --blob-mib."""
+    r, except in a torch world, whose ranks are replicas of one model),
+    Adam, a step LR schedule, and the ballast of --blob-mib."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    torch.manual_seed(a.seed + int(os.environ.get("GRAFT_RANK", "0")))
+    torch.manual_seed(a.seed + (0 if torch_world() else int(os.environ.get("GRAFT_RANK", "0"))))
     model = Net()
     adam = torch.optim.Adam(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(adam, step_size=10, gamma=0.8)
@@ -107,11 +114,13 @@ def apply_sum(model, gathered, world):
         off += n
 
 
-def padded(rows, world):
-    """Every group sends the same shape: ceil(MICRO / world) rows."""
+def padded(rows, world, model):
+    """Every worker sends the same shape: ceil(MICRO / world) rows (none of
+    its own when there are more workers than micro-batches)."""
     n = -(-MICRO // world)
-    out = torch.zeros(n, rows.shape[1])
-    out[:rows.shape[0]] = rows
+    out = torch.zeros(n, sum(p.numel() for p in model.parameters()))
+    if rows is not None:
+        out[:rows.shape[0]] = rows
     return out
 
 

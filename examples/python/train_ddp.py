@@ -1,27 +1,60 @@
 #!/usr/bin/env python3
 """train_ddp.py: a small CNN trained data-parallel by replica groups on CPU,
-fault-tolerant through graft (each process is one group; GRAFT_* variables
-configure the runtime). It follows the simulator's trainer contract
-(docs/SIM.md), so `graft-sim run --trainer 'python3 examples/python/train_ddp.py'`
-injects failures into it and checks the final state bit-exact."""
+fault-tolerant through graft (GRAFT_* variables configure the runtime). A
+group is one process, or one torch world of several ranks (WORLD_SIZE above
+1: torchrun's, or graft-sim --torch-world's), whose ranks split each step's
+micro-batches and exchange them exactly. It follows the simulator's trainer
+contract (docs/SIM.md), so
+`graft-sim run --trainer 'python3 examples/python/train_ddp.py'` injects
+failures into it and checks the final state bit-exact; with torch worlds
+of 2 ranks: `graft-sim run --ranks 2 --torch-world --trainer ...`.
+"""
+import datetime
 import sys
 
 import torch
+import torch.distributed as dist
 
 import graft
 import graft.torch
 from ddp_common import (Contract, apply_sum, micro_grads, my_micro, padded, parse, run_alone,
-                        setup, state_hash, touch_blob)
+                        setup, state_hash, torch_world, touch_blob)
 from sim_roles import sim_contract
+
+
+def exchange(model, avg, rows, rank, ranks, world):
+    """Every worker's rows, by worker (group-major): the group's ranks
+    gather theirs exactly over their own torch world, then rank r of every
+    group gathers the group's with rank r of the others (an exact exchange
+    too). None when the cross-group exchange failed (the commit is vetoed).
+    A failure inside the group raises: the group's world is broken, and the
+    process ends so that its launcher starts the group again."""
+    workers = world * ranks
+    mine = padded(rows, workers, model)
+    if ranks > 1:
+        parts = [torch.empty_like(mine) for _ in range(ranks)]
+        dist.all_gather(parts, mine)
+        mine = torch.cat(parts)
+    out = avg.all_gather(mine)
+    if out is None:
+        return None
+    n = mine.shape[0] // ranks
+    return [o[r * n:(r + 1) * n] for o in out for r in range(ranks)]
 
 
 def main():
     a = parse()
     if a.no_graft:
         return run_alone(a)
+    where = graft.launcher_settings()
+    rank, ranks = where.get("rank", 0), where.get("ranks_per_group", 1)
+    if not torch_world():
+        ranks = 1  # the group's ranks (if several) train apart: each its own replica
+    else:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     model, adam, sched, blob = setup(a)
     c = Contract(a)
-    rt = graft.Runtime()
+    rt = graft.Runtime(**where)
     sim_contract(rt, c, blob)
     opt = graft.torch.Optimizer(rt, adam, objects=lambda: (torch.get_rng_state(), sched.state_dict()),
                                 load_objects=lambda o: (torch.set_rng_state(o[0]), sched.load_state_dict(o[1])))
@@ -29,11 +62,12 @@ def main():
     step = 0
     while step < a.steps:
         info = opt.zero_grad()
-        step, rank, world = info.step, info.replica_rank, info.replica_world
-        rows = micro_grads(model, a.seed, step, my_micro(rank, world))
-        out = avg.all_gather(padded(rows, world))
+        step, world = info.step, info.replica_world
+        worker = info.replica_rank * ranks + (rank if ranks > 1 else 0)
+        rows = micro_grads(model, a.seed, step, my_micro(worker, world * ranks))
+        out = exchange(model, avg, rows, rank, ranks, world)
         if out is not None:
-            apply_sum(model, out, world)
+            apply_sum(model, out, world * ranks)
         if not opt.step():
             continue
         step += 1
@@ -41,7 +75,11 @@ def main():
         touch_blob(blob, step)
         c.committed(step, state_hash(model, adam, sched, blob, step))
         c.delay()
-    return c.finish(step, state_hash(model, adam, sched, blob, step), rt)
+    digest = state_hash(model, adam, sched, blob, step)
+    code = c.finish(step, digest, rt)
+    if ranks > 1:
+        dist.destroy_process_group()
+    return code
 
 
 if __name__ == "__main__":

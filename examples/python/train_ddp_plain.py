@@ -23,8 +23,8 @@ def main():
     while step < a.steps:
         adam.zero_grad(set_to_none=False)
         rows = micro_grads(model, a.seed, step, my_micro(rank, world))
-        out = [torch.empty_like(padded(rows, world)) for _ in range(world)]
-        dist.all_gather(out, padded(rows, world))
+        out = [torch.empty_like(padded(rows, world, model)) for _ in range(world)]
+        dist.all_gather(out, padded(rows, world, model))
         apply_sum(model, out, world)
         adam.step()
         step += 1

@@ -573,6 +573,16 @@ GRAFT_WUR graft_status_t graft_etcd_server_start(const graft_etcd_server_opts_t 
                                                  graft_etcd_server_t **server_p);
 
 /**
+ * @brief A loopback TCP port that binds now, chosen as the embedded etcd's
+ *        ports are: below the ephemeral range, so that no outgoing
+ *        connection takes it before its server binds it (graft-sim gives
+ *        each group's torch rendezvous one).
+ * @return the port, or -1 when there is no room below the ephemeral range
+ *         or none bound.
+ */
+int graft_etcd_server_free_port(void);
+
+/**
  * @brief Client URL, e.g. "http://127.0.0.1:40123".
  * @param [in] server  the server.
  * @return a string owned by the server.
