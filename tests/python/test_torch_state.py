@@ -134,7 +134,8 @@ def test_finish_writes_the_final_checkpoint(job_env, tmp_path):
         while True:
             info = opt.zero_grad()
             if info.step >= 5:
-                opt.finish()
+                assert opt.finish()  # the group committed its closing step
+                assert rt.finished
                 break
             m(torch.ones(1, 4)).sum().backward()
             assert opt.step()
