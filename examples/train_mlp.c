@@ -547,7 +547,7 @@ int main(int argc, char **argv)
     }
 
     bool served = false;
-    while (graft_step(rt) < o.steps || graft_start_kind(rt) == GRAFT_START_UNDECIDED) {
+    for (;;) {
         graft_step_info_t info;
         bool apply = false;
         if (o.die_at_step > 0 && graft_step(rt) == o.die_at_step) {
@@ -566,15 +566,22 @@ int main(int argc, char **argv)
         if (info.donor)
             log_role(&o, "%" PRIu64 " serve %" PRIu32, info.step, info.n_recipients);
         if (info.step >= o.steps) {
-            /* Done: the step is still closed (a healing group installs the
-             * final state, a donor holds until its recipients are done), but
-             * never applied. */
+            /* The closing step (graft_finish()): still closed (a healing
+             * group installs the final state, a donor holds until its
+             * recipients are done), never applied; with a persistent tier
+             * the final state's checkpoint is written here. Opened again
+             * until this group commits it (docs/RUNTIME.md, "A clean end"). */
             st = graft_heal_wait(rt);
+            if (graft_finish(rt) != GRAFT_OK)
+                fprintf(stderr, "train_mlp: graft_finish failed\n");
             st = graft_commit(rt, &apply);
-            (void)st;
+            if (st != GRAFT_OK && st != GRAFT_EDRIFT)
+                fprintf(stderr, "train_mlp: graft_commit: %s\n", graft_status_string(st));
             if (info.donor)
                 log_role(&o, "%" PRIu64 " served", info.step);
-            break;
+            if (graft_finished(rt))
+                break;
+            continue;
         }
         if (info.donor && o.die_when_serving) {
             sleep_ms(o.die_when_serving_ms);

@@ -86,8 +86,11 @@ void graft__rt_finished_refresh(graft_runtime_t *rt, bool always)
     memset(&res, 0, sizeof(res));
     if (rt->groups < 2 || (!always && all_groups_live(rt)))
         return;
+    /* The quick client (short timeout, no retry): an etcd that hangs must
+     * not eat the round's time; a failed read is tried at the next short
+     * round. */
     char *folder = key_finished_folder(rt);
-    if (folder == NULL || graft_etcd_range(rt->etcd, folder, &ro, &res) != GRAFT_OK)
+    if (folder == NULL || graft_etcd_range(rt->etcd_quick, folder, &ro, &res) != GRAFT_OK)
         goto out;
     uint32_t n = 0;
     uint64_t top = 0;

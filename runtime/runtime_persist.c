@@ -451,6 +451,9 @@ graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t
      * disk or, if the writer did not commit, writes it itself. */
     uint32_t writer = q->members[(q->step / rt->cfg->persist_every) % q->n_members];
     graft_status_t st = GRAFT_OK;
+    /* A scheduled checkpoint still under way ends first, as graft_destroy()
+     * would let it, instead of being superseded by this one. */
+    graft__rt_persist_join(rt);
     if (writer == rt->group && !persist_verified(rt, q->step))
         st = ckpt_start(rt, q->step, true, rt->rank == 0, true);
     if (st != GRAFT_OK)

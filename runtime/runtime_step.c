@@ -734,9 +734,9 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
         graft__rt_emit(rt, &ev);
     }
     pthread_mutex_lock(&rt->mu);
-    if (decision)
-        rt->metrics.commits++;
-    else
+    if (decision && !rt->finishing)
+        rt->metrics.commits++; /* commits that applied: a closing step is not */
+    else if (!decision)
         rt->metrics.commits_failed++;
     rt->metrics.last_commit_ns = graft__now_ns() - t0;
     pthread_mutex_unlock(&rt->mu);

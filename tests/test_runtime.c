@@ -300,18 +300,20 @@ static void test_elastic_and_checkpoint_now(void **state)
 
 /*
  * The persistent tier's shard rotation and the checkpoint record: 3 groups
- * x 2 ranks, a checkpoint every 5 steps (at quorum steps 5, 10, 15), no
- * failures, so the members are always {0, 1, 2}. Shard r of step s must be
- * written by group (s/5 + r) % 3 (docs/RUNTIME.md), as the manifest's
- * sidecar records per shard; the manifest by rank 0 of the writer of shard
- * 0; and etcd holds one record per checkpoint with its step, the root and
- * status "complete".
+ * x 2 ranks, a checkpoint every 5 steps (at quorum steps 5, 10, 15) and
+ * the final one of step 16 (train_mlp ends with graft_finish()), no
+ * failures, so the members are always {0, 1, 2}. Shard r of a scheduled
+ * step s must be written by group (s/5 + r) % 3 (docs/RUNTIME.md), as the
+ * manifest's sidecar records per shard; the manifest by rank 0 of the
+ * writer of shard 0; every shard of the final one by group (16/5) % 3; and
+ * etcd holds one record per checkpoint with its step, the root and status
+ * "complete".
  */
 static void test_persist_rotation_and_record(void **state)
 {
     (void)state;
     job_t j;
-    const int steps = 16, every = 5, ckpts[] = {5, 10, 15};
+    const int steps = 16, every = 5, ckpts[] = {5, 10, 15, 16};
     char root[300], env_root[340];
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -348,9 +350,9 @@ static void test_persist_rotation_and_record(void **state)
             int r = (int)json_integer_value(json_object_get(sh, "rank"));
             int by = (int)json_integer_value(json_object_get(sh, "written_by_group"));
             assert_true(r >= 0 && r < R);
-            if (by != (s / every + r) % G)
-                fail_msg("step %d shard %d written by group %d, not group %d", s, r, by,
-                         (s / every + r) % G);
+            int want = s == steps ? (s / every) % G : (s / every + r) % G; /* final: one group */
+            if (by != want)
+                fail_msg("step %d shard %d written by group %d, not group %d", s, r, by, want);
         }
         json_decref(m);
 
@@ -369,14 +371,14 @@ static void test_persist_rotation_and_record(void **state)
         assert_true(rec->unix_ms >= t_start_ms && rec->unix_ms <= t_end_ms);
         graft__checkpoint_record__free_unpacked(rec, NULL);
     }
-    /* Those three and no other. */
+    /* Those four and no other. */
     char prefix[200];
     graft_etcd_range_opts_t ro = {.prefix = true, .count_only = true};
     graft_etcd_range_result_t res;
     memset(&res, 0, sizeof(res));
     snprintf(prefix, sizeof(prefix), "/graft/%s/checkpoints/", j.name);
     assert_int_equal(graft_etcd_range(etcd.client, prefix, &ro, &res), GRAFT_OK);
-    assert_int_equal(res.count, 3);
+    assert_int_equal(res.count, 4);
     graft_etcd_range_result_clear(&res);
 
     /* Each process counted what it wrote: rank r of group g the shards
@@ -392,6 +394,8 @@ static void test_persist_rotation_and_record(void **state)
             w += (s / every + p->rank) % G == p->group;
             c += p->rank == 0 && (s / every) % G == p->group;
         }
+        w += (steps / every) % G == p->group; /* the final one: its writer group's */
+        c += p->rank == 0 && (steps / every) % G == p->group;
         if (mt.checkpoints_written != w || mt.checkpoints_committed != c)
             fail_msg("group %d rank %d wrote %" PRIu64 " shards and %" PRIu64 " manifests, "
                      "not %" PRIu64 " and %" PRIu64, p->group, p->rank, mt.checkpoints_written,

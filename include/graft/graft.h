@@ -592,7 +592,8 @@ typedef struct graft_metrics {
     uint64_t quorums;             /**< quorums taken part in */
     uint64_t quorum_changes;      /**< quorum id changes seen */
     uint64_t commits;             /**< commits that applied */
-    uint64_t commits_failed;      /**< commits that did not */
+    uint64_t commits_failed;      /**< commits the group did not commit (a
+                                       committed closing step counts in neither) */
     uint64_t last_quorum_ns;      /**< graft_quorum() duration, last call */
     uint64_t last_commit_ns;      /**< graft_commit() duration, last call */
     uint64_t recoveries;          /**< heals that installed state */
