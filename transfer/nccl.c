@@ -206,9 +206,20 @@ static graft_status_t pair_move(pair_t *p, int rank)
     return pair_wait(p, true);
 }
 
+/* This build has CUDA; the machine may still have no GPU. */
+static bool gpu_present(void)
+{
+    if (graft__cuda_devices() > 0)
+        return true;
+    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend needs a GPU; none found");
+    return false;
+}
+
 static graft_status_t nccl_serve(graft_transfer_endpoint_t *ep, uint64_t step,
                                  const graft_transfer_nccl_options_t *o)
 {
+    if (!gpu_present())
+        return GRAFT_ENOTSUP;
     pair_t p = {.ep = ep, .o = o, .n_hashes = cuda_chunks(ep)};
     uint64_t *h = NULL, gen = 0;
     graft_status_t status;
@@ -307,7 +318,11 @@ static graft_status_t nccl_pull(graft_transfer_endpoint_t *ep,
     uint64_t start = graft__now_ns();
     graft_status_t status;
 
-    if (o->nccl == NULL || o->nccl->exchange == NULL || o->n_donors != 1)
+    if (o->nccl == NULL || o->n_donors != 1)
+        return GRAFT_EINVAL;
+    if (!gpu_present())
+        return GRAFT_ENOTSUP;
+    if (o->nccl->exchange == NULL)
         return GRAFT_EINVAL;
     rep->n_donors = 1;
     rep->chunks = p.n_hashes;

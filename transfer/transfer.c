@@ -707,25 +707,14 @@ graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
         return GRAFT_ESTATE;
     }
     atomic_store(&ep->cancel, false);
-    if (options->backend == GRAFT_TRANSFER_BACKEND_NCCL) {
-#ifdef GRAFT_HAVE_CUDA
-        if (options->nccl == NULL || options->n_donors != 1) {
-            status = GRAFT_EINVAL;
-        } else if (graft__cuda_devices() == 0) {
-            GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend needs a GPU; none found");
-            status = GRAFT_ENOTSUP;
-        } else {
-            status = graft__nccl_ops.pull(ep, options, rep);
-        }
-#else
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend is not in this build");
-        status = GRAFT_ENOTSUP;
-#endif
-    } else if (options->backend == GRAFT_TRANSFER_BACKEND_UCX) {
-        status = ep->ops->pull(ep, options, rep);
-    } else {
-        status = GRAFT_EINVAL;
-    }
+    /* The backend, chosen once: UCX is the endpoint's own; NCCL pairs
+     * (transfer/nccl.c, or its stub in a build without CUDA). */
+    const struct graft_transport_ops *ops = options->backend == GRAFT_TRANSFER_BACKEND_NCCL
+                                                ? &graft__nccl_ops
+                                            : options->backend == GRAFT_TRANSFER_BACKEND_UCX
+                                                ? ep->ops
+                                                : NULL;
+    status = ops == NULL ? GRAFT_EINVAL : ops->pull(ep, options, rep);
     rep->status = status;
     rep->installed = status == GRAFT_OK;
     atomic_store(&ep->pulling, false);
@@ -743,17 +732,7 @@ graft_status_t graft_transfer_serve_nccl(graft_transfer_endpoint_t *ep, uint64_t
 {
     if (ep == NULL || options == NULL || options->exchange == NULL)
         return GRAFT_EINVAL;
-#ifdef GRAFT_HAVE_CUDA
-    if (graft__cuda_devices() == 0) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend needs a GPU; none found");
-        return GRAFT_ENOTSUP;
-    }
     return graft__nccl_ops.serve_pair(ep, step, options);
-#else
-    (void)step;
-    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "the NCCL backend is not in this build");
-    return GRAFT_ENOTSUP;
-#endif
 }
 
 int graft_transfer_cuda_device_count(void)

@@ -94,9 +94,9 @@ struct graft_transport_ops {
 
 extern const struct graft_transport_ops graft__ucx_ops;
 
-#ifdef GRAFT_HAVE_CUDA
+/* NCCL pairs: transfer/nccl.c, or transfer/nonccl.c's stub (GRAFT_ENOTSUP)
+ * in a build without CUDA. */
 extern const struct graft_transport_ops graft__nccl_ops;
-#endif
 
 /* A recipient count per step, for the fence: of the serve (serve_gen)
  * that began last for that step. A job that rolls back to a checkpoint
