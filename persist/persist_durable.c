@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #ifdef GRAFT_TEST_FAULTS
@@ -353,4 +354,35 @@ graft_status_t graft__persist_file_atomic(const graft__pdir_t *d, const char *na
         st = graft__tmpfile_install(&f);
     graft__tmpfile_close(&f);
     return st;
+}
+
+/* Room under @p root for @p need bytes and a margin (the writer before a
+ * checkpoint, the commit before its copy to the second root). */
+graft_status_t graft__persist_space_check(const char *root, uint64_t need)
+{
+    struct statvfs sv;
+    if (statvfs(root, &sv) != 0) {
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "statvfs %s: %s", root, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    /* Room for the manifest and the file system's own blocks. */
+    uint64_t margin = (1ull << 16) + 4ull * sv.f_frsize;
+    uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (avail < need || avail - need < margin) {
+        GRAFT_ERROR(GRAFT_MOD_PERSIST, "%s: %llu bytes free, a checkpoint needs %llu", root,
+                    (unsigned long long)avail, (unsigned long long)(need + margin));
+        return GRAFT_ENOSPC;
+    }
+    return GRAFT_OK;
+}
+
+/* A committed checkpoint of @p step is under @p root (its manifest). */
+bool graft__persist_manifest_exists(const char *root, uint64_t step)
+{
+    char *dir = graft__persist_step_dir(root, step);
+    char *p = dir ? graft__asprintf("%s/" GP_MANIFEST_PB, dir) : NULL;
+    bool exists = p != NULL && access(p, F_OK) == 0;
+    graft_free(p);
+    graft_free(dir);
+    return exists;
 }

@@ -386,7 +386,9 @@ struct graft_persist_writer {
 /* Staging buffers (persist_writer.c): keep a few so the next snapshot
  * copies into warm memory. */
 void graft__persist_staging_put(graft_persist_writer_t *w, gp_staging_t *s);
-/* Free bytes under root, with a margin; GRAFT_ENOSPC when short of need. */
+/* Disk helpers of persist_durable.c that the writer and the commit share:
+ * free bytes under root, with a margin (GRAFT_ENOSPC when short of need),
+ * and whether a committed checkpoint of step is there. */
 GRAFT_WUR graft_status_t graft__persist_space_check(const char *root, uint64_t need);
 bool graft__persist_manifest_exists(const char *root, uint64_t step);
 

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -81,34 +80,6 @@ static uint64_t shard_bound(uint64_t raw, uint64_t chunk_bytes)
 {
     uint64_t chunks = raw / chunk_bytes + 1;
     return GP_HEADER_BYTES + raw + chunks * GP_INDEX_ENTRY_BYTES + GP_FOOTER_BYTES;
-}
-
-graft_status_t graft__persist_space_check(const char *root, uint64_t need)
-{
-    struct statvfs sv;
-    if (statvfs(root, &sv) != 0) {
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "statvfs %s: %s", root, strerror(errno));
-        return GRAFT_ESYS;
-    }
-    /* Room for the manifest and the file system's own blocks. */
-    uint64_t margin = (1ull << 16) + 4ull * sv.f_frsize;
-    uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-    if (avail < need || avail - need < margin) {
-        GRAFT_ERROR(GRAFT_MOD_PERSIST, "%s: %llu bytes free, a checkpoint needs %llu", root,
-                    (unsigned long long)avail, (unsigned long long)(need + margin));
-        return GRAFT_ENOSPC;
-    }
-    return GRAFT_OK;
-}
-
-bool graft__persist_manifest_exists(const char *root, uint64_t step)
-{
-    char *dir = graft__persist_step_dir(root, step);
-    char *p = dir ? graft__asprintf("%s/" GP_MANIFEST_PB, dir) : NULL;
-    bool exists = p != NULL && access(p, F_OK) == 0;
-    graft_free(p);
-    graft_free(dir);
-    return exists;
 }
 
 /* ------------------------------------------------------------- staging --- */
