@@ -61,21 +61,6 @@ void graft_sim_result_clear(graft_sim_result_t *res)
     memset(res, 0, sizeof(*res));
 }
 
-int graft_sim_grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-    if (n < *cap) {
-        return 0;
-    }
-    size_t nc = *cap ? *cap * 2 : 64;
-    void *na = realloc(*arr, nc * elem);
-    if (na == NULL) {
-        return -1;
-    }
-    *arr = na;
-    *cap = nc;
-    return 0;
-}
-
 /* SIGINT, SIGTERM and SIGHUP stop a run at its next tick; it then cleans
  * up like any other end (trainers, etcd, namespaces, temp directories) and
  * exits 128 + the signal. */

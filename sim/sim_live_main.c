@@ -29,20 +29,6 @@
 #define SIM_BALLAST_MIB 16
 #define SIM_STEP_MS 5
 
-/* Creates the directories above path (not path itself). */
-void graft_sim_mkdirs(const char *path)
-{
-    char *buf = strdup(path);
-    for (char *s = buf != NULL ? buf + 1 : NULL; s != NULL && *s; s++) {
-        if (*s == '/') {
-            *s = '\0';
-            mkdir(buf, 0755);
-            *s = '/';
-        }
-    }
-    free(buf);
-}
-
 static char *sim_read_file(const char *path)
 {
     FILE *f = fopen(path, "r");
