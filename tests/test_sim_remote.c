@@ -96,8 +96,10 @@ static void test_lose_disks_restores_from_the_store(void **state)
     assert_non_null(f);
     char line[1024];
     int gets = 0;
+    /* (A ranged GET answered 206 is logged between colour escapes, so the
+     * method is matched without the quote before it.) */
     while (fgets(line, sizeof(line), f) != NULL)
-        gets += strstr(line, "\"GET /sim/runs/") != NULL && strstr(line, want) != NULL;
+        gets += strstr(line, "GET /sim/runs/") != NULL && strstr(line, want) != NULL;
     fclose(f);
     if (gets == 0)
         fail_msg("no GET of %s in %s", want, logpath);
