@@ -65,20 +65,12 @@ static char *sim_cache_path(const graft_sim_live_opts_t *o)
     return p;
 }
 
-/* Start rank k of the reference: the trainer with --no-graft, in a process
- * group of its own (a launcher and its worker are one), dying with
- * graft-sim; everything it needs is made before fork(). */
-static pid_t sim_reference_spawn(const char *trainer, char *const argv[], int k, int world,
-                                 int port)
+/* Start rank k of the reference: the trainer with --no-graft and the
+ * environment the supervisor would give it (envp, made before fork()), in
+ * a process group of its own (a launcher and its worker are one), dying
+ * with graft-sim. */
+static pid_t sim_reference_spawn(const char *trainer, char *const argv[], char *const envp[])
 {
-    /* --torch-world: what torchrun gives a worker (see the supervisor). */
-    char env[6][48];
-    snprintf(env[0], sizeof(env[0]), "GRAFT_RANK=%d", k);
-    snprintf(env[1], sizeof(env[1]), "MASTER_PORT=%d", port);
-    snprintf(env[2], sizeof(env[2]), "RANK=%d", k);
-    snprintf(env[3], sizeof(env[3]), "LOCAL_RANK=%d", k);
-    snprintf(env[4], sizeof(env[4]), "WORLD_SIZE=%d", world);
-    snprintf(env[5], sizeof(env[5]), "LOCAL_WORLD_SIZE=%d", world);
     pid_t pid = fork();
     if (pid != 0) {
         if (pid > 0) {
@@ -88,18 +80,11 @@ static pid_t sim_reference_spawn(const char *trainer, char *const argv[], int k,
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     setpgid(0, 0);
-    putenv(env[0]);
-    if (world > 0) {
-        putenv((char *)"MASTER_ADDR=127.0.0.1");
-        for (int i = 1; i < 6; i++) {
-            putenv(env[i]);
-        }
-    }
     int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) {
         dup2(devnull, 1);
     }
-    execv(trainer, argv);
+    execve(trainer, argv, envp);
     _exit(127);
 }
 
@@ -183,15 +168,22 @@ static graft_status_t sim_reference_run(const graft_sim_live_opts_t *o, const ch
     snprintf(steps, sizeof(steps), "%lld", o->steps);
     snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
     snprintf(blob, sizeof(blob), "%d", graft_sim_ballast_mib);
+    /* The environment of group 0 as the supervisor makes it. */
+    graft_sim_sup_config_t sc = {.groups = 1, .ranks = o->ranks,
+                                 .master_ports = o->torch_world ? &port : NULL};
     int started = 0;
     for (; started < o->ranks; started++) {
         int k = started;
         snprintf(hp[k], sizeof(hp[k]), "%s/ref-hash-r%d.txt", dir, k);
         char *argv[] = {(char *)trainer, "--no-graft", "--steps", steps, "--seed", seed,
                         "--state-hash-out", hp[k], "--blob-mib", blob, NULL};
-        pids[k] = sim_reference_spawn(trainer, argv, k, o->torch_world ? o->ranks : 0, port);
+        char **envp = graft_sim_sup_envp(&sc, 0, k);
+        bool no_env = envp == NULL;
+        pids[k] = no_env ? -1 : sim_reference_spawn(trainer, argv, envp);
+        graft_sim_sup_strv_free(envp);
         if (pids[k] < 0) {
-            fprintf(stderr, "graft-sim run: error: fork: %s\n", strerror(errno));
+            fprintf(stderr, "graft-sim run: error: cannot start the reference trainer: %s\n",
+                    no_env ? "out of memory" : strerror(errno));
             st = GRAFT_ESYS;
             for (int j = 0; j < k; j++) {
                 kill(-pids[j], SIGKILL);

@@ -69,7 +69,7 @@ static char *sim_sup_fmt(const char *fmt, ...)
     return s;
 }
 
-static void sim_sup_strv_free(char **v)
+void graft_sim_sup_strv_free(char **v)
 {
     for (size_t i = 0; v != NULL && v[i] != NULL; i++) {
         free(v[i]);
@@ -92,7 +92,7 @@ static bool sim_sup_torch_var(const char *kv, size_t klen)
 
 /* The inherited environment, minus what we set, plus config->env and the
  * per-process GRAFT_GROUP/GRAFT_RANK (and a torch world's variables). */
-static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
+char **graft_sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
 {
     size_t n_env = 0, n_add = 0;
     while (environ[n_env] != NULL) {
@@ -139,7 +139,7 @@ static char **sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
     }
     return v;
 fail:
-    sim_sup_strv_free(v);
+    graft_sim_sup_strv_free(v);
     return NULL;
 }
 
@@ -266,7 +266,7 @@ graft_status_t graft_sim_sup_create(const graft_sim_sup_config_t *config, graft_
         p->hash_path = sim_sup_fmt("%s/hash-g%d-r%d.txt", config->dir, g, r);
         p->commits_path = sim_sup_fmt("%s/commits-g%d-r%d.txt", config->dir, g, r);
         p->role_path = sim_sup_fmt("%s/role-g%d-r%d.txt", config->dir, g, r);
-        p->envp = sim_sup_envp(config, g, r);
+        p->envp = graft_sim_sup_envp(config, g, r);
         if (p->log_path == NULL || p->hash_path == NULL || p->commits_path == NULL ||
             p->role_path == NULL || p->envp == NULL) {
             goto fail;
@@ -302,7 +302,7 @@ void graft_sim_sup_destroy(graft_sim_sup_t *s)
         free(p->hash_path);
         free(p->commits_path);
         free(p->role_path);
-        sim_sup_strv_free(p->envp);
+        graft_sim_sup_strv_free(p->envp);
     }
     if (s->argv_tmpl != NULL) {
         free(s->argv_tmpl[2]);

@@ -46,6 +46,20 @@ typedef enum graft_sim_proc_state {
 } graft_sim_proc_state_t;
 
 /**
+ * @brief The environment of process (@p group, @p rank) as the supervisor
+ *        starts it: the inherited one, config->env, GRAFT_GROUP and
+ *        GRAFT_RANK, and a torch world's variables when config->master_ports
+ *        is set. Made before fork(): a child of graft-sim (which has
+ *        threads) only execs.
+ * @return a NULL-terminated array to free with graft_sim_sup_strv_free(),
+ *         or NULL when out of memory.
+ */
+char **graft_sim_sup_envp(const graft_sim_sup_config_t *config, int group, int rank);
+
+/** Free what graft_sim_sup_envp() returned; accepts NULL. */
+void graft_sim_sup_strv_free(char **v);
+
+/**
  * @brief @p n distinct loopback ports that bind now (below the ephemeral
  *        range where there is room), for the groups' torch rendezvous.
  * @param [in]  n      how many.
