@@ -1,6 +1,7 @@
 /*
- * The job history's counter (etcd: /graft/<job>/eventseq), read by every
- * handle's view and by a failed append: any bytes decode to a status,
+ * The job history's old counter (etcd: /graft/<job>/eventseq, written by
+ * histories before events were keyed at random), read by every handle's
+ * view: any bytes decode to a status,
  * and the decoder reads nothing past the value (the input is not
  * terminated); what decodes is the number its decimal text gives back.
  */

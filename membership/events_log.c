@@ -1,9 +1,16 @@
 /*
- * The job's event history: /graft/<job>/events/<20-digit sequence>, with the
- * last sequence in /graft/<job>/eventseq. An append is one transaction that
- * bumps the counter only if nobody else did since we read it, writes the
- * event, and deletes the event that falls out of the bounded history, so the
- * history never grows and sequences are dense and ordered.
+ * The job's event history: /graft/<job>/events/<20-digit key>. An append is
+ * one transaction that creates a key nobody else holds (a random number,
+ * compare create_revision = 0) and counts the folder; the event's sequence
+ * is the key's create_revision, which etcd assigns, so appenders never race
+ * for a counter: N ranks appending at once cost N transactions, not N^2.
+ * Readers order events by create_revision. When the count passes the bound
+ * by a slack (history / 8), the appender that saw it deletes the oldest
+ * events down to the bound (docs/KEYS.md, "Events").
+ *
+ * Histories written before this change have keys events/<seq> and a counter
+ * in eventseq; their events read the same way (create_revision order is their
+ * sequence order), are trimmed the same way, and the counter is left alone.
  */
 #include "membership_internal.h"
 
@@ -13,100 +20,142 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define APPEND_ATTEMPTS 32
+/* A key collision needs two equal 64-bit random numbers: a few tries is plenty. */
+#define APPEND_ATTEMPTS 4
+/* Deletes of one trim transaction (etcd's --max-txn-ops defaults to 128). */
+#define TRIM_OPS_PER_TXN 64
 
-/* Learn the counter from a failed append's read of the eventseq key. */
-static void learn_seq(graft_membership_t *m, const graft_etcd_txn_result_t *res)
+typedef struct {
+    char *key;
+    int64_t create_revision;
+} old_event_t;
+
+static int by_create_revision(const void *a, const void *b)
 {
-    uint64_t seq = 0;
-    int64_t mod = 0;
-    if (res->n_ranges == 1 && res->ranges[0].n_kvs == 1) {
-        const graft_etcd_kv_t *kv = &res->ranges[0].kvs[0];
-        mod = kv->mod_revision;
-        /* A counter that does not parse is replaced by the next append
-         * (compare on its mod_revision) rather than blocking the history. */
-        if (graft__mship_eventseq_decode(kv->value, kv->value_len, &seq) != GRAFT_OK)
-            seq = 0;
+    const old_event_t *x = a, *y = b;
+    return (x->create_revision > y->create_revision) - (x->create_revision < y->create_revision);
+}
+
+/* Delete the oldest events (by create_revision) so that `keep` remain. Best
+ * effort: several appenders may trim at once, and deletes are idempotent. */
+static void trim_history(graft_membership_t *m, const char *prefix, size_t keep)
+{
+    graft_etcd_range_result_t res = {0};
+    graft_etcd_range_opts_t opts = {0};
+    old_event_t *evs = NULL;
+    opts.prefix = true;
+    opts.keys_only = true;
+    GRAFT__MSHIP_REQ(m);
+    if (graft_etcd_range(m->bg, prefix, &opts, &res) != GRAFT_OK) {
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        goto out;
     }
-    pthread_mutex_lock(&m->mu);
-    if (mod >= m->view.eventseq_mod) {
-        m->view.event_seq = seq;
-        m->view.eventseq_mod = mod;
+    if (res.n_kvs <= keep)
+        goto out;
+    evs = graft__calloc(res.n_kvs, sizeof(*evs));
+    if (evs == NULL)
+        goto out;
+    for (size_t i = 0; i < res.n_kvs; i++)
+        evs[i] = (old_event_t){res.kvs[i].key, res.kvs[i].create_revision};
+    qsort(evs, res.n_kvs, sizeof(*evs), by_create_revision);
+    size_t n_del = res.n_kvs - keep;
+    for (size_t at = 0; at < n_del; at += TRIM_OPS_PER_TXN) {
+        graft_etcd_op_t ops[TRIM_OPS_PER_TXN];
+        size_t n = GRAFT_MIN(n_del - at, (size_t)TRIM_OPS_PER_TXN);
+        for (size_t i = 0; i < n; i++)
+            ops[i] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, evs[at + i].key, NULL, 0, 0, false,
+                                       false};
+        graft_etcd_txn_result_t tres = {0};
+        GRAFT__MSHIP_REQ(m);
+        graft_status_t st = graft_etcd_txn(m->bg, NULL, 0, ops, n, NULL, 0, &tres);
+        graft_etcd_txn_result_clear(&tres);
+        if (st != GRAFT_OK) {
+            atomic_fetch_add(&m->n_etcd_errors, 1);
+            break;
+        }
     }
-    pthread_mutex_unlock(&m->mu);
+out:
+    graft_free(evs);
+    graft_etcd_range_result_clear(&res);
+}
+
+/* One try: create events/<number> if absent, counting the folder. *done_p:
+ * the key was created (or etcd failed); *count_p: events held after it. */
+static graft_status_t append_once(graft_membership_t *m, const char *prefix, graft_event_t *ev,
+                                  bool *done_p, int64_t *count_p)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char *ev_key = NULL;
+    uint64_t number = 0;
+    graft_etcd_txn_result_t res = {0};
+    graft_status_t st = graft__random_bytes(&number, sizeof(number));
+    *done_p = true;
+    if (st != GRAFT_OK)
+        return st;
+    number = number ? number : 1; /* a decoded event's seq is never 0 */
+    ev->seq = number;             /* the value names its key: garbage elsewhere shows */
+    st = graft__mship_event_encode(ev, &buf, &len);
+    if (st == GRAFT_OK) {
+        ev_key = graft__mship_key(m, "events/%020" PRIu64, number);
+        if (ev_key == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    if (st != GRAFT_OK)
+        goto out;
+    graft_etcd_compare_t cmp = {ev_key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0, NULL, 0};
+    graft_etcd_op_t ops[2] = {
+        {GRAFT_ETCD_OP_PUT, ev_key, buf, len, 0, false, false},
+        {GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true, true},
+    };
+    GRAFT__MSHIP_REQ(m);
+    st = graft_etcd_txn(m->bg, &cmp, 1, ops, 2, NULL, 0, &res);
+    if (st != GRAFT_OK) {
+        atomic_fetch_add(&m->n_etcd_errors, 1);
+        goto out;
+    }
+    *done_p = res.succeeded;
+    if (res.succeeded) {
+        ev->seq = (uint64_t)res.revision; /* the key's create_revision */
+        *count_p = res.n_ranges == 1 ? res.ranges[0].count : 0;
+    }
+out:
+    graft_etcd_txn_result_clear(&res);
+    graft_free(ev_key);
+    graft_free(buf);
+    return st;
 }
 
 graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
 {
     graft_status_t st = GRAFT_OK;
-    char *seq_key = graft__mship_key(m, "eventseq");
-    if (seq_key == NULL)
+    int64_t count = 0;
+    bool done = false;
+    char *prefix = graft__mship_key(m, "events/");
+    if (prefix == NULL)
         return GRAFT_ENOMEM;
     ev->unix_ms = graft__wall_ns() / 1000000u;
-    for (int attempt = 0; attempt < APPEND_ATTEMPTS; attempt++) {
-        uint8_t *buf = NULL;
-        size_t len = 0;
-        char *ev_key = NULL, *old_key = NULL;
-        char seq_text[24];
-        graft_etcd_txn_result_t res = {0};
-
-        pthread_mutex_lock(&m->mu);
-        uint64_t seq = m->view.event_seq + 1;
-        int64_t mod = m->view.eventseq_mod;
-        pthread_mutex_unlock(&m->mu);
-        ev->seq = seq;
-        snprintf(seq_text, sizeof(seq_text), "%" PRIu64, seq);
-        st = graft__mship_event_encode(ev, &buf, &len);
-        ev_key = graft__mship_key(m, "events/%020" PRIu64, seq);
-        old_key = graft__mship_key(m, "events/%020" PRIu64,
-                                   seq > m->cfg.event_history ? seq - m->cfg.event_history : 0);
-        if (st == GRAFT_OK && (ev_key == NULL || old_key == NULL))
-            st = GRAFT_ENOMEM;
-        if (st == GRAFT_OK) {
-            graft_etcd_compare_t cmp = {seq_key, GRAFT_ETCD_CMP_MOD, GRAFT_ETCD_CMP_EQUAL, mod,
-                                        NULL, 0};
-            graft_etcd_op_t ops[3] = {
-                {GRAFT_ETCD_OP_PUT, seq_key, seq_text, strlen(seq_text), 0, false, false},
-                {GRAFT_ETCD_OP_PUT, ev_key, buf, len, 0, false, false},
-                {GRAFT_ETCD_OP_DELETE, old_key, NULL, 0, 0, false, false},
-            };
-            graft_etcd_op_t get = {GRAFT_ETCD_OP_RANGE, seq_key, NULL, 0, 0, false, false};
-            GRAFT__MSHIP_REQ(m);
-            st = graft_etcd_txn(m->bg, &cmp, 1, ops, seq > m->cfg.event_history ? 3 : 2, &get,
-                                1, &res);
-            if (st != GRAFT_OK)
-                atomic_fetch_add(&m->n_etcd_errors, 1);
-        }
-        bool done = st != GRAFT_OK || res.succeeded;
-        if (st == GRAFT_OK && res.succeeded) {
-            pthread_mutex_lock(&m->mu);
-            if (res.revision >= m->view.eventseq_mod) {
-                m->view.event_seq = seq;
-                m->view.eventseq_mod = res.revision;
-            }
-            pthread_mutex_unlock(&m->mu);
-        } else if (st == GRAFT_OK) {
-            learn_seq(m, &res);
-            /* Another rank appended first. Ranks that start or re-join
-             * together append together: back off with jitter, or every
-             * conflict is at once one more transaction. At most 20 ms a
-             * time: some callers wait for their record (docs/RUNTIME.md). */
-            graft__sleep_ns(graft__jitter_ns((uint64_t)GRAFT_MIN(attempt + 1, 4) * 5000000ull));
-        }
-        graft_etcd_txn_result_clear(&res);
-        graft_free(old_key);
-        graft_free(ev_key);
-        graft_free(buf);
-        if (done)
-            goto out;
-    }
-    st = GRAFT_ETIMEOUT;
-out:
-    if (st != GRAFT_OK)
+    for (int attempt = 0; attempt < APPEND_ATTEMPTS && !done; attempt++)
+        st = append_once(m, prefix, ev, &done, &count);
+    if (st == GRAFT_OK && !done)
+        st = GRAFT_ETIMEOUT;
+    if (st != GRAFT_OK) {
         GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: event %s not recorded: %s", m->job,
                    graft_event_kind_string(ev->kind), graft_status_string(st));
-    graft_free(seq_key);
+        goto out;
+    }
+    size_t bound = m->cfg.event_history;
+    if (count > 0 && (uint64_t)count > bound + bound / 8)
+        trim_history(m, prefix, bound);
+out:
+    graft_free(prefix);
     return st;
+}
+
+static int by_kv_create_revision(const void *a, const void *b)
+{
+    const graft_etcd_kv_t *x = a, *y = b;
+    return (x->create_revision > y->create_revision) - (x->create_revision < y->create_revision);
 }
 
 graft_status_t graft_membership_event_append(graft_membership_t *m, const graft_event_t *ev)
@@ -146,7 +195,8 @@ graft_status_t graft_membership_events_read(graft_membership_t *m, uint64_t afte
             goto out;
         }
     }
-    /* Keys are zero-padded, so etcd's key order is sequence order. */
+    /* Keys are random: an event's sequence is its create_revision. */
+    qsort(res.kvs, res.n_kvs, sizeof(res.kvs[0]), by_kv_create_revision);
     for (size_t i = 0; i < res.n_kvs; i++) {
         const graft_etcd_kv_t *kv = &res.kvs[i];
         graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
@@ -168,6 +218,7 @@ graft_status_t graft_membership_events_read(graft_membership_t *m, uint64_t afte
             st = GRAFT_OK;
             continue;
         }
+        ev.seq = (uint64_t)kv->create_revision;
         if (ev.seq <= after_seq) {
             graft__mship_event_clear(&ev);
             continue;

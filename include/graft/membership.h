@@ -95,7 +95,8 @@ typedef struct graft_membership_config {
     uint32_t min_groups;              /**< default 1 */
     uint32_t lease_ttl_s;             /**< default 5; keep-alive every TTL/3 */
     uint32_t join_timeout_ms;         /**< default 3000 */
-    uint32_t event_history;           /**< events kept under events/; default 1000 */
+    uint32_t event_history;           /**< events kept under events/ (up to 1/8 more
+                                           between trims); default 1000 */
     const char *host;                 /**< default: gethostname() */
     const char *transfer_address;     /**< published for donors; may be NULL */
     uint64_t layout_hash;
@@ -547,7 +548,7 @@ typedef enum graft_event_kind {
 
 /** One event of the job's history. */
 typedef struct graft_event {
-    uint64_t seq;
+    uint64_t seq; /**< the etcd revision that created it: ascending, not dense */
     graft_event_kind_t kind;
     uint64_t unix_ms;
     uint32_t group;
@@ -581,8 +582,9 @@ GRAFT_WUR graft_status_t graft_membership_event_append(graft_membership_t *m,
                                                        const graft_event_t *ev);
 
 /**
- * @brief Read the retained history, oldest first. Records that do not
- *        decode are logged and skipped.
+ * @brief Read the retained history, oldest first (by seq: the etcd revision
+ *        that created the event, so it ascends with time of append but has
+ *        gaps). Records that do not decode are logged and skipped.
  * @param [in]  m          the handle.
  * @param [in]  after_seq  only events with seq > after_seq.
  * @param [out] events_p   the events; free with graft_membership_events_free().

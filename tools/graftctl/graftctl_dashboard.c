@@ -154,8 +154,6 @@ static json_t *checkpoints_json(graftctl_dash_t *d)
  * whole retained history is read each time: a recovery's phases come from
  * the events before its recovery_done, which may be older than the last
  * one held. */
-/* How long a hole in the event sequence is waited for (take_events). */
-#define GRAFTCTL_DASH_HOLE_MS 2000
 
 static graft_status_t take_events(graftctl_dash_t *d)
 {
@@ -164,18 +162,12 @@ static graft_status_t take_events(graftctl_dash_t *d)
     graft_status_t st = graft_membership_events_read(d->conn.obs, 0, &ev, &n);
     if (st != GRAFT_OK)
         return st;
-    uint64_t now = graftctl_now_ms();
     for (size_t i = 0; i < n; i++) {
         if (ev[i].seq <= d->last_seq)
             continue;
-        /* A writer takes its seq before it puts the event, so a newer one
-         * can be read before an older one lands: wait for the hole (a
-         * heal read without its assignment or join has no phases for
-         * good) up to GRAFTCTL_DASH_HOLE_MS; an event whose put failed
-         * leaves one for good. */
-        if (d->last_seq > 0 && ev[i].seq > d->last_seq + 1 &&
-            ev[i].unix_ms + GRAFTCTL_DASH_HOLE_MS > now)
-            break;
+        /* seq is the event's create_revision: a read at revision R holds
+         * every event created at or before R, so no older one lands later
+         * and gaps are other keys' revisions, never an event to wait for. */
         d->last_seq = ev[i].seq;
         learn_ckpt_root(d, &ev[i]);
         json_array_append_new(d->events, graftctl_event_json(&ev[i]));
