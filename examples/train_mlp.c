@@ -636,10 +636,12 @@ int main(int argc, char **argv)
     printf("metrics commits %" PRIu64 " commits_failed %" PRIu64 " drift_checks %" PRIu64
            " drift_mismatches %" PRIu64 " restores %" PRIu64 " recovery_failures %" PRIu64
            " serves %" PRIu64 " checkpoints_written %" PRIu64 " checkpoints_committed %" PRIu64
-           " steady_steps %" PRIu64 " steady_fallbacks %" PRIu64 " etcd_requests %" PRIu64 "\n",
+           " steady_steps %" PRIu64 " steady_fallbacks %" PRIu64 " etcd_requests %" PRIu64
+           " remote_uploaded %" PRIu64 " remote_superseded %" PRIu64 "\n",
            m.commits, m.commits_failed, m.drift_checks, m.drift_mismatches, m.restores,
            m.recovery_failures, m.serves, m.checkpoints_written, m.checkpoints_committed,
-           m.steady_steps, m.steady_fallbacks, m.etcd_requests);
+           m.steady_steps, m.steady_fallbacks, m.etcd_requests, m.remote_uploaded,
+           m.remote_superseded);
 out:
     graft_destroy(rt);
     graft_log_callback_set(NULL, NULL);

@@ -18,6 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* How long the closing step waits for the final checkpoint's upload (as
+ * long as the writer's own last wait at graft_destroy()). */
+#define FINAL_UPLOAD_WAIT_MS 30000
+
 /* Checkpoints are committed by a different group each time, so a newer one
  * can complete while an older one's committer still waits for its shards
  * (up to twice the fence timeout, collect_and_commit()): its directory is
@@ -461,14 +465,21 @@ graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t
     /* The trainer ends after this commit: its part (and a scheduled
      * checkpoint's before it) is durable when the call returns. */
     graft__rt_persist_join(rt);
-    if (rt->ckpt.step != q->step)
-        return GRAFT_OK; /* no part of it is this rank's, or it was on disk */
-    if (rt->ckpt_status == GRAFT_OK)
+    bool mine = rt->ckpt.step == q->step; /* else none of it is this rank's, or it was on disk */
+    if (mine && rt->ckpt_status == GRAFT_OK)
         GRAFT_INFO(GRAFT_MOD_RUNTIME, "final checkpoint of step %" PRIu64 ": %s%s durable",
                    q->step, rt->ckpt.write_shard ? "shard" : "",
                    rt->ckpt.commit_manifest ? (rt->ckpt.write_shard ? "+manifest" : "manifest")
                                             : "");
-    return rt->ckpt_status;
+    /* And in the bucket, when this rank's uploader has it: the wait that
+     * graft_destroy() would make anyway, made here so that the metrics read
+     * after the closing step count the upload. */
+    if (rt->cfg->persist_remote != NULL &&
+        graft_persist_remote_flush(rt->writer, FINAL_UPLOAD_WAIT_MS) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "the upload of the final checkpoint (step %" PRIu64
+                   ") did not end within %d s; graft_destroy() waits for it again",
+                   q->step, FINAL_UPLOAD_WAIT_MS / 1000);
+    return mine ? rt->ckpt_status : GRAFT_OK;
 }
 
 graft_status_t graft_checkpoint_wait(graft_runtime_t *rt)

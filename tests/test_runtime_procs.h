@@ -337,7 +337,7 @@ static inline void read_final(const proc_t *p, uint64_t *step, char hash[17], ch
 typedef struct trainer_metrics {
     uint64_t commits, commits_failed, drift_checks, drift_mismatches, restores;
     uint64_t recovery_failures, serves, checkpoints_written, checkpoints_committed;
-    uint64_t steady_steps, steady_fallbacks, etcd_requests;
+    uint64_t steady_steps, steady_fallbacks, etcd_requests, remote_uploaded, remote_superseded;
 } trainer_metrics_t;
 
 static inline void read_metrics(const proc_t *p, trainer_metrics_t *m)
@@ -352,10 +352,11 @@ static inline void read_metrics(const proc_t *p, trainer_metrics_t *m)
                " drift_mismatches %" SCNu64 " restores %" SCNu64 " recovery_failures %" SCNu64
                " serves %" SCNu64 " checkpoints_written %" SCNu64 " checkpoints_committed %"
                SCNu64 " steady_steps %" SCNu64 " steady_fallbacks %" SCNu64 " etcd_requests %"
-               SCNu64, &m->commits, &m->commits_failed, &m->drift_checks, &m->drift_mismatches,
+               SCNu64 " remote_uploaded %" SCNu64 " remote_superseded %" SCNu64,
+               &m->commits, &m->commits_failed, &m->drift_checks, &m->drift_mismatches,
                &m->restores, &m->recovery_failures, &m->serves, &m->checkpoints_written,
                &m->checkpoints_committed, &m->steady_steps, &m->steady_fallbacks,
-               &m->etcd_requests) != 12)
+               &m->etcd_requests, &m->remote_uploaded, &m->remote_superseded) != 14)
         fail_msg("unexpected metrics line '%s' in %s", line, p->out);
 }
 

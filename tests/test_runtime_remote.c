@@ -136,6 +136,16 @@ static void remote_restore_job(const char *name, bool lose_disks)
     assert_int_equal(rsteps[0], steps);
     assert_int_equal(rsteps[1], 15);
     graft_free(rsteps);
+    /* And the uploaders counted them in the metrics: at least those two
+     * complete uploads over the restarted processes. */
+    uint64_t uploaded = 0;
+    for (int i = first_new; i < k->n; i++) {
+        trainer_metrics_t m;
+        read_metrics(&k->p[i], &m);
+        uploaded += m.remote_uploaded;
+    }
+    if (uploaded < 2)
+        fail_msg("the restarted processes counted %" PRIu64 " uploads, not 2 or more", uploaded);
     rm_rf(j.dir);
 }
 

@@ -620,6 +620,13 @@ typedef struct graft_metrics {
     uint64_t steady_fallbacks;    /**< steady-path attempts that went to etcd instead */
     uint64_t etcd_requests;       /**< etcd requests of the membership layer, keep-alives excluded */
     uint64_t steady_rejected;     /**< steady-path messages dropped: no valid MAC (docs/SECURITY.md) */
+    /* The remote tier's uploader of this rank (persist_remote; 0 without
+     * one, and on ranks that commit no checkpoint). */
+    uint64_t remote_uploaded;     /**< checkpoints it made complete in the bucket */
+    uint64_t remote_superseded;   /**< checkpoints dropped while waiting, for a newer one */
+    uint64_t remote_failed;       /**< uploads it gave up (the reason in its log) */
+    uint64_t remote_lag_steps;    /**< the newest step handed to it minus the newest it
+                                       completed (0 when it is caught up) */
 } graft_metrics_t;
 
 /**

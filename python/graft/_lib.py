@@ -112,6 +112,10 @@ typedef struct graft_metrics {
     uint64_t steady_fallbacks;
     uint64_t etcd_requests;
     uint64_t steady_rejected;
+    uint64_t remote_uploaded;
+    uint64_t remote_superseded;
+    uint64_t remote_failed;
+    uint64_t remote_lag_steps;
 } graft_metrics_t;
 void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
 
