@@ -195,8 +195,10 @@ graft_status_t graft_membership_events_read(graft_membership_t *m, uint64_t afte
             goto out;
         }
     }
-    /* Keys are random: an event's sequence is its create_revision. */
-    qsort(res.kvs, res.n_kvs, sizeof(res.kvs[0]), by_kv_create_revision);
+    /* Keys are random: an event's sequence is its create_revision. (No
+     * keys: res.kvs is NULL, which qsort must not be given.) */
+    if (res.n_kvs > 1)
+        qsort(res.kvs, res.n_kvs, sizeof(res.kvs[0]), by_kv_create_revision);
     for (size_t i = 0; i < res.n_kvs; i++) {
         const graft_etcd_kv_t *kv = &res.kvs[i];
         graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
