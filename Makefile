@@ -85,12 +85,12 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/proto/graft.pb-c.o
 LIB_A := $(BUILD)/lib/libgraft.a
 LIB_SO := $(BUILD)/lib/libgraft.so
 
-# One program per tools/*.c and examples/*.c; the simulator is all of sim/:
-# its main (sim/sim_main.c) over its library part, which the tests of the
-# simulator link too.
+# One program per tools/*.c and examples/*.c; the simulator is all of sim/
+# (its two tools in sim/live/ and sim/model/): its main (sim/sim_main.c)
+# over its library part, which the tests of the simulator link too.
 TOOL_SRCS := $(wildcard tools/*.c)
 EXAMPLE_SRCS := $(wildcard examples/*.c)
-SIM_SRCS := $(wildcard sim/*.c)
+SIM_SRCS := $(wildcard sim/*.c sim/*/*.c)
 SIM_MAIN_SRCS := $(filter sim/sim_main.c,$(SIM_SRCS))
 SIM_LIB_SRCS := $(filter-out $(SIM_MAIN_SRCS),$(SIM_SRCS))
 SIM_LIB_A := $(BUILD)/lib/libgraft-sim.a

@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 
 #include "etcd_fixture.h"
-#include "sim/sim_live_int.h"
+#include "sim/live/sim_live_int.h"
 
 /* ------------------------------------------------------------ live runs --- */
 

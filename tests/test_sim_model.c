@@ -26,10 +26,10 @@
 #include <unistd.h>
 
 #include "sim/sim_cli.h"
-#include "sim/sim_live.h"
-#include "sim/sim_model.h"
-#include "sim/sim_params.h"
-#include "sim/sim_report.h"
+#include "sim/live/sim_live.h"
+#include "sim/model/sim_model.h"
+#include "sim/model/sim_params.h"
+#include "sim/model/sim_report.h"
 
 /* The live engine is not compiled in: this stand-in records what the
  * command line handed over, so the test checks the parsing itself. */

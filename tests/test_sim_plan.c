@@ -19,8 +19,8 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#include "sim/sim_live_int.h"
-#include "sim/sim_schedule.h"
+#include "sim/live/sim_live_int.h"
+#include "sim/live/sim_schedule.h"
 
 /* -------------------------------------------------------------- plans --- */
 

@@ -3,7 +3,7 @@
  * flag names, so they are parsed and validated here, completely, whether or
  * not the live engine (graft_sim_live_run) is part of this build.
  */
-#include "sim_cli.h"
+#include "../sim_cli.h"
 #include "sim_live.h"
 
 #include <errno.h>

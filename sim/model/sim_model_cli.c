@@ -3,7 +3,7 @@
  * Parameter files are applied first, in the order given, then flags, so a
  * flag always wins over a measured value it is meant to override.
  */
-#include "sim_cli.h"
+#include "../sim_cli.h"
 #include "sim_params.h"
 #include "sim_report.h"
 
