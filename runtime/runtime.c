@@ -145,6 +145,10 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = endpoint_open(rt);
     if (st != GRAFT_OK)
         goto fail;
+    st = graft__channel_create(rt->ep, rt->secret, rt->secret_len, rt->group, rt->rank,
+                               &rt->channel);
+    if (st != GRAFT_OK)
+        goto fail;
     st = graft__rt_persist_open(rt);
     if (st != GRAFT_OK)
         goto fail;
@@ -177,6 +181,7 @@ void graft_destroy(graft_runtime_t *rt)
     graft_membership_quorum_free(rt->q);
     graft__rt_steady_free(rt);
     graft_membership_destroy(rt->m);
+    graft__channel_destroy(rt->channel);
     graft_transfer_endpoint_destroy(rt->ep);
     graft_etcd_destroy(rt->etcd_quick);
     graft_etcd_destroy(rt->etcd);

@@ -21,8 +21,8 @@
  * message costs time, never a wrong round. A record is determined by the
  * rank's incarnation, round and committed step, so a stale ANNOUNCE for a
  * round the rank then announced itself writes the same bytes again; one
- * for an earlier round is dropped. Messages carry the job secret's MAC
- * (runtime_stepmsg.c).
+ * for an earlier round is dropped. Messages go through the group channel
+ * (runtime_channel.c), which keys and checks their MAC.
  */
 #include "runtime_internal.h"
 
@@ -76,45 +76,30 @@ static void addresses_free(graft_runtime_t *rt, char **addr)
 static graft_status_t send_to(graft_runtime_t *rt, const char *to, graft__step_msg_t *m,
                               uint32_t timeout_ms)
 {
-    uint8_t buf[512];
-    size_t len = 0;
-    m->group = rt->group;
-    m->rank = rt->rank;
-    graft_status_t st = graft__rt_step_encode(rt->secret, rt->secret_len, m, buf, sizeof(buf),
-                                              &len);
-    if (st == GRAFT_OK)
-        st = graft_transfer_msg_send(rt->ep, to, buf, len, timeout_ms);
+    graft_status_t st = graft__channel_send(rt->channel, to, m, timeout_ms);
     if (st != GRAFT_OK)
         GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": delegated record "
                     "not sent to %s: %s", rt->group, rt->rank, to, graft_status_string(st));
     return st;
 }
 
-/* Receive until @p done says so or the deadline passes; messages of other
- * kinds go to the steady path. true when done. */
+/* Receive until @p done says so or the deadline passes; the steady path's
+ * messages stay in the channel's stash for it. true when done. */
 typedef bool (*take_fn)(graft_runtime_t *rt, const graft__step_msg_t *m, void *ctx);
 
 static bool receive_until(graft_runtime_t *rt, uint64_t deadline, take_fn take, void *ctx)
 {
-    uint8_t buf[GRAFT_TRANSFER_MSG_MAX];
     for (;;) {
         uint64_t now = graft__now_ns();
         if (now >= deadline)
             return false;
-        size_t len = 0;
         uint32_t ms = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1, 50u);
-        if (graft_transfer_msg_recv(rt->ep, buf, &len, ms) != GRAFT_OK)
-            continue;
         graft__step_msg_t m;
-        graft_status_t st = graft__rt_step_decode(rt->secret, rt->secret_len, buf, len, &m);
-        if (st == GRAFT_ETOKEN) {
-            graft__rt_msg_rejected(rt);
-            continue;
-        }
-        if (st != GRAFT_OK)
+        if (graft__channel_recv(rt->channel, ms, &m) != GRAFT_OK)
             continue;
         if (!graft__rt_step_delegated(m.kind)) {
-            graft__rt_steady_keep(rt, &m);
+            if (m.kind != GRAFT__STEP_MESSAGE__KIND__CONNECT)
+                graft__channel_stash(rt->channel, &m);
             continue;
         }
         if (m.group == rt->group && take(rt, &m, ctx))

@@ -10,6 +10,8 @@
 
 #include "graft_internal.h"
 #include "runtime_config.h"
+#include "runtime_channel.h"
+#include "runtime_stepmsg.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -88,6 +90,9 @@ struct graft_runtime {
     size_t secret_len;
 
     graft_transfer_endpoint_t *ep;
+    /* The inbox and outbox of step messages over ep (runtime_channel.c):
+     * the steady path's and the delegated records'. */
+    graft__channel_t *channel;
     graft_membership_t *m;
 
     graft__rt_region_t *regions;
@@ -231,40 +236,6 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q);
  * record in etcd it cannot read). */
 GRAFT_WUR graft_status_t graft__rt_secret_load(graft_runtime_t *rt);
 
-/* runtime_stepmsg.c: the steady path's message (StepMessage) and its MAC,
- * apart from the code that sends and waits for them. */
-typedef struct graft__step_msg {
-    int kind; /* Graft__StepMessage__Kind */
-    uint64_t quorum_id, members_hash, epoch_round, step;
-    uint32_t group, rank, round; /* round: the barrier round */
-    bool ok;
-    /* The delegated records' kinds only (ANNOUNCE, ANNOUNCED, VOTE_DELEGATE). */
-    uint64_t incarnation, etcd_round, prev_round;
-    int64_t lease;
-    char reason[96];
-} graft__step_msg_t;
-/* HMAC-SHA256 under the job secret over "graft/step/v1" and each field
- * (kind, quorum_id, members_hash, epoch_round, step, group, rank, round,
- * ok) as a big-endian u64; for the delegated records' kinds, then
- * incarnation, lease, etcd_round, prev_round, the reason's length and its
- * bytes. */
-GRAFT_WUR graft_status_t graft__rt_step_mac(const uint8_t *secret, size_t secret_len,
-                                            const graft__step_msg_t *m,
-                                            uint8_t out[GRAFT_MAC_BYTES]);
-/* Is kind one of the delegated records' (their extra fields count)? */
-bool graft__rt_step_delegated(int kind);
-/* m with its MAC into buf (cap bytes); GRAFT_ERANGE when it does not fit. */
-GRAFT_WUR graft_status_t graft__rt_step_encode(const uint8_t *secret, size_t secret_len,
-                                               const graft__step_msg_t *m, uint8_t *buf,
-                                               size_t cap, size_t *len_p);
-/* A received message, *m_p only when authentic: GRAFT_OK; GRAFT_ETOKEN
- * (no MAC, or a wrong one: forged, or keyed with another secret);
- * GRAFT_EPROTO (not a StepMessage); GRAFT_EFORMAT (another version);
- * GRAFT_ENOMEM. */
-GRAFT_WUR graft_status_t graft__rt_step_decode(const uint8_t *secret, size_t secret_len,
-                                               const uint8_t *buf, size_t len,
-                                               graft__step_msg_t *m_p);
-
 /* runtime_delegate.c: the etcd path's quorum round and commit vote, with a
  * group's ranks handing their records to its leader (docs/RUNTIME.md,
  * "Delegated records"); as graft_membership_quorum_wait() and
@@ -276,13 +247,6 @@ GRAFT_WUR graft_status_t graft__rt_delegate_vote(graft_runtime_t *rt, const graf
                                                  bool ok, const char *reason, bool *decision_p);
 
 /* runtime_steady.c: steps agreed between the members, without etcd. */
-/* A message without a valid MAC (counted in steady_rejected, logged at
- * most once a second). */
-void graft__rt_msg_rejected(graft_runtime_t *rt);
-/* A steady-path message received by the etcd path's gathers: stashed for
- * the steady path when it is of the current epoch and a later step. */
-void graft__rt_steady_keep(graft_runtime_t *rt, const graft__step_msg_t *m);
-
 /* After a quorum formed in etcd: remember its epoch and the members'
  * addresses (with steady_path = peers). */
 GRAFT_WUR graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t *q);

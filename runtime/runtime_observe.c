@@ -56,6 +56,7 @@ void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
 {
     pthread_mutex_lock(&rt->mu);
     *metrics_p = rt->metrics;
+    metrics_p->steady_rejected = graft__channel_rejected(rt->channel);
     pthread_mutex_unlock(&rt->mu);
     metrics_p->serve_peak_recipients = graft_transfer_serve_peak(rt->ep);
     if (rt->m != NULL) {

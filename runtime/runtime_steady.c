@@ -24,11 +24,14 @@
  * the step is taken through etcd, which forms the next epoch without
  * whoever is missing.
  *
- * Every message carries a MAC under the job secret (runtime_stepmsg.c); one
- * without a valid MAC is dropped before it is looked at, so a process that
- * does not hold the secret can neither say yes nor no for a member.
+ * Every message carries a MAC under the job secret; the group channel
+ * (runtime_channel.c) drops one without a valid MAC before it is looked
+ * at, so a process that does not hold the secret can neither say yes nor
+ * no for a member. Which epoch still holds, and what a rank may say, are
+ * pure decisions (steady_logic.c).
  */
 #include "runtime_internal.h"
+#include "steady_logic.h"
 
 #include "proto/graft.pb-c.h"
 
@@ -40,29 +43,12 @@
 /* After a member change, how long the inbox must stay quiet before the
  * wait gives up on the epoch. */
 #define STEADY_DRAIN_MS 500u
-/* Early messages kept for a later phase of the epoch. */
-#define STEADY_STASH 256u
-/* Dropped messages (no valid MAC) are logged at most this often. */
-#define STEADY_REJECT_LOG_NS 1000000000ull
-
-typedef struct steady_msg {
-    uint64_t id; /* the epoch: quorum id, members hash and etcd round, mixed */
-    int kind;
-    uint64_t step;
-    uint32_t group, rank, round;
-    bool ok;
-} steady_msg_t;
-
 struct graft__steady {
     graft_quorum_t *epoch; /* the last quorum this rank took part in (step moves on) */
     char **leaders;        /* transfer address of rank 0 of each member group */
     char **ranks;          /* transfer address of each rank of this group */
     uint32_t my_index;     /* this group's index in epoch->members */
     bool ready;            /* the last step ended so that the next may go this way */
-    steady_msg_t stash[STEADY_STASH];
-    size_t n_stash;
-    uint64_t rejected_log_ns;  /* when dropped messages were last logged */
-    uint64_t rejected_unlogged; /* dropped since */
 };
 
 static void steady_clear(graft__steady_t *s)
@@ -139,9 +125,9 @@ static void connect_ahead(graft_runtime_t *rt)
     }
     for (uint32_t r = 1; r < rt->ranks; r++)
         (void)msg_send(rt, s->ranks[r], kind, 0, 0, true, deadline);
-    uint32_t G = (uint32_t)s->epoch->n_members;
-    for (uint32_t dist = 1; dist < G; dist <<= 1)
-        (void)msg_send(rt, s->leaders[(s->my_index + dist) % G], kind, 0, 0, true, deadline);
+    uint32_t G = (uint32_t)s->epoch->n_members, to, from;
+    for (uint32_t k = 0; graft__steady_barrier_partners(G, s->my_index, k, &to, &from); k++)
+        (void)msg_send(rt, s->leaders[to], kind, 0, 0, true, deadline);
 }
 
 graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t *q)
@@ -205,116 +191,20 @@ static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, ui
                                uint32_t round, bool ok, uint64_t deadline)
 {
     const graft_quorum_t *e = rt->steady->epoch;
-    const graft__step_msg_t m = {
+    graft__step_msg_t m = {
         .kind = kind,
         .quorum_id = e->id,
         .members_hash = e->members_hash,
         .epoch_round = e->round,
         .step = step,
-        .group = rt->group,
-        .rank = rt->rank,
         .round = round,
         .ok = ok,
     };
-    uint8_t buf[256];
-    size_t len = 0;
-    graft_status_t st = graft__rt_step_encode(rt->secret, rt->secret_len, &m, buf, sizeof(buf),
-                                              &len);
-    if (st != GRAFT_OK)
-        return st;
     uint64_t now = graft__now_ns();
     uint32_t ms = now >= deadline ? 1 : (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1,
                                                            UINT32_MAX);
-    return graft_transfer_msg_send(rt->ep, to, buf, len, ms);
+    return graft__channel_send(rt->channel, to, &m, ms);
 }
-
-/* One number for an epoch, to tell stashed messages of different epochs
- * apart (the same members formed again after a fallback are another
- * epoch: another round). */
-static uint64_t epoch_key(uint64_t id, uint64_t members_hash, uint64_t round)
-{
-    return id ^ members_hash ^ (round * 0x9e3779b97f4a7c15ull);
-}
-
-/* A message without a valid MAC: counted, and logged at most once a
- * second (a flood of them must not flood the log too). */
-void graft__rt_msg_rejected(graft_runtime_t *rt)
-{
-    graft__steady_t *s = rt->steady;
-    uint64_t now = graft__now_ns();
-    pthread_mutex_lock(&rt->mu);
-    rt->metrics.steady_rejected++;
-    pthread_mutex_unlock(&rt->mu);
-    if (s == NULL)
-        return;
-    s->rejected_unlogged++;
-    if (s->rejected_log_ns != 0 && now - s->rejected_log_ns < STEADY_REJECT_LOG_NS)
-        return;
-    GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": steady path: %" PRIu64
-               " message(s) without a valid MAC dropped (forged, or sent with another job "
-               "secret)", rt->group, rt->rank, s->rejected_unlogged);
-    s->rejected_unlogged = 0;
-    s->rejected_log_ns = now;
-}
-
-static void stash_put(graft__steady_t *s, const steady_msg_t *m)
-{
-    if (s->n_stash == STEADY_STASH)
-        memmove(s->stash, s->stash + 1, --s->n_stash * sizeof(s->stash[0]));
-    s->stash[s->n_stash++] = *m;
-}
-
-void graft__rt_steady_keep(graft_runtime_t *rt, const graft__step_msg_t *m)
-{
-    graft__steady_t *s = rt->steady;
-    const graft_quorum_t *e = s != NULL ? s->epoch : NULL;
-    if (e == NULL || m->kind == GRAFT__STEP_MESSAGE__KIND__CONNECT || m->quorum_id != e->id ||
-        m->members_hash != e->members_hash || m->epoch_round != e->round || m->step <= e->step)
-        return;
-    steady_msg_t k = {epoch_key(m->quorum_id, m->members_hash, m->epoch_round), m->kind, m->step,
-                      m->group, m->rank, m->round, m->ok};
-    stash_put(s, &k);
-}
-
-typedef enum { MSG_DROPPED, MSG_OTHER_EPOCH, MSG_OF_EPOCH } msg_class_t;
-
-/* Decode and authenticate a received message. Only an authentic one is
- * written to *out; MSG_OF_EPOCH when it names this epoch. */
-static msg_class_t msg_decode(graft_runtime_t *rt, const uint8_t *buf, size_t len,
-                              steady_msg_t *out)
-{
-    const graft_quorum_t *e = rt->steady->epoch;
-    graft__step_msg_t m;
-    graft_status_t st = graft__rt_step_decode(rt->secret, rt->secret_len, buf, len, &m);
-    if (st == GRAFT_ETOKEN) {
-        graft__rt_msg_rejected(rt);
-        return MSG_DROPPED;
-    }
-    if (st != GRAFT_OK) {
-        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "steady path: a message dropped: %s",
-                    graft_status_string(st));
-        return MSG_DROPPED;
-    }
-    *out = (steady_msg_t){epoch_key(m.quorum_id, m.members_hash, m.epoch_round), m.kind, m.step,
-                          m.group, m.rank, m.round, m.ok};
-    return m.quorum_id == e->id && m.members_hash == e->members_hash && m.epoch_round == e->round
-               ? MSG_OF_EPOCH
-               : MSG_OTHER_EPOCH;
-}
-
-static bool msg_matches(const graft_runtime_t *rt, const steady_msg_t *m, int kind, uint64_t step,
-                        uint32_t group, uint32_t rank, uint32_t round)
-{
-    const graft_quorum_t *e = rt->steady->epoch;
-    return m->id == epoch_key(e->id, e->members_hash, e->round) && m->kind == kind &&
-           m->step == step && m->group == group && m->rank == rank && m->round == round;
-}
-
-typedef enum { EPOCH_HOLDS, EPOCH_CHANGED, EPOCH_NO_LEASE } epoch_state_t;
-
-/* Which test of the epoch applies: at the ready, at the vote, and while
- * waiting for a vote or the group's decision. */
-typedef enum { CHECK_READY, CHECK_VOTE, CHECK_VOTE_WAIT } epoch_check_t;
 
 /* Whether every rank of this group is still the process the epoch formed
  * with (the same transfer address in the view). */
@@ -332,52 +222,56 @@ static bool own_ranks_same(graft_runtime_t *rt)
     return same;
 }
 
-/* Whether the epoch still holds and this rank may still take part: its
- * lease certainly alive and, at the ready, the members those the epoch
- * formed with. At the vote only a later round ends it: a member that left
- * or joined after every member was ready does not undo the step (as on the
- * etcd path, where a group that dies after the formation leaves the
- * others' commit alone). While waiting for a vote or the group's decision,
- * a rank of this group gone or replaced ends it too (its vote will not
- * come), but not a change in another group: a group that gave up on such
- * a change voted no on a step the others committed, and was then their
- * recipient. */
-static epoch_state_t epoch_state(graft_runtime_t *rt, epoch_check_t check, const char **why)
+/* The epoch's state for this rank now (steady_logic.c decides). */
+static graft__epoch_state_t epoch_state(graft_runtime_t *rt, graft__epoch_check_t check,
+                                        const char **why)
 {
     graft_membership_health_t h;
-    if (graft_membership_health(rt->m, rt->steady->epoch, &h) != GRAFT_OK) {
-        *why = "membership state unavailable";
-        return EPOCH_NO_LEASE;
+    graft__epoch_facts_t f = {.known = graft_membership_health(rt->m, rt->steady->epoch, &h) ==
+                                       GRAFT_OK};
+    if (f.known) {
+        f.lease_fresh = h.lease_fresh;
+        f.epoch_intact = h.epoch_intact;
+        f.round_current = h.round_current;
+        f.own_ranks_same = !graft__steady_asks_own_ranks(&f, check) || own_ranks_same(rt);
     }
-    if (!h.lease_fresh) {
-        *why = "the lease may have expired";
-        return EPOCH_NO_LEASE;
-    }
-    if (check == CHECK_READY) {
-        if (h.epoch_intact)
-            return EPOCH_HOLDS;
-        *why = "the members changed";
-        return EPOCH_CHANGED;
-    }
-    if (!h.round_current) {
-        *why = "a later round formed";
-        return EPOCH_CHANGED;
-    }
-    if (check == CHECK_VOTE_WAIT && !h.epoch_intact && !own_ranks_same(rt)) {
-        *why = "a rank of this group left or was replaced";
-        return EPOCH_CHANGED;
-    }
-    return EPOCH_HOLDS;
+    return graft__steady_epoch_state(&f, check, why);
 }
 
 static bool epoch_holds(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, CHECK_READY, why) == EPOCH_HOLDS;
+    return epoch_state(rt, GRAFT__CHECK_READY, why) == GRAFT__EPOCH_HOLDS;
 }
 
 static bool may_commit(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, CHECK_VOTE, why) == EPOCH_HOLDS;
+    return epoch_state(rt, GRAFT__CHECK_VOTE, why) == GRAFT__EPOCH_HOLDS;
+}
+
+/* The message a wait is for, and the epoch it must be of. */
+typedef struct wanted {
+    const graft_quorum_t *epoch;
+    int kind;
+    uint64_t step;
+    uint32_t group, rank, round;
+} wanted_t;
+
+/* Sort a message for the wait @p ctx: the one it wants; one of the epoch
+ * for a later phase (kept); or one that no phase of the epoch will want
+ * (another epoch's, an earlier step's, a connection's opener, a delegated
+ * record). */
+static graft__stash_verdict_t sort_for_wait(const graft__step_msg_t *m, void *ctx)
+{
+    const wanted_t *w = ctx;
+    const graft_quorum_t *e = w->epoch;
+    if (m->quorum_id != e->id || m->members_hash != e->members_hash ||
+        m->epoch_round != e->round || m->step < w->step ||
+        m->kind == GRAFT__STEP_MESSAGE__KIND__CONNECT || graft__rt_step_delegated(m->kind))
+        return GRAFT__STASH_DROP;
+    if (m->kind == w->kind && m->step == w->step && m->group == w->group &&
+        m->rank == w->rank && m->round == w->round)
+        return GRAFT__STASH_TAKE;
+    return GRAFT__STASH_KEEP;
 }
 
 /* Wait for one message, stashing others of this epoch for later phases.
@@ -386,20 +280,12 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
                                uint32_t rank, uint32_t round, uint64_t deadline, bool *ok_p,
                                const char **why)
 {
-    graft__steady_t *s = rt->steady;
-    for (size_t i = 0; i < s->n_stash;) {
-        if (s->stash[i].step < step) {
-            s->stash[i] = s->stash[--s->n_stash]; /* of a step that is over */
-            continue;
-        }
-        if (msg_matches(rt, &s->stash[i], kind, step, group, rank, round)) {
-            *ok_p = s->stash[i].ok;
-            s->stash[i] = s->stash[--s->n_stash];
-            return GRAFT_OK;
-        }
-        i++;
+    wanted_t w = {rt->steady->epoch, kind, step, group, rank, round};
+    graft__step_msg_t m;
+    if (graft__channel_take(rt->channel, sort_for_wait, &w, &m)) {
+        *ok_p = m.ok;
+        return GRAFT_OK;
     }
-    uint8_t buf[GRAFT_TRANSFER_MSG_MAX];
     uint64_t quiet_since = 0; /* the members changed and nothing came since */
     bool at_vote = kind == GRAFT__STEP_MESSAGE__KIND__VOTE ||
                    kind == GRAFT__STEP_MESSAGE__KIND__VOTE_RESULT;
@@ -410,18 +296,17 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
             return GRAFT_ETIMEOUT;
         }
         uint32_t ms = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1, STEADY_SLICE_MS);
-        size_t len = 0;
-        graft_status_t st = graft_transfer_msg_recv(rt->ep, buf, &len, ms);
+        graft_status_t st = graft__channel_recv(rt->channel, ms, &m);
         if (st == GRAFT_ETIMEOUT) {
             /* A lost lease ends the wait at once. A member change (one that
              * died, or one that finished its last step and left) does once
              * nothing has come for STEADY_DRAIN_MS: what a member sent
              * before it left still counts. */
-            epoch_state_t e =
-                epoch_state(rt, at_vote ? CHECK_VOTE_WAIT : CHECK_READY, why);
-            if (e == EPOCH_NO_LEASE)
+            graft__epoch_state_t e =
+                epoch_state(rt, at_vote ? GRAFT__CHECK_VOTE_WAIT : GRAFT__CHECK_READY, why);
+            if (e == GRAFT__EPOCH_NO_LEASE)
                 return GRAFT_ESTATE;
-            if (e == EPOCH_CHANGED) {
+            if (e == GRAFT__EPOCH_CHANGED) {
                 now = graft__now_ns();
                 if (quiet_since == 0)
                     quiet_since = now;
@@ -430,21 +315,18 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
             }
             continue;
         }
-        if (st != GRAFT_OK)
-            continue;
         /* Only a member's message shows that members are still talking:
          * forged ones must not keep a wait from giving up. */
-        steady_msg_t m;
-        msg_class_t c = msg_decode(rt, buf, len, &m);
-        if (c != MSG_DROPPED)
-            quiet_since = 0;
-        if (c != MSG_OF_EPOCH || m.step < step || m.kind == GRAFT__STEP_MESSAGE__KIND__CONNECT)
+        if (st != GRAFT_OK)
             continue;
-        if (msg_matches(rt, &m, kind, step, group, rank, round)) {
+        quiet_since = 0;
+        graft__stash_verdict_t v = sort_for_wait(&m, &w);
+        if (v == GRAFT__STASH_TAKE) {
             *ok_p = m.ok;
             return GRAFT_OK;
         }
-        stash_put(s, &m);
+        if (v == GRAFT__STASH_KEEP)
+            graft__channel_stash(rt->channel, &m);
     }
 }
 
@@ -493,11 +375,9 @@ static bool leaders_agree(graft_runtime_t *rt, uint64_t step, bool ok, uint64_t 
                           const char **why)
 {
     graft__steady_t *s = rt->steady;
-    uint32_t G = (uint32_t)s->epoch->n_members, i = s->my_index;
+    uint32_t G = (uint32_t)s->epoch->n_members, i = s->my_index, to, from;
     bool all = ok;
-    uint32_t k = 0;
-    for (uint32_t dist = 1; dist < G; dist <<= 1, k++) {
-        uint32_t to = (i + dist) % G, from = (i + G - dist) % G;
+    for (uint32_t k = 0; graft__steady_barrier_partners(G, i, k, &to, &from); k++) {
         bool got = false;
         if (msg_send(rt, s->leaders[to], GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, k, all,
                      deadline) != GRAFT_OK) {
@@ -509,9 +389,9 @@ static bool leaders_agree(graft_runtime_t *rt, uint64_t step, bool ok, uint64_t 
             /* The later rounds' partners hear "no" now instead of timing
              * out (best effort: the barrier is over for this rank). */
             uint64_t soon = graft__now_ns() + 100ull * 1000000ull;
-            for (dist <<= 1, k++; dist < G; dist <<= 1, k++)
-                (void)msg_send(rt, s->leaders[(i + dist) % G],
-                               GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, k, false, soon);
+            for (k++; graft__steady_barrier_partners(G, i, k, &to, &from); k++)
+                (void)msg_send(rt, s->leaders[to], GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step,
+                               k, false, soon);
             return false;
         }
         if (!got && all)
@@ -535,10 +415,10 @@ static void say_no(graft_runtime_t *rt, uint64_t step)
     for (uint32_t r = 1; r < rt->ranks; r++)
         (void)msg_send(rt, s->ranks[r], GRAFT__STEP_MESSAGE__KIND__READY_RESULT, step, 0, false,
                        soon);
-    uint32_t G = (uint32_t)s->epoch->n_members, i = s->my_index, k = 0;
-    for (uint32_t dist = 1; dist < G; dist <<= 1, k++)
-        (void)msg_send(rt, s->leaders[(i + dist) % G], GRAFT__STEP_MESSAGE__KIND__READY_ROUND,
-                       step, k, false, soon);
+    uint32_t G = (uint32_t)s->epoch->n_members, to, from;
+    for (uint32_t k = 0; graft__steady_barrier_partners(G, s->my_index, k, &to, &from); k++)
+        (void)msg_send(rt, s->leaders[to], GRAFT__STEP_MESSAGE__KIND__READY_ROUND, step, k,
+                       false, soon);
 }
 
 /* --------------------------------------------------------------- steps --- */
@@ -552,11 +432,9 @@ graft_status_t graft__rt_steady_quorum(graft_runtime_t *rt, uint64_t committed,
         return GRAFT_OK;
     const char *why = NULL;
     uint64_t step = s->epoch->step + 1;
-    bool ok = s->ready && committed == step && rt->state_valid && !rt->need_state;
-    if (!ok)
-        why = "this rank did not commit the last step";
-    else
-        ok = epoch_holds(rt, &why);
+    bool ok = graft__steady_may_ready(s->ready, committed, step, rt->state_valid, rt->need_state,
+                                      &why) &&
+              epoch_holds(rt, &why);
     bool all = false;
     if (ok) {
         uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
