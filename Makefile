@@ -68,7 +68,7 @@ LDFLAGS_ALL = $(SAN_FLAGS) $(LDFLAGS)
 
 # ---- sources -------------------------------------------------------------
 # Library modules, in dependency order (see docs/ARCHITECTURE.md).
-MODULES := common membership transfer persist runtime
+MODULES := common etcd membership transfer persist runtime
 # Files named nccl*.c or cuda*.c need CUDA and NCCL; they are built only
 # when both are found.
 ALL_LIB_SRCS := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))

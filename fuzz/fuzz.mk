@@ -43,13 +43,13 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJS)
 
 $(FUZZ_BUILD)/bin/%: fuzz/%.c fuzz/harness_init.c fuzz/fuzz_common.h $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -I. -Imembership -Ipersist -Itransfer -Iruntime -fsanitize=fuzzer \
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -I. -Ietcd -Imembership -Ipersist -Itransfer -Iruntime -fsanitize=fuzzer \
 		-o $@ $< fuzz/harness_init.c $(FUZZ_LIB) $(LDLIBS_ALL)
 
 # The seed writer is an ordinary program against the ordinary library.
 $(BUILD)/fuzz/make_seeds: fuzz/make_seeds.c $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Imembership -Ipersist -Itransfer -Iruntime $(LDFLAGS_ALL) -o $@ $< $(LIB_A) \
+	$(CC) $(CFLAGS_ALL) -Ietcd -Imembership -Ipersist -Itransfer -Iruntime $(LDFLAGS_ALL) -o $@ $< $(LIB_A) \
 		$(LDLIBS_ALL)
 
 fuzz-seeds: $(BUILD)/fuzz/make_seeds

@@ -27,7 +27,7 @@
 
 #include "test_persist_util.h"
 
-#include "membership/etcd_internal.h"
+#include "etcd/etcd_internal.h"
 #include "membership/membership_internal.h"
 #include "persist/persist_internal.h"
 #include "transfer/transfer_int.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "membership/etcd_internal.h"
+#include "etcd/etcd_internal.h"
 
 static json_t *parse(const char *s)
 {

@@ -20,7 +20,7 @@
 #include <graft/membership.h>
 
 #include "etcd_fixture.h"
-#include "membership/etcd_internal.h"
+#include "etcd/etcd_internal.h"
 #include "membership/membership_internal.h"
 
 #define N_WRITERS 32

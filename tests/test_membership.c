@@ -22,7 +22,7 @@
 #include <graft/membership.h>
 
 #include "etcd_fixture.h"
-#include "membership/etcd_internal.h"
+#include "etcd/etcd_internal.h"
 #include "membership/membership_internal.h"
 
 static graft_test_etcd_t T;
