@@ -171,13 +171,9 @@ struct graft_runtime {
     graft__rt_pair_t *pairs;    /* donor: one serving thread per recipient */
     size_t n_pairs;
 
-#ifdef GRAFT_TEST_FAULTS
-    /* Test-only broken heal (GRAFT_TEST_SKIP_REGION): the region a heal
-     * must leave as it was, and its bytes saved before each pull. */
-    char *skip_name;
-    size_t skip_idx;
-    void *skip_save;
-#endif
+    /* The test build's faults (runtime_skip.c); always NULL in the library
+     * that is shipped, which has no code that sets it. */
+    struct graft__rt_test_hook *test_hook;
 
     /* Persistent tier. */
     graft_persist_writer_t *writer;

@@ -23,6 +23,14 @@
 
 #define SKIP_ENV "GRAFT_TEST_SKIP_REGION"
 
+/* The region a heal must leave as it was, and its bytes saved before each
+ * pull. */
+struct graft__rt_test_hook {
+    char *skip_name;
+    size_t skip_idx;
+    void *skip_save;
+};
+
 graft_status_t graft__rt_skip_init(graft_runtime_t *rt)
 {
     const char *name = getenv(SKIP_ENV);
@@ -32,64 +40,75 @@ graft_status_t graft__rt_skip_init(graft_runtime_t *rt)
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s is set but empty: name a region", SKIP_ENV);
         return GRAFT_EINVAL;
     }
-    rt->skip_name = graft__strdup(name);
-    return rt->skip_name != NULL ? GRAFT_OK : GRAFT_ENOMEM;
+    struct graft__rt_test_hook *h = graft__calloc(1, sizeof(*h));
+    if (h == NULL || (h->skip_name = graft__strdup(name)) == NULL) {
+        graft_free(h);
+        return GRAFT_ENOMEM;
+    }
+    rt->test_hook = h;
+    return GRAFT_OK;
 }
 
 graft_status_t graft__rt_skip_resolve(graft_runtime_t *rt)
 {
-    if (rt->skip_name == NULL || rt->skip_save != NULL)
+    struct graft__rt_test_hook *h = rt->test_hook;
+    if (h == NULL || h->skip_save != NULL)
         return GRAFT_OK;
     for (size_t i = 0; i < rt->n_regions; i++) {
         const graft_region_t *r = &rt->regions[i].r;
-        if (strcmp(r->name, rt->skip_name) != 0)
+        if (strcmp(r->name, h->skip_name) != 0)
             continue;
         if (r->device != GRAFT_DEVICE_HOST) {
             GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s=%s: only host regions can be skipped", SKIP_ENV,
-                        rt->skip_name);
+                        h->skip_name);
             return GRAFT_ENOTSUP;
         }
-        rt->skip_save = graft__malloc(r->bytes);
-        if (rt->skip_save == NULL)
+        h->skip_save = graft__malloc(r->bytes);
+        if (h->skip_save == NULL)
             return GRAFT_ENOMEM;
-        rt->skip_idx = i;
+        h->skip_idx = i;
         GRAFT_WARN(GRAFT_MOD_RUNTIME,
                    "group %" PRIu32 " rank %" PRIu32 ": %s=%s: every heal of this"
                    " process leaves region %s as it was (a deliberately broken recovery)",
-                   rt->group, rt->rank, SKIP_ENV, rt->skip_name, rt->skip_name);
+                   rt->group, rt->rank, SKIP_ENV, h->skip_name, h->skip_name);
         return GRAFT_OK;
     }
     /* A misspelt name would make a "broken heal" test pass for the wrong
      * reason, so it is an error rather than a no-op. */
     GRAFT_ERROR(GRAFT_MOD_RUNTIME, "%s=%s: no region of that name is registered", SKIP_ENV,
-                rt->skip_name);
+                h->skip_name);
     return GRAFT_EINVAL;
 }
 
 void graft__rt_skip_save(graft_runtime_t *rt)
 {
-    if (rt->skip_save == NULL)
+    struct graft__rt_test_hook *h = rt->test_hook;
+    if (h == NULL || h->skip_save == NULL)
         return;
-    const graft_region_t *r = &rt->regions[rt->skip_idx].r;
-    memcpy(rt->skip_save, r->ptr, r->bytes);
+    const graft_region_t *r = &rt->regions[h->skip_idx].r;
+    memcpy(h->skip_save, r->ptr, r->bytes);
 }
 
 void graft__rt_skip_restore(graft_runtime_t *rt)
 {
-    if (rt->skip_save == NULL)
+    struct graft__rt_test_hook *h = rt->test_hook;
+    if (h == NULL || h->skip_save == NULL)
         return;
-    const graft_region_t *r = &rt->regions[rt->skip_idx].r;
-    memcpy(r->ptr, rt->skip_save, r->bytes);
+    const graft_region_t *r = &rt->regions[h->skip_idx].r;
+    memcpy(r->ptr, h->skip_save, r->bytes);
     GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": heal left region %s as it"
                " was (%s)", rt->group, rt->rank, r->name, SKIP_ENV);
 }
 
 void graft__rt_skip_free(graft_runtime_t *rt)
 {
-    graft_free(rt->skip_save);
-    rt->skip_save = NULL;
-    graft_free(rt->skip_name);
-    rt->skip_name = NULL;
+    struct graft__rt_test_hook *h = rt->test_hook;
+    if (h == NULL)
+        return;
+    graft_free(h->skip_save);
+    graft_free(h->skip_name);
+    graft_free(h);
+    rt->test_hook = NULL;
 }
 
 #endif /* GRAFT_TEST_FAULTS */
