@@ -258,11 +258,164 @@ static int sim_inject_link(graft_sim_run_t *r, size_t idx, const graft_sim_event
     return 1;
 }
 
+/* kill_group, kill_donor, cut_donor: every rank of a group killed (the
+ * donor kinds then wait for a serve to hit); 0 while it must wait. */
+static int sim_inject_group(graft_sim_run_t *r, size_t idx, const graft_sim_event_t *ev)
+{
+    int G = r->o->groups, R = r->o->ranks;
+    int donor = ev->kind != GRAFT_SIM_KILL_GROUP;
+    if (ev->kind == GRAFT_SIM_CUT_DONOR && graft_sim_net == NULL) {
+        graft_sim_run_fail(r, "cut_donor needs --netns");
+        return 1;
+    }
+    if (!sim_group_alive(r, ev->group) || r->donor_pending || !sim_other_copy(r, ev->group)) {
+        return 0;
+    }
+    if (ev->kind == GRAFT_SIM_CUT_DONOR && r->link.group >= 0) {
+        return 0; /* its cut will need the one network-fault slot */
+    }
+    if (donor && r->n_open > 0) {
+        /* Not while another recovery is open: a group still healing
+         * is no copy of its ranks' state, and killing a donor rank on
+         * top can leave some rank's state in no group (seen with 3 x 3,
+         * a kill_rank then a kill_donor a step apart, before the first
+         * checkpoint: the job was lost by design). A cut_donor
+         * waits alike: its recipient's heal must be the only one. */
+        return 0;
+    }
+    if (ev->kind == GRAFT_SIM_KILL_DONOR && G <= 2) {
+        /* With two groups the donor's rank holds the last copy of its
+         * shard once the other group is dead: like a disaster, not
+         * before the persistent tier holds a checkpoint to restore
+         * (otherwise the job is lost by design, GRAFT_ESTATELOST). */
+        if (graft_sim_complete_checkpoints(r, NULL, 0) < 1) {
+            return 0;
+        }
+    }
+    sim_record_injected(r, idx, ev);
+    graft_sim_recovery_open(r, ev->kind, "group", ev->group, -1);
+    for (int k = 0; k < R; k++) {
+        sim_kill(r, ev->group, k);
+    }
+    if (donor) {
+        r->donor_pending = 1;
+        r->donor_ev = *ev;
+        r->donor_since = graft_sim_now_ns();
+        r->donor_inj = r->res->n_injected - 1;
+        /* Only serves that begin from now on count. */
+        for (int i = 0; i < r->nslots; i++) {
+            struct stat sb;
+            const char *rp = graft_sim_sup_role_path(r->sup, i / R, i % R);
+            r->slots[i].role_off = stat(rp, &sb) == 0 ? (long)sb.st_size : 0;
+        }
+    }
+    return 1;
+}
+
+/* hang: a rank stopped (SIGSTOP) until its duration is up. */
+static int sim_inject_hang(graft_sim_run_t *r, size_t idx, const graft_sim_event_t *ev)
+{
+    if (!sim_alive(r, ev->group, ev->rank) || !sim_other_copy(r, ev->group) ||
+        r->hang_n == (int)(sizeof(r->hangs) / sizeof(r->hangs[0]))) {
+        return 0;
+    }
+    if (graft_sim_sup_signal(r->sup, ev->group, ev->rank, SIGSTOP) != GRAFT_OK) {
+        return 0;
+    }
+    sim_record_injected(r, idx, ev);
+    graft_sim_recovery_open(r, ev->kind, "rank", ev->group, ev->rank);
+    r->hangs[r->hang_n].g = ev->group;
+    r->hangs[r->hang_n].r = ev->rank;
+    r->hangs[r->hang_n].until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
+    r->hang_n++;
+    return 1;
+}
+
+/* After a disaster's kills: the kills are asynchronous, so wait for the
+ * reaps, that no writer still finishing a checkpoint races the corruption
+ * and the hash logs hold every commit of before the disaster. */
+static void sim_disaster_reaped(graft_sim_run_t *r)
+{
+    int G = r->o->groups, R = r->o->ranks;
+    for (int tries = 0; tries < 200; tries++) {
+        if (graft_sim_sup_poll(r->sup) != GRAFT_OK) {
+            break;
+        }
+        int any = 0;
+        for (int g = 0; g < G; g++) {
+            for (int k = 0; k < R; k++) {
+                any |= graft_sim_sup_state(r->sup, g, k) == GRAFT_SIM_PROC_RUNNING &&
+                       graft_sim_sup_starts(r->sup, g, k) ==
+                           r->open[r->n_open - 1].starts0[g * R + k];
+            }
+        }
+        if (!any) {
+            break;
+        }
+        usleep(5000);
+    }
+}
+
+/* disaster, lose_disks: every rank killed, the newest checkpoint corrupted
+ * or the local root lost as planned, and the checkpoint the job should
+ * come back from noted in its recovery. */
+static int sim_inject_disaster(graft_sim_run_t *r, size_t idx, const graft_sim_event_t *ev)
+{
+    int G = r->o->groups, R = r->o->ranks;
+    for (int g = 0; g < G; g++) {
+        if (!sim_group_alive(r, g)) {
+            return 0;
+        }
+    }
+    if (r->donor_pending || r->hang_n > 0 || r->link.group >= 0) {
+        return 0;
+    }
+    /* Not before the persistent tier holds a checkpoint to restore
+     * (two when one is to be corrupted): a disaster before that loses
+     * the job by design (GRAFT_ESTATELOST), which is not what the event
+     * is meant to show. A checkpoint of step s is written in the
+     * background after s commits, so a step count alone cannot tell.
+     * Losing the disks needs one in the object store. */
+    if (ev->kind == GRAFT_SIM_LOSE_DISKS ? graft_sim_remote_newest(r) < 0
+                                         : graft_sim_complete_checkpoints(r, NULL, 0) <
+                                               (ev->corrupt ? 2 : 1)) {
+        return 0;
+    }
+    sim_record_injected(r, idx, ev);
+    graft_sim_recovery_open(r, ev->kind, "job", -1, -1);
+    for (int g = 0; g < G; g++) {
+        for (int k = 0; k < R; k++) {
+            sim_kill(r, g, k);
+        }
+    }
+    sim_disaster_reaped(r);
+    sim_note_disaster(r);
+    graft_sim_result_t *res = r->res;
+    graft_sim_recovery_t none, *rec = &none;
+    if (res->n_recoveries > 0 &&
+        graft_sim_kind_is_disaster(res->recoveries[res->n_recoveries - 1].kind)) {
+        rec = &res->recoveries[res->n_recoveries - 1];
+    }
+    if (ev->corrupt) {
+        rec->corrupted_step = graft_sim_corrupt_newest(r, idx);
+    }
+    char good[256];
+    if (ev->kind == GRAFT_SIM_LOSE_DISKS) {
+        /* Every rank is dead: what the store holds now is what the
+         * job comes back from, and the local root goes. */
+        r->remote_checked_ns = 0;
+        rec->checkpoint_step = graft_sim_remote_newest(r);
+        graft_sim_wipe_local_root(r);
+    } else if (graft_sim_complete_checkpoints(r, good, sizeof(good)) > 0) {
+        rec->checkpoint_step = strtoll(good + 5, NULL, 10);
+    }
+    return 1;
+}
+
 /* Tries to inject one event; 0 when its preconditions do not hold yet. */
 static int sim_inject(graft_sim_run_t *r, size_t idx)
 {
     const graft_sim_event_t *ev = &r->sched->events[idx];
-    int G = r->o->groups, R = r->o->ranks;
     switch (ev->kind) {
     case GRAFT_SIM_KILL_RANK:
         if (!sim_alive(r, ev->group, ev->rank) || !sim_other_copy(r, ev->group)) {
@@ -274,141 +427,13 @@ static int sim_inject(graft_sim_run_t *r, size_t idx)
         return 1;
     case GRAFT_SIM_KILL_GROUP:
     case GRAFT_SIM_KILL_DONOR:
-    case GRAFT_SIM_CUT_DONOR: {
-        int donor = ev->kind != GRAFT_SIM_KILL_GROUP;
-        if (ev->kind == GRAFT_SIM_CUT_DONOR && graft_sim_net == NULL) {
-            graft_sim_run_fail(r, "cut_donor needs --netns");
-            return 1;
-        }
-        if (!sim_group_alive(r, ev->group) || r->donor_pending || !sim_other_copy(r, ev->group)) {
-            return 0;
-        }
-        if (ev->kind == GRAFT_SIM_CUT_DONOR && r->link.group >= 0) {
-            return 0; /* its cut will need the one network-fault slot */
-        }
-        if (donor && r->n_open > 0) {
-            /* Not while another recovery is open: a group still healing
-             * is no copy of its ranks' state, and killing a donor rank on
-             * top can leave some rank's state in no group (seen with 3 x 3,
-             * a kill_rank then a kill_donor a step apart, before the first
-             * checkpoint: the job was lost by design). A cut_donor
-             * waits alike: its recipient's heal must be the only one. */
-            return 0;
-        }
-        if (ev->kind == GRAFT_SIM_KILL_DONOR && G <= 2) {
-            /* With two groups the donor's rank holds the last copy of its
-             * shard once the other group is dead: like a disaster, not
-             * before the persistent tier holds a checkpoint to restore
-             * (otherwise the job is lost by design, GRAFT_ESTATELOST). */
-            if (graft_sim_complete_checkpoints(r, NULL, 0) < 1) {
-                return 0;
-            }
-        }
-        sim_record_injected(r, idx, ev);
-        graft_sim_recovery_open(r, ev->kind, "group", ev->group, -1);
-        for (int k = 0; k < R; k++) {
-            sim_kill(r, ev->group, k);
-        }
-        if (donor) {
-            r->donor_pending = 1;
-            r->donor_ev = *ev;
-            r->donor_since = graft_sim_now_ns();
-            r->donor_inj = r->res->n_injected - 1;
-            /* Only serves that begin from now on count. */
-            for (int i = 0; i < r->nslots; i++) {
-                struct stat sb;
-                const char *rp = graft_sim_sup_role_path(r->sup, i / R, i % R);
-                r->slots[i].role_off = stat(rp, &sb) == 0 ? (long)sb.st_size : 0;
-            }
-        }
-        return 1;
-    }
+    case GRAFT_SIM_CUT_DONOR:
+        return sim_inject_group(r, idx, ev);
     case GRAFT_SIM_HANG:
-        if (!sim_alive(r, ev->group, ev->rank) || !sim_other_copy(r, ev->group) ||
-            r->hang_n == (int)(sizeof(r->hangs) / sizeof(r->hangs[0]))) {
-            return 0;
-        }
-        if (graft_sim_sup_signal(r->sup, ev->group, ev->rank, SIGSTOP) != GRAFT_OK) {
-            return 0;
-        }
-        sim_record_injected(r, idx, ev);
-        graft_sim_recovery_open(r, ev->kind, "rank", ev->group, ev->rank);
-        r->hangs[r->hang_n].g = ev->group;
-        r->hangs[r->hang_n].r = ev->rank;
-        r->hangs[r->hang_n].until = graft_sim_now_ns() + (uint64_t)ev->duration_ms * 1000000ull;
-        r->hang_n++;
-        return 1;
+        return sim_inject_hang(r, idx, ev);
     case GRAFT_SIM_DISASTER:
     case GRAFT_SIM_LOSE_DISKS:
-        for (int g = 0; g < G; g++) {
-            if (!sim_group_alive(r, g)) {
-                return 0;
-            }
-        }
-        if (r->donor_pending || r->hang_n > 0 || r->link.group >= 0) {
-            return 0;
-        }
-        /* Not before the persistent tier holds a checkpoint to restore
-         * (two when one is to be corrupted): a disaster before that loses
-         * the job by design (GRAFT_ESTATELOST), which is not what the event
-         * is meant to show. A checkpoint of step s is written in the
-         * background after s commits, so a step count alone cannot tell.
-         * Losing the disks needs one in the object store. */
-        if (ev->kind == GRAFT_SIM_LOSE_DISKS ? graft_sim_remote_newest(r) < 0
-                                             : graft_sim_complete_checkpoints(r, NULL, 0) <
-                                                   (ev->corrupt ? 2 : 1)) {
-            return 0;
-        }
-        sim_record_injected(r, idx, ev);
-        graft_sim_recovery_open(r, ev->kind, "job", -1, -1);
-        for (int g = 0; g < G; g++) {
-            for (int k = 0; k < R; k++) {
-                sim_kill(r, g, k);
-            }
-        }
-        {
-            /* The kills are asynchronous: wait for the reaps, so that no
-             * writer still finishing a checkpoint races the corruption and
-             * the hash logs hold every commit of before the disaster. */
-            for (int tries = 0; tries < 200; tries++) {
-                if (graft_sim_sup_poll(r->sup) != GRAFT_OK) {
-                    break;
-                }
-                int any = 0;
-                for (int g = 0; g < G; g++) {
-                    for (int k = 0; k < R; k++) {
-                        any |= graft_sim_sup_state(r->sup, g, k) == GRAFT_SIM_PROC_RUNNING &&
-                               graft_sim_sup_starts(r->sup, g, k) ==
-                                   r->open[r->n_open - 1].starts0[g * R + k];
-                    }
-                }
-                if (!any) {
-                    break;
-                }
-                usleep(5000);
-            }
-            sim_note_disaster(r);
-            graft_sim_result_t *res = r->res;
-            graft_sim_recovery_t none, *rec = &none;
-            if (res->n_recoveries > 0 &&
-                graft_sim_kind_is_disaster(res->recoveries[res->n_recoveries - 1].kind)) {
-                rec = &res->recoveries[res->n_recoveries - 1];
-            }
-            if (ev->corrupt) {
-                rec->corrupted_step = graft_sim_corrupt_newest(r, idx);
-            }
-            char good[256];
-            if (ev->kind == GRAFT_SIM_LOSE_DISKS) {
-                /* Every rank is dead: what the store holds now is what the
-                 * job comes back from, and the local root goes. */
-                r->remote_checked_ns = 0;
-                rec->checkpoint_step = graft_sim_remote_newest(r);
-                graft_sim_wipe_local_root(r);
-            } else if (graft_sim_complete_checkpoints(r, good, sizeof(good)) > 0) {
-                rec->checkpoint_step = strtoll(good + 5, NULL, 10);
-            }
-        }
-        return 1;
+        return sim_inject_disaster(r, idx, ev);
     case GRAFT_SIM_ETCD_RESTART:
         if (r->server == NULL || r->etcd_up_at != 0) {
             return 0;

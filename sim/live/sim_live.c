@@ -220,74 +220,78 @@ const char *graft_sim_trainer_path(char *buf, size_t len)
 }
 
 /*
- * One run: the given schedule (empty for the reference) against a fresh
- * set of trainers under a job name of its own.
+ * What one run owns besides its graft_sim_run_t: the trainers' environment
+ * and arguments, which the supervisor reads for as long as it lives.
  */
-graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
-                                  const graft_sim_schedule_t *sched,
-                                  graft_etcd_cluster_t *cluster, const char *endpoint,
-                                  const char *tag, const char *persist_root,
-                                  graft_sim_result_t *res)
-{
-    graft_status_t st = GRAFT_OK;
+typedef struct {
     graft_sim_run_t r;
-    int *master_ports = NULL; /* per group, --torch-world */
-    memset(&r, 0, sizeof(r));
+    char *env[16];
+    int n_env;
+    int *master_ports; /* per group, --torch-world */
+    char trainer_buf[PATH_MAX];
+    const char *trainer;
+    char net_endpoint[128];
+    const char *trainer_endpoint;
+    char proot[PATH_MAX + 160];
+    char secret_path[PATH_MAX + 16];
+    graft_sim_sup_config_t sc;
+    char ballast[24], step_ms[24];
+    const char *extra[5];
+} sim_once_t;
+
+static void sim_once_init(sim_once_t *s, const graft_sim_live_opts_t *o,
+                          const graft_sim_schedule_t *sched, graft_etcd_cluster_t *cluster,
+                          const char *endpoint, const char *tag, const char *persist_root,
+                          graft_sim_result_t *res)
+{
+    graft_sim_run_t *r = &s->r;
     memset(res, 0, sizeof(*res));
-    r.o = o;
-    r.sched = sched;
-    r.cluster = cluster;
-    r.server = graft_etcd_cluster_size(cluster) == 1 ? graft_etcd_cluster_member(cluster, 0) : NULL;
-    r.endpoint = endpoint;
-    r.lk_member = SIZE_MAX;
-    r.lk_inj = SIZE_MAX;
-    r.res = res;
-    r.persist_root = persist_root;
-    r.tty = isatty(STDOUT_FILENO) && strcmp(tag, "ref") != 0;
-    r.nslots = o->groups * o->ranks;
-    r.link.group = -1;
-    r.link.peer = -1;
-    r.link.inj = SIZE_MAX;
+    r->o = o;
+    r->sched = sched;
+    r->cluster = cluster;
+    r->server = graft_etcd_cluster_size(cluster) == 1 ? graft_etcd_cluster_member(cluster, 0)
+                                                      : NULL;
+    r->endpoint = endpoint;
+    r->lk_member = SIZE_MAX;
+    r->lk_inj = SIZE_MAX;
+    r->res = res;
+    r->persist_root = persist_root;
+    r->tty = isatty(STDOUT_FILENO) && strcmp(tag, "ref") != 0;
+    r->nslots = o->groups * o->ranks;
+    r->link.group = -1;
+    r->link.peer = -1;
+    r->link.inj = SIZE_MAX;
     res->groups = o->groups;
     res->ranks = o->ranks;
-    snprintf(r.job, sizeof(r.job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
+    snprintf(r->job, sizeof(r->job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
              (uint64_t)time(NULL));
-    char *env[16] = {0};
-    char trainer_buf[PATH_MAX];
-    const char *trainer = graft_sim_trainer_path(trainer_buf, sizeof(trainer_buf));
+    s->trainer = graft_sim_trainer_path(s->trainer_buf, sizeof(s->trainer_buf));
     /* --netns: trainers start through the wrapper that enters their
      * group's namespace, and reach etcd on the hub address. */
-    char net_endpoint[128];
-    const char *trainer_endpoint = endpoint;
+    s->trainer_endpoint = endpoint;
     if (graft_sim_net != NULL) {
         const char *port = strrchr(endpoint, ':');
-        snprintf(net_endpoint, sizeof(net_endpoint), "http://%s%s",
+        snprintf(s->net_endpoint, sizeof(s->net_endpoint), "http://%s%s",
                  graft_sim_netns_hub(graft_sim_net), port != NULL ? port : "");
-        trainer_endpoint = net_endpoint;
+        s->trainer_endpoint = s->net_endpoint;
     }
-    const char *dir_base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(r.dir, sizeof(r.dir), "%s/graft-sim-%s-XXXXXX", dir_base, tag);
-    if (mkdtemp(r.dir) == NULL) {
-        fprintf(stderr, "graft-sim run: error: mkdtemp %s: %s\n", r.dir, strerror(errno));
-        return GRAFT_ESYS;
-    }
-    r.slots = calloc((size_t)r.nslots, sizeof(*r.slots));
-    if (r.slots == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    for (int i = 0; i < r.nslots; i++) {
-        r.slots[i].step = -1;
-    }
+}
+
+/* The trainers' environment (GRAFT_*), with the run's own persistent root
+ * and, under --netns, the job's secret in a file of the run directory. */
+static graft_status_t sim_once_env(sim_once_t *s)
+{
+    graft_sim_run_t *r = &s->r;
+    const graft_sim_live_opts_t *o = r->o;
+    char **env = s->env;
+    int e = 0;
     /* Checkpoints of this job only: a root shared with earlier runs would
      * hand the first start a stranger's state. */
-    char proot[PATH_MAX + 160];
-    snprintf(proot, sizeof(proot), "%s/%s", persist_root, r.job);
-    mkdir(proot, 0755);
-    r.persist_root = proot;
-    int e = 0;
-    env[e++] = sim_env("GRAFT_JOB", "%s", r.job);
-    env[e++] = sim_env("GRAFT_ETCD_ENDPOINTS", "%s", trainer_endpoint);
+    snprintf(s->proot, sizeof(s->proot), "%s/%s", r->persist_root, r->job);
+    mkdir(s->proot, 0755);
+    r->persist_root = s->proot;
+    env[e++] = sim_env("GRAFT_JOB", "%s", r->job);
+    env[e++] = sim_env("GRAFT_ETCD_ENDPOINTS", "%s", s->trainer_endpoint);
     env[e++] = sim_env("GRAFT_GROUPS", "%d", o->groups);
     env[e++] = sim_env("GRAFT_RANKS_PER_GROUP", "%d", o->ranks);
     env[e++] = sim_env("GRAFT_MODE", "%s", o->mode == GRAFT_SIM_LIVE_STRICT ? "strict" : "elastic");
@@ -296,16 +300,16 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
                                                         : (o->groups > 1 ? o->groups - 1 : 1));
     env[e++] = sim_env("GRAFT_LEASE_TTL_MS", "%d", SIM_LEASE_TTL_MS);
     env[e++] = sim_env("GRAFT_JOIN_TIMEOUT_MS", "%d", 1000);
-    env[e++] = sim_env("GRAFT_PERSIST_ROOT", "%s", proot);
+    env[e++] = sim_env("GRAFT_PERSIST_ROOT", "%s", s->proot);
     env[e++] = sim_env("GRAFT_PERSIST_EVERY", "%lld", o->persist_every);
     if (o->persist_remote != NULL) {
         /* This job's own prefix in the bucket, as its own local root. */
         size_t n = strlen(o->persist_remote);
         while (n > 5 && o->persist_remote[n - 1] == '/')
             n--;
-        snprintf(r.remote_url, sizeof(r.remote_url), "%.*s/%s", (int)n, o->persist_remote,
-                 r.job);
-        env[e++] = sim_env("GRAFT_PERSIST_REMOTE", "%s", r.remote_url);
+        snprintf(r->remote_url, sizeof(r->remote_url), "%.*s/%s", (int)n, o->persist_remote,
+                 r->job);
+        env[e++] = sim_env("GRAFT_PERSIST_REMOTE", "%s", r->remote_url);
         if (o->persist_remote_endpoint != NULL)
             env[e++] = sim_env("GRAFT_PERSIST_REMOTE_ENDPOINT", "%s",
                                o->persist_remote_endpoint);
@@ -316,202 +320,259 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
      * soak run. The caller's own choice wins. */
     if (graft_sim_net == NULL && getenv("UCX_NET_DEVICES") == NULL)
         env[e++] = sim_env("UCX_NET_DEVICES", "%s", "lo");
-    char secret_path[PATH_MAX + 16];
+    s->n_env = e;
     if (graft_sim_net != NULL && getenv("GRAFT_JOB_SECRET") == NULL) {
-        st = sim_secret_file(r.dir, secret_path, sizeof(secret_path));
+        graft_status_t st = sim_secret_file(r->dir, s->secret_path, sizeof(s->secret_path));
         if (st != GRAFT_OK)
-            goto out;
-        env[e++] = sim_env("GRAFT_JOB_SECRET_FILE", "%s", secret_path);
+            return st;
+        env[s->n_env++] = sim_env("GRAFT_JOB_SECRET_FILE", "%s", s->secret_path);
     }
-    for (int i = 0; i < e; i++) {
+    for (int i = 0; i < s->n_env; i++) {
         if (env[i] == NULL) {
-            st = GRAFT_ENOMEM;
-            goto out;
+            return GRAFT_ENOMEM;
         }
     }
-    st = graft_etcd_endpoints_split(r.endpoint, &r.endpoints, &r.n_endpoints);
+    return GRAFT_OK;
+}
+
+/* The observer's membership handle on the run's job. */
+static graft_status_t sim_once_observer(graft_sim_run_t *r)
+{
+    graft_status_t st = graft_etcd_endpoints_split(r->endpoint, &r->endpoints, &r->n_endpoints);
     if (st != GRAFT_OK) {
-        fprintf(stderr, "graft-sim run: error: etcd endpoints '%s': %s\n", r.endpoint,
+        fprintf(stderr, "graft-sim run: error: etcd endpoints '%s': %s\n", r->endpoint,
                 graft_status_string(st));
-        goto out;
+        return st;
     }
-    r.ecfg.endpoints = (const char *const *)r.endpoints;
-    r.ecfg.n_endpoints = r.n_endpoints;
-    r.ecfg.request_timeout_ms = 2000;
-    if (r.n_endpoints > 1) {
+    r->ecfg.endpoints = (const char *const *)r->endpoints;
+    r->ecfg.n_endpoints = r->n_endpoints;
+    r->ecfg.request_timeout_ms = 2000;
+    if (r->n_endpoints > 1) {
         /* The observer runs in the loop that samples the job's step: a
          * read stuck on a member whose leader just died would hold the
          * samples up and overstate the stall. Give up on it soon; the
          * next tick asks again. */
-        r.ecfg.request_timeout_ms = 300;
-        r.ecfg.connect_timeout_ms = 200;
-        r.ecfg.max_retries = GRAFT_ETCD_NO_RETRIES;
+        r->ecfg.request_timeout_ms = 300;
+        r->ecfg.connect_timeout_ms = 200;
+        r->ecfg.max_retries = GRAFT_ETCD_NO_RETRIES;
     }
     graft_membership_config_t mc;
     memset(&mc, 0, sizeof(mc));
-    mc.job = r.job;
-    mc.etcd = &r.ecfg;
+    mc.job = r->job;
+    mc.etcd = &r->ecfg;
     mc.observer = true;
-    mc.ranks_per_group = (uint32_t)o->ranks;
+    mc.ranks_per_group = (uint32_t)r->o->ranks;
     mc.min_groups = 1;
-    st = graft_membership_create(&mc, &r.obs);
+    st = graft_membership_create(&mc, &r->obs);
     if (st != GRAFT_OK) {
-        fprintf(stderr, "graft-sim run: error: cannot observe job %s at %s: %s\n", r.job,
-                endpoint, graft_status_string(st));
-        goto out;
+        fprintf(stderr, "graft-sim run: error: cannot observe job %s at %s: %s\n", r->job,
+                r->endpoint, graft_status_string(st));
     }
-    graft_sim_sup_config_t sc;
-    memset(&sc, 0, sizeof(sc));
-    sc.trainer = trainer;
-    sc.env = (const char *const *)env;
-    sc.dir = r.dir;
-    sc.groups = o->groups;
-    sc.ranks = o->ranks;
-    sc.steps = o->steps;
-    sc.seed = o->seed;
-    sc.restart_delay_ms = 100;
-    sc.max_restarts = 10 + (int)(sched->n_events * 2);
-    sc.role_log = 1;
-    char ballast[24], step_ms[24];
-    const char *extra[5] = {NULL, NULL, NULL, NULL, NULL};
+    return st;
+}
+
+/* The supervisor's configuration: the trainer, its environment and its
+ * extra arguments (the ballast, the simulated compute, --torch-world). */
+static graft_status_t sim_once_sup_config(sim_once_t *s)
+{
+    const graft_sim_live_opts_t *o = s->r.o;
+    graft_sim_sup_config_t *sc = &s->sc;
+    memset(sc, 0, sizeof(*sc));
+    sc->trainer = s->trainer;
+    sc->env = (const char *const *)s->env;
+    sc->dir = s->r.dir;
+    sc->groups = o->groups;
+    sc->ranks = o->ranks;
+    sc->steps = o->steps;
+    sc->seed = o->seed;
+    sc->restart_delay_ms = 100;
+    sc->max_restarts = 10 + (int)(s->r.sched->n_events * 2);
+    sc->role_log = 1;
     size_t n_extra = 0;
     if (graft_sim_ballast_mib > 0) {
-        snprintf(ballast, sizeof(ballast), "%d", graft_sim_ballast_mib);
-        extra[n_extra++] = "--blob-mib";
-        extra[n_extra++] = ballast;
+        snprintf(s->ballast, sizeof(s->ballast), "%d", graft_sim_ballast_mib);
+        s->extra[n_extra++] = "--blob-mib";
+        s->extra[n_extra++] = s->ballast;
     }
     if (graft_sim_step_ms > 0) {
-        snprintf(step_ms, sizeof(step_ms), "%d", graft_sim_step_ms);
-        extra[n_extra++] = "--step-delay-ms";
-        extra[n_extra++] = step_ms;
+        snprintf(s->step_ms, sizeof(s->step_ms), "%d", graft_sim_step_ms);
+        s->extra[n_extra++] = "--step-delay-ms";
+        s->extra[n_extra++] = s->step_ms;
     }
-    sc.extra_args = extra;
+    sc->extra_args = s->extra;
     /* --torch-world: each group's rendezvous. */
     if (o->torch_world) {
-        master_ports = calloc((size_t)o->groups, sizeof(int));
-        st = master_ports == NULL ? GRAFT_ENOMEM : graft_sim_free_ports(o->groups, master_ports);
+        s->master_ports = calloc((size_t)o->groups, sizeof(int));
+        graft_status_t st = s->master_ports == NULL
+                                ? GRAFT_ENOMEM
+                                : graft_sim_free_ports(o->groups, s->master_ports);
         if (st != GRAFT_OK) {
-            goto out;
+            return st;
         }
     }
-    sc.master_ports = master_ports;
-    res->ballast_mib = graft_sim_ballast_mib;
-    if (access(trainer, X_OK) != 0) {
+    sc->master_ports = s->master_ports;
+    return GRAFT_OK;
+}
+
+/* A run's setup: its slots, the trainers' environment, the observer, and
+ * the supervisor with the trainers started. */
+static graft_status_t sim_once_setup(sim_once_t *s)
+{
+    graft_sim_run_t *r = &s->r;
+    r->slots = calloc((size_t)r->nslots, sizeof(*r->slots));
+    if (r->slots == NULL) {
+        return GRAFT_ENOMEM;
+    }
+    for (int i = 0; i < r->nslots; i++) {
+        r->slots[i].step = -1;
+    }
+    graft_status_t st = sim_once_env(s);
+    if (st == GRAFT_OK)
+        st = sim_once_observer(r);
+    if (st == GRAFT_OK)
+        st = sim_once_sup_config(s);
+    if (st != GRAFT_OK)
+        return st;
+    r->res->ballast_mib = graft_sim_ballast_mib;
+    if (access(s->trainer, X_OK) != 0) {
         fprintf(stderr, "graft-sim run: error: trainer %s: %s (set GRAFT_SIM_TRAINER or build "
                         "examples/train_mlp)\n",
-                trainer, strerror(errno));
-        st = GRAFT_ENOTFOUND;
-        goto out;
+                s->trainer, strerror(errno));
+        return GRAFT_ENOTFOUND;
     }
     if (graft_sim_net != NULL) {
-        sc.trainer = graft_sim_netns_trainer(graft_sim_net);
+        s->sc.trainer = graft_sim_netns_trainer(graft_sim_net);
     }
-    r.t0 = graft_sim_now_ns();
-    st = graft_sim_sup_create(&sc, &r.sup);
+    r->t0 = graft_sim_now_ns();
+    st = graft_sim_sup_create(&s->sc, &r->sup);
     if (st != GRAFT_OK) {
-        goto out;
+        return st;
     }
-    while (r.n_step_ev < sched->n_events && sched->events[r.n_step_ev].at_step >= 0) {
-        r.n_step_ev++;
+    while (r->n_step_ev < r->sched->n_events && r->sched->events[r->n_step_ev].at_step >= 0) {
+        r->n_step_ev++;
     }
-    r.next_time_ev = r.n_step_ev;
-    r.ev_done = calloc(sched->n_events + 1, 1);
-    if (r.ev_done == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
+    r->next_time_ev = r->n_step_ev;
+    r->ev_done = calloc(r->sched->n_events + 1, 1);
+    return r->ev_done == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+}
+
+/* Whether the run is over after this tick: every rank finished, the
+ * stragglers' grace spent, a death strict mode cannot heal, or the time
+ * out. *first_done_ns is when the first rank finished (0: none yet). */
+static bool sim_once_over(graft_sim_run_t *r, uint64_t *first_done_ns, uint64_t timeout_ns)
+{
+    const graft_sim_live_opts_t *o = r->o;
+    if (graft_sim_sup_done(r->sup) == r->nslots) {
+        r->res->completed = 1;
+        return true;
     }
+    /* Elastic: once the groups still training have finished, a group
+     * left behind may never see a quorum again (its peers are gone);
+     * an orchestrator ends the job then. Give stragglers a grace. */
+    if (graft_sim_sup_done(r->sup) > 0 && *first_done_ns == 0) {
+        *first_done_ns = graft_sim_now_ns();
+    }
+    /* Strict: every quorum needs every group, and a finished rank has
+     * left for good; a rank that dies now can never heal. */
+    int dg, dr;
+    if (o->mode == GRAFT_SIM_LIVE_STRICT && *first_done_ns != 0 &&
+        graft_sim_sup_dead(r->sup, &dg, &dr)) {
+        graft_sim_run_fail(r, "group %d rank %d died after a rank had finished its last "
+                              "step: in strict mode no quorum can form again (see %s)",
+                           dg, dr, graft_sim_sup_log_path(r->sup, dg, dr));
+        graft_sim_sup_log_tail(r->sup, dg, dr, 3000);
+        return true;
+    }
+    if (o->mode == GRAFT_SIM_LIVE_ELASTIC && *first_done_ns != 0 &&
+        graft_sim_now_ns() - *first_done_ns > 5000000000ull) {
+        r->res->completed = 1;
+        r->res->stragglers = r->nslots - graft_sim_sup_done(r->sup);
+        return true;
+    }
+    if (graft_sim_now_ns() - r->t0 > timeout_ns) {
+        graft_sim_run_fail(r, "timed out after %.0f s at step %lld", (double)timeout_ns / 1e9,
+                           r->job_step);
+        sim_unfinished_logs(r);
+        return true;
+    }
+    return false;
+}
+
+/* A run's loop, one tick at a time: the supervisor, the observer and the
+ * injector, until the run is over or stopped. */
+static void sim_once_loop(sim_once_t *s)
+{
+    graft_sim_run_t *r = &s->r;
     const char *tmo = getenv("GRAFT_SIM_TIMEOUT_S");
     uint64_t timeout_ns = (uint64_t)(tmo != NULL ? atoi(tmo) : 600) * 1000000000ull;
     uint64_t first_done_ns = 0;
     for (;;) {
         if (graft_sim_stop_signal != 0) {
-            graft_sim_run_fail(&r, "stopped by %s", strsignal(graft_sim_stop_signal));
+            graft_sim_run_fail(r, "stopped by %s", strsignal(graft_sim_stop_signal));
             break;
         }
-        st = graft_sim_sup_poll(r.sup);
+        graft_status_t st = graft_sim_sup_poll(r->sup);
         if (st != GRAFT_OK) {
             if (st == GRAFT_ERANGE) {
-                graft_sim_run_fail(&r,
+                graft_sim_run_fail(r,
                                    "the supervisor gave up: a rank was started more than %d times "
                                    "(its trainer log says why)",
-                                   sc.max_restarts);
+                                   s->sc.max_restarts);
             } else {
-                graft_sim_run_fail(&r, "the supervisor gave up: %s", graft_status_string(st));
+                graft_sim_run_fail(r, "the supervisor gave up: %s", graft_status_string(st));
             }
-            st = GRAFT_OK;
             break;
         }
-        graft_sim_observe(&r);
-        graft_sim_observe_events(&r, 0);
-        graft_sim_recovery_track(&r);
-        graft_sim_inject_pending(&r);
-        graft_sim_inject_due(&r);
-        if (r.res->error != NULL) {
+        graft_sim_observe(r);
+        graft_sim_observe_events(r, 0);
+        graft_sim_recovery_track(r);
+        graft_sim_inject_pending(r);
+        graft_sim_inject_due(r);
+        if (r->res->error != NULL) {
             break;
         }
-        sim_progress(&r, 0);
-        if (graft_sim_sup_done(r.sup) == r.nslots) {
-            res->completed = 1;
+        sim_progress(r, 0);
+        if (sim_once_over(r, &first_done_ns, timeout_ns)) {
             break;
         }
-        /* Elastic: once the groups still training have finished, a group
-         * left behind may never see a quorum again (its peers are gone);
-         * an orchestrator ends the job then. Give stragglers a grace. */
-        if (graft_sim_sup_done(r.sup) > 0 && first_done_ns == 0) {
-            first_done_ns = graft_sim_now_ns();
-        }
-        /* Strict: every quorum needs every group, and a finished rank has
-         * left for good; a rank that dies now can never heal. */
-        int dg, dr;
-        if (o->mode == GRAFT_SIM_LIVE_STRICT && first_done_ns != 0 &&
-            graft_sim_sup_dead(r.sup, &dg, &dr)) {
-            graft_sim_run_fail(&r, "group %d rank %d died after a rank had finished its last "
-                               "step: in strict mode no quorum can form again (see %s)",
-                               dg, dr, graft_sim_sup_log_path(r.sup, dg, dr));
-            graft_sim_sup_log_tail(r.sup, dg, dr, 3000);
-            break;
-        }
-        if (o->mode == GRAFT_SIM_LIVE_ELASTIC && first_done_ns != 0 &&
-            graft_sim_now_ns() - first_done_ns > 5000000000ull) {
-            res->completed = 1;
-            res->stragglers = r.nslots - graft_sim_sup_done(r.sup);
-            break;
-        }
-        if (graft_sim_now_ns() - r.t0 > timeout_ns) {
-            graft_sim_run_fail(&r, "timed out after %.0f s at step %lld", (double)timeout_ns / 1e9,
-                               r.job_step);
-            sim_unfinished_logs(&r);
-            break;
-        }
-        if (r.donor_pending) {
+        if (r->donor_pending) {
             /* A serve is short: watch for it closely. */
-            for (int i = 0; i < SIM_TICK_US / SIM_DONOR_TICK_US && r.donor_pending; i++) {
+            for (int i = 0; i < SIM_TICK_US / SIM_DONOR_TICK_US && r->donor_pending; i++) {
                 usleep(SIM_DONOR_TICK_US);
-                graft_sim_inject_donor_poll(&r);
+                graft_sim_inject_donor_poll(r);
             }
         } else {
             usleep(SIM_TICK_US);
         }
     }
-    if (r.etcd_up_at != 0 && graft_etcd_server_restart(r.server) != GRAFT_OK) {
-        graft_sim_run_fail(&r, "could not restart etcd");
+}
+
+/* After the loop: what is still broken restored (etcd, a killed member, a
+ * cut link), the last observation, and each rank's final hash and logs
+ * read before the trainers and their directory go. */
+static void sim_once_finish(graft_sim_run_t *r)
+{
+    graft_sim_result_t *res = r->res;
+    const graft_sim_live_opts_t *o = r->o;
+    if (r->etcd_up_at != 0 && graft_etcd_server_restart(r->server) != GRAFT_OK) {
+        graft_sim_run_fail(r, "could not restart etcd");
     }
-    if (r.lk_member != SIZE_MAX) {
+    if (r->lk_member != SIZE_MAX) {
         /* The run ended before the killed member's time was up. */
-        graft_sim_inject_leader_pending(&r, UINT64_MAX);
+        graft_sim_inject_leader_pending(r, UINT64_MAX);
     }
-    if (r.link.group >= 0) {
-        graft_sim_inject_link_restore(&r);
+    if (r->link.group >= 0) {
+        graft_sim_inject_link_restore(r);
     }
-    graft_sim_observe(&r);
-    graft_sim_observe_events(&r, 1);
-    graft_sim_recovery_track(&r);
-    sim_progress(&r, 1);
-    res->wall_s = graft_sim_run_elapsed(&r);
-    res->n_skipped = graft_sim_inject_not_reached(&r);
-    res->rank_hashes = calloc((size_t)r.nslots, sizeof(char *));
-    for (int i = 0; res->rank_hashes != NULL && i < r.nslots; i++) {
-        FILE *f = fopen(graft_sim_sup_hash_path(r.sup, i / o->ranks, i % o->ranks), "r");
+    graft_sim_observe(r);
+    graft_sim_observe_events(r, 1);
+    graft_sim_recovery_track(r);
+    sim_progress(r, 1);
+    res->wall_s = graft_sim_run_elapsed(r);
+    res->n_skipped = graft_sim_inject_not_reached(r);
+    res->rank_hashes = calloc((size_t)r->nslots, sizeof(char *));
+    for (int i = 0; res->rank_hashes != NULL && i < r->nslots; i++) {
+        FILE *f = fopen(graft_sim_sup_hash_path(r->sup, i / o->ranks, i % o->ranks), "r");
         char buf[256] = "";
         if (f != NULL) {
             if (fgets(buf, sizeof(buf), f) == NULL) {
@@ -522,50 +583,91 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
         buf[strcspn(buf, " \t\r\n")] = '\0';
         res->rank_hashes[i] = strdup(buf);
     }
-    graft_sim_sup_destroy(r.sup);
-    r.sup = NULL;
+    graft_sim_sup_destroy(r->sup);
+    r->sup = NULL;
     /* The logs are read by the verdict before the directory goes. */
-    graft_sim_verdict_scan_logs(res, r.dir, o->groups, o->ranks, o->mode == GRAFT_SIM_LIVE_ELASTIC);
-out:
-    graft_sim_sup_destroy(r.sup);
-    free(master_ports);
-    graft_membership_destroy(r.obs);
-    graft_membership_quorum_free(r.quorum);
-    while (r.n_open > 0) {
-        graft_sim_recovery_close(&r, 0);
-    }
-    free(r.open);
-    free(r.slots);
-    free(r.ev_done);
-    graft_etcd_endpoints_free(r.endpoints, r.n_endpoints);
-    for (int i = 0; i < 16; i++) {
-        free(env[i]);
-    }
+    graft_sim_verdict_scan_logs(res, r->dir, o->groups, o->ranks, o->mode == GRAFT_SIM_LIVE_ELASTIC);
+}
+
+/* The run directory removed, or kept (GRAFT_SIM_KEEP) with copies of the
+ * embedded etcd's logs. */
+static void sim_once_dir_done(const graft_sim_run_t *r)
+{
     if (!graft_sim_keep()) {
         char cmd[PATH_MAX + 16];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r.dir);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
         if (system(cmd) != 0) {
-            fprintf(stderr, "graft-sim run: warning: could not remove %s\n", r.dir);
+            fprintf(stderr, "graft-sim run: warning: could not remove %s\n", r->dir);
         }
-    } else {
-        /* The embedded etcd's logs go with the cluster: keep copies
-         * (etcd.log, then etcd-m1.log, ... for the other members). */
-        char cmd[2 * PATH_MAX + 48];
-        for (size_t m = 0; m < graft_etcd_cluster_size(cluster); m++) {
-            const char *elog = graft_etcd_server_log_path(graft_etcd_cluster_member(cluster, m));
-            if (elog == NULL) {
-                continue;
-            }
-            if (m == 0) {
-                snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd.log'", elog, r.dir);
-            } else {
-                snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd-m%zu.log'", elog, r.dir, m);
-            }
-            if (system(cmd) != 0) {
-                fprintf(stderr, "graft-sim run: warning: could not copy %s\n", elog);
-            }
-        }
-        printf("graft-sim: kept the run directory %s\n", r.dir);
+        return;
     }
+    /* The embedded etcd's logs go with the cluster: keep copies
+     * (etcd.log, then etcd-m1.log, ... for the other members). */
+    char cmd[2 * PATH_MAX + 48];
+    for (size_t m = 0; m < graft_etcd_cluster_size(r->cluster); m++) {
+        const char *elog = graft_etcd_server_log_path(graft_etcd_cluster_member(r->cluster, m));
+        if (elog == NULL) {
+            continue;
+        }
+        if (m == 0) {
+            snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd.log'", elog, r->dir);
+        } else {
+            snprintf(cmd, sizeof(cmd), "cp '%s' '%s/etcd-m%zu.log'", elog, r->dir, m);
+        }
+        if (system(cmd) != 0) {
+            fprintf(stderr, "graft-sim run: warning: could not copy %s\n", elog);
+        }
+    }
+    printf("graft-sim: kept the run directory %s\n", r->dir);
+}
+
+/* A run's teardown, whatever point its setup reached. */
+static void sim_once_teardown(sim_once_t *s)
+{
+    graft_sim_run_t *r = &s->r;
+    graft_sim_sup_destroy(r->sup);
+    free(s->master_ports);
+    graft_membership_destroy(r->obs);
+    graft_membership_quorum_free(r->quorum);
+    while (r->n_open > 0) {
+        graft_sim_recovery_close(r, 0);
+    }
+    free(r->open);
+    free(r->slots);
+    free(r->ev_done);
+    graft_etcd_endpoints_free(r->endpoints, r->n_endpoints);
+    for (int i = 0; i < 16; i++) {
+        free(s->env[i]);
+    }
+    sim_once_dir_done(r);
+}
+
+/*
+ * One run: the given schedule (empty for the reference) against a fresh
+ * set of trainers under a job name of its own.
+ */
+graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
+                                  const graft_sim_schedule_t *sched,
+                                  graft_etcd_cluster_t *cluster, const char *endpoint,
+                                  const char *tag, const char *persist_root,
+                                  graft_sim_result_t *res)
+{
+    sim_once_t once;
+    sim_once_t *s = &once;
+    memset(s, 0, sizeof(*s));
+    sim_once_init(s, o, sched, cluster, endpoint, tag, persist_root, res);
+    graft_sim_run_t *r = &s->r;
+    const char *dir_base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(r->dir, sizeof(r->dir), "%s/graft-sim-%s-XXXXXX", dir_base, tag);
+    if (mkdtemp(r->dir) == NULL) {
+        fprintf(stderr, "graft-sim run: error: mkdtemp %s: %s\n", r->dir, strerror(errno));
+        return GRAFT_ESYS;
+    }
+    graft_status_t st = sim_once_setup(s);
+    if (st == GRAFT_OK) {
+        sim_once_loop(s);
+        sim_once_finish(r);
+    }
+    sim_once_teardown(s);
     return st;
 }
