@@ -3,14 +3,12 @@
  * the request path (a pool of curl easy handles, each keeping its
  * connection alive; endpoint failover; retries with backoff;
  * authentication). The calls built on it are etcd_kv.c; watches are
- * etcd_watch.c.
+ * etcd_watch.c; endpoint lists and their checks are etcd_endpoints.c.
  */
 #include "etcd_internal.h"
 
-#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_OK;
@@ -31,73 +29,8 @@ graft_status_t graft__etcd_curl_init(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Where the endpoints are                                                  */
+/* Passwords in clear (the endpoint checks: etcd_endpoints.c)               */
 /* ------------------------------------------------------------------------ */
-
-bool graft_etcd_endpoint_is_loopback(const char *url)
-{
-    char host[256];
-    const char *p = url != NULL ? strstr(url, "://") : NULL;
-    if (p == NULL)
-        return false;
-    p += 3;
-    size_t n = strcspn(p, "/?#");
-    const char *at = memchr(p, '@', n); /* user:password@host */
-    if (at != NULL) {
-        n -= (size_t)(at + 1 - p);
-        p = at + 1;
-    }
-    if (n > 0 && p[0] == '[') {
-        const char *close = memchr(p, ']', n);
-        if (close == NULL)
-            return false;
-        n = (size_t)(close - p - 1);
-        p++;
-    } else {
-        const char *colon = memchr(p, ':', n);
-        if (colon != NULL)
-            n = (size_t)(colon - p);
-    }
-    if (n == 0 || n >= sizeof(host))
-        return false;
-    memcpy(host, p, n);
-    host[n] = '\0';
-    if (strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.") == 0)
-        return true;
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
-    return false;
-}
-
-bool graft_etcd_config_is_private(const graft_etcd_config_t *config, const char **first_p,
-                                  const char **why_p)
-{
-    bool authenticated = config->username != NULL || config->cert_file != NULL;
-    for (size_t i = 0; i < config->n_endpoints; i++) {
-        const char *e = config->endpoints[i];
-        const char *why = NULL;
-        if (graft_etcd_endpoint_is_loopback(e))
-            continue;
-        if (e == NULL || strncmp(e, "https://", 8) != 0)
-            why = "plain http to an address that is not loopback: what the job keeps there "
-                  "would cross the network in clear";
-        else if (!authenticated)
-            why = "https without authentication (no user, no client certificate): anyone who "
-                  "reaches etcd reads what the job keeps there";
-        if (why == NULL)
-            continue;
-        if (first_p != NULL)
-            *first_p = e != NULL ? e : "(null)";
-        if (why_p != NULL)
-            *why_p = why;
-        return false;
-    }
-    return true;
-}
 
 /* A password sent over plain http crosses the network in clear (etcd's
  * JSON gateway takes it in the body of /v3/auth/authenticate): said once
@@ -274,56 +207,6 @@ const char *graft_etcd_current_endpoint(graft_etcd_t *etcd)
     return e;
 }
 
-graft_status_t graft_etcd_endpoints_split(const char *list, char ***endpoints_p, size_t *n_p)
-{
-    graft_status_t st = GRAFT_EINVAL;
-    char **out = NULL;
-    size_t k = 0;
-
-    if (list == NULL || endpoints_p == NULL || n_p == NULL)
-        goto out;
-    size_t n = 1;
-    for (const char *p = list; *p != '\0'; p++)
-        n += *p == ',';
-    st = GRAFT_ENOMEM;
-    out = graft__calloc(n, sizeof(*out));
-    if (out == NULL)
-        goto out;
-    for (const char *p = list; *p != '\0';) {
-        size_t len = strcspn(p, ",");
-        if (len > 0) {
-            out[k] = graft__strndup(p, len);
-            if (out[k] == NULL)
-                goto err_out;
-            k++;
-        }
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    if (k == 0) {
-        st = GRAFT_EINVAL;
-        goto err_out;
-    }
-    *endpoints_p = out;
-    *n_p = k;
-    return GRAFT_OK;
-
-err_out:
-    graft_etcd_endpoints_free(out, k);
-out:
-    return st;
-}
-
-void graft_etcd_endpoints_free(char **endpoints, size_t n)
-{
-    if (endpoints == NULL)
-        return;
-    for (size_t i = 0; i < n; i++)
-        graft_free(endpoints[i]);
-    graft_free(endpoints);
-}
-
 size_t graft__etcd_endpoint_first(graft_etcd_t *etcd)
 {
     pthread_mutex_lock(&etcd->lock);
@@ -479,142 +362,181 @@ static bool path_idempotent(const char *path)
     return false;
 }
 
+/* One request of http_post() as it goes from endpoint to endpoint. */
+typedef struct post_call {
+    graft_etcd_t *etcd;
+    CURL *h;
+    const char *path;
+    const char *body;
+    size_t body_len;
+    struct curl_slist *headers;
+    bool idempotent; /* path_idempotent(path) */
+    resp_sink_t *sink;
+    long *http_code_p;
+    char *url;              /* the endpoint tried last */
+    bool leaderless;        /* a member said, in this attempt, it has no leader */
+    graft_status_t st;      /* the outcome so far */
+} post_call_t;
+
+/* The request's headers, or NULL (out of memory). An empty Expect: stops
+ * curl from waiting for "100 Continue" on large bodies, which the gateway
+ * never sends. */
+static struct curl_slist *post_headers(const char *auth_header)
+{
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *h2 = headers != NULL ? curl_slist_append(headers, "Expect:") : NULL;
+    if (h2 != NULL && auth_header != NULL)
+        h2 = curl_slist_append(headers, auth_header);
+    if (h2 == NULL) {
+        curl_slist_free_all(headers);
+        return NULL;
+    }
+    return headers;
+}
+
+/* After a transfer that failed with rc (no HTTP answer): true when the
+ * next endpoint may be tried, false when c->st is final. */
+static bool post_failed_may_go_on(post_call_t *c, CURLcode rc, size_t k)
+{
+    if (c->sink->no_mem) {
+        c->st = GRAFT_ENOMEM;
+        return false;
+    }
+    if (c->sink->too_big) {
+        GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd %s: answer over %u bytes", c->url,
+                    GRAFT_ETCD_MAX_RESPONSE);
+        c->st = GRAFT_EMALFORMED;
+        return false;
+    }
+    /* A connect that timed out (a black-holed endpoint) is a
+     * reason to try the next endpoint, not a request timeout. */
+    curl_off_t connected_us = 0;
+    bool connect_timeout =
+        rc == CURLE_OPERATION_TIMEDOUT &&
+        curl_easy_getinfo(c->h, CURLINFO_CONNECT_TIME_T, &connected_us) == CURLE_OK &&
+        connected_us == 0;
+    /* A request that waits on a follower whose leader just died
+     * waits in vain: etcd drops what it forwarded and answers only
+     * at its own timeout. One whose repetition changes nothing can
+     * go to the next member instead. */
+    bool repeatable_timeout = rc == CURLE_OPERATION_TIMEDOUT && c->idempotent &&
+                              k + 1 < c->etcd->n_endpoints;
+    if (!graft__etcd_curl_retryable(rc) && !connect_timeout && !repeatable_timeout) {
+        c->st = graft__etcd_curl_status(rc);
+        GRAFT_WARN(GRAFT_MOD_ETCD, "etcd %s: %s", c->url, curl_easy_strerror(rc));
+        return false;
+    }
+    GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %s", c->url, curl_easy_strerror(rc));
+    c->st = GRAFT_EUNREACHABLE;
+    return true;
+}
+
+/* The request to endpoint idx, the k-th tried in this attempt. True when
+ * c->st is final (GRAFT_OK: an HTTP answer, in *c->http_code_p and
+ * c->sink->body), false when the next endpoint is to be tried. */
+static bool post_one(post_call_t *c, size_t idx, size_t k, uint32_t attempt)
+{
+    graft_etcd_t *etcd = c->etcd;
+    resp_sink_t *sink = c->sink;
+    graft_free(c->url);
+    c->url = graft__asprintf("%s%s", etcd->endpoints[idx], c->path);
+    if (c->url == NULL) {
+        c->st = GRAFT_ENOMEM;
+        return true;
+    }
+    graft__buf_reset(&sink->body);
+    sink->too_big = sink->no_mem = false;
+    curl_easy_reset(c->h);
+    graft__etcd_curl_setup(etcd, c->h, c->url, etcd->request_timeout_ms);
+    curl_easy_setopt(c->h, CURLOPT_POST, 1L);
+    curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, c->body);
+    curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->body_len);
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->headers);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, sink_write);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, sink);
+    if (!graft__etcd_load_admit(etcd, attempt > 0 || k > 0)) {
+        GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: shed (etcd is slow)", c->path);
+        c->st = GRAFT_EUNREACHABLE;
+        return true;
+    }
+    uint64_t t0 = graft__now_ns();
+    CURLcode rc = curl_easy_perform(c->h);
+    long code = 0;
+    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &code);
+    /* A member without a leader answers 503, or 500 for a write it
+     * cannot propose: another member may have one already. */
+    bool no_leader = rc == CURLE_OK && code >= 500 &&
+                     graft__etcd_error_is_leaderless(sink->body.data ? sink->body.data : "",
+                                                     sink->body.len);
+    graft__etcd_load_done(etcd, rc == CURLE_OK && code != 503 && !no_leader,
+                          graft__now_ns() - t0);
+    if (rc == CURLE_OK && (code == 503 || no_leader)) {
+        GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %ld%s", c->url, code,
+                    no_leader ? " (no leader)" : "");
+        c->leaderless |= no_leader;
+        c->st = GRAFT_EUNREACHABLE;
+        return false;
+    }
+    if (rc == CURLE_OK) {
+        graft__etcd_endpoint_answered(etcd, idx);
+        atomic_fetch_add(&etcd->bytes_read, sink->body.len);
+        *c->http_code_p = code;
+        c->st = GRAFT_OK;
+        return true;
+    }
+    return !post_failed_may_go_on(c, rc, k);
+}
+
 /* One POST with failover across endpoints and retries with backoff. On
  * GRAFT_OK an HTTP answer arrived: *http_code_p and sink->body hold it. */
 static graft_status_t http_post(graft_etcd_t *etcd, const char *path, const char *body,
                                 size_t body_len, const char *auth_header, long *http_code_p,
                                 resp_sink_t *sink)
 {
-    graft_status_t st = GRAFT_EUNREACHABLE;
-    struct curl_slist *headers = NULL, *h2;
-    CURL *h = handle_get(etcd);
-    char *url = NULL;
+    post_call_t c = {.etcd = etcd, .path = path, .body = body, .body_len = body_len,
+                     .idempotent = path_idempotent(path), .sink = sink,
+                     .http_code_p = http_code_p, .st = GRAFT_EUNREACHABLE};
 
-    if (h == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    /* An empty Expect: stops curl from waiting for "100 Continue" on large
-     * bodies, which the gateway never sends. */
-    headers = curl_slist_append(NULL, "Content-Type: application/json");
-    h2 = headers != NULL ? curl_slist_append(headers, "Expect:") : NULL;
-    if (h2 != NULL && auth_header != NULL)
-        h2 = curl_slist_append(headers, auth_header);
-    if (h2 == NULL) {
-        st = GRAFT_ENOMEM;
-        goto err_headers;
+    c.h = handle_get(etcd);
+    if (c.h == NULL)
+        return GRAFT_ENOMEM;
+    c.headers = post_headers(auth_header);
+    if (c.headers == NULL) {
+        c.st = GRAFT_ENOMEM;
+        goto cleanup;
     }
 
     uint32_t backoff = etcd->retry_backoff_ms;
     size_t first = graft__etcd_endpoint_first(etcd);
-    bool idempotent = path_idempotent(path);
     uint64_t election_end = graft__now_ns() + (uint64_t)etcd->election_wait_ms * 1000000ull;
-    bool leaderless = false;
     for (uint32_t attempt = 0;; attempt++) {
         /* Past the retries, go on only while a member says an election is
          * on: it ends by itself, within a few election timeouts. */
-        if (attempt > etcd->max_retries && !(leaderless && graft__now_ns() < election_end))
+        if (attempt > etcd->max_retries && !(c.leaderless && graft__now_ns() < election_end))
             break;
         if (attempt > 0) {
             GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: retry %u after %u ms%s", path, attempt, backoff,
-                        leaderless ? " (no leader)" : "");
+                        c.leaderless ? " (no leader)" : "");
             graft__sleep_ns(graft__jitter_ns((uint64_t)backoff * 1000000ull));
             backoff = backoff > UINT32_MAX / 2 ? backoff : backoff * 2;
-            if (leaderless && backoff > ELECTION_BACKOFF_MAX_MS)
+            if (c.leaderless && backoff > ELECTION_BACKOFF_MAX_MS)
                 backoff = ELECTION_BACKOFF_MAX_MS;
         }
-        leaderless = false;
-        for (size_t k = 0; k < etcd->n_endpoints; k++) {
-            size_t idx = (first + k) % etcd->n_endpoints;
-            graft_free(url);
-            url = graft__asprintf("%s%s", etcd->endpoints[idx], path);
-            if (url == NULL) {
-                st = GRAFT_ENOMEM;
-                goto err_headers;
-            }
-            graft__buf_reset(&sink->body);
-            sink->too_big = sink->no_mem = false;
-            curl_easy_reset(h);
-            graft__etcd_curl_setup(etcd, h, url, etcd->request_timeout_ms);
-            curl_easy_setopt(h, CURLOPT_POST, 1L);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-            curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-            curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
-            curl_easy_setopt(h, CURLOPT_WRITEDATA, sink);
-            if (!graft__etcd_load_admit(etcd, attempt > 0 || k > 0)) {
-                GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: shed (etcd is slow)", path);
-                st = GRAFT_EUNREACHABLE;
-                goto err_headers;
-            }
-            uint64_t t0 = graft__now_ns();
-            CURLcode rc = curl_easy_perform(h);
-            long code = 0;
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-            /* A member without a leader answers 503, or 500 for a write it
-             * cannot propose: another member may have one already. */
-            bool no_leader = rc == CURLE_OK && code >= 500 &&
-                             graft__etcd_error_is_leaderless(sink->body.data ? sink->body.data : "",
-                                                             sink->body.len);
-            graft__etcd_load_done(etcd, rc == CURLE_OK && code != 503 && !no_leader,
-                                  graft__now_ns() - t0);
-            if (rc == CURLE_OK && (code == 503 || no_leader)) {
-                GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %ld%s", url, code,
-                            no_leader ? " (no leader)" : "");
-                leaderless |= no_leader;
-                st = GRAFT_EUNREACHABLE;
-                continue;
-            }
-            if (rc == CURLE_OK) {
-                graft__etcd_endpoint_answered(etcd, idx);
-                atomic_fetch_add(&etcd->bytes_read, sink->body.len);
-                *http_code_p = code;
-                st = GRAFT_OK;
-                goto err_headers;
-            }
-            if (sink->no_mem) {
-                st = GRAFT_ENOMEM;
-                goto err_headers;
-            }
-            if (sink->too_big) {
-                GRAFT_ERROR(GRAFT_MOD_ETCD, "etcd %s: answer over %u bytes", url,
-                            GRAFT_ETCD_MAX_RESPONSE);
-                st = GRAFT_EMALFORMED;
-                goto err_headers;
-            }
-            /* A connect that timed out (a black-holed endpoint) is a
-             * reason to try the next endpoint, not a request timeout. */
-            curl_off_t connected_us = 0;
-            bool connect_timeout =
-                rc == CURLE_OPERATION_TIMEDOUT &&
-                curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected_us) == CURLE_OK &&
-                connected_us == 0;
-            /* A request that waits on a follower whose leader just died
-             * waits in vain: etcd drops what it forwarded and answers only
-             * at its own timeout. One whose repetition changes nothing can
-             * go to the next member instead. */
-            bool repeatable_timeout = rc == CURLE_OPERATION_TIMEDOUT && idempotent &&
-                                      k + 1 < etcd->n_endpoints;
-            if (!graft__etcd_curl_retryable(rc) && !connect_timeout && !repeatable_timeout) {
-                st = graft__etcd_curl_status(rc);
-                GRAFT_WARN(GRAFT_MOD_ETCD, "etcd %s: %s", url, curl_easy_strerror(rc));
-                goto err_headers;
-            }
-            GRAFT_DEBUG(GRAFT_MOD_ETCD, "etcd %s: %s", url, curl_easy_strerror(rc));
-            st = GRAFT_EUNREACHABLE;
-        }
+        c.leaderless = false;
+        for (size_t k = 0; k < etcd->n_endpoints; k++)
+            if (post_one(&c, (first + k) % etcd->n_endpoints, k, attempt))
+                goto cleanup;
     }
     GRAFT_WARN(GRAFT_MOD_ETCD, "etcd %s: no endpoint answered after %u attempts", path,
                etcd->max_retries + 1);
 
-err_headers:
-    graft_free(url);
-    curl_slist_free_all(headers);
+cleanup:
+    graft_free(c.url);
+    curl_slist_free_all(c.headers);
     /* A failed transfer leaves the handle usable; its dead connection is
      * dropped by curl on the next use. */
-    handle_put(etcd, h);
-out:
-    return st;
+    handle_put(etcd, c.h);
+    return c.st;
 }
 
 static graft_status_t parse_body(const resp_sink_t *sink, json_t **json_p)
