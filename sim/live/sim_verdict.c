@@ -445,6 +445,185 @@ static json_t *sim_num_or_null(double x)
     return isnan(x) ? json_null() : json_real(round(x * 1e6) / 1e6);
 }
 
+/* A kill_donor's or cut_donor's donor: who, when, and how its heal went. */
+static void sim_json_donor(json_t *e, const graft_sim_injected_t *in)
+{
+    json_object_set_new(e, "donor_group",
+                        in->donor_group >= 0 ? json_integer(in->donor_group) : json_null());
+    json_object_set_new(e, "donor_rank",
+                        in->donor_rank >= 0 ? json_integer(in->donor_rank) : json_null());
+    json_object_set_new(e, "donor_t", sim_num_or_null(in->donor_t < 0 ? NAN : in->donor_t));
+    json_object_set_new(e, "donor_serving_step",
+                        in->donor_step >= 0 ? json_integer(in->donor_step) : json_null());
+    json_object_set_new(e,
+                        in->ev.kind == GRAFT_SIM_CUT_DONOR ? "donor_cut_serving"
+                                                           : "donor_killed_serving",
+                        json_boolean(in->donor_serving));
+    json_object_set_new(e, "donor_mid_serve", json_boolean(in->donor_mid_serve));
+    json_object_set_new(e, "donor_heal_ok", in->donor_heal_ok < 0
+                                                ? json_null()
+                                                : json_boolean(in->donor_heal_ok));
+}
+
+/* An etcd_leader_kill: the member, the election, the restart, the stall. */
+static void sim_json_leader_kill(json_t *e, const graft_sim_result_t *res, size_t i)
+{
+    const graft_sim_injected_t *in = &res->injected[i];
+    json_object_set_new(e, "etcd_member", json_integer(in->etcd_member));
+    json_object_set_new(e, "etcd_new_leader", in->etcd_new_leader >= 0
+                                                  ? json_integer(in->etcd_new_leader)
+                                                  : json_null());
+    json_object_set_new(e, "election_seconds",
+                        sim_num_or_null(in->etcd_elected_t >= 0 ? in->etcd_elected_t - in->t
+                                                                : NAN));
+    json_object_set_new(e, "member_restarted_t",
+                        sim_num_or_null(in->etcd_restart_t >= 0 ? in->etcd_restart_t : NAN));
+    json_object_set_new(e, "stall_seconds", sim_num_or_null(graft_sim_stall_after(res, in->t)));
+    json_object_set_new(e, "stall_resolution_seconds",
+                        sim_num_or_null(graft_sim_stall_resolution(res, in->t)));
+    json_object_set_new(e, "isolated", json_boolean(graft_sim_stall_isolated(res, i)));
+}
+
+/* The injected failures (inj), the count of each kind (kinds, every kind
+ * listed), and how many kill_donors hit a serve mid-pull. -1 on ENOMEM. */
+static int sim_json_injected(const graft_sim_result_t *res, json_t *kinds, json_t *inj,
+                             json_int_t *mid_serve_p)
+{
+    for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
+        json_object_set_new(kinds, graft_sim_kind_name((graft_sim_kind_t)k), json_integer(0));
+    }
+    for (size_t i = 0; i < res->n_injected; i++) {
+        const graft_sim_injected_t *in = &res->injected[i];
+        const char *name = graft_sim_kind_name(in->ev.kind);
+        json_object_set_new(kinds, name,
+                            json_integer(json_integer_value(json_object_get(kinds, name)) + 1));
+        json_t *e = graft_sim_event_json(&in->ev);
+        if (e == NULL) {
+            return -1;
+        }
+        json_object_set_new(e, "t", sim_num_or_null(in->t));
+        json_object_set_new(e, "plan_index", json_integer((json_int_t)in->plan_index));
+        if (in->ev.kind == GRAFT_SIM_KILL_DONOR || in->ev.kind == GRAFT_SIM_CUT_DONOR) {
+            sim_json_donor(e, in);
+            *mid_serve_p += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_mid_serve;
+        }
+        if (in->ev.kind == GRAFT_SIM_PARTITION || in->ev.kind == GRAFT_SIM_ISOLATE ||
+            in->ev.kind == GRAFT_SIM_NETEM || in->ev.kind == GRAFT_SIM_THROTTLE ||
+            in->ev.kind == GRAFT_SIM_CUT_DONOR) {
+            json_object_set_new(e, "link_restored_t", sim_num_or_null(in->link_restored_t >= 0
+                                                                          ? in->link_restored_t
+                                                                          : NAN));
+        }
+        if (in->ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
+            sim_json_leader_kill(e, res, i);
+        }
+        json_array_append_new(inj, e);
+    }
+    return 0;
+}
+
+/* One recovery: what failed, when, from which step, and its phases. */
+static json_t *sim_json_recovery(const graft_sim_recovery_t *rc)
+{
+    json_t *e = json_object();
+    json_t *ps = json_object();
+    if (e == NULL || ps == NULL) {
+        json_decref(e);
+        json_decref(ps);
+        return NULL;
+    }
+    json_object_set_new(e, "kind", json_string(graft_sim_kind_name(rc->kind)));
+    json_object_set_new(e, "role", json_string(rc->role));
+    json_object_set_new(e, "group", rc->group >= 0 ? json_integer(rc->group) : json_null());
+    json_object_set_new(e, "rank", rc->rank >= 0 ? json_integer(rc->rank) : json_null());
+    json_object_set_new(e, "t_fail", sim_num_or_null(rc->t_fail));
+    json_object_set_new(e, "step_at_fail", json_integer(rc->step_at_fail));
+    if (rc->restored_step >= 0) {
+        json_object_set_new(e, "restored_step", json_integer(rc->restored_step));
+    }
+    if (rc->corrupted_step >= 0) {
+        json_object_set_new(e, "corrupted_step", json_integer(rc->corrupted_step));
+    }
+    if (graft_sim_kind_is_disaster(rc->kind)) {
+        json_object_set_new(e, "checkpoint_step", rc->checkpoint_step >= 0
+                                                      ? json_integer(rc->checkpoint_step)
+                                                      : json_null());
+    }
+    json_object_set_new(e, "healed", json_boolean(rc->done));
+    for (int ph = 0; ph < SIM_NPHASES; ph++) {
+        json_object_set_new(ps, sim_phases[ph], sim_num_or_null(sim_phase(rc, ph)));
+    }
+    json_object_set_new(e, "seconds", ps);
+    return e;
+}
+
+/* The recoveries (recs) and each phase's median, max and count (phases).
+ * -1 on ENOMEM. */
+static int sim_json_recoveries(const graft_sim_result_t *res, json_t *recs, json_t *phases)
+{
+    for (size_t i = 0; i < res->n_recoveries; i++) {
+        json_t *e = sim_json_recovery(&res->recoveries[i]);
+        if (e == NULL) {
+            return -1;
+        }
+        json_array_append_new(recs, e);
+    }
+    for (int ph = 0; ph < SIM_NPHASES; ph++) {
+        double med, max;
+        size_t n;
+        sim_phase_stats(res, ph, &med, &max, &n);
+        json_t *p = json_object();
+        if (p == NULL) {
+            return -1;
+        }
+        json_object_set_new(p, "median", sim_num_or_null(med));
+        json_object_set_new(p, "max", sim_num_or_null(max));
+        json_object_set_new(p, "n", json_integer((json_int_t)n));
+        json_object_set_new(phases, sim_phases[ph], p);
+    }
+    return 0;
+}
+
+/* The etcd_leader_kills' summary (graft_sim_leader_summary()). */
+static json_t *sim_json_leader_kills(const graft_sim_result_t *res)
+{
+    graft_sim_leader_summary_t ls;
+    graft_sim_leader_summary(res, &ls);
+    json_t *lk = json_pack("{s:I, s:I, s:{s:o, s:o}, s:I, s:{s:o, s:o}, s:o, s:f}", "n",
+                           (json_int_t)ls.n, "n_isolated", (json_int_t)ls.n_isolated,
+                           "stall_seconds", "median", sim_num_or_null(ls.stall_median), "max",
+                           sim_num_or_null(ls.stall_max), "n_elected", (json_int_t)ls.n_elected,
+                           "election_seconds", "median", sim_num_or_null(ls.elect_median), "max",
+                           sim_num_or_null(ls.elect_max), "step_gap_median_seconds",
+                           sim_num_or_null(ls.step_gap_median), "window_seconds",
+                           GRAFT_SIM_STALL_WINDOW_S);
+    return lk != NULL ? lk : json_null();
+}
+
+/* The report's end: the state hashes and the commit checks. */
+static void sim_json_hashes(json_t *j, const graft_sim_result_t *res, const char *reference_hash,
+                            json_t *hashes)
+{
+    for (int i = 0; res->rank_hashes != NULL && i < res->groups * res->ranks; i++) {
+        json_array_append_new(hashes, json_string(res->rank_hashes[i] ? res->rank_hashes[i] : ""));
+    }
+    json_object_set_new(j, "final_state_hash",
+                        res->final_hash ? json_string(res->final_hash) : json_null());
+    json_object_set_new(j, "reference_state_hash",
+                        reference_hash ? json_string(reference_hash) : json_null());
+    json_object_set_new(j, "rank_state_hashes", hashes);
+    json_object_set_new(j, "steps_committed", json_integer(res->steps_committed));
+    json_object_set_new(j, "steps_lost", json_integer(res->steps_lost));
+    json_object_set_new(j, "commit_checks", json_integer(res->commit_checks));
+    json_t *by_epoch = json_array();
+    for (size_t e = 0; by_epoch != NULL && e < res->n_epochs; e++) {
+        json_array_append_new(by_epoch, json_integer(res->epoch_checks[e]));
+    }
+    json_object_set_new(j, "commit_checks_by_epoch", by_epoch != NULL ? by_epoch : json_null());
+    json_object_set_new(j, "stragglers", json_integer(res->stragglers));
+    json_object_set_new(j, "commit_mismatches", json_integer(res->commit_mismatches));
+}
+
 json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_schedule_t *sched,
                               const graft_sim_result_t *res, const char *verdict, const char *why,
                               const char *reference_hash)
@@ -462,111 +641,9 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
         phases == NULL || hashes == NULL) {
         goto fail;
     }
-    for (int k = 0; k < GRAFT_SIM_KIND_COUNT; k++) {
-        json_object_set_new(kinds, graft_sim_kind_name((graft_sim_kind_t)k), json_integer(0));
-    }
-    for (size_t i = 0; i < res->n_injected; i++) {
-        const graft_sim_injected_t *in = &res->injected[i];
-        const char *name = graft_sim_kind_name(in->ev.kind);
-        json_object_set_new(kinds, name,
-                            json_integer(json_integer_value(json_object_get(kinds, name)) + 1));
-        json_t *e = graft_sim_event_json(&in->ev);
-        if (e == NULL) {
-            goto fail;
-        }
-        json_object_set_new(e, "t", sim_num_or_null(in->t));
-        json_object_set_new(e, "plan_index", json_integer((json_int_t)in->plan_index));
-        if (in->ev.kind == GRAFT_SIM_KILL_DONOR || in->ev.kind == GRAFT_SIM_CUT_DONOR) {
-            json_object_set_new(e, "donor_group",
-                                in->donor_group >= 0 ? json_integer(in->donor_group) : json_null());
-            json_object_set_new(e, "donor_rank",
-                                in->donor_rank >= 0 ? json_integer(in->donor_rank) : json_null());
-            json_object_set_new(e, "donor_t", sim_num_or_null(in->donor_t < 0 ? NAN : in->donor_t));
-            json_object_set_new(e, "donor_serving_step",
-                                in->donor_step >= 0 ? json_integer(in->donor_step) : json_null());
-            json_object_set_new(e,
-                                in->ev.kind == GRAFT_SIM_CUT_DONOR ? "donor_cut_serving"
-                                                                   : "donor_killed_serving",
-                                json_boolean(in->donor_serving));
-            json_object_set_new(e, "donor_mid_serve", json_boolean(in->donor_mid_serve));
-            json_object_set_new(e, "donor_heal_ok", in->donor_heal_ok < 0
-                                                        ? json_null()
-                                                        : json_boolean(in->donor_heal_ok));
-            mid_serve += in->ev.kind == GRAFT_SIM_KILL_DONOR && in->donor_mid_serve;
-        }
-        if (in->ev.kind == GRAFT_SIM_PARTITION || in->ev.kind == GRAFT_SIM_ISOLATE ||
-            in->ev.kind == GRAFT_SIM_NETEM || in->ev.kind == GRAFT_SIM_THROTTLE ||
-            in->ev.kind == GRAFT_SIM_CUT_DONOR) {
-            json_object_set_new(e, "link_restored_t", sim_num_or_null(in->link_restored_t >= 0
-                                                                          ? in->link_restored_t
-                                                                          : NAN));
-        }
-        if (in->ev.kind == GRAFT_SIM_ETCD_LEADER_KILL) {
-            json_object_set_new(e, "etcd_member", json_integer(in->etcd_member));
-            json_object_set_new(e, "etcd_new_leader", in->etcd_new_leader >= 0
-                                                          ? json_integer(in->etcd_new_leader)
-                                                          : json_null());
-            json_object_set_new(e, "election_seconds",
-                                sim_num_or_null(in->etcd_elected_t >= 0 ? in->etcd_elected_t - in->t
-                                                                        : NAN));
-            json_object_set_new(e, "member_restarted_t",
-                                sim_num_or_null(in->etcd_restart_t >= 0 ? in->etcd_restart_t : NAN));
-            json_object_set_new(e, "stall_seconds",
-                                sim_num_or_null(graft_sim_stall_after(res, in->t)));
-            json_object_set_new(e, "stall_resolution_seconds",
-                                sim_num_or_null(graft_sim_stall_resolution(res, in->t)));
-            json_object_set_new(e, "isolated", json_boolean(graft_sim_stall_isolated(res, i)));
-        }
-        json_array_append_new(inj, e);
-    }
-    for (size_t i = 0; i < res->n_recoveries; i++) {
-        const graft_sim_recovery_t *rc = &res->recoveries[i];
-        json_t *e = json_object();
-        json_t *ps = json_object();
-        if (e == NULL || ps == NULL) {
-            json_decref(e);
-            json_decref(ps);
-            goto fail;
-        }
-        json_object_set_new(e, "kind", json_string(graft_sim_kind_name(rc->kind)));
-        json_object_set_new(e, "role", json_string(rc->role));
-        json_object_set_new(e, "group", rc->group >= 0 ? json_integer(rc->group) : json_null());
-        json_object_set_new(e, "rank", rc->rank >= 0 ? json_integer(rc->rank) : json_null());
-        json_object_set_new(e, "t_fail", sim_num_or_null(rc->t_fail));
-        json_object_set_new(e, "step_at_fail", json_integer(rc->step_at_fail));
-        if (rc->restored_step >= 0) {
-            json_object_set_new(e, "restored_step", json_integer(rc->restored_step));
-        }
-        if (rc->corrupted_step >= 0) {
-            json_object_set_new(e, "corrupted_step", json_integer(rc->corrupted_step));
-        }
-        if (graft_sim_kind_is_disaster(rc->kind)) {
-            json_object_set_new(e, "checkpoint_step", rc->checkpoint_step >= 0
-                                                          ? json_integer(rc->checkpoint_step)
-                                                          : json_null());
-        }
-        json_object_set_new(e, "healed", json_boolean(rc->done));
-        for (int ph = 0; ph < SIM_NPHASES; ph++) {
-            json_object_set_new(ps, sim_phases[ph], sim_num_or_null(sim_phase(rc, ph)));
-        }
-        json_object_set_new(e, "seconds", ps);
-        json_array_append_new(recs, e);
-    }
-    for (int ph = 0; ph < SIM_NPHASES; ph++) {
-        double med, max;
-        size_t n;
-        sim_phase_stats(res, ph, &med, &max, &n);
-        json_t *p = json_object();
-        if (p == NULL) {
-            goto fail;
-        }
-        json_object_set_new(p, "median", sim_num_or_null(med));
-        json_object_set_new(p, "max", sim_num_or_null(max));
-        json_object_set_new(p, "n", json_integer((json_int_t)n));
-        json_object_set_new(phases, sim_phases[ph], p);
-    }
-    for (int i = 0; res->rank_hashes != NULL && i < res->groups * res->ranks; i++) {
-        json_array_append_new(hashes, json_string(res->rank_hashes[i] ? res->rank_hashes[i] : ""));
+    if (sim_json_injected(res, kinds, inj, &mid_serve) != 0 ||
+        sim_json_recoveries(res, recs, phases) != 0) {
+        goto fail;
     }
     snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
     json_object_set_new(j, "verdict", json_string(verdict));
@@ -593,32 +670,8 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
                                                : json_integer(o->etcd_members > 1
                                                                   ? o->etcd_members
                                                                   : 1));
-    graft_sim_leader_summary_t ls;
-    graft_sim_leader_summary(res, &ls);
-    json_t *lk = json_pack("{s:I, s:I, s:{s:o, s:o}, s:I, s:{s:o, s:o}, s:o, s:f}", "n",
-                           (json_int_t)ls.n, "n_isolated", (json_int_t)ls.n_isolated,
-                           "stall_seconds", "median", sim_num_or_null(ls.stall_median), "max",
-                           sim_num_or_null(ls.stall_max), "n_elected", (json_int_t)ls.n_elected,
-                           "election_seconds", "median", sim_num_or_null(ls.elect_median), "max",
-                           sim_num_or_null(ls.elect_max), "step_gap_median_seconds",
-                           sim_num_or_null(ls.step_gap_median), "window_seconds",
-                           GRAFT_SIM_STALL_WINDOW_S);
-    json_object_set_new(j, "etcd_leader_kills", lk != NULL ? lk : json_null());
-    json_object_set_new(j, "final_state_hash",
-                        res->final_hash ? json_string(res->final_hash) : json_null());
-    json_object_set_new(j, "reference_state_hash",
-                        reference_hash ? json_string(reference_hash) : json_null());
-    json_object_set_new(j, "rank_state_hashes", hashes);
-    json_object_set_new(j, "steps_committed", json_integer(res->steps_committed));
-    json_object_set_new(j, "steps_lost", json_integer(res->steps_lost));
-    json_object_set_new(j, "commit_checks", json_integer(res->commit_checks));
-    json_t *by_epoch = json_array();
-    for (size_t e = 0; by_epoch != NULL && e < res->n_epochs; e++) {
-        json_array_append_new(by_epoch, json_integer(res->epoch_checks[e]));
-    }
-    json_object_set_new(j, "commit_checks_by_epoch", by_epoch != NULL ? by_epoch : json_null());
-    json_object_set_new(j, "stragglers", json_integer(res->stragglers));
-    json_object_set_new(j, "commit_mismatches", json_integer(res->commit_mismatches));
+    json_object_set_new(j, "etcd_leader_kills", sim_json_leader_kills(res));
+    sim_json_hashes(j, res, reference_hash, hashes);
     json_object_set_new(j, "plan", plan);
     json_object_set_new(j, "injected", inj);
     return j;
