@@ -1,8 +1,10 @@
 /*
- * The recipient's side of a step: the background heal (a pull from the
- * quorum's donors, or from a relay) and graft_heal_wait(), which reports it.
+ * The heal: the recipient's side of a step, a pull from the quorum's donors
+ * (or from a relay) on a background thread, with CUDA regions over an NCCL
+ * pair. graft_heal_wait() (runtime_step_heal.c) joins it and reports it.
  */
 #include "runtime_internal.h"
+#include "runtime_nccl_pair.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +20,24 @@ static const char *nccl_donor_address(const graft_runtime_t *rt)
         if (rt->heal_donor_groups[i] == rt->nccl_donor)
             return rt->heal_donors[i];
     return "";
+}
+
+/* The recipient's side of the NCCL pair with rt->nccl_donor (blocks). */
+static graft_status_t nccl_pull(graft_runtime_t *rt, const char *donor_address,
+                                graft_transfer_report_t *rep)
+{
+    graft__rt_pair_t p;
+    graft__rt_pair_init(&p, rt, rt->q->round, rt->q->step, rt->nccl_donor, rt->group);
+    graft_transfer_pull_options_t po = {
+        .donors = &donor_address,
+        .n_donors = 1,
+        .step = rt->q->step,
+        .timeout_ms = graft__rt_pair_timeout_ms(rt),
+        .backend = GRAFT_TRANSFER_BACKEND_NCCL,
+        .nccl = &p.opts,
+    };
+    memset(rep, 0, sizeof(*rep));
+    return graft_transfer_pull(rt->ep, &po, rep);
 }
 
 static void *heal_main(void *arg)
@@ -43,7 +63,7 @@ static void *heal_main(void *arg)
          * this pair is over or times out. */
         graft_transfer_report_t nrep;
         graft_transfer_report_t *rep = &rt->heal_report;
-        rt->nccl_status = graft__rt_nccl_pull(rt, nccl_donor_address(rt), &nrep);
+        rt->nccl_status = nccl_pull(rt, nccl_donor_address(rt), &nrep);
         rep->bytes += nrep.bytes;
         rep->chunks += nrep.chunks;
         rep->elapsed_ns += nrep.elapsed_ns;
@@ -191,84 +211,19 @@ static bool every_donor_refused_layout(const graft_transfer_report_t *rep)
     return true;
 }
 
-graft_status_t graft_heal_wait(graft_runtime_t *rt)
+graft_status_t graft__rt_heal_join(graft_runtime_t *rt, char *lost, size_t lost_len)
 {
-    if (rt == NULL)
-        return GRAFT_EINVAL;
-    if (!rt->heal_running)
-        return rt->q != NULL && !rt->state_valid ? rt->heal_status : GRAFT_OK;
     pthread_join(rt->heal_thread, NULL);
     rt->heal_running = false;
-
     graft_status_t st = rt->heal_status;
-    const graft_transfer_report_t *rep = &rt->heal_report;
-    uint64_t verify_ns = 0;
-    char detail[512] = "", lost[320] = "";
-    lost_donors(rt, lost, sizeof(lost));
+    lost_donors(rt, lost, lost_len);
     if (rt->nccl_status != GRAFT_OK) {
         size_t used = strlen(lost);
-        snprintf(lost + used, sizeof(lost) - used, "; NCCL pair with donor group %" PRIu32 ": %s",
+        snprintf(lost + used, lost_len - used, "; NCCL pair with donor group %" PRIu32 ": %s",
                  rt->nccl_donor, graft_status_string(rt->nccl_status));
     }
     free_donors(rt);
-    if (st == GRAFT_ENODONOR && every_donor_refused_layout(rep))
+    if (st == GRAFT_ENODONOR && every_donor_refused_layout(&rt->heal_report))
         st = GRAFT_ELAYOUT;
-    graft__rt_relay_abandon(rt); /* a no-op unless this relay's serve did not begin */
-    if (st == GRAFT_OK)
-        graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
-    if (st == GRAFT_OK && rt->fp_fn != NULL) {
-        /* The trainer's own check of the installed state; a failing
-         * callback fails the heal. */
-        uint64_t t = graft__now_ns(), fp = 0;
-        st = rt->fp_fn(rt->fp_arg, &fp);
-        verify_ns = graft__now_ns() - t;
-        if (st != GRAFT_OK)
-            GRAFT_ERROR(GRAFT_MOD_RUNTIME, "fingerprint of the healed state failed: %s",
-                        graft_status_string(st));
-    }
-    if (st == GRAFT_EDRIFT)
-        snprintf(detail, sizeof(detail), "donors disagree on region %s chunk %" PRIu64,
-                 rep->drift.region, rep->drift.chunk);
-    else
-        snprintf(detail, sizeof(detail), "%zu donors, %" PRIu64 " bytes: %s%s", rep->n_donors,
-                 rep->bytes, graft_status_string(st), lost);
-    rt->heal_status = st;
-    rt->state_valid = st == GRAFT_OK;
-    if (st == GRAFT_OK)
-        rt->need_state = false;
-    pthread_mutex_lock(&rt->mu);
-    if (st == GRAFT_OK) {
-        rt->metrics.recoveries++;
-        rt->metrics.recovery_bytes += rep->bytes;
-        rt->metrics.last_detect_ns = rt->heal_detect_ns;
-        rt->metrics.last_quorum_phase_ns = rt->heal_quorum_ns;
-        rt->metrics.last_transfer_ns = rep->elapsed_ns;
-        rt->metrics.last_verify_ns = verify_ns;
-        rt->metrics.step = rt->q != NULL ? rt->q->step : rt->metrics.step;
-    } else {
-        rt->metrics.recovery_failures++;
-    }
-    pthread_mutex_unlock(&rt->mu);
-    if (st != GRAFT_OK)
-        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": heal failed: %s",
-                    rt->group, rt->rank, detail);
-    graft_runtime_event_t ev = {
-        .kind = GRAFT_RUNTIME_EVENT_RECOVERY,
-        .status = st,
-        .step = rt->q != NULL ? rt->q->step : 0,
-        .quorum_id = rt->q != NULL ? rt->q->id : 0,
-        .bytes = rep->bytes,
-        .detect_ns = rt->heal_detect_ns,
-        .quorum_ns = rt->heal_quorum_ns,
-        .transfer_ns = rep->elapsed_ns,
-        .verify_ns = verify_ns,
-        .n_donors = (uint32_t)rep->n_donors,
-        .detail = detail,
-    };
-    graft__rt_emit(rt, &ev);
-    graft__rt_job_event(rt, st == GRAFT_EDRIFT ? GRAFT_EVENT_DRIFT : GRAFT_EVENT_RECOVERY_DONE,
-                        ev.step, st == GRAFT_OK, rep->elapsed_ns / 1000, detail);
-    /* Only the first heal of a process has a detection phase (start-up). */
-    rt->heal_detect_ns = 0;
     return st;
 }

@@ -210,6 +210,10 @@ void graft__rt_publish_progress(graft_runtime_t *rt, bool quick);
  * the donor groups (a background thread; graft_heal_wait() joins it). */
 GRAFT_WUR graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
                                               size_t n_donors);
+/* Join the running heal: its status (GRAFT_ELAYOUT when every donor refused
+ * this rank's region table), its report in rt->heal_report, and the donors
+ * it lost, as "; donor group G lost (...)" parts, into lost. */
+GRAFT_WUR graft_status_t graft__rt_heal_join(graft_runtime_t *rt, char *lost, size_t lost_len);
 
 /* runtime_serve.c: the donor's side. */
 /* The recipients of this rank in the plan, with their incarnations. */
@@ -307,19 +311,17 @@ GRAFT_WUR graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graf
 /* Wait for the background checkpoint work of the previous step. */
 void graft__rt_persist_join(graft_runtime_t *rt);
 
-/* runtime_nccl.c: CUDA regions over NCCL pairs. */
+/* runtime_nccl_pair.c: CUDA regions over NCCL pairs, the setup; the donor's
+ * side in runtime_nccl.c, the recipient's in runtime_heal.c. */
 /* transfer_backend is nccl and this rank has CUDA regions. */
 bool graft__rt_nccl_on(const graft_runtime_t *rt);
 bool graft__rt_has_host_regions(const graft_runtime_t *rt);
-/* Donor: start a serving thread per peer that pairs with this rank
- * (rt->peers[i].nccl), for quorum q. */
+/* runtime_nccl.c, the donor's side (part of the serve): start a serving
+ * thread per peer that pairs with this rank (rt->peers[i].nccl), for q. */
 GRAFT_WUR graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q);
 /* Donor: wait for the serving threads and clear their id slots. */
 void graft__rt_nccl_serve_join(graft_runtime_t *rt);
-/* Recipient: pull the CUDA regions from rt->nccl_donor (blocks). */
-GRAFT_WUR graft_status_t graft__rt_nccl_pull(graft_runtime_t *rt, const char *donor_address,
-                                             graft_transfer_report_t *rep);
-/* The id exchange of one pair through etcd, for tests. */
+/* runtime_nccl_pair.c: the id exchange of one pair through etcd, for tests. */
 GRAFT_WUR graft_status_t graft__rt_nccl_exchange(graft_runtime_t *rt, uint64_t round,
                                                  uint32_t donor, uint32_t recipient, bool publish,
                                                  uint8_t *uid, size_t uid_bytes);
