@@ -104,138 +104,147 @@ static int sim_run_url_list(const char *list)
     return n > 0;
 }
 
-static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const char **trainer_p)
+/* Whether flag takes a value and argv has one after *i (moved onto it);
+ * prints the error itself. */
+static int sim_run_has_value(int argc, char **argv, int *i, const char *flag)
+{
+    static const char *const with_value[] = {
+        "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
+        "--random-failures", "--schedule", "--etcd", "--etcd-members", "--persist-root",
+        "--persist-every", "--persist-remote", "--persist-remote-endpoint",
+        "--json", "--plot", "--trainer"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
+        known |= strcmp(flag, with_value[k]) == 0;
+    }
+    if (!known) {
+        fprintf(stderr, "graft-sim run: error: unknown option '%s' (see graft-sim run "
+                        "--help)\n",
+                flag);
+        return 0;
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "graft-sim run: error: %s needs a value\n", flag);
+        return 0;
+    }
+    ++*i;
+    return 1;
+}
+
+/* The run's shape: --groups, --ranks, --steps, --seed, --mode,
+ * --random-failures, --etcd-members. 0, 2 on an error, -1 when flag is
+ * none of them. */
+static int sim_run_shape_flag(graft_sim_live_opts_t *o, const char *flag, const char *val)
 {
     long long v;
-    for (int i = 1; i < argc; i++) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-            return 1;
-        }
-        if (strcmp(flag, "--netns") == 0) {
-            o->netns = 1;
-            continue;
-        }
-        if (strcmp(flag, "--torch-world") == 0) {
-            o->torch_world = 1;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
-            "--random-failures", "--schedule", "--etcd", "--etcd-members", "--persist-root",
-            "--persist-every", "--persist-remote", "--persist-remote-endpoint",
-            "--json", "--plot", "--trainer"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
-            known |= strcmp(flag, with_value[k]) == 0;
-        }
-        if (!known) {
-            fprintf(stderr, "graft-sim run: error: unknown option '%s' (see graft-sim run "
-                            "--help)\n",
-                    flag);
+    if (strcmp(flag, "--groups") == 0 || strcmp(flag, "--ranks") == 0) {
+        if (sim_run_int(flag, val, 1, 4096, &v) != 0) {
             return 2;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "graft-sim run: error: %s needs a value\n", flag);
-            return 2;
-        }
-        const char *val = argv[++i];
         if (strcmp(flag, "--groups") == 0) {
-            if (sim_run_int(flag, val, 1, 4096, &v) != 0) {
-                return 2;
-            }
             o->groups = (int)v;
-        } else if (strcmp(flag, "--ranks") == 0) {
-            if (sim_run_int(flag, val, 1, 4096, &v) != 0) {
-                return 2;
-            }
-            o->ranks = (int)v;
-        } else if (strcmp(flag, "--steps") == 0) {
-            if (sim_run_int(flag, val, 1, LLONG_MAX, &o->steps) != 0) {
-                return 2;
-            }
-        } else if (strcmp(flag, "--seed") == 0) {
-            char *end = NULL;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (end == val || *end != '\0' || errno == ERANGE || val[0] == '-') {
-                fprintf(stderr, "graft-sim run: error: --seed: '%s' is not an unsigned 64-bit "
-                                "integer\n",
-                        val);
-                return 2;
-            }
-            o->seed = s;
-        } else if (strcmp(flag, "--mode") == 0) {
-            if (strcmp(val, "strict") == 0) {
-                o->mode = GRAFT_SIM_LIVE_STRICT;
-            } else if (strcmp(val, "elastic") == 0) {
-                o->mode = GRAFT_SIM_LIVE_ELASTIC;
-            } else {
-                fprintf(stderr, "graft-sim run: error: --mode: '%s' is neither 'strict' nor "
-                                "'elastic'\n",
-                        val);
-                return 2;
-            }
-        } else if (strcmp(flag, "--random-failures") == 0) {
-            if (sim_run_int(flag, val, 0, 1000000, &v) != 0) {
-                return 2;
-            }
-            o->random_failures = (int)v;
-        } else if (strcmp(flag, "--schedule") == 0) {
-            if (access(val, R_OK) != 0) {
-                fprintf(stderr, "graft-sim run: error: --schedule: cannot read '%s': %s\n", val,
-                        strerror(errno));
-                return 2;
-            }
-            o->schedule_path = val;
-        } else if (strcmp(flag, "--etcd") == 0) {
-            if (!sim_run_url_list(val)) {
-                return 2;
-            }
-            o->etcd_url = val;
-        } else if (strcmp(flag, "--etcd-members") == 0) {
-            if (sim_run_int(flag, val, 1, 9, &v) != 0) {
-                return 2;
-            }
-            o->etcd_members = (int)v;
-        } else if (strcmp(flag, "--persist-root") == 0) {
-            if (val[0] == '\0') {
-                fprintf(stderr, "graft-sim run: error: --persist-root: empty path\n");
-                return 2;
-            }
-            o->persist_root = val;
-        } else if (strcmp(flag, "--persist-every") == 0) {
-            if (sim_run_int(flag, val, 1, LLONG_MAX, &o->persist_every) != 0) {
-                return 2;
-            }
-        } else if (strcmp(flag, "--persist-remote") == 0) {
-            if (strncmp(val, "s3://", 5) != 0 || val[5] == '\0' || val[5] == '/') {
-                fprintf(stderr, "graft-sim run: error: --persist-remote: '%s' is not "
-                                "s3://bucket[/prefix]\n", val);
-                return 2;
-            }
-            o->persist_remote = val;
-        } else if (strcmp(flag, "--persist-remote-endpoint") == 0) {
-            if (!((strncmp(val, "http://", 7) == 0 && val[7] != '\0') ||
-                  (strncmp(val, "https://", 8) == 0 && val[8] != '\0')) ||
-                strchr(val, ',') != NULL) {
-                fprintf(stderr, "graft-sim run: error: --persist-remote-endpoint: '%s' is not "
-                                "one http:// or https:// URL\n", val);
-                return 2;
-            }
-            o->persist_remote_endpoint = val;
-        } else if (strcmp(flag, "--plot") == 0) {
-            o->plot_path = val;
-        } else if (strcmp(flag, "--trainer") == 0) {
-            if (strspn(val, " \t") == strlen(val)) {
-                fprintf(stderr, "graft-sim run: error: --trainer: empty command\n");
-                return 2;
-            }
-            *trainer_p = val;
         } else {
-            o->json_path = val;
+            o->ranks = (int)v;
         }
+    } else if (strcmp(flag, "--steps") == 0) {
+        return sim_run_int(flag, val, 1, LLONG_MAX, &o->steps) != 0 ? 2 : 0;
+    } else if (strcmp(flag, "--seed") == 0) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long s = strtoull(val, &end, 10);
+        if (end == val || *end != '\0' || errno == ERANGE || val[0] == '-') {
+            fprintf(stderr, "graft-sim run: error: --seed: '%s' is not an unsigned 64-bit "
+                            "integer\n",
+                    val);
+            return 2;
+        }
+        o->seed = s;
+    } else if (strcmp(flag, "--mode") == 0) {
+        if (strcmp(val, "strict") == 0) {
+            o->mode = GRAFT_SIM_LIVE_STRICT;
+        } else if (strcmp(val, "elastic") == 0) {
+            o->mode = GRAFT_SIM_LIVE_ELASTIC;
+        } else {
+            fprintf(stderr, "graft-sim run: error: --mode: '%s' is neither 'strict' nor "
+                            "'elastic'\n",
+                    val);
+            return 2;
+        }
+    } else if (strcmp(flag, "--random-failures") == 0) {
+        if (sim_run_int(flag, val, 0, 1000000, &v) != 0) {
+            return 2;
+        }
+        o->random_failures = (int)v;
+    } else if (strcmp(flag, "--etcd-members") == 0) {
+        if (sim_run_int(flag, val, 1, 9, &v) != 0) {
+            return 2;
+        }
+        o->etcd_members = (int)v;
+    } else {
+        return -1;
     }
+    return 0;
+}
+
+/* Where things are: --schedule, --etcd, the persistent tiers, --plot,
+ * --trainer and --json. 0, or 2 on an error. */
+static int sim_run_place_flag(graft_sim_live_opts_t *o, const char *flag, const char *val,
+                              const char **trainer_p)
+{
+    if (strcmp(flag, "--schedule") == 0) {
+        if (access(val, R_OK) != 0) {
+            fprintf(stderr, "graft-sim run: error: --schedule: cannot read '%s': %s\n", val,
+                    strerror(errno));
+            return 2;
+        }
+        o->schedule_path = val;
+    } else if (strcmp(flag, "--etcd") == 0) {
+        if (!sim_run_url_list(val)) {
+            return 2;
+        }
+        o->etcd_url = val;
+    } else if (strcmp(flag, "--persist-root") == 0) {
+        if (val[0] == '\0') {
+            fprintf(stderr, "graft-sim run: error: --persist-root: empty path\n");
+            return 2;
+        }
+        o->persist_root = val;
+    } else if (strcmp(flag, "--persist-every") == 0) {
+        return sim_run_int(flag, val, 1, LLONG_MAX, &o->persist_every) != 0 ? 2 : 0;
+    } else if (strcmp(flag, "--persist-remote") == 0) {
+        if (strncmp(val, "s3://", 5) != 0 || val[5] == '\0' || val[5] == '/') {
+            fprintf(stderr, "graft-sim run: error: --persist-remote: '%s' is not "
+                            "s3://bucket[/prefix]\n", val);
+            return 2;
+        }
+        o->persist_remote = val;
+    } else if (strcmp(flag, "--persist-remote-endpoint") == 0) {
+        if (!((strncmp(val, "http://", 7) == 0 && val[7] != '\0') ||
+              (strncmp(val, "https://", 8) == 0 && val[8] != '\0')) ||
+            strchr(val, ',') != NULL) {
+            fprintf(stderr, "graft-sim run: error: --persist-remote-endpoint: '%s' is not "
+                            "one http:// or https:// URL\n", val);
+            return 2;
+        }
+        o->persist_remote_endpoint = val;
+    } else if (strcmp(flag, "--plot") == 0) {
+        o->plot_path = val;
+    } else if (strcmp(flag, "--trainer") == 0) {
+        if (strspn(val, " \t") == strlen(val)) {
+            fprintf(stderr, "graft-sim run: error: --trainer: empty command\n");
+            return 2;
+        }
+        *trainer_p = val;
+    } else {
+        o->json_path = val;
+    }
+    return 0;
+}
+
+/* The flags that do not go together, and --persist-every's default. 0, or
+ * 2. */
+static int sim_run_settle(graft_sim_live_opts_t *o)
+{
     if (o->etcd_members > 1 && o->etcd_url != NULL) {
         fprintf(stderr, "graft-sim run: error: --etcd-members sizes the embedded etcd; it "
                         "cannot be combined with --etcd\n");
@@ -265,6 +274,36 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
         o->persist_every = o->steps >= 10 ? o->steps / 10 : 1;
     }
     return 0;
+}
+
+static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const char **trainer_p)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            return 1;
+        }
+        if (strcmp(flag, "--netns") == 0) {
+            o->netns = 1;
+            continue;
+        }
+        if (strcmp(flag, "--torch-world") == 0) {
+            o->torch_world = 1;
+            continue;
+        }
+        if (!sim_run_has_value(argc, argv, &i, flag)) {
+            return 2;
+        }
+        const char *val = argv[i];
+        int rc = sim_run_shape_flag(o, flag, val);
+        if (rc < 0) {
+            rc = sim_run_place_flag(o, flag, val, trainer_p);
+        }
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return sim_run_settle(o);
 }
 
 int graft_sim_run_main(int argc, char **argv)

@@ -153,154 +153,183 @@ out:
     return st;
 }
 
-/* Returns 0, 1 when --help was asked for, or 2 on a usage error. */
-static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
+/* One "--name value" or "--name=value" of argv at *i (moved past its
+ * value): name into name[len], *value_p. 0, 1 for --help, 2 on a usage
+ * error. */
+static int sim_model_arg(int argc, char **argv, int *i, char *name, size_t len,
+                         const char **value_p)
+{
+    const char *arg = argv[*i];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+        return 1;
+    }
+    if (strncmp(arg, "--", 2) != 0) {
+        fprintf(stderr, "graft-sim model: error: unexpected argument '%s'\n", arg);
+        return 2;
+    }
+    const char *eq = strchr(arg, '=');
+    size_t nlen = eq != NULL ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+    if (nlen == 0 || nlen >= len) {
+        fprintf(stderr, "graft-sim model: error: bad option '%s'\n", arg);
+        return 2;
+    }
+    memcpy(name, arg + 2, nlen);
+    name[nlen] = '\0';
+    if (eq != NULL) {
+        *value_p = eq + 1;
+    } else if (*i + 1 < argc) {
+        *value_p = argv[++*i];
+    } else {
+        fprintf(stderr, "graft-sim model: error: --%s needs a value\n", name);
+        return 2;
+    }
+    return 0;
+}
+
+/* --params and --bench-json, read in the first pass. 0, 2 on an error, -1
+ * when name is neither. */
+static int sim_model_file_flag(sim_model_opts_t *o, const char *name, const char *value, int pass)
 {
     char err[256];
     graft_status_t st;
-
-    /* First pass: parameter files, so that flags override them. */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 1; i < argc; i++) {
-            const char *arg = argv[i];
-            char name[64];
-            const char *value = NULL;
-            if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-                return 1;
-            }
-            if (strncmp(arg, "--", 2) != 0) {
-                fprintf(stderr, "graft-sim model: error: unexpected argument '%s'\n", arg);
+    if (strcmp(name, "params") == 0) {
+        if (pass == 0) {
+            if (o->nparam_files == SIM_MAX_PARAM_FILES) {
+                fprintf(stderr, "graft-sim model: error: more than %d --params files\n",
+                        SIM_MAX_PARAM_FILES);
                 return 2;
             }
-            const char *eq = strchr(arg, '=');
-            size_t nlen = eq != NULL ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-            if (nlen == 0 || nlen >= sizeof(name)) {
-                fprintf(stderr, "graft-sim model: error: bad option '%s'\n", arg);
+            o->param_files[o->nparam_files++] = value;
+            graft_sim_params_t before = o->params;
+            st = graft_sim_params_load(&o->params, value, err, sizeof(err));
+            if (st != GRAFT_OK) {
+                fprintf(stderr, "graft-sim model: error: %s (%s)\n", err, graft_status_name(st));
                 return 2;
             }
-            memcpy(name, arg + 2, nlen);
-            name[nlen] = '\0';
-            if (eq != NULL) {
-                value = eq + 1;
-            } else if (i + 1 < argc) {
-                value = argv[++i];
-            } else {
-                fprintf(stderr, "graft-sim model: error: --%s needs a value\n", name);
+            sim_mark_given(o, &before, value);
+        }
+        return 0;
+    }
+    if (strcmp(name, "bench-json") == 0) {
+        if (pass == 0) {
+            st = graft_sim_bench_load(&o->bench, value, err, sizeof(err));
+            if (st != GRAFT_OK) {
+                fprintf(stderr, "graft-sim model: error: --bench-json %s (%s)\n", err,
+                        graft_status_name(st));
                 return 2;
-            }
-            if (strcmp(name, "params") == 0) {
-                if (pass == 0) {
-                    if (o->nparam_files == SIM_MAX_PARAM_FILES) {
-                        fprintf(stderr, "graft-sim model: error: more than %d --params files\n",
-                                SIM_MAX_PARAM_FILES);
-                        return 2;
-                    }
-                    o->param_files[o->nparam_files++] = value;
-                    graft_sim_params_t before = o->params;
-                    st = graft_sim_params_load(&o->params, value, err, sizeof(err));
-                    if (st != GRAFT_OK) {
-                        fprintf(stderr, "graft-sim model: error: %s (%s)\n", err,
-                                graft_status_name(st));
-                        return 2;
-                    }
-                    sim_mark_given(o, &before, value);
-                }
-                continue;
-            }
-            if (strcmp(name, "bench-json") == 0) {
-                if (pass == 0) {
-                    st = graft_sim_bench_load(&o->bench, value, err, sizeof(err));
-                    if (st != GRAFT_OK) {
-                        fprintf(stderr, "graft-sim model: error: --bench-json %s (%s)\n", err,
-                                graft_status_name(st));
-                        return 2;
-                    }
-                }
-                continue;
-            }
-            if (pass == 0) {
-                continue;
-            }
-            if (strcmp(name, "seed") == 0) {
-                char *end = NULL;
-                errno = 0;
-                unsigned long long s = strtoull(value, &end, 10);
-                if (end == value || *end != '\0' || errno == ERANGE || value[0] == '-') {
-                    fprintf(stderr, "graft-sim model: error: --seed: '%s' is not an unsigned "
-                                    "64-bit integer\n",
-                            value);
-                    return 2;
-                }
-                o->seed = s;
-            } else if (strcmp(name, "json") == 0) {
-                o->json_path = value;
-            } else if (strcmp(name, "plot") == 0) {
-                o->plot_path = value;
-            } else if (strcmp(name, "persist-every-seconds") == 0) {
-                if (sim_parse_double("--persist-every-seconds", value, &o->fixed_interval) != 0) {
-                    return 2;
-                }
-                if (!(o->fixed_interval > 0) || isinf(o->fixed_interval)) {
-                    fprintf(stderr, "graft-sim model: error: --persist-every-seconds must be "
-                                    "a positive, finite number of seconds\n");
-                    return 2;
-                }
-            } else if (strcmp(name, "sweep-min-seconds") == 0) {
-                if (sim_parse_double("--sweep-min-seconds", value, &o->sweep_lo) != 0) {
-                    return 2;
-                }
-            } else if (strcmp(name, "sweep-max-seconds") == 0) {
-                if (sim_parse_double("--sweep-max-seconds", value, &o->sweep_hi) != 0) {
-                    return 2;
-                }
-            } else if (strcmp(name, "sweep-points") == 0) {
-                double d;
-                if (sim_parse_double("--sweep-points", value, &d) != 0) {
-                    return 2;
-                }
-                if (d != floor(d) || d < 2 || d > 1000) {
-                    fprintf(stderr, "graft-sim model: error: --sweep-points: %s is not an "
-                                    "integer in [2, 1000]\n",
-                            value);
-                    return 2;
-                }
-                o->sweep_points = (int)d;
-            } else if (strcmp(name, "interruptions") == 0) {
-                if (sim_parse_double("--interruptions", value, &o->interruptions) != 0) {
-                    return 2;
-                }
-                if (!(o->interruptions > 0) || isinf(o->interruptions)) {
-                    fprintf(stderr, "graft-sim model: error: --interruptions must be > 0\n");
-                    return 2;
-                }
-            } else if (strcmp(name, "period-days") == 0) {
-                if (sim_parse_double("--period-days", value, &o->period_days) != 0) {
-                    return 2;
-                }
-                if (!(o->period_days > 0) || isinf(o->period_days)) {
-                    fprintf(stderr, "graft-sim model: error: --period-days must be > 0\n");
-                    return 2;
-                }
-            } else {
-                st = graft_sim_params_set(&o->params, name, value, err, sizeof(err));
-                if (st == GRAFT_ENOTFOUND) {
-                    fprintf(stderr, "graft-sim model: error: unknown option '--%s' (see "
-                                    "graft-sim model --help)\n",
-                            name);
-                    return 2;
-                }
-                if (st != GRAFT_OK) {
-                    fprintf(stderr, "graft-sim model: error: --%s\n", err);
-                    return 2;
-                }
-                if (strcmp(name, "gpu-mtbf-hours") == 0) {
-                    o->mtbf_flag_given = 1;
-                }
-                o->given[graft_sim_params_index(name)] = arg;
             }
         }
+        return 0;
     }
+    return -1;
+}
 
+/* The sweep's and the failure rate's flags. 0, 2 on an error, -1 when
+ * name is none of them. */
+static int sim_model_sweep_flag(sim_model_opts_t *o, const char *name, const char *value)
+{
+    if (strcmp(name, "persist-every-seconds") == 0) {
+        if (sim_parse_double("--persist-every-seconds", value, &o->fixed_interval) != 0) {
+            return 2;
+        }
+        if (!(o->fixed_interval > 0) || isinf(o->fixed_interval)) {
+            fprintf(stderr, "graft-sim model: error: --persist-every-seconds must be "
+                            "a positive, finite number of seconds\n");
+            return 2;
+        }
+    } else if (strcmp(name, "sweep-min-seconds") == 0) {
+        return sim_parse_double("--sweep-min-seconds", value, &o->sweep_lo) != 0 ? 2 : 0;
+    } else if (strcmp(name, "sweep-max-seconds") == 0) {
+        return sim_parse_double("--sweep-max-seconds", value, &o->sweep_hi) != 0 ? 2 : 0;
+    } else if (strcmp(name, "sweep-points") == 0) {
+        double d;
+        if (sim_parse_double("--sweep-points", value, &d) != 0) {
+            return 2;
+        }
+        if (d != floor(d) || d < 2 || d > 1000) {
+            fprintf(stderr, "graft-sim model: error: --sweep-points: %s is not an "
+                            "integer in [2, 1000]\n",
+                    value);
+            return 2;
+        }
+        o->sweep_points = (int)d;
+    } else if (strcmp(name, "interruptions") == 0) {
+        if (sim_parse_double("--interruptions", value, &o->interruptions) != 0) {
+            return 2;
+        }
+        if (!(o->interruptions > 0) || isinf(o->interruptions)) {
+            fprintf(stderr, "graft-sim model: error: --interruptions must be > 0\n");
+            return 2;
+        }
+    } else if (strcmp(name, "period-days") == 0) {
+        if (sim_parse_double("--period-days", value, &o->period_days) != 0) {
+            return 2;
+        }
+        if (!(o->period_days > 0) || isinf(o->period_days)) {
+            fprintf(stderr, "graft-sim model: error: --period-days must be > 0\n");
+            return 2;
+        }
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* A flag of the second pass: the seed, the outputs, the sweep, or a model
+ * parameter (arg as given, for the figures' origins). 0, or 2. */
+static int sim_model_flag(sim_model_opts_t *o, const char *name, const char *value,
+                          const char *arg)
+{
+    char err[256];
+    if (strcmp(name, "seed") == 0) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long s = strtoull(value, &end, 10);
+        if (end == value || *end != '\0' || errno == ERANGE || value[0] == '-') {
+            fprintf(stderr, "graft-sim model: error: --seed: '%s' is not an unsigned "
+                            "64-bit integer\n",
+                    value);
+            return 2;
+        }
+        o->seed = s;
+        return 0;
+    }
+    if (strcmp(name, "json") == 0) {
+        o->json_path = value;
+        return 0;
+    }
+    if (strcmp(name, "plot") == 0) {
+        o->plot_path = value;
+        return 0;
+    }
+    int rc = sim_model_sweep_flag(o, name, value);
+    if (rc >= 0) {
+        return rc;
+    }
+    graft_status_t st = graft_sim_params_set(&o->params, name, value, err, sizeof(err));
+    if (st == GRAFT_ENOTFOUND) {
+        fprintf(stderr, "graft-sim model: error: unknown option '--%s' (see "
+                        "graft-sim model --help)\n",
+                name);
+        return 2;
+    }
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim model: error: --%s\n", err);
+        return 2;
+    }
+    if (strcmp(name, "gpu-mtbf-hours") == 0) {
+        o->mtbf_flag_given = 1;
+    }
+    o->given[graft_sim_params_index(name)] = arg;
+    return 0;
+}
+
+/* After the flags: the failure rate from --interruptions/--period-days,
+ * the measured curves applied, and the parameters and sweep checked. 0, or
+ * 2. */
+static int sim_model_settle(sim_model_opts_t *o)
+{
+    char err[256];
     if ((o->interruptions > 0) != (o->period_days > 0)) {
         fprintf(stderr, "graft-sim model: error: --interruptions and --period-days go "
                         "together\n");
@@ -317,7 +346,7 @@ static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
     }
     /* Groups and ranks are final: evaluate the measured curves there. */
     graft_sim_bench_apply(&o->bench, &o->params, o->given, o->figs);
-    st = graft_sim_params_check(&o->params, err, sizeof(err));
+    graft_status_t st = graft_sim_params_check(&o->params, err, sizeof(err));
     if (st != GRAFT_OK) {
         fprintf(stderr, "graft-sim model: error: %s\n", err);
         return 2;
@@ -329,6 +358,30 @@ static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
         return 2;
     }
     return 0;
+}
+
+/* Returns 0, 1 when --help was asked for, or 2 on a usage error. */
+static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
+{
+    /* First pass: parameter files, so that flags override them. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 1; i < argc; i++) {
+            const char *arg = argv[i];
+            char name[64];
+            const char *value = NULL;
+            int rc = sim_model_arg(argc, argv, &i, name, sizeof(name), &value);
+            if (rc == 0) {
+                rc = sim_model_file_flag(o, name, value, pass);
+            }
+            if (rc < 0 && pass == 1) {
+                rc = sim_model_flag(o, name, value, arg);
+            }
+            if (rc > 0) {
+                return rc;
+            }
+        }
+    }
+    return sim_model_settle(o);
 }
 
 int graft_sim_model_main(int argc, char **argv)
