@@ -222,6 +222,7 @@ tests: $(TEST_PROGS) $(BIN_PROGS)
 
 layering: $(LIB_OBJS)
 	@sh scripts/check-layering.sh $(BUILD)
+	@sh scripts/check-runtime-objects.sh $(BUILD)
 
 check: deps
 	@$(MAKE) --no-print-directory all tests layering

@@ -259,3 +259,18 @@ fail:
     graft_free(slot->persist_name);
     return st;
 }
+
+void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
+{
+    pthread_mutex_lock(&rt->mu);
+    *metrics_p = rt->metrics;
+    metrics_p->steady_rejected = graft__channel_rejected(rt->channel);
+    pthread_mutex_unlock(&rt->mu);
+    metrics_p->serve_peak_recipients = graft_transfer_serve_peak(rt->ep);
+    if (rt->m != NULL) {
+        graft_membership_stats_t ms;
+        graft_membership_stats_get(rt->m, &ms);
+        metrics_p->etcd_requests = ms.requests;
+    }
+    graft__rt_persist_metrics(rt, metrics_p);
+}

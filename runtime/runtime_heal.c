@@ -73,15 +73,15 @@ static void *heal_main(void *arg)
                 rep->drift = nrep.drift;
         }
     }
-    if (rt->relay) {
+    if (rt->heal_relay) {
         /* A relay serves its recipients as soon as its own state is in
          * (they wait queued); a failed heal withdraws the serve, so they
          * are refused instead of waiting. */
         graft_status_t st = rt->heal_status == GRAFT_OK
                                  ? graft_transfer_serve_begin(rt->ep, rt->q->step)
                                  : GRAFT_ECANCELED;
-        rt->relay_served = st == GRAFT_OK;
-        if (!rt->relay_served) {
+        rt->heal_relay_served = st == GRAFT_OK;
+        if (!rt->heal_relay_served) {
             if (rt->heal_status == GRAFT_OK)
                 GRAFT_ERROR(GRAFT_MOD_RUNTIME, "relay: cannot serve step %" PRIu64 ": %s",
                             rt->q->step, graft_status_string(st));
@@ -125,12 +125,15 @@ static graft_status_t donors_in_view(graft_runtime_t *rt, const graft_membership
 
 /* Start pulling this rank's regions from rank `rank` of the donor groups;
  * CUDA regions over NCCL come from the first of them (runtime_nccl.c). */
-graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors)
+graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors, size_t n_donors,
+                                    bool relay)
 {
     graft_membership_view_t *v = NULL;
     graft_status_t st = GRAFT_OK;
     uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
     rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
+    rt->heal_relay = relay;
+    rt->heal_relay_served = false;
     rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
     if (rt->heal_donors == NULL)
         return GRAFT_ENOMEM;

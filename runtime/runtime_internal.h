@@ -150,13 +150,14 @@ struct graft_runtime {
     bool cold_sync;        /* step-0 initial sync in this quorum */
     /* A relay (runtime_fanout.c): serves rt->peers once its heal ends;
      * the heal thread begins the serve, or withdraws it if the heal failed
-     * (relay_served says which). */
+     * (heal_relay_served says which). */
     bool relay;
-    bool relay_served;
     uint64_t quorum_call_ns;
 
     /* Background heal. */
     pthread_t heal_thread;
+    bool heal_relay;        /* a relay's heal: begin its serve when done */
+    bool heal_relay_served; /* and it did */
     bool heal_running;
     graft_status_t heal_status;
     char **heal_donors;
@@ -209,7 +210,7 @@ void graft__rt_publish_progress(graft_runtime_t *rt, bool quick);
 /* runtime_heal.c: start pulling this rank's regions from rank `rank` of
  * the donor groups (a background thread; graft_heal_wait() joins it). */
 GRAFT_WUR graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
-                                              size_t n_donors);
+                                              size_t n_donors, bool relay);
 /* Join the running heal: its status (GRAFT_ELAYOUT when every donor refused
  * this rank's region table), its report in rt->heal_report, and the donors
  * it lost, as "; donor group G lost (...)" parts, into lost. */
@@ -223,8 +224,9 @@ void graft__rt_peers_free(graft_runtime_t *rt);
 GRAFT_WUR graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *q);
 /* A relay announces its serve before its heal; the heal thread begins it. */
 GRAFT_WUR graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *q);
-/* The relay's heal failed: withdraw the announced serve. */
-void graft__rt_relay_abandon(graft_runtime_t *rt);
+/* The relay's heal ended: unless its serve began (served), withdraw the
+ * announced serve. */
+void graft__rt_relay_abandon(graft_runtime_t *rt, bool served);
 /* graft_commit(): the fence, then the serve's end. */
 void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q);
 
@@ -310,6 +312,8 @@ GRAFT_WUR graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const 
 GRAFT_WUR graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t *q);
 /* Wait for the background checkpoint work of the previous step. */
 void graft__rt_persist_join(graft_runtime_t *rt);
+/* The remote tier's counters into the metrics (untouched without one). */
+void graft__rt_persist_metrics(graft_runtime_t *rt, graft_metrics_t *metrics_p);
 
 /* runtime_nccl_pair.c: CUDA regions over NCCL pairs, the setup; the donor's
  * side in runtime_nccl.c, the recipient's in runtime_heal.c. */

@@ -52,29 +52,6 @@ void graft_fingerprint_set(graft_runtime_t *rt, graft_fingerprint_fn fn, void *a
     rt->fp_arg = arg;
 }
 
-void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
-{
-    pthread_mutex_lock(&rt->mu);
-    *metrics_p = rt->metrics;
-    metrics_p->steady_rejected = graft__channel_rejected(rt->channel);
-    pthread_mutex_unlock(&rt->mu);
-    metrics_p->serve_peak_recipients = graft_transfer_serve_peak(rt->ep);
-    if (rt->m != NULL) {
-        graft_membership_stats_t ms;
-        graft_membership_stats_get(rt->m, &ms);
-        metrics_p->etcd_requests = ms.requests;
-    }
-    graft_persist_remote_stats_t rs;
-    if (rt->writer != NULL && graft_persist_remote_stats(rt->writer, &rs) == GRAFT_OK &&
-        rs.enabled) {
-        uint64_t done = rs.has_uploaded ? rs.last_uploaded_step : 0;
-        metrics_p->remote_uploaded = rs.uploaded;
-        metrics_p->remote_superseded = rs.superseded;
-        metrics_p->remote_failed = rs.failed;
-        metrics_p->remote_lag_steps = rs.newest_local_step > done ? rs.newest_local_step - done : 0;
-    }
-}
-
 void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, void *arg)
 {
     pthread_mutex_lock(&rt->ev_mu);

@@ -508,3 +508,16 @@ graft_status_t graft_checkpoint_now(graft_runtime_t *rt)
     graft__rt_persist_join(rt);
     return rt->ckpt_status;
 }
+
+void graft__rt_persist_metrics(graft_runtime_t *rt, graft_metrics_t *metrics_p)
+{
+    graft_persist_remote_stats_t rs;
+    if (rt->writer == NULL || graft_persist_remote_stats(rt->writer, &rs) != GRAFT_OK ||
+        !rs.enabled)
+        return;
+    uint64_t done = rs.has_uploaded ? rs.last_uploaded_step : 0;
+    metrics_p->remote_uploaded = rs.uploaded;
+    metrics_p->remote_superseded = rs.superseded;
+    metrics_p->remote_failed = rs.failed;
+    metrics_p->remote_lag_steps = rs.newest_local_step > done ? rs.newest_local_step - done : 0;
+}

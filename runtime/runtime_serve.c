@@ -184,16 +184,15 @@ graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *
     }
     rt->serving = true;
     rt->relay = true;
-    rt->relay_served = false;
     recipients_count(rt);
     return GRAFT_OK;
 }
 
 /* The relay's heal ended without its serve (it failed): there is nothing
  * to fence; its recipients were refused and vote no. */
-void graft__rt_relay_abandon(graft_runtime_t *rt)
+void graft__rt_relay_abandon(graft_runtime_t *rt, bool served)
 {
-    if (!rt->relay || rt->relay_served)
+    if (!rt->relay || served)
         return;
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "relay: the announced serve was withdrawn already");

@@ -436,7 +436,6 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
     rt->n_recipients = 0;
     rt->cold_sync = false;
     rt->relay = false;
-    rt->relay_served = false;
     rt->heal_status = GRAFT_OK;
     rt->round_restored = false;
     /* The quorum assigns recoveries by the group's step, the lowest of its
@@ -481,9 +480,9 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
             if (st != GRAFT_OK)
                 goto out;
         }
-        st = graft__rt_heal_start(rt, plan.donors, plan.n_donors);
+        st = graft__rt_heal_start(rt, plan.donors, plan.n_donors, rt->relay);
         if (st != GRAFT_OK)
-            graft__rt_relay_abandon(rt);
+            graft__rt_relay_abandon(rt, false);
         goto out;
     }
     if (q->must_recover) {

@@ -67,7 +67,8 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
     graft_status_t st = graft__rt_heal_join(rt, lost, sizeof(lost));
     const graft_transfer_report_t *rep = &rt->heal_report;
     uint64_t verify_ns = 0;
-    graft__rt_relay_abandon(rt); /* a no-op unless this relay's serve did not begin */
+    /* A no-op unless this was a relay's heal and its serve did not begin. */
+    graft__rt_relay_abandon(rt, rt->heal_relay_served);
     if (st == GRAFT_OK)
         graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
     if (st == GRAFT_OK && rt->fp_fn != NULL) {
