@@ -314,6 +314,118 @@ static graftctl_cmd_fn find_command(const char *name)
     return NULL;
 }
 
+/* What the global options give besides graftctl_opts_t: the endpoints'
+ * list, the password's sources, --help, and the command's arguments. */
+typedef struct {
+    const char *endpoints;
+    const char *password_file;
+    bool password_flag, want_help;
+    char **rest;
+    int nrest;
+    char password_buf[1024];
+} graftctl_args_t;
+
+/* The global options that take a value, in the order set_valued() takes. */
+static const char *const valued[] = {"--etcd",   "--job",  "--user", "--password",
+                                     "--cacert", "--cert", "--key",  "--timeout-ms",
+                                     "--password-file"};
+
+/* valued[k] given the value argv[i]. false on a bad value (said). */
+static bool set_valued(graftctl_opts_t *o, graftctl_args_t *a, size_t k, char **argv, int i)
+{
+    const char *v = argv[i];
+    uint64_t t;
+    switch (k) {
+    case 0: a->endpoints = v; break;
+    case 1: o->job = v; break;
+    case 2: o->user = v; break;
+    case 3:
+        /* Kept in our own buffer, and wiped from the arguments that
+         * ps shows (it was visible until now: hence the warning). */
+        snprintf(a->password_buf, sizeof(a->password_buf), "%s", v);
+        memset(argv[i], 'x', strlen(argv[i]));
+        o->password = a->password_buf;
+        a->password_flag = true;
+        break;
+    case 4: o->ca_file = v; break;
+    case 5: o->cert_file = v; break;
+    case 6: o->key_file = v; break;
+    case 8: a->password_file = v; break;
+    default:
+        if (!graftctl_parse_u64(v, &t) || t == 0 || t > 600000) {
+            fprintf(stderr, "graftctl: --timeout-ms: '%s' is not 1..600000\n", v);
+            return false;
+        }
+        o->timeout_ms = (uint32_t)t;
+    }
+    return true;
+}
+
+/* Global options anywhere on the line; the rest goes to the command
+ * (a->rest). false on a usage error (said). */
+static bool parse_global(int argc, char **argv, graftctl_opts_t *o, graftctl_args_t *a)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            a->want_help = true;
+            continue;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            o->json = true;
+            continue;
+        }
+        if (strcmp(arg, "-o") == 0 || strcmp(arg, "--output") == 0) {
+            /* kubectl's spelling: -o json (raw values), -o table (for a person) */
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(v, "json") != 0 && strcmp(v, "table") != 0) {
+                fprintf(stderr, "graftctl: %s takes json or table, not '%s'\n", arg, v);
+                return false;
+            }
+            o->json = strcmp(v, "json") == 0;
+            continue;
+        }
+        if (strcmp(arg, "--yes") == 0 || strcmp(arg, "-y") == 0) {
+            o->yes = true;
+            continue;
+        }
+        size_t k;
+        for (k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
+            if (strcmp(arg, valued[k]) == 0)
+                break;
+        if (k == sizeof(valued) / sizeof(valued[0])) {
+            a->rest[a->nrest++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "graftctl: %s needs a value\n", arg);
+            return false;
+        }
+        if (!set_valued(o, a, k, argv, ++i))
+            return false;
+    }
+    return true;
+}
+
+/* The password from its sources: a file given wins over
+ * GRAFT_ETCD_PASSWORD, --password over both. GRAFTCTL_OK, or the exit
+ * status (said). */
+static int resolve_password(graftctl_opts_t *o, graftctl_args_t *a)
+{
+    if (a->password_flag && a->password_file != NULL &&
+        getenv("GRAFT_ETCD_PASSWORD_FILE") != a->password_file) {
+        fprintf(stderr, "graftctl: --password and --password-file: give one\n");
+        return GRAFTCTL_USAGE;
+    }
+    if (a->password_file != NULL && !a->password_flag) {
+        if (!password_from_file(a->password_file, a->password_buf, sizeof(a->password_buf)))
+            return GRAFTCTL_FAIL;
+        o->password = a->password_buf;
+    }
+    password_warnings(o, a->password_flag);
+    return GRAFTCTL_OK;
+}
+
 int main(int argc, char **argv)
 {
     int rc = GRAFTCTL_USAGE;
@@ -326,121 +438,45 @@ int main(int argc, char **argv)
         .key_file = env_or("GRAFT_ETCD_KEY", NULL),
         .timeout_ms = 3000,
     };
-    const char *endpoints = env_or("GRAFT_ETCD_ENDPOINTS", "http://127.0.0.1:2379");
-    /* Global options anywhere on the line; the rest goes to the command. */
-    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-    int nrest = 0;
-    if (rest == NULL) {
+    graftctl_args_t a = {
+        .endpoints = env_or("GRAFT_ETCD_ENDPOINTS", "http://127.0.0.1:2379"),
+        .password_file = env_or("GRAFT_ETCD_PASSWORD_FILE", NULL),
+        .rest = calloc((size_t)argc + 1, sizeof(char *)),
+    };
+    if (a.rest == NULL) {
         fprintf(stderr, "graftctl: out of memory\n");
         return GRAFTCTL_FAIL;
     }
-    static const char *const valued[] = {"--etcd",   "--job",  "--user", "--password",
-                                         "--cacert", "--cert", "--key",  "--timeout-ms",
-                                         "--password-file"};
-    const char *password_file = env_or("GRAFT_ETCD_PASSWORD_FILE", NULL);
-    bool password_flag = false, want_help = false;
-    char password_buf[1024];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            want_help = true;
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            o.json = true;
-            continue;
-        }
-        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            /* kubectl's spelling: -o json (raw values), -o table (for a person) */
-            const char *v = i + 1 < argc ? argv[++i] : "";
-            if (strcmp(v, "json") != 0 && strcmp(v, "table") != 0) {
-                fprintf(stderr, "graftctl: %s takes json or table, not '%s'\n", a, v);
-                goto out; /* rc is still GRAFTCTL_USAGE */
-            }
-            o.json = strcmp(v, "json") == 0;
-            continue;
-        }
-        if (strcmp(a, "--yes") == 0 || strcmp(a, "-y") == 0) {
-            o.yes = true;
-            continue;
-        }
-        size_t k;
-        for (k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
-            if (strcmp(a, valued[k]) == 0)
-                break;
-        if (k == sizeof(valued) / sizeof(valued[0])) {
-            rest[nrest++] = argv[i];
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "graftctl: %s needs a value\n", a);
-            goto out;
-        }
-        const char *v = argv[++i];
-        uint64_t t;
-        switch (k) {
-        case 0: endpoints = v; break;
-        case 1: o.job = v; break;
-        case 2: o.user = v; break;
-        case 3:
-            /* Kept in our own buffer, and wiped from the arguments that
-             * ps shows (it was visible until now: hence the warning). */
-            snprintf(password_buf, sizeof(password_buf), "%s", v);
-            memset(argv[i], 'x', strlen(argv[i]));
-            o.password = password_buf;
-            password_flag = true;
-            break;
-        case 4: o.ca_file = v; break;
-        case 5: o.cert_file = v; break;
-        case 6: o.key_file = v; break;
-        case 8: password_file = v; break;
-        default:
-            if (!graftctl_parse_u64(v, &t) || t == 0 || t > 600000) {
-                fprintf(stderr, "graftctl: --timeout-ms: '%s' is not 1..600000\n", v);
-                goto out;
-            }
-            o.timeout_ms = (uint32_t)t;
-        }
-    }
+    if (!parse_global(argc, argv, &o, &a))
+        goto out; /* rc is still GRAFTCTL_USAGE */
     /* --help: the command's own help, or this one without a command. */
-    if (want_help && (nrest == 0 || find_command(rest[0]) != NULL)) {
-        if (nrest == 0 || !graftctl_help_print(rest[0], nrest > 1 ? rest[1] : NULL))
+    if (a.want_help && (a.nrest == 0 || find_command(a.rest[0]) != NULL)) {
+        if (a.nrest == 0 || !graftctl_help_print(a.rest[0], a.nrest > 1 ? a.rest[1] : NULL))
             fputs(usage, stdout);
         rc = GRAFTCTL_OK;
         goto out;
     }
-    if (nrest == 0) {
+    if (a.nrest == 0) {
         fputs(usage, stderr);
         goto out;
     }
-    graftctl_cmd_fn fn = find_command(rest[0]);
+    graftctl_cmd_fn fn = find_command(a.rest[0]);
     if (fn == NULL) {
-        fprintf(stderr, "graftctl: unknown command '%s' (see graftctl --help)\n", rest[0]);
+        fprintf(stderr, "graftctl: unknown command '%s' (see graftctl --help)\n", a.rest[0]);
         goto out;
     }
-    if (!split_endpoints(&o, endpoints)) {
-        fprintf(stderr, "graftctl: --etcd: no endpoint in '%s'\n", endpoints);
+    if (!split_endpoints(&o, a.endpoints)) {
+        fprintf(stderr, "graftctl: --etcd: no endpoint in '%s'\n", a.endpoints);
         goto out;
     }
-    if (password_flag && password_file != NULL &&
-        getenv("GRAFT_ETCD_PASSWORD_FILE") != password_file) {
-        fprintf(stderr, "graftctl: --password and --password-file: give one\n");
+    rc = resolve_password(&o, &a);
+    if (rc != GRAFTCTL_OK)
         goto out;
-    }
-    /* A file given wins over GRAFT_ETCD_PASSWORD; --password over both. */
-    if (password_file != NULL && !password_flag) {
-        if (!password_from_file(password_file, password_buf, sizeof(password_buf))) {
-            rc = GRAFTCTL_FAIL;
-            goto out;
-        }
-        o.password = password_buf;
-    }
-    password_warnings(&o, password_flag);
     graft_log_level_set(getenv("GRAFTCTL_DEBUG") != NULL ? GRAFT_LOG_DEBUG : GRAFT_LOG_OFF);
-    rc = fn(&o, nrest, rest);
+    rc = fn(&o, a.nrest, a.rest);
 out:
-    explicit_bzero(password_buf, sizeof(password_buf));
+    explicit_bzero(a.password_buf, sizeof(a.password_buf));
     free_endpoints(&o);
-    free(rest);
+    free(a.rest);
     return rc;
 }
