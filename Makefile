@@ -209,9 +209,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 
-# The simulator's tests link its library part (the model's test supplies
+# The simulator's tests link its library part (test_sim_model_cli supplies
 # its own graft_sim_live_run, so the live engine is not pulled in there).
-SIM_TEST_PROGS := $(BUILD)/tests/test_sim_model $(BUILD)/tests/test_sim_plan \
+SIM_TEST_PROGS := $(BUILD)/tests/test_sim_model $(BUILD)/tests/test_sim_model_params \
+	$(BUILD)/tests/test_sim_model_cli $(BUILD)/tests/test_sim_plan \
 	$(BUILD)/tests/test_sim_live $(BUILD)/tests/test_sim_netns
 $(SIM_TEST_PROGS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(SIM_LIB_A) $(LIB_A)
 	@mkdir -p $(dir $@)
