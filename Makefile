@@ -94,6 +94,15 @@ SIM_SRCS := $(wildcard sim/*.c sim/*/*.c)
 SIM_MAIN_SRCS := $(filter sim/sim_main.c,$(SIM_SRCS))
 SIM_LIB_SRCS := $(filter-out $(SIM_MAIN_SRCS),$(SIM_SRCS))
 SIM_LIB_A := $(BUILD)/lib/libgraft-sim.a
+# The embedded etcd launcher (graft_etcd_server_*, graft_etcd_cluster_*,
+# tools/etcd_launcher/) is not part of libgraft: a static library of its own
+# for the programs that start an etcd (graft-sim, graft-demo, the tests
+# through tests/support/etcd_fixture.h, the benchmarks), linked before
+# libgraft.a, whose internals of common/ and etcd/ it uses. Its users find
+# etcd_launcher.h through LAUNCHER_CFLAGS.
+LAUNCHER_SRCS := $(wildcard tools/etcd_launcher/*.c)
+LAUNCHER_A := $(BUILD)/lib/libgraft_etcd_launcher.a
+LAUNCHER_CFLAGS := -Itools/etcd_launcher
 BIN_PROGS := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%) $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/bin/%)
 ifneq ($(SIM_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graft-sim
@@ -112,7 +121,7 @@ BENCH_PROGS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_PROGS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/support/*.c))
-TEST_CFLAGS = -I. -Itests/support
+TEST_CFLAGS = -I. -Itests/support $(LAUNCHER_CFLAGS)
 # pytest suites that `make check` runs after the test programs (see
 # scripts/run-tests.sh); their tests count in the same total.
 PYTEST_DIRS :=
@@ -181,7 +190,18 @@ $(SIM_LIB_A): $(SIM_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/bin/graft-sim: $(SIM_MAIN_SRCS:%.c=$(BUILD)/obj/%.o) $(SIM_LIB_A) $(LIB_A)
+$(LAUNCHER_A): $(LAUNCHER_SRCS:%.c=$(BUILD)/obj/%.o)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+# The launcher includes etcd/etcd_internal.h; sim/ and tools/ include
+# etcd_launcher.h.
+$(BUILD)/obj/tools/etcd_launcher/%.o: CFLAGS_ALL += -I.
+$(BUILD)/obj/sim/%.o $(BUILD)/obj/tools/%.o: CFLAGS_ALL += $(LAUNCHER_CFLAGS)
+$(BUILD)/obj/sim/%.o: CFLAGS_ALL += -include etcd_launcher.h# HETCD-INTERIM
+$(BUILD)/obj/tests/test_sim_%.o: TEST_CFLAGS += -include etcd_launcher.h# HETCD-INTERIM
+
+$(BUILD)/bin/graft-sim: $(SIM_MAIN_SRCS:%.c=$(BUILD)/obj/%.o) $(SIM_LIB_A) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
@@ -189,7 +209,7 @@ $(BUILD)/bin/graftctl: $(GRAFTCTL_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
 
-$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIB_A)
+$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
@@ -201,11 +221,11 @@ $(BUILD)/obj/bench/%.o: bench/%.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(SUPPORT_OBJS) $(LIB_A)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LIB_A)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 
@@ -214,7 +234,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LIB_A)
 SIM_TEST_PROGS := $(BUILD)/tests/test_sim_model $(BUILD)/tests/test_sim_model_params \
 	$(BUILD)/tests/test_sim_model_cli $(BUILD)/tests/test_sim_plan \
 	$(BUILD)/tests/test_sim_live $(BUILD)/tests/test_sim_netns
-$(SIM_TEST_PROGS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(SIM_LIB_A) $(LIB_A)
+$(SIM_TEST_PROGS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(SIM_LIB_A) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 
@@ -263,6 +283,7 @@ info:
 	@echo "build dir:      $(BUILD)"
 	@echo "sanitizers:     $(if $(SAN_FLAGS),ASan+UBSan,off)"
 	@echo "library:        $(LIB_A) $(LIB_SO)"
+	@echo "etcd launcher:  $(LAUNCHER_A) (not in the library)"
 	@echo "modules:        $(MODULES) proto"
 ifeq ($(HAVE_CUDA),1)
 	@echo "CUDA/NCCL:      built (CUDA_HOME=$(CUDA_HOME), nccl.h=$(NCCL_HEADER), libnccl=$(NCCL_LIB))"

@@ -5,6 +5,7 @@
 #   common < etcd < membership < runtime
 #   common < transfer, persist < runtime
 #   runtime < sim, tools, examples, bench
+#   the embedded etcd launcher (tools/etcd_launcher/): above etcd, outside the library
 set -u
 build=${1:-build}
 bad=0
@@ -61,16 +62,37 @@ for m in common etcd membership transfer persist; do
     done
 done
 
-# Users of the library see public headers only.
+# The embedded etcd launcher (tools/etcd_launcher/) is not part of the
+# library: no module includes its header or needs its symbols. It sits on
+# libgraft.a's common/ and etcd/ internals, and on nothing above them.
+for m in common etcd membership transfer persist runtime; do
+    if grep -ln "etcd_launcher\.h" $m/*.c $m/*.h 2>/dev/null; then
+        echo "layering: $m/ includes the etcd launcher's header" >&2
+        bad=1
+    fi
+    for o in "$build"/obj/$m/*.o; do
+        [ -f "$o" ] || continue
+        if nm -u "$o" | grep -Eq " graft_etcd_(server|cluster)_"; then
+            echo "layering: $o needs the etcd launcher ($(nm -u "$o" | grep -E " graft_etcd_(server|cluster)_" | head -1 | awk '{print $2}'))" >&2
+            bad=1
+        fi
+    done
+done
+if grep -rln --include='*.c' --include='*.h' '#include *"\(membership\|transfer\|persist\|runtime\)/\|#include *<graft/\(membership\|transfer\|persist\|graft\)\.h>' tools/etcd_launcher 2>/dev/null; then
+    echo "layering: tools/etcd_launcher/ uses a module above etcd/" >&2
+    bad=1
+fi
+
+# Users of the library see public headers only (and the launcher's).
 for d in sim tools examples bench python; do
     [ -d "$d" ] || continue
-    if grep -rln --include='*.c' --include='*.h' 'graft_internal\.h\|#include *"\(common\|etcd\|membership\|transfer\|persist\|runtime\)/' "$d" 2>/dev/null; then
+    if grep -rln --exclude-dir=etcd_launcher --include='*.c' --include='*.h' 'graft_internal\.h\|#include *"\(common\|etcd\|membership\|transfer\|persist\|runtime\)/' "$d" 2>/dev/null; then
         echo "layering: $d/ uses internal headers" >&2
         bad=1
     fi
 done
 
 if [ $bad -eq 0 ]; then
-    echo "layering: ok (common < etcd < membership < runtime; common < transfer, persist < runtime; runtime < sim, tools)"
+    echo "layering: ok (common < etcd < membership < runtime; common < transfer, persist < runtime; runtime < sim, tools; etcd < etcd launcher, outside the library)"
 fi
 exit $bad

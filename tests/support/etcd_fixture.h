@@ -1,12 +1,12 @@
 /*
  * Test helpers around the embedded etcd: start one per test program (or per
- * test), and make clients for it. Public headers only, so benchmarks can
- * link them too.
+ * test), and make clients for it. Public headers and the launcher's
+ * (tools/etcd_launcher/etcd_launcher.h) only, so benchmarks can link them too.
  */
 #ifndef GRAFT_TEST_ETCD_FIXTURE_H
 #define GRAFT_TEST_ETCD_FIXTURE_H
 
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 
 typedef struct graft_test_etcd {
     graft_etcd_server_t *server;

@@ -2,9 +2,14 @@
  * Embedded etcd: Debian's etcd started as a child process on free loopback
  * ports in a temporary directory, for tests, the simulator and the demo.
  * The child is tied to its parent with PR_SET_PDEATHSIG so a crashed test
- * never leaves an etcd behind.
+ * never leaves an etcd behind. Not part of libgraft (etcd_launcher.h); it
+ * is built on libgraft.a's internals of common/ and etcd/ (allocation,
+ * logging, clocks, curl's one-time set-up), which is why its users link
+ * the static library.
  */
-#include "etcd_internal.h"
+#include "etcd_launcher.h"
+
+#include "etcd/etcd_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
