@@ -166,15 +166,15 @@ void graft_destroy(graft_runtime_t *rt)
 {
     if (rt == NULL)
         return;
-    if (rt->heal_running) {
+    if (rt->heal.running) {
         graft_transfer_pull_cancel(rt->ep);
         graft_status_t st = graft_heal_wait(rt);
         (void)st;
     }
     graft__rt_nccl_serve_join(rt); /* NCCL pairs end by their timeout at the latest */
-    if (rt->serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+    if (rt->serve.serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end at destroy failed");
-    graft_free(rt->peers);
+    graft_free(rt->serve.peers);
     graft__rt_persist_close(rt);
     if (rt->joined)
         graft__rt_publish_progress(rt, false); /* where this process got to */

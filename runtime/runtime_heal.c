@@ -16,18 +16,18 @@
  * the pair then fails at its id exchange). */
 static const char *nccl_donor_address(const graft_runtime_t *rt)
 {
-    for (size_t i = 0; i < rt->n_heal_donors; i++)
-        if (rt->heal_donor_groups[i] == rt->nccl_donor)
-            return rt->heal_donors[i];
+    for (size_t i = 0; i < rt->heal.n_donors; i++)
+        if (rt->heal.donor_groups[i] == rt->heal.nccl_donor)
+            return rt->heal.donors[i];
     return "";
 }
 
-/* The recipient's side of the NCCL pair with rt->nccl_donor (blocks). */
+/* The recipient's side of the NCCL pair with rt->heal.nccl_donor (blocks). */
 static graft_status_t nccl_pull(graft_runtime_t *rt, const char *donor_address,
                                 graft_transfer_report_t *rep)
 {
     graft__rt_pair_t p;
-    graft__rt_pair_init(&p, rt, rt->q->round, rt->q->step, rt->nccl_donor, rt->group);
+    graft__rt_pair_init(&p, rt, rt->q->round, rt->q->step, rt->heal.nccl_donor, rt->group);
     graft_transfer_pull_options_t po = {
         .donors = &donor_address,
         .n_donors = 1,
@@ -45,44 +45,44 @@ static void *heal_main(void *arg)
     graft_runtime_t *rt = arg;
     bool nccl = graft__rt_nccl_on(rt);
     graft_transfer_pull_options_t po = {
-        .donors = (const char *const *)rt->heal_donors,
-        .n_donors = rt->n_heal_donors,
+        .donors = (const char *const *)rt->heal.donors,
+        .n_donors = rt->heal.n_donors,
         .step = rt->q->step,
         .stall_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
         .connect_timeout_ms = (uint32_t)rt->cfg->stall_timeout_ms,
         .timeout_ms = (uint32_t)rt->cfg->transfer_timeout_ms,
         .host_only = nccl,
     };
-    memset(&rt->heal_report, 0, sizeof(rt->heal_report));
-    rt->heal_status = GRAFT_OK;
-    rt->nccl_status = GRAFT_OK;
+    memset(&rt->heal.report, 0, sizeof(rt->heal.report));
+    rt->heal.status = GRAFT_OK;
+    rt->heal.nccl_status = GRAFT_OK;
     if (!nccl || graft__rt_has_host_regions(rt))
-        rt->heal_status = graft_transfer_pull(rt->ep, &po, &rt->heal_report);
+        rt->heal.status = graft_transfer_pull(rt->ep, &po, &rt->heal.report);
     if (nccl) {
         /* Also after a failed UCX pull: the NCCL donor holds its step until
          * this pair is over or times out. */
         graft_transfer_report_t nrep;
-        graft_transfer_report_t *rep = &rt->heal_report;
-        rt->nccl_status = nccl_pull(rt, nccl_donor_address(rt), &nrep);
+        graft_transfer_report_t *rep = &rt->heal.report;
+        rt->heal.nccl_status = nccl_pull(rt, nccl_donor_address(rt), &nrep);
         rep->bytes += nrep.bytes;
         rep->chunks += nrep.chunks;
         rep->elapsed_ns += nrep.elapsed_ns;
-        if (rt->heal_status == GRAFT_OK) {
-            rt->heal_status = rt->nccl_status;
+        if (rt->heal.status == GRAFT_OK) {
+            rt->heal.status = rt->heal.nccl_status;
             if (nrep.drift.region[0] != '\0')
                 rep->drift = nrep.drift;
         }
     }
-    if (rt->heal_relay) {
+    if (rt->heal.relay) {
         /* A relay serves its recipients as soon as its own state is in
          * (they wait queued); a failed heal withdraws the serve, so they
          * are refused instead of waiting. */
-        graft_status_t st = rt->heal_status == GRAFT_OK
+        graft_status_t st = rt->heal.status == GRAFT_OK
                                  ? graft_transfer_serve_begin(rt->ep, rt->q->step)
                                  : GRAFT_ECANCELED;
-        rt->heal_relay_served = st == GRAFT_OK;
-        if (!rt->heal_relay_served) {
-            if (rt->heal_status == GRAFT_OK)
+        rt->heal.relay_served = st == GRAFT_OK;
+        if (!rt->heal.relay_served) {
+            if (rt->heal.status == GRAFT_OK)
                 GRAFT_ERROR(GRAFT_MOD_RUNTIME, "relay: cannot serve step %" PRIu64 ": %s",
                             rt->q->step, graft_status_string(st));
             if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
@@ -94,29 +94,29 @@ static void *heal_main(void *arg)
 
 static void free_donors(graft_runtime_t *rt)
 {
-    for (size_t i = 0; i < rt->n_heal_donors; i++)
-        graft_free(rt->heal_donors[i]);
-    graft_free(rt->heal_donors);
-    rt->heal_donors = NULL;
-    rt->n_heal_donors = 0;
+    for (size_t i = 0; i < rt->heal.n_donors; i++)
+        graft_free(rt->heal.donors[i]);
+    graft_free(rt->heal.donors);
+    rt->heal.donors = NULL;
+    rt->heal.n_donors = 0;
 }
 
 /* The transfer addresses of rank `rank` of the donor groups that view v
- * has, into rt->heal_donors (empty, allocated for n_donors). */
+ * has, into rt->heal.donors (empty, allocated for n_donors). */
 static graft_status_t donors_in_view(graft_runtime_t *rt, const graft_membership_view_t *v,
                                      const uint32_t *donors, size_t n_donors)
 {
-    for (size_t d = 0; d < n_donors && rt->n_heal_donors < GRAFT_TRANSFER_MAX_DONORS; d++) {
+    for (size_t d = 0; d < n_donors && rt->heal.n_donors < GRAFT_TRANSFER_MAX_DONORS; d++) {
         for (size_t i = 0; i < v->n_members; i++) {
             const graft_member_t *mb = &v->members[i];
             if (mb->group != donors[d] || mb->rank != rt->rank || mb->transfer_address == NULL ||
                 mb->transfer_address[0] == '\0')
                 continue;
-            rt->heal_donors[rt->n_heal_donors] = graft__strdup(mb->transfer_address);
-            if (rt->heal_donors[rt->n_heal_donors] == NULL)
+            rt->heal.donors[rt->heal.n_donors] = graft__strdup(mb->transfer_address);
+            if (rt->heal.donors[rt->heal.n_donors] == NULL)
                 return GRAFT_ENOMEM;
-            rt->heal_donor_groups[rt->n_heal_donors] = donors[d];
-            rt->n_heal_donors++;
+            rt->heal.donor_groups[rt->heal.n_donors] = donors[d];
+            rt->heal.n_donors++;
             break;
         }
     }
@@ -131,11 +131,11 @@ graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
     graft_membership_view_t *v = NULL;
     graft_status_t st = GRAFT_OK;
     uint64_t deadline = graft__now_ns() + rt->cfg->join_timeout_ms * 1000000ull;
-    rt->nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
-    rt->heal_relay = relay;
-    rt->heal_relay_served = false;
-    rt->heal_donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
-    if (rt->heal_donors == NULL)
+    rt->heal.nccl_donor = n_donors > 0 ? donors[0] : UINT32_MAX;
+    rt->heal.relay = relay;
+    rt->heal.relay_served = false;
+    rt->heal.donors = graft__calloc(GRAFT_MAX(n_donors, 1), sizeof(char *));
+    if (rt->heal.donors == NULL)
         return GRAFT_ENOMEM;
     /* The quorum record and the member records reach this rank by
      * different paths, so the donors' records can still be on their way:
@@ -145,7 +145,7 @@ graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
         if (st == GRAFT_OK)
             st = donors_in_view(rt, v, donors, n_donors);
         uint64_t now = graft__now_ns();
-        if (st != GRAFT_OK || rt->n_heal_donors > 0 || now >= deadline)
+        if (st != GRAFT_OK || rt->heal.n_donors > 0 || now >= deadline)
             break;
         uint64_t version = v->version;
         graft_membership_view_free(v);
@@ -157,7 +157,7 @@ graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
     }
     if (st != GRAFT_OK)
         goto out;
-    if (rt->n_heal_donors == 0) {
+    if (rt->heal.n_donors == 0) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32
                     ": no donor of step %" PRIu64 " is in the view", rt->group, rt->rank,
                     rt->q->step);
@@ -166,12 +166,12 @@ graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
     }
     rt->state_valid = false; /* the pull overwrites the regions */
     graft__rt_skip_save(rt);
-    if (pthread_create(&rt->heal_thread, NULL, heal_main, rt) != 0) {
+    if (pthread_create(&rt->heal.thread, NULL, heal_main, rt) != 0) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "pthread_create: %s", strerror(errno));
         st = GRAFT_ESYS;
         goto out;
     }
-    rt->heal_running = true;
+    rt->heal.running = true;
 out:
     if (st != GRAFT_OK)
         free_donors(rt);
@@ -186,15 +186,15 @@ out:
  * under it and that its chunks moved to the others. */
 static void lost_donors(const graft_runtime_t *rt, char *buf, size_t len)
 {
-    const graft_transfer_report_t *rep = &rt->heal_report;
+    const graft_transfer_report_t *rep = &rt->heal.report;
     size_t used = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < rep->n_donors && i < rt->n_heal_donors && used < len; i++) {
+    for (size_t i = 0; i < rep->n_donors && i < rt->heal.n_donors && used < len; i++) {
         const graft_transfer_donor_report_t *d = &rep->donors[i];
         if (d->status == GRAFT_OK)
             continue;
         int n = snprintf(buf + used, len - used, "; donor group %" PRIu32 " lost (%s) after %"
-                         PRIu64 " chunks, %" PRIu64 " reassigned", rt->heal_donor_groups[i],
+                         PRIu64 " chunks, %" PRIu64 " reassigned", rt->heal.donor_groups[i],
                          graft_status_string(d->status), d->chunks, d->reassigned);
         if (n < 0)
             break;
@@ -216,17 +216,17 @@ static bool every_donor_refused_layout(const graft_transfer_report_t *rep)
 
 graft_status_t graft__rt_heal_join(graft_runtime_t *rt, char *lost, size_t lost_len)
 {
-    pthread_join(rt->heal_thread, NULL);
-    rt->heal_running = false;
-    graft_status_t st = rt->heal_status;
+    pthread_join(rt->heal.thread, NULL);
+    rt->heal.running = false;
+    graft_status_t st = rt->heal.status;
     lost_donors(rt, lost, lost_len);
-    if (rt->nccl_status != GRAFT_OK) {
+    if (rt->heal.nccl_status != GRAFT_OK) {
         size_t used = strlen(lost);
         snprintf(lost + used, lost_len - used, "; NCCL pair with donor group %" PRIu32 ": %s",
-                 rt->nccl_donor, graft_status_string(rt->nccl_status));
+                 rt->heal.nccl_donor, graft_status_string(rt->heal.nccl_status));
     }
     free_donors(rt);
-    if (st == GRAFT_ENODONOR && every_donor_refused_layout(&rt->heal_report))
+    if (st == GRAFT_ENODONOR && every_donor_refused_layout(&rt->heal.report))
         st = GRAFT_ELAYOUT;
     return st;
 }

@@ -74,6 +74,49 @@ void graft__fanout_free(graft__fanout_t *plan);
 
 typedef struct graft__steady graft__steady_t;
 
+/* The heal (runtime_heal.c): the recipient's pull on a background thread. */
+typedef struct graft__rt_heal {
+    pthread_t thread;
+    bool running;
+    graft_status_t status;
+    bool relay;        /* a relay's heal: begin its serve when done */
+    bool relay_served; /* and it did */
+    char **donors;     /* transfer addresses of the donors in the view */
+    size_t n_donors;
+    uint32_t donor_groups[GRAFT_TRANSFER_MAX_DONORS]; /* group of donors[i] */
+    graft_transfer_report_t report;
+    /* NCCL pairs (transfer_backend = nccl, with CUDA regions). */
+    uint32_t nccl_donor;        /* the group its CUDA regions come from */
+    graft_status_t nccl_status; /* the NCCL pull's outcome */
+} graft__rt_heal_t;
+
+/* The serve (runtime_serve.c, runtime_nccl.c): the donor's side. */
+typedef struct graft__rt_serve {
+    bool serving;
+    uint32_t n_recipients;
+    graft__rt_peer_t *peers; /* the recipients this rank serves */
+    size_t n_peers;
+    uint64_t refused_seen;   /* graft_transfer_refused_count() last recorded */
+    /* A relay (runtime_fanout.c): serves peers once its heal ends; the heal
+     * thread begins the serve, or withdraws it if the heal failed (the
+     * heal's relay_served says which). */
+    bool relay;
+    graft__rt_pair_t *pairs; /* NCCL: one serving thread per recipient */
+    size_t n_pairs;
+} graft__rt_serve_t;
+
+/* The checkpoint tier (runtime_persist.c). */
+typedef struct graft__rt_tier {
+    graft_persist_writer_t *writer;
+    pthread_t thread;
+    bool running;
+    /* Set when the next periodic checkpoint begins: the pending one stops
+     * waiting for shards that will not come (a writer died). */
+    atomic_bool superseded;
+    graft__rt_ckpt_t ckpt;
+    graft_status_t status;
+} graft__rt_tier_t;
+
 struct graft_runtime {
     graft_config_t *cfg;   /* own copy */
     uint32_t group, rank, ranks, groups, min_groups;
@@ -142,49 +185,20 @@ struct graft_runtime {
     bool q_steady;         /* q was agreed on the steady path, not in etcd */
     graft__steady_t *steady; /* runtime_steady.c; NULL until the first quorum */
     uint64_t prev_quorum_id;
-    bool serving;
-    uint32_t n_recipients;
-    graft__rt_peer_t *peers; /* the recipients this rank serves */
-    uint64_t refused_seen;   /* graft_transfer_refused_count() last recorded */
-    size_t n_peers;
     bool cold_sync;        /* step-0 initial sync in this quorum */
-    /* A relay (runtime_fanout.c): serves rt->peers once its heal ends;
-     * the heal thread begins the serve, or withdraws it if the heal failed
-     * (heal_relay_served says which). */
-    bool relay;
     uint64_t quorum_call_ns;
+    uint64_t heal_detect_ns, heal_quorum_ns; /* the next heal's phases, for its report */
 
-    /* Background heal. */
-    pthread_t heal_thread;
-    bool heal_relay;        /* a relay's heal: begin its serve when done */
-    bool heal_relay_served; /* and it did */
-    bool heal_running;
-    graft_status_t heal_status;
-    char **heal_donors;
-    size_t n_heal_donors;
-    uint32_t heal_donor_groups[GRAFT_TRANSFER_MAX_DONORS]; /* group of heal_donors[i] */
-    graft_transfer_report_t heal_report;
-    uint64_t heal_detect_ns, heal_quorum_ns;
-
-    /* NCCL pairs (transfer_backend = nccl, with CUDA regions). */
-    uint32_t nccl_donor;        /* recipient: the group its CUDA regions come from */
-    graft_status_t nccl_status; /* recipient: the NCCL pull's outcome */
-    graft__rt_pair_t *pairs;    /* donor: one serving thread per recipient */
-    size_t n_pairs;
+    /* The runtime's objects: each owned by its files, touched by them and
+     * by the coordinator (runtime.c, runtime_step.c, runtime_step_heal.c)
+     * only; none calls another (scripts/check-runtime-objects.sh). */
+    graft__rt_heal_t heal;   /* runtime_heal.c */
+    graft__rt_serve_t serve; /* runtime_serve.c, runtime_nccl.c */
+    graft__rt_tier_t tier;   /* runtime_persist.c */
 
     /* The test build's faults (runtime_skip.c); always NULL in the library
      * that is shipped, which has no code that sets it. */
     struct graft__rt_test_hook *test_hook;
-
-    /* Persistent tier. */
-    graft_persist_writer_t *writer;
-    pthread_t ckpt_thread;
-    bool ckpt_running;
-    /* Set when the next periodic checkpoint begins: the pending one stops
-     * waiting for shards that will not come (a writer died). */
-    atomic_bool ckpt_superseded;
-    graft__rt_ckpt_t ckpt;
-    graft_status_t ckpt_status;
 
     /* Readable from any thread. */
     pthread_mutex_t mu;
@@ -212,7 +226,7 @@ void graft__rt_publish_progress(graft_runtime_t *rt, bool quick);
 GRAFT_WUR graft_status_t graft__rt_heal_start(graft_runtime_t *rt, const uint32_t *donors,
                                               size_t n_donors, bool relay);
 /* Join the running heal: its status (GRAFT_ELAYOUT when every donor refused
- * this rank's region table), its report in rt->heal_report, and the donors
+ * this rank's region table), its report in rt->heal.report, and the donors
  * it lost, as "; donor group G lost (...)" parts, into lost. */
 GRAFT_WUR graft_status_t graft__rt_heal_join(graft_runtime_t *rt, char *lost, size_t lost_len);
 

@@ -34,14 +34,14 @@ static void *serve_main(void *arg)
 
 graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    rt->pairs = graft__calloc(rt->n_peers + 1, sizeof(*rt->pairs));
-    if (rt->pairs == NULL)
+    rt->serve.pairs = graft__calloc(rt->serve.n_peers + 1, sizeof(*rt->serve.pairs));
+    if (rt->serve.pairs == NULL)
         return GRAFT_ENOMEM;
-    for (size_t i = 0; i < rt->n_peers; i++) {
-        if (!rt->peers[i].nccl)
+    for (size_t i = 0; i < rt->serve.n_peers; i++) {
+        if (!rt->serve.peers[i].nccl)
             continue;
-        graft__rt_pair_t *p = &rt->pairs[rt->n_pairs++];
-        graft__rt_pair_init(p, rt, q->round, q->step, rt->group, rt->peers[i].group);
+        graft__rt_pair_t *p = &rt->serve.pairs[rt->serve.n_pairs++];
+        graft__rt_pair_init(p, rt, q->round, q->step, rt->group, rt->serve.peers[i].group);
         if (pthread_create(&p->thread, NULL, serve_main, p) != 0) {
             GRAFT_ERROR(GRAFT_MOD_RUNTIME, "pthread_create: %s", strerror(errno));
             return GRAFT_ESYS; /* the recipient's pair times out */
@@ -53,8 +53,8 @@ graft_status_t graft__rt_nccl_serve_start(graft_runtime_t *rt, const graft_quoru
 
 void graft__rt_nccl_serve_join(graft_runtime_t *rt)
 {
-    for (size_t i = 0; i < rt->n_pairs; i++) {
-        graft__rt_pair_t *p = &rt->pairs[i];
+    for (size_t i = 0; i < rt->serve.n_pairs; i++) {
+        graft__rt_pair_t *p = &rt->serve.pairs[i];
         if (!p->started)
             continue;
         pthread_join(p->thread, NULL);
@@ -68,7 +68,7 @@ void graft__rt_nccl_serve_join(graft_runtime_t *rt)
             GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "NCCL id slot of round %" PRIu64 " left to the lease",
                         p->round);
     }
-    graft_free(rt->pairs);
-    rt->pairs = NULL;
-    rt->n_pairs = 0;
+    graft_free(rt->serve.pairs);
+    rt->serve.pairs = NULL;
+    rt->serve.n_pairs = 0;
 }

@@ -67,14 +67,14 @@ graft_status_t graft__rt_persist_open(graft_runtime_t *rt)
         .secret_len = rt->secret_len,
         .remote = rt->cfg->persist_remote != NULL ? &rc : NULL,
     };
-    return graft_persist_writer_create(&pc, &rt->writer);
+    return graft_persist_writer_create(&pc, &rt->tier.writer);
 }
 
 void graft__rt_persist_close(graft_runtime_t *rt)
 {
     graft__rt_persist_join(rt);
-    graft_persist_writer_destroy(rt->writer);
-    rt->writer = NULL;
+    graft_persist_writer_destroy(rt->tier.writer);
+    rt->tier.writer = NULL;
 }
 
 static graft_status_t persist_regions(graft_runtime_t *rt, graft_persist_region_t **out_p)
@@ -213,7 +213,7 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
         st = graft_etcd_range(etcd, prefix, &ro, &res);
         if (st == GRAFT_OK && res.n_kvs >= rt->ranks)
             break;
-        if (atomic_load(&rt->ckpt_superseded)) {
+        if (atomic_load(&rt->tier.superseded)) {
             GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": %zu of %" PRIu32
                        " shards durable when the next checkpoint began: given up", step,
                        st == GRAFT_OK ? res.n_kvs : 0, rt->ranks);
@@ -236,7 +236,7 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
             infos[i] = res.kvs[i].value;
             lens[i] = res.kvs[i].value_len;
         }
-        graft_persist_commit_opts_t opts = rt->ckpt.opts;
+        graft_persist_commit_opts_t opts = rt->tier.ckpt.opts;
         opts.file_mode = (uint32_t)rt->cfg->persist_file_mode;
         opts.secret = rt->secret_len > 0 ? rt->secret : NULL;
         opts.secret_len = rt->secret_len;
@@ -257,8 +257,8 @@ static graft_status_t collect_and_commit(graft_runtime_t *rt, graft_etcd_t *etcd
     if (graft_persist_retention_apply(rt->cfg->persist_root, &pol, &deleted) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "retention under %s failed", rt->cfg->persist_root);
     /* The committer's uploader sends it to the bucket in the background. */
-    if (rt->cfg->persist_remote != NULL && rt->writer != NULL &&
-        graft_persist_remote_upload(rt->writer, step) != GRAFT_OK)
+    if (rt->cfg->persist_remote != NULL && rt->tier.writer != NULL &&
+        graft_persist_remote_upload(rt->tier.writer, step) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": not handed to the uploader", step);
     int64_t ndel = 0;
     /* The shard records did their job; the checkpoint record stays. */
@@ -273,7 +273,7 @@ out:
 static void *ckpt_main(void *arg)
 {
     graft_runtime_t *rt = arg;
-    graft__rt_ckpt_t *c = &rt->ckpt;
+    graft__rt_ckpt_t *c = &rt->tier.ckpt;
     graft_etcd_t *etcd = NULL;
     uint8_t *info = NULL;
     size_t len = 0;
@@ -288,7 +288,7 @@ static void *ckpt_main(void *arg)
     if (c->write_shard) {
         {
             uint32_t r = rt->rank;
-            st = graft_persist_shard_wait(rt->writer, c->step, r, &info, &len);
+            st = graft_persist_shard_wait(rt->tier.writer, c->step, r, &info, &len);
             if (st != GRAFT_OK) {
                 GRAFT_ERROR(GRAFT_MOD_RUNTIME, "checkpoint %" PRIu64 ": shard %" PRIu32
                             " not durable: %s", c->step, r, graft_status_string(st));
@@ -322,7 +322,7 @@ static void *ckpt_main(void *arg)
         }
     }
 out:
-    rt->ckpt_status = st;
+    rt->tier.status = st;
     if (st != GRAFT_OK) {
         pthread_mutex_lock(&rt->mu);
         rt->metrics.checkpoints_failed++;
@@ -346,10 +346,10 @@ out:
 
 void graft__rt_persist_join(graft_runtime_t *rt)
 {
-    if (!rt->ckpt_running)
+    if (!rt->tier.running)
         return;
-    pthread_join(rt->ckpt_thread, NULL);
-    rt->ckpt_running = false;
+    pthread_join(rt->tier.thread, NULL);
+    rt->tier.running = false;
 }
 
 /* Snapshot (blocking) and start the background part. */
@@ -361,19 +361,19 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
     /* A checkpoint still collecting shards when the next one begins is
      * superseded: one of its writers is gone or late by a whole interval,
      * and waiting for it would hold the training thread. */
-    atomic_store(&rt->ckpt_superseded, true);
+    atomic_store(&rt->tier.superseded, true);
     graft__rt_persist_join(rt);
-    atomic_store(&rt->ckpt_superseded, false);
-    memset(&rt->ckpt, 0, sizeof(rt->ckpt));
-    rt->ckpt.step = step;
-    rt->ckpt.write_shard = write_shard;
-    rt->ckpt.commit_manifest = commit_manifest;
-    rt->ckpt.whole_group = whole_group;
+    atomic_store(&rt->tier.superseded, false);
+    memset(&rt->tier.ckpt, 0, sizeof(rt->tier.ckpt));
+    rt->tier.ckpt.step = step;
+    rt->tier.ckpt.write_shard = write_shard;
+    rt->tier.ckpt.commit_manifest = commit_manifest;
+    rt->tier.ckpt.whole_group = whole_group;
     if (commit_manifest && rt->fp_fn != NULL && rt->rank == 0) {
         uint64_t fp = 0;
         if (rt->fp_fn(rt->fp_arg, &fp) == GRAFT_OK) {
-            rt->ckpt.opts.has_fingerprint = true;
-            rt->ckpt.opts.fingerprint = fp;
+            rt->tier.ckpt.opts.has_fingerprint = true;
+            rt->tier.ckpt.opts.fingerprint = fp;
         }
     }
     if (write_shard) {
@@ -381,7 +381,7 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
         if (st != GRAFT_OK)
             return st;
         uint64_t t0 = graft__now_ns();
-        st = graft_persist_shard_write(rt->writer, step, rt->rank, rt->ranks, pr, rt->n_regions);
+        st = graft_persist_shard_write(rt->tier.writer, step, rt->rank, rt->ranks, pr, rt->n_regions);
         uint64_t snap = graft__now_ns() - t0;
         graft_free(pr);
         if (st != GRAFT_OK) {
@@ -399,11 +399,11 @@ static graft_status_t ckpt_start(graft_runtime_t *rt, uint64_t step, bool write_
             rt->metrics.checkpoint_bytes += rt->regions[i].r.bytes;
         pthread_mutex_unlock(&rt->mu);
     }
-    if (pthread_create(&rt->ckpt_thread, NULL, ckpt_main, rt) != 0) {
+    if (pthread_create(&rt->tier.thread, NULL, ckpt_main, rt) != 0) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "pthread_create: %s", strerror(errno));
         return GRAFT_ESYS;
     }
-    rt->ckpt_running = true;
+    rt->tier.running = true;
     return GRAFT_OK;
 }
 
@@ -437,7 +437,7 @@ static graft_status_t persist_step(graft_runtime_t *rt, const graft_quorum_t *q)
 
 graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    if (rt->writer == NULL || q->step == 0 || q->step % rt->cfg->persist_every != 0 ||
+    if (rt->tier.writer == NULL || q->step == 0 || q->step % rt->cfg->persist_every != 0 ||
         q->n_members == 0)
         return GRAFT_OK;
     return persist_step(rt, q);
@@ -445,7 +445,7 @@ graft_status_t graft__rt_persist_at_commit(graft_runtime_t *rt, const graft_quor
 
 graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    if (rt->writer == NULL || rt->cfg->persist_final == 0 || q->step == 0 || q->n_members == 0)
+    if (rt->tier.writer == NULL || rt->cfg->persist_final == 0 || q->step == 0 || q->n_members == 0)
         return GRAFT_OK;
     /* One group writes every shard (the group that commits a scheduled
      * checkpoint of this step): the groups of one quorum need not all
@@ -465,21 +465,21 @@ graft_status_t graft__rt_persist_final(graft_runtime_t *rt, const graft_quorum_t
     /* The trainer ends after this commit: its part (and a scheduled
      * checkpoint's before it) is durable when the call returns. */
     graft__rt_persist_join(rt);
-    bool mine = rt->ckpt.step == q->step; /* else none of it is this rank's, or it was on disk */
-    if (mine && rt->ckpt_status == GRAFT_OK)
+    bool mine = rt->tier.ckpt.step == q->step; /* else none of it is this rank's, or it was on disk */
+    if (mine && rt->tier.status == GRAFT_OK)
         GRAFT_INFO(GRAFT_MOD_RUNTIME, "final checkpoint of step %" PRIu64 ": %s%s durable",
-                   q->step, rt->ckpt.write_shard ? "shard" : "",
-                   rt->ckpt.commit_manifest ? (rt->ckpt.write_shard ? "+manifest" : "manifest")
+                   q->step, rt->tier.ckpt.write_shard ? "shard" : "",
+                   rt->tier.ckpt.commit_manifest ? (rt->tier.ckpt.write_shard ? "+manifest" : "manifest")
                                             : "");
     /* And in the bucket, when this rank's uploader has it: the wait that
      * graft_destroy() would make anyway, made here so that the metrics read
      * after the closing step count the upload. */
     if (rt->cfg->persist_remote != NULL &&
-        graft_persist_remote_flush(rt->writer, FINAL_UPLOAD_WAIT_MS) != GRAFT_OK)
+        graft_persist_remote_flush(rt->tier.writer, FINAL_UPLOAD_WAIT_MS) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "the upload of the final checkpoint (step %" PRIu64
                    ") did not end within %d s; graft_destroy() waits for it again",
                    q->step, FINAL_UPLOAD_WAIT_MS / 1000);
-    return mine ? rt->ckpt_status : GRAFT_OK;
+    return mine ? rt->tier.status : GRAFT_OK;
 }
 
 graft_status_t graft_checkpoint_wait(graft_runtime_t *rt)
@@ -487,14 +487,14 @@ graft_status_t graft_checkpoint_wait(graft_runtime_t *rt)
     if (rt == NULL)
         return GRAFT_EINVAL;
     graft__rt_persist_join(rt);
-    return rt->ckpt_status;
+    return rt->tier.status;
 }
 
 graft_status_t graft_checkpoint_now(graft_runtime_t *rt)
 {
     if (rt == NULL)
         return GRAFT_EINVAL;
-    if (rt->writer == NULL)
+    if (rt->tier.writer == NULL)
         return GRAFT_ENOTSUP;
     uint64_t step = graft_step(rt);
     if (rt->q != NULL || !rt->joined || step == 0 || !rt->state_valid)
@@ -506,13 +506,13 @@ graft_status_t graft_checkpoint_now(graft_runtime_t *rt)
     if (st != GRAFT_OK)
         return st;
     graft__rt_persist_join(rt);
-    return rt->ckpt_status;
+    return rt->tier.status;
 }
 
 void graft__rt_persist_metrics(graft_runtime_t *rt, graft_metrics_t *metrics_p)
 {
     graft_persist_remote_stats_t rs;
-    if (rt->writer == NULL || graft_persist_remote_stats(rt->writer, &rs) != GRAFT_OK ||
+    if (rt->tier.writer == NULL || graft_persist_remote_stats(rt->tier.writer, &rs) != GRAFT_OK ||
         !rs.enabled)
         return;
     uint64_t done = rs.has_uploaded ? rs.last_uploaded_step : 0;

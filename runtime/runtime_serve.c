@@ -22,9 +22,9 @@ static uint64_t member_incarnation(const graft_membership_view_t *v, uint32_t gr
 
 void graft__rt_peers_free(graft_runtime_t *rt)
 {
-    graft_free(rt->peers);
-    rt->peers = NULL;
-    rt->n_peers = 0;
+    graft_free(rt->serve.peers);
+    rt->serve.peers = NULL;
+    rt->serve.n_peers = 0;
 }
 
 /* The recipients this rank serves in q, as the round's fan-out plan has
@@ -37,14 +37,14 @@ graft_status_t graft__rt_peers_list(graft_runtime_t *rt, const graft__fanout_t *
     bool ucx = !nccl || graft__rt_has_host_regions(rt);
     graft_membership_view_t *v = NULL;
     graft__rt_peers_free(rt); /* the list of a quorum that served nobody */
-    rt->peers = graft__calloc(plan->n_serves + 1, sizeof(*rt->peers));
-    if (rt->peers == NULL)
+    rt->serve.peers = graft__calloc(plan->n_serves + 1, sizeof(*rt->serve.peers));
+    if (rt->serve.peers == NULL)
         return GRAFT_ENOMEM;
     if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
         v = NULL; /* incarnations unknown: learnt while the fence waits */
     for (size_t i = 0; i < plan->n_serves; i++) {
         uint32_t g = plan->serves[i].group;
-        rt->peers[rt->n_peers++] = (graft__rt_peer_t){
+        rt->serve.peers[rt->serve.n_peers++] = (graft__rt_peer_t){
             g, member_incarnation(v, g, rt->rank), ucx, nccl && plan->serves[i].primary, false};
     }
     graft_membership_view_free(v);
@@ -53,8 +53,8 @@ graft_status_t graft__rt_peers_list(graft_runtime_t *rt, const graft__fanout_t *
 
 static void recipients_count(graft_runtime_t *rt)
 {
-    for (size_t i = 0; i < rt->n_peers; i++)
-        rt->n_recipients += (uint32_t)rt->peers[i].ucx + (uint32_t)rt->peers[i].nccl;
+    for (size_t i = 0; i < rt->serve.n_peers; i++)
+        rt->serve.n_recipients += (uint32_t)rt->serve.peers[i].ucx + (uint32_t)rt->serve.peers[i].nccl;
     pthread_mutex_lock(&rt->mu);
     rt->metrics.serves++;
     pthread_mutex_unlock(&rt->mu);
@@ -76,10 +76,10 @@ static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
 {
     graft_membership_view_t *v = NULL;
     uint32_t gone = 0;
-    if (rt->n_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+    if (rt->serve.n_peers == 0 || graft_membership_view_get(rt->m, &v) != GRAFT_OK)
         return 0;
-    for (size_t i = 0; i < rt->n_peers; i++) {
-        graft__rt_peer_t *p = &rt->peers[i];
+    for (size_t i = 0; i < rt->serve.n_peers; i++) {
+        graft__rt_peer_t *p = &rt->serve.peers[i];
         uint64_t now = member_incarnation(v, p->group, rt->rank);
         if (p->incarnation == 0 && now != 0) {
             p->incarnation = now; /* arrived late in the view */
@@ -101,8 +101,8 @@ static uint32_t fence_units_gone(graft_runtime_t *rt, uint64_t waited_ns)
  * fence_timeout_ms. */
 static bool fence_peers_finished(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    for (size_t i = 0; i < rt->n_peers; i++) {
-        graft__rt_peer_t *p = &rt->peers[i];
+    for (size_t i = 0; i < rt->serve.n_peers; i++) {
+        graft__rt_peer_t *p = &rt->serve.peers[i];
         bool voted = false;
         if (!p->finished &&
             graft_membership_voted_since(rt->m, p->group, rt->rank, q->round, &voted) == GRAFT_OK)
@@ -113,19 +113,19 @@ static bool fence_peers_finished(graft_runtime_t *rt, const graft_quorum_t *q)
     return true;
 }
 
-/* Only the recipients the round's plan gives this group (rt->peers, from
+/* Only the recipients the round's plan gives this group (rt->serve.peers, from
  * the quorum record) may pull this step: any other holder of the job
  * secret is refused (docs/SECURITY.md). */
 static graft_status_t serve_only_recipients(graft_runtime_t *rt)
 {
-    uint32_t *groups = graft__calloc(rt->n_peers + 1, sizeof(*groups));
+    uint32_t *groups = graft__calloc(rt->serve.n_peers + 1, sizeof(*groups));
     if (groups == NULL)
         return GRAFT_ENOMEM;
-    for (size_t i = 0; i < rt->n_peers; i++)
-        groups[i] = rt->peers[i].group;
+    for (size_t i = 0; i < rt->serve.n_peers; i++)
+        groups[i] = rt->serve.peers[i].group;
     /* Serving nobody: an empty list would lift the restriction, so name a
      * group that cannot exist. */
-    size_t n = rt->n_peers;
+    size_t n = rt->serve.n_peers;
     if (n == 0)
         groups[n++] = UINT32_MAX;
     graft_status_t st = graft_transfer_serve_recipients(rt->ep, groups, n);
@@ -139,18 +139,18 @@ static graft_status_t serve_only_recipients(graft_runtime_t *rt)
 static void refusals_record(graft_runtime_t *rt, const graft_quorum_t *q)
 {
     uint64_t n = graft_transfer_refused_count(rt->ep);
-    if (n == rt->refused_seen)
+    if (n == rt->serve.refused_seen)
         return;
     char detail[128];
     snprintf(detail, sizeof(detail), "%" PRIu64 " transfer request(s) refused while serving: "
-             "no proof of the job secret, or not a recipient of the step", n - rt->refused_seen);
-    rt->refused_seen = n;
+             "no proof of the job secret, or not a recipient of the step", n - rt->serve.refused_seen);
+    rt->serve.refused_seen = n;
     graft__rt_job_event(rt, GRAFT_EVENT_ERROR, q->step, false, 0, detail);
 }
 
-/* Serve q's step to rt->peers: over UCX (every region, or the host ones
+/* Serve q's step to rt->serve.peers: over UCX (every region, or the host ones
  * when CUDA regions go over NCCL pairs) and over NCCL to the peers that
- * pair with this rank. rt->n_recipients becomes the number of completions
+ * pair with this rank. rt->serve.n_recipients becomes the number of completions
  * the fence waits for. */
 graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
@@ -162,7 +162,7 @@ graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *
                     graft_status_string(st));
         return st;
     }
-    rt->serving = true;
+    rt->serve.serving = true;
     recipients_count(rt);
     if (graft__rt_nccl_on(rt))
         st = graft__rt_nccl_serve_start(rt, q);
@@ -182,8 +182,8 @@ graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *
                     graft_status_string(st));
         return st;
     }
-    rt->serving = true;
-    rt->relay = true;
+    rt->serve.serving = true;
+    rt->serve.relay = true;
     recipients_count(rt);
     return GRAFT_OK;
 }
@@ -192,18 +192,18 @@ graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *
  * to fence; its recipients were refused and vote no. */
 void graft__rt_relay_abandon(graft_runtime_t *rt, bool served)
 {
-    if (!rt->relay || served)
+    if (!rt->serve.relay || served)
         return;
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "relay: the announced serve was withdrawn already");
-    rt->serving = false;
-    rt->relay = false;
+    rt->serve.serving = false;
+    rt->serve.relay = false;
     graft__rt_peers_free(rt);
 }
 
 void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
 {
-    if (!rt->serving)
+    if (!rt->serve.serving)
         return;
     /* Wait in slices: between them, a recipient that has left the job (a
      * process killed before it reached this donor cannot be seen by the
@@ -220,16 +220,16 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
         uint64_t now = graft__now_ns();
         uint32_t slice =
             now >= deadline ? 0 : (uint32_t)GRAFT_MIN(100, (deadline - now) / 1000000ull);
-        st = graft_transfer_fence_wait(rt->ep, q->step, rt->n_recipients, slice);
+        st = graft_transfer_fence_wait(rt->ep, q->step, rt->serve.n_recipients, slice);
         if (st != GRAFT_ETIMEOUT || graft__now_ns() >= deadline)
             break;
         uint32_t gone = fence_units_gone(rt, graft__now_ns() - start);
-        if (gone > 0 && graft_transfer_fence_count(rt->ep, q->step) + gone >= rt->n_recipients) {
+        if (gone > 0 && graft_transfer_fence_count(rt->ep, q->step) + gone >= rt->serve.n_recipients) {
             GRAFT_WARN(GRAFT_MOD_RUNTIME,
                        "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
                        ": %" PRIu32 " of %" PRIu32 " recipients done, the rest left the job; "
                        "not waiting for them", rt->group, rt->rank, q->step,
-                       graft_transfer_fence_count(rt->ep, q->step), rt->n_recipients);
+                       graft_transfer_fence_count(rt->ep, q->step), rt->serve.n_recipients);
             st = GRAFT_OK;
             break;
         }
@@ -240,7 +240,7 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
                            PRIu64 ": %" PRIu32 " of %" PRIu32 " recipients done, every one "
                            "has voted or left; not waiting for the rest", rt->group, rt->rank,
                            q->step, graft_transfer_fence_count(rt->ep, q->step),
-                           rt->n_recipients);
+                           rt->serve.n_recipients);
                 st = GRAFT_OK;
                 break;
             }
@@ -252,7 +252,7 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": fence of step %" PRIu64
                    ": %" PRIu32 " of %" PRIu32 " recipients done after %" PRIu64 " ms",
                    rt->group, rt->rank, q->step, graft_transfer_fence_count(rt->ep, q->step),
-                   rt->n_recipients, rt->cfg->fence_timeout_ms);
+                   rt->serve.n_recipients, rt->cfg->fence_timeout_ms);
         pthread_mutex_lock(&rt->mu);
         rt->metrics.fence_timeouts++;
         pthread_mutex_unlock(&rt->mu);
@@ -261,6 +261,6 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end: not serving");
     refusals_record(rt, q);
-    rt->serving = false;
+    rt->serve.serving = false;
     graft__rt_peers_free(rt);
 }

@@ -433,10 +433,10 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
 {
     graft_status_t st = GRAFT_OK;
     graft__fanout_t plan = {0};
-    rt->n_recipients = 0;
+    rt->serve.n_recipients = 0;
     rt->cold_sync = false;
-    rt->relay = false;
-    rt->heal_status = GRAFT_OK;
+    rt->serve.relay = false;
+    rt->heal.status = GRAFT_OK;
     rt->round_restored = false;
     /* The quorum assigns recoveries by the group's step, the lowest of its
      * ranks'. This rank can neither compute nor serve q's step when it
@@ -480,7 +480,7 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
             if (st != GRAFT_OK)
                 goto out;
         }
-        st = graft__rt_heal_start(rt, plan.donors, plan.n_donors, rt->relay);
+        st = graft__rt_heal_start(rt, plan.donors, plan.n_donors, rt->serve.relay);
         if (st != GRAFT_OK)
             graft__rt_relay_abandon(rt, false);
         goto out;
@@ -492,7 +492,7 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
         goto out;
     }
     st = graft__rt_peers_list(rt, &plan);
-    if (st == GRAFT_OK && rt->n_peers > 0)
+    if (st == GRAFT_OK && rt->serve.n_peers > 0)
         st = graft__rt_serve_start(rt, q);
 out:
     graft__fanout_free(&plan);
@@ -602,11 +602,11 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": quorum round %" PRIu64
                 " id %" PRIu64 " step %" PRIu64 " (mine %" PRIu64 ") %zu groups: %s",
                 rt->group, rt->rank, q->round, q->id, q->step, committed, q->n_members,
-                rt->heal_running ? "healing" : rt->serving ? "serving" : "computing");
+                rt->heal.running ? "healing" : rt->serve.serving ? "serving" : "computing");
     if (st != GRAFT_OK) {
         /* The step goes on; graft_commit() votes no and the group heals at
          * the next quorum. */
-        rt->heal_status = st;
+        rt->heal.status = st;
         rt->state_valid = false;
     }
     if (info_p != NULL) {
@@ -616,9 +616,9 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
             .quorum_changed = changed,
             .replica_rank = q->replica_rank,
             .replica_world = q->replica_world,
-            .healing = rt->heal_running,
-            .donor = rt->serving,
-            .n_recipients = rt->n_recipients,
+            .healing = rt->heal.running,
+            .donor = rt->serve.serving,
+            .n_recipients = rt->serve.n_recipients,
         };
         *info_p = info;
     }
@@ -644,7 +644,7 @@ graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p)
     graft_quorum_t *q = rt->q;
     uint64_t t0 = graft__now_ns();
 
-    if (rt->heal_running || !rt->state_valid) {
+    if (rt->heal.running || !rt->state_valid) {
         st = graft_heal_wait(rt);
         if (st != GRAFT_OK || !rt->state_valid) {
             ok = false;

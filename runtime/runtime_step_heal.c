@@ -16,8 +16,8 @@
 static void heal_record(graft_runtime_t *rt, graft_status_t st, uint64_t verify_ns,
                         const char *detail)
 {
-    const graft_transfer_report_t *rep = &rt->heal_report;
-    rt->heal_status = st;
+    const graft_transfer_report_t *rep = &rt->heal.report;
+    rt->heal.status = st;
     rt->state_valid = st == GRAFT_OK;
     if (st == GRAFT_OK)
         rt->need_state = false;
@@ -61,14 +61,14 @@ graft_status_t graft_heal_wait(graft_runtime_t *rt)
 {
     if (rt == NULL)
         return GRAFT_EINVAL;
-    if (!rt->heal_running)
-        return rt->q != NULL && !rt->state_valid ? rt->heal_status : GRAFT_OK;
+    if (!rt->heal.running)
+        return rt->q != NULL && !rt->state_valid ? rt->heal.status : GRAFT_OK;
     char detail[512] = "", lost[320] = "";
     graft_status_t st = graft__rt_heal_join(rt, lost, sizeof(lost));
-    const graft_transfer_report_t *rep = &rt->heal_report;
+    const graft_transfer_report_t *rep = &rt->heal.report;
     uint64_t verify_ns = 0;
     /* A no-op unless this was a relay's heal and its serve did not begin. */
-    graft__rt_relay_abandon(rt, rt->heal_relay_served);
+    graft__rt_relay_abandon(rt, rt->heal.relay_served);
     if (st == GRAFT_OK)
         graft__rt_skip_restore(rt); /* test-only: a no-op unless the switch is set */
     if (st == GRAFT_OK && rt->fp_fn != NULL) {

@@ -43,13 +43,13 @@ unit_of() {
     esac
 }
 
-# object -> the runtime's fields it owns (rt->FIELD)
+# object -> the runtime's fields it owns (rt->FIELD; a struct of its own
+# for the heal, the serve and the tier: graft__rt_heal_t ...)
 fields_of() {
     case "$1" in
-    heal) echo "heal_thread heal_running heal_status heal_donors n_heal_donors heal_donor_groups
-               heal_report heal_relay heal_relay_served nccl_donor nccl_status" ;;
-    serve) echo "serving n_recipients peers n_peers refused_seen relay pairs n_pairs" ;;
-    tier) echo "writer ckpt_thread ckpt_running ckpt_superseded ckpt ckpt_status" ;;
+    heal) echo "heal" ;;
+    serve) echo "serve" ;;
+    tier) echo "tier" ;;
     steady) echo "steady" ;;
     finish) echo "n_finished finished_step" ;;
     test_hook) echo "test_hook" ;;
@@ -122,9 +122,8 @@ out=${dot:-$tmp/picture.dot}
                 g=$(basename "$o" .o)
                 [ "$(unit_of "$g" | cut -d' ' -f2)" = "$u" ] && printf '%s.c\\n' "$g"
             done)
-            owns=$(fields_of "$u" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//' |
-                fold -s -w 44 | sed 's/$/\\n/' | tr -d '\n')
-            [ -n "$owns" ] && owns="owns: $owns"
+            owns=$(for fld in $(fields_of "$u"); do printf 'rt->%s ' "$fld"; done)
+            [ -n "$owns" ] && owns="owns: ${owns% }\\n"
             printf '    "%s" [label="%s\\n%s%s"];\n' "$u" "$u" "$files" "$owns"
         done
         echo "  }"
