@@ -97,7 +97,7 @@ static graft_status_t append_once(graft_membership_t *m, const char *prefix, gra
     ev->seq = number;             /* the value names its key: garbage elsewhere shows */
     st = graft__mship_event_encode(ev, &buf, &len);
     if (st == GRAFT_OK) {
-        ev_key = graft__mship_key(m, "events/%020" PRIu64, number);
+        ev_key = graft__key_event(m->prefix, number);
         if (ev_key == NULL)
             st = GRAFT_ENOMEM;
     }
@@ -131,7 +131,7 @@ graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev)
     graft_status_t st = GRAFT_OK;
     int64_t count = 0;
     bool done = false;
-    char *prefix = graft__mship_key(m, "events/");
+    char *prefix = graft__key_events_folder(m->prefix);
     if (prefix == NULL)
         return GRAFT_ENOMEM;
     ev->unix_ms = graft__wall_ns() / 1000000u;
@@ -178,7 +178,7 @@ graft_status_t graft_membership_events_read(graft_membership_t *m, uint64_t afte
     char *prefix = NULL;
     if (m == NULL || events_p == NULL || n_p == NULL)
         return GRAFT_EINVAL;
-    prefix = graft__mship_key(m, "events/");
+    prefix = graft__key_events_folder(m->prefix);
     if (prefix == NULL)
         return GRAFT_ENOMEM;
     opts.prefix = true;

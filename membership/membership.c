@@ -20,18 +20,6 @@
 
 /* ------------------------------------------------------------- helpers --- */
 
-char *graft__mship_key(const graft_membership_t *m, const char *fmt, ...)
-{
-    char rest[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(rest, sizeof(rest), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(rest))
-        return NULL;
-    return graft__asprintf("%s%s", m->prefix, rest);
-}
-
 /* The handle's condition variable runs on CLOCK_MONOTONIC (see create). */
 void graft__mship_deadline(struct timespec *ts, uint64_t wait_ns)
 {
@@ -58,7 +46,7 @@ graft_status_t graft_membership_job_prefix(const char *job, char **prefix_p)
 {
     if (job == NULL || job[0] == '\0' || prefix_p == NULL)
         return GRAFT_EINVAL;
-    char *p = graft__asprintf("/graft/%s/", job);
+    char *p = graft__key_job_prefix(job);
     if (p == NULL)
         return GRAFT_ENOMEM;
     *prefix_p = p;
@@ -90,7 +78,7 @@ static graft_status_t put_member_record(graft_membership_t *m, graft_etcd_t *c, 
     st = graft__mship_member_encode(&mem, &buf, &len);
     if (st != GRAFT_OK)
         goto out;
-    key = graft__mship_key(m, "members/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
+    key = graft__key_member(m->prefix, m->cfg.group, m->cfg.rank);
     if (key == NULL) {
         st = GRAFT_ENOMEM;
         goto out;

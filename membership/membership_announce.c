@@ -193,7 +193,7 @@ static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, u
     f->cmps = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->cmps));
     f->keys = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->keys));
     f->values = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->values));
-    f->qkey = graft__mship_key(m, "quorum");
+    f->qkey = graft__key_quorum(m->prefix);
     if (f->cmps == NULL || f->keys == NULL || f->values == NULL || f->qkey == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
@@ -220,8 +220,7 @@ static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, u
         graft__ready_t r = {mem[i].group, mem[i].rank, mem[i].incarnation, round, committed, 0, 0};
         size_t len = 0;
         size_t c = f->n_cmps;
-        f->keys[c] = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round,
-                                      mem[i].group, mem[i].rank);
+        f->keys[c] = graft__key_ready(m->prefix, round, mem[i].group, mem[i].rank);
         if (f->keys[c] == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
@@ -327,11 +326,9 @@ static graft_status_t write_prepare(graft_membership_t *m, uint32_t rank, uint64
      * byte for byte with what the other ranks expect. */
     graft__ready_t r = {m->cfg.group, rank, inc, round, committed, 0, 0};
     w->lease = lease;
-    w->key = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, round, m->cfg.group,
-                              rank);
+    w->key = graft__key_ready(m->prefix, round, m->cfg.group, rank);
     if (old_round != 0 && old_round != round)
-        w->old = graft__mship_key(m, "ready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, old_round,
-                                  m->cfg.group, rank);
+        w->old = graft__key_ready(m->prefix, old_round, m->cfg.group, rank);
     if (w->key == NULL || (old_round != 0 && old_round != round && w->old == NULL))
         return GRAFT_ENOMEM;
     return graft__mship_ready_encode(&r, &w->buf, &w->len);
@@ -377,7 +374,7 @@ graft_status_t graft__mship_announce(graft_membership_t *m, uint64_t round, uint
     w = graft__calloc(n_dl + 1, sizeof(*w));
     ops = graft__calloc(2 * (n_dl + 1) + 1, sizeof(*ops));
     form = graft__calloc(2 * (n_dl + 1) + 1, sizeof(*form));
-    prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
+    prefix = graft__key_ready_folder(m->prefix, round);
     if (w == NULL || ops == NULL || form == NULL || prefix == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
@@ -476,7 +473,7 @@ graft_status_t graft__mship_read_ready(graft_membership_t *m, uint64_t round, gr
 {
     graft_etcd_range_result_t res = {0};
     graft_etcd_range_opts_t opts = {0};
-    char *prefix = graft__mship_key(m, "ready/%" PRIu64 "/", round);
+    char *prefix = graft__key_ready_folder(m->prefix, round);
     graft_status_t st;
     if (prefix == NULL)
         return GRAFT_ENOMEM;

@@ -16,8 +16,8 @@ graft_status_t graft_membership_blob_put(graft_membership_t *m, uint64_t quorum_
     char *key = NULL, *old = NULL;
     if (m == NULL || quorum_id == 0 || (data == NULL && len > 0) || len > GRAFT_MSHIP_BLOB_MAX)
         return GRAFT_EINVAL;
-    key = graft__mship_key(m, "blob/%020" PRIu64, quorum_id);
-    old = graft__mship_key(m, "blob/%020" PRIu64, quorum_id > 4 ? quorum_id - 4 : 0);
+    key = graft__key_blob(m->prefix, quorum_id);
+    old = graft__key_blob(m->prefix, quorum_id > 4 ? quorum_id - 4 : 0);
     if (key == NULL || old == NULL) {
         st = GRAFT_ENOMEM;
         goto out;
@@ -87,7 +87,7 @@ graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64_t quorum_
 {
     if (m == NULL || data_p == NULL || len_p == NULL || quorum_id == 0)
         return GRAFT_EINVAL;
-    char *key = graft__mship_key(m, "blob/%020" PRIu64, quorum_id);
+    char *key = graft__key_blob(m->prefix, quorum_id);
     if (key == NULL)
         return GRAFT_ENOMEM;
     graft_status_t st = blob_wait(m, key, timeout_ms, data_p, len_p);
@@ -100,8 +100,7 @@ graft_status_t graft_membership_blob_get(graft_membership_t *m, uint64_t quorum_
 static char *pair_key(const graft_membership_t *m, uint64_t round, uint32_t donor,
                       uint32_t recipient)
 {
-    return graft__mship_key(m, "pairs/%020" PRIu64 "/%" PRIu32 "/%" PRIu32 "/%" PRIu32, round,
-                            donor, recipient, m->cfg.rank);
+    return graft__key_pair(m->prefix, round, donor, recipient, m->cfg.rank);
 }
 
 graft_status_t graft_membership_pair_blob_put(graft_membership_t *m, uint64_t round,

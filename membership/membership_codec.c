@@ -1,7 +1,7 @@
 /*
  * Codecs of the records the membership layer keeps in etcd (graft.proto's
- * MemberRecord, ReadyRecord, Quorum, Vote, Event) and the classification of
- * keys under /graft/<job>/. Records in etcd can be written by anyone with
+ * MemberRecord, ReadyRecord, Quorum, Vote, Event); the keys they live
+ * under are membership_keys.c's. Records in etcd can be written by anyone with
  * access, so every decoder treats its input as hostile: it checks the
  * version, the ranges and the internal consistency, and reports
  * GRAFT_EMALFORMED instead of handing nonsense to the quorum logic.
@@ -78,111 +78,6 @@ static graft_status_t record_unpack(const ProtobufCMessageDescriptor *desc, cons
 static void record_free(void *rec)
 {
     protobuf_c_message_free_unpacked(rec, &graft__pb_allocator);
-}
-
-/* ---------------------------------------------------------------- keys --- */
-
-/* Parse a decimal number that fills [s, end) completely. */
-static bool parse_u64(const char *s, const char **end_p, uint64_t *v_p)
-{
-    if (*s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0)
-        return false;
-    *end_p = end;
-    *v_p = v;
-    return true;
-}
-
-static bool parse_group_rank(const char *s, graft__mkey_t *k)
-{
-    const char *end;
-    uint64_t g, r;
-    if (!parse_u64(s, &end, &g) || *end != '/' || g > UINT32_MAX)
-        return false;
-    if (!parse_u64(end + 1, &end, &r) || *end != '\0' || r > UINT32_MAX)
-        return false;
-    k->group = (uint32_t)g;
-    k->rank = (uint32_t)r;
-    return true;
-}
-
-static bool parse_round_group_rank(const char *s, graft__mkey_t *k)
-{
-    const char *end;
-    uint64_t round;
-    if (!parse_u64(s, &end, &round) || *end != '/' || round == 0)
-        return false;
-    k->number = round;
-    return parse_group_rank(end + 1, k);
-}
-
-/* votes/<group>/<round>/<rank>: the group first, so that a rank watches
- * its own group's folder; the round next, so that one range reads a round. */
-static bool parse_group_round_rank(const char *s, graft__mkey_t *k)
-{
-    const char *end;
-    uint64_t g, round, r;
-    if (!parse_u64(s, &end, &g) || *end != '/' || g > UINT32_MAX)
-        return false;
-    if (!parse_u64(end + 1, &end, &round) || *end != '/' || round == 0)
-        return false;
-    if (!parse_u64(end + 1, &end, &r) || *end != '\0' || r > UINT32_MAX)
-        return false;
-    k->group = (uint32_t)g;
-    k->rank = (uint32_t)r;
-    k->number = round;
-    return true;
-}
-
-static bool parse_number(const char *s, graft__mkey_t *k)
-{
-    const char *end;
-    uint64_t v;
-    if (!parse_u64(s, &end, &v) || *end != '\0')
-        return false;
-    k->number = v;
-    return true;
-}
-
-graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
-{
-    graft__mkey_t k = {GRAFT__MKEY_OTHER, 0, 0, 0};
-    size_t plen = strlen(prefix);
-    if (key == NULL || strncmp(key, prefix, plen) != 0)
-        return k;
-    const char *rest = key + plen;
-    static const struct {
-        const char *name;
-        graft__mkey_kind_t kind;
-        int shape; /* 0: exact, 1: group/rank, 2: number, 3: round/group/rank,
-                      4: group/round/rank */
-    } table[] = {
-        {"members/", GRAFT__MKEY_MEMBER, 1}, {"ready/", GRAFT__MKEY_READY, 3},
-        {"votes/", GRAFT__MKEY_VOTE, 4},     {"blob/", GRAFT__MKEY_BLOB, 2},
-        {"events/", GRAFT__MKEY_EVENT, 2},   {"quorum", GRAFT__MKEY_QUORUM, 0},
-        {"eventseq", GRAFT__MKEY_EVENTSEQ, 0},
-    };
-    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(table); i++) {
-        size_t n = strlen(table[i].name);
-        if (table[i].shape == 0) {
-            if (strcmp(rest, table[i].name) == 0)
-                k.kind = table[i].kind;
-            continue;
-        }
-        if (strncmp(rest, table[i].name, n) != 0)
-            continue;
-        bool ok = table[i].shape == 1   ? parse_group_rank(rest + n, &k)
-                  : table[i].shape == 3 ? parse_round_group_rank(rest + n, &k)
-                  : table[i].shape == 4 ? parse_group_round_rank(rest + n, &k)
-                                        : parse_number(rest + n, &k);
-        k.kind = ok ? table[i].kind : GRAFT__MKEY_BAD;
-        return k;
-    }
-    return k;
 }
 
 /* -------------------------------------------------------------- member --- */

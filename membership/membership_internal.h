@@ -1,8 +1,7 @@
 /*
- * Private to the membership layer: record codecs, key names, the pure quorum
- * decision, and the handle shared by membership.c, membership_quorum.c,
- * membership_votes.c, membership_blobs.c and events_log.c. The etcd client
- * has its own private header.
+ * Private to the membership layer: record codecs, the pure quorum decision,
+ * and the handle shared by the membership files; the key spellings are
+ * membership_keys.h's. The etcd client has its own private header.
  */
 #ifndef GRAFT_MEMBERSHIP_INTERNAL_H
 #define GRAFT_MEMBERSHIP_INTERNAL_H
@@ -11,6 +10,7 @@
 #include <graft/membership.h>
 
 #include "graft_internal.h"
+#include "membership_keys.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,30 +18,6 @@
 #define GRAFT_MOD_MEMBERSHIP "membership"
 #define GRAFT_MSHIP_RECORD_VERSION 1u
 #define GRAFT_MSHIP_BLOB_MAX (64u * 1024u)
-
-/* ---------------------------------------------------------------- keys --- */
-
-typedef enum graft__mkey_kind {
-    GRAFT__MKEY_OTHER = 0, /* under the job but not ours to interpret (events/, ...) */
-    GRAFT__MKEY_MEMBER,
-    GRAFT__MKEY_READY,
-    GRAFT__MKEY_VOTE,
-    GRAFT__MKEY_QUORUM,
-    GRAFT__MKEY_BLOB,
-    GRAFT__MKEY_EVENTSEQ,
-    GRAFT__MKEY_EVENT,
-    GRAFT__MKEY_BAD /* looks like ours but its numbers do not parse */
-} graft__mkey_kind_t;
-
-typedef struct graft__mkey {
-    graft__mkey_kind_t kind;
-    uint32_t group; /* MEMBER, READY, VOTE */
-    uint32_t rank;
-    uint64_t number; /* READY, VOTE: round; BLOB: quorum id; EVENT: sequence */
-} graft__mkey_t;
-
-/* Classify a key given the job prefix "/graft/<job>/". */
-graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key);
 
 /* ------------------------------------------------------------- records --- */
 
@@ -276,9 +252,6 @@ struct graft_membership {
 
 /* Count one etcd request of the handle. */
 #define GRAFT__MSHIP_REQ(m) atomic_fetch_add(&(m)->n_requests, 1)
-
-/* Key of this job: prefix + printf-formatted rest; NULL on ENOMEM. */
-char *graft__mship_key(const graft_membership_t *m, const char *fmt, ...) GRAFT_PRINTF(2, 3);
 
 /* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait on the
  * handle's condition variables. */

@@ -219,7 +219,7 @@ static graft_status_t form_cas(graft_membership_t *m, graft_quorum_t *q, int64_t
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    char *key = graft__mship_key(m, "quorum");
+    char *key = graft__key_quorum(m->prefix);
     graft_etcd_txn_result_t res = {0};
     graft_status_t st;
     *current_p = NULL;

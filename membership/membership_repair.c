@@ -33,10 +33,10 @@
 void graft__mship_quorum_replaced_event(graft_membership_t *m, graft_status_t reason,
                                         const graft_quorum_t *q)
 {
-    char *key = graft__mship_key(m, "quorum");
+    char *key = graft__key_quorum(m->prefix);
     char detail[256];
     snprintf(detail, sizeof(detail), GRAFT_MEMBERSHIP_QUORUM_BAD_TEXT " at %s does not decode: %s; "
-             "replaced at round %" PRIu64, key != NULL ? key : "quorum",
+             "replaced at round %" PRIu64, key != NULL ? key : "the quorum key",
              graft_status_string(reason), q->round);
     GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: %s", m->job, detail);
     graft_event_t ev = {0};
@@ -82,7 +82,7 @@ void graft__mship_quorum_repair(graft_membership_t *m)
     pthread_mutex_unlock(&m->mu);
     if (!due)
         return;
-    char *key = graft__mship_key(m, "quorum");
+    char *key = graft__key_quorum(m->prefix);
     graft_status_t st = key == NULL ? GRAFT_ENOMEM : graft__mship_quorum_encode(good, &buf, &len);
     if (st == GRAFT_OK) {
         graft_etcd_compare_t cmp = {key, GRAFT_ETCD_CMP_MOD, GRAFT_ETCD_CMP_EQUAL, bad_mod,
@@ -144,9 +144,9 @@ void graft__mship_member_repair(graft_membership_t *m)
         return;
     }
     char detail[192];
-    char *key = graft__mship_key(m, "members/%" PRIu32 "/%" PRIu32, m->cfg.group, m->cfg.rank);
+    char *key = graft__key_member(m->prefix, m->cfg.group, m->cfg.rank);
     snprintf(detail, sizeof(detail), "member record at %s does not decode: %s; written again",
-             key != NULL ? key : "members/", graft_status_string(reason));
+             key != NULL ? key : "its key", graft_status_string(reason));
     graft_free(key);
     GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s: %s", m->job, detail);
     graft_event_t ev = {0};

@@ -434,14 +434,14 @@ static graft_status_t watch_open(graft_membership_t *m, char *prefix, graft__mke
 
 graft_status_t graft__mship_view_open(graft_membership_t *m)
 {
-    graft_status_t st = watch_open(m, graft__mship_key(m, "members/"), GRAFT__MKEY_MEMBER);
+    graft_status_t st = watch_open(m, graft__key_members_folder(m->prefix), GRAFT__MKEY_MEMBER);
     if (st == GRAFT_OK)
-        st = watch_open(m, graft__mship_key(m, "quorum"), GRAFT__MKEY_QUORUM);
+        st = watch_open(m, graft__key_quorum(m->prefix), GRAFT__MKEY_QUORUM);
     /* With one rank per group the voting transaction reads back the only
      * vote there is, so nobody needs the watch's echo of it: one watch
      * stream and one event per group and step less for etcd to serve. */
     if (st == GRAFT_OK && !m->cfg.observer && m->cfg.ranks_per_group > 1)
-        st = watch_open(m, graft__mship_key(m, "votes/%" PRIu32 "/", m->cfg.group),
+        st = watch_open(m, graft__key_votes_folder(m->prefix, m->cfg.group),
                         GRAFT__MKEY_VOTE);
     for (size_t i = 0; st == GRAFT_OK && i < m->n_watches; i++) {
         if (pthread_create(&m->watches[i].thread, NULL, watch_main, &m->watches[i]) != 0) {

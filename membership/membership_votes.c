@@ -139,7 +139,7 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
     bool no_mem = m->n_proxy > 0 && proxy_round != q->round && proxy == NULL;
     pthread_mutex_unlock(&m->mu);
     size_t n_w = n_dl + 1, max_dels = n_proxy + n_w;
-    folder = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/", m->cfg.group, q->round);
+    folder = graft__key_votes_round_folder(m->prefix, m->cfg.group, q->round);
     dels = graft__calloc(max_dels, sizeof(*dels));
     ops = graft__calloc(2 * (n_w + max_dels + 1), sizeof(*ops));
     cmps = graft__calloc(n_w, sizeof(*cmps));
@@ -153,8 +153,7 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
         uint32_t rank = d == NULL ? m->cfg.rank : d->rank;
         uint64_t prev = d == NULL ? old_round : d->prev_round;
         w[i].lease = d == NULL ? lease : d->lease;
-        w[i].key = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group,
-                                    q->round, rank);
+        w[i].key = graft__key_vote(m->prefix, m->cfg.group, q->round, rank);
         if (w[i].key == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
@@ -177,8 +176,7 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
                 goto out;
         }
         if (prev != 0 && prev != q->round) {
-            dels[n_dels] = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32,
-                                            m->cfg.group, prev, rank);
+            dels[n_dels] = graft__key_vote(m->prefix, m->cfg.group, prev, rank);
             if (dels[n_dels++] == NULL) {
                 st = GRAFT_ENOMEM;
                 goto out;
@@ -188,8 +186,7 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
                                          NULL, 0};
     }
     for (size_t i = 0; i < n_proxy; i++) {
-        dels[n_dels] = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group,
-                                        proxy_round, proxy[i]);
+        dels[n_dels] = graft__key_vote(m->prefix, m->cfg.group, proxy_round, proxy[i]);
         if (dels[n_dels++] == NULL) {
             st = GRAFT_ENOMEM;
             goto out;
@@ -284,7 +281,7 @@ static graft_status_t record_missing(graft_membership_t *m, const graft_quorum_t
     uint8_t **bufs = graft__calloc(R, sizeof(*bufs));
     graft_etcd_compare_t *cmps = graft__calloc(R, sizeof(*cmps));
     graft_etcd_op_t *ops = graft__calloc(R + 1, sizeof(*ops));
-    char *folder = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/", m->cfg.group, q->round);
+    char *folder = graft__key_votes_round_folder(m->prefix, m->cfg.group, q->round);
     uint64_t deadline = graft__now_ns() + (uint64_t)GRAFT_MIN(timeout_ms, 2000u) * 1000000ull;
     *decision_p = false;
     if (missing == NULL || keys == NULL || bufs == NULL || cmps == NULL || ops == NULL ||
@@ -307,8 +304,7 @@ static graft_status_t record_missing(graft_membership_t *m, const graft_quorum_t
             v.ok = false;
             snprintf(v.reason, sizeof(v.reason),
                      "no vote by the timeout, recorded by rank %" PRIu32, m->cfg.rank);
-            keys[n] = graft__mship_key(m, "votes/%" PRIu32 "/%" PRIu64 "/%" PRIu32, m->cfg.group,
-                                       q->round, k);
+            keys[n] = graft__key_vote(m->prefix, m->cfg.group, q->round, k);
             missing[n] = k;
             if (keys[n] == NULL) {
                 st = GRAFT_ENOMEM;
@@ -631,7 +627,7 @@ graft_status_t graft_membership_voted_since(graft_membership_t *m, uint32_t grou
     if (m == NULL || voted_p == NULL)
         return GRAFT_EINVAL;
     *voted_p = false;
-    char *folder = graft__mship_key(m, "votes/%" PRIu32 "/", group);
+    char *folder = graft__key_votes_folder(m->prefix, group);
     if (folder == NULL)
         return GRAFT_ENOMEM;
     memset(&res, 0, sizeof(res));

@@ -11,21 +11,20 @@
  * closing: any other step's commit in it votes no ("too few groups").
  */
 #include "runtime_internal.h"
+#include "../membership/membership_keys.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FINISHED_FOLDER "finished/"
-
 static char *key_finished_folder(const graft_runtime_t *rt)
 {
-    return graft__asprintf("%s" FINISHED_FOLDER, rt->prefix);
+    return graft__key_finished_folder(rt->prefix);
 }
 
 static char *key_finished(const graft_runtime_t *rt, uint32_t group)
 {
-    return graft__asprintf("%s" FINISHED_FOLDER "%" PRIu32, rt->prefix, group);
+    return graft__key_finished(rt->prefix, group);
 }
 
 bool graft_finished(const graft_runtime_t *rt)

@@ -8,6 +8,7 @@
  * encoded by persist/).
  */
 #include "runtime_internal.h"
+#include "../membership/membership_keys.h"
 
 #include "pb_alloc.h"
 #include "proto/graft.pb-c.h"
@@ -15,25 +16,22 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define DRIFT_FOLDER "drift/"
 #define RECORD_VERSION 1u
 
 /* ---------------------------------------------------------------- keys --- */
 
 char *graft__rt_key_drift_folder(const graft_runtime_t *rt, uint64_t step, uint32_t rank)
 {
-    return graft__asprintf("%s" DRIFT_FOLDER "%020" PRIu64 "/%" PRIu32 "/", rt->prefix, step,
-                           rank);
+    return graft__key_drift_rank_folder(rt->prefix, step, rank);
 }
 
 char *graft__rt_key_drift(const graft_runtime_t *rt, uint64_t step, uint32_t rank, uint32_t group)
 {
-    return graft__asprintf("%s" DRIFT_FOLDER "%020" PRIu64 "/%" PRIu32 "/%" PRIu32, rt->prefix,
-                           step, rank, group);
+    return graft__key_drift(rt->prefix, step, rank, group);
 }
 
 /* A key (or folder) under a job's prefix, for the readers tools call. */
-static graft_status_t job_key(const char *job, const char *rest, char **key_p)
+static graft_status_t job_key(const char *job, char *(*rest)(const char *), char **key_p)
 {
     char *prefix = NULL;
     if (key_p == NULL)
@@ -41,7 +39,7 @@ static graft_status_t job_key(const char *job, const char *rest, char **key_p)
     graft_status_t st = graft_membership_job_prefix(job, &prefix);
     if (st != GRAFT_OK)
         return st;
-    char *key = graft__asprintf("%s%s", prefix, rest);
+    char *key = rest(prefix);
     graft_free(prefix);
     if (key == NULL)
         return GRAFT_ENOMEM;
@@ -51,43 +49,40 @@ static graft_status_t job_key(const char *job, const char *rest, char **key_p)
 
 graft_status_t graft_drift_key_folder(const char *job, char **folder_p)
 {
-    return job_key(job, DRIFT_FOLDER, folder_p);
+    return job_key(job, graft__key_drift_folder, folder_p);
 }
 
-/* The one spelling of the progress key, for the runtime and for tools. */
-#define PROGRESS_KEY "progress"
 
 char *graft__rt_key_progress(const graft_runtime_t *rt)
 {
-    return graft__asprintf("%s" PROGRESS_KEY, rt->prefix);
+    return graft__key_progress(rt->prefix);
 }
 
-#define GROUP_PROGRESS_FOLDER "group_progress/"
 
 char *graft__rt_key_group_progress(const graft_runtime_t *rt)
 {
-    return graft__asprintf("%s" GROUP_PROGRESS_FOLDER "%" PRIu32, rt->prefix, rt->group);
+    return graft__key_group_progress(rt->prefix, rt->group);
 }
 
 char *graft__rt_key_checkpoint(const graft_runtime_t *rt, uint64_t step)
 {
-    return graft__asprintf("%scheckpoints/%020" PRIu64, rt->prefix, step);
+    return graft__key_checkpoint(rt->prefix, step);
 }
 
 char *graft__rt_key_shard_folder(const graft_runtime_t *rt, uint64_t step)
 {
-    return graft__asprintf("%sckpt/%020" PRIu64 "/shard/", rt->prefix, step);
+    return graft__key_ckpt_shards_folder(rt->prefix, step);
 }
 
 char *graft__rt_key_shard(const graft_runtime_t *rt, uint64_t step, uint32_t rank)
 {
-    return graft__asprintf("%sckpt/%020" PRIu64 "/shard/%" PRIu32, rt->prefix, step, rank);
+    return graft__key_ckpt_shard(rt->prefix, step, rank);
 }
 
 /* Who may read this key is who may read the job (docs/SECURITY.md). */
 char *graft__rt_key_secret(const graft_runtime_t *rt)
 {
-    return graft__asprintf("%ssecret", rt->prefix);
+    return graft__key_secret(rt->prefix);
 }
 
 /* -------------------------------------------------------------- values --- */
@@ -231,7 +226,7 @@ graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job, uint64_t
     graft_etcd_kv_t kv;
     if (etcd == NULL || step_p == NULL)
         return GRAFT_EINVAL;
-    graft_status_t st = job_key(job, PROGRESS_KEY, &key);
+    graft_status_t st = job_key(job, graft__key_progress, &key);
     if (st != GRAFT_OK)
         return st;
     memset(&kv, 0, sizeof(kv));
@@ -252,7 +247,7 @@ graft_status_t graft_group_progress_read(graft_etcd_t *etcd, const char *job,
     size_t n = 0;
     if (etcd == NULL || recs_p == NULL || n_p == NULL)
         return GRAFT_EINVAL;
-    graft_status_t st = job_key(job, GROUP_PROGRESS_FOLDER, &folder);
+    graft_status_t st = job_key(job, graft__key_group_progress_folder, &folder);
     if (st != GRAFT_OK)
         return st;
     memset(&res, 0, sizeof(res));

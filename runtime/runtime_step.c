@@ -6,6 +6,7 @@
  * describes it as built.
  */
 #include "runtime_internal.h"
+#include "../membership/membership_keys.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -70,7 +71,7 @@ static graft_status_t job_progress(graft_runtime_t *rt, uint64_t *progress_step_
     memset(&res, 0, sizeof(res));
     memset(&kv, 0, sizeof(kv));
     pkey = graft__rt_key_progress(rt);
-    ckey = graft__asprintf("%scheckpoints/", rt->prefix);
+    ckey = graft__key_checkpoints_folder(rt->prefix);
     if (pkey == NULL || ckey == NULL)
         goto out;
     st = graft_etcd_get(rt->etcd, pkey, &kv, NULL);
