@@ -116,11 +116,13 @@ endif
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_PROGS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-# Each tests/test_*.c is one cmocka program; tests/support/*.c is linked into
-# every test and benchmark.
+# Each tests/test_*.c is one cmocka program; tests/support/*.c (the fixtures)
+# is one archive linked into every test and benchmark, so a program takes
+# only the fixtures it calls (a benchmark links no cmocka).
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_PROGS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/support/*.c))
+SUPPORT_A := $(BUILD)/lib/libgraft-testsupport.a
 TEST_CFLAGS = -I. -Itests/support $(LAUNCHER_CFLAGS)
 # pytest suites that `make check` runs after the test programs (see
 # scripts/run-tests.sh); their tests count in the same total.
@@ -221,11 +223,16 @@ $(BUILD)/obj/bench/%.o: bench/%.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(TEST_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(LIB_A)
+$(SUPPORT_A): $(SUPPORT_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(SUPPORT_A) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(LIB_A)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_A) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 
@@ -234,7 +241,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(LIB_A)
 SIM_TEST_PROGS := $(BUILD)/tests/test_sim_model $(BUILD)/tests/test_sim_model_params \
 	$(BUILD)/tests/test_sim_model_cli $(BUILD)/tests/test_sim_plan \
 	$(BUILD)/tests/test_sim_live $(BUILD)/tests/test_sim_netns
-$(SIM_TEST_PROGS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(SIM_LIB_A) $(LAUNCHER_A) $(LIB_A)
+$(SIM_TEST_PROGS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_A) $(SIM_LIB_A) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 

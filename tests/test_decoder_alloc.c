@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_persist_util.h"
+#include "persist_fixture.h"
 
 #include "etcd/etcd_internal.h"
 #include "membership/membership_internal.h"

@@ -24,7 +24,7 @@
 
 #include "graft_internal.h"
 #include "s3_fixture.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 static const uint8_t secret[] = "graftctl-remote-test-secret"; /* 27 bytes + NUL */
 #define PER (3u << 20)

@@ -24,7 +24,7 @@
 #include <zstd.h>
 
 #include "persist/persist_internal.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 typedef struct fixture {
     char *root;

@@ -29,7 +29,7 @@
 #include <graft/graft.h>
 
 #include "persist/persist_internal.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 static const uint8_t secret[] = "0123456789abcdef-the-job-secret";
 #define SECRET_LEN (sizeof(secret) - 1)

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "persist/persist_internal.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 #include <limits.h>
 

@@ -22,7 +22,7 @@
 #include "graft_internal.h"
 #include "s3_fault_proxy.h"
 #include "s3_fixture.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 #define RANKS 2u
 #define PER_RANK (11u << 20) /* three 5 MiB parts per shard */

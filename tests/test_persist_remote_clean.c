@@ -23,7 +23,7 @@
 #include "graft_internal.h"
 #include "s3_fault_proxy.h"
 #include "s3_fixture.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 #define BYTES (11u << 20) /* three 5 MiB parts */
 

@@ -22,7 +22,7 @@
 #include "graft_internal.h"
 #include "s3_fault_proxy.h"
 #include "s3_fixture.h"
-#include "tests/test_persist_util.h"
+#include "persist_fixture.h"
 
 #define RANKS 4u
 #define PER (11u << 20) /* a shard is three 5 MiB ranges */

@@ -31,7 +31,7 @@
 #include <graft/persist.h>
 
 #include "etcd_fixture.h"
-#include "test_persist_util.h"
+#include "persist_fixture.h"
 
 #define GROUPS 3
 #define RANKS 2

@@ -4,9 +4,9 @@
  * graft_transfer_host_alloc(), listen and advertised addresses, and no
  * shared memory to the listener. Pulls over the wire are in
  * test_transfer_pull.c and the programs beside it; their fixture is in
- * test_transfer_util.h.
+ * transfer_fixture.h.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 #include "alloc_fail.h"
 #include "transfer/ucx_int.h"

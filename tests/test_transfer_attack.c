@@ -8,7 +8,7 @@
  * itself), nothing served to the attacker, and the donor still serving an
  * honest recipient. The donor is a child process with its log in a file.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

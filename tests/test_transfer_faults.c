@@ -4,9 +4,9 @@
  * recipient itself killed, a pull cancelled, and each allocation of a pull
  * failed in turn. A peer lost mid-operation must surface as an error of
  * the peer class, or be absorbed by the donors left. Every test runs in
- * every group of tf_run_wire(); the fixture is in test_transfer_util.h.
+ * every group of tf_run_wire(); the fixture is in transfer_fixture.h.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 #include "alloc_fail.h"
 

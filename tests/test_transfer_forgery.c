@@ -14,7 +14,7 @@
  * installed, a log line that says why, and the honest donor serving on.
  *
  * Push reads only (a relay cannot carry one-sided gets), over tcp and
- * shared memory. The fixture is in test_transfer_util.h, the relay in
+ * shared memory. The fixture is in transfer_fixture.h, the relay in
  * test_transfer_forgery_relay.h.
  */
 #include "test_transfer_forgery_relay.h"

@@ -8,7 +8,7 @@
 #ifndef GRAFT_TEST_TRANSFER_FORGERY_RELAY_H
 #define GRAFT_TEST_TRANSFER_FORGERY_RELAY_H
 
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -7,9 +7,9 @@
  * that is no UCX at all. The recipient must end with a precise error for
  * it, install nothing from it, and neither crash nor hang; beside an
  * honest donor the pull completes. Runs in every group of tf_run_wire();
- * the fixture is in test_transfer_util.h.
+ * the fixture is in transfer_fixture.h.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

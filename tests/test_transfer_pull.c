@@ -4,9 +4,9 @@
  * a GiB, two recipients at once, host blocks; and what the recipient's
  * verification catches (donors that drifted apart, a donor whose bytes
  * changed after hashing). Every test runs in every group of tf_run_wire();
- * the fixture is in test_transfer_util.h.
+ * the fixture is in transfer_fixture.h.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 static void pull_from_k(tf_t *f, int k)
 {

@@ -6,9 +6,9 @@
  * requests, on the request and on the push-read path): one that knows the
  * job's step but not its secret, one that signs with a wrong secret, and
  * one that replays a request signed for another connection get nothing. Every test runs in
- * every group of tf_run_wire(); the fixture is in test_transfer_util.h.
+ * every group of tf_run_wire(); the fixture is in transfer_fixture.h.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -4,9 +4,9 @@
  * admits max_recipients at once and queues the rest, and it may announce a
  * step before serving it (a relay still healing) or withdraw it. Every
  * test runs in every group of tf_run_wire(); the fixture is in
- * test_transfer_util.h.
+ * transfer_fixture.h.
  */
-#include "test_transfer_util.h"
+#include "transfer_fixture.h"
 
 /* One verified pull of the small layout from the fixture's donor 0, by a
  * recipient made for it. */

@@ -36,7 +36,7 @@ $(TESTLIB_TRAINER): $(BUILD)/obj/examples/train_mlp.o $(TESTLIB_A)
 # test_runtime_api includes runtime_internal.h, whose struct has the
 # switch's fields only with the flag: its object is built with it too.
 $(BUILD)/obj/tests/test_runtime_api.o: TEST_CFLAGS += -DGRAFT_TEST_FAULTS
-$(BUILD)/tests/test_runtime_api: $(BUILD)/obj/tests/test_runtime_api.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(TESTLIB_A)
+$(BUILD)/tests/test_runtime_api: $(BUILD)/obj/tests/test_runtime_api.o $(SUPPORT_A) $(LAUNCHER_A) $(TESTLIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 
@@ -45,7 +45,7 @@ $(BUILD)/tests/test_runtime_api: $(BUILD)/obj/tests/test_runtime_api.o $(SUPPORT
 # test library.
 TESTLIB_HOOK_TESTS := test_persist test_persist_kill test_transfer
 $(TESTLIB_HOOK_TESTS:%=$(BUILD)/obj/tests/%.o): TEST_CFLAGS += -DGRAFT_TEST_FAULTS
-$(TESTLIB_HOOK_TESTS:%=$(BUILD)/tests/%): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_OBJS) $(LAUNCHER_A) $(TESTLIB_A)
+$(TESTLIB_HOOK_TESTS:%=$(BUILD)/tests/%): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(SUPPORT_A) $(LAUNCHER_A) $(TESTLIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(TEST_LIBS) $(LDLIBS_ALL)
 

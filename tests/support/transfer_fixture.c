@@ -1,130 +1,19 @@
-/*
- * The fixture of the transfer tests (header-only, static inline; each test
- * program is one file): donor processes forked before the recipient
- * touches UCX, a recipient with zeroed regions, one pull and its checks,
- * and a teardown that frees whatever a failed assertion left behind.
- * Every wire test runs over UCX_TLS=tcp and over shared memory, with gets
- * and with push reads (tf_run_wire()).
- *
- * A wire test, start to end:
- *
- *     tf_t *f = *state;
- *     tf_donor_opts_t o = tf_opts(tf_small_layout, TF_N_SMALL, 256u << 10);
- *     tf_donors_start(f, &o, 2);   // f->d[0..1]; f->po pulls from both
- *     tf_recipient_of(f, &o);      // f->r: the same layout, zeroed
- *     tf_pull_verified(f);         // GRAFT_OK, every byte as the donors wrote it
- *     tf_recipient_destroy(f);
- *     tf_donors_stop(f, 2);        // each donor ends with status 0
- *
- * Donors fill region i with the pattern of seed i + 1 (tf_fill_pattern());
- * a donor answers commands on a pipe (fence, peak, re-serve, change a
- * byte) until it is stopped.
- */
-#ifndef GRAFT_TEST_TRANSFER_UTIL_H
-#define GRAFT_TEST_TRANSFER_UTIL_H
+/* The fixture of the transfer tests (transfer_fixture.h says how a test
+ * uses it). */
+#include "transfer_fixture.h"
 
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <poll.h>
-#include <signal.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <graft/transfer.h>
-
-#include "bench_stats.h"
-
-#define STEP 42
-/* The job secret donors and recipients share (at least 16 bytes). */
-#define SECRET "job-secret-of-the-transfer-tests"
-/* A config's secret fields, for endpoints made by hand. */
-#define TF_SECRET .job_secret = SECRET, .job_secret_len = sizeof(SECRET) - 1
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-/* Donor slots of a fixture: the most any test runs at once. */
-#define TF_MAX_DONORS 4
-
-typedef struct tf_region {
-    const char *name;
-    uint64_t bytes;
-} tf_region_t;
-
-/* Odd sizes, an unaligned tail, a tiny and an empty region. */
-static const tf_region_t tf_small_layout[] = {
+const tf_region_t tf_small_layout[TF_N_SMALL] = {
     {"weights", (3u << 20) + 12345}, {"optim", 4u << 20}, {"rng", 13}, {"empty", 0},
     {"step", 8},
 };
-/* Big enough that a donor can be killed mid-pull. */
-static const tf_region_t tf_big_layout[] = {{"weights", 24u << 20}, {"optim", 24u << 20}};
-#define TF_N_SMALL ARRAY_SIZE(tf_small_layout)
-#define TF_N_BIG ARRAY_SIZE(tf_big_layout)
 
-/* What a donor process serves, and how. */
-typedef struct tf_donor_opts {
-    const tf_region_t *layout;
-    size_t n_regions;
-    uint64_t chunk;
-    const char *secret;
-    uint64_t step;
-    int flip_region; /* -1: identical state */
-    uint64_t flip_offset;
-    uint32_t serve_delay_ms; /* listen at once, begin serving this much later */
-    bool host_mem; /* regions inside one graft_transfer_host_alloc() block */
-    const char *listen;    /* listen_address; NULL = the default */
-    const char *advertise; /* advertise_address */
-    uint32_t max_recipients; /* 0: the default */
-    /* Announce the step (graft_transfer_serve_expect) instead of serving
-     * it; begin serving, or withdraw, this much later (0: never). */
-    bool expect;
-    uint32_t begin_after_ms;
-    uint32_t withdraw_after_ms;
-} tf_donor_opts_t;
+const tf_region_t tf_big_layout[TF_N_BIG] = {{"weights", 24u << 20}, {"optim", 24u << 20}};
 
-/* A forked child of the test: a donor, or any process that answers its
- * address first and then commands. pid 0: the slot is free. */
-typedef struct tf_donor {
-    pid_t pid;
-    int cmd_fd;  /* -1: none */
-    int resp_fd; /* -1: none */
-    char addr[64];
-} tf_donor_t;
-
-/* The recipient: an endpoint with zeroed regions of a layout. */
-typedef struct tf_recipient {
-    graft_transfer_endpoint_t *ep;
-    bool host_mem; /* mem[] lie in a host block of ep, freed with it */
-    uint8_t **mem; /* NULL: no recipient */
-    const tf_region_t *layout;
-    size_t n_regions;
-} tf_recipient_t;
-
-/* The fixture of one test (cmocka's state): its donors, its recipient, the
- * options of its next pull (tf_donors_start() points them at the donors)
- * and the report of its last. */
-typedef struct tf {
-    tf_donor_t d[TF_MAX_DONORS];
-    const char *addrs[TF_MAX_DONORS];
-    tf_recipient_t r;
-    graft_transfer_pull_options_t po;
-    graft_transfer_report_t rep;
-} tf_t;
-
-/* The read protocol of the group being run (tf_run_wire()). */
-static graft_transfer_read_t tf_read = GRAFT_TRANSFER_READ_GET;
-
-/* ---- the pattern donors serve -------------------------------------------- */
+graft_transfer_read_t tf_read = GRAFT_TRANSFER_READ_GET;
 
 /* Word k of the pattern of @seed (splitmix64 of a counter): any piece of a
  * region can be regenerated on its own, 8 bytes per step. */
-static inline uint64_t tf_pattern_word(uint64_t seed, uint64_t k)
+static uint64_t tf_pattern_word(uint64_t seed, uint64_t k)
 {
     uint64_t z = seed * 0x9E3779B97F4A7C15ull + (k + 1) * 0xD1B54A32D192ED03ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -133,7 +22,7 @@ static inline uint64_t tf_pattern_word(uint64_t seed, uint64_t k)
 }
 
 /* Bytes [off, off + n) of the pattern of @seed, to @p. */
-static inline void tf_pattern_at(uint8_t *p, uint64_t off, uint64_t n, uint64_t seed)
+static void tf_pattern_at(uint8_t *p, uint64_t off, uint64_t n, uint64_t seed)
 {
     uint64_t i = 0;
     while (i < n) {
@@ -145,13 +34,12 @@ static inline void tf_pattern_at(uint8_t *p, uint64_t off, uint64_t n, uint64_t 
     }
 }
 
-static inline void tf_fill_pattern(uint8_t *p, uint64_t n, uint64_t seed)
+void tf_fill_pattern(uint8_t *p, uint64_t n, uint64_t seed)
 {
     tf_pattern_at(p, 0, n, seed);
 }
 
-/* Whether @p holds the pattern of @seed, compared in 1 MiB pieces. */
-static inline bool tf_pattern_matches(const uint8_t *p, uint64_t n, uint64_t seed)
+bool tf_pattern_matches(const uint8_t *p, uint64_t n, uint64_t seed)
 {
     enum { PIECE = 1u << 20 };
     uint8_t *want = malloc(PIECE);
@@ -165,9 +53,7 @@ static inline bool tf_pattern_matches(const uint8_t *p, uint64_t n, uint64_t see
     return ok;
 }
 
-/* ---- pipes between the test and its children ---------------------------- */
-
-static inline bool tf_read_full(int fd, void *buf, size_t n, int timeout_ms)
+bool tf_read_full(int fd, void *buf, size_t n, int timeout_ms)
 {
     size_t got = 0;
     while (got < n) {
@@ -183,7 +69,7 @@ static inline bool tf_read_full(int fd, void *buf, size_t n, int timeout_ms)
     return true;
 }
 
-static inline bool tf_write_full(int fd, const void *buf, size_t n)
+bool tf_write_full(int fd, const void *buf, size_t n)
 {
     size_t put = 0;
     while (put < n) {
@@ -195,12 +81,7 @@ static inline bool tf_write_full(int fd, const void *buf, size_t n)
     return true;
 }
 
-/* ---- the donor process ---------------------------------------------------- */
-
-/* Where region @i of a layout lies in a host block: the first at an odd
- * offset, the others each at the next 64-byte boundary, so that regions
- * cover parts of the block, never all of it. */
-static inline uint64_t tf_host_block_offset(const tf_region_t *layout, size_t i)
+uint64_t tf_host_block_offset(const tf_region_t *layout, size_t i)
 {
     uint64_t off = 13;
     for (size_t k = 0; k < i; k++)
@@ -208,14 +89,12 @@ static inline uint64_t tf_host_block_offset(const tf_region_t *layout, size_t i)
     return off;
 }
 
-static inline uint64_t tf_host_block_bytes(const tf_region_t *layout, size_t n)
+uint64_t tf_host_block_bytes(const tf_region_t *layout, size_t n)
 {
     return tf_host_block_offset(layout, n) + 4096;
 }
 
-/* Options for a donor of @layout (@n regions, chunks of @chunk bytes) that
- * serves step STEP with the job secret SECRET, its state unchanged. */
-static inline tf_donor_opts_t tf_opts(const tf_region_t *layout, size_t n, uint64_t chunk)
+tf_donor_opts_t tf_opts(const tf_region_t *layout, size_t n, uint64_t chunk)
 {
     tf_donor_opts_t o = {.layout = layout,
                          .n_regions = n,
@@ -229,7 +108,7 @@ static inline tf_donor_opts_t tf_opts(const tf_region_t *layout, size_t n, uint6
 /* The donor does command @cmd (3 words: an op and its two arguments) and
  * writes its 2-word answer to @resp_fd (see tf_donor_ask()); an unknown op
  * is ignored. Returns false when the test is gone. */
-static inline bool tf_donor_answer(graft_transfer_endpoint_t *ep, const tf_donor_opts_t *o,
+static bool tf_donor_answer(graft_transfer_endpoint_t *ep, const tf_donor_opts_t *o,
                                    uint8_t **mem, const uint32_t cmd[3], int resp_fd)
 {
     int32_t out[2] = {0, 0};
@@ -263,7 +142,7 @@ static inline bool tf_donor_answer(graft_transfer_endpoint_t *ep, const tf_donor
 
 /* After its address, the donor's timed steps: a late serve, a late begin
  * of an announced step, a withdrawn announcement. */
-static inline bool tf_donor_schedule(graft_transfer_endpoint_t *ep, const tf_donor_opts_t *o)
+static bool tf_donor_schedule(graft_transfer_endpoint_t *ep, const tf_donor_opts_t *o)
 {
     if (o->serve_delay_ms > 0) {
         usleep(o->serve_delay_ms * 1000u);
@@ -284,7 +163,7 @@ static inline bool tf_donor_schedule(graft_transfer_endpoint_t *ep, const tf_don
 }
 
 /* The donor process: serve until told to quit; answer commands. */
-static inline int tf_donor_main(const tf_donor_opts_t *o, int cmd_fd, int resp_fd)
+static int tf_donor_main(const tf_donor_opts_t *o, int cmd_fd, int resp_fd)
 {
     graft_transfer_config_t cfg = {.job_secret = o->secret, .job_secret_len = strlen(o->secret),
                                    .chunk_bytes = o->chunk, .group = 1,
@@ -341,14 +220,9 @@ out:
     return rc;
 }
 
-/* ---- the fixture: children ------------------------------------------------ */
-
-/* Forks child @i of the fixture, which runs @child_main(@arg, its command
- * pipe, its answer pipe), dies with the test and holds no other child's
- * pipes open; waits for the address it answers first. */
-static inline tf_donor_t *tf_child_start(tf_t *f, int i,
-                                         int (*child_main)(const void *, int, int),
-                                         const void *arg)
+tf_donor_t *tf_child_start(tf_t *f, int i,
+                           int (*child_main)(const void *, int, int),
+                           const void *arg)
 {
     tf_donor_t *d = &f->d[i];
     int cmd[2], resp[2];
@@ -382,9 +256,7 @@ static inline tf_donor_t *tf_child_start(tf_t *f, int i,
     return d;
 }
 
-/* A process the test forked by itself (@pid, no pipes) in slot @i, so that
- * the teardown kills it if the test does not (tf_child_kill()). */
-static inline tf_donor_t *tf_child_adopt(tf_t *f, int i, pid_t pid, const char *addr)
+tf_donor_t *tf_child_adopt(tf_t *f, int i, pid_t pid, const char *addr)
 {
     tf_donor_t *d = &f->d[i];
     assert_true(i >= 0 && i < TF_MAX_DONORS);
@@ -396,20 +268,17 @@ static inline tf_donor_t *tf_child_adopt(tf_t *f, int i, pid_t pid, const char *
     return d;
 }
 
-static inline int tf_donor_child(const void *arg, int cmd_fd, int resp_fd)
+static int tf_donor_child(const void *arg, int cmd_fd, int resp_fd)
 {
     return tf_donor_main(arg, cmd_fd, resp_fd);
 }
 
-/* Donor @i serving what @o says, at f->addrs[i]. */
-static inline tf_donor_t *tf_donor_start(tf_t *f, int i, const tf_donor_opts_t *o)
+tf_donor_t *tf_donor_start(tf_t *f, int i, const tf_donor_opts_t *o)
 {
     return tf_child_start(f, i, tf_donor_child, o);
 }
 
-/* Donors 0..@n-1 serving what @o says; the next pull asks all of them for
- * step STEP (the other pull options stay as they are). */
-static inline void tf_donors_start(tf_t *f, const tf_donor_opts_t *o, int n)
+void tf_donors_start(tf_t *f, const tf_donor_opts_t *o, int n)
 {
     for (int i = 0; i < n; i++)
         tf_donor_start(f, i, o);
@@ -418,7 +287,7 @@ static inline void tf_donors_start(tf_t *f, const tf_donor_opts_t *o, int n)
     f->po.step = STEP;
 }
 
-static inline void tf_child_forget(tf_donor_t *d)
+static void tf_child_forget(tf_donor_t *d)
 {
     if (d->cmd_fd >= 0)
         close(d->cmd_fd);
@@ -428,8 +297,7 @@ static inline void tf_child_forget(tf_donor_t *d)
     d->cmd_fd = d->resp_fd = -1;
 }
 
-/* Kill and reap a child without asking it anything. */
-static inline void tf_child_kill(tf_donor_t *d)
+void tf_child_kill(tf_donor_t *d)
 {
     if (d->pid <= 0)
         return;
@@ -438,8 +306,7 @@ static inline void tf_child_kill(tf_donor_t *d)
     tf_child_forget(d);
 }
 
-/* Quit, or reap a donor the test killed. Returns the wait status. */
-static inline int tf_donor_stop(tf_donor_t *d)
+int tf_donor_stop(tf_donor_t *d)
 {
     int ws = 0;
     uint32_t cmd[3] = {'Q', 0, 0};
@@ -460,30 +327,22 @@ reaped:
     return ws;
 }
 
-/* Stop donors 0..@n-1: each must end with status 0. */
-static inline void tf_donors_stop(tf_t *f, int n)
+void tf_donors_stop(tf_t *f, int n)
 {
     for (int i = 0; i < n; i++)
         assert_int_equal(tf_donor_stop(&f->d[i]), 0);
 }
 
-/* Send donor @d command @op with arguments @a and @b, and read its answer
- * into @out (2 words) within @timeout_ms. Ops: 'M' flips a bit of byte @b
- * of region @a (after hashing), 'R' serves the step again, 'P' answers the
- * most recipients served at once, 'X' answers the requests refused for who
- * sent them, 'G' serves only group @a (@b == 1) or any
- * group (@b == 0), 'F' waits for the fence (tf_fence()). */
-static inline void tf_donor_ask(tf_donor_t *d, uint32_t op, uint32_t a, uint32_t b, int timeout_ms,
-                                int32_t out[2])
+void tf_donor_ask(tf_donor_t *d, uint32_t op, uint32_t a, uint32_t b, int timeout_ms,
+                  int32_t out[2])
 {
     uint32_t cmd[3] = {op, a, b};
     assert_true(tf_write_full(d->cmd_fd, cmd, sizeof(cmd)));
     assert_true(tf_read_full(d->resp_fd, out, 2 * sizeof(out[0]), timeout_ms));
 }
 
-/* The donor's fence for @expected recipients: its status and its count. */
-static inline void tf_fence(tf_donor_t *d, uint32_t expected, uint32_t timeout_ms,
-                            int32_t *st_p, int32_t *count_p)
+void tf_fence(tf_donor_t *d, uint32_t expected, uint32_t timeout_ms,
+              int32_t *st_p, int32_t *count_p)
 {
     int32_t out[2];
     tf_donor_ask(d, 'F', expected, timeout_ms, (int)timeout_ms + 10000, out);
@@ -491,9 +350,8 @@ static inline void tf_fence(tf_donor_t *d, uint32_t expected, uint32_t timeout_m
     *count_p = out[1];
 }
 
-/* Ask the donor's fence for @expected recipients; check what it says. */
-static inline void tf_fence_is(tf_donor_t *d, uint32_t expected, uint32_t timeout_ms,
-                               int32_t want_st, int32_t want_count)
+void tf_fence_is(tf_donor_t *d, uint32_t expected, uint32_t timeout_ms,
+                 int32_t want_st, int32_t want_count)
 {
     int32_t st, count;
     tf_fence(d, expected, timeout_ms, &st, &count);
@@ -501,13 +359,8 @@ static inline void tf_fence_is(tf_donor_t *d, uint32_t expected, uint32_t timeou
     assert_int_equal(count, want_count);
 }
 
-/* ---- the fixture: the recipient ------------------------------------------- */
-
-/* The recipient f->r: @n regions of @layout, zeroed, chunks of @chunk
- * bytes, job secret @secret; with @host_mem the regions lie in one block of
- * graft_transfer_host_alloc(). */
-static inline void tf_recipient_create(tf_t *f, const tf_region_t *layout, size_t n,
-                                       uint64_t chunk, const char *secret, bool host_mem)
+void tf_recipient_create(tf_t *f, const tf_region_t *layout, size_t n,
+                         uint64_t chunk, const char *secret, bool host_mem)
 {
     graft_transfer_config_t cfg = {.job_secret = secret, .job_secret_len = strlen(secret),
                                    .chunk_bytes = chunk, .group = 2};
@@ -535,15 +388,12 @@ static inline void tf_recipient_create(tf_t *f, const tf_region_t *layout, size_
     }
 }
 
-/* The recipient of what donors of @o serve: their layout, chunk size and
- * secret, in malloc'ed memory. */
-static inline void tf_recipient_of(tf_t *f, const tf_donor_opts_t *o)
+void tf_recipient_of(tf_t *f, const tf_donor_opts_t *o)
 {
     tf_recipient_create(f, o->layout, o->n_regions, o->chunk, o->secret, false);
 }
 
-/* Whether every region holds what the donors wrote. */
-static inline bool tf_recipient_matches(const tf_t *f)
+bool tf_recipient_matches(const tf_t *f)
 {
     bool ok = true;
     for (size_t i = 0; i < f->r.n_regions && ok; i++)
@@ -551,8 +401,7 @@ static inline bool tf_recipient_matches(const tf_t *f)
     return ok;
 }
 
-/* Whether every region is still all zeroes (nothing was written). */
-static inline bool tf_recipient_untouched(const tf_t *f)
+bool tf_recipient_untouched(const tf_t *f)
 {
     for (size_t i = 0; i < f->r.n_regions; i++) {
         for (uint64_t k = 0; k < f->r.layout[i].bytes; k++) {
@@ -563,14 +412,13 @@ static inline bool tf_recipient_untouched(const tf_t *f)
     return true;
 }
 
-/* Zero every region again, for the next pull. */
-static inline void tf_recipient_zero(tf_t *f)
+void tf_recipient_zero(tf_t *f)
 {
     for (size_t i = 0; i < f->r.n_regions; i++)
         memset(f->r.mem[i], 0, f->r.layout[i].bytes);
 }
 
-static inline void tf_recipient_destroy(tf_t *f)
+void tf_recipient_destroy(tf_t *f)
 {
     tf_recipient_t *r = &f->r;
     graft_transfer_endpoint_destroy(r->ep);
@@ -580,10 +428,7 @@ static inline void tf_recipient_destroy(tf_t *f)
     memset(r, 0, sizeof(*r));
 }
 
-/* ---- the fixture: the pull -------------------------------------------------- */
-
-/* f->po with the group's read protocol, by f->r, into f->rep. */
-static inline graft_status_t tf_pull(tf_t *f)
+graft_status_t tf_pull(tf_t *f)
 {
     graft_transfer_pull_options_t o = f->po;
     graft_transfer_report_t *rep = &f->rep;
@@ -603,20 +448,14 @@ static inline graft_status_t tf_pull(tf_t *f)
     return st;
 }
 
-/* The pull succeeds and the recipient holds every byte the donors wrote. */
-static inline void tf_pull_verified(tf_t *f)
+void tf_pull_verified(tf_t *f)
 {
     assert_int_equal(tf_pull(f), GRAFT_OK);
     assert_true(tf_recipient_matches(f));
 }
 
-/* ---- transports ------------------------------------------------------------- */
-
-/* From a donor report's transports ("tl/dev:use,use tl/dev ..."): the
- * transport of the lane that carries active messages (use "am"), and
- * whether every lane is tcp. */
-static inline void tf_lanes_parse(const char *transports, char *am_tl, size_t am_size,
-                                  bool *all_tcp_p)
+void tf_lanes_parse(const char *transports, char *am_tl, size_t am_size,
+                    bool *all_tcp_p)
 {
     char copy[sizeof(((graft_transfer_donor_report_t *)0)->transports)];
     char *save = NULL;
@@ -642,12 +481,7 @@ static inline void tf_lanes_parse(const char *transports, char *am_tl, size_t am
     *all_tcp_p = all_tcp;
 }
 
-/* The connection to a donor is tcp in every group: the listener offers
- * no shared memory (docs/SECURITY.md), whatever UCX_TLS allows. Where
- * UCX_TLS allows it, the donor (on this host) offered its second
- * connection after the handshake, shared memory only, and the chunks came
- * over it; over tcp alone there is none. */
-static inline void tf_assert_group_transports(const graft_transfer_donor_report_t *dr)
+void tf_assert_group_transports(const graft_transfer_donor_report_t *dr)
 {
     char am_tl[32];
     bool all_tcp;
@@ -667,10 +501,7 @@ static inline void tf_assert_group_transports(const graft_transfer_donor_report_
     assert_true(strcmp(am_tl, "posix") == 0 || strcmp(am_tl, "sysv") == 0);
 }
 
-/* ---- setup, teardown, groups ------------------------------------------------ */
-
-/* Before every test that starts a child or a recipient: an empty fixture. */
-static inline int tf_setup(void **state)
+int tf_setup(void **state)
 {
     tf_t *f = calloc(1, sizeof(*f));
     if (f == NULL)
@@ -681,9 +512,7 @@ static inline int tf_setup(void **state)
     return 0;
 }
 
-/* After it: free what a failed assertion left behind, the recipient first
- * so that its UCX context is not inherited by the next test's donors. */
-static inline int tf_teardown(void **state)
+int tf_teardown(void **state)
 {
     tf_t *f = *state;
     if (f == NULL)
@@ -697,37 +526,35 @@ static inline int tf_teardown(void **state)
     return 0;
 }
 
-#define TF_TEST(t) cmocka_unit_test_setup_teardown(t, tf_setup, tf_teardown)
-
-static inline int tf_group(graft_transfer_read_t read, const char *tls)
+static int tf_group(graft_transfer_read_t read, const char *tls)
 {
     tf_read = read;
     return setenv("UCX_TLS", tls, 1);
 }
 
-static inline int tf_use_tcp(void **state)
+static int tf_use_tcp(void **state)
 {
     return tf_group(GRAFT_TRANSFER_READ_GET, "tcp");
 }
 
-static inline int tf_use_shm(void **state)
+static int tf_use_shm(void **state)
 {
     return tf_group(GRAFT_TRANSFER_READ_GET, "sm,self,tcp");
 }
 
-static inline int tf_use_tcp_push(void **state)
+int tf_use_tcp_push(void **state)
 {
     return tf_group(GRAFT_TRANSFER_READ_PUSH, "tcp");
 }
 
-static inline int tf_use_shm_push(void **state)
+int tf_use_shm_push(void **state)
 {
     return tf_group(GRAFT_TRANSFER_READ_PUSH, "sm,self,tcp");
 }
 
 /* Once per program: quiet logs (GRAFT_LOG overrides), no SIGPIPE, and
  * TRANSFER_FILTER=<glob> to run some tests only (while debugging). */
-static inline void tf_program_init(void)
+static void tf_program_init(void)
 {
     signal(SIGPIPE, SIG_IGN);
     if (getenv("GRAFT_LOG") == NULL)
@@ -737,9 +564,7 @@ static inline void tf_program_init(void)
     setenv("UCX_TLS", "tcp", 1);
 }
 
-/* Runs @n @tests once, over tcp, as group "transfer_@prog". Returns the
- * number of failures. */
-static inline int tf_run_local(const char *prog, const struct CMUnitTest *tests, size_t n)
+int tf_run_local(const char *prog, const struct CMUnitTest *tests, size_t n)
 {
     char name[64];
     tf_program_init();
@@ -747,10 +572,7 @@ static inline int tf_run_local(const char *prog, const struct CMUnitTest *tests,
     return _cmocka_run_group_tests(name, tests, n, NULL, NULL);
 }
 
-/* Runs @n @tests in every group: tcp and shared memory, each with gets and
- * with push reads, as "transfer_@prog_<group>"; TRANSFER_GROUP=<group>
- * (e.g. "shm_push") runs one only. Returns the number of failures. */
-static inline int tf_run_wire(const char *prog, const struct CMUnitTest *tests, size_t n)
+int tf_run_wire(const char *prog, const struct CMUnitTest *tests, size_t n)
 {
     static const struct {
         const char *name;
@@ -771,5 +593,3 @@ static inline int tf_run_wire(const char *prog, const struct CMUnitTest *tests, 
     }
     return failed;
 }
-
-#endif

@@ -1,25 +1,11 @@
-/*
- * Helpers shared by the persist tests (header-only, static): temporary
- * directories, deterministic data, random layouts, global regions split
- * across ranks, and small file surgery for corruption tests.
- */
-#ifndef GRAFT_TEST_PERSIST_UTIL_H
-#define GRAFT_TEST_PERSIST_UTIL_H
+/* Helpers shared by the persist tests (persist_fixture.h). */
+#include "persist_fixture.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <cmocka.h>
 
-#include <graft/persist.h>
-
-static inline uint64_t pt_rand(uint64_t *s)
+uint64_t pt_rand(uint64_t *s)
 {
     /* splitmix64: seeded and reproducible */
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -28,8 +14,7 @@ static inline uint64_t pt_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Half random, half runs: compressible but not trivially. */
-static inline void pt_fill(void *buf, size_t n, uint64_t seed)
+void pt_fill(void *buf, size_t n, uint64_t seed)
 {
     uint8_t *p = buf;
     uint64_t s = seed * 0x1000193 + 1;
@@ -48,7 +33,7 @@ static inline void pt_fill(void *buf, size_t n, uint64_t seed)
     }
 }
 
-static inline bool pt_all(const void *buf, size_t n, uint8_t v)
+bool pt_all(const void *buf, size_t n, uint8_t v)
 {
     const uint8_t *p = buf;
     for (size_t i = 0; i < n; i++)
@@ -57,7 +42,7 @@ static inline bool pt_all(const void *buf, size_t n, uint8_t v)
     return true;
 }
 
-static inline char *pt_tmpdir(void)
+char *pt_tmpdir(void)
 {
     const char *base = getenv("TMPDIR");
     char tmpl[4096];
@@ -70,7 +55,7 @@ static inline char *pt_tmpdir(void)
     return strdup(d);
 }
 
-static inline int pt_rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+static int pt_rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
     (void)flag;
@@ -78,14 +63,13 @@ static inline int pt_rm_cb(const char *path, const struct stat *sb, int flag, st
     return remove(path);
 }
 
-/* Removes the tree and frees the path. */
-static inline void pt_rmtree(char *dir)
+void pt_rmtree(char *dir)
 {
     nftw(dir, pt_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     free(dir);
 }
 
-static inline void pt_rmtree_contents(const char *dir)
+void pt_rmtree_contents(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -100,7 +84,7 @@ static inline void pt_rmtree_contents(const char *dir)
         closedir(d);
 }
 
-static inline int pt_count_entries(const char *dir)
+int pt_count_entries(const char *dir)
 {
     int n = 0;
     DIR *d = opendir(dir);
@@ -112,21 +96,21 @@ static inline int pt_count_entries(const char *dir)
     return n;
 }
 
-static inline char *pt_path(const char *root, uint64_t step, const char *name)
+char *pt_path(const char *root, uint64_t step, const char *name)
 {
     char *p = malloc(strlen(root) + strlen(name) + 40);
     sprintf(p, "%s/step-%020llu/%s", root, (unsigned long long)step, name);
     return p;
 }
 
-static inline void pt_mkdir_step(const char *root, uint64_t step)
+void pt_mkdir_step(const char *root, uint64_t step)
 {
     char p[4096];
     snprintf(p, sizeof(p), "%s/step-%020llu", root, (unsigned long long)step);
     mkdir(p, 0755);
 }
 
-static inline void pt_touch(const char *root, uint64_t step, const char *name)
+void pt_touch(const char *root, uint64_t step, const char *name)
 {
     char *p = pt_path(root, step, name);
     int fd = open(p, O_WRONLY | O_CREAT, 0644);
@@ -138,7 +122,7 @@ static inline void pt_touch(const char *root, uint64_t step, const char *name)
     free(p);
 }
 
-static inline char *pt_read_file_str(const char *root, uint64_t step, const char *name)
+char *pt_read_file_str(const char *root, uint64_t step, const char *name)
 {
     char *p = pt_path(root, step, name);
     FILE *f = fopen(p, "rb");
@@ -154,13 +138,13 @@ static inline char *pt_read_file_str(const char *root, uint64_t step, const char
     return s;
 }
 
-static inline long pt_file_size(const char *path)
+long pt_file_size(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
 }
 
-static inline void pt_flip_bit(const char *path, long off, int bit)
+void pt_flip_bit(const char *path, long off, int bit)
 {
     int fd = open(path, O_RDWR);
     uint8_t b;
@@ -174,7 +158,7 @@ static inline void pt_flip_bit(const char *path, long off, int bit)
     close(fd);
 }
 
-static inline bool pt_files_equal(const char *a, const char *b)
+bool pt_files_equal(const char *a, const char *b)
 {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     bool eq = fa != NULL && fb != NULL;
@@ -191,7 +175,7 @@ static inline bool pt_files_equal(const char *a, const char *b)
     return eq;
 }
 
-static inline const char *pt_list_str(const char *root)
+const char *pt_list_str(const char *root)
 {
     static char out[1024];
     graft_persist_entry_t *e = NULL;
@@ -206,16 +190,7 @@ static inline const char *pt_list_str(const char *root)
     return out;
 }
 
-/* ------------------------------------------------------------- layouts --- */
-
-typedef struct pt_layout {
-    uint32_t ranks;
-    graft_persist_region_t **regions;
-    size_t *nregions;
-    bool owns; /* names and buffers */
-} pt_layout_t;
-
-static inline pt_layout_t *pt_layout_alloc(uint32_t ranks, size_t max_regions, bool owns)
+pt_layout_t *pt_layout_alloc(uint32_t ranks, size_t max_regions, bool owns)
 {
     pt_layout_t *l = calloc(1, sizeof(*l));
     l->ranks = ranks;
@@ -227,7 +202,7 @@ static inline pt_layout_t *pt_layout_alloc(uint32_t ranks, size_t max_regions, b
     return l;
 }
 
-static inline void pt_layout_free(pt_layout_t *l)
+void pt_layout_free(pt_layout_t *l)
 {
     if (l == NULL)
         return;
@@ -243,9 +218,7 @@ static inline void pt_layout_free(pt_layout_t *l)
     free(l);
 }
 
-/* Per rank: private regions of assorted sizes and dtypes, plus regions
- * split across all ranks. */
-static inline pt_layout_t *pt_layout_random(uint64_t *rng, uint32_t ranks, int iter)
+pt_layout_t *pt_layout_random(uint64_t *rng, uint32_t ranks, int iter)
 {
     static const uint64_t sizes[] = {0, 1, 7, 4095, 4096, 4097, 10000, 70000, 200000, 8192};
     static const uint64_t elems[] = {1, 2, 4, 8};
@@ -287,7 +260,7 @@ static inline pt_layout_t *pt_layout_random(uint64_t *rng, uint32_t ranks, int i
     return l;
 }
 
-static inline void pt_layout_fill(pt_layout_t *l, uint64_t seed)
+void pt_layout_fill(pt_layout_t *l, uint64_t seed)
 {
     for (uint32_t r = 0; r < l->ranks; r++)
         for (size_t i = 0; i < l->nregions[r]; i++) {
@@ -299,7 +272,7 @@ static inline void pt_layout_fill(pt_layout_t *l, uint64_t seed)
         }
 }
 
-static inline uint64_t pt_layout_raw(const pt_layout_t *l)
+uint64_t pt_layout_raw(const pt_layout_t *l)
 {
     uint64_t t = 0;
     for (uint32_t r = 0; r < l->ranks; r++)
@@ -308,7 +281,7 @@ static inline uint64_t pt_layout_raw(const pt_layout_t *l)
     return t;
 }
 
-static inline pt_layout_t *pt_layout_clone_empty(const pt_layout_t *src)
+pt_layout_t *pt_layout_clone_empty(const pt_layout_t *src)
 {
     size_t max = 0;
     for (uint32_t r = 0; r < src->ranks; r++)
@@ -326,7 +299,7 @@ static inline pt_layout_t *pt_layout_clone_empty(const pt_layout_t *src)
     return l;
 }
 
-static inline bool pt_layout_equal(const pt_layout_t *a, const pt_layout_t *b)
+bool pt_layout_equal(const pt_layout_t *a, const pt_layout_t *b)
 {
     for (uint32_t r = 0; r < a->ranks; r++)
         for (size_t i = 0; i < a->nregions[r]; i++)
@@ -335,19 +308,7 @@ static inline bool pt_layout_equal(const pt_layout_t *a, const pt_layout_t *b)
     return true;
 }
 
-/* ------------------------------------------------------ global regions --- */
-
-#define PT_MAX_GLOBAL 8
-typedef struct pt_global {
-    size_t n;
-    const char *names[PT_MAX_GLOBAL];
-    graft_persist_kind_t kinds[PT_MAX_GLOBAL];
-    uint64_t elem[PT_MAX_GLOBAL];
-    uint64_t bytes[PT_MAX_GLOBAL];
-    uint8_t *data[PT_MAX_GLOBAL];
-} pt_global_t;
-
-static inline pt_global_t *pt_global_make(uint64_t seed, const char *const *names,
+static pt_global_t *pt_global_make(uint64_t seed, const char *const *names,
                                           const graft_persist_kind_t *kinds, const uint64_t *elem,
                                           const uint64_t *bytes, size_t n)
 {
@@ -364,7 +325,7 @@ static inline pt_global_t *pt_global_make(uint64_t seed, const char *const *name
     return g;
 }
 
-static inline pt_global_t *pt_global_new(uint64_t seed)
+pt_global_t *pt_global_new(uint64_t seed)
 {
     static const char *const names[] = {"embed", "adam.m", "rng", "step", "big"};
     static const graft_persist_kind_t kinds[] = {GRAFT_PERSIST_KIND_PARAM, GRAFT_PERSIST_KIND_OPTIM,
@@ -375,8 +336,7 @@ static inline pt_global_t *pt_global_new(uint64_t seed)
     return pt_global_make(seed, names, kinds, elem, bytes, 5);
 }
 
-/* About 5 KiB: for the golden files. */
-static inline pt_global_t *pt_global_small(uint64_t seed)
+pt_global_t *pt_global_small(uint64_t seed)
 {
     static const char *const names[] = {"w", "m", "rng", "step"};
     static const graft_persist_kind_t kinds[] = {GRAFT_PERSIST_KIND_PARAM, GRAFT_PERSIST_KIND_OPTIM,
@@ -386,7 +346,7 @@ static inline pt_global_t *pt_global_small(uint64_t seed)
     return pt_global_make(seed, names, kinds, elem, bytes, 4);
 }
 
-static inline pt_global_t *pt_global_clone_empty(const pt_global_t *src)
+pt_global_t *pt_global_clone_empty(const pt_global_t *src)
 {
     pt_global_t *g = calloc(1, sizeof(*g));
     *g = *src;
@@ -397,7 +357,7 @@ static inline pt_global_t *pt_global_clone_empty(const pt_global_t *src)
     return g;
 }
 
-static inline bool pt_global_equal(const pt_global_t *a, const pt_global_t *b)
+bool pt_global_equal(const pt_global_t *a, const pt_global_t *b)
 {
     for (size_t i = 0; i < a->n; i++)
         if (a->bytes[i] != b->bytes[i] || memcmp(a->data[i], b->data[i], a->bytes[i]) != 0)
@@ -405,7 +365,7 @@ static inline bool pt_global_equal(const pt_global_t *a, const pt_global_t *b)
     return true;
 }
 
-static inline void pt_global_free(pt_global_t *g)
+void pt_global_free(pt_global_t *g)
 {
     if (g == NULL)
         return;
@@ -414,8 +374,7 @@ static inline void pt_global_free(pt_global_t *g)
     free(g);
 }
 
-/* Each rank's regions point into g's data at its even-split piece. */
-static inline pt_layout_t *pt_global_split(pt_global_t *g, uint32_t ranks)
+pt_layout_t *pt_global_split(pt_global_t *g, uint32_t ranks)
 {
     pt_layout_t *l = pt_layout_alloc(ranks, g->n, false);
     for (uint32_t r = 0; r < ranks; r++) {
@@ -435,4 +394,20 @@ static inline pt_layout_t *pt_global_split(pt_global_t *g, uint32_t ranks)
     return l;
 }
 
-#endif /* GRAFT_TEST_PERSIST_UTIL_H */
+void pt_restore_global(const char *root, uint32_t ranks, uint64_t step, pt_global_t *g)
+{
+    pt_global_t *got = pt_global_clone_empty(g);
+    pt_layout_t *lay = pt_global_split(got, ranks);
+    for (uint32_t r = 0; r < ranks; r++) {
+        graft_persist_restore_params_t p = {0};
+        p.rank = r;
+        p.ranks = ranks;
+        p.regions = lay->regions[r];
+        p.nregions = lay->nregions[r];
+        p.step = step;
+        assert_int_equal(graft_persist_restore(root, &p, NULL), GRAFT_OK);
+    }
+    assert_true(pt_global_equal(g, got));
+    pt_layout_free(lay);
+    pt_global_free(got);
+}
