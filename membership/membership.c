@@ -20,14 +20,6 @@
 
 /* ------------------------------------------------------------- helpers --- */
 
-/* The handle's condition variable runs on CLOCK_MONOTONIC (see create). */
-void graft__mship_deadline(struct timespec *ts, uint64_t wait_ns)
-{
-    uint64_t t = graft__now_ns() + wait_ns;
-    ts->tv_sec = (time_t)(t / 1000000000ull);
-    ts->tv_nsec = (long)(t % 1000000000ull);
-}
-
 static bool job_name_ok(const char *job)
 {
     if (job == NULL || job[0] == '\0' || strlen(job) > 64)
@@ -55,44 +47,6 @@ graft_status_t graft_membership_job_prefix(const char *job, char **prefix_p)
 
 /* ----------------------------------------------------------- join/lease --- */
 
-static graft_status_t put_member_record(graft_membership_t *m, graft_etcd_t *c, int64_t lease,
-                                        uint64_t incarnation, graft_member_state_t state,
-                                        uint64_t committed_step, uint64_t joined_ms)
-{
-    graft_member_t mem = {0};
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    char *key = NULL;
-    graft_status_t st;
-    mem.group = m->cfg.group;
-    mem.rank = m->cfg.rank;
-    mem.incarnation = incarnation;
-    mem.host = m->host;
-    mem.pid = (int32_t)getpid();
-    mem.transfer_address = m->transfer_address;
-    mem.layout_hash = m->cfg.layout_hash;
-    mem.committed_step = committed_step;
-    mem.state = state;
-    mem.lease_id = lease;
-    mem.joined_unix_ms = joined_ms;
-    st = graft__mship_member_encode(&mem, &buf, &len);
-    if (st != GRAFT_OK)
-        goto out;
-    key = graft__key_member(m->prefix, m->cfg.group, m->cfg.rank);
-    if (key == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    GRAFT__MSHIP_REQ(m);
-    st = graft_etcd_put(c, key, buf, len, lease, NULL, NULL);
-    if (st != GRAFT_OK)
-        atomic_fetch_add(&m->n_etcd_errors, 1);
-out:
-    graft_free(key);
-    graft_free(buf);
-    return st;
-}
-
 /* Grant a lease and write the member record on it, as a new incarnation. A
  * record left by an earlier process of the same rank is overwritten: the
  * replacement must be able to join before the old lease expires. */
@@ -114,7 +68,7 @@ static graft_status_t join_once(graft_membership_t *m, graft_etcd_t *c)
     uint64_t committed = m->committed_step;
     pthread_mutex_unlock(&m->mu);
     uint64_t joined_ms = graft__wall_ns() / 1000000u;
-    st = put_member_record(m, c, lease, inc, state, committed, joined_ms);
+    st = graft__mship_member_put(m, c, lease, inc, state, committed, joined_ms);
     if (st != GRAFT_OK) {
         GRAFT__MSHIP_REQ(m);
         if (graft_etcd_lease_revoke(c, lease) != GRAFT_OK)
@@ -143,27 +97,6 @@ static void append_simple_event(graft_membership_t *m, graft_event_kind_t kind, 
     ev.detail = (char *)detail;
     if (graft__mship_event_put(m, &ev) != GRAFT_OK)
         GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "event %s not recorded", graft_event_kind_string(kind));
-}
-
-void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_status_t why)
-{
-    pthread_mutex_lock(&m->mu);
-    if (!m->joined || m->left || m->lease != lease) {
-        pthread_mutex_unlock(&m->mu);
-        return;
-    }
-    uint64_t inc = m->incarnation;
-    m->joined = false;
-    m->lease_lost_pending = true;
-    pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-    atomic_fetch_add(&m->n_lease_losses, 1);
-    GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP,
-                "job %s group %" PRIu32 " rank %" PRIu32 ": lease %" PRId64
-                " lost (incarnation %" PRIu64 "): %s; re-joining as a new incarnation",
-                m->job, m->cfg.group, m->cfg.rank, lease, inc, graft_status_string(why));
-    if (m->cfg.lease_cb != NULL)
-        m->cfg.lease_cb(GRAFT_MEMBERSHIP_LEASE_LOST, inc, why, m->cfg.lease_arg);
 }
 
 static void rejoin(graft_membership_t *m)
@@ -312,17 +245,11 @@ static graft_status_t check_config(const graft_membership_config_t *c)
     return GRAFT_OK;
 }
 
-graft_status_t graft_membership_create(const graft_membership_config_t *config,
-                                       graft_membership_t **m_p)
+/* The handle's configuration with its defaults, and owned copies of its
+ * strings (the caller's config may go away). */
+static graft_status_t config_take(graft_membership_t *m, const graft_membership_config_t *config)
 {
-    graft_status_t st = check_config(config);
-    graft_membership_t *m = NULL;
     char hostbuf[256];
-    if (st != GRAFT_OK || m_p == NULL)
-        return GRAFT_EINVAL;
-    m = graft__calloc(1, sizeof(*m));
-    if (m == NULL)
-        return GRAFT_ENOMEM;
     m->cfg = *config;
     if (m->cfg.ranks_per_group == 0)
         m->cfg.ranks_per_group = 1;
@@ -344,18 +271,20 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     m->transfer_address = graft__strdup(config->transfer_address != NULL ? config->transfer_address : "");
     if (graft_membership_job_prefix(config->job, &m->prefix) != GRAFT_OK)
         m->prefix = NULL; /* the name was checked above: out of memory */
-    if (m->job == NULL || m->host == NULL || m->transfer_address == NULL || m->prefix == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out_free;
-    }
+    if (m->job == NULL || m->host == NULL || m->transfer_address == NULL || m->prefix == NULL)
+        return GRAFT_ENOMEM;
     m->cfg.job = m->job;
     m->cfg.host = m->host;
     m->cfg.transfer_address = m->transfer_address;
     m->cfg.etcd = NULL; /* not kept: the caller's config may go away */
     m->state = m->cfg.state;
     m->committed_step = m->cfg.committed_step;
-    atomic_init(&m->stop, false);
+    return GRAFT_OK;
+}
 
+/* The handle's mutex and condition variables (on CLOCK_MONOTONIC). */
+static graft_status_t sync_init(graft_membership_t *m)
+{
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -368,27 +297,50 @@ graft_status_t graft_membership_create(const graft_membership_config_t *config,
     pthread_condattr_destroy(&ca);
     if (rc != 0) {
         GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "pthread_cond_init: %s", strerror(rc));
-        st = GRAFT_ESYS;
-        goto out_free;
+        return GRAFT_ESYS;
     }
     pthread_mutex_init(&m->mu, NULL);
     m->mu_init = true;
+    return GRAFT_OK;
+}
 
-    st = make_client(config->etcd, NULL, 0, config->etcd->max_retries,
-                     GRAFT_ETCD_PRIORITY_ESSENTIAL, &m->ops);
+/* The handle's three etcd clients: requests, best-effort events and the
+ * keep-alive's. */
+static graft_status_t clients_open(graft_membership_t *m, const graft_etcd_config_t *etcd)
+{
+    graft_status_t st = make_client(etcd, NULL, 0, etcd->max_retries,
+                                    GRAFT_ETCD_PRIORITY_ESSENTIAL, &m->ops);
     if (st != GRAFT_OK)
-        goto out_free;
+        return st;
     /* Event records: one try, and none while etcd is slow. */
-    st = make_client(config->etcd, m->ops, 0, GRAFT_ETCD_NO_RETRIES,
-                     GRAFT_ETCD_PRIORITY_BEST_EFFORT, &m->bg);
+    st = make_client(etcd, m->ops, 0, GRAFT_ETCD_NO_RETRIES, GRAFT_ETCD_PRIORITY_BEST_EFFORT,
+                     &m->bg);
     if (st != GRAFT_OK)
-        goto out_free;
+        return st;
     /* Renewals must finish well inside TTL/3, and retrying one is pointless:
      * the next renewal comes soon anyway. Against a black-holed etcd each
      * retry would cost another connect timeout and push the detection of a
      * lost lease past the TTL. (0 would mean the default of 3 retries.) */
-    st = make_client(config->etcd, m->ops, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u),
-                     GRAFT_ETCD_NO_RETRIES, GRAFT_ETCD_PRIORITY_ESSENTIAL, &m->ka);
+    return make_client(etcd, m->ops, GRAFT_MAX(200u, m->cfg.lease_ttl_s * 1000u / 3u),
+                       GRAFT_ETCD_NO_RETRIES, GRAFT_ETCD_PRIORITY_ESSENTIAL, &m->ka);
+}
+
+graft_status_t graft_membership_create(const graft_membership_config_t *config,
+                                       graft_membership_t **m_p)
+{
+    graft_status_t st = check_config(config);
+    graft_membership_t *m = NULL;
+    if (st != GRAFT_OK || m_p == NULL)
+        return GRAFT_EINVAL;
+    m = graft__calloc(1, sizeof(*m));
+    if (m == NULL)
+        return GRAFT_ENOMEM;
+    atomic_init(&m->stop, false);
+    st = config_take(m, config);
+    if (st == GRAFT_OK)
+        st = sync_init(m);
+    if (st == GRAFT_OK)
+        st = clients_open(m, config->etcd);
     if (st != GRAFT_OK)
         goto out_free;
     if (!m->cfg.observer) {
@@ -491,34 +443,6 @@ uint64_t graft_membership_incarnation(graft_membership_t *m)
     uint64_t inc = m->cfg.observer ? 0 : m->incarnation;
     pthread_mutex_unlock(&m->mu);
     return inc;
-}
-
-graft_status_t graft_membership_update(graft_membership_t *m, graft_member_state_t state,
-                                       uint64_t committed_step)
-{
-    if (m == NULL || state < GRAFT_MEMBER_JOINING || state > GRAFT_MEMBER_CANNOT_SERVE)
-        return GRAFT_EINVAL;
-    pthread_mutex_lock(&m->mu);
-    if (m->cfg.observer || m->left) {
-        pthread_mutex_unlock(&m->mu);
-        return GRAFT_ESTATE;
-    }
-    if (!m->joined) {
-        pthread_mutex_unlock(&m->mu);
-        return GRAFT_ELEASE;
-    }
-    m->state = state;
-    m->committed_step = committed_step;
-    int64_t lease = m->lease;
-    uint64_t inc = m->incarnation;
-    uint64_t joined_ms = m->joined_unix_ms;
-    pthread_mutex_unlock(&m->mu);
-    graft_status_t st = put_member_record(m, m->ops, lease, inc, state, committed_step, joined_ms);
-    if (st == GRAFT_ENOTFOUND) {
-        graft__mship_lease_failed(m, lease, st);
-        st = GRAFT_ELEASE;
-    }
-    return st;
 }
 
 void graft_membership_stats_get(graft_membership_t *m, graft_membership_stats_t *stats_p)

@@ -149,31 +149,30 @@ static const graft_membership_delegate_t *delegate_of(const graft_membership_del
     return NULL;
 }
 
-/* Fill *f when the fast path applies to this announcement; f->q stays NULL
- * when it does not. Only allocation failures are errors. */
-static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, uint64_t committed,
-                                        uint64_t inc, const graft_membership_delegate_t *dl,
-                                        size_t n_dl, fast_path_t *f)
+/* The view says the fast path may apply: the latest round is the one
+ * before this, one step behind, with this group, few enough member ranks,
+ * and the live members (ranks < R, sorted) are exactly its members with the
+ * same processes. Then *prev_p is a copy of that round (its mod_revision in
+ * *prev_mod_p) and mem_p/n_p the live members; else *prev_p is NULL. Only
+ * allocation failures are errors. */
+static graft_status_t fast_path_view(graft_membership_t *m, uint64_t round, uint64_t committed,
+                                     graft_quorum_t **prev_p, int64_t *prev_mod_p,
+                                     graft__qmember_t **mem_p, size_t *n_p)
 {
     graft_status_t st = GRAFT_OK;
-    graft_quorum_t *prev = NULL, *q = NULL;
+    graft_quorum_t *prev = NULL;
     graft__qmember_t *mem = NULL;
     size_t n = 0, k = 0;
-    int64_t prev_mod = 0;
     uint32_t R = m->cfg.ranks_per_group;
-    bool self_seen = false;
-    size_t dl_seen = 0;
-    memset(f, 0, sizeof(*f));
-    for (size_t j = 0; j < n_dl; j++)
-        if (dl[j].step != committed)
-            return GRAFT_OK; /* not everyone one step on */
+    *prev_p = NULL;
     pthread_mutex_lock(&m->mu);
     const graft_quorum_t *cur = m->view.quorum;
-    bool maybe = !m->fast_path_off && cur != NULL && m->view.quorum_mod > 0 && cur->round + 1 == round &&
-                 cur->step + 1 == committed && graft__mship_has_group(cur, m->cfg.group) &&
+    bool maybe = !m->fast_path_off && cur != NULL && m->view.quorum_mod > 0 &&
+                 cur->round + 1 == round && cur->step + 1 == committed &&
+                 graft__mship_has_group(cur, m->cfg.group) &&
                  cur->n_members * (size_t)R <= FAST_MAX_CMPS;
     if (maybe) {
-        prev_mod = m->view.quorum_mod;
+        *prev_mod_p = m->view.quorum_mod;
         n = m->view.n_members;
         st = graft__mship_quorum_copy(cur, &prev);
         if (st == GRAFT_OK)
@@ -190,6 +189,65 @@ static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, u
     if (!graft__mship_same_live_groups(mem, n, R, prev) ||
         graft__quorum_members_hash(mem, n, prev->members, prev->n_members) != prev->members_hash)
         goto out;
+    *prev_p = prev;
+    *mem_p = mem;
+    *n_p = n;
+    return GRAFT_OK;
+out:
+    graft_membership_quorum_free(prev);
+    graft_free(mem);
+    return st;
+}
+
+/* What graft__quorum_decide() gives for the round after prev when every
+ * member is one step on: same members and processes, so the same id;
+ * everyone at the max, so no recoveries. Encoded into f->qbuf. */
+static graft_status_t fast_path_round(graft_membership_t *m, const graft_quorum_t *prev,
+                                      uint64_t round, uint64_t committed, fast_path_t *f)
+{
+    graft_quorum_t *q = graft__calloc(1, sizeof(*q));
+    if (q == NULL || (q->members = graft__malloc(prev->n_members * sizeof(uint32_t))) == NULL) {
+        graft_membership_quorum_free(q);
+        return GRAFT_ENOMEM;
+    }
+    memcpy(q->members, prev->members, prev->n_members * sizeof(uint32_t));
+    q->n_members = prev->n_members;
+    q->id = prev->id;
+    q->round = round;
+    q->step = committed;
+    q->max_committed_step = committed;
+    q->min_groups = m->cfg.min_groups;
+    q->members_hash = prev->members_hash;
+    q->formed_unix_ms = graft__wall_ns() / 1000000u;
+    graft_status_t st = graft__mship_quorum_encode(q, &f->qbuf, &f->qlen);
+    if (st != GRAFT_OK) {
+        graft_membership_quorum_free(q);
+        return st;
+    }
+    f->q = q;
+    return GRAFT_OK;
+}
+
+/* Fill *f when the fast path applies to this announcement; f->q stays NULL
+ * when it does not. Only allocation failures are errors. */
+static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, uint64_t committed,
+                                        uint64_t inc, const graft_membership_delegate_t *dl,
+                                        size_t n_dl, fast_path_t *f)
+{
+    graft_quorum_t *prev = NULL;
+    graft__qmember_t *mem = NULL;
+    size_t n = 0;
+    int64_t prev_mod = 0;
+    uint32_t R = m->cfg.ranks_per_group;
+    bool self_seen = false;
+    size_t dl_seen = 0;
+    memset(f, 0, sizeof(*f));
+    for (size_t j = 0; j < n_dl; j++)
+        if (dl[j].step != committed)
+            return GRAFT_OK; /* not everyone one step on */
+    graft_status_t st = fast_path_view(m, round, committed, &prev, &prev_mod, &mem, &n);
+    if (st != GRAFT_OK || prev == NULL)
+        return st;
     f->cmps = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->cmps));
     f->keys = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->keys));
     f->values = graft__calloc(prev->n_members * (size_t)R, sizeof(*f->values));
@@ -232,31 +290,9 @@ static graft_status_t fast_path_prepare(graft_membership_t *m, uint64_t round, u
         f->cmps[c] = (graft_etcd_compare_t){f->keys[c], GRAFT_ETCD_CMP_VALUE,
                                             GRAFT_ETCD_CMP_EQUAL, 0, f->values[c], len};
     }
-    if (!self_seen || dl_seen != n_dl)
-        goto out;
-    q = graft__calloc(1, sizeof(*q));
-    if (q == NULL || (q->members = graft__malloc(prev->n_members * sizeof(uint32_t))) == NULL) {
-        st = GRAFT_ENOMEM;
-        goto out;
-    }
-    /* What graft__quorum_decide() gives for this set: same members and
-     * processes, so the same id; everyone at the max, so no recoveries. */
-    memcpy(q->members, prev->members, prev->n_members * sizeof(uint32_t));
-    q->n_members = prev->n_members;
-    q->id = prev->id;
-    q->round = round;
-    q->step = committed;
-    q->max_committed_step = committed;
-    q->min_groups = m->cfg.min_groups;
-    q->members_hash = prev->members_hash;
-    q->formed_unix_ms = graft__wall_ns() / 1000000u;
-    st = graft__mship_quorum_encode(q, &f->qbuf, &f->qlen);
-    if (st != GRAFT_OK)
-        goto out;
-    f->q = q;
-    q = NULL;
+    if (self_seen && dl_seen == n_dl)
+        st = fast_path_round(m, prev, round, committed, f);
 out:
-    graft_membership_quorum_free(q);
     graft_membership_quorum_free(prev);
     graft_free(mem);
     if (f->q == NULL) {
@@ -334,6 +370,69 @@ static graft_status_t write_prepare(graft_membership_t *m, uint32_t rank, uint64
     return graft__mship_ready_encode(&r, &w->buf, &w->len);
 }
 
+/* The announcing transaction's branches. Failure branch (or no fast
+ * path), ops: the puts, the count, the deletes. Success branch of the fast
+ * path, form: the puts, the round, the deletes. The count gives an
+ * announcer O(1) bytes back, not the records. */
+static void announce_ops(const ready_write_t *w, size_t n_w, char *prefix, const fast_path_t *f,
+                         graft_etcd_op_t *ops, size_t *n_ops_p, graft_etcd_op_t *form,
+                         size_t *n_form_p)
+{
+    size_t n_ops = 0, n_form = 0;
+    for (size_t i = 0; i < n_w; i++) {
+        ops[n_ops++] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, w[i].key, w[i].buf, w[i].len,
+                                         w[i].lease, false, false};
+        form[n_form++] = ops[n_ops - 1];
+    }
+    ops[n_ops++] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true, true};
+    if (f->q != NULL)
+        form[n_form++] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, f->qkey, f->qbuf, f->qlen, 0, false,
+                                           false};
+    for (size_t i = 0; i < n_w; i++) {
+        if (w[i].old == NULL)
+            continue;
+        ops[n_ops++] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, w[i].old, NULL, 0, 0, false, false};
+        form[n_form++] = ops[n_ops - 1];
+    }
+    *n_ops_p = n_ops;
+    *n_form_p = n_form;
+}
+
+/* After the announcing transaction: the round it formed on the fast path
+ * (*formed_p, taken from f), or, when the count reached the live member
+ * ranks, the round's ready records. */
+static graft_status_t announce_result(graft_membership_t *m, uint64_t round, fast_path_t *f,
+                                      const graft_etcd_txn_result_t *res,
+                                      graft__ready_t **ready_p, size_t *n_p,
+                                      graft_quorum_t **formed_p)
+{
+    pthread_mutex_lock(&m->mu);
+    m->ready_round = round;
+    pthread_mutex_unlock(&m->mu);
+    if (f->q != NULL && res->succeeded) {
+        atomic_fetch_add(&m->n_quorum_fast, 1);
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
+                    " on the fast path", m->job, f->q->round, f->q->id);
+        graft__mship_view_adopt(m, f->q, res->revision);
+        *formed_p = f->q;
+        f->q = NULL;
+        return GRAFT_OK;
+    }
+    if (f->q != NULL)
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP,
+                    "job %s group %" PRIu32 " rank %" PRIu32 ": round %" PRIu64
+                    " not complete at announcement: compare-and-swap path", m->job, m->cfg.group,
+                    m->cfg.rank, round);
+    if (res->n_ranges != 1)
+        return GRAFT_EMALFORMED;
+    pthread_mutex_lock(&m->mu);
+    int64_t live = (int64_t)live_ranks(m);
+    pthread_mutex_unlock(&m->mu);
+    if (res->ranges[0].count >= live)
+        return graft__mship_read_ready(m, round, ready_p, n_p);
+    return GRAFT_OK;
+}
+
 /*
  * Write this rank's ready record for a round (and, as its group's leader,
  * those of the ranks that delegated theirs, each on its own rank's lease),
@@ -387,24 +486,7 @@ graft_status_t graft__mship_announce(graft_membership_t *m, uint64_t round, uint
         st = fast_path_prepare(m, round, committed, inc, dl, n_dl, &f);
     if (st != GRAFT_OK)
         goto out;
-    /* Failure branch (or no fast path): the puts, the count, the deletes.
-     * Success branch of the fast path: the puts, the round, the deletes.
-     * The count gives an announcer O(1) bytes back, not the records. */
-    for (size_t i = 0; i < n_w; i++) {
-        ops[n_ops++] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, w[i].key, w[i].buf, w[i].len,
-                                         w[i].lease, false, false};
-        form[n_form++] = ops[n_ops - 1];
-    }
-    ops[n_ops++] = (graft_etcd_op_t){GRAFT_ETCD_OP_RANGE, prefix, NULL, 0, 0, true, true};
-    if (f.q != NULL)
-        form[n_form++] = (graft_etcd_op_t){GRAFT_ETCD_OP_PUT, f.qkey, f.qbuf, f.qlen, 0, false,
-                                           false};
-    for (size_t i = 0; i < n_w; i++) {
-        if (w[i].old == NULL)
-            continue;
-        ops[n_ops++] = (graft_etcd_op_t){GRAFT_ETCD_OP_DELETE, w[i].old, NULL, 0, 0, false, false};
-        form[n_form++] = ops[n_ops - 1];
-    }
+    announce_ops(w, n_w, prefix, &f, ops, &n_ops, form, &n_form);
     const char *what = n_dl > 0 ? "the group's ready records" : "ready record";
     if (f.q != NULL)
         st = graft__mship_txn_retry(m, f.cmps, f.n_cmps, form, n_form, ops, n_ops,
@@ -430,32 +512,7 @@ graft_status_t graft__mship_announce(graft_membership_t *m, uint64_t round, uint
         goto out;
     if (delegated_p != NULL)
         *delegated_p = n_dl > 0;
-    pthread_mutex_lock(&m->mu);
-    m->ready_round = round;
-    pthread_mutex_unlock(&m->mu);
-    if (f.q != NULL && res.succeeded) {
-        atomic_fetch_add(&m->n_quorum_fast, 1);
-        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
-                    " on the fast path", m->job, f.q->round, f.q->id);
-        graft__mship_view_adopt(m, f.q, res.revision);
-        *formed_p = f.q;
-        f.q = NULL;
-        goto out;
-    }
-    if (f.q != NULL)
-        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP,
-                    "job %s group %" PRIu32 " rank %" PRIu32 ": round %" PRIu64
-                    " not complete at announcement: compare-and-swap path", m->job, m->cfg.group,
-                    m->cfg.rank, round);
-    if (res.n_ranges != 1) {
-        st = GRAFT_EMALFORMED;
-        goto out;
-    }
-    pthread_mutex_lock(&m->mu);
-    int64_t live = (int64_t)live_ranks(m);
-    pthread_mutex_unlock(&m->mu);
-    if (res.ranges[0].count >= live)
-        st = graft__mship_read_ready(m, round, ready_p, n_p);
+    st = announce_result(m, round, &f, &res, ready_p, n_p, formed_p);
 out:
     fast_path_clear(&f);
     graft_etcd_txn_result_clear(&res);

@@ -253,22 +253,14 @@ struct graft_membership {
 /* Count one etcd request of the handle. */
 #define GRAFT__MSHIP_REQ(m) atomic_fetch_add(&(m)->n_requests, 1)
 
+/* ---------------------------------- lease (membership_lease.c) --- */
+
 /* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait on the
  * handle's condition variables. */
 void graft__mship_deadline(struct timespec *ts, uint64_t wait_ns);
 
-/* The view (membership_view.c): open reads each watched prefix and starts
- * its watch thread; stop joins the threads (after m->stop is set); close
- * frees the watches and the view's contents. */
-GRAFT_WUR graft_status_t graft__mship_view_open(graft_membership_t *m);
-void graft__mship_view_stop(graft_membership_t *m);
-void graft__mship_view_close(graft_membership_t *m);
-
 /* Sleep for ns, or less once the handle is being destroyed. */
 void graft__mship_sleep(graft_membership_t *m, uint64_t ns);
-
-/* Append an event; best effort for callers inside the module (logged). */
-GRAFT_WUR graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev);
 
 /* Note that `lease` is gone (call under no lock). A report about a lease
  * that was already replaced by a re-join is ignored. */
@@ -278,6 +270,10 @@ void graft__mship_lease_failed(graft_membership_t *m, int64_t lease, graft_statu
  * (observer or left) or GRAFT_ELEASE (lost, reported once; not joined). */
 GRAFT_WUR graft_status_t graft__mship_check_joined(graft_membership_t *m, int64_t *lease_p,
                                                    uint64_t *inc_p);
+/* As graft__mship_check_joined(), but a re-join under way is waited for
+ * until deadline_ns instead of reported again. */
+GRAFT_WUR graft_status_t graft__mship_await_joined(graft_membership_t *m, uint64_t deadline_ns,
+                                                   int64_t *lease_p, uint64_t *inc_p);
 
 /* Run a transaction without compares that matter to the caller's retry
  * (puts on the rank's lease, maybe a read), retrying with backoff until
@@ -292,7 +288,33 @@ GRAFT_WUR graft_status_t graft__mship_txn_retry(graft_membership_t *m,
                                                 int64_t lease, uint64_t deadline_ns,
                                                 const char *what, graft_etcd_txn_result_t *res_p);
 
-/* ------------------------------------------------ rounds (announce.c) --- */
+/* EINVAL unless the delegates are other ranks of this group, each once,
+ * and at most GRAFT_MEMBERSHIP_MAX_DELEGATES. */
+GRAFT_WUR graft_status_t graft__mship_delegates_check(const graft_membership_t *m,
+                                                      const graft_membership_delegate_t *dl,
+                                                      size_t n);
+
+/* Write this rank's member record (members/<group>/<rank>) on `lease`
+ * with client c. */
+GRAFT_WUR graft_status_t graft__mship_member_put(graft_membership_t *m, graft_etcd_t *c,
+                                                 int64_t lease, uint64_t incarnation,
+                                                 graft_member_state_t state,
+                                                 uint64_t committed_step, uint64_t joined_ms);
+
+/* The view (membership_view.c): open reads each watched prefix and starts
+ * its watch thread; stop joins the threads (after m->stop is set); close
+ * frees the watches and the view's contents. */
+GRAFT_WUR graft_status_t graft__mship_view_open(graft_membership_t *m);
+void graft__mship_view_stop(graft_membership_t *m);
+void graft__mship_view_close(graft_membership_t *m);
+
+/* Append an event; best effort for callers inside the module (logged). */
+GRAFT_WUR graft_status_t graft__mship_event_put(graft_membership_t *m, graft_event_t *ev);
+
+/* ------------------------------------------ announce (announce.c) --- */
+
+/* The round (membership_quorum.c) calls down to the announcement, never
+ * the other way. */
 
 /* Does q include group g? */
 bool graft__mship_has_group(const graft_quorum_t *q, uint32_t g);
@@ -308,6 +330,7 @@ bool graft__mship_same_live_groups(const graft__qmember_t *mem, size_t n, uint32
 
 /* Put a round this rank formed into its view at once. */
 void graft__mship_view_adopt(graft_membership_t *m, const graft_quorum_t *q, int64_t revision);
+
 /* membership_repair.c: a quorum record that does not decode. The repair
  * runs on the quorum watch's thread after each batch of events (and again
  * after a back-off while it fails); the event is also recorded by a
@@ -320,12 +343,6 @@ void graft__mship_quorum_replaced_event(graft_membership_t *m, graft_status_t re
 /* Read the round's ready records. */
 GRAFT_WUR graft_status_t graft__mship_read_ready(graft_membership_t *m, uint64_t round,
                                                  graft__ready_t **ready_p, size_t *n_p);
-
-/* EINVAL unless the delegates are other ranks of this group, each once,
- * and at most GRAFT_MEMBERSHIP_MAX_DELEGATES. */
-GRAFT_WUR graft_status_t graft__mship_delegates_check(const graft_membership_t *m,
-                                                      const graft_membership_delegate_t *dl,
-                                                      size_t n);
 
 /* Announce ready for a round (with the delegates' records, as a leader);
  * membership_announce.c has the details. */

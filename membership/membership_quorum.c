@@ -1,8 +1,12 @@
 /*
- * Quorum rounds. The decision itself is the pure graft__quorum_decide();
- * this file announces, waits on the view and runs the compare-and-swap that
- * makes exactly one record per round. Commit votes are in
- * membership_votes.c, blob slots in membership_blobs.c.
+ * Quorum rounds: the round object (mround_t) that owns one rank's way from
+ * its announcement to the quorum, the compare-and-swap that makes exactly
+ * one record per round, and the health of a round. The decision itself is
+ * the pure graft__quorum_decide(); the announcing transaction is
+ * membership_announce.c's, which this file calls and which never calls
+ * back. Commit votes are in membership_votes.c, blob slots in
+ * membership_blobs.c, the lease and the retried transaction in
+ * membership_lease.c.
  */
 #include "membership_internal.h"
 
@@ -10,104 +14,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-
-#define RETRY_FIRST_NS 50000000ull
-#define RETRY_MAX_NS 1000000000ull
-
-/* Outcome of a check of the lease at the start of a call. */
-graft_status_t graft__mship_check_joined(graft_membership_t *m, int64_t *lease_p, uint64_t *inc_p)
-{
-    graft_status_t st = GRAFT_OK;
-    pthread_mutex_lock(&m->mu);
-    if (m->cfg.observer || m->left) {
-        st = GRAFT_ESTATE;
-    } else if (m->lease_lost_pending) {
-        /* Reported once; the keep-alive thread is re-joining meanwhile. */
-        m->lease_lost_pending = false;
-        m->last_id = 0;
-        st = GRAFT_ELEASE;
-    } else if (!m->joined) {
-        st = GRAFT_ELEASE;
-    } else {
-        *lease_p = m->lease;
-        *inc_p = m->incarnation;
-    }
-    pthread_mutex_unlock(&m->mu);
-    return st;
-}
-
-/* As graft__mship_check_joined(), but a re-join under way (the keep-alive
- * thread's, after the loss was reported) is waited for until the deadline
- * instead of reported again: a caller that asks again on GRAFT_ELEASE would
- * otherwise spin on the mutex the re-join and the watches need. */
-static graft_status_t await_joined(graft_membership_t *m, uint64_t deadline_ns, int64_t *lease_p,
-                                   uint64_t *inc_p)
-{
-    pthread_mutex_lock(&m->mu);
-    while (!m->joined && !m->left && !m->lease_lost_pending && !m->cfg.observer &&
-           !atomic_load(&m->stop)) {
-        uint64_t now = graft__now_ns();
-        if (now >= deadline_ns)
-            break;
-        struct timespec ts;
-        graft__mship_deadline(&ts, deadline_ns - now);
-        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
-            break;
-    }
-    pthread_mutex_unlock(&m->mu);
-    return graft__mship_check_joined(m, lease_p, inc_p);
-}
-
-/*
- * Run a transaction without compares (puts on the rank's lease, maybe a
- * read), retrying with backoff until the deadline while etcd cannot be
- * reached. An unknown lease means it expired or was revoked: that is
- * reported, never papered over.
- */
-graft_status_t graft__mship_txn_retry(graft_membership_t *m, const graft_etcd_compare_t *cmps,
-                                size_t n_cmps, const graft_etcd_op_t *ops, size_t n_ops,
-                                const graft_etcd_op_t *fail, size_t n_fail, int64_t lease,
-                                uint64_t deadline_ns, const char *what,
-                                graft_etcd_txn_result_t *res_p)
-{
-    uint64_t backoff = RETRY_FIRST_NS;
-    bool warned = false;
-    for (;;) {
-        GRAFT__MSHIP_REQ(m);
-        graft_status_t st = graft_etcd_txn(m->ops, cmps, n_cmps, ops, n_ops, fail, n_fail, res_p);
-        if (st == GRAFT_OK) {
-            if (warned)
-                GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: %s written after retrying", m->job, what);
-            return GRAFT_OK;
-        }
-        atomic_fetch_add(&m->n_etcd_errors, 1);
-        if (st == GRAFT_ENOTFOUND && lease == 0)
-            return st; /* several ranks' leases: the caller tells whose */
-        if (st == GRAFT_ENOTFOUND) {
-            graft__mship_lease_failed(m, lease, st);
-            return GRAFT_ELEASE;
-        }
-        if (graft_status_class(st) != GRAFT_CLASS_JOB || st == GRAFT_ETOOLARGE) {
-            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: cannot write %s: %s", m->job, what,
-                        graft_status_string(st));
-            return st;
-        }
-        uint64_t now = graft__now_ns();
-        if (now >= deadline_ns) {
-            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
-                        ": gave up writing %s: %s", m->job, m->cfg.group, m->cfg.rank, what,
-                        graft_status_string(st));
-            return st;
-        }
-        if (!warned)
-            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
-                       ": cannot write %s: %s; retrying with backoff", m->job, m->cfg.group,
-                       m->cfg.rank, what, graft_status_string(st));
-        warned = true;
-        graft__sleep_ns(GRAFT_MIN(graft__jitter_ns(backoff), deadline_ns - now));
-        backoff = GRAFT_MIN(backoff * 2, RETRY_MAX_NS);
-    }
-}
 
 graft_status_t graft_membership_health(graft_membership_t *m, const graft_quorum_t *q,
                                        graft_membership_health_t *h_p)
@@ -289,29 +195,302 @@ graft_status_t graft_membership_ready_delegate(graft_membership_t *m, uint64_t c
     return GRAFT_OK;
 }
 
-/* Delegates must be other ranks of this group, each once, and few enough
- * for one transaction. */
-graft_status_t graft__mship_delegates_check(const graft_membership_t *m,
-                                            const graft_membership_delegate_t *dl, size_t n)
-{
-    if (n > 0 && dl == NULL)
-        return GRAFT_EINVAL;
-    if (n > GRAFT_MEMBERSHIP_MAX_DELEGATES)
-        return GRAFT_EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        if (dl[i].rank >= m->cfg.ranks_per_group || dl[i].rank == m->cfg.rank || dl[i].lease == 0)
-            return GRAFT_EINVAL;
-        for (size_t j = 0; j < i; j++)
-            if (dl[j].rank == dl[i].rank)
-                return GRAFT_EINVAL;
-    }
-    return GRAFT_OK;
-}
-
 graft_status_t graft_membership_quorum_wait(graft_membership_t *m, uint64_t committed_step,
                                             uint32_t timeout_ms, graft_quorum_t **quorum_p)
 {
     return graft_membership_quorum_wait_opts(m, committed_step, timeout_ms, NULL, quorum_p);
+}
+
+/*
+ * One round as this rank takes part in it, from its announcement to the
+ * quorum that includes its group: the round it announced for and when, the
+ * ready records it last read, and a formation race it lost. It calls down to
+ * the announcement (membership_announce.c) and to the pure decision, and
+ * forms the round by the compare-and-swap above.
+ */
+typedef struct mround {
+    graft_membership_t *m;
+    uint64_t committed;   /* the step this rank announces */
+    uint64_t deadline;    /* of the whole wait */
+    uint64_t join_ns;     /* the join timeout, counted from the announcement */
+    uint64_t round;       /* the round announced for */
+    uint64_t announced;   /* when (graft__now_ns()) */
+    uint64_t last_read;   /* when the ready records were last read */
+    bool read_after_deadline;
+    int64_t lost_at_mod;  /* quorum_mod of a lost race: wait for the winner */
+    uint64_t members_gen; /* of the view when the records were read */
+    graft__ready_t *ready;
+    size_t n_ready;
+} mround_t;
+
+/* What one pass over the view tells the wait loop. */
+typedef enum round_next_t {
+    ROUND_DONE,  /* the answer (or an error) is in */
+    ROUND_AGAIN, /* announced for another round: look again at once */
+    ROUND_WAIT   /* wait for the view to change, or the wake-up time */
+} round_next_t;
+
+/* The view, and the decision on it, as one pass saw them under m->mu. */
+typedef struct round_seen {
+    graft__qdecision_t d;
+    graft_quorum_t *formed; /* for GRAFT__QUORUM_FORM */
+    int64_t quorum_mod;
+    bool replaces_bad;      /* the quorum key holds a record that does not decode */
+    graft_status_t bad_reason;
+    uint64_t version;
+    bool prev_known;
+    uint64_t prev_id;
+} round_seen_t;
+
+static void round_announced(mround_t *r)
+{
+    r->announced = r->last_read = graft__now_ns();
+    r->read_after_deadline = false;
+    r->lost_at_mod = -1;
+}
+
+/* The round formed without this group (it was late, or hung): announce for
+ * the next one, so that the group comes back (as a recipient if it fell
+ * behind). */
+static graft_status_t round_announce_next(mround_t *r, uint64_t next)
+{
+    r->round = next;
+    graft_free(r->ready);
+    r->ready = NULL;
+    r->n_ready = 0;
+    graft_status_t st = graft__mship_announce(r->m, r->round, r->committed, NULL, 0, r->deadline,
+                                              &r->ready, &r->n_ready, NULL, NULL);
+    if (st == GRAFT_OK)
+        round_announced(r);
+    return st;
+}
+
+/* The first announcement of the wait: this rank's own (with its group's
+ * delegated records, as a leader), or the one its leader wrote for it.
+ * *fast_p is a round the announcement formed on the fast path. */
+static graft_status_t round_announce_first(mround_t *r, const graft_membership_round_opts_t *opts,
+                                           graft_quorum_t **fast_p)
+{
+    graft_membership_t *m = r->m;
+    *fast_p = NULL;
+    r->round = next_round(m);
+    pthread_mutex_lock(&m->mu);
+    r->members_gen = m->view.members_gen;
+    if (opts->announced_round != 0) {
+        /* The leader wrote this rank's record: its round is the one. */
+        r->round = opts->announced_round;
+        m->ready_round = r->round;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (opts->announced_round == 0) {
+        /* A leader announces for the latest round any of its ranks saw. */
+        for (size_t i = 0; i < opts->n_delegates; i++)
+            r->round = GRAFT_MAX(r->round, opts->delegates[i].round);
+        bool delegated = false;
+        graft_status_t st = graft__mship_announce(m, r->round, r->committed, opts->delegates,
+                                                  opts->n_delegates, r->deadline, &r->ready,
+                                                  &r->n_ready, fast_p, &delegated);
+        if (opts->announced != NULL)
+            opts->announced(opts->arg, st == GRAFT_OK ? r->round : 0, st == GRAFT_OK && delegated);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    round_announced(r);
+    return GRAFT_OK;
+}
+
+/* Read the ready records again only when the decision may change because
+ * of them: once at the join timeout, and when members change (a group died
+ * or joined). Otherwise the rank whose write completes the set sees it in
+ * its own announcement. Only running out of memory is an error. */
+static graft_status_t round_reread(mround_t *r, uint64_t now, bool deadline_passed)
+{
+    graft_membership_t *m = r->m;
+    pthread_mutex_lock(&m->mu);
+    bool members_changed = m->view.members_gen != r->members_gen;
+    pthread_mutex_unlock(&m->mu);
+    bool reread = (deadline_passed && !r->read_after_deadline) || members_changed ||
+                  (m->race_poll_ns > 0 && now >= r->last_read + m->race_poll_ns);
+    if (!reread)
+        return GRAFT_OK;
+    graft__ready_t *fresh = NULL;
+    size_t n_fresh = 0;
+    pthread_mutex_lock(&m->mu);
+    r->members_gen = m->view.members_gen;
+    pthread_mutex_unlock(&m->mu);
+    graft_status_t st = graft__mship_read_ready(m, r->round, &fresh, &n_fresh);
+    if (st == GRAFT_ENOMEM)
+        return st;
+    if (st == GRAFT_OK) {
+        graft_free(r->ready);
+        r->ready = fresh;
+        r->n_ready = n_fresh;
+        r->read_after_deadline = deadline_passed;
+    }
+    r->last_read = graft__now_ns();
+    return GRAFT_OK;
+}
+
+/* The decision on the view as it is now. Called with m->mu held. */
+static graft_status_t round_decide_locked(mround_t *r, round_seen_t *s)
+{
+    graft_membership_t *m = r->m;
+    graft__qmember_t *mem = NULL;
+    memset(s, 0, sizeof(*s));
+    graft_status_t st = graft__mship_snapshot_members(m, &mem);
+    graft__qinput_t in = {mem, m->view.n_members, r->ready, r->n_ready, m->cfg.ranks_per_group,
+                          m->cfg.min_groups, r->round, r->read_after_deadline, m->view.quorum,
+                          graft__wall_ns() / 1000000u};
+    if (st == GRAFT_OK)
+        st = graft__quorum_decide(&in, &s->d, &s->formed);
+    s->quorum_mod = m->view.quorum_mod;
+    s->replaces_bad = s->quorum_mod != 0 && m->view.quorum_bad_mod == s->quorum_mod;
+    s->bad_reason = m->view.quorum_bad_reason;
+    s->version = m->view.version;
+    s->prev_known = m->view.quorum != NULL;
+    s->prev_id = s->prev_known ? m->view.quorum->id : 0;
+    graft_free(mem);
+    return st;
+}
+
+/* The caller's copy of q, under m->mu. */
+static graft_status_t round_result(mround_t *r, const graft_quorum_t *q, graft_quorum_t **out_p)
+{
+    pthread_mutex_lock(&r->m->mu);
+    graft_status_t st = result_for_me(r->m, q, out_p);
+    pthread_mutex_unlock(&r->m->mu);
+    return st;
+}
+
+/* Form the round the decision gave (s->formed, consumed), by the
+ * compare-and-swap. A lost race waits for the winner's record (or takes it
+ * from the failed compare's read); *wake_p comes closer then. */
+static round_next_t round_form(mround_t *r, round_seen_t *s, graft_quorum_t **quorum_p,
+                               graft_status_t *st_p, uint64_t *wake_p)
+{
+    graft_membership_t *m = r->m;
+    graft_quorum_t *formed = s->formed, *current = NULL;
+    bool won = false;
+    int64_t revision = 0;
+    s->formed = NULL;
+    formed->duration_us = (graft__now_ns() - r->announced) / 1000u;
+    graft_status_t st = form_cas(m, formed, s->quorum_mod, &won, &revision, &current);
+    if (st == GRAFT_OK && won) {
+        graft__mship_view_adopt(m, formed, revision);
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
+                    " with %zu groups", m->job, formed->round, formed->id, formed->n_members);
+        if (s->replaces_bad)
+            graft__mship_quorum_replaced_event(m, s->bad_reason, formed);
+        formation_events(m, formed, !s->prev_known || s->prev_id != formed->id);
+        bool mine = graft__mship_has_group(formed, m->cfg.group);
+        uint64_t round = formed->round;
+        if (mine)
+            st = round_result(r, formed, quorum_p);
+        graft_membership_quorum_free(formed);
+        if (mine) {
+            *st_p = st;
+            return ROUND_DONE;
+        }
+        /* Formed after the join timeout without this rank's own group
+         * (another rank of it is late): the others go on, this group
+         * tries the next round. */
+        pthread_mutex_lock(&m->mu);
+        m->last_round = GRAFT_MAX(m->last_round, round);
+        pthread_mutex_unlock(&m->mu);
+        *st_p = round_announce_next(r, round + 1);
+        return *st_p == GRAFT_OK ? ROUND_AGAIN : ROUND_DONE;
+    }
+    graft_membership_quorum_free(formed);
+    if (st == GRAFT_OK && current != NULL && current->round == r->round &&
+        graft__mship_has_group(current, m->cfg.group)) {
+        *st_p = round_result(r, current, quorum_p);
+        graft_membership_quorum_free(current);
+        return ROUND_DONE;
+    }
+    graft_membership_quorum_free(current);
+    if (st == GRAFT_ENOMEM) {
+        *st_p = st;
+        return ROUND_DONE;
+    }
+    if (st != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "formation attempt failed: %s",
+                    graft_status_string(st));
+    else
+        r->lost_at_mod = s->quorum_mod; /* the watch will bring the winner's record */
+    *wake_p = GRAFT_MIN(*wake_p, graft__now_ns() + 200000000ull);
+    return ROUND_WAIT;
+}
+
+/* One look at the view: the round is there (with or without this group),
+ * or the decision says wait, give up or form. *version_p is the view's
+ * version the look was based on, *wake_p when to look again at the latest. */
+static round_next_t round_pass(mround_t *r, graft_quorum_t **quorum_p, graft_status_t *st_p,
+                               uint64_t *version_p, uint64_t *wake_p)
+{
+    graft_membership_t *m = r->m;
+    round_seen_t s;
+    uint64_t now = graft__now_ns();
+    *st_p = round_reread(r, now, now >= r->announced + r->join_ns);
+    if (*st_p != GRAFT_OK)
+        return ROUND_DONE;
+    pthread_mutex_lock(&m->mu);
+    if (m->lease_lost_pending || !m->joined || m->left) {
+        pthread_mutex_unlock(&m->mu);
+        int64_t lease;
+        uint64_t inc;
+        *st_p = graft__mship_check_joined(m, &lease, &inc);
+        return ROUND_DONE;
+    }
+    const graft_quorum_t *cur = m->view.quorum;
+    if (cur != NULL && cur->round >= r->round) {
+        if (cur->round == r->round && graft__mship_has_group(cur, m->cfg.group)) {
+            *st_p = result_for_me(m, cur, quorum_p);
+            pthread_mutex_unlock(&m->mu);
+            return ROUND_DONE;
+        }
+        uint64_t next = cur->round + 1;
+        pthread_mutex_unlock(&m->mu);
+        GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 ": round %" PRIu64
+                   " formed without this group; announcing for round %" PRIu64, m->job,
+                   m->cfg.group, r->round, next);
+        *st_p = round_announce_next(r, next);
+        return *st_p == GRAFT_OK ? ROUND_AGAIN : ROUND_DONE;
+    }
+    *st_p = round_decide_locked(r, &s);
+    pthread_mutex_unlock(&m->mu);
+    if (*st_p != GRAFT_OK)
+        return ROUND_DONE;
+    *version_p = s.version;
+    *wake_p = GRAFT_MIN(r->deadline, r->announced + r->join_ns);
+    if (m->race_poll_ns > 0)
+        *wake_p = GRAFT_MIN(*wake_p, r->last_read + m->race_poll_ns);
+    if (s.d.action == GRAFT__QUORUM_SHORT) {
+        GRAFT_WARN(GRAFT_MOD_MEMBERSHIP,
+                   "job %s round %" PRIu64 ": only %zu of %zu live groups "
+                   "ready after the join timeout, %" PRIu32 " needed: no quorum",
+                   m->job, r->round, s.d.n_ready_groups, s.d.n_live_groups, m->cfg.min_groups);
+        *st_p = GRAFT_ENOQUORUM;
+        return ROUND_DONE;
+    }
+    if (s.d.action == GRAFT__QUORUM_FORM && s.quorum_mod != r->lost_at_mod)
+        return round_form(r, &s, quorum_p, st_p, wake_p);
+    graft_membership_quorum_free(s.formed);
+    return ROUND_WAIT;
+}
+
+/* Wait until the view's version moves past `version`, the lease is lost,
+ * or `wake`. */
+static void view_wait(graft_membership_t *m, uint64_t version, uint64_t wake)
+{
+    struct timespec ts;
+    uint64_t now = graft__now_ns();
+    graft__mship_deadline(&ts, wake > now ? wake - now : 1000000ull);
+    pthread_mutex_lock(&m->mu);
+    while (m->view.version == version && !m->lease_lost_pending) {
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&m->mu);
 }
 
 graft_status_t graft_membership_quorum_wait_opts(graft_membership_t *m, uint64_t committed_step,
@@ -320,237 +499,49 @@ graft_status_t graft_membership_quorum_wait_opts(graft_membership_t *m, uint64_t
                                                  graft_quorum_t **quorum_p)
 {
     static const graft_membership_round_opts_t none = {0};
-    graft_status_t st;
+    graft_quorum_t *fast = NULL;
     int64_t lease;
     uint64_t inc;
-    graft__ready_t *ready = NULL;
-    size_t n_ready = 0;
     if (m == NULL || quorum_p == NULL)
         return GRAFT_EINVAL;
     if (opts == NULL)
         opts = &none;
-    st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
+    graft_status_t st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
     if (st != GRAFT_OK)
         return st;
-    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    st = await_joined(m, deadline, &lease, &inc);
+    mround_t r = {.m = m, .committed = committed_step,
+                  .deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull,
+                  .join_ns = (uint64_t)m->cfg.join_timeout_ms * 1000000ull};
+    st = graft__mship_await_joined(m, r.deadline, &lease, &inc);
     if (st != GRAFT_OK) {
         if (opts->announced != NULL)
             opts->announced(opts->arg, 0, false);
         return st;
     }
-    uint64_t join_ns = (uint64_t)m->cfg.join_timeout_ms * 1000000ull;
-
-    uint64_t round = next_round(m);
-    pthread_mutex_lock(&m->mu);
-    uint64_t gen = m->view.members_gen;
-    pthread_mutex_unlock(&m->mu);
-    graft_quorum_t *fast = NULL;
-    if (opts->announced_round != 0) {
-        /* The leader wrote this rank's record: its round is the one. */
-        round = opts->announced_round;
-        pthread_mutex_lock(&m->mu);
-        m->ready_round = round;
-        pthread_mutex_unlock(&m->mu);
-    } else {
-        /* A leader announces for the latest round any of its ranks saw. */
-        for (size_t i = 0; i < opts->n_delegates; i++)
-            round = GRAFT_MAX(round, opts->delegates[i].round);
-        bool delegated = false;
-        st = graft__mship_announce(m, round, committed_step, opts->delegates,
-                                   opts->n_delegates, deadline, &ready, &n_ready, &fast,
-                                   &delegated);
-        if (opts->announced != NULL)
-            opts->announced(opts->arg, st == GRAFT_OK ? round : 0, st == GRAFT_OK && delegated);
-        if (st != GRAFT_OK)
-            return st;
-    }
-    if (fast != NULL) {
-        pthread_mutex_lock(&m->mu);
-        st = result_for_me(m, fast, quorum_p);
-        pthread_mutex_unlock(&m->mu);
+    st = round_announce_first(&r, opts, &fast);
+    if (st == GRAFT_OK && fast != NULL) {
+        st = round_result(&r, fast, quorum_p);
         graft_membership_quorum_free(fast);
         goto out;
     }
-    uint64_t announced = graft__now_ns();
-    uint64_t last_read = announced;
-    bool read_after_deadline = false;
-    int64_t lost_at_mod = -1; /* quorum_mod of a lost race: wait for the winner */
-
-    for (;;) {
-        graft__qmember_t *mem = NULL;
-        graft_quorum_t *formed = NULL;
-        graft__qdecision_t d;
-        uint64_t now = graft__now_ns();
-        bool deadline_passed = now >= announced + join_ns;
-
-        /* Re-read the ready records only when the decision may change
-         * because of them: once at the join timeout, and when members
-         * change (a group died or joined). Otherwise the rank whose write
-         * completes the set sees it in its own announcement. */
-        pthread_mutex_lock(&m->mu);
-        bool members_changed = m->view.members_gen != gen;
-        pthread_mutex_unlock(&m->mu);
-        bool reread = (deadline_passed && !read_after_deadline) || members_changed ||
-                      (m->race_poll_ns > 0 && now >= last_read + m->race_poll_ns);
-        if (reread) {
-            graft__ready_t *fresh = NULL;
-            size_t n_fresh = 0;
-            pthread_mutex_lock(&m->mu);
-            gen = m->view.members_gen;
-            pthread_mutex_unlock(&m->mu);
-            st = graft__mship_read_ready(m, round, &fresh, &n_fresh);
-            if (st == GRAFT_ENOMEM)
-                goto out;
-            if (st == GRAFT_OK) {
-                graft_free(ready);
-                ready = fresh;
-                n_ready = n_fresh;
-                read_after_deadline = deadline_passed;
-            }
-            last_read = graft__now_ns();
-        }
-
-        pthread_mutex_lock(&m->mu);
-        if (m->lease_lost_pending || !m->joined || m->left) {
-            pthread_mutex_unlock(&m->mu);
-            st = graft__mship_check_joined(m, &lease, &inc);
-            goto out;
-        }
-        const graft_quorum_t *cur = m->view.quorum;
-        if (cur != NULL && cur->round >= round) {
-            if (cur->round == round && graft__mship_has_group(cur, m->cfg.group)) {
-                st = result_for_me(m, cur, quorum_p);
-                pthread_mutex_unlock(&m->mu);
-                goto out;
-            }
-            /* The round formed without this group (it was late, or hung):
-             * announce for the next one and come back as a recipient. */
-            uint64_t next = cur->round + 1;
-            pthread_mutex_unlock(&m->mu);
-            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 ": round %" PRIu64
-                       " formed without this group; announcing for round %" PRIu64, m->job,
-                       m->cfg.group, round, next);
-            round = next;
-            graft_free(ready);
-            ready = NULL;
-            st = graft__mship_announce(m, round, committed_step, NULL, 0, deadline, &ready, &n_ready, NULL,
-                                       NULL);
-            if (st != GRAFT_OK)
-                goto out;
-            announced = last_read = graft__now_ns();
-            read_after_deadline = false;
-            lost_at_mod = -1;
+    while (st == GRAFT_OK) {
+        uint64_t version = 0, wake = 0;
+        round_next_t next = round_pass(&r, quorum_p, &st, &version, &wake);
+        if (next == ROUND_DONE)
+            break;
+        if (next == ROUND_AGAIN)
             continue;
-        }
-        st = graft__mship_snapshot_members(m, &mem);
-        graft__qinput_t in = {mem, m->view.n_members, ready, n_ready, m->cfg.ranks_per_group,
-                              m->cfg.min_groups, round, read_after_deadline, m->view.quorum,
-                              graft__wall_ns() / 1000000u};
-        if (st == GRAFT_OK)
-            st = graft__quorum_decide(&in, &d, &formed);
-        int64_t quorum_mod = m->view.quorum_mod;
-        bool replaces_bad = quorum_mod != 0 && m->view.quorum_bad_mod == quorum_mod;
-        graft_status_t bad_reason = m->view.quorum_bad_reason;
-        uint64_t version = m->view.version;
-        bool prev_known = m->view.quorum != NULL;
-        uint64_t prev_id = prev_known ? m->view.quorum->id : 0;
-        pthread_mutex_unlock(&m->mu);
-        graft_free(mem);
-        if (st != GRAFT_OK)
-            goto out;
-
-        uint64_t wake = GRAFT_MIN(deadline, announced + join_ns);
-        if (m->race_poll_ns > 0)
-            wake = GRAFT_MIN(wake, last_read + m->race_poll_ns);
-        if (d.action == GRAFT__QUORUM_SHORT) {
-            GRAFT_WARN(GRAFT_MOD_MEMBERSHIP,
-                       "job %s round %" PRIu64 ": only %zu of %zu live groups "
-                       "ready after the join timeout, %" PRIu32 " needed: no quorum",
-                       m->job, round, d.n_ready_groups, d.n_live_groups, m->cfg.min_groups);
-            st = GRAFT_ENOQUORUM;
-            goto out;
-        }
-        if (d.action == GRAFT__QUORUM_FORM && quorum_mod != lost_at_mod) {
-            bool won = false;
-            graft_quorum_t *current = NULL;
-            int64_t revision = 0;
-            formed->duration_us = (graft__now_ns() - announced) / 1000u;
-            st = form_cas(m, formed, quorum_mod, &won, &revision, &current);
-            if (st == GRAFT_OK && won) {
-                graft__mship_view_adopt(m, formed, revision);
-                GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "job %s: formed round %" PRIu64 " id %" PRIu64
-                            " with %zu groups", m->job, formed->round, formed->id,
-                            formed->n_members);
-                if (replaces_bad)
-                    graft__mship_quorum_replaced_event(m, bad_reason, formed);
-                formation_events(m, formed, !prev_known || prev_id != formed->id);
-                if (graft__mship_has_group(formed, m->cfg.group)) {
-                    pthread_mutex_lock(&m->mu);
-                    st = result_for_me(m, formed, quorum_p);
-                    pthread_mutex_unlock(&m->mu);
-                    graft_membership_quorum_free(formed);
-                    goto out;
-                }
-                /* Formed after the join timeout without this rank's own
-                 * group (another rank of it is late): the others go on,
-                 * this group tries the next round. */
-                pthread_mutex_lock(&m->mu);
-                m->last_round = GRAFT_MAX(m->last_round, formed->round);
-                pthread_mutex_unlock(&m->mu);
-                round = formed->round + 1;
-                graft_membership_quorum_free(formed);
-                graft_free(ready);
-                ready = NULL;
-                st = graft__mship_announce(m, round, committed_step, NULL, 0, deadline, &ready, &n_ready, NULL,
-                                       NULL);
-                if (st != GRAFT_OK)
-                    goto out;
-                announced = last_read = graft__now_ns();
-                read_after_deadline = false;
-                lost_at_mod = -1;
-                continue;
-            }
-            graft_membership_quorum_free(formed);
-            formed = NULL;
-            if (st == GRAFT_OK && current != NULL && current->round == round &&
-                graft__mship_has_group(current, m->cfg.group)) {
-                pthread_mutex_lock(&m->mu);
-                st = result_for_me(m, current, quorum_p);
-                pthread_mutex_unlock(&m->mu);
-                graft_membership_quorum_free(current);
-                goto out;
-            }
-            graft_membership_quorum_free(current);
-            if (st == GRAFT_ENOMEM)
-                goto out;
-            if (st != GRAFT_OK)
-                GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "formation attempt failed: %s",
-                            graft_status_string(st));
-            else
-                lost_at_mod = quorum_mod; /* the watch will bring the winner's record */
-            wake = GRAFT_MIN(wake, graft__now_ns() + 200000000ull);
-        }
-        graft_membership_quorum_free(formed);
-        if (graft__now_ns() >= deadline) {
+        if (graft__now_ns() >= r.deadline) {
             GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " rank %" PRIu32
                        ": no quorum for round %" PRIu64 " within %" PRIu32 " ms", m->job,
-                       m->cfg.group, m->cfg.rank, round, timeout_ms);
+                       m->cfg.group, m->cfg.rank, r.round, timeout_ms);
             st = GRAFT_ETIMEOUT;
-            goto out;
+            break;
         }
-        struct timespec ts;
-        uint64_t nowns = graft__now_ns();
-        graft__mship_deadline(&ts, wake > nowns ? wake - nowns : 1000000ull);
-        pthread_mutex_lock(&m->mu);
-        while (m->view.version == version && !m->lease_lost_pending) {
-            if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
-                break;
-        }
-        pthread_mutex_unlock(&m->mu);
+        view_wait(m, version, wake);
     }
 out:
-    graft_free(ready);
+    graft_free(r.ready);
     return st;
 }
 

@@ -141,6 +141,113 @@ static void report_malformed(graft_membership_t *m, graft__mview_t *v, const gra
                kv->mod_revision, kv->value_len, m->job, graft_status_string(st));
 }
 
+static graft_status_t apply_member(graft_membership_t *m, graft__mview_t *v, bool is_put,
+                                   const graft_etcd_kv_t *kv, graft__mkey_t k)
+{
+    graft_member_t mem;
+    v->members_gen++;
+    if (k.group == m->cfg.group && k.rank == m->cfg.rank)
+        v->own_member_bad_mod = 0; /* set again below if this one is bad too */
+    if (!is_put) {
+        member_entry_remove(v, k.group, k.rank);
+        return GRAFT_OK;
+    }
+    graft_status_t st = graft__mship_member_decode(kv->value, kv->value_len, &mem);
+    if (st == GRAFT_OK && (mem.group != k.group || mem.rank != k.rank)) {
+        graft__mship_member_clear(&mem);
+        st = GRAFT_EMALFORMED;
+    }
+    if (st == GRAFT_OK) {
+        st = member_entry_put(v, &mem);
+        if (st != GRAFT_OK)
+            graft__mship_member_clear(&mem);
+        return st;
+    }
+    if (st == GRAFT_ENOMEM)
+        return st;
+    report_malformed(m, v, kv, st);
+    member_entry_remove(v, k.group, k.rank);
+    if (k.group == m->cfg.group && k.rank == m->cfg.rank && !m->cfg.observer) {
+        v->own_member_bad_mod = kv->mod_revision;
+        v->own_member_bad_reason = st;
+    }
+    return GRAFT_OK;
+}
+
+static graft_status_t apply_vote(graft_membership_t *m, graft__mview_t *v, bool is_put,
+                                 const graft_etcd_kv_t *kv, graft__mkey_t k)
+{
+    graft__vote_t vote;
+    if (!is_put) {
+        vote_entry_remove(v, k.group, k.rank, k.number);
+        return GRAFT_OK;
+    }
+    graft_status_t st = graft__mship_vote_decode(kv->value, kv->value_len, &vote);
+    if (st == GRAFT_OK && (vote.group != k.group || vote.rank != k.rank || vote.round != k.number))
+        st = GRAFT_EMALFORMED;
+    if (st == GRAFT_OK)
+        return vote_entry_put(v, &vote);
+    if (st == GRAFT_ENOMEM)
+        return st;
+    report_malformed(m, v, kv, st);
+    /* The key exists, so nobody can record a vote under it any more: for
+     * the round it names, that rank's vote is a no (quorum id 0 matches no
+     * quorum), as the voting transaction's read counts it. */
+    vote = (graft__vote_t){.group = k.group, .rank = k.rank, .round = k.number};
+    snprintf(vote.reason, sizeof(vote.reason), "unreadable vote record");
+    return vote_entry_put(v, &vote);
+}
+
+static graft_status_t apply_quorum(graft_membership_t *m, graft__mview_t *v, bool is_put,
+                                   const graft_etcd_kv_t *kv)
+{
+    /* The mod_revision always follows the key, so the next formation's
+     * compare-and-swap can replace even a record that does not decode; the
+     * last good record stays as the reference for ids and rounds. */
+    v->quorum_mod = is_put ? kv->mod_revision : 0;
+    v->quorum_bad_mod = 0;
+    if (!is_put) {
+        v->quorum_followed = false;
+        return GRAFT_OK;
+    }
+    graft_quorum_t *q = NULL;
+    graft_status_t st = graft__mship_quorum_decode(kv->value, kv->value_len, &q);
+    if (st == GRAFT_OK) {
+        graft_membership_quorum_free(v->quorum);
+        v->quorum = q;
+        v->quorum_followed = true;
+        return GRAFT_OK;
+    }
+    if (st == GRAFT_ENOMEM)
+        return st;
+    report_malformed(m, v, kv, st);
+    v->quorum_bad_mod = kv->mod_revision;
+    v->quorum_bad_reason = st;
+    v->repair_after_ns = 0;
+    return GRAFT_OK;
+}
+
+static void apply_eventseq(graft_membership_t *m, graft__mview_t *v, bool is_put,
+                           const graft_etcd_kv_t *kv)
+{
+    if (!is_put) {
+        v->event_seq = 0;
+        v->eventseq_mod = 0;
+        return;
+    }
+    /* An append of this handle may already have taught us a newer one. */
+    if (kv->mod_revision < v->eventseq_mod)
+        return;
+    uint64_t seq = 0;
+    v->eventseq_mod = kv->mod_revision;
+    if (graft__mship_eventseq_decode(kv->value, kv->value_len, &seq) != GRAFT_OK) {
+        /* The next append replaces it (compare on its mod_revision). */
+        report_malformed(m, v, kv, GRAFT_EMALFORMED);
+        return;
+    }
+    v->event_seq = seq;
+}
+
 /* Apply one put or delete to the view. A record that does not decode is
  * reported and treated as absent, never as a crash or a guess. Only
  * GRAFT_ENOMEM is returned; everything else is absorbed here. */
@@ -150,108 +257,18 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
     graft__mkey_t k = graft__mship_key_parse(m->prefix, kv->key);
     graft_status_t st = GRAFT_OK;
     switch (k.kind) {
-    case GRAFT__MKEY_MEMBER: {
-        graft_member_t mem;
-        v->members_gen++;
-        if (k.group == m->cfg.group && k.rank == m->cfg.rank)
-            v->own_member_bad_mod = 0; /* set again below if this one is bad too */
-        if (!is_put) {
-            member_entry_remove(v, k.group, k.rank);
-            break;
-        }
-        st = graft__mship_member_decode(kv->value, kv->value_len, &mem);
-        if (st == GRAFT_OK && (mem.group != k.group || mem.rank != k.rank)) {
-            graft__mship_member_clear(&mem);
-            st = GRAFT_EMALFORMED;
-        }
-        if (st == GRAFT_OK) {
-            st = member_entry_put(v, &mem);
-            if (st != GRAFT_OK)
-                graft__mship_member_clear(&mem);
-            break;
-        }
-        if (st == GRAFT_ENOMEM)
-            break;
-        report_malformed(m, v, kv, st);
-        member_entry_remove(v, k.group, k.rank);
-        if (k.group == m->cfg.group && k.rank == m->cfg.rank && !m->cfg.observer) {
-            v->own_member_bad_mod = kv->mod_revision;
-            v->own_member_bad_reason = st;
-        }
-        st = GRAFT_OK;
+    case GRAFT__MKEY_MEMBER:
+        st = apply_member(m, v, is_put, kv, k);
         break;
-    }
-    case GRAFT__MKEY_VOTE: {
-        graft__vote_t vote;
-        if (!is_put) {
-            vote_entry_remove(v, k.group, k.rank, k.number);
-            break;
-        }
-        st = graft__mship_vote_decode(kv->value, kv->value_len, &vote);
-        if (st == GRAFT_OK &&
-            (vote.group != k.group || vote.rank != k.rank || vote.round != k.number))
-            st = GRAFT_EMALFORMED;
-        if (st == GRAFT_OK) {
-            st = vote_entry_put(v, &vote);
-            break;
-        }
-        if (st == GRAFT_ENOMEM)
-            break;
-        report_malformed(m, v, kv, st);
-        /* The key exists, so nobody can record a vote under it any more:
-         * for the round it names, that rank's vote is a no (quorum id 0
-         * matches no quorum), as the voting transaction's read counts it. */
-        vote = (graft__vote_t){.group = k.group, .rank = k.rank, .round = k.number};
-        snprintf(vote.reason, sizeof(vote.reason), "unreadable vote record");
-        st = vote_entry_put(v, &vote);
+    case GRAFT__MKEY_VOTE:
+        st = apply_vote(m, v, is_put, kv, k);
         break;
-    }
-    case GRAFT__MKEY_QUORUM: {
-        /* The mod_revision always follows the key, so the next formation's
-         * compare-and-swap can replace even a record that does not decode;
-         * the last good record stays as the reference for ids and rounds. */
-        v->quorum_mod = is_put ? kv->mod_revision : 0;
-        v->quorum_bad_mod = 0;
-        if (!is_put) {
-            v->quorum_followed = false;
-            break;
-        }
-        graft_quorum_t *q = NULL;
-        st = graft__mship_quorum_decode(kv->value, kv->value_len, &q);
-        if (st == GRAFT_OK) {
-            graft_membership_quorum_free(v->quorum);
-            v->quorum = q;
-            v->quorum_followed = true;
-            break;
-        }
-        if (st == GRAFT_ENOMEM)
-            break;
-        report_malformed(m, v, kv, st);
-        v->quorum_bad_mod = kv->mod_revision;
-        v->quorum_bad_reason = st;
-        v->repair_after_ns = 0;
-        st = GRAFT_OK;
+    case GRAFT__MKEY_QUORUM:
+        st = apply_quorum(m, v, is_put, kv);
         break;
-    }
-    case GRAFT__MKEY_EVENTSEQ: {
-        if (!is_put) {
-            v->event_seq = 0;
-            v->eventseq_mod = 0;
-            break;
-        }
-        /* An append of this handle may already have taught us a newer one. */
-        if (kv->mod_revision < v->eventseq_mod)
-            break;
-        uint64_t seq = 0;
-        v->eventseq_mod = kv->mod_revision;
-        if (graft__mship_eventseq_decode(kv->value, kv->value_len, &seq) != GRAFT_OK) {
-            /* The next append replaces it (compare on its mod_revision). */
-            report_malformed(m, v, kv, GRAFT_EMALFORMED);
-            break;
-        }
-        v->event_seq = seq;
+    case GRAFT__MKEY_EVENTSEQ:
+        apply_eventseq(m, v, is_put, kv);
         break;
-    }
     case GRAFT__MKEY_BAD:
         if (is_put)
             report_malformed(m, v, kv, GRAFT_EMALFORMED);
@@ -335,20 +352,6 @@ static void view_apply_events(graft_membership_t *m, const graft_etcd_event_t *e
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
     atomic_fetch_add(&m->n_watch_events, n);
-}
-
-/* Sleep on a condition variable rather than in short slices: hundreds of
- * idle handles in one process must not wake up every few milliseconds. */
-void graft__mship_sleep(graft_membership_t *m, uint64_t ns)
-{
-    struct timespec ts;
-    graft__mship_deadline(&ts, ns);
-    pthread_mutex_lock(&m->mu);
-    while (!atomic_load(&m->stop)) {
-        if (pthread_cond_timedwait(&m->stop_cv, &m->mu, &ts) == ETIMEDOUT)
-            break;
-    }
-    pthread_mutex_unlock(&m->mu);
 }
 
 static void *watch_main(void *arg)

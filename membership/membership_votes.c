@@ -112,23 +112,18 @@ typedef struct vote_write {
  * written (a key already there, or a lease etcd no longer knows); the
  * caller then votes alone.
  */
-static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, int64_t lease,
-                               const uint8_t *buf, size_t len,
-                               const graft_membership_delegate_t *dl, size_t n_dl,
-                               uint64_t deadline, graft_etcd_txn_result_t *res_p,
-                               bool *batch_failed_p)
+/* What the rank's last vote left to delete: its key's round (*old_round_p)
+ * and the "no" records it wrote for others at its last timeout, unless
+ * they are of this very round. Only allocation failures are errors. */
+static graft_status_t proxies_take(graft_membership_t *m, const graft_quorum_t *q,
+                                   uint64_t *old_round_p, uint64_t *proxy_round_p,
+                                   uint32_t **proxy_p, size_t *n_proxy_p)
 {
-    graft_status_t st = GRAFT_OK;
-    char *folder = NULL;
-    char **dels = NULL;
-    size_t n_dels = 0, n_proxy = 0;
     uint32_t *proxy = NULL;
-    graft_etcd_op_t *ops = NULL;
-    graft_etcd_compare_t *cmps = NULL;
-    vote_write_t *w = NULL;
-    *batch_failed_p = false;
+    size_t n_proxy = 0;
     pthread_mutex_lock(&m->mu);
-    uint64_t old_round = m->vote_round, proxy_round = m->proxy_round;
+    uint64_t proxy_round = m->proxy_round;
+    *old_round_p = m->vote_round;
     if (proxy_round != 0 && proxy_round != q->round && m->n_proxy > 0) {
         proxy = graft__malloc(m->n_proxy * sizeof(*proxy));
         if (proxy != NULL) {
@@ -138,6 +133,67 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
     }
     bool no_mem = m->n_proxy > 0 && proxy_round != q->round && proxy == NULL;
     pthread_mutex_unlock(&m->mu);
+    *proxy_round_p = proxy_round;
+    *proxy_p = proxy;
+    *n_proxy_p = n_proxy;
+    return no_mem ? GRAFT_ENOMEM : GRAFT_OK;
+}
+
+/* The vote key of write i (0: this rank's own, with the caller's bytes;
+ * else the delegate d's, encoded here), and the delete of the same rank's
+ * key of the round it voted in before (prev) into dels[*n_dels_p]. */
+static graft_status_t vote_write_prepare(graft_membership_t *m, const graft_quorum_t *q,
+                                         const graft_membership_delegate_t *d, int64_t lease,
+                                         const uint8_t *buf, size_t len, uint64_t prev,
+                                         vote_write_t *w, char **dels, size_t *n_dels_p)
+{
+    uint32_t rank = d == NULL ? m->cfg.rank : d->rank;
+    w->lease = d == NULL ? lease : d->lease;
+    w->key = graft__key_vote(m->prefix, m->cfg.group, q->round, rank);
+    if (w->key == NULL)
+        return GRAFT_ENOMEM;
+    if (d == NULL) {
+        w->buf = (uint8_t *)buf; /* the caller's */
+        w->len = len;
+    } else {
+        graft__vote_t v = {0};
+        v.group = m->cfg.group;
+        v.rank = d->rank;
+        v.incarnation = d->incarnation;
+        v.quorum_id = d->quorum_id;
+        v.round = q->round;
+        v.step = d->step;
+        v.ok = d->ok;
+        snprintf(v.reason, sizeof(v.reason), "%.*s", (int)sizeof(d->reason), d->reason);
+        graft_status_t st = graft__mship_vote_encode(&v, &w->buf, &w->len);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    if (prev != 0 && prev != q->round) {
+        dels[*n_dels_p] = graft__key_vote(m->prefix, m->cfg.group, prev, rank);
+        if (dels[(*n_dels_p)++] == NULL)
+            return GRAFT_ENOMEM;
+    }
+    return GRAFT_OK;
+}
+
+static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, int64_t lease,
+                               const uint8_t *buf, size_t len,
+                               const graft_membership_delegate_t *dl, size_t n_dl,
+                               uint64_t deadline, graft_etcd_txn_result_t *res_p,
+                               bool *batch_failed_p)
+{
+    char *folder = NULL;
+    char **dels = NULL;
+    size_t n_dels = 0, n_proxy = 0;
+    uint32_t *proxy = NULL;
+    graft_etcd_op_t *ops = NULL;
+    graft_etcd_compare_t *cmps = NULL;
+    vote_write_t *w = NULL;
+    uint64_t old_round = 0, proxy_round = 0;
+    *batch_failed_p = false;
+    graft_status_t st = proxies_take(m, q, &old_round, &proxy_round, &proxy, &n_proxy);
+    bool no_mem = st != GRAFT_OK;
     size_t n_w = n_dl + 1, max_dels = n_proxy + n_w;
     folder = graft__key_votes_round_folder(m->prefix, m->cfg.group, q->round);
     dels = graft__calloc(max_dels, sizeof(*dels));
@@ -150,38 +206,10 @@ static graft_status_t vote_txn(graft_membership_t *m, const graft_quorum_t *q, i
     }
     for (size_t i = 0; i < n_w; i++) {
         const graft_membership_delegate_t *d = i == 0 ? NULL : &dl[i - 1];
-        uint32_t rank = d == NULL ? m->cfg.rank : d->rank;
-        uint64_t prev = d == NULL ? old_round : d->prev_round;
-        w[i].lease = d == NULL ? lease : d->lease;
-        w[i].key = graft__key_vote(m->prefix, m->cfg.group, q->round, rank);
-        if (w[i].key == NULL) {
-            st = GRAFT_ENOMEM;
+        st = vote_write_prepare(m, q, d, lease, buf, len, d == NULL ? old_round : d->prev_round,
+                                &w[i], dels, &n_dels);
+        if (st != GRAFT_OK)
             goto out;
-        }
-        if (d == NULL) {
-            w[i].buf = (uint8_t *)buf; /* the caller's */
-            w[i].len = len;
-        } else {
-            graft__vote_t v = {0};
-            v.group = m->cfg.group;
-            v.rank = d->rank;
-            v.incarnation = d->incarnation;
-            v.quorum_id = d->quorum_id;
-            v.round = q->round;
-            v.step = d->step;
-            v.ok = d->ok;
-            snprintf(v.reason, sizeof(v.reason), "%.*s", (int)sizeof(d->reason), d->reason);
-            st = graft__mship_vote_encode(&v, &w[i].buf, &w[i].len);
-            if (st != GRAFT_OK)
-                goto out;
-        }
-        if (prev != 0 && prev != q->round) {
-            dels[n_dels] = graft__key_vote(m->prefix, m->cfg.group, prev, rank);
-            if (dels[n_dels++] == NULL) {
-                st = GRAFT_ENOMEM;
-                goto out;
-            }
-        }
         cmps[i] = (graft_etcd_compare_t){w[i].key, GRAFT_ETCD_CMP_CREATE, GRAFT_ETCD_CMP_EQUAL, 0,
                                          NULL, 0};
     }
@@ -470,6 +498,97 @@ graft_status_t graft_membership_commit_vote(graft_membership_t *m, const graft_q
     return graft_membership_commit_vote_opts(m, q, ok, reason, timeout_ms, NULL, decision_p);
 }
 
+/* The checks before a vote: arguments, delegates of this round, the lease,
+ * and no vote for a round older than the rank's last. */
+static graft_status_t vote_check(graft_membership_t *m, const graft_quorum_t *q,
+                                 const graft_membership_vote_opts_t *opts, int64_t *lease_p,
+                                 uint64_t *inc_p)
+{
+    graft_status_t st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
+    if (st != GRAFT_OK)
+        return st;
+    for (size_t i = 0; i < opts->n_delegates; i++)
+        if (opts->delegates[i].round != q->round || opts->delegates[i].quorum_id != q->id)
+            return GRAFT_EINVAL;
+    st = graft__mship_check_joined(m, lease_p, inc_p);
+    if (st != GRAFT_OK)
+        return st;
+    pthread_mutex_lock(&m->mu);
+    uint64_t last = m->vote_round;
+    pthread_mutex_unlock(&m->mu);
+    if (q->round < last) {
+        /* Its key of that round is gone: voting again could write a yes
+         * where the group already decided. */
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP,
+                    "job %s group %" PRIu32 " rank %" PRIu32 ": vote for round %"
+                    PRIu64 " after voting in round %" PRIu64, m->job, m->cfg.group, m->cfg.rank,
+                    q->round, last);
+        return GRAFT_ESTATE;
+    }
+    return GRAFT_OK;
+}
+
+/* Write the rank's vote (and its delegates', as a leader; alone when the
+ * batch fails) and note the round's votes the transaction read in guess[].
+ * The round's votes are read in the same transaction: the last rank to
+ * vote (with one rank per group, every rank) decides from its own request
+ * instead of waiting for the watch to echo the votes. A vote the leader
+ * wrote for this rank (opts->delegated_wait_ms) is not written again. */
+static graft_status_t vote_write(graft_membership_t *m, const graft_quorum_t *q, int64_t lease,
+                                 const uint8_t *buf, size_t len,
+                                 const graft_membership_vote_opts_t *opts, uint64_t deadline,
+                                 uint8_t *guess, char *why, size_t why_len)
+{
+    graft_etcd_txn_result_t res = {0};
+    graft_status_t st = GRAFT_OK;
+    if (opts->delegated_wait_ms > 0 &&
+        delegated_seen(m, q, opts->delegated_wait_ms, guess, why, why_len))
+        return GRAFT_OK;
+    bool batch_failed = false;
+    st = vote_txn(m, q, lease, buf, len, opts->delegates, opts->n_delegates, deadline, &res,
+                  &batch_failed);
+    if (st == GRAFT_OK && batch_failed) {
+        GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " round %" PRIu64 ": the "
+                   "group's votes not written together (a vote already there, or a lease "
+                   "gone); rank %" PRIu32 " votes alone", m->job, m->cfg.group, q->round,
+                   m->cfg.rank);
+        st = vote_txn(m, q, lease, buf, len, NULL, 0, deadline, &res, &batch_failed);
+    }
+    if (st == GRAFT_OK && res.n_ranges == 1)
+        votes_from_read(m, &res.ranges[0], q, guess, why, why_len);
+    else if (st == GRAFT_OK)
+        st = GRAFT_EMALFORMED;
+    graft_etcd_txn_result_clear(&res);
+    return st;
+}
+
+/* Wait on the view (the watch of votes/<own group>/) until the round's
+ * votes decide it, the lease is lost (*lost_p) or the timeout passes; the
+ * tally of the last look. */
+static int votes_wait_view(graft_membership_t *m, const graft_quorum_t *q, uint8_t *seen,
+                           uint32_t timeout_ms, char *why, size_t why_len, bool *lost_p)
+{
+    uint32_t R = m->cfg.ranks_per_group;
+    struct timespec ts;
+    int t;
+    graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        votes_from_view(m, q, seen, why, why_len);
+        t = tally(seen, R, NULL);
+        if (t != TALLY_OPEN || m->lease_lost_pending || !m->joined)
+            break;
+        if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) {
+            votes_from_view(m, q, seen, why, why_len);
+            t = tally(seen, R, NULL);
+            break;
+        }
+    }
+    *lost_p = m->lease_lost_pending || !m->joined;
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
 graft_status_t graft_membership_commit_vote_opts(graft_membership_t *m, const graft_quorum_t *q,
                                                  bool ok, const char *reason,
                                                  uint32_t timeout_ms,
@@ -488,27 +607,9 @@ graft_status_t graft_membership_commit_vote_opts(graft_membership_t *m, const gr
     if (opts == NULL)
         opts = &none;
     *decision_p = false;
-    st = graft__mship_delegates_check(m, opts->delegates, opts->n_delegates);
+    st = vote_check(m, q, opts, &lease, &inc);
     if (st != GRAFT_OK)
         return st;
-    for (size_t i = 0; i < opts->n_delegates; i++)
-        if (opts->delegates[i].round != q->round || opts->delegates[i].quorum_id != q->id)
-            return GRAFT_EINVAL;
-    st = graft__mship_check_joined(m, &lease, &inc);
-    if (st != GRAFT_OK)
-        return st;
-    pthread_mutex_lock(&m->mu);
-    uint64_t last = m->vote_round;
-    pthread_mutex_unlock(&m->mu);
-    if (q->round < last) {
-        /* Its key of that round is gone: voting again could write a yes
-         * where the group already decided. */
-        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP,
-                    "job %s group %" PRIu32 " rank %" PRIu32 ": vote for round %"
-                    PRIu64 " after voting in round %" PRIu64, m->job, m->cfg.group, m->cfg.rank,
-                    q->round, last);
-        return GRAFT_ESTATE;
-    }
     uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
     graft__vote_t v = {0};
     v.group = m->cfg.group;
@@ -529,29 +630,7 @@ graft_status_t graft_membership_commit_vote_opts(graft_membership_t *m, const gr
         st = GRAFT_ENOMEM;
         goto out;
     }
-    /* The round's votes are read in the same transaction: the last rank
-     * to vote (with one rank per group, every rank) decides from its own
-     * request instead of waiting for the watch to echo the votes. */
-    graft_etcd_txn_result_t res = {0};
-    bool delegated = opts->delegated_wait_ms > 0 &&
-                     delegated_seen(m, q, opts->delegated_wait_ms, guess, why, sizeof(why));
-    if (!delegated) {
-        bool batch_failed = false;
-        st = vote_txn(m, q, lease, buf, len, opts->delegates, opts->n_delegates, deadline, &res,
-                      &batch_failed);
-        if (st == GRAFT_OK && batch_failed) {
-            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " round %" PRIu64 ": the "
-                       "group's votes not written together (a vote already there, or a lease "
-                       "gone); rank %" PRIu32 " votes alone", m->job, m->cfg.group, q->round,
-                       m->cfg.rank);
-            st = vote_txn(m, q, lease, buf, len, NULL, 0, deadline, &res, &batch_failed);
-        }
-        if (st == GRAFT_OK && res.n_ranges == 1)
-            votes_from_read(m, &res.ranges[0], q, guess, why, sizeof(why));
-        else if (st == GRAFT_OK)
-            st = GRAFT_EMALFORMED;
-        graft_etcd_txn_result_clear(&res);
-    }
+    st = vote_write(m, q, lease, buf, len, opts, deadline, guess, why, sizeof(why));
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s group %" PRIu32 " cannot commit step %" PRIu64
                     ": vote not recorded (%s)", m->job, m->cfg.group, q->step,
@@ -565,24 +644,8 @@ graft_status_t graft_membership_commit_vote_opts(graft_membership_t *m, const gr
      * a yes seen earlier next to a yes seen later is not a yes of etcd. */
     int t = tally(guess, R, NULL);
     bool lost = false;
-    if (t == TALLY_OPEN) {
-        struct timespec ts;
-        graft__mship_deadline(&ts, (uint64_t)timeout_ms * 1000000ull);
-        pthread_mutex_lock(&m->mu);
-        for (;;) {
-            votes_from_view(m, q, seen, why, sizeof(why));
-            t = tally(seen, R, NULL);
-            if (t != TALLY_OPEN || m->lease_lost_pending || !m->joined)
-                break;
-            if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT) {
-                votes_from_view(m, q, seen, why, sizeof(why));
-                t = tally(seen, R, NULL);
-                break;
-            }
-        }
-        lost = m->lease_lost_pending || !m->joined;
-        pthread_mutex_unlock(&m->mu);
-    }
+    if (t == TALLY_OPEN)
+        t = votes_wait_view(m, q, seen, timeout_ms, why, sizeof(why), &lost);
     if (t == TALLY_OPEN && lost) {
         st = graft__mship_check_joined(m, &lease, &inc);
         if (st == GRAFT_OK)
@@ -635,17 +698,12 @@ graft_status_t graft_membership_voted_since(graft_membership_t *m, uint32_t grou
     graft_status_t st = graft_etcd_range(m->ops, folder, &ro, &res);
     if (st != GRAFT_OK)
         atomic_fetch_add(&m->n_etcd_errors, 1);
-    /* Keys are votes/<group>/<round>/<rank>; a round's keys are deleted
-     * once their writer votes in a later one, hence "or later". */
-    size_t plen = strlen(folder);
+    /* A round's vote keys are deleted once their writer votes in a later
+     * one, hence "or later". */
     for (size_t i = 0; st == GRAFT_OK && i < res.n_kvs && !*voted_p; i++) {
-        const char *k = res.kvs[i].key;
-        uint64_t r = 0;
-        uint32_t rk = 0;
-        char tail;
-        if (k != NULL && strncmp(k, folder, plen) == 0 &&
-            sscanf(k + plen, "%" SCNu64 "/%" SCNu32 "%c", &r, &rk, &tail) == 2)
-            *voted_p = rk == rank && r >= round;
+        graft__mkey_t k = graft__mship_key_parse(m->prefix, res.kvs[i].key);
+        if (k.kind == GRAFT__MKEY_VOTE && k.group == group)
+            *voted_p = k.rank == rank && k.number >= round;
     }
     graft_etcd_range_result_clear(&res);
     graft_free(folder);

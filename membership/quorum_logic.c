@@ -98,6 +98,103 @@ out:
     return st;
 }
 
+/* Is the group of members mem[i..j) ready for the round (every rank has a
+ * ready record of its incarnation)? Then *lo_p and *hi_p are the lowest and
+ * highest step its ranks committed, and *rev_p and *rank_p the newest
+ * record's mod_revision and rank. */
+static bool group_ready(const graft__qinput_t *in, const graft__qmember_t *mem, size_t i,
+                        size_t j, uint64_t *lo_p, uint64_t *hi_p, int64_t *rev_p,
+                        uint32_t *rank_p)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int64_t rev = -1;
+    uint32_t rank = 0;
+    for (size_t k = i; k < j; k++) {
+        const graft__ready_t *r = find_ready(in, &mem[k]);
+        if (r == NULL)
+            return false;
+        lo = GRAFT_MIN(lo, r->committed_step);
+        hi = GRAFT_MAX(hi, r->committed_step);
+        if (r->mod_revision > rev) {
+            rev = r->mod_revision;
+            rank = r->rank;
+        }
+    }
+    *lo_p = lo;
+    *hi_p = hi;
+    *rev_p = rev;
+    *rank_p = rank;
+    return true;
+}
+
+/* The live groups of the (sorted) members, and of them the ready ones:
+ * ready_groups[] ascending, the lowest step each committed, whether its
+ * ranks disagree (split). Counts and the last announcer go to *d. */
+static void groups_tally(const graft__qinput_t *in, const graft__qmember_t *mem, size_t n,
+                         uint32_t R, uint32_t *ready_groups, uint64_t *committed, bool *split,
+                         graft__qdecision_t *d)
+{
+    int64_t last_rev = -1;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && mem[j].group == mem[i].group)
+            j++;
+        uint64_t lo = 0, hi = 0;
+        int64_t rev = -1;
+        uint32_t rank = 0;
+        if (j - i == R) {
+            d->n_live_groups++;
+            if (group_ready(in, mem, i, j, &lo, &hi, &rev, &rank)) {
+                ready_groups[d->n_ready_groups] = mem[i].group;
+                committed[d->n_ready_groups] = lo;
+                split[d->n_ready_groups] = hi != lo;
+                d->n_ready_groups++;
+                if (rev > last_rev) {
+                    last_rev = rev;
+                    d->last_group = mem[i].group;
+                    d->last_rank = rank;
+                }
+            }
+        }
+        i = j;
+    }
+}
+
+/* The round to form, given its members (q->members): step, recoveries,
+ * hash and id. committed[] is changed (split groups become recipients). */
+static graft_status_t quorum_fill(const graft__qinput_t *in, graft_quorum_t *q,
+                                  uint64_t *committed, const bool *split,
+                                  const graft__qmember_t *mem, size_t n)
+{
+    for (size_t i = 0; i < q->n_members; i++)
+        q->max_committed_step = GRAFT_MAX(q->max_committed_step, committed[i]);
+    q->step = q->max_committed_step;
+    /* A group whose ranks committed different steps (a rank whose lease
+     * lapsed during a vote does not commit what the others do) holds the
+     * round's step for some ranks only, and a rank past it cannot step
+     * back: the group recovers from a whole group at the step, when there
+     * is one (else its ranks ahead restore a checkpoint, or fail). */
+    bool whole = false;
+    for (size_t i = 0; i < q->n_members; i++)
+        whole |= committed[i] == q->step && !split[i];
+    for (size_t i = 0; whole && i < q->n_members; i++)
+        if (split[i])
+            committed[i] = UINT64_MAX; /* not the step: a recipient */
+    graft_status_t st = assign_recoveries(q, committed);
+    if (st != GRAFT_OK)
+        return st;
+    q->members_hash = graft__quorum_members_hash(mem, n, q->members, q->n_members);
+    /* The id is an epoch of the member set: the same groups with the same
+     * processes keep it, so trainers rebuild communicators only on change. */
+    const graft_quorum_t *p = in->prev;
+    if (p != NULL && p->members_hash == q->members_hash && p->n_members == q->n_members &&
+        memcmp(p->members, q->members, q->n_members * sizeof(*q->members)) == 0)
+        q->id = p->id;
+    else
+        q->id = (p != NULL ? p->id : 0) + 1;
+    return GRAFT_OK;
+}
+
 graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_t *decision_p,
                                     graft_quorum_t **q_p)
 {
@@ -110,7 +207,6 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
     graft_quorum_t *q = NULL;
     uint32_t R = in->ranks_per_group == 0 ? 1 : in->ranks_per_group;
     uint32_t min_groups = in->min_groups == 0 ? 1 : in->min_groups;
-    int64_t last_rev = -1;
     size_t n = 0;
 
     if (in->round == 0 || (in->n_members > 0 && in->members == NULL) ||
@@ -133,49 +229,10 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
             mem[n++] = in->members[i];
     if (n > 1)
         qsort(mem, n, sizeof(*mem), cmp_member);
+    groups_tally(in, mem, n, R, ready_groups, committed, split, &d);
 
-    size_t n_ready_groups = 0;
-    for (size_t i = 0; i < n;) {
-        size_t j = i;
-        while (j < n && mem[j].group == mem[i].group)
-            j++;
-        if (j - i == R) {
-            d.n_live_groups++;
-            bool ready = true;
-            uint64_t c = UINT64_MAX, hi = 0;
-            int64_t grp_rev = -1;
-            uint32_t grp_rank = 0;
-            for (size_t k = i; k < j && ready; k++) {
-                const graft__ready_t *r = find_ready(in, &mem[k]);
-                if (r == NULL) {
-                    ready = false;
-                    break;
-                }
-                c = GRAFT_MIN(c, r->committed_step);
-                hi = GRAFT_MAX(hi, r->committed_step);
-                if (r->mod_revision > grp_rev) {
-                    grp_rev = r->mod_revision;
-                    grp_rank = r->rank;
-                }
-            }
-            if (ready) {
-                ready_groups[n_ready_groups] = mem[i].group;
-                committed[n_ready_groups] = c;
-                split[n_ready_groups] = hi != c;
-                n_ready_groups++;
-                if (grp_rev > last_rev) {
-                    last_rev = grp_rev;
-                    d.last_group = mem[i].group;
-                    d.last_rank = grp_rank;
-                }
-            }
-        }
-        i = j;
-    }
-    d.n_ready_groups = n_ready_groups;
-
-    bool all = n_ready_groups == d.n_live_groups;
-    if (n_ready_groups > 0 && n_ready_groups >= min_groups && (all || in->deadline_passed))
+    bool all = d.n_ready_groups == d.n_live_groups;
+    if (d.n_ready_groups > 0 && d.n_ready_groups >= min_groups && (all || in->deadline_passed))
         d.action = GRAFT__QUORUM_FORM;
     else if (in->deadline_passed)
         d.action = GRAFT__QUORUM_SHORT;
@@ -189,36 +246,13 @@ graft_status_t graft__quorum_decide(const graft__qinput_t *in, graft__qdecision_
     }
     q->members = ready_groups;
     ready_groups = NULL;
-    q->n_members = n_ready_groups;
+    q->n_members = d.n_ready_groups;
     q->round = in->round;
     q->min_groups = min_groups;
     q->formed_unix_ms = in->now_unix_ms;
-    for (size_t i = 0; i < q->n_members; i++)
-        q->max_committed_step = GRAFT_MAX(q->max_committed_step, committed[i]);
-    q->step = q->max_committed_step;
-    /* A group whose ranks committed different steps (a rank whose lease
-     * lapsed during a vote does not commit what the others do) holds the
-     * round's step for some ranks only, and a rank past it cannot step
-     * back: the group recovers from a whole group at the step, when there
-     * is one (else its ranks ahead restore a checkpoint, or fail). */
-    bool whole = false;
-    for (size_t i = 0; i < q->n_members; i++)
-        whole |= committed[i] == q->step && !split[i];
-    for (size_t i = 0; whole && i < q->n_members; i++)
-        if (split[i])
-            committed[i] = UINT64_MAX; /* not the step: a recipient */
-    st = assign_recoveries(q, committed);
+    st = quorum_fill(in, q, committed, split, mem, n);
     if (st != GRAFT_OK)
         goto out;
-    q->members_hash = graft__quorum_members_hash(mem, n, q->members, q->n_members);
-    /* The id is an epoch of the member set: the same groups with the same
-     * processes keep it, so trainers rebuild communicators only on change. */
-    const graft_quorum_t *p = in->prev;
-    if (p != NULL && p->members_hash == q->members_hash && p->n_members == q->n_members &&
-        memcmp(p->members, q->members, q->n_members * sizeof(*q->members)) == 0)
-        q->id = p->id;
-    else
-        q->id = (p != NULL ? p->id : 0) + 1;
 done:
     *decision_p = d;
     if (q_p != NULL) {

@@ -500,31 +500,14 @@ out:
     return st;
 }
 
-graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
+/* The etcd path's round, tried again until the deadline: the first try
+ * delegated through the group's leader, the others each rank's own. */
+static graft_status_t etcd_quorum(graft_runtime_t *rt, uint64_t committed, uint64_t deadline,
+                                  graft_quorum_t **q_p)
 {
     graft_status_t st = GRAFT_OK;
-    graft_quorum_t *q = NULL;
-    if (rt == NULL)
-        return GRAFT_EINVAL;
-    if (rt->q != NULL)
-        return GRAFT_ESTATE;
-    uint64_t t0 = graft__now_ns();
-    if (!rt->joined) {
-        st = graft__rt_join(rt);
-        if (st != GRAFT_OK)
-            return st;
-    }
-    /* The quorum phase of a recovery starts once joined. */
-    uint64_t tq = graft__now_ns();
-    uint64_t deadline = tq + rt->cfg->quorum_timeout_ms * 1000000ull;
-    uint64_t committed = graft_step(rt);
-    st = graft__rt_steady_quorum(rt, committed, &q);
-    if (st != GRAFT_OK)
-        return st;
-    rt->q_steady = q != NULL;
-    if (q == NULL)
-        graft__rt_finished_refresh(rt, false); /* groups that ended are not waited for */
-    for (bool first = true; q == NULL; first = false) {
+    graft__rt_finished_refresh(rt, false); /* groups that ended are not waited for */
+    for (bool first = true;; first = false) {
         uint64_t now = graft__now_ns();
         if (now >= deadline) {
             GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32
@@ -554,6 +537,12 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
         if (t < until)
             graft__sleep_ns(until - t);
     }
+}
+
+/* Quorum q is the open step's: counted, and announced when it changed.
+ * Whether it did. */
+static bool quorum_adopt(graft_runtime_t *rt, graft_quorum_t *q, uint64_t tq)
+{
     assert(is_member(q, rt->group));
     uint64_t formed_ns = graft__now_ns();
     rt->q = q;
@@ -575,6 +564,37 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
                                     .step = q->step, .quorum_id = q->id, .detail = detail};
         graft__rt_emit(rt, &ev);
     }
+    return changed;
+}
+
+graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
+{
+    graft_status_t st = GRAFT_OK;
+    graft_quorum_t *q = NULL;
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (rt->q != NULL)
+        return GRAFT_ESTATE;
+    uint64_t t0 = graft__now_ns();
+    if (!rt->joined) {
+        st = graft__rt_join(rt);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    /* The quorum phase of a recovery starts once joined. */
+    uint64_t tq = graft__now_ns();
+    uint64_t deadline = tq + rt->cfg->quorum_timeout_ms * 1000000ull;
+    uint64_t committed = graft_step(rt);
+    st = graft__rt_steady_quorum(rt, committed, &q);
+    if (st != GRAFT_OK)
+        return st;
+    rt->q_steady = q != NULL;
+    if (q == NULL) {
+        st = etcd_quorum(rt, committed, deadline, &q);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    bool changed = quorum_adopt(rt, q, tq);
     bool fatal = false;
     if (!q->must_recover && graft__rt_finished_ahead(rt, q)) {
         /* Only a checkpoint can give this group the step the others ended
