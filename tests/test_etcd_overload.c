@@ -20,7 +20,7 @@
  *   step committed meanwhile was committed on a live lease; every rank
  *   commits within 10 s of the end.
  */
-#include "test_runtime_procs.h"
+#include "runtime_procs.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -133,14 +133,14 @@ static void *pipe_main(void *arg)
             if (write(s, buf, (size_t)n) != n)
                 break;
             if (asked == 0.0)
-                asked = now_s();
+                asked = rp_now_s();
         }
         if (p[1].revents) {
             ssize_t n = read(s, buf, sizeof(buf));
             if (n <= 0 || write(c, buf, (size_t)n) != n)
                 break;
             if (asked != 0.0) {
-                proxy_answered(now_s() - asked);
+                proxy_answered(rp_now_s() - asked);
                 proxy_lease_answer(buf, (size_t)n, asked);
             }
             asked = 0.0;
@@ -177,7 +177,7 @@ static void *proxy_main(void *arg)
 
 static void proxy_start(void)
 {
-    const char *e = graft_etcd_server_endpoint(etcd.server);
+    const char *e = graft_etcd_server_endpoint(rtf_etcd.server);
     const char *colon = strrchr(e, ':');
     assert_non_null(colon);
     etcd_port = (uint16_t)atoi(colon + 1);
@@ -229,7 +229,7 @@ static void etcd_stop(pid_t pid)
 
 static graft_etcd_t *client(graft_etcd_t *share, graft_etcd_priority_t priority)
 {
-    const char *ep[] = {graft_etcd_server_endpoint(etcd.server)};
+    const char *ep[] = {graft_etcd_server_endpoint(rtf_etcd.server)};
     graft_etcd_config_t c = graft_test_etcd_config(ep, 1, 300);
     c.priority = priority;
     c.share_load = share;
@@ -267,7 +267,7 @@ static void test_budget_sheds_and_paces(void **state)
     assert_int_equal(s0.shed, 0);
     assert_false(s0.slow);
 
-    pid_t pid = graft_etcd_server_pid(etcd.server);
+    pid_t pid = graft_etcd_server_pid(rtf_etcd.server);
     etcd_stop(pid);
     /* The first timeout makes etcd slow for every client of the load. */
     assert_int_equal(graft_etcd_get(ess, "/ov/k", &kv, NULL), GRAFT_EETCD_TIMEOUT);
@@ -275,19 +275,19 @@ static void test_budget_sheds_and_paces(void **state)
     assert_true(s1.slow);
     assert_int_equal(s1.slow_periods, 1);
     /* Best effort: shed at once, nothing sent. */
-    double t0 = now_s();
+    double t0 = rp_now_s();
     for (int i = 0; i < 20; i++)
         assert_int_equal(graft_etcd_put(bg, "/ov/k", "v", 1, 0, NULL, NULL), GRAFT_EUNREACHABLE);
-    assert_true(now_s() - t0 < 0.2);
+    assert_true(rp_now_s() - t0 < 0.2);
     /* Essential, from 4 threads at once: 4 at once, then 4 a second,
      * where 4 threads with a 300 ms timeout each would send 13 a second. */
-    t0 = now_s();
+    t0 = rp_now_s();
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&th[i], NULL, five_gets, ess), 0);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
-    double took = now_s() - t0;
+    double took = rp_now_s() - t0;
     graft_etcd_stats_get(ess, &s2);
     assert_int_equal(kill(pid, SIGCONT), 0);
     print_message("stopped etcd: 20 best-effort requests shed; 20 essential ones from 4 threads "
@@ -330,7 +330,7 @@ static int overload_groups(void)
 static void job_start(job_t *j, const char *name, int ng)
 {
     static char ep_env[96], groups_env[48];
-    job_init(j, name); /* a job of its own: another's progress records are not its state */
+    rp_job_init(j, name); /* a job of its own: another's progress records are not its state */
     proxy_start();
     snprintf(ep_env, sizeof(ep_env), "GRAFT_ETCD_ENDPOINTS=http://127.0.0.1:%u",
              (unsigned)proxy_port);
@@ -341,9 +341,9 @@ static void job_start(job_t *j, const char *name, int ng)
     j->capture_err = true;
     static const char *const flags[] = {"--steps", "100000", "--step-delay-ms", "20", NULL};
     for (int g = 0; g < ng; g++)
-        spawn(j, g, 0, flags);
+        rp_spawn(j, g, 0, flags);
     for (int i = 0; i < ng; i++)
-        wait_log(&j->p[i], 20, 180);
+        rp_wait_log(&j->p[i], 20, 180);
     usleep(1000 * 1000);
 }
 
@@ -355,12 +355,12 @@ static double job_recovery(job_t *j, int ng, const int *mark, int *after, double
     for (;;) {
         int n = 0;
         for (int i = 0; i < ng; i++) {
-            after[i] = log_lines(j->p[i].log);
+            after[i] = rp_log_lines(j->p[i].log);
             n += after[i] > mark[i];
         }
         if (n == ng)
-            return now_s() - t_end;
-        if (now_s() - t_end > 10.0)
+            return rp_now_s() - t_end;
+        if (rp_now_s() - t_end > 10.0)
             return 0.0;
         usleep(50 * 1000);
     }
@@ -379,16 +379,16 @@ static void job_end(job_t *j, int ng, const int *mark, const int *after, double 
                     uint64_t during, double budget)
 {
     for (int i = 0; i < ng; i++)
-        kill_proc(&j->p[i]);
+        rp_kill_proc(&j->p[i]);
     proxy_end();
     for (int i = 0; i < ng; i++)
         if (after[i] <= mark[i]) {
-            print_err_tail(&j->p[i]);
+            rp_print_err_tail(&j->p[i]);
             fail_msg("group %d did not commit within 10 s of etcd's return", j->p[i].group);
         }
     assert_true(recovered_at > 0.0 && recovered_at <= 10.0);
     assert_true((double)during <= budget);
-    rm_rf(j->dir);
+    rp_rm_rf(j->dir);
 }
 
 static void test_job_through_stopped_etcd(void **state)
@@ -400,22 +400,22 @@ static void test_job_through_stopped_etcd(void **state)
     job_start(&j, "ov-stopped", ng);
     int before[MAX_PROCS], frozen[MAX_PROCS], after[MAX_PROCS];
     for (int i = 0; i < ng; i++)
-        before[i] = log_lines(j.p[i].log);
+        before[i] = rp_log_lines(j.p[i].log);
 
-    pid_t pid = graft_etcd_server_pid(etcd.server);
+    pid_t pid = graft_etcd_server_pid(rtf_etcd.server);
     uint64_t r0 = atomic_load(&proxy_requests);
-    double t_stop = now_s();
+    double t_stop = rp_now_s();
     assert_int_equal(kill(pid, SIGSTOP), 0);
     /* 5/6 of the TTL after the last renewal (sent before the stop) no rank
      * may commit; 0.8 s more for a commit decided just before to reach
      * its log. */
     usleep((useconds_t)((ttl_s * 5.0 / 6.0 + 0.8) * 1e6));
     for (int i = 0; i < ng; i++)
-        frozen[i] = log_lines(j.p[i].log);
-    usleep((useconds_t)((t_stop + stop_s - now_s()) * 1e6));
+        frozen[i] = rp_log_lines(j.p[i].log);
+    usleep((useconds_t)((t_stop + stop_s - rp_now_s()) * 1e6));
     int violations = 0;
     for (int i = 0; i < ng; i++) {
-        int now = log_lines(j.p[i].log);
+        int now = rp_log_lines(j.p[i].log);
         if (now != frozen[i]) {
             fprintf(stderr, "group %d committed %d steps while its lease may have expired\n",
                     j.p[i].group, now - frozen[i]);
@@ -423,7 +423,7 @@ static void test_job_through_stopped_etcd(void **state)
         }
     }
     uint64_t r1 = atomic_load(&proxy_requests);
-    double t_cont = now_s();
+    double t_cont = rp_now_s();
     assert_int_equal(kill(pid, SIGCONT), 0);
     double slow = t_cont - t_stop;
     double recovered_at = job_recovery(&j, ng, frozen, after, t_cont);
@@ -506,7 +506,7 @@ static bool starve_cgroup(starve_t *s, pid_t pid, bool v2)
 {
     const char *root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/cpu";
     char rel[160], path[160], pidtxt[16];
-    if (v2 ? !file_contains("/sys/fs/cgroup/cgroup.subtree_control", "cpu")
+    if (v2 ? !rp_file_contains("/sys/fs/cgroup/cgroup.subtree_control", "cpu")
            : access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0)
         return false;
     if (!pid_cgroup(pid, v2, rel, sizeof(rel)))
@@ -599,9 +599,9 @@ static void starve_end(starve_t *s, pid_t pid)
 static int etcd_resume(void **state)
 {
     (void)state;
-    if (etcd.server != NULL) {
-        kill(graft_etcd_server_pid(etcd.server), SIGCONT);
-        starve_end(&starved, graft_etcd_server_pid(etcd.server));
+    if (rtf_etcd.server != NULL) {
+        kill(graft_etcd_server_pid(rtf_etcd.server), SIGCONT);
+        starve_end(&starved, graft_etcd_server_pid(rtf_etcd.server));
     }
     return 0;
 }
@@ -617,7 +617,7 @@ static atomic_bool noise_stop;
 static void *noise_main(void *arg)
 {
     (void)arg;
-    const char *ep[] = {graft_etcd_server_endpoint(etcd.server)};
+    const char *ep[] = {graft_etcd_server_endpoint(rtf_etcd.server)};
     graft_etcd_config_t c = graft_test_etcd_config(ep, 1, 5000);
     graft_etcd_t *e = NULL;
     if (graft_etcd_create(&c, &e) != GRAFT_OK)
@@ -640,7 +640,7 @@ static void noise_start(pthread_t *th)
     for (int k = 0; k < NOISE_KEYS; k++) {
         char key[32];
         snprintf(key, sizeof(key), "/ov-noise/%d", k);
-        assert_int_equal(graft_etcd_put(etcd.client, key, value, sizeof(value), 0, NULL, NULL),
+        assert_int_equal(graft_etcd_put(rtf_etcd.client, key, value, sizeof(value), 0, NULL, NULL),
                          GRAFT_OK);
     }
     atomic_store(&noise_stop, false);
@@ -666,10 +666,10 @@ static int n_commits;
 /* Poll the groups' logs every 10 ms until t_until, noting each new line. */
 static void watch_commits(const job_t *j, int ng, int *lines, double t_until)
 {
-    while (now_s() < t_until) {
+    while (rp_now_s() < t_until) {
         for (int i = 0; i < ng; i++) {
-            int n = log_lines(j->p[i].log);
-            double t = now_s();
+            int n = rp_log_lines(j->p[i].log);
+            double t = rp_now_s();
             for (; lines[i] < n && n_commits < COMMITS_MAX; lines[i]++, n_commits++) {
                 commits[n_commits].group = i;
                 commits[n_commits].seen = t;
@@ -712,7 +712,7 @@ static void member_leases(const job_t *j, int ng, int64_t *lease)
         char key[160];
         graft_etcd_kv_t kv = {0};
         snprintf(key, sizeof(key), "/graft/%s/members/%d/0", j->name, g);
-        lease[g] = graft_etcd_get(etcd.client, key, &kv, NULL) == GRAFT_OK ? kv.lease : 0;
+        lease[g] = graft_etcd_get(rtf_etcd.client, key, &kv, NULL) == GRAFT_OK ? kv.lease : 0;
         graft_etcd_kv_clear(&kv);
     }
 }
@@ -735,8 +735,8 @@ static void test_job_through_starved_etcd(void **state)
     int64_t lease0[MAX_PROCS], lease1[MAX_PROCS];
     member_leases(&j, ng, lease0);
     for (int i = 0; i < ng; i++)
-        before[i] = log_lines(j.p[i].log);
-    pid_t pid = graft_etcd_server_pid(etcd.server);
+        before[i] = rp_log_lines(j.p[i].log);
+    pid_t pid = graft_etcd_server_pid(rtf_etcd.server);
     starve_t *s = &starved;
     pthread_t noise[NOISE_THREADS];
     noise_start(noise);
@@ -744,13 +744,13 @@ static void test_job_through_starved_etcd(void **state)
     atomic_store(&proxy_slowest_ms, 0);
     double cpu0 = cpu_ms(pid);
     uint64_t r0 = atomic_load(&proxy_requests);
-    double t0 = now_s();
+    double t0 = rp_now_s();
     if (!starve_start(s, pid)) {
         noise_end(noise);
         for (int i = 0; i < ng; i++)
-            kill_proc(&j.p[i]);
+            rp_kill_proc(&j.p[i]);
         proxy_end();
-        rm_rf(j.dir);
+        rp_rm_rf(j.dir);
         print_message("no cgroup with a CPU quota could be made for etcd\n");
         skip();
     }
@@ -762,9 +762,9 @@ static void test_job_through_starved_etcd(void **state)
     noise_end(noise);
     uint64_t r1 = atomic_load(&proxy_requests), late = atomic_load(&proxy_late);
     uint64_t slowest = atomic_load(&proxy_slowest_ms);
-    double t_end = now_s(), cpu = cpu_ms(pid) - cpu0;
+    double t_end = rp_now_s(), cpu = cpu_ms(pid) - cpu0;
     for (int i = 0; i < ng; i++)
-        mark[i] = log_lines(j.p[i].log);
+        mark[i] = rp_log_lines(j.p[i].log);
     double recovered_at = job_recovery(&j, ng, mark, after, t_end);
     member_leases(&j, ng, lease1);
     double budget = job_budget(ng, t_end - t0);
@@ -802,5 +802,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
 }

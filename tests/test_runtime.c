@@ -4,7 +4,7 @@
  * 2 ranks), kills ranks with SIGKILL, starts replacements, and checks that
  * every group holds bit-identical state at every commit and that strict
  * mode ends bit-identical to a fault-free run (train_mlp --no-graft). The
- * process fixture is test_runtime_procs.h; the steady path's tests are in
+ * process fixture is runtime_procs.h; the steady path's tests are in
  * test_runtime_steady.c, the API's in-process ones in test_runtime_api.c.
  */
 #include <setjmp.h>
@@ -27,7 +27,7 @@
 #include <graft/persist.h>
 
 #include "proto/graft.pb-c.h"
-#include "test_runtime_procs.h"
+#include "runtime_procs.h"
 
 #include <jansson.h>
 #include <sys/time.h>
@@ -39,22 +39,22 @@ static void test_kill_ranks_strict(void **state)
     (void)state;
     job_t j;
     const int steps = 30;
-    job_init(&j, "kill");
+    rp_job_init(&j, "kill");
     const char *flags[] = {"--steps", "30", "--step-delay-ms", "20", NULL};
-    spawn_all(&j, flags);
+    rp_spawn_all(&j, flags);
     proc_t *victim = &j.p[1 * R + 0]; /* group 1 rank 0 */
-    wait_log(victim, 5, 60);
-    kill_proc(victim);
-    proc_t *repl = spawn(&j, 1, 0, flags);
-    wait_log(repl, 2, 60);
+    rp_wait_log(victim, 5, 60);
+    rp_kill_proc(victim);
+    proc_t *repl = rp_spawn(&j, 1, 0, flags);
+    rp_wait_log(repl, 2, 60);
     proc_t *victim2 = &j.p[2 * R + 1]; /* group 2 rank 1 */
-    kill_proc(victim2);
-    spawn(&j, 2, 1, flags);
-    wait_all(&j, 120);
-    int recovered = check_final(&j, steps);
+    rp_kill_proc(victim2);
+    rp_spawn(&j, 2, 1, flags);
+    rp_wait_all(&j, 120);
+    int recovered = rp_check_final(&j, steps);
     assert_int_equal(recovered, 2);
-    check_logs(&j, steps);
-    rm_rf(j.dir);
+    rp_check_logs(&j, steps);
+    rp_rm_rf(j.dir);
 }
 
 static void first_heal(const proc_t *p, char *line, size_t len)
@@ -87,7 +87,7 @@ static void test_kill_donor_during_heal(void **state)
     (void)state;
     job_t j;
     const int steps = 16;
-    job_init(&j, "donor");
+    rp_job_init(&j, "donor");
     j.extra_env[0] = "GRAFT_TRANSFER_CHUNK_BYTES=65536";
     /* The test needs group 0 up to date when group 2 is killed: under
      * AddressSanitizer a 1 s vote timeout made group 0 vote no now and
@@ -95,37 +95,37 @@ static void test_kill_donor_during_heal(void **state)
      * its state (no up-to-date group left, no persistent tier). */
     j.extra_env[1] = "GRAFT_JOIN_TIMEOUT_MS=3000";
     const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "24", NULL};
-    spawn_all(&j, flags);
+    rp_spawn_all(&j, flags);
     /* Rank 1s, not the leaders: a leader killed during the leaders'
      * barrier may leave group 2, which heard its first message, a step
      * ahead of group 0, which waited for its second (docs/RUNTIME.md);
      * group 2 is then the only donor, and killing it loses the job. */
     proc_t *victim = &j.p[1 * R + 1];
     proc_t *donor = &j.p[2 * R + 1];
-    wait_log(victim, 4, 60);
-    kill_proc(victim);
-    proc_t *repl = spawn(&j, 1, 1, flags);
-    double end = now_s() + 60;
-    while (!file_contains(donor->role, " serving 1 1\n")) {
-        if (now_s() > end)
+    rp_wait_log(victim, 4, 60);
+    rp_kill_proc(victim);
+    proc_t *repl = rp_spawn(&j, 1, 1, flags);
+    double end = rp_now_s() + 60;
+    while (!rp_file_contains(donor->role, " serving 1 1\n")) {
+        if (rp_now_s() > end)
             fail_msg("donor group 2 never served the replacement (%s)", donor->role);
         usleep(1000);
     }
-    kill_proc(donor);
+    rp_kill_proc(donor);
     /* Replace it as an orchestrator would. */
-    spawn(&j, 2, 1, flags);
-    wait_all(&j, 120);
+    rp_spawn(&j, 2, 1, flags);
+    rp_wait_all(&j, 120);
     /* The blob changes the hash: compare groups with each other only. */
-    check_logs(&j, steps);
+    rp_check_logs(&j, steps);
     for (int i = 0; i < j.n; i++) {
         if (WIFSIGNALED(j.p[i].status))
             continue;
         assert_true(WIFEXITED(j.p[i].status) && WEXITSTATUS(j.p[i].status) == 0);
-        assert_int_equal(log_lines(j.p[i].log) > 0 || i >= G * R, true);
+        assert_int_equal(rp_log_lines(j.p[i].log) > 0 || i >= G * R, true);
     }
     uint64_t step, rec;
     char hash[17], start[16];
-    read_final(repl, &step, hash, start, &rec);
+    rp_read_final(repl, &step, hash, start, &rec);
     assert_int_equal(step, (uint64_t)steps);
     assert_string_equal(start, "peer");
     assert_true(rec >= 1);
@@ -157,9 +157,9 @@ static void test_kill_donor_during_heal(void **state)
         print_message("donor group 2 was lost before the pull read from it (%s)", line);
     print_message("the replacement's heal: %s", line);
     trainer_metrics_t m;
-    read_metrics(repl, &m);
+    rp_read_metrics(repl, &m);
     assert_int_equal(m.recovery_failures, 0);
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 /* Every group dies at step 12; restarted, they restore the newest valid
@@ -171,15 +171,15 @@ static void test_kill_all_restore(void **state)
     job_t j;
     const int steps = 18;
     char root[300], env_root[340];
-    job_init(&j, "restore");
+    rp_job_init(&j, "restore");
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     j.extra_env[0] = env_root;
     j.extra_env[1] = "GRAFT_PERSIST_EVERY=5";
     j.extra_env[2] = "GRAFT_PERSIST_KEEP_LAST=5";
     const char *dying[] = {"--steps", "18", "--die-at-step", "13", "--step-delay-ms", "40", NULL};
-    spawn_all(&j, dying);
-    (void)wait_job_lost(&j, 120, 5.0);
+    rp_spawn_all(&j, dying);
+    (void)rp_wait_job_lost(&j, 120, 5.0);
     for (int i = 0; i < j.n; i++)
         assert_true(WIFSIGNALED(j.p[i].status));
     /* As an orchestrator would, restart once the dead members' leases are
@@ -206,13 +206,13 @@ static void test_kill_all_restore(void **state)
     job_t *k = &j;
     int first_new = k->n;
     const char *flags[] = {"--steps", "18", NULL};
-    spawn_all(k, flags);
-    wait_all(k, 120);
-    check_final(k, steps);
-    check_logs(k, steps);
+    rp_spawn_all(k, flags);
+    rp_wait_all(k, 120);
+    rp_check_final(k, steps);
+    rp_check_logs(k, steps);
     /* The restarted processes started from step 5. */
-    check_restarted_from(k, first_new, 6);
-    rm_rf(j.dir);
+    rp_check_restarted_from(k, first_new, 6);
+    rp_rm_rf(j.dir);
 }
 
 /* One rank's state is corrupted after step 7: the drift check at step 10
@@ -223,15 +223,15 @@ static void test_drift_detected_and_healed(void **state)
     (void)state;
     job_t j;
     const int steps = 14;
-    job_init(&j, "drift");
+    rp_job_init(&j, "drift");
     j.extra_env[0] = "GRAFT_DRIFT_CHECK_EVERY=5";
     const char *flags[] = {"--steps", "14", NULL};
     const char *bad[] = {"--steps", "14", "--corrupt-at-step", "7", NULL};
     for (int g = 0; g < G; g++)
         for (int r = 0; r < R; r++)
-            spawn(&j, g, r, g == 1 && r == 0 ? bad : flags);
-    wait_all(&j, 120);
-    check_final(&j, steps);
+            rp_spawn(&j, g, r, g == 1 && r == 0 ? bad : flags);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
     /* The metrics line: every rank ran the checks; the corrupted rank saw
      * the mismatch, and so did rank 0 of the other groups. */
     for (int i = 0; i < j.n; i++) {
@@ -254,7 +254,7 @@ static void test_drift_detected_and_healed(void **state)
         if (j.p[i].group == 1)
             assert_true(failed >= 1);
     }
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 /* Elastic mode: a group loses a rank and the others go on without it;
@@ -266,7 +266,7 @@ static void test_elastic_and_checkpoint_now(void **state)
     job_t j;
     const int steps = 40;
     char root[300], env_root[340];
-    job_init(&j, "elastic");
+    rp_job_init(&j, "elastic");
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     j.extra_env[0] = "GRAFT_MODE=elastic";
@@ -278,23 +278,23 @@ static void test_elastic_and_checkpoint_now(void **state)
                           NULL};
     for (int g = 0; g < G; g++)
         for (int r = 0; r < R; r++)
-            spawn(&j, g, r, g == 0 ? ckpt : flags);
+            rp_spawn(&j, g, r, g == 0 ? ckpt : flags);
     proc_t *victim = &j.p[2 * R + 1];
-    wait_log(victim, 6, 60);
-    kill_proc(victim);
+    rp_wait_log(victim, 6, 60);
+    rp_kill_proc(victim);
     /* The others keep committing without group 2 before it is replaced. */
-    int before = log_lines(j.p[0].log);
-    wait_log(&j.p[0], before + 3, 60);
-    spawn(&j, 2, 1, flags);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
+    int before = rp_log_lines(j.p[0].log);
+    rp_wait_log(&j.p[0], before + 3, 60);
+    rp_spawn(&j, 2, 1, flags);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
+    rp_check_logs(&j, steps);
     assert_int_equal(graft_persist_verify(root, 4, GRAFT_PERSIST_VERIFY_FULL, NULL), GRAFT_OK);
     /* The checkpoint record for tools. */
     char key[160];
     graft_etcd_kv_t kv;
     snprintf(key, sizeof(key), "/graft/%s/checkpoints/%020d", j.name, 4);
-    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_get(rtf_etcd.client, key, &kv, NULL), GRAFT_OK);
     graft_etcd_kv_clear(&kv);
 }
 
@@ -318,16 +318,16 @@ static void test_persist_rotation_and_record(void **state)
     struct timeval tv;
     gettimeofday(&tv, NULL);
     uint64_t t_start_ms = (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
-    job_init(&j, "rotation");
+    rp_job_init(&j, "rotation");
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     j.extra_env[0] = env_root;
     j.extra_env[1] = "GRAFT_PERSIST_EVERY=5";
     j.extra_env[2] = "GRAFT_PERSIST_KEEP_LAST=10";
     const char *flags[] = {"--steps", "16", NULL};
-    spawn_all(&j, flags);
-    wait_all(&j, 120);
-    check_final(&j, steps);
+    rp_spawn_all(&j, flags);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
     gettimeofday(&tv, NULL);
     uint64_t t_end_ms = (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
 
@@ -360,7 +360,7 @@ static void test_persist_rotation_and_record(void **state)
         char key[200];
         graft_etcd_kv_t kv;
         snprintf(key, sizeof(key), "/graft/%s/checkpoints/%020d", j.name, s);
-        assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+        assert_int_equal(graft_etcd_get(rtf_etcd.client, key, &kv, NULL), GRAFT_OK);
         Graft__CheckpointRecord *rec =
             graft__checkpoint_record__unpack(NULL, kv.value_len, (const uint8_t *)kv.value);
         graft_etcd_kv_clear(&kv);
@@ -377,7 +377,7 @@ static void test_persist_rotation_and_record(void **state)
     graft_etcd_range_result_t res;
     memset(&res, 0, sizeof(res));
     snprintf(prefix, sizeof(prefix), "/graft/%s/checkpoints/", j.name);
-    assert_int_equal(graft_etcd_range(etcd.client, prefix, &ro, &res), GRAFT_OK);
+    assert_int_equal(graft_etcd_range(rtf_etcd.client, prefix, &ro, &res), GRAFT_OK);
     assert_int_equal(res.count, 4);
     graft_etcd_range_result_clear(&res);
 
@@ -389,7 +389,7 @@ static void test_persist_rotation_and_record(void **state)
         const proc_t *p = &j.p[i];
         trainer_metrics_t mt;
         uint64_t w = 0, c = 0;
-        read_metrics(p, &mt);
+        rp_read_metrics(p, &mt);
         for (int s = 5; s <= 15; s += every) {
             w += (s / every + p->rank) % G == p->group;
             c += p->rank == 0 && (s / every) % G == p->group;
@@ -401,7 +401,7 @@ static void test_persist_rotation_and_record(void **state)
                      "not %" PRIu64 " and %" PRIu64, p->group, p->rank, mt.checkpoints_written,
                      mt.checkpoints_committed, w, c);
     }
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 /* ------------------------------------------ no up-to-date group left --- */
@@ -429,7 +429,7 @@ static uint64_t read_restores(const proc_t *p)
 /* Wait until the last line of @p's hash log is of step @step. */
 static void wait_log_step(const proc_t *p, uint64_t step, double timeout_s)
 {
-    double end = now_s() + timeout_s;
+    double end = rp_now_s() + timeout_s;
     for (;;) {
         char line[128], last[128] = "";
         uint64_t got = 0;
@@ -440,8 +440,8 @@ static void wait_log_step(const proc_t *p, uint64_t step, double timeout_s)
             fclose(f);
         if (sscanf(last, "%" SCNu64, &got) == 1 && got == step)
             return;
-        if (now_s() > end) {
-            print_err_tail(p);
+        if (rp_now_s() > end) {
+            rp_print_err_tail(p);
             fail_msg("%s never logged step %" PRIu64 " (last line: %s)", p->log, step, last);
         }
         usleep(10000);
@@ -477,27 +477,27 @@ static void run_donors_lost(job_t *j, proc_t **rank1_p, proc_t **repl_p)
      * group 1 serves is the heal below. (Started together, group 1 could
      * form the first quorum on its own before group 0 had joined, and then
      * serve group 0's start-up sync and die there.) */
-    proc_t *victim = spawn(j, 0, 0, first);
-    proc_t *rank1 = spawn(j, 0, 1, first);
-    wait_log(victim, 1, 60);
-    proc_t *d0 = spawn(j, 1, 0, dying);
-    proc_t *d1 = spawn(j, 1, 1, dying);
-    wait_log(d0, 1, 60);
-    wait_log(victim, 5, 60);
-    kill_proc(victim);
+    proc_t *victim = rp_spawn(j, 0, 0, first);
+    proc_t *rank1 = rp_spawn(j, 0, 1, first);
+    rp_wait_log(victim, 1, 60);
+    proc_t *d0 = rp_spawn(j, 1, 0, dying);
+    proc_t *d1 = rp_spawn(j, 1, 1, dying);
+    rp_wait_log(d0, 1, 60);
+    rp_wait_log(victim, 5, 60);
+    rp_kill_proc(victim);
     /* Group 1 goes on alone (elastic), past group 0's step, up to its
      * last step, where it holds (--serve-before-end). Its hash log's last
      * line is then step 15 (not "two more commits": on one core under
      * AddressSanitizer group 1 could be that close to its hold when the
      * victim died). */
     wait_log_step(d0, LOST_STEPS - 1, 60);
-    proc_t *repl = spawn(j, 0, 0, flags);
-    wait_proc(d0, 60);
-    wait_proc(d1, 60);
+    proc_t *repl = rp_spawn(j, 0, 0, flags);
+    rp_wait_proc(d0, 60);
+    rp_wait_proc(d1, 60);
     assert_true(WIFSIGNALED(d0->status) && WTERMSIG(d0->status) == SIGKILL);
     assert_true(WIFSIGNALED(d1->status) && WTERMSIG(d1->status) == SIGKILL);
-    wait_proc(rank1, 60);
-    wait_proc(repl, 60);
+    rp_wait_proc(rank1, 60);
+    rp_wait_proc(repl, 60);
     *rank1_p = rank1;
     *repl_p = repl;
 }
@@ -511,7 +511,7 @@ static void test_donors_lost_restore(void **state)
     (void)state;
     job_t j;
     char root[300], env_root[340];
-    job_init(&j, "lost");
+    rp_job_init(&j, "lost");
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     j.extra_env[3] = env_root;
@@ -520,17 +520,17 @@ static void test_donors_lost_restore(void **state)
     run_donors_lost(&j, &rank1, &repl);
     if (!WIFEXITED(repl->status) || WEXITSTATUS(repl->status) != 0)
         fail_msg("the replacement exited with status 0x%x (stderr %s)", repl->status, repl->err);
-    check_final_blob(&j, LOST_STEPS, LOST_BLOB_MIB);
-    check_logs(&j, LOST_STEPS);
+    rp_check_final_blob(&j, LOST_STEPS, LOST_BLOB_MIB);
+    rp_check_logs(&j, LOST_STEPS);
     /* Both took the state from disk, not from a cold start. */
     assert_true(read_restores(rank1) >= 1);
     assert_true(read_restores(repl) >= 1);
     uint64_t step, rec;
     char hash[17], start[16];
-    read_final(repl, &step, hash, start, &rec);
+    rp_read_final(repl, &step, hash, start, &rec);
     assert_string_equal(start, "restore");
-    assert_true(file_contains(repl->err, "restored checkpoint step"));
-    rm_rf(j.dir);
+    assert_true(rp_file_contains(repl->err, "restored checkpoint step"));
+    rp_rm_rf(j.dir);
 }
 
 /* The same without a persistent tier: a clear error, and the recipient
@@ -539,7 +539,7 @@ static void test_donors_lost_no_checkpoint(void **state)
 {
     (void)state;
     job_t j;
-    job_init(&j, "lostnp");
+    rp_job_init(&j, "lostnp");
     proc_t *rank1 = NULL, *repl = NULL;
     run_donors_lost(&j, &rank1, &repl);
     const char *want = graft_status_string(GRAFT_ESTATELOST);
@@ -548,14 +548,14 @@ static void test_donors_lost_no_checkpoint(void **state)
         if (!WIFEXITED(ps[i]->status) || WEXITSTATUS(ps[i]->status) != 1)
             fail_msg("group 0 rank %d exited with status 0x%x, not the error", ps[i]->rank,
                      ps[i]->status);
-        if (!file_contains(ps[i]->err, want) ||
-            !file_contains(ps[i]->err, "no persistent tier is configured"))
+        if (!rp_file_contains(ps[i]->err, want) ||
+            !rp_file_contains(ps[i]->err, "no persistent tier is configured"))
             fail_msg("%s does not say '%s'", ps[i]->err, want);
     }
     /* The replacement never committed; everything logged agrees. */
-    assert_int_equal(log_lines(repl->log), 0);
-    check_logs(&j, LOST_STEPS);
-    rm_rf(j.dir);
+    assert_int_equal(rp_log_lines(repl->log), 0);
+    rp_check_logs(&j, LOST_STEPS);
+    rp_rm_rf(j.dir);
 }
 
 /* The ranks of a donor group disagree on their step and the one ahead
@@ -575,7 +575,7 @@ static void test_restored_rank_serves(void **state)
     job_t j;
     const int steps = 16, blob_mib = 8;
     char root[300], env_root[340];
-    job_init(&j, "rserve");
+    rp_job_init(&j, "rserve");
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     j.extra_env[0] = "GRAFT_GROUPS=2";
@@ -585,43 +585,43 @@ static void test_restored_rank_serves(void **state)
     const char *flags[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8", NULL};
     const char *dying[] = {"--steps", "16", "--step-delay-ms", "20", "--blob-mib", "8",
                            "--die-when-serving", "0", NULL};
-    proc_t *victim = spawn(&j, 0, 0, flags);
-    proc_t *g0r1 = spawn(&j, 0, 1, flags);
-    proc_t *g1r0 = spawn(&j, 1, 0, dying);
-    proc_t *g1r1 = spawn(&j, 1, 1, flags);
-    wait_log(victim, 6, 60);
+    proc_t *victim = rp_spawn(&j, 0, 0, flags);
+    proc_t *g0r1 = rp_spawn(&j, 0, 1, flags);
+    proc_t *g1r0 = rp_spawn(&j, 1, 0, dying);
+    proc_t *g1r1 = rp_spawn(&j, 1, 1, flags);
+    rp_wait_log(victim, 6, 60);
     graft_persist_entry_t e;
-    double end = now_s() + 30;
+    double end = rp_now_s() + 30;
     while (graft_persist_verify(root, 4, GRAFT_PERSIST_VERIFY_QUICK, &e) != GRAFT_OK) {
-        if (now_s() > end)
+        if (rp_now_s() > end)
             fail_msg("checkpoint step 4 never completed under %s", root);
         usleep(10000);
     }
-    kill_proc(victim);
-    proc_t *g0r0 = spawn(&j, 0, 0, flags);
-    wait_proc(g1r0, 60);
+    rp_kill_proc(victim);
+    proc_t *g0r0 = rp_spawn(&j, 0, 0, flags);
+    rp_wait_proc(g1r0, 60);
     assert_true(WIFSIGNALED(g1r0->status) && WTERMSIG(g1r0->status) == SIGKILL);
-    proc_t *g1r0b = spawn(&j, 1, 0, flags);
-    wait_all(&j, 120);
-    check_final_blob(&j, steps, blob_mib);
-    check_logs(&j, steps);
+    proc_t *g1r0b = rp_spawn(&j, 1, 0, flags);
+    rp_wait_all(&j, 120);
+    rp_check_final_blob(&j, steps, blob_mib);
+    rp_check_logs(&j, steps);
 
     /* The scenario happened: the first replacement's heal failed, the
      * second one restored, and rank 1 of group 1 restored as well. */
     trainer_metrics_t m;
-    read_metrics(g0r0, &m);
+    rp_read_metrics(g0r0, &m);
     assert_true(m.recovery_failures >= 1);
     uint64_t step, rec;
     char hash[17], start[16];
-    read_final(g1r0b, &step, hash, start, &rec);
+    rp_read_final(g1r0b, &step, hash, start, &rec);
     assert_string_equal(start, "restore");
-    read_metrics(g1r1, &m);
+    rp_read_metrics(g1r1, &m);
     assert_true(m.restores >= 1);
     /* What it is about: rank 1 of group 0 healed from it at once. */
-    read_metrics(g0r1, &m);
+    rp_read_metrics(g0r1, &m);
     if (m.recovery_failures != 0)
         fail_msg("group 0 rank 1 failed %" PRIu64 " heals (%s)", m.recovery_failures, g0r1->role);
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 /* A new job cold-starts; once it has committed steps, a new process with
@@ -632,25 +632,25 @@ static void test_progressed_job_no_cold_start(void **state)
     (void)state;
     job_t j;
     char empty[300], env_root[340];
-    job_init(&j, "progressed");
+    rp_job_init(&j, "progressed");
     j.extra_env[0] = "GRAFT_MODE=elastic";
     j.extra_env[1] = "GRAFT_MIN_GROUPS=1";
     j.capture_err = true;
     const char *first[] = {"--steps", "4", NULL};
-    proc_t *a = spawn(&j, 0, 0, first);
-    proc_t *b = spawn(&j, 0, 1, first);
-    wait_proc(a, 60);
-    wait_proc(b, 60);
-    check_final(&j, 4);
+    proc_t *a = rp_spawn(&j, 0, 0, first);
+    proc_t *b = rp_spawn(&j, 0, 1, first);
+    rp_wait_proc(a, 60);
+    rp_wait_proc(b, 60);
+    rp_check_final(&j, 4);
     uint64_t step, rec;
     char hash[17], start[16];
-    read_final(a, &step, hash, start, &rec);
+    rp_read_final(a, &step, hash, start, &rec);
     assert_string_equal(start, "cold");
     /* What says so: the progress key, a ProgressRecord of a committed step. */
     char key[160];
     graft_etcd_kv_t kv;
     snprintf(key, sizeof(key), "/graft/%s/progress", j.name);
-    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_get(rtf_etcd.client, key, &kv, NULL), GRAFT_OK);
     Graft__ProgressRecord *pr =
         graft__progress_record__unpack(NULL, kv.value_len, (const uint8_t *)kv.value);
     assert_non_null(pr);
@@ -669,23 +669,23 @@ static void test_progressed_job_no_cold_start(void **state)
             snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", empty);
             j.extra_env[2] = env_root;
         }
-        proc_t *p0 = spawn(&j, 0, 0, again);
-        proc_t *p1 = spawn(&j, 0, 1, again);
-        wait_proc(p0, 60);
-        wait_proc(p1, 60);
+        proc_t *p0 = rp_spawn(&j, 0, 0, again);
+        proc_t *p1 = rp_spawn(&j, 0, 1, again);
+        rp_wait_proc(p0, 60);
+        rp_wait_proc(p1, 60);
         proc_t *ps[2] = {p0, p1};
         for (int i = 0; i < 2; i++) {
             if (!WIFEXITED(ps[i]->status) || WEXITSTATUS(ps[i]->status) != 1)
                 fail_msg("restart %d rank %d exited with status 0x%x, not the error", round,
                          ps[i]->rank, ps[i]->status);
-            if (!file_contains(ps[i]->err, want))
+            if (!rp_file_contains(ps[i]->err, want))
                 fail_msg("%s does not say '%s'", ps[i]->err, want);
-            if (round == 1 && !file_contains(ps[i]->err, "no checkpoint verifies under"))
+            if (round == 1 && !rp_file_contains(ps[i]->err, "no checkpoint verifies under"))
                 fail_msg("%s does not name the empty persistent tier", ps[i]->err);
-            assert_int_equal(log_lines(ps[i]->log), 0);
+            assert_int_equal(rp_log_lines(ps[i]->log), 0);
         }
     }
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 int main(void)
@@ -704,5 +704,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
 }

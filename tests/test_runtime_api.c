@@ -1,7 +1,7 @@
 /*
  * The runtime's API in one process, against the program's etcd: bad
  * configuration and misuse get precise errors, allocation failures are
- * survived, and two runtimes of one process (test_runtime_util.h) exchange
+ * survived, and two runtimes of one process (runtime_fixture.h) exchange
  * quorum blobs, wire an NCCL backend, open a donor's fence and switch skip
  * regions. test_runtime.c has the end-to-end jobs.
  */
@@ -26,7 +26,7 @@
 #include "runtime/runtime_internal.h"
 #include "transfer/transfer_int.h"
 #include "proto/graft.pb-c.h"
-#include "test_runtime_procs.h"
+#include "runtime_procs.h"
 
 static void test_bad_config_names_field(void **state)
 {
@@ -45,7 +45,7 @@ static void test_bad_config_names_field(void **state)
     char cmd[1400];
     snprintf(cmd, sizeof(cmd),
              "GRAFT_JOB=x GRAFT_GROUPS=3 GRAFT_GROUP=0 GRAFT_LEASE_TTL_MS=soon '%s' 2>&1",
-             trainer);
+             rp_trainer);
     FILE *f = popen(cmd, "r");
     char out[512] = "";
     size_t got = fread(out, 1, sizeof(out) - 1, f);
@@ -57,7 +57,7 @@ static void test_bad_config_names_field(void **state)
         fail_msg("error does not name the field: %s", out);
 
     snprintf(cmd, sizeof(cmd),
-             "GRAFT_JOB=x GRAFT_GROUPS=3 GRAFT_GROUP=0 GRAFT_MIN_GROUPS=2 '%s' 2>&1", trainer);
+             "GRAFT_JOB=x GRAFT_GROUPS=3 GRAFT_GROUP=0 GRAFT_MIN_GROUPS=2 '%s' 2>&1", rp_trainer);
     f = popen(cmd, "r");
     got = fread(out, 1, sizeof(out) - 1, f);
     out[got] = '\0';
@@ -67,7 +67,7 @@ static void test_bad_config_names_field(void **state)
         fail_msg("error does not name min_groups: %s", out);
 
     /* Unknown flag. */
-    snprintf(cmd, sizeof(cmd), "'%s' --stepz 3 2>/dev/null", trainer);
+    snprintf(cmd, sizeof(cmd), "'%s' --stepz 3 2>/dev/null", rp_trainer);
     assert_int_equal(WEXITSTATUS(system(cmd)), 2);
 }
 
@@ -141,7 +141,7 @@ static void test_api_misuse(void **state)
     assert_int_equal(graft_config_set(c, "job", "misuse", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
                                       NULL), GRAFT_OK);
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
@@ -232,7 +232,7 @@ static graft_status_t init_with_address(const char *job, const char *addr, const
     assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
                                       NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "transfer_address", addr, NULL), GRAFT_OK);
     if (adv != NULL)
@@ -248,7 +248,7 @@ static graft_status_t init_with_address(const char *job, const char *addr, const
     char key[128];
     graft_etcd_kv_t kv;
     snprintf(key, sizeof(key), "/graft/%s/members/0/0", job);
-    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_get(rtf_etcd.client, key, &kv, NULL), GRAFT_OK);
     Graft__MemberRecord *rec =
         graft__member_record__unpack(NULL, kv.value_len, (const uint8_t *)kv.value);
     graft_etcd_kv_clear(&kv);
@@ -298,7 +298,7 @@ static void test_init_allocation_failures(void **state)
     assert_int_equal(graft_config_set(c, "job", "alloc", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
                                       NULL), GRAFT_OK);
     bool completed = false;
     int failures = 0;
@@ -327,7 +327,7 @@ static void test_init_allocation_failures(void **state)
 
 /* ------------------------------------------- two runtimes, one process --- */
 
-/* make_rt(), register_ab(), peer_step(), step_pair(): test_runtime_util.h. */
+/* rtf_make(), rtf_register_ab(), rtf_step_pair(): tests/support/runtime_fixture.h. */
 
 static void expect_blob(graft_runtime_t *rt, uint64_t quorum_id, const char *want)
 {
@@ -348,7 +348,7 @@ static void test_quorum_blob(void **state)
     char job[64], buf[64];
     size_t len = 7777;
     snprintf(job, sizeof(job), "blob-%d", (int)getpid());
-    graft_runtime_t *rt0 = make_rt(job, 0), *rt1 = make_rt(job, 1);
+    graft_runtime_t *rt0 = rtf_make(job, 0), *rt1 = rtf_make(job, 1);
 
     /* Misuse: nothing reaches etcd. */
     assert_int_equal(graft_quorum_blob_publish(rt0, "x", 1), GRAFT_ESTATE);
@@ -363,13 +363,13 @@ static void test_quorum_blob(void **state)
     assert_int_equal(graft_quorum_blob_get(rt0, 1, 10, buf, sizeof(buf), NULL), GRAFT_EINVAL);
     assert_int_equal(len, 7777); /* untouched on failure */
 
-    register_ab(rt0, a0, b0, 512, 1, 2);
-    register_ab(rt1, a1, b1, 512, 1, 2);
+    rtf_register_ab(rt0, a0, b0, 512, 1, 2);
+    rtf_register_ab(rt1, a1, b1, 512, 1, 2);
 
     /* Quorum 1: group 0 (replica rank 0) publishes, group 1 reads it and
      * cannot overwrite it. */
     peer_t p0 = {.rt = rt0, .publish = "blob-A"}, p1 = {.rt = rt1, .read_blob = true};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     uint64_t q1 = p0.info.quorum_id;
     assert_true(q1 > 0);
     assert_int_equal(p1.info.quorum_id, q1);
@@ -392,11 +392,11 @@ static void test_quorum_blob(void **state)
     /* Group 1 is replaced: a new member set, a new quorum id, whose blob
      * is not quorum 1's. */
     graft_destroy(rt1);
-    rt1 = make_rt(job, 1);
-    register_ab(rt1, a1, b1, 512, 5, 6);
+    rt1 = rtf_make(job, 1);
+    rtf_register_ab(rt1, a1, b1, 512, 5, 6);
     peer_t r1 = {.rt = rt1, .read_blob = true};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, peer_step, &r1), 0);
+    assert_int_equal(pthread_create(&t, NULL, rtf_peer_step, &r1), 0);
     graft_step_info_t info;
     bool apply = false;
     assert_int_equal(graft_quorum(rt0, &info), GRAFT_OK);
@@ -443,17 +443,17 @@ static void test_nccl_backend_wiring(void **state)
 #else
     const char *backend = "ucx"; /* nccl is refused here (test_config) */
 #endif
-    graft_runtime_t *rt0 = make_rt_set(job, 0, "transfer_backend", backend);
-    graft_runtime_t *rt1 = make_rt_set(job, 1, "transfer_backend", backend);
+    graft_runtime_t *rt0 = rtf_make_set(job, 0, "transfer_backend", backend);
+    graft_runtime_t *rt1 = rtf_make_set(job, 1, "transfer_backend", backend);
     for (size_t i = 0; i < sizeof(uid); i++)
         uid[i] = (uint8_t)(i * 7 + 3);
     /* Not joined yet: nothing to publish with. */
     assert_int_not_equal(graft__rt_nccl_exchange(rt0, 1, 0, 1, true, uid, sizeof(uid)), GRAFT_OK);
 
-    register_ab(rt0, a0, b0, 512, 1, 2);
-    register_ab(rt1, a1, b1, 512, 5, 6);
+    rtf_register_ab(rt0, a0, b0, 512, 1, 2);
+    rtf_register_ab(rt1, a1, b1, 512, 5, 6);
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     assert_int_equal(p1.heal_st, GRAFT_OK);
     assert_true(p0.apply && p1.apply);
     /* the step-0 sync gave group 1 group 0's state */
@@ -507,10 +507,10 @@ static void fence_case(const char *name, fence_recipient_t *f)
     static uint64_t a0[512], b0[512], a1[512], b1[512];
     char job[64];
     snprintf(job, sizeof(job), "%s-%d", name, (int)getpid());
-    graft_runtime_t *rt0 = make_rt_set(job, 0, "transfer_advertise", "127.0.0.2");
-    f->rt = make_rt(job, 1);
-    register_ab(rt0, a0, b0, 512, 1, 2);
-    register_ab(f->rt, a1, b1, 512, 5, 6);
+    graft_runtime_t *rt0 = rtf_make_set(job, 0, "transfer_advertise", "127.0.0.2");
+    f->rt = rtf_make(job, 1);
+    rtf_register_ab(rt0, a0, b0, 512, 1, 2);
+    rtf_register_ab(f->rt, a1, b1, 512, 5, 6);
     pthread_t t;
     void *ret = NULL;
     assert_int_equal(pthread_create(&t, NULL, fence_recipient_main, f), 0);
@@ -567,7 +567,7 @@ static void test_skip_region_switch(void **state)
     assert_int_equal(graft_config_set(c, "job", "skipbad", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
                                       NULL), GRAFT_OK);
     setenv("GRAFT_TEST_SKIP_REGION", "", 1);
     assert_int_equal(graft_init(c, &bad), GRAFT_EINVAL);
@@ -583,16 +583,16 @@ static void test_skip_region_switch(void **state)
 
     /* Group 1 alone carries the switch (the environment is read at init). */
     snprintf(job, sizeof(job), "skip-%d", (int)getpid());
-    graft_runtime_t *rt0 = make_rt(job, 0);
+    graft_runtime_t *rt0 = rtf_make(job, 0);
     setenv("GRAFT_TEST_SKIP_REGION", "b", 1);
-    graft_runtime_t *rt1 = make_rt(job, 1);
+    graft_runtime_t *rt1 = rtf_make(job, 1);
     unsetenv("GRAFT_TEST_SKIP_REGION");
-    register_ab(rt0, a0, b0, 512, 1, 2);
-    register_ab(rt1, a1, b1, 512, 9, 8);
+    rtf_register_ab(rt0, a0, b0, 512, 1, 2);
+    rtf_register_ab(rt1, a1, b1, 512, 9, 8);
 
     /* The cold start makes group 1 pull group 0's state. */
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     assert_true(p1.info.healing);
     assert_int_equal(p1.heal_st, GRAFT_OK);
     assert_true(p0.apply && p1.apply);
@@ -620,7 +620,7 @@ static graft_status_t ckpt_rt(const char *job, const char *root, const char *sec
     assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
                                       NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "persist_root", root, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "persist_every", "1", NULL), GRAFT_OK);
@@ -709,7 +709,7 @@ static void test_cannot_serve_published(void **state)
     assert_int_equal(graft_config_set(c, "job", "cannot-serve", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(etcd.server),
+    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
                                       NULL), GRAFT_OK);
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
@@ -749,5 +749,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
 }

@@ -1,6 +1,6 @@
 /*
  * A group that joins a running job and lacks its state, in one process
- * against the program's etcd (test_runtime_util.h): when its first round
+ * against the program's etcd (runtime_fixture.h): when its first round
  * forms without the group that holds the state (elastic, min_groups 1;
  * that group live but not ready in time, as on a loaded host), it votes no
  * and waits for a round with it, then heals from it. Declaring the job's
@@ -9,7 +9,7 @@
  * load). With no such group live, the state is lost as before
  * (test_runtime.c).
  */
-#include "test_runtime_procs.h"
+#include "runtime_procs.h"
 
 /* An elastic job of 2 groups where one group is enough. */
 static graft_runtime_t *elastic_rt(const char *job, int group)
@@ -20,7 +20,7 @@ static graft_runtime_t *elastic_rt(const char *job, int group)
     snprintf(g, sizeof(g), "%d", group);
     assert_int_equal(graft_config_create(&c), GRAFT_OK);
     const char *kv[][2] = {{"job", job}, {"groups", "2"}, {"group", g},
-                           {"etcd_endpoints", graft_etcd_server_endpoint(etcd.server)},
+                           {"etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server)},
                            {"mode", "elastic"}, {"min_groups", "1"},
                            {"lease_ttl_ms", "2000"}, {"join_timeout_ms", "1000"},
                            {"quorum_timeout_ms", "30000"}};
@@ -38,7 +38,7 @@ static void test_joiner_waits_for_the_group_with_state(void **state)
     char job[64];
     snprintf(job, sizeof(job), "joinwait-%d", (int)getpid());
     graft_runtime_t *rt0 = elastic_rt(job, 0);
-    register_ab(rt0, a0, b0, 512, 1, 2);
+    rtf_register_ab(rt0, a0, b0, 512, 1, 2);
     graft_step_info_t info;
     bool apply = false;
     /* Group 0 trains alone for 3 steps. */
@@ -53,7 +53,7 @@ static void test_joiner_waits_for_the_group_with_state(void **state)
     /* Group 1 joins while group 0 pauses (live, its lease kept, but in no
      * round): the first round forms with group 1 alone. */
     graft_runtime_t *rt1 = elastic_rt(job, 1);
-    register_ab(rt1, a1, b1, 512, 5, 6);
+    rtf_register_ab(rt1, a1, b1, 512, 5, 6);
     assert_int_equal(graft_quorum(rt1, &info), GRAFT_OK);
     assert_false(info.healing);
     assert_int_equal(info.step, 0);
@@ -62,7 +62,7 @@ static void test_joiner_waits_for_the_group_with_state(void **state)
     assert_int_equal(graft_step(rt1), 0);
     /* Group 0 is back: the next round has both, group 1 heals from it. */
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     assert_int_equal(p1.info.step, 3);
     assert_true(p1.info.healing);
     assert_int_equal(p1.heal_st, GRAFT_OK);
@@ -81,5 +81,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
 }

@@ -5,7 +5,7 @@
  * local disk is lost; the restarted job restores from the bucket and ends
  * identical to the fault-free run.
  */
-#include "test_runtime_procs.h"
+#include "runtime_procs.h"
 
 #include "s3_fixture.h"
 
@@ -20,12 +20,12 @@ static int group_setup(void **state)
     have_s3 = rc == 0;
     if (rc > 0)
         fprintf(stderr, "%s\n", s3.skip_reason);
-    return setup(state);
+    return rp_setup(state);
 }
 
 static int group_teardown(void **state)
 {
-    int rc = teardown(state);
+    int rc = rp_teardown(state);
     if (have_s3)
         graft_test_s3_stop(&s3);
     return rc;
@@ -84,7 +84,7 @@ static void remote_restore_job(const char *name, bool lose_disks)
     job_t j;
     const int steps = 18;
     char root[280], env_root[340], env_remote[200], env_ep[200];
-    job_init(&j, name);
+    rp_job_init(&j, name);
     snprintf(root, sizeof(root), "%s/ckpt", j.dir);
     snprintf(env_root, sizeof(env_root), "GRAFT_PERSIST_ROOT=%s", root);
     snprintf(env_remote, sizeof(env_remote), "GRAFT_PERSIST_REMOTE=s3://%s/%s", s3.bucket, j.name);
@@ -95,8 +95,8 @@ static void remote_restore_job(const char *name, bool lose_disks)
     j.extra_env[3] = env_ep;
     const char *dying[] = {"--steps", "18", "--die-at-step", "13", "--step-delay-ms", "150",
                            NULL};
-    spawn_all(&j, dying);
-    (void)wait_job_lost(&j, 120, 5.0);
+    rp_spawn_all(&j, dying);
+    (void)rp_wait_job_lost(&j, 120, 5.0);
     for (int i = 0; i < j.n; i++)
         assert_true(WIFSIGNALED(j.p[i].status));
     usleep(2600 * 1000);
@@ -116,18 +116,18 @@ static void remote_restore_job(const char *name, bool lose_disks)
     assert_true(newest == 5 || newest == 10);
 
     if (lose_disks)
-        rm_rf(root); /* every host lost its disk */
+        rp_rm_rf(root); /* every host lost its disk */
     else
         corrupt_all(root);
     job_t *k = &j;
     int first_new = k->n;
     const char *flags[] = {"--steps", "18", NULL};
-    spawn_all(k, flags);
-    wait_all(k, 180);
-    check_final(k, steps);
-    check_logs(k, steps);
+    rp_spawn_all(k, flags);
+    rp_wait_all(k, 180);
+    rp_check_final(k, steps);
+    rp_check_logs(k, steps);
     /* Restored from the bucket (or healed from a peer that was). */
-    check_restarted_from(k, first_new, (unsigned)newest + 1);
+    rp_check_restarted_from(k, first_new, (unsigned)newest + 1);
     /* The restarted job's checkpoints reached the bucket before its
      * processes ended (a writer waits for its uploads): step 15, and the
      * final one of step 18 (train_mlp ends with graft_finish()). */
@@ -141,12 +141,12 @@ static void remote_restore_job(const char *name, bool lose_disks)
     uint64_t uploaded = 0;
     for (int i = first_new; i < k->n; i++) {
         trainer_metrics_t m;
-        read_metrics(&k->p[i], &m);
+        rp_read_metrics(&k->p[i], &m);
         uploaded += m.remote_uploaded;
     }
     if (uploaded < 2)
         fail_msg("the restarted processes counted %" PRIu64 " uploads, not 2 or more", uploaded);
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 static void test_lose_every_disk_restore_from_bucket(void **state)

@@ -28,7 +28,7 @@
 #include "alloc_fail.h"
 #include "proto/graft.pb-c.h"
 #include "runtime/runtime_internal.h"
-#include "test_runtime_util.h"
+#include "runtime_fixture.h"
 
 #define N 512
 /* A secret given from outside, and another one (both at least 16 bytes). */
@@ -37,7 +37,7 @@
 
 static char tmpdir[256];
 
-static int setup(void **state)
+static int rp_setup(void **state)
 {
     (void)state;
     snprintf(tmpdir, sizeof(tmpdir), "%s/graft-secret-XXXXXX",
@@ -45,17 +45,17 @@ static int setup(void **state)
     if (mkdtemp(tmpdir) == NULL)
         return -1;
     unsetenv("GRAFT_JOB_SECRET");
-    return graft_test_etcd_start(&etcd, NULL);
+    return graft_test_etcd_start(&rtf_etcd, NULL);
 }
 
-static int teardown(void **state)
+static int rp_teardown(void **state)
 {
     (void)state;
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmpdir);
-    graft_test_etcd_stop(&etcd);
+    graft_test_etcd_stop(&rtf_etcd);
     return 0;
 }
 
@@ -71,7 +71,7 @@ static size_t etcd_secret(const char *job, uint8_t out[GRAFT_TRANSFER_SECRET_MAX
     graft_etcd_kv_t kv;
     size_t len = 0;
     snprintf(key, sizeof(key), "/graft/%s/secret", job);
-    graft_status_t st = graft_etcd_get(etcd.client, key, &kv, NULL);
+    graft_status_t st = graft_etcd_get(rtf_etcd.client, key, &kv, NULL);
     if (st == GRAFT_ENOTFOUND)
         return 0;
     assert_int_equal(st, GRAFT_OK);
@@ -106,7 +106,7 @@ static void first_step_heals(graft_runtime_t *rt0, graft_runtime_t *rt1, const u
                              const uint64_t *b1)
 {
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     assert_true(p1.info.healing);
     assert_int_equal(p1.heal_st, GRAFT_OK);
     assert_true(p0.apply && p1.apply);
@@ -116,21 +116,21 @@ static void first_step_heals(graft_runtime_t *rt0, graft_runtime_t *rt1, const u
 
 /* ------------------------------------------------------------- codecs --- */
 
-/* The wire form of m as graft__rt_step_encode() would pack it, without the
- * MAC (the caller sets or leaves it), for messages made wrong on purpose. */
-static Graft__StepMessage step_message_of(const graft__step_msg_t *m)
+/* The wire form of m as the runtime's own encoder (graft__rt_step_encode())
+ * packs it, unpacked again, for messages made wrong on purpose: the caller
+ * changes fields of a shallow copy (its MAC is one with an unrelated key:
+ * the caller sets or drops it) and frees this with
+ * graft__step_message__free_unpacked() when done. */
+static Graft__StepMessage *step_message_of(const graft__step_msg_t *m)
 {
-    Graft__StepMessage pm = GRAFT__STEP_MESSAGE__INIT;
-    pm.version = 1;
-    pm.kind = (Graft__StepMessage__Kind)m->kind;
-    pm.quorum_id = m->quorum_id;
-    pm.members_hash = m->members_hash;
-    pm.epoch_round = m->epoch_round;
-    pm.step = m->step;
-    pm.group = m->group;
-    pm.rank = m->rank;
-    pm.barrier_round = m->round;
-    pm.ok = m->ok;
+    static const uint8_t other_key[] = "not-the-key-of-any-test-0123456789";
+    uint8_t buf[512];
+    size_t len = 0;
+    assert_int_equal(graft__rt_step_encode(other_key, sizeof(other_key) - 1, m, buf, sizeof(buf),
+                                           &len),
+                     GRAFT_OK);
+    Graft__StepMessage *pm = graft__step_message__unpack(NULL, len, buf);
+    assert_non_null(pm);
     return pm;
 }
 
@@ -265,7 +265,8 @@ static void test_step_mac(void **state)
     /* Each field changed under the right MAC (a "yes" made a "no", another
      * step, another sender, ...). */
     for (int field = 0; field < 9; field++) {
-        Graft__StepMessage pm = step_message_of(&m);
+        Graft__StepMessage *wire = step_message_of(&m);
+        Graft__StepMessage pm = *wire;
         pm.mac.data = mac;
         pm.mac.len = sizeof(mac);
         len = graft__step_message__pack(&pm, buf);
@@ -291,6 +292,7 @@ static void test_step_mac(void **state)
         pm.mac.len = GRAFT_MAC_BYTES - 1;
         len = graft__step_message__pack(&pm, buf);
         assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_ETOKEN);
+        graft__step_message__free_unpacked(wire, NULL);
     }
     const uint8_t junk[] = {0xff, 0xff, 0xff};
     assert_int_equal(graft__rt_step_decode(key, key_len, junk, sizeof(junk), &got), GRAFT_EPROTO);
@@ -329,12 +331,8 @@ static void test_delegate_mac(void **state)
     assert_false(got.ok);
     assert_int_equal(graft__rt_step_mac(key, key_len, &m, mac), GRAFT_OK);
     for (int field = 0; field < 6; field++) {
-        Graft__StepMessage pm = step_message_of(&m);
-        pm.incarnation = m.incarnation;
-        pm.lease = m.lease;
-        pm.etcd_round = m.etcd_round;
-        pm.prev_round = m.prev_round;
-        pm.reason = m.reason;
+        Graft__StepMessage *wire = step_message_of(&m);
+        Graft__StepMessage pm = *wire;
         pm.mac.data = mac;
         pm.mac.len = sizeof(mac);
         len = graft__step_message__pack(&pm, buf);
@@ -350,11 +348,13 @@ static void test_delegate_mac(void **state)
         len = graft__step_message__pack(&pm, buf);
         if (graft__rt_step_decode(key, key_len, buf, len, &got) != GRAFT_ETOKEN)
             fail_msg("delegated field %d changed under the MAC was accepted", field);
+        graft__step_message__free_unpacked(wire, NULL);
     }
     char long_reason[200];
     memset(long_reason, 'x', sizeof(long_reason) - 1);
     long_reason[sizeof(long_reason) - 1] = '\0';
-    Graft__StepMessage pm = step_message_of(&m);
+    Graft__StepMessage *wire = step_message_of(&m);
+    Graft__StepMessage pm = *wire;
     pm.reason = long_reason;
     pm.mac.data = mac;
     pm.mac.len = sizeof(mac);
@@ -363,7 +363,9 @@ static void test_delegate_mac(void **state)
     /* A READY with the extra fields set: they are neither MAC'd nor read. */
     m.kind = GRAFT__STEP_MESSAGE__KIND__READY;
     assert_int_equal(graft__rt_step_mac(key, key_len, &m, mac), GRAFT_OK);
-    pm = step_message_of(&m);
+    graft__step_message__free_unpacked(wire, NULL);
+    wire = step_message_of(&m);
+    pm = *wire;
     pm.incarnation = 5;
     pm.reason = "ignored";
     pm.mac.data = mac;
@@ -372,6 +374,7 @@ static void test_delegate_mac(void **state)
     assert_int_equal(graft__rt_step_decode(key, key_len, buf, len, &got), GRAFT_OK);
     assert_int_equal(got.incarnation, 0);
     assert_string_equal(got.reason, "");
+    graft__step_message__free_unpacked(wire, NULL);
 }
 
 /* ------------------------------------------------------- the runtime --- */
@@ -388,22 +391,22 @@ static void test_secret_from_etcd_shared(void **state)
     char job[64];
     job_name(job, sizeof(job), "secret-etcd");
     assert_int_equal(etcd_secret(job, first), 0);
-    graft_runtime_t *rt0 = make_rt(job, 0);
+    graft_runtime_t *rt0 = rtf_make(job, 0);
     assert_int_equal(etcd_secret(job, first), 32);
-    graft_runtime_t *rt1 = make_rt(job, 1);
+    graft_runtime_t *rt1 = rtf_make(job, 1);
     assert_int_equal(etcd_secret(job, again), 32);
     assert_memory_equal(again, first, 32);
 
-    register_ab(rt0, a0, b0, N, 1, 2);
-    register_ab(rt1, a1, b1, N, 5, 6);
+    rtf_register_ab(rt0, a0, b0, N, 1, 2);
+    rtf_register_ab(rt1, a1, b1, N, 5, 6);
     first_step_heals(rt0, rt1, a1, b1);
 
     /* A replacement of group 1 heals from group 0. */
     graft_destroy(rt1);
-    rt1 = make_rt(job, 1);
-    register_ab(rt1, a1, b1, N, 8, 9);
+    rt1 = rtf_make(job, 1);
+    rtf_register_ab(rt1, a1, b1, N, 8, 9);
     peer_t r0 = {.rt = rt0}, r1 = {.rt = rt1};
-    step_pair(&r0, &r1);
+    rtf_step_pair(&r0, &r1);
     assert_true(r1.info.healing);
     assert_int_equal(r1.heal_st, GRAFT_OK);
     assert_int_equal(graft_start_kind(rt1), GRAFT_START_PEER);
@@ -441,16 +444,16 @@ static void test_other_secret_cannot_heal(void **state)
     char job[64];
     recovery_seen_t seen = {0};
     job_name(job, sizeof(job), "secret-other");
-    graft_runtime_t *rt0 = make_rt(job, 0);
+    graft_runtime_t *rt0 = rtf_make(job, 0);
     setenv("GRAFT_JOB_SECRET", SECRET_B, 1);
-    graft_runtime_t *rt1 = make_rt(job, 1);
+    graft_runtime_t *rt1 = rtf_make(job, 1);
     unsetenv("GRAFT_JOB_SECRET");
     graft_event_callback_set(rt1, on_recovery, &seen);
-    register_ab(rt0, a0, b0, N, 1, 2);
-    register_ab(rt1, a1, b1, N, 5, 6);
+    rtf_register_ab(rt0, a0, b0, N, 1, 2);
+    rtf_register_ab(rt1, a1, b1, N, 5, 6);
 
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     assert_true(p1.info.healing);
     if (p1.heal_st != GRAFT_ETOKEN && p1.heal_st != GRAFT_ENODONOR)
         fail_msg("the heal ended with %s", graft_status_string(p1.heal_st));
@@ -491,34 +494,34 @@ static void test_secret_file(void **state)
     static const mode_t open_modes[] = {0644, 0640, 0604, 0620, 0602, 0660};
     for (size_t i = 0; i < sizeof(open_modes) / sizeof(open_modes[0]); i++) {
         write_file(path, SECRET_A "\n", open_modes[i]);
-        if (make_rt_status(job, 0, "job_secret_file", path, &rt) != GRAFT_EINVAL)
+        if (rtf_make_status(job, 0, "job_secret_file", path, &rt) != GRAFT_EINVAL)
             fail_msg("a secret file of mode %04o was not refused", (unsigned)open_modes[i]);
         assert_null(rt);
     }
-    assert_int_equal(make_rt_status(job, 0, "job_secret_file", missing, &rt), GRAFT_EINVAL);
-    assert_int_equal(make_rt_status(job, 0, "job_secret_file", tmpdir, &rt), GRAFT_EINVAL);
+    assert_int_equal(rtf_make_status(job, 0, "job_secret_file", missing, &rt), GRAFT_EINVAL);
+    assert_int_equal(rtf_make_status(job, 0, "job_secret_file", tmpdir, &rt), GRAFT_EINVAL);
     write_file(path, "0123456789abcde\n", 0600); /* 15 bytes and a newline */
-    assert_int_equal(make_rt_status(job, 0, "job_secret_file", path, &rt), GRAFT_EINVAL);
+    assert_int_equal(rtf_make_status(job, 0, "job_secret_file", path, &rt), GRAFT_EINVAL);
     memset(longer, 'x', 257);
     longer[257] = '\0';
     write_file(path, longer, 0600);
-    assert_int_equal(make_rt_status(job, 0, "job_secret_file", path, &rt), GRAFT_EINVAL);
+    assert_int_equal(rtf_make_status(job, 0, "job_secret_file", path, &rt), GRAFT_EINVAL);
     /* GRAFT_JOB_SECRET too short; then given, it wins over a missing file. */
     setenv("GRAFT_JOB_SECRET", "too-short", 1);
-    assert_int_equal(make_rt_status(job, 0, NULL, NULL, &rt), GRAFT_EINVAL);
+    assert_int_equal(rtf_make_status(job, 0, NULL, NULL, &rt), GRAFT_EINVAL);
     setenv("GRAFT_JOB_SECRET", SECRET_A, 1);
-    assert_int_equal(make_rt_status(job, 0, "job_secret_file", missing, &rt), GRAFT_OK);
+    assert_int_equal(rtf_make_status(job, 0, "job_secret_file", missing, &rt), GRAFT_OK);
     graft_destroy(rt);
     unsetenv("GRAFT_JOB_SECRET");
     assert_int_equal(etcd_secret(job, none), 0);
 
     write_file(path, SECRET_A "\n", 0600);
-    graft_runtime_t *rt0 = make_rt_set(job, 0, "job_secret_file", path);
+    graft_runtime_t *rt0 = rtf_make_set(job, 0, "job_secret_file", path);
     setenv("GRAFT_JOB_SECRET", SECRET_A, 1);
-    graft_runtime_t *rt1 = make_rt(job, 1);
+    graft_runtime_t *rt1 = rtf_make(job, 1);
     unsetenv("GRAFT_JOB_SECRET");
-    register_ab(rt0, a0, b0, N, 1, 2);
-    register_ab(rt1, a1, b1, N, 5, 6);
+    rtf_register_ab(rt0, a0, b0, N, 1, 2);
+    rtf_register_ab(rt1, a1, b1, N, 5, 6);
     first_step_heals(rt0, rt1, a1, b1);
     assert_int_equal(etcd_secret(job, none), 0); /* the file's secret never goes to etcd */
     graft_destroy(rt1);
@@ -537,7 +540,7 @@ static void epoch_read(const char *job, epoch_seen_t *e)
     char key[128];
     graft_etcd_kv_t kv;
     snprintf(key, sizeof(key), "/graft/%s/quorum", job);
-    assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_get(rtf_etcd.client, key, &kv, NULL), GRAFT_OK);
     Graft__Quorum *q = graft__quorum__unpack(NULL, kv.value_len, kv.value);
     graft_etcd_kv_clear(&kv);
     assert_non_null(q);
@@ -547,7 +550,7 @@ static void epoch_read(const char *job, epoch_seen_t *e)
     graft__quorum__free_unpacked(q, NULL);
     for (int g = 0; g < 2; g++) {
         snprintf(key, sizeof(key), "/graft/%s/members/%d/0", job, g);
-        assert_int_equal(graft_etcd_get(etcd.client, key, &kv, NULL), GRAFT_OK);
+        assert_int_equal(graft_etcd_get(rtf_etcd.client, key, &kv, NULL), GRAFT_OK);
         Graft__MemberRecord *mr = graft__member_record__unpack(NULL, kv.value_len, kv.value);
         graft_etcd_kv_clear(&kv);
         assert_non_null(mr);
@@ -572,8 +575,12 @@ static void send_no(graft_transfer_endpoint_t *ep, const epoch_seen_t *e, uint64
             assert_int_equal(graft__rt_step_encode(secret, secret_len, &m, buf, sizeof(buf), &len),
                              GRAFT_OK);
         } else {
-            Graft__StepMessage pm = step_message_of(&m);
+            Graft__StepMessage *wire = step_message_of(&m);
+            Graft__StepMessage pm = *wire;
+            pm.mac.data = NULL;
+            pm.mac.len = 0;
             len = graft__step_message__pack(&pm, buf);
+            graft__step_message__free_unpacked(wire, NULL);
         }
         assert_int_equal(graft_transfer_msg_send(ep, e->address[to], buf, len, 5000), GRAFT_OK);
     }
@@ -604,12 +611,12 @@ static void test_steady_forged_no(void **state)
     char job[64];
     uint8_t secret[GRAFT_TRANSFER_SECRET_MAX_BYTES];
     job_name(job, sizeof(job), "secret-steady");
-    graft_runtime_t *rt0 = make_rt(job, 0), *rt1 = make_rt(job, 1);
-    register_ab(rt0, a0, b0, N, 1, 2);
-    register_ab(rt1, a1, b1, N, 5, 6);
+    graft_runtime_t *rt0 = rtf_make(job, 0), *rt1 = rtf_make(job, 1);
+    rtf_register_ab(rt0, a0, b0, N, 1, 2);
+    rtf_register_ab(rt1, a1, b1, N, 5, 6);
     for (int i = 0; i < 3; i++) {
         peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-        step_pair(&p0, &p1);
+        rtf_step_pair(&p0, &p1);
         assert_true(p0.apply && p1.apply);
     }
     uint64_t steps0, fb0, rej0, steps1, fb1, rej1;
@@ -630,7 +637,7 @@ static void test_steady_forged_no(void **state)
     send_no(forger, &e, graft_step(rt0), (const uint8_t *)SECRET_B, strlen(SECRET_B));
     send_no(forger, &e, graft_step(rt0), NULL, 0);
     peer_t p0 = {.rt = rt0}, p1 = {.rt = rt1};
-    step_pair(&p0, &p1);
+    rtf_step_pair(&p0, &p1);
     assert_true(p0.apply && p1.apply);
     uint64_t s, f, r;
     steady_counts(rt0, &s, &f, &r);
@@ -649,7 +656,7 @@ static void test_steady_forged_no(void **state)
     send_no(forger, &e, graft_step(rt0), secret, len);
     explicit_bzero(secret, sizeof(secret));
     peer_t c0 = {.rt = rt0}, c1 = {.rt = rt1};
-    step_pair(&c0, &c1);
+    rtf_step_pair(&c0, &c1);
     assert_true(c0.apply && c1.apply); /* through etcd */
     steady_counts(rt0, &s, &f, &r);
     assert_int_equal(f, fb0 + 1);
@@ -753,8 +760,8 @@ static void test_secret_behind_etcd_auth_tls(void **state)
     graft_runtime_t *rt0 = NULL, *rt1 = NULL, *bad = NULL;
     assert_int_equal(make_rt_auth(job, 0, ep, dir, "trainer", "trainerpw", &rt0), GRAFT_OK);
     assert_int_equal(make_rt_auth(job, 1, ep, dir, "trainer", "trainerpw", &rt1), GRAFT_OK);
-    register_ab(rt0, a0, b0, N, 1, 2);
-    register_ab(rt1, a1, b1, N, 5, 6);
+    rtf_register_ab(rt0, a0, b0, N, 1, 2);
+    rtf_register_ab(rt1, a1, b1, N, 5, 6);
     first_step_heals(rt0, rt1, a1, b1);
 
     /* The job's user reads the record; a stranger and nobody do not. */
@@ -803,5 +810,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
 }

@@ -1,7 +1,7 @@
 /*
  * The steady path and delegated records end to end (docs/RUNTIME.md): real
  * etcd, real UCX on loopback, jobs of examples/train_mlp as real processes
- * (the fixture is test_runtime_procs.h). An unchanged epoch's steps leave
+ * (the fixture is runtime_procs.h). An unchanged epoch's steps leave
  * etcd; a job cut off from etcd stops committing; a hung rank, or a hung
  * group leader, keeps its group out while the others go on; a late vote
  * outlasts another group's member change; every job ends bit-identical to
@@ -21,7 +21,7 @@
 
 #include <graft/graft.h>
 
-#include "test_runtime_procs.h"
+#include "runtime_procs.h"
 
 
 /*
@@ -37,27 +37,27 @@ static void run_steady(const char *path, const char *gather_ms, int steps,
     char env[64], genv[64], nsteps[16], name[48];
     /* a job each: the first leaves progress */
     snprintf(name, sizeof(name), "steady-%s-%s", path, gather_ms);
-    job_init(&j, name);
+    rp_job_init(&j, name);
     snprintf(env, sizeof(env), "GRAFT_STEADY_PATH=%s", path);
     snprintf(genv, sizeof(genv), "GRAFT_GATHER_TIMEOUT_MS=%s", gather_ms);
     snprintf(nsteps, sizeof(nsteps), "%d", steps);
     j.extra_env[0] = env;
     j.extra_env[1] = genv;
     const char *flags[] = {"--steps", nsteps, NULL};
-    spawn_all(&j, flags);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
+    rp_spawn_all(&j, flags);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
+    rp_check_logs(&j, steps);
     memset(sum, 0, sizeof(*sum));
     for (int i = 0; i < j.n; i++) {
         trainer_metrics_t m;
-        read_metrics(&j.p[i], &m);
+        rp_read_metrics(&j.p[i], &m);
         sum->commits += m.commits;
         sum->steady_steps += m.steady_steps;
         sum->steady_fallbacks += m.steady_fallbacks;
         sum->etcd_requests += m.etcd_requests;
     }
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 static void test_steady_path_leaves_etcd(void **state)
@@ -109,20 +109,20 @@ static void test_steady_stops_without_etcd(void **state)
     (void)state;
     job_t j;
     const int steps = 200;
-    job_init(&j, "steady-cut");
+    rp_job_init(&j, "steady-cut");
     const char *flags[] = {"--steps", "200", "--step-delay-ms", "10", NULL};
-    spawn_all(&j, flags);
-    wait_log(&j.p[0], 30, 60);
-    pid_t etcd_pid = graft_etcd_server_pid(etcd.server);
+    rp_spawn_all(&j, flags);
+    rp_wait_log(&j.p[0], 30, 60);
+    pid_t etcd_pid = graft_etcd_server_pid(rtf_etcd.server);
     assert_int_equal(kill(etcd_pid, SIGSTOP), 0);
     /* TTL 2 s: within 5/6 of it after the last renewal no rank commits. */
     usleep(2000 * 1000);
     int frozen[G * R];
     for (int i = 0; i < G * R; i++)
-        frozen[i] = log_lines(j.p[i].log);
+        frozen[i] = rp_log_lines(j.p[i].log);
     usleep(1500 * 1000);
     for (int i = 0; i < G * R; i++) {
-        int now = log_lines(j.p[i].log);
+        int now = rp_log_lines(j.p[i].log);
         if (now != frozen[i]) {
             kill(etcd_pid, SIGCONT);
             fail_msg("group %d rank %d committed %d steps with etcd unreachable", j.p[i].group,
@@ -131,10 +131,10 @@ static void test_steady_stops_without_etcd(void **state)
     }
     assert_true(frozen[0] < steps);
     assert_int_equal(kill(etcd_pid, SIGCONT), 0);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
-    rm_rf(j.dir);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
+    rp_check_logs(&j, steps);
+    rp_rm_rf(j.dir);
 }
 
 /* An elastic 3 x 2 job of `steps` steps (GRAFT_STEADY_PATH = path) in
@@ -147,25 +147,25 @@ static void run_hung(const char *name, const char *path, int steps, int rank,
 {
     job_t j;
     char nsteps[16], env[64];
-    job_init(&j, name);
+    rp_job_init(&j, name);
     snprintf(nsteps, sizeof(nsteps), "%d", steps);
     snprintf(env, sizeof(env), "GRAFT_STEADY_PATH=%s", path);
     j.extra_env[0] = "GRAFT_MODE=elastic";
     j.extra_env[1] = "GRAFT_MIN_GROUPS=2";
     j.extra_env[2] = env;
     const char *flags[] = {"--steps", nsteps, "--step-delay-ms", "20", NULL};
-    spawn_all(&j, flags);
+    rp_spawn_all(&j, flags);
     proc_t *hung = &j.p[1 * R + rank];
-    wait_log(hung, 10, 60);
+    rp_wait_log(hung, 10, 60);
     assert_int_equal(kill(hung->pid, SIGSTOP), 0);
-    int before = log_lines(j.p[0].log);
-    wait_log(&j.p[0], before + 5, 60);
+    int before = rp_log_lines(j.p[0].log);
+    rp_wait_log(&j.p[0], before + 5, 60);
     assert_int_equal(kill(hung->pid, SIGCONT), 0);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
-    read_metrics(&j.p[0], m);
-    rm_rf(j.dir);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
+    rp_check_logs(&j, steps);
+    rp_read_metrics(&j.p[0], m);
+    rp_rm_rf(j.dir);
 }
 
 /*
@@ -214,7 +214,7 @@ static void test_late_vote_outlasts_other_group(void **state)
     (void)state;
     job_t j;
     const int steps = 30;
-    job_init(&j, "late-vote");
+    rp_job_init(&j, "late-vote");
     j.extra_env[0] = "GRAFT_JOIN_TIMEOUT_MS=8000";
     const char *flags[] = {"--steps", "30", "--step-delay-ms", "20", NULL};
     const char *late[] = {"--steps", "30", "--step-delay-ms", "20", "--vote-delay-at", "10",
@@ -223,22 +223,22 @@ static void test_late_vote_outlasts_other_group(void **state)
                           NULL};
     for (int g = 0; g < G; g++)
         for (int r = 0; r < R; r++)
-            spawn(&j, g, r, g == 0 && r == 1 ? late : g == 2 && r == 1 ? dies : flags);
+            rp_spawn(&j, g, r, g == 0 && r == 1 ? late : g == 2 && r == 1 ? dies : flags);
     proc_t *dead = &j.p[2 * R + 1];
-    wait_proc(dead, 60);
+    rp_wait_proc(dead, 60);
     assert_true(WIFSIGNALED(dead->status));
-    spawn(&j, 2, 1, flags);
-    wait_all(&j, 120);
-    check_final(&j, steps);
-    check_logs(&j, steps);
+    rp_spawn(&j, 2, 1, flags);
+    rp_wait_all(&j, 120);
+    rp_check_final(&j, steps);
+    rp_check_logs(&j, steps);
     for (int r = 0; r < R; r++) {
         const proc_t *p = &j.p[0 * R + r];
-        if (file_contains(p->role, " heal "))
+        if (rp_file_contains(p->role, " heal "))
             fail_msg("group 0 rank %d healed (%s): it voted no on a step group 1 committed", r,
                      p->role);
-        assert_true(log_lines(p->log) == steps);
+        assert_true(rp_log_lines(p->log) == steps);
     }
-    rm_rf(j.dir);
+    rp_rm_rf(j.dir);
 }
 
 int main(void)
@@ -252,5 +252,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
 }

@@ -1,73 +1,9 @@
-/*
- * The process fixture of the runtime's end-to-end tests (header-only, as
- * test_runtime_util.h; each test program is one file): the program's etcd
- * and jobs of examples/train_mlp (G groups x R ranks) started as real
- * processes, their hash logs, role logs and final lines, and the checks
- * that every group held bit-identical state at every commit and that a job
- * ended bit-identical to a fault-free run (train_mlp --no-graft).
- *
- *     job_t j;
- *     job_init(&j, "name");
- *     spawn_all(&j, flags);       // every rank, with train_mlp's flags
- *     wait_log(&j.p[0], 10, 60);  // group 0 rank 0 committed 10 steps
- *     wait_all(&j, 120);
- *     check_final(&j, steps);     // each rank's hash is the reference's
- *     check_logs(&j, steps);      // every commit equal across groups
- *
- * The group setup finds the trainer beside the test program and starts
- * etcd; the teardown kills what a failed test left and removes its
- * directories.
- */
-#ifndef GRAFT_TEST_RUNTIME_PROCS_H
-#define GRAFT_TEST_RUNTIME_PROCS_H
+/* The process fixture of the runtime's end-to-end tests (runtime_procs.h). */
+#include "runtime_procs.h"
 
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
+char rp_trainer[1100];
 
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "etcd_fixture.h"
-#include "test_runtime_util.h"
-
-#define G 3
-#define R 2
-#define MAX_PROCS 16
-
-static char trainer[1100];
-
-typedef struct proc {
-    pid_t pid;
-    int group, rank;
-    char out[400];  /* stdout */
-    char log[400];  /* --hash-log */
-    char role[400]; /* --role-log: serves and heals */
-    char err[400];  /* stderr, when the job captures it */
-    int status;
-    bool done;
-} proc_t;
-
-typedef struct job {
-    char dir[256];
-    char name[64];
-    const char *extra_env[8]; /* "NAME=value" */
-    bool capture_err;         /* stderr to a file per process */
-    proc_t p[MAX_PROCS];
-    int n;
-} job_t;
-
-static inline double now_s(void)
+double rp_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -82,7 +18,7 @@ static int n_made_dirs;
 static pid_t spawned[128];
 static int n_spawned;
 
-static inline void job_init(job_t *j, const char *name)
+void rp_job_init(job_t *j, const char *name)
 {
     memset(j, 0, sizeof(*j));
     snprintf(j->dir, sizeof(j->dir), "%s/graft-rt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -92,7 +28,7 @@ static inline void job_init(job_t *j, const char *name)
     snprintf(j->name, sizeof(j->name), "%s-%d", name, (int)getpid());
 }
 
-static inline void rm_rf(const char *path)
+void rp_rm_rf(const char *path)
 {
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
@@ -100,8 +36,7 @@ static inline void rm_rf(const char *path)
         fprintf(stderr, "could not remove %s\n", path);
 }
 
-/* Start rank (group, rank) of the trainer with the given flags. */
-static inline proc_t *spawn(job_t *j, int group, int rank, const char *const *flags)
+proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags)
 {
     assert_true(j->n < MAX_PROCS);
     proc_t *p = &j->p[j->n];
@@ -118,7 +53,7 @@ static inline proc_t *spawn(job_t *j, int group, int rank, const char *const *fl
     bool capture_err = j->capture_err;
     const char *args[32];
     size_t n = 0;
-    args[n++] = trainer;
+    args[n++] = rp_trainer;
     args[n++] = "--hash-log";
     args[n++] = p->log;
     args[n++] = "--role-log";
@@ -131,7 +66,7 @@ static inline proc_t *spawn(job_t *j, int group, int rank, const char *const *fl
     if (pid == 0) {
         char v[32];
         setenv("GRAFT_JOB", j->name, 1);
-        setenv("GRAFT_ETCD_ENDPOINTS", graft_etcd_server_endpoint(etcd.server), 1);
+        setenv("GRAFT_ETCD_ENDPOINTS", graft_etcd_server_endpoint(rtf_etcd.server), 1);
         snprintf(v, sizeof(v), "%d", group);
         setenv("GRAFT_GROUP", v, 1);
         snprintf(v, sizeof(v), "%d", rank);
@@ -161,7 +96,7 @@ static inline proc_t *spawn(job_t *j, int group, int rank, const char *const *fl
                 close(fd);
             }
         }
-        execv(trainer, (char *const *)args);
+        execv(rp_trainer, (char *const *)args);
         _exit(127);
     }
     p->pid = pid;
@@ -171,30 +106,27 @@ static inline proc_t *spawn(job_t *j, int group, int rank, const char *const *fl
     return p;
 }
 
-static inline void spawn_all(job_t *j, const char *const *flags)
+void rp_spawn_all(job_t *j, const char *const *flags)
 {
     for (int g = 0; g < G; g++)
         for (int r = 0; r < R; r++)
-            spawn(j, g, r, flags);
+            rp_spawn(j, g, r, flags);
 }
 
-/* Wait for a process that must end by itself. */
-static inline void wait_proc(proc_t *p, double timeout_s)
+void rp_wait_proc(proc_t *p, double timeout_s)
 {
-    double end = now_s() + timeout_s;
+    double end = rp_now_s() + timeout_s;
     while (waitpid(p->pid, &p->status, WNOHANG) != p->pid) {
-        if (now_s() > end)
+        if (rp_now_s() > end)
             fail_msg("group %d rank %d did not end within %.0f s", p->group, p->rank, timeout_s);
         usleep(10000);
     }
     p->done = true;
 }
 
-/* Wait for every process; those still alive after timeout_s are killed
- * (and fail the test). */
-static inline void wait_all(job_t *j, double timeout_s)
+void rp_wait_all(job_t *j, double timeout_s)
 {
-    double end = now_s() + timeout_s;
+    double end = rp_now_s() + timeout_s;
     for (;;) {
         bool all = true;
         for (int i = 0; i < j->n; i++) {
@@ -209,7 +141,7 @@ static inline void wait_all(job_t *j, double timeout_s)
         }
         if (all)
             return;
-        if (now_s() > end) {
+        if (rp_now_s() > end) {
             for (int i = 0; i < j->n; i++)
                 if (!j->p[i].done) {
                     kill(j->p[i].pid, SIGKILL);
@@ -222,15 +154,9 @@ static inline void wait_all(job_t *j, double timeout_s)
     }
 }
 
-/* Every process of a job that dies at one step (--die-at-step): once the
- * first is gone, the rest get @p grace_s to reach that step too; one still
- * running then is killed, as the disaster would kill it. A rank whose last
- * vote had not reached it when its peers died waits in graft_quorum() for
- * a quorum that cannot form (60 s, then an error exit): the peers' deaths
- * race their votes. Returns how many were killed here. */
-static inline int wait_job_lost(job_t *j, double timeout_s, double grace_s)
+int rp_wait_job_lost(job_t *j, double timeout_s, double grace_s)
 {
-    double end = now_s() + timeout_s, first_gone = 0.0;
+    double end = rp_now_s() + timeout_s, first_gone = 0.0;
     int killed = 0;
     for (;;) {
         bool all = true;
@@ -240,13 +166,13 @@ static inline int wait_job_lost(job_t *j, double timeout_s, double grace_s)
                 p->done = true;
             all = all && p->done;
             if (p->done && first_gone == 0.0)
-                first_gone = now_s();
+                first_gone = rp_now_s();
         }
         if (all)
             break;
-        if (now_s() > end)
+        if (rp_now_s() > end)
             fail_msg("no trainer of the job died within %.0f s", timeout_s);
-        if (first_gone > 0.0 && now_s() - first_gone > grace_s) {
+        if (first_gone > 0.0 && rp_now_s() - first_gone > grace_s) {
             for (int i = 0; i < j->n; i++)
                 if (!j->p[i].done) {
                     kill(j->p[i].pid, SIGKILL);
@@ -263,15 +189,14 @@ static inline int wait_job_lost(job_t *j, double timeout_s, double grace_s)
     return killed;
 }
 
-static inline void kill_proc(proc_t *p)
+void rp_kill_proc(proc_t *p)
 {
     assert_int_equal(kill(p->pid, SIGKILL), 0);
     assert_int_equal(waitpid(p->pid, &p->status, 0), p->pid);
     p->done = true;
 }
 
-/* Lines in a hash log: the last step it reached. */
-static inline int log_lines(const char *path)
+int rp_log_lines(const char *path)
 {
     FILE *f = fopen(path, "r");
     int n = 0, c;
@@ -283,9 +208,7 @@ static inline int log_lines(const char *path)
     return n;
 }
 
-/* The last lines of a process's captured stderr, for a failure's message
- * (CI keeps the test's output, not the job's directory). */
-static inline void print_err_tail(const proc_t *p)
+void rp_print_err_tail(const proc_t *p)
 {
     char cmd[sizeof(p->err) + 32];
     if (p->err[0] == '\0' || access(p->err, F_OK) != 0)
@@ -295,19 +218,19 @@ static inline void print_err_tail(const proc_t *p)
         fprintf(stderr, "(could not read %s)\n", p->err);
 }
 
-static inline void wait_log(const proc_t *p, int lines, double timeout_s)
+void rp_wait_log(const proc_t *p, int lines, double timeout_s)
 {
-    double end = now_s() + timeout_s;
-    while (log_lines(p->log) < lines) {
-        if (now_s() > end) {
-            print_err_tail(p);
+    double end = rp_now_s() + timeout_s;
+    while (rp_log_lines(p->log) < lines) {
+        if (rp_now_s() > end) {
+            rp_print_err_tail(p);
             fail_msg("%s did not reach %d commits", p->log, lines);
         }
         usleep(10000);
     }
 }
 
-static inline bool file_contains(const char *path, const char *needle)
+bool rp_file_contains(const char *path, const char *needle)
 {
     char buf[16384];
     FILE *f = fopen(path, "r");
@@ -319,9 +242,8 @@ static inline bool file_contains(const char *path, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
-/* Parse "final step N hash H start K recoveries R" from a trainer's output. */
-static inline void read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
-                       uint64_t *recoveries)
+void rp_read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
+         uint64_t *recoveries)
 {
     FILE *f = fopen(p->out, "r");
     char line[256] = "";
@@ -333,14 +255,7 @@ static inline void read_final(const proc_t *p, uint64_t *step, char hash[17], ch
         fail_msg("unexpected trainer output '%s' in %s", line, p->out);
 }
 
-/* The trainer's second output line. */
-typedef struct trainer_metrics {
-    uint64_t commits, commits_failed, drift_checks, drift_mismatches, restores;
-    uint64_t recovery_failures, serves, checkpoints_written, checkpoints_committed;
-    uint64_t steady_steps, steady_fallbacks, etcd_requests, remote_uploaded, remote_superseded;
-} trainer_metrics_t;
-
-static inline void read_metrics(const proc_t *p, trainer_metrics_t *m)
+void rp_read_metrics(const proc_t *p, trainer_metrics_t *m)
 {
     FILE *f = fopen(p->out, "r");
     char line[512];
@@ -361,11 +276,11 @@ static inline void read_metrics(const proc_t *p, trainer_metrics_t *m)
 }
 
 /* The fault-free reference: the same training without the runtime. */
-static inline void reference_hash_blob(int rank, int steps, int blob_mib, char hash[17])
+static void rp_reference_hash_blob(int rank, int steps, int blob_mib, char hash[17])
 {
     char cmd[1300];
     snprintf(cmd, sizeof(cmd), "GRAFT_RANK=%d '%s' --no-graft --steps %d --blob-mib %d", rank,
-             trainer, steps, blob_mib);
+             rp_trainer, steps, blob_mib);
     FILE *f = popen(cmd, "r");
     char line[256] = "";
     uint64_t step, rec;
@@ -378,15 +293,12 @@ static inline void reference_hash_blob(int rank, int steps, int blob_mib, char h
     assert_int_equal(step, (uint64_t)steps);
 }
 
-/* Every process that exited normally ended at `steps` with the reference
- * hash of its rank (trained with a blob of blob_mib MiB); returns how many
- * recovered (pulled state). */
-static inline int check_final_blob(job_t *j, int steps, int blob_mib)
+int rp_check_final_blob(job_t *j, int steps, int blob_mib)
 {
     char ref[R][17];
     int recovered = 0;
     for (int r = 0; r < R; r++)
-        reference_hash_blob(r, steps, blob_mib, ref[r]);
+        rp_reference_hash_blob(r, steps, blob_mib, ref[r]);
     for (int i = 0; i < j->n; i++) {
         proc_t *p = &j->p[i];
         if (WIFSIGNALED(p->status))
@@ -396,7 +308,7 @@ static inline int check_final_blob(job_t *j, int steps, int blob_mib)
                      p->status);
         uint64_t step, rec;
         char hash[17], start[16];
-        read_final(p, &step, hash, start, &rec);
+        rp_read_final(p, &step, hash, start, &rec);
         assert_int_equal(step, (uint64_t)steps);
         if (strcmp(hash, ref[p->rank]) != 0)
             fail_msg("group %d rank %d ended with %s, the fault-free run with %s", p->group,
@@ -406,14 +318,12 @@ static inline int check_final_blob(job_t *j, int steps, int blob_mib)
     return recovered;
 }
 
-static inline int check_final(job_t *j, int steps)
+int rp_check_final(job_t *j, int steps)
 {
-    return check_final_blob(j, steps, 0);
+    return rp_check_final_blob(j, steps, 0);
 }
 
-/* Every commit any process logged agrees with every other process of the
- * same rank at the same step. */
-static inline void check_logs(job_t *j, int steps)
+void rp_check_logs(job_t *j, int steps)
 {
     for (int r = 0; r < R; r++) {
         char seen[512][17];
@@ -442,10 +352,7 @@ static inline void check_logs(job_t *j, int steps)
     }
 }
 
-/* Processes first_new.. of j (restarted after every group died) started
- * from a checkpoint (restored, or healed from a peer that restored) and
- * their first committed step is first_step. */
-static inline void check_restarted_from(job_t *j, int first_new, unsigned first_step)
+void rp_check_restarted_from(job_t *j, int first_new, unsigned first_step)
 {
     for (int i = first_new; i < j->n; i++) {
         FILE *lf = fopen(j->p[i].log, "r");
@@ -457,13 +364,13 @@ static inline void check_restarted_from(job_t *j, int first_new, unsigned first_
         assert_int_equal(first, first_step);
         uint64_t step, rec;
         char hash[17], start[16];
-        read_final(&j->p[i], &step, hash, start, &rec);
+        rp_read_final(&j->p[i], &step, hash, start, &rec);
         if (strcmp(start, "restore") != 0 && strcmp(start, "peer") != 0)
             fail_msg("group %d rank %d started %s", j->p[i].group, j->p[i].rank, start);
     }
 }
 
-static int setup(void **state)
+int rp_setup(void **state)
 {
     (void)state;
     char self[1024];
@@ -473,16 +380,16 @@ static int setup(void **state)
     self[n] = '\0';
     char *slash = strrchr(self, '/');
     *slash = '\0';
-    snprintf(trainer, sizeof(trainer), "%s/../bin/train_mlp", self);
-    if (access(trainer, X_OK) != 0) {
-        fprintf(stderr, "no trainer at %s (build with `make tests`)\n", trainer);
+    snprintf(rp_trainer, sizeof(rp_trainer), "%s/../bin/train_mlp", self);
+    if (access(rp_trainer, X_OK) != 0) {
+        fprintf(stderr, "no trainer at %s (build with `make tests`)\n", rp_trainer);
         return -1;
     }
     signal(SIGPIPE, SIG_IGN);
-    return graft_test_etcd_start(&etcd, NULL);
+    return graft_test_etcd_start(&rtf_etcd, NULL);
 }
 
-static int teardown(void **state)
+int rp_teardown(void **state)
 {
     (void)state;
     for (int i = 0; i < n_spawned; i++)
@@ -492,9 +399,7 @@ static int teardown(void **state)
         }
     for (int i = 0; i < n_made_dirs; i++)
         if (access(made_dirs[i], F_OK) == 0)
-            rm_rf(made_dirs[i]);
-    graft_test_etcd_stop(&etcd);
+            rp_rm_rf(made_dirs[i]);
+    graft_test_etcd_stop(&rtf_etcd);
     return 0;
 }
-
-#endif
