@@ -22,7 +22,7 @@
  * The commands' access to etcd (evict, credentials, TLS) and the hung
  * state are tested in test_graftctl_access.c.
  */
-#include "test_graftctl_util.h"
+#include "graftctl_fixture.h"
 
 #define SIM_GROUPS 3
 #define SIM_RANKS 2
@@ -33,17 +33,17 @@
 static void test_usage_and_errors(void **state)
 {
     char *out = NULL, *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--help", NULL}, &out, NULL), 0);
+    assert_int_equal(gc_run_ctl((const char *[]){"--help", NULL}, &out, NULL), 0);
     assert_non_null(strstr(out, "ckpt verify"));
     assert_non_null(strstr(out, "evict GROUP"));
     free(out);
 
-    assert_int_equal(run_ctl((const char *[]){"frobnicate", NULL}, NULL, &err), 2);
+    assert_int_equal(gc_run_ctl((const char *[]){"frobnicate", NULL}, NULL, &err), 2);
     assert_non_null(strstr(err, "unknown command 'frobnicate'"));
     free(err);
 
     /* Nothing listens on ports 1 and 2: both are named. */
-    assert_int_equal(run_ctl((const char *[]){"--etcd", "http://127.0.0.1:1,http://127.0.0.1:2",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", "http://127.0.0.1:1,http://127.0.0.1:2",
                                               "--job", "j", "--timeout-ms", "500", "status",
                                               NULL},
                              NULL, &err),
@@ -52,36 +52,36 @@ static void test_usage_and_errors(void **state)
     assert_non_null(strstr(err, "http://127.0.0.1:1,http://127.0.0.1:2"));
     free(err);
 
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "no-such-job",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "no-such-job",
                                               "status", NULL},
                              NULL, &err),
                      1);
     assert_non_null(strstr(err, "unknown job 'no-such-job'"));
     free(err);
 
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "status", NULL}, NULL, &err),
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "status", NULL}, NULL, &err),
                      2);
     assert_non_null(strstr(err, "no job"));
     free(err);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "bad/job", "status",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "bad/job", "status",
                                               NULL},
                              NULL, &err),
                      2);
     free(err);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "j", "events",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "j", "events",
                                               "--kind", "nonsense", NULL},
                              NULL, &err),
                      2);
     assert_non_null(strstr(err, "unknown kind 'nonsense'"));
     free(err);
 
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "j", "dashboard",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "j", "dashboard",
                                               "--listen", "localhost", NULL},
                              NULL, &err),
                      2);
     assert_non_null(strstr(err, "is not IPv4-ADDRESS:PORT"));
     free(err);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "j", "dashboard",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "j", "dashboard",
                                               "--token", "short", NULL},
                              NULL, &err),
                      2);
@@ -89,42 +89,42 @@ static void test_usage_and_errors(void **state)
     free(err);
 
     /* Checkpoint roots. */
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "ls", tmpdir, NULL}, NULL, &err), 1);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "ls", gc_tmpdir, NULL}, NULL, &err), 1);
     assert_non_null(strstr(err, "not a checkpoint directory"));
     free(err);
     char missing[PATH_MAX + 16];
-    snprintf(missing, sizeof(missing), "%s/absent", tmpdir);
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "verify", missing, NULL}, NULL, &err), 1);
+    snprintf(missing, sizeof(missing), "%s/absent", gc_tmpdir);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "verify", missing, NULL}, NULL, &err), 1);
     assert_non_null(strstr(err, "No such file or directory"));
     free(err);
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "ls", NULL}, NULL, &err), 2);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "ls", NULL}, NULL, &err), 2);
     free(err);
 
     /* Permission denied: a root no one else may read. */
     char locked[PATH_MAX + 16];
-    snprintf(locked, sizeof(locked), "%s/locked", tmpdir);
-    sh("mkdir -p '%s/step-00000000000000000010' && chmod 0700 '%s' && chmod 0711 '%s'", locked,
-       locked, tmpdir);
+    snprintf(locked, sizeof(locked), "%s/locked", gc_tmpdir);
+    gc_sh("mkdir -p '%s/step-00000000000000000010' && chmod 0700 '%s' && chmod 0711 '%s'", locked,
+       locked, gc_tmpdir);
     int rc;
     if (geteuid() == 0) {
-        rc = run_ctl_as(true, (const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);
+        rc = gc_run_ctl_as(true, (const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);
         if (rc == 127) {
             /* Even a copy of graftctl in a 0755 folder under /tmp could not
              * be run as nobody (a noexec /tmp, no user 65534). */
             print_message("skipped: graftctl cannot be run as nobody (uid 65534) from /tmp\n");
             free(err);
-            sh("chmod 0700 '%s'", tmpdir);
+            gc_sh("chmod 0700 '%s'", gc_tmpdir);
             skip();
         }
     } else {
-        sh("chmod 000 '%s'", locked);
-        rc = run_ctl((const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);
-        sh("chmod 0700 '%s'", locked);
+        gc_sh("chmod 000 '%s'", locked);
+        rc = gc_run_ctl((const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);
+        gc_sh("chmod 0700 '%s'", locked);
     }
     assert_int_equal(rc, 1);
     assert_non_null(strstr(err, "permission denied"));
     free(err);
-    sh("chmod 0700 '%s'", tmpdir);
+    gc_sh("chmod 0700 '%s'", gc_tmpdir);
 }
 
 /* ---------------------------------------------------------------- help --- */
@@ -168,7 +168,7 @@ static void test_command_help(void **state)
                 args[n++] = "--help";
             args[n] = NULL;
             char *out = NULL;
-            assert_int_equal(run_ctl(args, &out, NULL), 0);
+            assert_int_equal(gc_run_ctl(args, &out, NULL), 0);
             if (strncmp(out, "usage: graftctl ", 16) != 0 ||
                 strstr(out, "Commands against a job") != NULL)
                 print_error("graftctl %s %s --help: not its own help:\n%s\n", cases[i].cmd,
@@ -187,20 +187,20 @@ static void test_command_help(void **state)
     /* `ckpt --help` covers every subcommand; the global help lists every
      * command, dashboard included, and ckpt ls's policy. */
     char *out = NULL, *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "--help", NULL}, &out, NULL), 0);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "--help", NULL}, &out, NULL), 0);
     for (const char *const *w = (const char *[]){"ckpt ls", "ckpt verify", "ckpt inspect",
                                                   "ckpt prune", "ckpt restore", NULL};
          *w != NULL; w++)
         assert_non_null(strstr(out, *w));
     free(out);
-    assert_int_equal(run_ctl((const char *[]){"--help", NULL}, &out, NULL), 0);
+    assert_int_equal(gc_run_ctl((const char *[]){"--help", NULL}, &out, NULL), 0);
     for (const char *const *w = (const char *[]){"  status", "  watch", "  events", "  drift",
                                                   "  evict GROUP", "  dashboard",
                                                   "ckpt ls ROOT [--keep-last N]", NULL};
          *w != NULL; w++)
         assert_non_null(strstr(out, *w));
     free(out);
-    assert_int_equal(run_ctl((const char *[]){"frobnicate", "--help", NULL}, NULL, &err), 2);
+    assert_int_equal(gc_run_ctl((const char *[]){"frobnicate", "--help", NULL}, NULL, &err), 2);
     assert_non_null(strstr(err, "unknown command 'frobnicate'"));
     free(err);
 }
@@ -214,29 +214,29 @@ static json_t *report;
 static void test_live_run(void **state)
 {
     char sched[PATH_MAX + 32], root[PATH_MAX + 32], rep[PATH_MAX + 32], watch_out[PATH_MAX + 32];
-    snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
-    snprintf(rep, sizeof(rep), "%s/run.json", tmpdir);
-    snprintf(watch_out, sizeof(watch_out), "%s/watch.out", tmpdir);
-    tmp_file_write(sched, sizeof(sched), "sched.json",
+    snprintf(root, sizeof(root), "%s/ckpt", gc_tmpdir);
+    snprintf(rep, sizeof(rep), "%s/run.json", gc_tmpdir);
+    snprintf(watch_out, sizeof(watch_out), "%s/watch.out", gc_tmpdir);
+    gc_tmp_file_write(sched, sizeof(sched), "sched.json",
                    "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":140},"
                    "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":200}]}\n");
     mkdir(root, 0755);
 
     char steps[16];
     snprintf(steps, sizeof(steps), "%d", SIM_STEPS);
-    const char *sim_argv[] = {sim_bin, "run", "--groups", "3", "--ranks", "2", "--steps",
-                              steps, "--seed", "11", "--schedule", sched, "--etcd", endpoint,
+    const char *sim_argv[] = {gc_sim_bin, "run", "--groups", "3", "--ranks", "2", "--steps",
+                              steps, "--seed", "11", "--schedule", sched, "--etcd", gc_endpoint,
                               "--persist-root", root, "--persist-every", "20", "--json", rep,
                               NULL};
-    pid_t sim = spawn_logged(sim_argv, "sim.out");
-    sim_job_wait(root, job, sizeof(job));
+    pid_t sim = gc_spawn_logged(sim_argv, "sim.out");
+    gc_sim_job_wait(root, job, sizeof(job));
     snprintf(job_root, sizeof(job_root), "%s/%s", root, job);
 
     /* status while the run goes on: every group and rank, with addresses. */
     json_t *st = NULL;
     for (int i = 0; i < 100; i++) {
         char *out = NULL;
-        int rc = run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "--json", "status",
+        int rc = gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status",
                                           NULL},
                          &out, NULL);
         json_decref(st);
@@ -244,7 +244,7 @@ static void test_live_run(void **state)
         free(out);
         if (st != NULL && json_integer_value(json_object_get(st, "groups_healthy")) == SIM_GROUPS)
             break;
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     assert_non_null(st);
     assert_int_equal(json_integer_value(json_object_get(st, "groups_healthy")), SIM_GROUPS);
@@ -272,9 +272,9 @@ static void test_live_run(void **state)
         if (fd < 0)
             _exit(126);
         dup2(fd, 1);
-        const char *argv[] = {ctl_bin, "--etcd", endpoint, "--job", job, "--json", "watch",
+        const char *argv[] = {gc_ctl_bin, "--etcd", gc_endpoint, "--job", job, "--json", "watch",
                               "--interval-ms", "50", NULL};
-        execv(ctl_bin, (char **)argv);
+        execv(gc_ctl_bin, (char **)argv);
         _exit(127);
     }
 
@@ -285,8 +285,8 @@ static void test_live_run(void **state)
     char *simout = NULL;
     {
         char log[PATH_MAX + 32];
-        snprintf(log, sizeof(log), "%s/sim.out", tmpdir);
-        simout = slurp(log);
+        snprintf(log, sizeof(log), "%s/sim.out", gc_tmpdir);
+        simout = gc_slurp(log);
     }
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
         print_error("graft-sim run failed:\n%s\n", simout);
@@ -298,7 +298,7 @@ static void test_live_run(void **state)
     assert_string_equal(json_string_value(json_object_get(report, "verdict")), "bit-exact");
 
     /* watch saw group 1 leave the healthy state and come back. */
-    char *lines = slurp(watch_out);
+    char *lines = gc_slurp(watch_out);
     int phase = 0; /* 0: not yet healthy, 1: healthy, 2: unhealthy, 3: healthy again */
     size_t nlines = 0;
     for (char *save = NULL, *line = strtok_r(lines, "\n", &save); line != NULL;
@@ -306,7 +306,7 @@ static void test_live_run(void **state)
         json_t *s = json_loads(line, 0, NULL);
         assert_non_null(s);
         nlines++;
-        bool healthy = strcmp(group_health(s, 1), "healthy") == 0;
+        bool healthy = strcmp(gc_group_health(s, 1), "healthy") == 0;
         if ((phase == 0 && healthy) || (phase == 1 && !healthy) || (phase == 2 && healthy))
             phase++;
         json_decref(s);
@@ -321,7 +321,7 @@ static void test_live_run(void **state)
 static void test_events_match_report(void **state)
 {
     assert_non_null(report);
-    json_t *all = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+    json_t *all = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
                                             NULL});
     json_t *evs = json_object_get(all, "events");
     assert_true(json_array_size(evs) > 0);
@@ -334,7 +334,7 @@ static void test_events_match_report(void **state)
         prev = seq;
     }
 
-    json_t *recs = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json",
+    json_t *recs = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json",
                                              "events", "--recoveries", NULL});
     json_int_t bytes = 0;
     json_array_foreach(json_object_get(recs, "recoveries"), i, e) {
@@ -378,7 +378,7 @@ static void test_events_match_report(void **state)
     assert_int_equal(nrec, 2);
 
     /* Filters: one group, one kind. */
-    json_t *g1 = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+    json_t *g1 = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
                                            "--group", "1", "--kind", "join,recovery_done", NULL});
     size_t joins = 0, dones = 0;
     json_array_foreach(json_object_get(g1, "events"), i, e) {
@@ -392,19 +392,19 @@ static void test_events_match_report(void **state)
      * 1 s lease lapse: a re-join). */
     assert_true(joins >= 2 * SIM_RANKS);
     assert_true(dones >= SIM_RANKS);
-    json_t *none = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json",
+    json_t *none = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json",
                                              "events", "--since", "0s", "--until", "1000", NULL});
     assert_int_equal(json_array_size(json_object_get(none, "events")), 0);
 
     /* The run is over: the last quorum reached the last steps, every
      * group left cleanly (the killed ones too, as their replacements
      * ended), so the job is completed, not dead; no drift was recorded. */
-    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "status",
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status",
                                            NULL});
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), SIM_GROUPS);
     assert_int_equal(json_integer_value(json_object_get(st, "groups_healthy")), 0);
     for (int g = 0; g < SIM_GROUPS; g++)
-        assert_string_equal(group_health(st, g), "finished");
+        assert_string_equal(gc_group_health(st, g), "finished");
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
     /* The quorum record shows where the last epoch began (steps of an
      * unchanged epoch do not go through etcd); the progress record, written
@@ -412,13 +412,13 @@ static void test_events_match_report(void **state)
     json_int_t qstep = json_integer_value(json_object_get(json_object_get(st, "quorum"), "step"));
     assert_true(qstep >= 0 && qstep <= SIM_STEPS);
     assert_int_equal(json_integer_value(json_object_get(st, "progress_step")), SIM_STEPS);
-    json_t *dr = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "drift",
+    json_t *dr = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "drift",
                                            NULL});
     assert_int_equal(json_integer_value(json_object_get(dr, "drift_events")), 0);
     assert_true(json_is_null(json_object_get(dr, "last_drift")));
 
     char *out = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
                              &out, NULL),
                      0);
     assert_non_null(strstr(out, "GROUP"));
@@ -446,12 +446,12 @@ static json_int_t newest_step(json_t *ls)
  * later prune would, so that what follows is about the checkpoints. */
 static void drop_incomplete(const char *root)
 {
-    json_t *ls = ctl_json((const char *[]){"--json", "ckpt", "ls", root, NULL});
+    json_t *ls = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", root, NULL});
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(ls, "checkpoints"), i, c) {
         if (strcmp(json_string_value(json_object_get(c, "state")), "incomplete") == 0)
-            sh("rm -rf '%s/step-%020lld'", root,
+            gc_sh("rm -rf '%s/step-%020lld'", root,
                (long long)json_integer_value(json_object_get(c, "step")));
     }
     json_decref(ls);
@@ -461,7 +461,7 @@ static void test_ckpt_good(void **state)
 {
     assert_true(job_root[0] != '\0');
     drop_incomplete(job_root);
-    json_t *ls = ctl_json((const char *[]){"--json", "ckpt", "ls", job_root, NULL});
+    json_t *ls = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", job_root, NULL});
     json_t *cks = json_object_get(ls, "checkpoints");
     assert_true(json_array_size(cks) >= 2);
     size_t i;
@@ -474,18 +474,18 @@ static void test_ckpt_good(void **state)
     }
     assert_string_equal(json_string_value(json_object_get(json_array_get(cks, 0), "retention")),
                         "newest");
-    json_t *v = ctl_json((const char *[]){"--json", "ckpt", "verify", job_root, NULL});
+    json_t *v = gc_ctl_json((const char *[]){"--json", "ckpt", "verify", job_root, NULL});
     assert_int_equal(json_integer_value(json_object_get(v, "faults")), 0);
     assert_int_equal((size_t)json_integer_value(json_object_get(v, "checked")),
                      json_array_size(cks));
     char step[32];
     snprintf(step, sizeof(step), "%lld", (long long)newest_step(ls));
-    json_t *in = ctl_json((const char *[]){"--json", "ckpt", "inspect", job_root, step, NULL});
+    json_t *in = gc_ctl_json((const char *[]){"--json", "ckpt", "inspect", job_root, step, NULL});
     json_t *m = json_object_get(in, "manifest");
     assert_int_equal(json_integer_value(json_object_get(m, "step")), newest_step(ls));
     assert_int_equal(json_array_size(json_object_get(m, "shards")), SIM_RANKS);
     assert_string_equal(json_string_value(json_object_get(in, "sidecar")), "ok");
-    json_t *rs = ctl_json((const char *[]){"--json", "ckpt", "restore", job_root, "--dry-run",
+    json_t *rs = gc_ctl_json((const char *[]){"--json", "ckpt", "restore", job_root, "--dry-run",
                                            NULL});
     assert_int_equal(json_integer_value(json_object_get(json_object_get(rs, "would_restore"),
                                                         "step")),
@@ -500,19 +500,19 @@ static void test_ckpt_good(void **state)
 static void damaged_copy(const char *name, const char *damage, char *dir, size_t len,
                          json_int_t *newest_p)
 {
-    json_t *ls = ctl_json((const char *[]){"--json", "ckpt", "ls", job_root, NULL});
+    json_t *ls = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", job_root, NULL});
     json_int_t newest = newest_step(ls);
     json_decref(ls);
-    snprintf(dir, len, "%s/%s", tmpdir, name);
-    sh("rm -rf '%s' && cp -a '%s' '%s'", dir, job_root, dir);
-    sh("cd '%s/step-%020lld' && %s", dir, (long long)newest, damage);
+    snprintf(dir, len, "%s/%s", gc_tmpdir, name);
+    gc_sh("rm -rf '%s' && cp -a '%s' '%s'", dir, job_root, dir);
+    gc_sh("cd '%s/step-%020lld' && %s", dir, (long long)newest, damage);
     *newest_p = newest;
 }
 
 static void expect_verify_fails(const char *dir, const char *want1, const char *want2)
 {
     char *out = NULL;
-    int rc = run_ctl((const char *[]){"ckpt", "verify", dir, NULL}, &out, NULL);
+    int rc = gc_run_ctl((const char *[]){"ckpt", "verify", dir, NULL}, &out, NULL);
     if (rc != 1 || strstr(out, want1) == NULL || (want2 && strstr(out, want2) == NULL))
         print_error("ckpt verify %s exited %d:\n%s\n", dir, rc, out);
     assert_int_equal(rc, 1);
@@ -535,7 +535,7 @@ static void test_ckpt_damaged(void **state)
                  dir, sizeof(dir), &newest);
     expect_verify_fails(dir, "shard-1-of-2", "chunk");
     /* The restore a trainer would do skips it for the one before. */
-    json_t *rs = ctl_json((const char *[]){"--json", "ckpt", "restore", dir, "--dry-run", NULL});
+    json_t *rs = gc_ctl_json((const char *[]){"--json", "ckpt", "restore", dir, "--dry-run", NULL});
     json_int_t got = json_integer_value(json_object_get(json_object_get(rs, "would_restore"),
                                                         "step"));
     assert_true(got < newest && got > 0);
@@ -552,7 +552,7 @@ static void test_ckpt_damaged(void **state)
     expect_verify_fails(dir, "manifest.json disagrees with manifest.pb", "ranks");
     char step[32];
     snprintf(step, sizeof(step), "%lld", (long long)newest);
-    json_t *in = ctl_json((const char *[]){"--json", "ckpt", "inspect", dir, step, NULL});
+    json_t *in = gc_ctl_json((const char *[]){"--json", "ckpt", "inspect", dir, step, NULL});
     assert_string_equal(json_string_value(json_object_get(in, "sidecar")), "damaged");
     json_decref(in);
 
@@ -573,23 +573,23 @@ static void test_tools_explain(void **state)
     assert_true(job_root[0] != '\0');
     char root[PATH_MAX + 32], dir[PATH_MAX + 64], step[32];
     char *out = NULL, *err = NULL;
-    snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
-    json_t *jobs = ctl_json((const char *[]){"--json", "ckpt", "ls", root, NULL});
+    snprintf(root, sizeof(root), "%s/ckpt", gc_tmpdir);
+    json_t *jobs = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", root, NULL});
     json_t *j0 = json_array_get(json_object_get(jobs, "jobs"), 0);
     assert_int_equal(json_array_size(json_object_get(jobs, "jobs")), 1);
     assert_string_equal(json_string_value(json_object_get(j0, "job")), job);
     assert_true(json_integer_value(json_object_get(j0, "checkpoints")) >= 2);
     json_decref(jobs);
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "ls", root, NULL}, &out, NULL), 0);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "ls", root, NULL}, &out, NULL), 0);
     assert_non_null(strstr(out, "holds job folders"));
     assert_non_null(strstr(out, job));
     free(out);
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "verify", root, NULL}, NULL, &err), 1);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "verify", root, NULL}, NULL, &err), 1);
     assert_non_null(strstr(err, "it holds the job folders "));
     assert_non_null(strstr(err, job));
     free(err);
 
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "restore", job_root, "--dry-run",
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "restore", job_root, "--dry-run",
                                               "--step", "25", NULL},
                              NULL, &err),
                      1);
@@ -602,7 +602,7 @@ static void test_tools_explain(void **state)
                  "printf '\\377' | dd of=$f bs=1 seek=$((s / 2)) conv=notrunc status=none",
                  dir, sizeof(dir), &newest);
     snprintf(step, sizeof(step), "%lld", (long long)newest);
-    assert_int_equal(run_ctl((const char *[]){"--json", "ckpt", "restore", dir, "--dry-run",
+    assert_int_equal(gc_run_ctl((const char *[]){"--json", "ckpt", "restore", dir, "--dry-run",
                                               "--step", step, NULL},
                              &out, &err),
                      1);
@@ -617,15 +617,15 @@ static void test_tools_explain(void **state)
     free(out);
     free(err);
 
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "inspect", job_root, step, NULL}, &out,
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "inspect", job_root, step, NULL}, &out,
                              NULL),
                      0);
     assert_non_null(strstr(out, " by graft "));
     assert_null(strstr(out, "code revision"));
     free(out);
 
-    const char *base[] = {"--etcd", endpoint, "--job", job, "--json", "events", "--since"};
-    json_t *all = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+    const char *base[] = {"--etcd", gc_endpoint, "--job", job, "--json", "events", "--since"};
+    json_t *all = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
                                             NULL});
     size_t n = json_array_size(json_object_get(all, "events"));
     json_decref(all);
@@ -633,30 +633,30 @@ static void test_tools_explain(void **state)
     const char *const same[] = {"yesterday", "today", "00:00", "2000-01-01", "2000-01-01 00:00",
                                 "2000-01-01T00:00:00"};
     for (size_t k = 0; k < sizeof(same) / sizeof(same[0]); k++) {
-        json_t *e = ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
+        json_t *e = gc_ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
                                               base[5], base[6], same[k], NULL});
         assert_int_equal(json_array_size(json_object_get(e, "events")), n);
         json_decref(e);
     }
-    json_t *o = ctl_json((const char *[]){base[0], base[1], base[2], base[3], "events", "-o",
+    json_t *o = gc_ctl_json((const char *[]){base[0], base[1], base[2], base[3], "events", "-o",
                                           "json", NULL});
     assert_int_equal(json_array_size(json_object_get(o, "events")), n); /* kubectl's -o json */
     json_decref(o);
-    assert_int_equal(run_ctl((const char *[]){base[0], base[1], base[2], base[3], "-o", "yaml",
+    assert_int_equal(gc_run_ctl((const char *[]){base[0], base[1], base[2], base[3], "-o", "yaml",
                                               "events", NULL},
                              NULL, NULL),
                      2);
-    json_t *later = ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
+    json_t *later = gc_ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
                                               base[5], base[6], "2999-01-01", NULL});
     assert_int_equal(json_array_size(json_object_get(later, "events")), 0);
     json_decref(later);
     const char *const bad[] = {"25:61", "2026-13-40", "yesterdays", "12:00junk"};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
-        assert_int_equal(run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
+        assert_int_equal(gc_run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
                                                   "--since", bad[k], NULL},
                                  NULL, NULL),
                          2);
-    assert_int_equal(run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
+    assert_int_equal(gc_run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
                                               "--kind", "join", NULL},
                              &out, NULL),
                      0);
@@ -674,27 +674,27 @@ static void test_ckpt_prune(void **state)
 {
     assert_true(job_root[0] != '\0');
     char dir[PATH_MAX + 32];
-    snprintf(dir, sizeof(dir), "%s/prune", tmpdir);
-    sh("rm -rf '%s' && cp -a '%s' '%s'", dir, job_root, dir);
+    snprintf(dir, sizeof(dir), "%s/prune", gc_tmpdir);
+    gc_sh("rm -rf '%s' && cp -a '%s' '%s'", dir, job_root, dir);
     drop_incomplete(dir);
-    json_t *before = ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
+    json_t *before = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
     size_t n = json_array_size(json_object_get(before, "checkpoints"));
     assert_true(n >= 3);
     char *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "prune", dir, "--keep-last", "2", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "prune", dir, "--keep-last", "2", NULL},
                              NULL, &err),
                      2); /* no --yes and no terminal to ask on */
     assert_non_null(strstr(err, "--yes"));
     free(err);
-    json_t *dry = ctl_json((const char *[]){"--json", "ckpt", "prune", dir, "--keep-last", "2",
+    json_t *dry = gc_ctl_json((const char *[]){"--json", "ckpt", "prune", dir, "--keep-last", "2",
                                             "--dry-run", NULL});
     assert_int_equal(json_array_size(json_object_get(dry, "drop")), n - 2);
-    json_t *same = ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
+    json_t *same = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
     assert_int_equal(json_array_size(json_object_get(same, "checkpoints")), n);
-    json_t *done = ctl_json((const char *[]){"--json", "--yes", "ckpt", "prune", dir,
+    json_t *done = gc_ctl_json((const char *[]){"--json", "--yes", "ckpt", "prune", dir,
                                              "--keep-last", "2", NULL});
     assert_int_equal(json_integer_value(json_object_get(done, "deleted")), (json_int_t)(n - 2));
-    json_t *after = ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
+    json_t *after = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
     assert_int_equal(json_array_size(json_object_get(after, "checkpoints")), 2);
     assert_int_equal(newest_step(after), newest_step(before));
     json_decref(before);
@@ -709,7 +709,7 @@ static void test_ckpt_prune(void **state)
 static int teardown(void **state)
 {
     json_decref(report);
-    return graftctl_test_teardown(state);
+    return gc_teardown(state);
 }
 
 int main(void)
@@ -728,5 +728,5 @@ int main(void)
      * leaves it out makes them fail on their first assertion. */
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, graftctl_test_setup, teardown);
+    return cmocka_run_group_tests(tests, gc_setup, teardown);
 }

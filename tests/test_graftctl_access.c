@@ -10,7 +10,7 @@
  *  - credentials by flag and by GRAFT_* variable against an etcd with
  *    authentication on; TLS with a client certificate.
  */
-#include "test_graftctl_util.h"
+#include "graftctl_fixture.h"
 
 /* ------------------------------------------------------------- evict --- */
 
@@ -24,7 +24,7 @@ static void on_lease(graft_membership_notice_t what, uint64_t inc, graft_status_
 
 static void test_evict(void **state)
 {
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_membership_config_t mc = {.job = "evict-job", .etcd = &ec, .group = 7,
                                     .lease_ttl_s = 9, .lease_cb = on_lease};
@@ -34,7 +34,7 @@ static void test_evict(void **state)
 
     char *err = NULL;
     /* No terminal to ask on and no --yes: nothing is done. */
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "evict-job", "evict",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "evict",
                                               "7", NULL},
                              NULL, &err),
                      2);
@@ -42,14 +42,14 @@ static void test_evict(void **state)
     free(err);
     assert_int_equal(graft_membership_incarnation(m), inc);
     assert_int_equal(atomic_load(&lease_lost), 0);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "evict-job", "--yes",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "--yes",
                                               "evict", "3", NULL},
                              NULL, &err),
                      1);
     assert_non_null(strstr(err, "no live member"));
     free(err);
 
-    json_t *j = ctl_json((const char *[]){"--etcd", endpoint, "--job", "evict-job", "--json",
+    json_t *j = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "--json",
                                           "--yes", "evict", "7", NULL});
     assert_int_equal(json_array_size(json_object_get(j, "leases_revoked")), 1);
     assert_true(json_is_true(json_object_get(j, "event_recorded")));
@@ -58,13 +58,13 @@ static void test_evict(void **state)
      * TTL/3), before the 9 s lease could have expired by itself, and joins
      * again as a new incarnation. */
     for (int i = 0; i < 140 && atomic_load(&lease_lost) == 0; i++)
-        sleep_ms(50);
+        gc_sleep_ms(50);
     assert_int_equal(atomic_load(&lease_lost), 1);
     for (int i = 0; i < 100 && graft_membership_incarnation(m) == inc; i++)
-        sleep_ms(50);
+        gc_sleep_ms(50);
     assert_true(graft_membership_incarnation(m) != inc);
 
-    json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", "evict-job", "--json",
+    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "--json",
                                            "events", "--kind", "leave", "--group", "7", NULL});
     json_t *last = json_array_get(json_object_get(ev, "events"), 0);
     assert_non_null(last);
@@ -80,7 +80,7 @@ static void test_evict(void **state)
  * while the group that formed the quorum is healthy. */
 static void test_hung_group(void **state)
 {
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_membership_config_t mc = {.job = "hung-job", .etcd = &ec, .min_groups = 1,
                                     .join_timeout_ms = 300, .state = GRAFT_MEMBER_HEALTHY};
@@ -94,10 +94,10 @@ static void test_hung_group(void **state)
     assert_int_equal(q->n_members, 1);
     graft_membership_quorum_free(q);
 
-    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", "hung-job", "--json",
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "hung-job", "--json",
                                            "status", NULL});
-    assert_string_equal(group_health(st, 0), "healthy");
-    assert_string_equal(group_health(st, 1), "hung");
+    assert_string_equal(gc_group_health(st, 0), "healthy");
+    assert_string_equal(gc_group_health(st, 1), "hung");
     json_decref(st);
     graft_membership_destroy(m1);
     graft_membership_destroy(m0);
@@ -135,7 +135,7 @@ static void test_auth(void **state)
     graft_membership_t *m = NULL;
     assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
 
-    json_t *st = ctl_json((const char *[]){"--etcd", ep, "--job", "auth-job", "--user", "alice",
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", ep, "--job", "auth-job", "--user", "alice",
                                            "--password", "alicepw", "--json", "status", NULL});
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
     json_decref(st);
@@ -143,11 +143,11 @@ static void test_auth(void **state)
     setenv("GRAFT_ETCD_PASSWORD", "alicepw", 1);
     setenv("GRAFT_ETCD_ENDPOINTS", ep, 1);
     setenv("GRAFT_JOB", "auth-job", 1);
-    st = ctl_json((const char *[]){"--json", "status", NULL});
+    st = gc_ctl_json((const char *[]){"--json", "status", NULL});
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
     json_decref(st);
     char *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--password", "wrong", "status", NULL}, NULL, &err),
+    assert_int_equal(gc_run_ctl((const char *[]){"--password", "wrong", "status", NULL}, NULL, &err),
                      1);
     assert_non_null(strstr(err, "authentication failed"));
     free(err);
@@ -155,7 +155,7 @@ static void test_auth(void **state)
     unsetenv("GRAFT_ETCD_PASSWORD");
     unsetenv("GRAFT_ETCD_ENDPOINTS");
     unsetenv("GRAFT_JOB");
-    assert_int_equal(run_ctl((const char *[]){"--etcd", ep, "--job", "auth-job", "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", ep, "--job", "auth-job", "status", NULL},
                              NULL, &err),
                      1);
     free(err);
@@ -169,8 +169,8 @@ static void test_tls(void **state)
 {
     char dir[PATH_MAX + 16], ca[PATH_MAX + 32], crt[PATH_MAX + 32], key[PATH_MAX + 32];
     char scrt[PATH_MAX + 32], skey[PATH_MAX + 32];
-    snprintf(dir, sizeof(dir), "%s/tls", tmpdir);
-    sh("mkdir -p '%s'", dir);
+    snprintf(dir, sizeof(dir), "%s/tls", gc_tmpdir);
+    gc_sh("mkdir -p '%s'", dir);
     assert_int_equal(graft_test_tls_certs(dir), 0);
     snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
     snprintf(crt, sizeof(crt), "%s/client.crt", dir);
@@ -189,14 +189,14 @@ static void test_tls(void **state)
     graft_membership_config_t mc = {.job = "tls-job", .etcd = &ec, .group = 4};
     graft_membership_t *m = NULL;
     assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
-    json_t *st = ctl_json((const char *[]){"--etcd", ep, "--job", "tls-job", "--cacert", ca,
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", ep, "--job", "tls-job", "--cacert", ca,
                                            "--cert", crt, "--key", key, "--json", "status",
                                            NULL});
     json_t *g = json_array_get(json_object_get(st, "groups"), 0);
     assert_int_equal(json_integer_value(json_object_get(g, "group")), 4);
     json_decref(st);
     char *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", ep, "--job", "tls-job", "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", ep, "--job", "tls-job", "status", NULL},
                              NULL, &err),
                      1);
     assert_non_null(strstr(err, ep));
@@ -217,5 +217,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, graftctl_test_setup, graftctl_test_teardown);
+    return cmocka_run_group_tests(tests, gc_setup, gc_teardown);
 }

@@ -12,7 +12,7 @@
  *    at most, whatever the dashboard's interval (100 ms here);
  *  - missing credentials named in the panel; no remote tier: null.
  */
-#include "test_graftctl_http.h"
+#include "graftctl_http.h"
 
 #include <graft/persist.h>
 
@@ -59,22 +59,22 @@ static void save(graft_persist_writer_t *w, uint64_t step)
 static void dash_start(dash_t *d, const char *name, const char *const *extra)
 {
     char listen[64];
-    d->port = free_port();
+    d->port = gc_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", d->port);
-    snprintf(d->log, sizeof(d->log), "%s/%s.log", tmpdir, name);
-    const char *argv[32] = {ctl_bin, "--etcd", endpoint, "--job", "dash-remote", "dashboard",
+    snprintf(d->log, sizeof(d->log), "%s/%s.log", gc_tmpdir, name);
+    const char *argv[32] = {gc_ctl_bin, "--etcd", gc_endpoint, "--job", "dash-remote", "dashboard",
                             "--listen", listen, "--interval-ms", "100", "--ckpt-root", ck_root};
     size_t n = 12;
     for (size_t i = 0; extra[i] != NULL && n < 31; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    d->pid = spawn_logged(argv, strrchr(d->log, '/') + 1);
+    d->pid = gc_spawn_logged(argv, strrchr(d->log, '/') + 1);
     for (int i = 0; i < 150; i++) {
-        if (graftctl_http(d->port, "GET", "/api/state", NULL, NULL, NULL) == 200)
+        if (gc_http(d->port, "GET", "/api/state", NULL, NULL, NULL) == 200)
             return;
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
-    fail_msg("the dashboard did not answer: %s", slurp(d->log));
+    fail_msg("the dashboard did not answer: %s", gc_slurp(d->log));
 }
 
 static void dash_stop(dash_t *d)
@@ -90,7 +90,7 @@ static json_t *wait_remote(dash_t *d, bool (*done)(json_t *))
 {
     char *body = NULL;
     for (int i = 0; i < 200; i++) {
-        assert_int_equal(graftctl_http(d->port, "GET", "/api/state", NULL, NULL, &body), 200);
+        assert_int_equal(gc_http(d->port, "GET", "/api/state", NULL, NULL, &body), 200);
         json_t *s = json_loads(body, 0, NULL);
         assert_non_null(s);
         json_t *r = json_incref(json_object_get(s, "remote"));
@@ -102,7 +102,7 @@ static json_t *wait_remote(dash_t *d, bool (*done)(json_t *))
         json_decref(r);
         if (i < 199)
             free(body);
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     fail_msg("the dashboard's remote tier never came: %s", body);
     return NULL;
@@ -121,18 +121,18 @@ static bool caught_up(json_t *r)
 
 static int setup(void **state)
 {
-    if (graftctl_test_setup(state) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    if (gc_setup(state) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return -1;
     int rc = graft_test_s3_setup(&s3, "graft-dash");
     if (rc < 0 || (rc == 0 && graft_test_s3_proxy_start(&proxy, s3.port) != 0))
         return -1;
     have_s3 = rc == 0;
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_membership_config_t mc = {.job = "dash-remote", .etcd = &ec, .group = 0};
     if (graft_membership_create(&mc, &job_member) != GRAFT_OK)
         return -1;
-    snprintf(ck_root, sizeof(ck_root), "%s/ckpt", tmpdir);
+    snprintf(ck_root, sizeof(ck_root), "%s/ckpt", gc_tmpdir);
     return 0;
 }
 
@@ -144,7 +144,7 @@ static int teardown(void **state)
         graft_test_s3_stop(&s3);
     }
     curl_global_cleanup();
-    return graftctl_test_teardown(state);
+    return gc_teardown(state);
 }
 
 static void test_both_tiers_and_lag(void **state)
@@ -158,7 +158,7 @@ static void test_both_tiers_and_lag(void **state)
     save(w, 20);
     assert_int_equal(graft_persist_remote_flush(w, 60000), GRAFT_OK);
     graft_persist_writer_destroy(w);
-    sleep_ms(1200);
+    gc_sleep_ms(1200);
     w = writer(false);
     save(w, 30);
     graft_persist_writer_destroy(w);
@@ -183,7 +183,7 @@ static void test_both_tiers_and_lag(void **state)
 
     /* Cheap: at most one more request to the store in 3 s of 100 ms
      * refreshes (one LIST each GRAFTCTL_DASH_REMOTE_MS). */
-    sleep_ms(3000);
+    gc_sleep_ms(3000);
     assert_true(atomic_load(&proxy.forwarded) - forwarded <= 1);
 
     /* Step 30 uploaded: the next listing shows no lag. */
@@ -237,12 +237,12 @@ static void test_credentials_missing_and_none(void **state)
     /* No remote tier at all: null, and the page says how to give one. */
     dash_start(&d, "none", (const char *const[]){NULL});
     char *body = NULL;
-    assert_int_equal(graftctl_http(d.port, "GET", "/api/state", NULL, NULL, &body), 200);
+    assert_int_equal(gc_http(d.port, "GET", "/api/state", NULL, NULL, &body), 200);
     json_t *s = json_loads(body, 0, NULL);
     assert_true(json_is_null(json_object_get(s, "remote")));
     json_decref(s);
     free(body);
-    assert_int_equal(graftctl_http(d.port, "GET", "/", NULL, NULL, &body), 200);
+    assert_int_equal(gc_http(d.port, "GET", "/", NULL, NULL, &body), 200);
     assert_non_null(strstr(body, "give --ckpt-remote or GRAFT_PERSIST_REMOTE"));
     free(body);
     dash_stop(&d);
@@ -250,8 +250,6 @@ static void test_credentials_missing_and_none(void **state)
 
 int main(void)
 {
-    (void)ctl_json; /* helpers of test_graftctl_util.h this test does not use */
-    (void)group_health;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_both_tiers_and_lag),
         cmocka_unit_test(test_credentials_missing_and_none),

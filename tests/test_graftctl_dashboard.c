@@ -18,7 +18,7 @@
  *    groups finished (none dead) in /metrics and /api/status; a killed
  *    member's group is dead and the job degraded, then failed.
  */
-#include "test_graftctl_http.h"
+#include "graftctl_http.h"
 
 #define TOKEN "dashboard-test-token"
 
@@ -36,7 +36,7 @@ static char root[PATH_MAX + 16], outside[PATH_MAX + 16];
 static long http(const dash_t *d, const char *method, const char *path, const char *host,
                  const char *auth, char **body_p)
 {
-    return graftctl_http(d->port, method, path, host, auth, body_p);
+    return gc_http(d->port, method, path, host, auth, body_p);
 }
 
 /* Starts `graftctl dashboard` for job dash_job with extra arguments
@@ -44,11 +44,11 @@ static long http(const dash_t *d, const char *method, const char *path, const ch
 static void dash_start(dash_t *d, const char *name, const char *const *extra)
 {
     char listen[64], port_s[16];
-    d->port = free_port();
+    d->port = gc_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", d->port);
     snprintf(port_s, sizeof(port_s), "%d", d->port);
-    snprintf(d->log, sizeof(d->log), "%s/%s.log", tmpdir, name);
-    const char *argv[32] = {ctl_bin, "--etcd", endpoint, "--job", dash_job, "dashboard",
+    snprintf(d->log, sizeof(d->log), "%s/%s.log", gc_tmpdir, name);
+    const char *argv[32] = {gc_ctl_bin, "--etcd", gc_endpoint, "--job", dash_job, "dashboard",
                             "--listen", listen, "--interval-ms", "100"};
     size_t n = 10;
     for (size_t i = 0; extra[i] != NULL && n < 31; i++)
@@ -62,15 +62,15 @@ static void dash_start(dash_t *d, const char *name, const char *const *extra)
             _exit(126);
         dup2(fd, 1);
         dup2(fd, 2);
-        execv(ctl_bin, (char **)argv);
+        execv(gc_ctl_bin, (char **)argv);
         _exit(127);
     }
     for (int i = 0; i < 150; i++) {
         if (http(d, "GET", "/api/state", NULL, NULL, NULL) == 200)
             return;
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
-    char *log = slurp(d->log);
+    char *log = gc_slurp(d->log);
     fail_msg("the dashboard did not answer: %s", log);
 }
 
@@ -86,18 +86,18 @@ static void dash_stop(dash_t *d)
 
 static int setup(void **state)
 {
-    if (graftctl_test_setup(state) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    if (gc_setup(state) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return -1;
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_membership_config_t mc = {.job = "dash-job", .etcd = &ec, .group = 0};
     if (graft_membership_create(&mc, &job_member) != GRAFT_OK)
         return -1;
     /* ROOT/job/step-10 under the dashboard's root; OUT/step-77 outside it,
      * reached also as ROOT/link (a symbolic link) and ROOT/../out. */
-    snprintf(root, sizeof(root), "%s/root", tmpdir);
-    snprintf(outside, sizeof(outside), "%s/out", tmpdir);
-    sh("mkdir -p '%s/job/step-00000000000000000010' '%s/step-00000000000000000077' && "
+    snprintf(root, sizeof(root), "%s/root", gc_tmpdir);
+    snprintf(outside, sizeof(outside), "%s/out", gc_tmpdir);
+    gc_sh("mkdir -p '%s/job/step-00000000000000000010' '%s/step-00000000000000000077' && "
        "ln -s '%s' '%s/link'", root, outside, outside, root);
     return 0;
 }
@@ -106,7 +106,7 @@ static int teardown(void **state)
 {
     graft_membership_destroy(job_member);
     curl_global_cleanup();
-    return graftctl_test_teardown(state);
+    return gc_teardown(state);
 }
 
 /* -------------------------------------------------------------- host --- */
@@ -162,7 +162,7 @@ static void test_host_header(void **state)
 
     /* Ten refusals within a second: one log line, naming the last. */
     dash_stop(&d);
-    char *log = slurp(d.log);
+    char *log = gc_slurp(d.log);
     size_t lines = 0;
     for (const char *p = strstr(log, "foreign Host"); p != NULL; p = strstr(p + 1, "foreign Host"))
         lines++;
@@ -244,7 +244,7 @@ static json_t *wait_root(dash_t *d, const char *listed, const char *note)
         json_decref(s);
         if (i < 99)
             free(body);
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     fail_msg("the dashboard did not come to root '%s' with note '%s': %s", listed, note, body);
     return NULL;
@@ -278,7 +278,7 @@ static void test_ckpt_root(void **state)
         json_decref(s);
     }
     dash_stop(&d);
-    char *log = slurp(d.log);
+    char *log = gc_slurp(d.log);
     assert_non_null(strstr(log, "which is not under --ckpt-root"));
     free(log);
 
@@ -299,7 +299,7 @@ static void test_ckpt_root(void **state)
 static graft_status_t join(const char *job, uint32_t group, uint32_t lease_ttl_s,
                            graft_membership_t **m_p)
 {
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_membership_config_t mc = {.job = job, .etcd = &ec, .group = group,
                                     .lease_ttl_s = lease_ttl_s};
@@ -337,7 +337,7 @@ static void metrics_wait(dash_t *d, const char *const *want)
             free(body);
             return;
         }
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     fail_msg("/metrics never held all of '%s'...: %s", want[0], body);
 }
@@ -382,8 +382,8 @@ static void test_job_states(void **state)
     json_t *st = json_loads(body, 0, NULL);
     assert_non_null(st);
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
-    assert_string_equal(group_health(st, 0), "finished");
-    assert_string_equal(group_health(st, 1), "finished");
+    assert_string_equal(gc_group_health(st, 0), "finished");
+    assert_string_equal(gc_group_health(st, 1), "finished");
     json_decref(st);
     free(body);
     dash_stop(&d);
@@ -418,7 +418,7 @@ static void waiting_until(int port, const char *want)
     for (int i = 0; i < 300; i++) {
         free(body);
         body = NULL;
-        if (graftctl_http(port, "GET", "/api/state", NULL, NULL, &body) == 200) {
+        if (gc_http(port, "GET", "/api/state", NULL, NULL, &body) == 200) {
             json_t *st = json_loads(body, 0, NULL);
             const char *w = json_string_value(json_object_get(st, "waiting"));
             bool done = want != NULL ? w != NULL && strstr(w, want) != NULL : w == NULL;
@@ -428,7 +428,7 @@ static void waiting_until(int port, const char *want)
                 return;
             }
         }
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     fail_msg("/api/state never had waiting '%s': %s", want ? want : "(null)", body);
 }
@@ -439,20 +439,20 @@ static void waiting_until(int port, const char *want)
 static void test_waits_for_job(void **state)
 {
     char listen[64], etcd_url[64], peer_url[64], data[PATH_MAX + 32];
-    int port = free_port(), eport = free_port(), pport = free_port();
+    int port = gc_free_port(), eport = gc_free_port(), pport = gc_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(etcd_url, sizeof(etcd_url), "http://127.0.0.1:%d", eport);
     snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", pport);
-    snprintf(data, sizeof(data), "%s/late-etcd", tmpdir);
-    const char *dargv[] = {ctl_bin, "--etcd", etcd_url, "--job", "notyet", "dashboard",
+    snprintf(data, sizeof(data), "%s/late-etcd", gc_tmpdir);
+    const char *dargv[] = {gc_ctl_bin, "--etcd", etcd_url, "--job", "notyet", "dashboard",
                            "--listen", listen, "--interval-ms", "100", NULL};
-    pid_t dash = spawn_logged(dargv, "late.log");
+    pid_t dash = gc_spawn_logged(dargv, "late.log");
     waiting_until(port, "waiting for job 'notyet': etcd unreachable");
     char *m = NULL;
-    assert_int_equal(graftctl_http(port, "GET", "/metrics", NULL, NULL, &m), 200);
+    assert_int_equal(gc_http(port, "GET", "/metrics", NULL, NULL, &m), 200);
     assert_non_null(strstr(m, "\ngraft_up 0\n"));
     free(m);
-    assert_int_equal(graftctl_http(port, "GET", "/api/status", NULL, NULL, &m), 503);
+    assert_int_equal(gc_http(port, "GET", "/api/status", NULL, NULL, &m), 503);
     assert_non_null(strstr(m, "waiting for job"));
     free(m);
 
@@ -463,7 +463,7 @@ static void test_waits_for_job(void **state)
     char cluster[96];
     snprintf(cluster, sizeof(cluster), "default=%s", peer_url);
     eargv[12] = cluster;
-    pid_t late = spawn_logged(eargv, "late-etcd.log");
+    pid_t late = gc_spawn_logged(eargv, "late-etcd.log");
     waiting_until(port, "waiting for job 'notyet': unknown job");
     const char *eps[] = {etcd_url};
     graft_etcd_t *c = graft_test_etcd_client(eps, 1, NULL, NULL);
@@ -474,13 +474,13 @@ static void test_waits_for_job(void **state)
     waiting_until(port, NULL);
     for (int i = 0; i < 100; i++) {
         m = NULL;
-        assert_int_equal(graftctl_http(port, "GET", "/metrics", NULL, NULL, &m), 200);
+        assert_int_equal(gc_http(port, "GET", "/metrics", NULL, NULL, &m), 200);
         bool up = strstr(m, "\ngraft_up 1\n") != NULL;
         free(m);
         if (up)
             break;
         assert_true(i < 99);
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     graft_etcd_destroy(c);
     kill(dash, SIGTERM);
@@ -488,8 +488,8 @@ static void test_waits_for_job(void **state)
     assert_int_equal(waitpid(dash, &ws, 0), dash);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
         char path[PATH_MAX + 32];
-        snprintf(path, sizeof(path), "%s/late.log", tmpdir);
-        char *log = slurp(path);
+        snprintf(path, sizeof(path), "%s/late.log", gc_tmpdir);
+        char *log = gc_slurp(path);
         print_error("the dashboard ended with %d:\n%s\n", ws, log);
         free(log);
     }
@@ -500,7 +500,6 @@ static void test_waits_for_job(void **state)
 
 int main(void)
 {
-    (void)ctl_json; /* a helper of test_graftctl_util.h not needed here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_header),
         cmocka_unit_test(test_token),

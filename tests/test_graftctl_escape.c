@@ -13,7 +13,7 @@
  *  - `ckpt inspect` and `ckpt ls` escape a manifest's region name and code
  *    revision alike.
  */
-#include "test_graftctl_util.h"
+#include "graftctl_fixture.h"
 
 #include <graft/persist.h>
 
@@ -52,7 +52,7 @@ static void assert_terminal_safe(const char *what, const char *out)
 
 static graft_membership_t *member(const char *job, const char *address)
 {
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_membership_config_t mc = {.job = job, .etcd = &ec, .group = 0,
                                     .transfer_address = address};
@@ -86,7 +86,7 @@ static void test_events_escaped(void **state)
     append(m, GRAFT_EVENT_ERROR, not_utf8);
 
     char *out = NULL, *err = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-events",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-events",
                                               "events", "--kind", "error", NULL},
                              &out, &err),
                      0);
@@ -99,7 +99,7 @@ static void test_events_escaped(void **state)
     /* JSON stays JSON: jansson escapes the controls (\u001b), and the
      * decoded string is the bytes written; a detail that is not UTF-8
      * cannot be a JSON string and comes escaped. */
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-events",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-events",
                                               "--json", "events", "--kind", "error", NULL},
                              &out, NULL),
                      0);
@@ -119,7 +119,7 @@ static void test_drift_escaped(void **state)
     append(m, GRAFT_EVENT_DRIFT, hostile);
     char *out = NULL;
     /* Drift in the history: exit 1. */
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-drift",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-drift",
                                               "drift", NULL},
                              &out, NULL),
                      1);
@@ -127,7 +127,7 @@ static void test_drift_escaped(void **state)
     if (strstr(out, hostile_shown) == NULL)
         fail_msg("drift does not show the detail escaped:\n%s", out);
     free(out);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-drift",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-drift",
                                               "--json", "drift", NULL},
                              &out, NULL),
                      1);
@@ -147,7 +147,7 @@ static void test_status_escaped(void **state)
     static const char address[] = "127.0.0.1:9\x1b[2J\x1b[H";
     graft_membership_t *m = member("escape-status", address);
     char *out = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-status",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-status",
                                               "status", NULL},
                              &out, NULL),
                      0);
@@ -155,9 +155,9 @@ static void test_status_escaped(void **state)
     if (strstr(out, "127.0.0.1:9\\x1b[2J\\x1b[H") == NULL)
         fail_msg("status does not show the address escaped:\n%s", out);
     free(out);
-    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", "escape-status", "--json",
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "escape-status", "--json",
                                            "status", NULL});
-    assert_string_not_equal(group_health(st, 0), "absent");
+    assert_string_not_equal(gc_group_health(st, 0), "absent");
     json_t *g = json_array_get(json_object_get(st, "groups"), 0);
     json_t *r = json_array_get(json_object_get(g, "ranks"), 0);
     assert_string_equal(json_string_value(json_object_get(r, "transfer_address")), address);
@@ -177,7 +177,7 @@ static void test_status_quorum_record_escaped(void **state)
     graft_membership_t *m = member("escape-record", "127.0.0.1:1");
     append(m, GRAFT_EVENT_ERROR, detail);
     char *out = NULL, *err = NULL;
-    int rc = run_ctl((const char *[]){"--etcd", endpoint, "--job", "escape-record", "status",
+    int rc = gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-record", "status",
                                       NULL},
                      &out, &err);
     if (rc != 0)
@@ -187,7 +187,7 @@ static void test_status_quorum_record_escaped(void **state)
         fail_msg("status does not show the record's event escaped:\n%s", out);
     free(out);
     free(err);
-    json_t *st = ctl_json((const char *[]){"--etcd", endpoint, "--job", "escape-record", "--json",
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "escape-record", "--json",
                                            "status", NULL});
     assert_non_null(strstr(json_string_value(json_object_get(st, "quorum_record")),
                            "\\xff\\x1b[2J"));
@@ -200,7 +200,7 @@ static void test_status_quorum_record_escaped(void **state)
 static void test_ckpt_escaped(void **state)
 {
     char root[PATH_MAX + 32];
-    snprintf(root, sizeof(root), "%s/escape-ckpt", tmpdir);
+    snprintf(root, sizeof(root), "%s/escape-ckpt", gc_tmpdir);
     static const char revision[] = "v1\x1b]0;owned\x07\xc2\x9b";
     static const char name[] = "weights\x1b[2J";
     graft_persist_config_t cfg = {.root = root, .code_revision = revision};
@@ -219,7 +219,7 @@ static void test_ckpt_escaped(void **state)
     graft_persist_writer_destroy(w);
 
     char *out = NULL, *err = NULL;
-    int rc = run_ctl((const char *[]){"ckpt", "inspect", root, "5", NULL}, &out, &err);
+    int rc = gc_run_ctl((const char *[]){"ckpt", "inspect", root, "5", NULL}, &out, &err);
     if (rc != 0)
         fail_msg("ckpt inspect exited %d: %s", rc, err);
     assert_terminal_safe("ckpt inspect", out);
@@ -228,19 +228,17 @@ static void test_ckpt_escaped(void **state)
         fail_msg("ckpt inspect does not show the names escaped:\n%s", out);
     free(out);
     free(err);
-    json_t *j = ctl_json((const char *[]){"--json", "ckpt", "inspect", root, "5", NULL});
+    json_t *j = gc_ctl_json((const char *[]){"--json", "ckpt", "inspect", root, "5", NULL});
     json_t *mf = json_object_get(j, "manifest");
     assert_string_equal(json_string_value(json_object_get(mf, "code_revision")), revision);
     json_decref(j);
-    assert_int_equal(run_ctl((const char *[]){"ckpt", "ls", root, NULL}, &out, NULL), 0);
+    assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "ls", root, NULL}, &out, NULL), 0);
     assert_terminal_safe("ckpt ls", out);
     free(out);
 }
 
 int main(void)
 {
-    (void)sh; /* helpers of test_graftctl_util.h this program has no use for */
-    (void)sleep_ms;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_events_escaped),
         cmocka_unit_test(test_drift_escaped),
@@ -250,5 +248,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, graftctl_test_setup, graftctl_test_teardown);
+    return cmocka_run_group_tests(tests, gc_setup, gc_teardown);
 }

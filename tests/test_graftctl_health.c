@@ -10,7 +10,7 @@
  * --json), the dashboard's /api/status and /metrics then show the group
  * cannot-serve with that reason, and healthy again once it serves.
  */
-#include "test_graftctl_http.h"
+#include "graftctl_http.h"
 
 #include <pthread.h>
 
@@ -36,7 +36,7 @@ static graft_runtime_t *make_rt(int group)
     snprintf(g, sizeof(g), "%d", group);
     assert_int_equal(graft_config_create(&c), GRAFT_OK);
     const char *set[][2] = {{"job", JOB},          {"groups", "2"},
-                            {"group", g},          {"etcd_endpoints", endpoint},
+                            {"group", g},          {"etcd_endpoints", gc_endpoint},
                             {"lease_ttl_ms", "3000"}, {"join_timeout_ms", "1000"},
                             {"quorum_timeout_ms", "30000"}};
     for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
@@ -73,7 +73,7 @@ static void step_both(member_t *m)
 
 static json_t *status_json(void)
 {
-    return ctl_json((const char *[]){"--etcd", endpoint, "--job", JOB, "--json", "status", NULL});
+    return gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "--json", "status", NULL});
 }
 
 /* graftctl status until group 1's health is `want`; that status. */
@@ -83,11 +83,11 @@ static json_t *status_until(const char *want)
     for (int i = 0; i < 100; i++) {
         json_decref(st);
         st = status_json();
-        if (strcmp(group_health(st, 1), want) == 0)
+        if (strcmp(gc_group_health(st, 1), want) == 0)
             return st;
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
-    fail_msg("group 1 never %s: it is %s", want, group_health(st, 1));
+    fail_msg("group 1 never %s: it is %s", want, gc_group_health(st, 1));
     return NULL;
 }
 
@@ -98,10 +98,10 @@ static char *dash_until(int port, const char *path, const char *want, bool prese
     for (int i = 0; i < 100; i++) {
         free(body);
         body = NULL;
-        if (graftctl_http(port, "GET", path, NULL, NULL, &body) == 200 &&
+        if (gc_http(port, "GET", path, NULL, NULL, &body) == 200 &&
             (strstr(body, want) != NULL) == present)
             return body;
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     fail_msg("%s never %s '%s': %s", path, present ? "held" : "lost", want,
              body != NULL ? body : "");
@@ -125,9 +125,9 @@ static void test_cannot_serve_shown(void **state)
     json_decref(status_until("healthy"));
 
     char listen[64];
-    int port = free_port();
+    int port = gc_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    pid_t dash = spawn_logged((const char *[]){ctl_bin, "--etcd", endpoint, "--job", JOB,
+    pid_t dash = gc_spawn_logged((const char *[]){gc_ctl_bin, "--etcd", gc_endpoint, "--job", JOB,
                                                "dashboard", "--listen", listen, "--interval-ms",
                                                "200", NULL},
                               "dashboard.log");
@@ -136,14 +136,14 @@ static void test_cannot_serve_shown(void **state)
     atomic_store(&m[1].rt->ep->serve_failures, 3);
     step_both(m);
     json_t *st = status_until("cannot-serve");
-    const char *why = group_field(st, 1, "reason");
+    const char *why = gc_group_field(st, 1, "reason");
     print_message("group 1 cannot-serve: %s\n", why != NULL ? why : "(no reason)");
     assert_non_null(why);
     assert_non_null(strstr(why, REASON));
     assert_int_equal(json_integer_value(json_object_get(st, "groups_healthy")), 1);
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", JOB, "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "status", NULL},
                              &out, NULL),
                      0);
     assert_non_null(strstr(out, "group 1 cannot-serve: " REASON));
@@ -155,7 +155,7 @@ static void test_cannot_serve_shown(void **state)
     assert_non_null(strstr(body, "graft_groups{health=\"cannot-serve\"} 1\n"));
     free(body);
     /* The history has the one event, an error. */
-    json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", JOB, "--json", "events",
+    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "--json", "events",
                                            NULL});
     size_t i, n = 0;
     json_t *e;
@@ -170,7 +170,7 @@ static void test_cannot_serve_shown(void **state)
     atomic_store(&m[1].rt->ep->serve_failures, 0);
     step_both(m);
     st = status_until("healthy");
-    assert_null(group_field(st, 1, "reason"));
+    assert_null(gc_group_field(st, 1, "reason"));
     json_decref(st);
     free(dash_until(port, "/metrics", "graft_group_cannot_serve{group=\"1\"}", false));
     kill(dash, SIGTERM);
@@ -187,7 +187,7 @@ int main(void)
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = cmocka_run_group_tests(tests, graftctl_test_setup, graftctl_test_teardown);
+    int rc = cmocka_run_group_tests(tests, gc_setup, gc_teardown);
     curl_global_cleanup();
     return rc;
 }

@@ -13,7 +13,7 @@
  * trainer's step of 5 s before and at most the trainer's step after the
  * read. After the run, every group's record holds the final step.
  */
-#include "test_graftctl_http.h"
+#include "graftctl_http.h"
 
 #include <graft/etcd.h>
 #include <graft/graft.h>
@@ -45,7 +45,7 @@ static uint64_t mono_ms(void)
 static char *http_get(int port, const char *path)
 {
     char *body = NULL;
-    if (graftctl_http(port, "GET", path, NULL, NULL, &body) == 200)
+    if (gc_http(port, "GET", path, NULL, NULL, &body) == 200)
         return body;
     free(body);
     return NULL;
@@ -145,11 +145,11 @@ static pid_t start_sim(const char *root, const char *rep)
      * reads 5 s apart; the run folder where the test finds it. */
     setenv("GRAFT_SIM_STEP_MS", "25", 1);
     setenv("TMPDIR", run_tmp, 1);
-    const char *argv[] = {sim_bin, "run", "--groups", "2", "--ranks", "2", "--steps", "500",
-                          "--mode", "elastic", "--seed", "5", "--etcd", endpoint,
+    const char *argv[] = {gc_sim_bin, "run", "--groups", "2", "--ranks", "2", "--steps", "500",
+                          "--mode", "elastic", "--seed", "5", "--etcd", gc_endpoint,
                           "--persist-root", root, "--persist-every", "100", "--json", rep,
                           NULL};
-    pid_t sim = child(spawn_logged(argv, "sim.out"));
+    pid_t sim = child(gc_spawn_logged(argv, "sim.out"));
     unsetenv("GRAFT_SIM_STEP_MS");
     unsetenv("TMPDIR");
     return sim;
@@ -159,9 +159,9 @@ static pid_t start_dashboard(int port)
 {
     char listen[64];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    const char *argv[] = {ctl_bin, "--etcd", endpoint, "--job", job, "dashboard",
+    const char *argv[] = {gc_ctl_bin, "--etcd", gc_endpoint, "--job", job, "dashboard",
                           "--listen", listen, "--interval-ms", "200", NULL};
-    return child(spawn_logged(argv, "dashboard.log"));
+    return child(gc_spawn_logged(argv, "dashboard.log"));
 }
 
 static int sim_done(pid_t sim, int *ws)
@@ -179,7 +179,7 @@ static char *final_metrics; /* /metrics after the run, for test_promtool */
  * checkpoint. */
 static void metrics_after_run(int port)
 {
-    json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
                                            "--recoveries", NULL});
     long long syncs = 0, heals = 0;
     size_t i;
@@ -199,7 +199,7 @@ static void metrics_after_run(int port)
             metric(m, "graft_recoveries_total{result=\"ok\"}") == heals &&
             metric(m, "graft_job_step") == STEPS)
             break;
-        sleep_ms(100);
+        gc_sleep_ms(100);
     }
     assert_non_null(m);
     print_message("in the history: %lld initial syncs, %lld other heals\n", syncs, heals);
@@ -240,11 +240,11 @@ static void test_promtool(void **state)
     }
     assert_non_null(final_metrics); /* from test_live_progress */
     char path[PATH_MAX + 32], cmd[3 * PATH_MAX];
-    tmp_file_write(path, sizeof(path), "metrics.txt", final_metrics);
+    gc_tmp_file_write(path, sizeof(path), "metrics.txt", final_metrics);
     snprintf(cmd, sizeof(cmd), "promtool check metrics < '%s' > '%s.out' 2>&1", path, path);
     int rc = system(cmd);
     snprintf(cmd, sizeof(cmd), "%s.out", path);
-    char *out = slurp(cmd);
+    char *out = gc_slurp(cmd);
     if (rc != 0)
         print_error("promtool check metrics: %s\n", out);
     free(out);
@@ -254,22 +254,22 @@ static void test_promtool(void **state)
 static void test_live_progress(void **state)
 {
     char root[PATH_MAX + 32], rep[PATH_MAX + 32], run_dir[2 * PATH_MAX + 64];
-    snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
-    snprintf(rep, sizeof(rep), "%s/run.json", tmpdir);
-    snprintf(run_tmp, sizeof(run_tmp), "%s/simtmp", tmpdir);
+    snprintf(root, sizeof(root), "%s/ckpt", gc_tmpdir);
+    snprintf(rep, sizeof(rep), "%s/run.json", gc_tmpdir);
+    snprintf(run_tmp, sizeof(run_tmp), "%s/simtmp", gc_tmpdir);
     mkdir(root, 0755);
     mkdir(run_tmp, 0755);
     pid_t sim = start_sim(root, rep);
-    sim_job_wait(root, job, sizeof(job));
+    gc_sim_job_wait(root, job, sizeof(job));
     for (int i = 0; i < 300 && !find_run_dir(run_dir, sizeof(run_dir)); i++)
-        sleep_ms(100);
+        gc_sleep_ms(100);
     assert_true(find_run_dir(run_dir, sizeof(run_dir)));
 
-    int port = free_port(), ws = 0;
+    int port = gc_free_port(), ws = 0;
     pid_t dash = -1;
     size_t judged[3] = {0, 0, 0}, rated = 0;
     bool done = false;
-    const char *const status_args[] = {"--etcd", endpoint, "--job", job, "--json", "status",
+    const char *const status_args[] = {"--etcd", gc_endpoint, "--job", job, "--json", "status",
                                        NULL};
     while (!(done = sim_done(sim, &ws))) {
         long long before = trainer_step(run_dir);
@@ -280,7 +280,7 @@ static void test_live_progress(void **state)
         if (dash < 0 || waitpid(dash, NULL, WNOHANG) == dash)
             dash = start_dashboard(port);
         char *out = NULL;
-        json_t *st = run_ctl(status_args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
+        json_t *st = gc_run_ctl(status_args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
         free(out);
         char *metrics = http_get(port, "/metrics");
         char *api = http_get(port, "/api/status");
@@ -304,13 +304,13 @@ static void test_live_progress(void **state)
         json_decref(jap);
         free(metrics);
         free(api);
-        sleep_ms(300);
+        gc_sleep_ms(300);
     }
     assert_true(done && WIFEXITED(ws));
     if (WEXITSTATUS(ws) != 0) {
         char log[PATH_MAX + 32];
-        snprintf(log, sizeof(log), "%s/sim.out", tmpdir);
-        char *simout = slurp(log);
+        snprintf(log, sizeof(log), "%s/sim.out", gc_tmpdir);
+        char *simout = gc_slurp(log);
         print_error("graft-sim run failed:\n%s\n", simout);
         free(simout);
     }
@@ -321,7 +321,7 @@ static void test_live_progress(void **state)
     assert_true(rated >= 3);
 
     /* After the run: each group's rank 0 wrote the final step as it ended. */
-    json_t *st = ctl_json(status_args);
+    json_t *st = gc_ctl_json(status_args);
     assert_int_equal(json_integer_value(json_object_get(st, "step")), STEPS);
     size_t i;
     json_t *g;
@@ -333,10 +333,10 @@ static void test_live_progress(void **state)
         groups++;
     }
     assert_int_equal(groups, GROUPS);
-    assert_string_equal(group_health(st, 0), "finished");
+    assert_string_equal(gc_group_health(st, 0), "finished");
     json_decref(st);
     char *text = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
                              &text, NULL),
                      0);
     assert_non_null(strstr(text, "progress: step 500 committed"));
@@ -348,7 +348,7 @@ static void test_live_progress(void **state)
     /* What it cost etcd: a key's version counts the puts to it. One per
      * GRAFT_GROUP_PROGRESS_EVERY_MS while steps go, and at the first
      * commit and at the end (docs/PERFORMANCE.md). */
-    const char *eps[] = {endpoint};
+    const char *eps[] = {gc_endpoint};
     graft_etcd_config_t ec = {.endpoints = eps, .n_endpoints = 1};
     graft_etcd_t *e = NULL;
     assert_int_equal(graft_etcd_create(&ec, &e), GRAFT_OK);
@@ -375,10 +375,10 @@ static void test_live_progress(void **state)
 static pid_t start_sim_with(const char *name, const char *const *extra)
 {
     char root[PATH_MAX + 64];
-    snprintf(root, sizeof(root), "%s/ckpt-%s", tmpdir, name);
+    snprintf(root, sizeof(root), "%s/ckpt-%s", gc_tmpdir, name);
     mkdir(root, 0755);
-    const char *argv[40] = {sim_bin, "run", "--groups", "2", "--ranks", "1", "--seed", "7",
-                            "--etcd", endpoint, "--persist-root", root};
+    const char *argv[40] = {gc_sim_bin, "run", "--groups", "2", "--ranks", "1", "--seed", "7",
+                            "--etcd", gc_endpoint, "--persist-root", root};
     size_t n = 12;
     for (size_t i = 0; extra[i] != NULL && n < 39; i++)
         argv[n++] = extra[i];
@@ -386,26 +386,26 @@ static pid_t start_sim_with(const char *name, const char *const *extra)
     char log[64];
     snprintf(log, sizeof(log), "sim-%s.out", name);
     setenv("GRAFT_SIM_STEP_MS", "25", 0); /* unless the test set its own */
-    pid_t sim = child(spawn_logged(argv, log));
+    pid_t sim = child(gc_spawn_logged(argv, log));
     unsetenv("GRAFT_SIM_STEP_MS");
     job[0] = '\0';
-    sim_job_wait(root, job, sizeof(job));
+    gc_sim_job_wait(root, job, sizeof(job));
     return sim;
 }
 
 /* Polls status --json (up to 90 s) until pred holds; returns it. */
 static json_t *status_until(bool (*pred)(json_t *))
 {
-    const char *const args[] = {"--etcd", endpoint, "--job", job, "--json", "status", NULL};
+    const char *const args[] = {"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL};
     json_t *st = NULL;
     for (int i = 0; i < 300; i++) {
         char *out = NULL;
         json_decref(st);
-        st = run_ctl(args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
+        st = gc_run_ctl(args, &out, NULL) == 0 ? json_loads(out, 0, NULL) : NULL;
         free(out);
         if (st != NULL && pred(st))
             return st;
-        sleep_ms(300);
+        gc_sleep_ms(300);
     }
     char *text = st != NULL ? json_dumps(st, JSON_COMPACT) : NULL;
     fail_msg("status never got there: %s", text != NULL ? text : "(none)");
@@ -425,7 +425,7 @@ static void metrics_have(int port, const char *const *want)
             free(body);
             return;
         }
-        sleep_ms(200);
+        gc_sleep_ms(200);
     }
     fail_msg("/metrics never held all of '%s'...: %s", want[0], body != NULL ? body : "");
 }
@@ -438,7 +438,7 @@ static void stop_sim(pid_t sim)
 
 static bool group1_misconfigured(json_t *st)
 {
-    return strcmp(group_health(st, 1), "misconfigured") == 0;
+    return strcmp(gc_group_health(st, 1), "misconfigured") == 0;
 }
 
 /* Group 1 started with GRAFT_GROUPS 3 (GRAFT_MIN_GROUPS 3), group 0 with
@@ -448,18 +448,18 @@ static bool group1_misconfigured(json_t *st)
 static void test_config_mismatch(void **state)
 {
     char wrapper[PATH_MAX + 32], train[PATH_MAX + 32], text[2 * PATH_MAX];
-    snprintf(train, sizeof(train), "%s", sim_bin);
+    snprintf(train, sizeof(train), "%s", gc_sim_bin);
     *strrchr(train, '/') = '\0';
     snprintf(text, sizeof(text), "#!/bin/sh\nif [ \"$GRAFT_GROUP\" = 1 ]; then\n"
              "  GRAFT_GROUPS=3 GRAFT_MIN_GROUPS=3; export GRAFT_GROUPS GRAFT_MIN_GROUPS\n"
              "fi\nexec '%s/train_mlp' \"$@\"\n", train);
-    tmp_file_write(wrapper, sizeof(wrapper), "trainer.sh", text);
+    gc_tmp_file_write(wrapper, sizeof(wrapper), "trainer.sh", text);
     assert_int_equal(chmod(wrapper, 0755), 0);
     pid_t sim = start_sim_with("mismatch", (const char *[]){"--steps", "100000", "--mode",
                                                              "elastic", "--trainer", wrapper,
                                                              NULL});
     json_t *st = status_until(group1_misconfigured);
-    int port = free_port();
+    int port = gc_free_port();
     pid_t dash = start_dashboard(port); /* the job exists by now */
     size_t i;
     json_t *g;
@@ -471,16 +471,16 @@ static void test_config_mismatch(void **state)
     print_message("group 1: %s\n", reason);
     assert_non_null(strstr(reason, "config mismatch: min_groups 3 in group 1 (GRAFT_GROUPS 3), "
                                    "1 in the quorum"));
-    assert_string_equal(group_health(st, 0), "healthy");
+    assert_string_equal(gc_group_health(st, 0), "healthy");
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "events",
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "events",
                                               "--kind", "vote_result", "--group", "1", NULL},
                              &out, NULL),
                      0);
     assert_non_null(strstr(out, "config mismatch: min_groups 3 in group 1"));
     free(out);
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
                              &out, NULL),
                      0);
     assert_non_null(strstr(out, "group 1 misconfigured: "));
@@ -511,7 +511,7 @@ static size_t vote_event_skipped(const char *detail)
 
 static bool voting_no(json_t *st)
 {
-    return strcmp(group_health(st, 0), "voting-no") == 0;
+    return strcmp(gc_group_health(st, 0), "voting-no") == 0;
 }
 
 /* One group of two ranks, each vetoing the last step until it served
@@ -523,17 +523,17 @@ static bool voting_no(json_t *st)
 static void test_voting_no(void **state)
 {
     char wrapper[PATH_MAX + 32], train[PATH_MAX + 32], text[2 * PATH_MAX];
-    snprintf(train, sizeof(train), "%s", sim_bin);
+    snprintf(train, sizeof(train), "%s", gc_sim_bin);
     *strrchr(train, '/') = '\0';
     snprintf(text, sizeof(text), "#!/bin/sh\nexec '%s/train_mlp' \"$@\" --serve-before-end\n",
              train);
-    tmp_file_write(wrapper, sizeof(wrapper), "vetoer.sh", text);
+    gc_tmp_file_write(wrapper, sizeof(wrapper), "vetoer.sh", text);
     assert_int_equal(chmod(wrapper, 0755), 0);
     pid_t sim = start_sim_with("vetoes", (const char *[]){"--groups", "1", "--ranks", "2",
                                                            "--steps", "40", "--mode", "elastic",
                                                            "--trainer", wrapper, NULL});
     json_t *st = status_until(voting_no);
-    int port = free_port();
+    int port = gc_free_port();
     pid_t dash = start_dashboard(port);
     json_t *g = json_array_get(json_object_get(st, "groups"), 0);
     const char *reason = json_string_value(json_object_get(g, "reason"));
@@ -543,7 +543,7 @@ static void test_voting_no(void **state)
     assert_non_null(strstr(reason, " voted no: the trainer vetoed the step"));
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
                              &out, NULL),
                      0);
     assert_non_null(strstr(out, "group 0 voting-no: "));
@@ -557,7 +557,7 @@ static void test_voting_no(void **state)
         api = http_get(port, "/api/status");
         if (api != NULL && strstr(api, "the trainer vetoed the step") != NULL)
             break;
-        sleep_ms(200);
+        gc_sleep_ms(200);
     }
     assert_non_null(api);
     assert_non_null(strstr(api, "\"health\":\"voting-no\""));
@@ -568,9 +568,9 @@ static void test_voting_no(void **state)
     /* The group votes no at every try: its history gets few vote events,
      * not one per try (each would push a join or a heal out of it). */
     uint64_t t0 = wall_ms();
-    sleep_ms(VOTE_WINDOW_MS);
+    gc_sleep_ms(VOTE_WINDOW_MS);
     size_t votes = 0, tries = 0;
-    json_t *ev = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "events",
+    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
                                            "--kind", "vote_result", NULL});
     size_t i;
     json_t *e;
@@ -589,7 +589,7 @@ static void test_voting_no(void **state)
     assert_true(votes >= 1 && votes <= VOTE_WINDOW_MS / 5000 + 1);
     assert_true(tries > votes);
     /* The count in the reason is the tries', not the events'. */
-    st = ctl_json((const char *[]){"--etcd", endpoint, "--job", job, "--json", "status", NULL});
+    st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL});
     reason = json_string_value(json_object_get(json_array_get(json_object_get(st, "groups"), 0),
                                                "reason"));
     print_message("group 0: %s\n", reason != NULL ? reason : "(none)");
@@ -610,13 +610,13 @@ static bool paused(json_t *st)
 static void test_paused(void **state)
 {
     char sched[PATH_MAX + 32];
-    tmp_file_write(sched, sizeof(sched), "hang.json",
+    gc_tmp_file_write(sched, sizeof(sched), "hang.json",
                    "{\"events\":[{\"kind\":\"hang\",\"group\":1,\"rank\":0,\"at_step\":100,"
                    "\"duration_ms\":20000}]}\n");
     pid_t sim = start_sim_with("paused", (const char *[]){"--steps", "400", "--schedule", sched,
                                                            NULL});
     json_t *st = status_until(paused);
-    int port = free_port();
+    int port = gc_free_port();
     pid_t dash = start_dashboard(port);
     const char *why = json_string_value(json_object_get(st, "state_reason"));
     print_message("paused: %s\n", why);
@@ -627,7 +627,7 @@ static void test_paused(void **state)
     assert_true(json_real_value(json_object_get(st, "steps_per_second")) == 0.0);
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(run_ctl((const char *[]){"--etcd", endpoint, "--job", job, "status", NULL},
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
                              &out, NULL), 0);
     print_message("%s", out);
     assert_non_null(strstr(out, " committed, no progress for "));
@@ -666,7 +666,7 @@ static int teardown(void **state)
         if (waitpid(children[i], NULL, WNOHANG) == 0 && kill(children[i], SIGTERM) == 0)
             waitpid(children[i], NULL, 0); /* still ours and running */
     free(final_metrics);
-    return graftctl_test_teardown(state);
+    return gc_teardown(state);
 }
 
 static bool at_step_2(json_t *st)
@@ -683,7 +683,7 @@ static void test_slow_steps_not_paused(void **state)
     pid_t sim = start_sim_with("slow", (const char *[]){"--steps", "5", "--mode", "elastic",
                                                          NULL});
     json_t *st = status_until(at_step_2);
-    const char *const args[] = {"--etcd", endpoint, "--job", job, "--json", "status", NULL};
+    const char *const args[] = {"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL};
     size_t reads = 0, failed = 0;
     while (json_integer_value(json_object_get(st, "step")) < 4) {
         const char *state_now = json_string_value(json_object_get(st, "state"));
@@ -693,9 +693,9 @@ static void test_slow_steps_not_paused(void **state)
                         json_string_value(json_object_get(st, "state_reason")));
         assert_string_not_equal(state_now, "paused");
         json_t *last = st;
-        sleep_ms(500);
+        gc_sleep_ms(500);
         char *out = NULL;
-        int rc = run_ctl(args, &out, NULL);
+        int rc = gc_run_ctl(args, &out, NULL);
         st = rc == 0 ? json_loads(out, 0, NULL) : NULL;
         if (st == NULL) {
             /* A read that failed (etcd slow to answer graftctl under
@@ -729,7 +729,7 @@ int main(void)
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc = cmocka_run_group_tests(tests, graftctl_test_setup, teardown);
+    int rc = cmocka_run_group_tests(tests, gc_setup, teardown);
     curl_global_cleanup();
     return rc;
 }

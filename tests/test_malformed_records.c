@@ -15,7 +15,7 @@
  *  - a rank's own member record written over with garbage: the rank
  *    writes it again on its lease.
  */
-#include "test_graftctl_util.h"
+#include "graftctl_fixture.h"
 
 #include <pthread.h>
 
@@ -29,9 +29,9 @@ static graft_etcd_config_t etcd_cfg;
 
 static int setup(void **state)
 {
-    if (graftctl_test_setup(state) != 0)
+    if (gc_setup(state) != 0)
         return -1;
-    etcd_cfg = graft_test_etcd_config(&endpoint, 1, 2000);
+    etcd_cfg = graft_test_etcd_config(&gc_endpoint, 1, 2000);
     return 0;
 }
 
@@ -96,7 +96,7 @@ static void put_junk(const char *job)
 {
     char key[128];
     snprintf(key, sizeof(key), "/graft/%s/quorum", job);
-    assert_int_equal(graft_etcd_put(etcd.client, key, junk, sizeof(junk) - 1, 0, NULL, NULL),
+    assert_int_equal(graft_etcd_put(gc_etcd.client, key, junk, sizeof(junk) - 1, 0, NULL, NULL),
                      GRAFT_OK);
 }
 
@@ -111,7 +111,7 @@ static uint64_t quorum_key_round(const char *job)
         graft_etcd_range_result_t res = {0};
         graft_etcd_range_opts_t o = {0};
         graft_quorum_t *q = NULL;
-        assert_int_equal(graft_etcd_range(etcd.client, key, &o, &res), GRAFT_OK);
+        assert_int_equal(graft_etcd_range(gc_etcd.client, key, &o, &res), GRAFT_OK);
         assert_int_equal(res.n_kvs, 1);
         graft_status_t st = graft__mship_quorum_decode(res.kvs[0].value, res.kvs[0].value_len, &q);
         graft_etcd_range_result_clear(&res);
@@ -121,7 +121,7 @@ static uint64_t quorum_key_round(const char *job)
             return round;
         }
         assert_true(graft__now_ns() < end);
-        sleep_ms(50);
+        gc_sleep_ms(50);
     }
 }
 
@@ -145,7 +145,7 @@ static uint64_t replaced_event_round(graft_membership_t *obs, const char *job)
         if (round != 0)
             return round;
         assert_true(graft__now_ns() < end);
-        sleep_ms(50);
+        gc_sleep_ms(50);
     }
 }
 
@@ -154,8 +154,8 @@ static void status_names_replacement(const char *job, uint64_t round)
 {
     char *out = NULL, *err = NULL;
     char want[200];
-    const char *args[] = {"--etcd", endpoint, "--job", job, "status", NULL};
-    int rc = run_ctl(args, &out, &err);
+    const char *args[] = {"--etcd", gc_endpoint, "--job", job, "status", NULL};
+    int rc = gc_run_ctl(args, &out, &err);
     if (rc != 0)
         print_error("graftctl status: %d %s\n", rc, err);
     assert_int_equal(rc, 0);
@@ -167,8 +167,8 @@ static void status_names_replacement(const char *job, uint64_t round)
     assert_non_null(strstr(out, want));
     free(out);
     free(err);
-    const char *jargs[] = {"--etcd", endpoint, "--job", job, "--json", "status", NULL};
-    json_t *j = ctl_json(jargs);
+    const char *jargs[] = {"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL};
+    json_t *j = gc_ctl_json(jargs);
     const char *rec = json_string_value(json_object_get(j, "quorum_record"));
     assert_non_null(rec);
     assert_non_null(strstr(rec, want));
@@ -230,8 +230,8 @@ static void test_garbage_before_first_start(void **state)
     /* graftctl status names it while it is there */
     char *out = NULL;
     char want[160];
-    const char *args[] = {"--etcd", endpoint, "--job", job, "status", NULL};
-    assert_int_equal(run_ctl(args, &out, NULL), 0);
+    const char *args[] = {"--etcd", gc_endpoint, "--job", job, "status", NULL};
+    assert_int_equal(gc_run_ctl(args, &out, NULL), 0);
     snprintf(want, sizeof(want), "quorum record at /graft/%s/quorum does not decode: ", job);
     if (strstr(out, want) == NULL)
         print_error("graftctl status:\n%s\n", out);
@@ -258,7 +258,7 @@ static void test_garbage_before_first_start(void **state)
         if (clean)
             break;
         assert_true(graft__now_ns() < end);
-        sleep_ms(20);
+        gc_sleep_ms(20);
     }
     graft_membership_destroy(obs);
     graft_membership_destroy(a);
@@ -276,7 +276,7 @@ static void test_garbage_member_record_rewritten(void **state)
     const char *job = "malformed-member";
     graft_membership_t *a = join(job, 0, false), *b = join(job, 1, false);
     graft_membership_t *obs = join(job, 0, true);
-    assert_int_equal(graft_etcd_put(etcd.client, "/graft/malformed-member/members/1/0", junk,
+    assert_int_equal(graft_etcd_put(gc_etcd.client, "/graft/malformed-member/members/1/0", junk,
                                     sizeof(junk) - 1, 0, NULL, NULL), GRAFT_OK);
     uint64_t end = graft__now_ns() + 5000000000ull;
     bool healthy = false;
@@ -286,12 +286,12 @@ static void test_garbage_member_record_rewritten(void **state)
         healthy = v->malformed >= 1 && v->n_healthy_groups == 2;
         graft_membership_view_free(v);
         if (!healthy)
-            sleep_ms(20);
+            gc_sleep_ms(20);
     }
     assert_true(healthy);
     /* on the rank's lease again: it goes when the lease does */
     graft_etcd_kv_t kv;
-    assert_int_equal(graft_etcd_get(etcd.client, "/graft/malformed-member/members/1/0", &kv, NULL),
+    assert_int_equal(graft_etcd_get(gc_etcd.client, "/graft/malformed-member/members/1/0", &kv, NULL),
                      GRAFT_OK);
     graft_member_t mem;
     assert_int_equal(graft__mship_member_decode(kv.value, kv.value_len, &mem), GRAFT_OK);
@@ -309,7 +309,7 @@ static void test_garbage_member_record_rewritten(void **state)
                                              "1/0 does not decode") != NULL;
         graft_membership_events_free(ev, n);
         if (!recorded)
-            sleep_ms(20);
+            gc_sleep_ms(20);
     }
     assert_true(recorded);
     waiter_t wa = {.m = a, .committed = 0}, wb = {.m = b, .committed = 0};
@@ -324,12 +324,10 @@ static void test_garbage_member_record_rewritten(void **state)
 
 int main(void)
 {
-    (void)sh; /* helpers of the shared header this file does not need */
-    (void)group_health;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_garbage_then_group_restart),
         cmocka_unit_test(test_garbage_before_first_start),
         cmocka_unit_test(test_garbage_member_record_rewritten),
     };
-    return cmocka_run_group_tests(tests, setup, graftctl_test_teardown);
+    return cmocka_run_group_tests(tests, setup, gc_teardown);
 }

@@ -14,7 +14,7 @@
  *  - graftctl takes the password from a file or the environment, and warns
  *    when it is given on the command line.
  */
-#include "test_graftctl_util.h"
+#include "graftctl_fixture.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -189,11 +189,11 @@ static const char *skip_reason;
 
 static int setup(void **state)
 {
-    if (graftctl_test_setup(state) != 0)
+    if (gc_setup(state) != 0)
         return -1;
     unsetenv("GRAFT_JOB_SECRET");
     unsetenv("GRAFT_JOB_SECRET_FILE");
-    const char *port = strrchr(endpoint, ':');
+    const char *port = strrchr(gc_endpoint, ':');
     if (!host_address(host_addr, sizeof(host_addr)))
         skip_reason = "no non-loopback IPv4 address on this host, and no dummy interface allowed";
     else if (!relay_start(host_addr, atoi(port + 1)))
@@ -212,7 +212,7 @@ static int teardown(void **state)
     }
     if (dummy_made && system("ip link del graftsp0") != 0)
         fprintf(stderr, "could not remove the dummy interface graftsp0\n");
-    return graftctl_test_teardown(state);
+    return gc_teardown(state);
 }
 
 static graft_config_t *job_config(const char *job, const char *endpoints)
@@ -236,7 +236,7 @@ static int64_t secret_keys(const char *job)
     graft_etcd_range_result_t res = {0};
     graft_etcd_range_opts_t o = {.count_only = true};
     snprintf(key, sizeof(key), "/graft/%s/secret", job);
-    assert_int_equal(graft_etcd_range(etcd.client, key, &o, &res), GRAFT_OK);
+    assert_int_equal(graft_etcd_range(gc_etcd.client, key, &o, &res), GRAFT_OK);
     int64_t n = res.count;
     graft_etcd_range_result_clear(&res);
     return n;
@@ -336,7 +336,7 @@ static void test_secret_refused_over_plain_http(void **state)
 
     /* Given a secret, the same process starts over the same endpoint. */
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof(path), "%s/secret", tmpdir);
+    snprintf(path, sizeof(path), "%s/secret", gc_tmpdir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(SECRET "\n", f);
@@ -353,7 +353,7 @@ static void test_secret_refused_over_plain_http(void **state)
 static void test_secret_kept_on_loopback(void **state)
 {
     (void)state;
-    graft_config_t *c = job_config("secret-near", endpoint);
+    graft_config_t *c = job_config("secret-near", gc_endpoint);
     graft_runtime_t *rt = NULL;
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_destroy(rt);
@@ -364,7 +364,7 @@ static void test_secret_kept_on_loopback(void **state)
 static void test_env_secret_unset_after_init(void **state)
 {
     (void)state;
-    graft_config_t *c = job_config("secret-env", endpoint);
+    graft_config_t *c = job_config("secret-env", gc_endpoint);
     graft_runtime_t *rt = NULL;
     assert_int_equal(setenv("GRAFT_JOB_SECRET", SECRET, 1), 0);
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
@@ -405,7 +405,7 @@ static void test_password_not_returned(void **state)
 static void test_password_over_http_warned(void **state)
 {
     (void)state;
-    const char *near[] = {endpoint};
+    const char *near[] = {gc_endpoint};
     const char *tls[] = {"https://10.9.8.7:2379"};
     const char *far[] = {"http://127.0.0.1:2379", "http://10.9.8.7:2379"};
     graft_etcd_config_t ec = {.endpoints = near, .n_endpoints = 1, .username = "u",
@@ -448,37 +448,37 @@ static void test_graftctl_password_sources(void **state)
     for (size_t i = 0; i < 3; i++)
         assert_int_equal(graft_test_etcdctl(ep, NULL, 0, ctl[i]), 0);
     char good[PATH_MAX + 32], open_file[PATH_MAX + 32], wrong[PATH_MAX + 32];
-    snprintf(good, sizeof(good), "%s/pw", tmpdir);
-    snprintf(open_file, sizeof(open_file), "%s/pw-open", tmpdir);
-    snprintf(wrong, sizeof(wrong), "%s/pw-wrong", tmpdir);
-    sh("printf 'rootpw\\n' > '%s' && chmod 600 '%s'", good, good);
-    sh("printf 'rootpw\\n' > '%s' && chmod 644 '%s'", open_file, open_file);
-    sh("printf 'nope\\n' > '%s' && chmod 600 '%s'", wrong, wrong);
+    snprintf(good, sizeof(good), "%s/pw", gc_tmpdir);
+    snprintf(open_file, sizeof(open_file), "%s/pw-open", gc_tmpdir);
+    snprintf(wrong, sizeof(wrong), "%s/pw-wrong", gc_tmpdir);
+    gc_sh("printf 'rootpw\\n' > '%s' && chmod 600 '%s'", good, good);
+    gc_sh("printf 'rootpw\\n' > '%s' && chmod 644 '%s'", open_file, open_file);
+    gc_sh("printf 'nope\\n' > '%s' && chmod 600 '%s'", wrong, wrong);
     char *out = NULL, *err = NULL;
     /* Authenticated: the job is unknown (no keys), which etcd only says to
      * a user it let in. */
     const char *from_file[] = {"--etcd", ep, "--job", "nojob", "--user", "root",
                                "--password-file", good, "status", NULL};
-    assert_int_equal(run_ctl(from_file, &out, &err), 1);
+    assert_int_equal(gc_run_ctl(from_file, &out, &err), 1);
     assert_non_null(strstr(err, "unknown job 'nojob'"));
     assert_null(strstr(err, "warning"));
     free(out);
     free(err);
     const char *from_wrong[] = {"--etcd", ep, "--job", "nojob", "--user", "root",
                                 "--password-file", wrong, "status", NULL};
-    assert_int_equal(run_ctl(from_wrong, &out, &err), 1);
+    assert_int_equal(gc_run_ctl(from_wrong, &out, &err), 1);
     assert_non_null(strstr(err, "check --user and --password"));
     free(out);
     free(err);
     const char *from_open[] = {"--etcd", ep, "--job", "nojob", "--user", "root",
                                "--password-file", open_file, "status", NULL};
-    assert_int_equal(run_ctl(from_open, &out, &err), 1);
+    assert_int_equal(gc_run_ctl(from_open, &out, &err), 1);
     assert_non_null(strstr(err, "lets group or others read"));
     free(out);
     free(err);
     const char *on_line[] = {"--etcd", ep, "--job", "nojob", "--user", "root",
                              "--password", "rootpw", "status", NULL};
-    assert_int_equal(run_ctl(on_line, &out, &err), 1);
+    assert_int_equal(gc_run_ctl(on_line, &out, &err), 1);
     assert_non_null(strstr(err, "visible to every user of this host"));
     assert_non_null(strstr(err, "unknown job 'nojob'"));
     free(out);
@@ -486,13 +486,13 @@ static void test_graftctl_password_sources(void **state)
     /* The environment: GRAFT_ETCD_PASSWORD_FILE, then GRAFT_ETCD_PASSWORD. */
     const char *bare[] = {"--etcd", ep, "--job", "nojob", "--user", "root", "status", NULL};
     assert_int_equal(setenv("GRAFT_ETCD_PASSWORD_FILE", good, 1), 0);
-    assert_int_equal(run_ctl(bare, &out, &err), 1);
+    assert_int_equal(gc_run_ctl(bare, &out, &err), 1);
     assert_non_null(strstr(err, "unknown job 'nojob'"));
     free(out);
     free(err);
     unsetenv("GRAFT_ETCD_PASSWORD_FILE");
     assert_int_equal(setenv("GRAFT_ETCD_PASSWORD", "rootpw", 1), 0);
-    assert_int_equal(run_ctl(bare, &out, &err), 1);
+    assert_int_equal(gc_run_ctl(bare, &out, &err), 1);
     assert_non_null(strstr(err, "unknown job 'nojob'"));
     assert_null(strstr(err, "warning"));
     free(out);
@@ -513,7 +513,7 @@ static void test_graftctl_password_sources(void **state)
         dup2(null, 0);
         dup2(null, 1);
         dup2(null, 2);
-        execl(ctl_bin, ctl_bin, "--etcd", ep, "--job", "pwjob", "--user", "root", "--password",
+        execl(gc_ctl_bin, gc_ctl_bin, "--etcd", ep, "--job", "pwjob", "--user", "root", "--password",
               "rootpw", "watch", "--interval-ms", "100", "--count", "100", (char *)NULL);
         _exit(127);
     }
@@ -521,7 +521,7 @@ static void test_graftctl_password_sources(void **state)
     snprintf(cmdline_path, sizeof(cmdline_path), "/proc/%d/cmdline", (int)pid);
     bool wiped = false;
     for (int tries = 0; tries < 100 && !wiped; tries++) {
-        sleep_ms(50);
+        gc_sleep_ms(50);
         FILE *f = fopen(cmdline_path, "r");
         assert_non_null(f);
         char raw[1024];
@@ -546,8 +546,6 @@ static void test_graftctl_password_sources(void **state)
 
 int main(void)
 {
-    (void)ctl_json; /* helpers of the shared header this file does not need */
-    (void)group_health;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_endpoint_policy),
         cmocka_unit_test(test_secret_refused_over_plain_http),

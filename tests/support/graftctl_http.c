@@ -1,18 +1,7 @@
-/*
- * HTTP helpers of the dashboard tests (header-only, static inline): a free
- * loopback port and one request to a dashboard with libcurl.
- */
-#ifndef GRAFT_TEST_GRAFTCTL_HTTP_H
-#define GRAFT_TEST_GRAFTCTL_HTTP_H
+/* HTTP helpers of the dashboard tests (graftctl_http.h). */
+#include "graftctl_http.h"
 
-#include "test_graftctl_util.h"
-
-#include <arpa/inet.h>
-#include <curl/curl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
-static inline int free_port(void)
+int gc_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -24,7 +13,7 @@ static inline int free_port(void)
     return ntohs(sa.sin_port);
 }
 
-static inline size_t on_body(char *p, size_t size, size_t n, void *arg)
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     char **body = arg;
     size_t old = *body != NULL ? strlen(*body) : 0;
@@ -36,10 +25,8 @@ static inline size_t on_body(char *p, size_t size, size_t n, void *arg)
     return size * n;
 }
 
-/* One request; host NULL: curl's own (127.0.0.1:port), "" : no Host header
- * at all (HTTP/1.0). Returns the status, or -1 when none came. */
-static inline long graftctl_http(int port, const char *method, const char *path, const char *host,
-                 const char *auth, char **body_p)
+long gc_http(int port, const char *method, const char *path, const char *host,
+    const char *auth, char **body_p)
 {
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;
@@ -77,5 +64,3 @@ static inline long graftctl_http(int port, const char *method, const char *path,
         free(body);
     return code;
 }
-
-#endif
