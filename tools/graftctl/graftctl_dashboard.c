@@ -556,34 +556,31 @@ static bool valid_host_name(const char *s)
                                          "0123456789-._") == n;
 }
 
-int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
+/* The command's arguments into d, *listen_p, *sa and *interval_p.
+ * GRAFTCTL_OK, or GRAFTCTL_USAGE (said). */
+static int dash_parse(int argc, char **argv, graftctl_dash_t *d, const char **listen_p,
+                      struct sockaddr_in *sa, uint64_t *interval_p)
 {
-    const char *listen = "127.0.0.1:8470";
-    uint64_t interval = 500;
-    struct sockaddr_in sa;
-    struct MHD_Daemon *daemon = NULL;
-    graftctl_dash_t d;
-    memset(&d, 0, sizeof(d));
-    d.token = getenv("GRAFT_DASHBOARD_TOKEN");
+    d->token = getenv("GRAFT_DASHBOARD_TOKEN");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
         if (ok && strcmp(a, "--listen") == 0)
-            listen = v;
+            *listen_p = v;
         else if (ok && strcmp(a, "--token") == 0)
-            d.token = v;
+            d->token = v;
         else if (ok && strcmp(a, "--ckpt-root") == 0) {
-            ok = strlen(v) < sizeof(d.ckpt_root);
-            snprintf(d.ckpt_root, sizeof(d.ckpt_root), "%s", v);
-            d.root_given = true;
+            ok = strlen(v) < sizeof(d->ckpt_root);
+            snprintf(d->ckpt_root, sizeof(d->ckpt_root), "%s", v);
+            d->root_given = true;
         } else if (ok && strcmp(a, "--ckpt-remote") == 0) {
-            d.remote_url = v;
+            d->remote_url = v;
         } else if (ok && strcmp(a, "--allow-host") == 0) {
-            ok = valid_host_name(v) && d.n_allow_hosts < GRAFTCTL_DASH_HOSTS;
+            ok = valid_host_name(v) && d->n_allow_hosts < GRAFTCTL_DASH_HOSTS;
             if (ok)
-                d.allow_hosts[d.n_allow_hosts++] = v;
+                d->allow_hosts[d->n_allow_hosts++] = v;
         } else if (ok && strcmp(a, "--interval-ms") == 0)
-            ok = graftctl_parse_u64(v, &interval) && interval >= 50 && interval <= 60000;
+            ok = graftctl_parse_u64(v, interval_p) && *interval_p >= 50 && *interval_p <= 60000;
         else
             ok = false;
         if (!ok) {
@@ -594,18 +591,31 @@ int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
         }
         i++;
     }
-    if (d.token != NULL && strlen(d.token) < 8) {
+    if (d->token != NULL && strlen(d->token) < 8) {
         fprintf(stderr, "graftctl dashboard: the operator token must have 8 characters or more\n");
         return GRAFTCTL_USAGE;
     }
-    if (!parse_listen(listen, &sa)) {
-        fprintf(stderr, "graftctl dashboard: --listen '%s' is not IPv4-ADDRESS:PORT\n", listen);
+    if (!parse_listen(*listen_p, sa)) {
+        fprintf(stderr, "graftctl dashboard: --listen '%s' is not IPv4-ADDRESS:PORT\n", *listen_p);
         return GRAFTCTL_USAGE;
     }
-    if (d.remote_url == NULL)
-        d.remote_url = getenv("GRAFT_PERSIST_REMOTE");
-    if (d.remote_url != NULL && d.remote_url[0] == '\0')
-        d.remote_url = NULL;
+    if (d->remote_url == NULL)
+        d->remote_url = getenv("GRAFT_PERSIST_REMOTE");
+    if (d->remote_url != NULL && d->remote_url[0] == '\0')
+        d->remote_url = NULL;
+    return GRAFTCTL_OK;
+}
+
+int graftctl_cmd_dashboard(const graftctl_opts_t *o, int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:8470";
+    uint64_t interval = 500;
+    struct sockaddr_in sa;
+    struct MHD_Daemon *daemon = NULL;
+    graftctl_dash_t d;
+    memset(&d, 0, sizeof(d));
+    if (dash_parse(argc, argv, &d, &listen, &sa, &interval) != GRAFTCTL_OK)
+        return GRAFTCTL_USAGE;
     int rc = GRAFTCTL_FAIL;
     d.job = o->job;
     d.events = json_array();

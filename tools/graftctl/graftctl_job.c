@@ -257,6 +257,59 @@ static json_t *quorum_record_json(const graftctl_conn_t *c, const graft_membersh
     return json_null();
 }
 
+/* What each group's entry of the status reads. */
+typedef struct status_ctx {
+    graftctl_conn_t *c;
+    const graft_membership_view_t *v;
+    const graft_quorum_t *q;
+    const graft_event_t *ev;
+    size_t nev;
+    const graft_group_progress_t *gp;
+    size_t ngp;
+    uint32_t ranks;
+    uint64_t job_step, now_ms;
+} status_ctx_t;
+
+/* One group's entry: its health and why, its progress and its ranks. The
+ * job's rate (*rate_p) is the fastest fresh group's, as the groups of a
+ * quorum commit together; *healthy_p counts the healthy groups. */
+static json_t *group_status_json(const status_ctx_t *s, uint32_t group, double *rate_p,
+                                 size_t *healthy_p)
+{
+    const graft_membership_view_t *v = s->v;
+    const graft_quorum_t *q = s->q;
+    json_t *jranks = json_array();
+    const graft_group_progress_t *gpr = group_progress_find(s->gp, s->ngp, group);
+    json_t *jprogress = group_progress_json(gpr, s->now_ms);
+    for (size_t i = 0; i < v->n_members; i++)
+        if (v->members[i].group == group)
+            json_array_append_new(jranks, rank_json(s->c, &v->members[i], gpr));
+    const char *mismatch = graftctl_group_mismatch(s->ev, s->nev, group);
+    char novote[GRAFTCTL_TEXT_LEN + 96];
+    bool voting_no = graftctl_group_voting_no(s->ev, s->nev, group, gpr != NULL ? gpr->step : 0,
+                                              s->now_ms, novote, sizeof(novote));
+    const char *health = group_health(v, q, group, s->ranks, s->job_step,
+                                      group_finished(s->ev, s->nev, group), mismatch, voting_no);
+    char noserve[GRAFTCTL_TEXT_LEN + 160];
+    if (strcmp(health, "cannot-serve") == 0)
+        graftctl_group_cannot_serve_reason(v, s->ev, s->nev, group, noserve, sizeof(noserve));
+    /* A group that ended steps no more, however fresh its last record. */
+    if (strcmp(health, "finished") == 0 && json_is_object(jprogress))
+        json_object_set_new(jprogress, "steps_per_second", json_real(0));
+    double grate = json_number_value(json_object_get(jprogress, "steps_per_second"));
+    if (grate > *rate_p)
+        *rate_p = grate;
+    *healthy_p += strcmp(health, "healthy") == 0;
+    return json_pack("{s:I,s:s,s:o,s:b,s:o,s:o}", "group", (json_int_t)group, "health", health,
+                     "reason",
+                     strcmp(health, "misconfigured") == 0  ? graftctl_json_text(mismatch)
+                     : strcmp(health, "voting-no") == 0    ? graftctl_json_text(novote)
+                     : strcmp(health, "cannot-serve") == 0 ? graftctl_json_text(noserve)
+                                                           : json_null(),
+                     "in_quorum", q != NULL && in_list(q->members, q->n_members, group),
+                     "progress", jprogress, "ranks", jranks);
+}
+
 json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t *st_p)
 {
     json_t *jrecord = NULL;
@@ -309,48 +362,9 @@ json_t *graftctl_status_json(graftctl_conn_t *c, const char *job, graft_status_t
 
     json_t *jgroups = json_array();
     size_t healthy = 0;
-    for (size_t gi = 0; gi < ng; gi++) {
-        json_t *jranks = json_array();
-        const graft_group_progress_t *gpr = group_progress_find(gp, ngp, groups[gi]);
-        json_t *jprogress = group_progress_json(gpr, now_ms);
-        for (size_t i = 0; i < v->n_members; i++)
-            if (v->members[i].group == groups[gi])
-                json_array_append_new(jranks, rank_json(c, &v->members[i], gpr));
-        const char *mismatch = graftctl_group_mismatch(ev, nev, groups[gi]);
-        char novote[GRAFTCTL_TEXT_LEN + 96];
-        bool voting_no = graftctl_group_voting_no(ev, nev, groups[gi],
-                                                  gpr != NULL ? gpr->step : 0, now_ms, novote,
-                                                  sizeof(novote));
-        const char *health = group_health(v, q, groups[gi], ranks, job_step,
-                                          group_finished(ev, nev, groups[gi]), mismatch,
-                                          voting_no);
-        char noserve[GRAFTCTL_TEXT_LEN + 160];
-        if (strcmp(health, "cannot-serve") == 0)
-            graftctl_group_cannot_serve_reason(v, ev, nev, groups[gi], noserve, sizeof(noserve));
-        /* A group that ended steps no more, however fresh its last record. */
-        if (strcmp(health, "finished") == 0 && json_is_object(jprogress))
-            json_object_set_new(jprogress, "steps_per_second", json_real(0));
-        /* The groups of a quorum commit together: the job's rate is the
-         * fastest fresh group's. */
-        double grate = json_number_value(json_object_get(jprogress, "steps_per_second"));
-        if (grate > rate)
-            rate = grate;
-        healthy += strcmp(health, "healthy") == 0;
-        json_array_append_new(jgroups, json_pack("{s:I,s:s,s:o,s:b,s:o,s:o}", "group",
-                                                 (json_int_t)groups[gi], "health", health,
-                                                 "reason",
-                                                 strcmp(health, "misconfigured") == 0
-                                                     ? graftctl_json_text(mismatch)
-                                                 : strcmp(health, "voting-no") == 0
-                                                     ? graftctl_json_text(novote)
-                                                 : strcmp(health, "cannot-serve") == 0
-                                                     ? graftctl_json_text(noserve)
-                                                     : json_null(),
-                                                 "in_quorum",
-                                                 q != NULL && in_list(q->members, q->n_members,
-                                                                      groups[gi]),
-                                                 "progress", jprogress, "ranks", jranks));
-    }
+    const status_ctx_t sc = {c, v, q, ev, nev, gp, ngp, ranks, job_step, now_ms};
+    for (size_t gi = 0; gi < ng; gi++)
+        json_array_append_new(jgroups, group_status_json(&sc, groups[gi], &rate, &healthy));
     root = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:f,s:o,s:o,s:o}", "job", job, "state",
                      job_state(jgroups), "revision",
                      (json_int_t)v->revision, "ranks_per_group", (json_int_t)ranks, "groups_known",
