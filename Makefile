@@ -262,7 +262,8 @@ check: deps
 
 # ThreadSanitizer tier (TSAN=1): the threaded parts that run under it (see
 # docs/ARCHITECTURE.md, "Build conventions", for what does not and why).
-TSAN_TESTS := test_etcd test_membership test_membership_delegate test_membership_failures test_persist \
+TSAN_TESTS := test_etcd test_membership test_membership_votes test_membership_lease \
+	test_membership_delegate test_membership_failures test_persist test_persist_golden \
 	test_persist_fsync \
 	test_transfer_msg test_runtime_steady
 check-tsan: deps
