@@ -25,12 +25,11 @@
 #include <graft/persist.h>
 
 #include "etcd_fixture.h"
+#include "runtime_fixture.h"
 
 #define STEPS 6
 #define WORDS 64
 #define SECRET "a-final-checkpoint-test-secret-0123"
-
-static graft_test_etcd_t etcd;
 
 /* One group's trainer on a thread of its own (cmocka's assertions belong
  * to the main thread: it records what happened instead). */
@@ -59,7 +58,7 @@ static graft_runtime_t *make_rt(const char *job, int group, const char *root, co
         {"job", job},
         {"groups", "2"},
         {"group", g},
-        {"etcd_endpoints", graft_etcd_server_endpoint(etcd.server)},
+        {"etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server)},
         {"lease_ttl_ms", "2000"},
         {"join_timeout_ms", "1000"},
         {"fence_timeout_ms", "5000"},
@@ -68,9 +67,7 @@ static graft_runtime_t *make_rt(const char *job, int group, const char *root, co
         {"persist_every", "1000"},
         {"persist_final", final},
     };
-    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-        if (set[i][1] != NULL)
-            assert_int_equal(graft_config_set(c, set[i][0], set[i][1], NULL), GRAFT_OK);
+    rtf_config_set_all(c, set, sizeof(set) / sizeof(set[0]));
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
     return rt;
@@ -256,19 +253,6 @@ static void test_finish_misuse(void **state)
     rm_rf(root);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    return graft_test_etcd_start(&etcd, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    graft_test_etcd_stop(&etcd);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,5 +262,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rtf_etcd_setup, rtf_etcd_teardown);
 }

@@ -31,6 +31,7 @@
 #include <graft/persist.h>
 
 #include "etcd_fixture.h"
+#include "runtime_fixture.h"
 #include "persist_fixture.h"
 
 #define GROUPS 3
@@ -39,8 +40,6 @@
 #define WORDS 64
 #define QUORUM_TIMEOUT_MS 20000
 #define SECRET "a-clean-end-test-secret-0123456789"
-
-static graft_test_etcd_t etcd;
 
 typedef struct trainer {
     graft_runtime_t *rt;
@@ -81,7 +80,7 @@ static graft_runtime_t *make_rt(const char *job, int group, int rank, const char
         {"group", g},
         {"rank", r},
         {"ranks_per_group", "2"},
-        {"etcd_endpoints", graft_etcd_server_endpoint(etcd.server)},
+        {"etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server)},
         {"lease_ttl_ms", "2000"},
         {"join_timeout_ms", "1000"},
         {"fence_timeout_ms", "5000"},
@@ -89,8 +88,7 @@ static graft_runtime_t *make_rt(const char *job, int group, int rank, const char
         {"persist_root", root},
         {"persist_every", "1000"},
     };
-    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-        assert_int_equal(graft_config_set(c, set[i][0], set[i][1], NULL), GRAFT_OK);
+    rtf_config_set_all(c, set, sizeof(set) / sizeof(set[0]));
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
     return rt;
@@ -273,19 +271,6 @@ static void test_failed_closing_commit_ends(void **state)
     pt_rmtree(root);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    return graft_test_etcd_start(&etcd, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    graft_test_etcd_stop(&etcd);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,5 +279,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rtf_etcd_setup, rtf_etcd_teardown);
 }

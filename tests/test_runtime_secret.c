@@ -37,7 +37,7 @@
 
 static char tmpdir[256];
 
-static int rp_setup(void **state)
+static int setup(void **state)
 {
     (void)state;
     snprintf(tmpdir, sizeof(tmpdir), "%s/graft-secret-XXXXXX",
@@ -48,7 +48,7 @@ static int rp_setup(void **state)
     return graft_test_etcd_start(&rtf_etcd, NULL);
 }
 
-static int rp_teardown(void **state)
+static int teardown(void **state)
 {
     (void)state;
     char cmd[300];
@@ -810,5 +810,5 @@ int main(void)
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

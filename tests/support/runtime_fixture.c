@@ -3,6 +3,26 @@
 
 graft_test_etcd_t rtf_etcd;
 
+int rtf_etcd_setup(void **state)
+{
+    (void)state;
+    return graft_test_etcd_start(&rtf_etcd, NULL);
+}
+
+int rtf_etcd_teardown(void **state)
+{
+    (void)state;
+    graft_test_etcd_stop(&rtf_etcd);
+    return 0;
+}
+
+void rtf_config_set_all(graft_config_t *c, const char *const set[][2], size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (set[i][1] != NULL)
+            assert_int_equal(graft_config_set(c, set[i][0], set[i][1], NULL), GRAFT_OK);
+}
+
 graft_status_t rtf_make_status(const char *job, int group, const char *name,
                               const char *value, graft_runtime_t **rt_p)
 {

@@ -33,6 +33,14 @@
 /* The program's etcd: its group setup starts it, its teardown stops it. */
 extern graft_test_etcd_t rtf_etcd;
 
+/* A group setup and teardown that only start and stop rtf_etcd. */
+int rtf_etcd_setup(void **state);
+int rtf_etcd_teardown(void **state);
+
+/* graft_config_set() of each of the @n (name, value) pairs of @set, which
+ * must succeed; a pair whose value is NULL is left unset. */
+void rtf_config_set_all(graft_config_t *c, const char *const set[][2], size_t n);
+
 /* graft_init() of a runtime of group `group` of a 2-group strict job,
  * against the program's etcd, with timeouts short enough for a test, and
  * setting `name` to `value` when name is not NULL: the status, and the
