@@ -49,6 +49,8 @@ struct graft__steady {
     char **ranks;          /* transfer address of each rank of this group */
     uint32_t my_index;     /* this group's index in epoch->members */
     bool ready;            /* the last step ended so that the next may go this way */
+    graft__steady_proc_t *procs; /* the live processes of the view at the epoch's start */
+    size_t n_procs;
 };
 
 static void steady_clear(graft__steady_t *s)
@@ -59,6 +61,9 @@ static void steady_clear(graft__steady_t *s)
     }
     graft_free(s->leaders);
     s->leaders = NULL;
+    graft_free(s->procs);
+    s->procs = NULL;
+    s->n_procs = 0;
     graft_membership_quorum_free(s->epoch);
     s->epoch = NULL;
     s->ready = false;
@@ -104,6 +109,23 @@ static const char *address_of(const graft_membership_view_t *v, uint32_t group, 
             return mb->transfer_address;
     }
     return NULL;
+}
+
+/* The live processes of view v (ranks below @p ranks) into *procs_p. */
+static graft_status_t procs_of(const graft_membership_view_t *v, uint32_t ranks,
+                               graft__steady_proc_t **procs_p, size_t *n_p)
+{
+    graft__steady_proc_t *p = graft__calloc(GRAFT_MAX(v->n_members, 1), sizeof(*p));
+    if (p == NULL)
+        return GRAFT_ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < v->n_members; i++)
+        if (v->members[i].rank < ranks)
+            p[n++] = (graft__steady_proc_t){v->members[i].group, v->members[i].rank,
+                                            v->members[i].incarnation};
+    *procs_p = p;
+    *n_p = n;
+    return GRAFT_OK;
 }
 
 static graft_status_t msg_send(graft_runtime_t *rt, const char *to, int kind, uint64_t step,
@@ -152,6 +174,8 @@ graft_status_t graft__rt_steady_enter(graft_runtime_t *rt, const graft_quorum_t 
     s->epoch = quorum_copy(q);
     s->leaders = graft__calloc(GRAFT_MAX(q->n_members, 1), sizeof(char *));
     st = s->epoch == NULL || s->leaders == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+    if (st == GRAFT_OK)
+        st = procs_of(v, rt->ranks, &s->procs, &s->n_procs);
     bool complete = true;
     for (size_t i = 0; st == GRAFT_OK && i < q->n_members; i++) {
         if (q->members[i] == rt->group)
@@ -222,9 +246,25 @@ static bool own_ranks_same(graft_runtime_t *rt)
     return same;
 }
 
-/* The epoch's state for this rank now (steady_logic.c decides). */
+/* Whether the view holds a live process the epoch did not form with. */
+static bool newcomer_waits(graft_runtime_t *rt)
+{
+    graft_membership_view_t *v = NULL;
+    graft__steady_proc_t *now = NULL;
+    size_t n_now = 0;
+    if (graft_membership_view_get(rt->m, &v) != GRAFT_OK)
+        return false;
+    bool found = procs_of(v, rt->ranks, &now, &n_now) == GRAFT_OK &&
+                 graft__steady_newcomer(rt->steady->procs, rt->steady->n_procs, now, n_now);
+    graft_free(now);
+    graft_membership_view_free(v);
+    return found;
+}
+
+/* The epoch's state for this rank now (steady_logic.c decides), and what
+ * it was decided from into *f_p. */
 static graft__epoch_state_t epoch_state(graft_runtime_t *rt, graft__epoch_check_t check,
-                                        const char **why)
+                                        const char **why, graft__epoch_facts_t *f_p)
 {
     graft_membership_health_t h;
     graft__epoch_facts_t f = {.known = graft_membership_health(rt->m, rt->steady->epoch, &h) ==
@@ -234,18 +274,21 @@ static graft__epoch_state_t epoch_state(graft_runtime_t *rt, graft__epoch_check_
         f.epoch_intact = h.epoch_intact;
         f.round_current = h.round_current;
         f.own_ranks_same = !graft__steady_asks_own_ranks(&f, check) || own_ranks_same(rt);
+        f.newcomer = !f.epoch_intact && check == GRAFT__CHECK_READY && newcomer_waits(rt);
     }
+    if (f_p != NULL)
+        *f_p = f;
     return graft__steady_epoch_state(&f, check, why);
 }
 
 static bool epoch_holds(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, GRAFT__CHECK_READY, why) == GRAFT__EPOCH_HOLDS;
+    return epoch_state(rt, GRAFT__CHECK_READY, why, NULL) == GRAFT__EPOCH_HOLDS;
 }
 
 static bool may_commit(graft_runtime_t *rt, const char **why)
 {
-    return epoch_state(rt, GRAFT__CHECK_VOTE, why) == GRAFT__EPOCH_HOLDS;
+    return epoch_state(rt, GRAFT__CHECK_VOTE, why, NULL) == GRAFT__EPOCH_HOLDS;
 }
 
 /* The message a wait is for, and the epoch it must be of. */
@@ -298,14 +341,21 @@ static graft_status_t msg_wait(graft_runtime_t *rt, int kind, uint64_t step, uin
         uint32_t ms = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull + 1, STEADY_SLICE_MS);
         graft_status_t st = graft__channel_recv(rt->channel, ms, &m);
         if (st == GRAFT_ETIMEOUT) {
-            /* A lost lease ends the wait at once. A member change (one that
-             * died, or one that finished its last step and left) does once
-             * nothing has come for STEADY_DRAIN_MS: what a member sent
-             * before it left still counts. */
-            graft__epoch_state_t e =
-                epoch_state(rt, at_vote ? GRAFT__CHECK_VOTE_WAIT : GRAFT__CHECK_READY, why);
+            /* A lost lease ends the wait at once, and so does a newcomer
+             * before the ready (it waits for the next round). Another
+             * member change (one that died, or one that finished its last
+             * step and left) does once nothing has come for
+             * STEADY_DRAIN_MS: what a member sent before it left still
+             * counts. */
+            graft__epoch_check_t check = at_vote ? GRAFT__CHECK_VOTE_WAIT : GRAFT__CHECK_READY;
+            graft__epoch_facts_t f;
+            graft__epoch_state_t e = epoch_state(rt, check, why, &f);
             if (e == GRAFT__EPOCH_NO_LEASE)
                 return GRAFT_ESTATE;
+            if (e == GRAFT__EPOCH_CHANGED && !graft__steady_drains(&f, check)) {
+                *why = "a new process waits for the next round";
+                return GRAFT_ESTATE;
+            }
             if (e == GRAFT__EPOCH_CHANGED) {
                 now = graft__now_ns();
                 if (quiet_since == 0)

@@ -39,6 +39,25 @@ graft__epoch_state_t graft__steady_epoch_state(const graft__epoch_facts_t *f,
     return GRAFT__EPOCH_HOLDS;
 }
 
+bool graft__steady_drains(const graft__epoch_facts_t *f, graft__epoch_check_t check)
+{
+    return check != GRAFT__CHECK_READY || !f->newcomer;
+}
+
+bool graft__steady_newcomer(const graft__steady_proc_t *was, size_t n_was,
+                            const graft__steady_proc_t *now, size_t n_now)
+{
+    for (size_t i = 0; i < n_now; i++) {
+        bool known = false;
+        for (size_t k = 0; k < n_was && !known; k++)
+            known = was[k].group == now[i].group && was[k].rank == now[i].rank &&
+                    was[k].incarnation == now[i].incarnation;
+        if (!known)
+            return true;
+    }
+    return false;
+}
+
 bool graft__steady_may_ready(bool ready, uint64_t committed, uint64_t step, bool state_valid,
                              bool need_state, const char **why)
 {

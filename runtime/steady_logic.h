@@ -8,6 +8,7 @@
 #define GRAFT_STEADY_LOGIC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -33,6 +34,10 @@ typedef struct graft__epoch_facts {
     /* Every rank of this group is the process the epoch formed with; read
      * only where graft__steady_asks_own_ranks() says it matters. */
     bool own_ranks_same;
+    /* A live process that the epoch did not form with (a replacement, or a
+     * group that joined) is in the view: it waits for a round in etcd.
+     * Read only where the epoch changed. */
+    bool newcomer;
 } graft__epoch_facts_t;
 
 /* Whether the check needs own_ranks_same (it costs a view). */
@@ -50,6 +55,25 @@ bool graft__steady_asks_own_ranks(const graft__epoch_facts_t *f, graft__epoch_ch
  * recipient. *why says why when it does not hold. */
 graft__epoch_state_t graft__steady_epoch_state(const graft__epoch_facts_t *f,
                                                graft__epoch_check_t check, const char **why);
+
+/* When the epoch changed while this rank waits for a message, whether it
+ * waits on until the inbox is quiet (what a member sent before it left
+ * still counts) rather than leaving the epoch at once. Not before a ready
+ * while a newcomer waits: the epoch cannot hold at its ready, whatever
+ * comes, and the round that lets the newcomer in is waited for. At the
+ * vote, always: a change after every member was ready does not undo the
+ * step. */
+bool graft__steady_drains(const graft__epoch_facts_t *f, graft__epoch_check_t check);
+
+/* One process of the view: its place and incarnation. */
+typedef struct graft__steady_proc {
+    uint32_t group, rank;
+    uint64_t incarnation;
+} graft__steady_proc_t;
+
+/* Whether a process of @p now is none of @p was (both any order). */
+bool graft__steady_newcomer(const graft__steady_proc_t *was, size_t n_was,
+                            const graft__steady_proc_t *now, size_t n_now);
 
 /* Whether this rank may say ready for step @p step of the epoch: the last
  * step ended so that the next may go this way (ready), this rank committed

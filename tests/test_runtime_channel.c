@@ -1,7 +1,8 @@
 /*
  * The runtime's group channel (runtime/runtime_channel.c) over real UCX
  * endpoints on loopback, and the steady path's pure decisions
- * (runtime/steady_logic.c) as tables: an authentic message arrives whole;
+ * (runtime/steady_logic.c) as tables (a newcomer ends a wait before the
+ * ready at once): an authentic message arrives whole;
  * one keyed with another secret, or bytes that are no message, are dropped
  * and counted before a reader sees them; the stash keeps, drops and hands
  * over messages in arrival order and forgets the oldest when full.
@@ -156,20 +157,20 @@ static void test_steady_epoch_state_table(void **state)
 #define H GRAFT__EPOCH_HOLDS
 #define C GRAFT__EPOCH_CHANGED
 #define N GRAFT__EPOCH_NO_LEASE
-    /* known, lease_fresh, epoch_intact, round_current, own_ranks_same */
+    /* known, lease_fresh, epoch_intact, round_current, own_ranks_same, newcomer */
     const epoch_row_t rows[] = {
-        {{false, true, true, true, true}, R, N, false},  /* nothing known: no */
-        {{false, true, true, true, true}, W, N, false},
-        {{true, false, true, true, true}, V, N, false},  /* lease in doubt */
-        {{true, true, true, true, true}, R, H, false},
-        {{true, true, false, true, true}, R, C, false},  /* members changed: no ready */
-        {{true, true, false, true, true}, V, H, false},  /* but the vote stands */
-        {{true, true, true, false, true}, R, H, false},  /* ready reads the members only */
-        {{true, true, true, false, true}, V, C, false},  /* a later round ends the vote */
-        {{true, true, false, true, true}, W, H, true},   /* another group changed */
-        {{true, true, false, true, false}, W, C, true},  /* a rank of ours replaced */
-        {{true, true, true, true, false}, W, H, false},  /* intact: ranks not asked */
-        {{true, true, false, false, false}, W, C, false},
+        {{false, true, true, true, true, false}, R, N, false},  /* nothing known: no */
+        {{false, true, true, true, true, false}, W, N, false},
+        {{true, false, true, true, true, false}, V, N, false},  /* lease in doubt */
+        {{true, true, true, true, true, false}, R, H, false},
+        {{true, true, false, true, true, false}, R, C, false},  /* members changed: no ready */
+        {{true, true, false, true, true, false}, V, H, false},  /* but the vote stands */
+        {{true, true, true, false, true, false}, R, H, false},  /* ready reads the members only */
+        {{true, true, true, false, true, false}, V, C, false},  /* a later round ends the vote */
+        {{true, true, false, true, true, false}, W, H, true},   /* another group changed */
+        {{true, true, false, true, false, false}, W, C, true},  /* a rank of ours replaced */
+        {{true, true, true, true, false, false}, W, H, false},  /* intact: ranks not asked */
+        {{true, true, false, false, false, false}, W, C, false},
     };
 #undef R
 #undef V
@@ -198,6 +199,33 @@ static void test_steady_may_ready_table(void **state)
     assert_false(graft__steady_may_ready(true, 8, 9, true, false, &why));
     assert_false(graft__steady_may_ready(true, 9, 9, false, false, &why));
     assert_false(graft__steady_may_ready(true, 9, 9, true, true, &why));
+}
+
+/* A newcomer (a replacement's new incarnation, or a group that joined)
+ * ends a wait before the ready at once; a member that only left is
+ * drained for; at the vote nothing is cut short. */
+static void test_steady_newcomer_and_drain(void **state)
+{
+    (void)state;
+    const graft__steady_proc_t was[] = {{0, 0, 11}, {0, 1, 12}, {1, 0, 21}, {1, 1, 22}};
+    const graft__steady_proc_t same[] = {{1, 1, 22}, {0, 0, 11}, {1, 0, 21}, {0, 1, 12}};
+    const graft__steady_proc_t left[] = {{0, 0, 11}, {0, 1, 12}, {1, 0, 21}};
+    const graft__steady_proc_t replaced[] = {{0, 0, 11}, {0, 1, 12}, {1, 0, 99}, {1, 1, 22}};
+    const graft__steady_proc_t joined[] = {{0, 0, 11}, {0, 1, 12}, {1, 0, 21}, {1, 1, 22},
+                                           {2, 0, 31}};
+    assert_false(graft__steady_newcomer(was, 4, same, 4));
+    assert_false(graft__steady_newcomer(was, 4, left, 3));
+    assert_false(graft__steady_newcomer(was, 4, NULL, 0));
+    assert_true(graft__steady_newcomer(was, 4, replaced, 4));
+    assert_true(graft__steady_newcomer(was, 4, joined, 5));
+    assert_true(graft__steady_newcomer(NULL, 0, joined, 1));
+
+    graft__epoch_facts_t f = {true, true, false, true, true, false};
+    assert_true(graft__steady_drains(&f, GRAFT__CHECK_READY)); /* one left: drain */
+    f.newcomer = true;
+    assert_false(graft__steady_drains(&f, GRAFT__CHECK_READY));
+    assert_true(graft__steady_drains(&f, GRAFT__CHECK_VOTE_WAIT));
+    assert_true(graft__steady_drains(&f, GRAFT__CHECK_VOTE));
 }
 
 /* Every leader hears from every other, directly or not, after the rounds
@@ -241,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_steady_epoch_state_table),
         cmocka_unit_test(test_steady_may_ready_table),
         cmocka_unit_test(test_steady_barrier_reaches_all),
+        cmocka_unit_test(test_steady_newcomer_and_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
