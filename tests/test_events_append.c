@@ -20,6 +20,7 @@
 #include <graft/membership.h>
 
 #include "etcd_fixture.h"
+#include "membership_fixture.h"
 #include "etcd/etcd_internal.h"
 #include "membership/membership_internal.h"
 
@@ -27,24 +28,13 @@
 /* One transaction an append; a trim (rare) adds a read and a delete txn. */
 #define MAX_REQUESTS_PER_APPEND 3
 
-static graft_test_etcd_t T;
-static const char *endpoint;
-static graft_etcd_config_t etcd_cfg;
-
+/* The membership fixture's etcd, with a client timeout of 5 s (32
+ * appenders at once). */
 static int group_setup(void **state)
 {
-    (void)state;
-    if (graft_test_etcd_start(&T, NULL) != 0)
+    if (mf_group_setup(state) != 0)
         return -1;
-    endpoint = graft_etcd_server_endpoint(T.server);
-    etcd_cfg = graft_test_etcd_config(&endpoint, 1, 5000);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    graft_test_etcd_stop(&T);
+    mf_etcd_cfg = graft_test_etcd_config(&mf_endpoint, 1, 5000);
     return 0;
 }
 
@@ -52,7 +42,7 @@ static graft_membership_t *observe(const char *job, uint32_t history)
 {
     graft_membership_config_t c = {0};
     c.job = job;
-    c.etcd = &etcd_cfg;
+    c.etcd = &mf_etcd_cfg;
     c.ranks_per_group = 1;
     c.min_groups = 1;
     c.lease_ttl_s = 5;
@@ -192,5 +182,5 @@ int main(void)
         cmocka_unit_test(test_simultaneous_appends_cost_constant),
         cmocka_unit_test(test_simultaneous_appends_keep_the_bound),
     };
-    return cmocka_run_group_tests_name("events_append", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("events_append", tests, group_setup, mf_group_teardown);
 }

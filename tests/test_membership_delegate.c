@@ -22,42 +22,16 @@
 
 #include "graft_internal.h"
 #include "etcd_fixture.h"
+#include "membership_fixture.h"
 
 #define R_MAX 4
 
-static graft_test_etcd_t T;
-static const char *endpoint;
-static graft_etcd_config_t etcd_cfg;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    if (graft_test_etcd_start(&T, NULL) != 0)
-        return -1;
-    endpoint = graft_etcd_server_endpoint(T.server);
-    etcd_cfg = graft_test_etcd_config(&endpoint, 1, 2000);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    graft_test_etcd_stop(&T);
-    return 0;
-}
-
+/* The membership fixture's rank, with a longer lease and join timeout. */
 static graft_membership_t *join(const char *job, uint32_t g, uint32_t r, uint32_t R)
 {
-    graft_membership_config_t c = {0};
-    c.job = job;
-    c.etcd = &etcd_cfg;
-    c.group = g;
-    c.rank = r;
-    c.ranks_per_group = R;
-    c.min_groups = 1;
+    graft_membership_config_t c = mf_cfg_for(job, g, r, R);
     c.lease_ttl_s = 5;
     c.join_timeout_ms = 3000;
-    c.transfer_address = "tcp://127.0.0.1:1";
     graft_membership_t *m = NULL;
     assert_int_equal(graft_membership_create(&c, &m), GRAFT_OK);
     return m;
@@ -359,5 +333,5 @@ int main(void)
         cmocka_unit_test(test_vote_not_written_by_leader),
         cmocka_unit_test(test_bad_delegates_refused),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, mf_group_setup, mf_group_teardown);
 }
