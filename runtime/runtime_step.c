@@ -518,10 +518,10 @@ static graft_status_t etcd_quorum(graft_runtime_t *rt, uint64_t committed, uint6
         uint32_t left = (uint32_t)GRAFT_MIN((deadline - now) / 1000000ull, UINT32_MAX);
         /* Tries after the first are each rank's own: a round that formed
          * without the group, or a lost lease, is no time to gather. */
-        st = first ? graft__rt_delegate_quorum(rt, committed, GRAFT_MAX(left, 1u), &q)
-                   : graft_membership_quorum_wait(rt->m, committed, GRAFT_MAX(left, 1u), &q);
+        st = first ? graft__rt_delegate_quorum(rt, committed, GRAFT_MAX(left, 1u), q_p)
+                   : graft_membership_quorum_wait(rt->m, committed, GRAFT_MAX(left, 1u), q_p);
         if (st == GRAFT_OK)
-            break;
+            return GRAFT_OK;
         /* A short round (too few groups) or a lost lease: the membership
          * layer re-joins by itself; announce again. */
         if (st != GRAFT_ENOQUORUM && st != GRAFT_ELEASE && st != GRAFT_ETIMEOUT &&
