@@ -123,8 +123,8 @@ static int setup(void **state)
 {
     if (gc_setup(state) != 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return -1;
-    int rc = graft_test_s3_setup(&s3, "graft-dash");
-    if (rc < 0 || (rc == 0 && graft_test_s3_proxy_start(&proxy, s3.port) != 0))
+    int rc = graft_test_s3_proxied_setup(&s3, &proxy, "graft-dash");
+    if (rc < 0)
         return -1;
     have_s3 = rc == 0;
     const char *eps[] = {gc_endpoint};

@@ -42,11 +42,7 @@ static int setup(void **state)
 {
     fix_t *f = calloc(1, sizeof(*f));
     *state = NULL; /* skipped (no moto_server) or failed */
-    int rc = graft_test_s3_setup(&f->s3, "graft-clean");
-    if (rc == 0 && graft_test_s3_proxy_start(&f->proxy, f->s3.port) != 0) {
-        graft_test_s3_stop(&f->s3);
-        rc = -1;
-    }
+    int rc = graft_test_s3_proxied_setup(&f->s3, &f->proxy, "graft-clean");
     if (rc != 0) {
         free(f);
         return rc > 0 ? 0 : -1;

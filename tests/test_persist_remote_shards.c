@@ -50,11 +50,7 @@ static int setup(void **state)
 {
     fix_t *f = calloc(1, sizeof(*f));
     *state = NULL;
-    int rc = graft_test_s3_setup(&f->s3, "graft-own");
-    if (rc == 0 && graft_test_s3_proxy_start(&f->proxy, f->s3.port) != 0) {
-        graft_test_s3_stop(&f->s3);
-        rc = -1;
-    }
+    int rc = graft_test_s3_proxied_setup(&f->s3, &f->proxy, "graft-own");
     if (rc != 0) {
         free(f);
         return rc > 0 ? 0 : -1;

@@ -261,3 +261,14 @@ void graft_test_s3_proxy_stop(graft_test_s3_proxy_t *p)
         usleep(10 * 1000);
     pthread_mutex_destroy(&p->mu);
 }
+
+int graft_test_s3_proxied_setup(graft_test_s3_t *s3, graft_test_s3_proxy_t *proxy,
+                                const char *bucket)
+{
+    int rc = graft_test_s3_setup(s3, bucket);
+    if (rc == 0 && graft_test_s3_proxy_start(proxy, s3->port) != 0) {
+        graft_test_s3_stop(s3);
+        rc = -1;
+    }
+    return rc;
+}

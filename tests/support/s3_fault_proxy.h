@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "s3_fixture.h"
+
 typedef struct graft_test_s3_proxy {
     int listen_fd;
     int upstream_port;
@@ -52,5 +54,11 @@ void graft_test_s3_proxy_delay(graft_test_s3_proxy_t *p, const char *pattern, in
                                int delay_ms);
 
 void graft_test_s3_proxy_stop(graft_test_s3_proxy_t *p);
+
+/* A store behind the proxy: graft_test_s3_setup(s3, bucket), then the proxy
+ * in front of it. Returns 0 when both run, 1 when the test is to skip (no
+ * moto_server; nothing started), -1 on failure (nothing left running). */
+int graft_test_s3_proxied_setup(graft_test_s3_t *s3, graft_test_s3_proxy_t *proxy,
+                                const char *bucket);
 
 #endif
