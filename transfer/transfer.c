@@ -1,7 +1,8 @@
 /*
  * The transfer engine: configuration, the region table and its layout hash,
- * background chunk hashing for donors, the recipients' fence, and dispatch
- * to the transport backend (transfer/ucx*.c).
+ * background chunk hashing for donors, and dispatch to the transport
+ * backend (transfer/ucx*.c, transfer/nccl.c). The recipients' fence and
+ * the groups served are transfer_fence.c's, which the backends write too.
  */
 #include "transfer_int.h"
 
@@ -386,18 +387,6 @@ static void *hash_thread(void *arg)
     return NULL;
 }
 
-static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t step, bool create);
-
-/* A new serve of @p step (under ep->lock): a new generation, and a new
- * count, since the step may have been served before (a rollback). */
-static void fence_restart(graft_transfer_endpoint_t *ep, uint64_t step)
-{
-    ep->serve_gen++;
-    graft__fence_slot_t *fs = fence_slot(ep, step, true);
-    fs->done = 0;
-    fs->gen = ep->serve_gen;
-}
-
 graft_status_t graft_transfer_serve_expect(graft_transfer_endpoint_t *ep, uint64_t step)
 {
     if (ep == NULL)
@@ -410,7 +399,7 @@ graft_status_t graft_transfer_serve_expect(graft_transfer_endpoint_t *ep, uint64
     if (!ep->expecting || ep->expect_step != step) {
         ep->expecting = true;
         ep->expect_step = step;
-        fence_restart(ep, step);
+        graft__transfer_fence_restart(ep, step);
     }
     pthread_mutex_unlock(&ep->lock);
     GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "will serve step %llu: its requests queue until then",
@@ -469,7 +458,7 @@ graft_status_t graft_transfer_serve_begin(graft_transfer_endpoint_t *ep, uint64_
         ep->expecting = false;
     } else {
         ep->expecting = false;
-        fence_restart(ep, step);
+        graft__transfer_fence_restart(ep, step);
     }
     pthread_mutex_unlock(&ep->lock);
 
@@ -521,17 +510,6 @@ graft_status_t graft_transfer_serve_recipients(graft_transfer_endpoint_t *ep,
     return GRAFT_OK;
 }
 
-bool graft__transfer_serves_group(const graft_transfer_endpoint_t *ep, uint32_t group)
-{
-    if (ep->n_recipients == 0)
-        return true;
-    for (size_t i = 0; i < ep->n_recipients; i++) {
-        if (ep->recipients[i] == group)
-            return true;
-    }
-    return false;
-}
-
 graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep)
 {
     uint64_t *hashes;
@@ -571,57 +549,8 @@ graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Fence                                                                    */
+/* Counters                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t step, bool create)
-{
-    graft__fence_slot_t *oldest = NULL;
-    for (size_t i = 0; i < GRAFT__FENCE_SLOTS; i++) {
-        graft__fence_slot_t *s = &ep->fence[i];
-        if (s->used && s->step == step)
-            return s;
-        if (!s->used || oldest == NULL || (oldest->used && s->step < oldest->step))
-            oldest = s;
-    }
-    if (!create)
-        return NULL;
-    /* Old steps fall out: a fence is only ever waited on for recent steps. */
-    oldest->used = true;
-    oldest->step = step;
-    oldest->gen = 0;
-    oldest->done = 0;
-    return oldest;
-}
-
-void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, uint64_t gen)
-{
-    pthread_mutex_lock(&ep->lock);
-    graft__fence_slot_t *s = fence_slot(ep, step, true);
-    if (s->gen == 0)
-        s->gen = gen;
-    if (s->gen == gen) {
-        s->done++;
-        pthread_cond_broadcast(&ep->cond);
-    } else {
-        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "a recipient of an earlier serve of step %llu is not "
-                    "counted", (unsigned long long)step);
-    }
-    pthread_mutex_unlock(&ep->lock);
-}
-
-uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step)
-{
-    uint32_t n = 0;
-    if (ep == NULL)
-        return 0;
-    pthread_mutex_lock(&ep->lock);
-    graft__fence_slot_t *s = fence_slot(ep, step, false);
-    if (s != NULL)
-        n = s->done;
-    pthread_mutex_unlock(&ep->lock);
-    return n;
-}
 
 uint32_t graft_transfer_serve_peak(graft_transfer_endpoint_t *ep)
 {
@@ -642,39 +571,6 @@ uint64_t graft_transfer_refused_count(graft_transfer_endpoint_t *ep)
 uint64_t graft_transfer_serve_failures(graft_transfer_endpoint_t *ep)
 {
     return ep != NULL ? atomic_load(&ep->serve_failures) : 0;
-}
-
-graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep, uint64_t step,
-                                         uint32_t expected_recipients, uint32_t timeout_ms)
-{
-    graft_status_t status = GRAFT_OK;
-    struct timespec deadline;
-
-    if (ep == NULL)
-        return GRAFT_EINVAL;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-
-    pthread_mutex_lock(&ep->lock);
-    for (;;) {
-        graft__fence_slot_t *s = fence_slot(ep, step, false);
-        if ((s != NULL ? s->done : 0) >= expected_recipients)
-            break;
-        if (timeout_ms == 0 ||
-            pthread_cond_timedwait(&ep->cond, &ep->lock, &deadline) == ETIMEDOUT) {
-            s = fence_slot(ep, step, false);
-            if ((s != NULL ? s->done : 0) < expected_recipients)
-                status = GRAFT_ETIMEOUT;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&ep->lock);
-    return status;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -193,10 +193,14 @@ static inline uint64_t graft__region_chunk_len(const graft_transfer_endpoint_t *
     return GRAFT_MIN(ep->chunk_bytes, r->bytes - off);
 }
 
+/* transfer_fence.c: the fence and the groups served. */
 /* Record a recipient of @p step done (or lost) under the serve of
  * generation @p gen (ep->serve_gen while it was served); one of an earlier
  * serve of the same step is not counted. */
 void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, uint64_t gen);
+/* A new serve of @p step (under ep->lock): a new generation, and a new
+ * count, since the step may have been served before (a rollback). */
+void graft__transfer_fence_restart(graft_transfer_endpoint_t *ep, uint64_t step);
 
 /* Whether the serve admits recipient group @p group
  * (graft_transfer_serve_recipients()). Caller holds ep->lock. */

@@ -122,16 +122,6 @@ graft_status_t graft__ucx_context_create(graft__transport_state_t *t, bool rma,
     return GRAFT_OK;
 }
 
-bool graft__ucx_tls_is_shm(const char *tok, size_t n)
-{
-    static const char *const shm[] = {"sm", "shm", "mm", "posix", "sysv", "xpmem", "cma", "knem"};
-    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(shm); i++) {
-        if (strlen(shm[i]) == n && strncmp(tok, shm[i], n) == 0)
-            return true;
-    }
-    return false;
-}
-
 void graft__ucx_strangers_tls(const char *user, char *out, size_t size)
 {
     size_t len = 0;

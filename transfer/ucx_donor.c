@@ -18,11 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep)
-{
-    return ep->transport->srv_ctx;
-}
-
 /*
  * Fill hash parts for chunks [c->cursor, end) into @p m. Caller holds
  * ep->lock and has checked that the hashes belong to the conn's step.

@@ -85,36 +85,6 @@ void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg)
         GRAFT_WARN(GRAFT_MOD_TRANSFER, "could not send a new connection its challenge");
 }
 
-/* Requests, chunk requests and TransferDone: queued for the progress loop. */
-ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
-                                      const void *header, size_t header_length, void *data,
-                                      size_t length, const ucp_am_recv_param_t *param)
-{
-    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    bool too_large = rndv || length > REQUEST_MAX_BYTES;
-    ucx_msg_t *m = graft__malloc(sizeof(*m) + (too_large ? 0 : length));
-
-    if (m == NULL) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory receiving a request");
-        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
-    }
-    memset(m, 0, sizeof(*m));
-    m->id = id;
-    m->conn = conn;
-    m->reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
-    m->has_header = header_length == sizeof(uint64_t);
-    if (m->has_header)
-        memcpy(&m->header, header, sizeof(uint64_t));
-    m->too_large = too_large;
-    m->len = too_large ? 0 : length;
-    if (!too_large && length > 0)
-        memcpy(m->data, data, length);
-    graft__ucx_msgq_push(&t->msgs, m);
-    /* A rendezvous request is refused: the sender's send completes with
-     * this status and the donor replies with an error. */
-    return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
-}
-
 static ucs_status_t donor_request_cb(void *arg, const void *header, size_t header_length,
                                      void *data, size_t length, const ucp_am_recv_param_t *param)
 {

@@ -1,9 +1,13 @@
 /*
  * Shared by the files of the UCX backend: ucx.c (endpoint, regions, host
  * memory), ucx_wire.c (pieces both sides use), ucx_donor.c (serving),
- * ucx_strangers.c (connections not authenticated yet), ucx_shm.c (shared
- * memory for authenticated recipients on this host),
- * ucx_pull.c (pulling), ucx_msg.c (short messages). Not installed.
+ * ucx_donor_conns.c (the donor's connections), ucx_strangers.c
+ * (connections not authenticated yet), ucx_shm.c (shared memory for
+ * authenticated recipients on this host), ucx_pull*.c (pulling, see
+ * ucx_pull.h), ucx_msg.c (short messages). Each calls only the files below
+ * it: ucx.c -> ucx_donor.c -> ucx_donor_conns.c -> ucx_strangers.c and
+ * ucx_shm.c; ucx.c -> ucx_pull*.c and ucx_msg.c; all -> ucx_wire.c. Not
+ * installed.
  */
 #ifndef GRAFT_UCX_INT_H
 #define GRAFT_UCX_INT_H
@@ -203,9 +207,6 @@ GRAFT_WUR graft_status_t graft__ucx_context_create(graft__transport_state_t *t, 
 /* The UCX_TLS of the strangers' context: the user's list @p user (NULL:
  * none set) without shared-memory transports, into @p out. */
 void graft__ucx_strangers_tls(const char *user, char *out, size_t size);
-/* Whether UCX_TLS name @p tok (@p n bytes) is a shared-memory transport or
- * alias. */
-bool graft__ucx_tls_is_shm(const char *tok, size_t n);
 
 /* Resolve a host name or dotted address. */
 GRAFT_WUR graft_status_t graft__ucx_resolve_host(const char *name, struct in_addr *in);
@@ -232,16 +233,17 @@ GRAFT_WUR graft_status_t graft__ucx_set_am_handler(ucp_worker_h w, unsigned id,
  * the listener's worker (refused connections) and the connections'. */
 #define GRAFT__UCX_AM_IDS 32u
 GRAFT_WUR graft_status_t graft__ucx_drop_all(ucp_worker_h w);
+/* A donor's active message for the progress loop: onto t->msgs, from
+ * connection @p conn's shared-memory worker, or from the listener's when
+ * NULL. */
+ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
+                                      const void *header, size_t header_length, void *data,
+                                      size_t length, const ucp_am_recv_param_t *param);
 
 /* ucx_donor_conns.c */
 void graft__ucx_conn_handler(ucp_conn_request_h req, void *arg);
 /* The connection whose endpoint is @p uep, or NULL. */
 ucx_conn_t *graft__ucx_conn_find(graft__transport_state_t *t, ucp_ep_h uep);
-/* An active message for the progress loop: onto t->msgs, from connection
- * @p conn's shared-memory worker, or from the listener's when NULL. */
-ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
-                                      const void *header, size_t header_length, void *data,
-                                      size_t length, const ucp_am_recv_param_t *param);
 /* Set the donor's message handlers on the listener's worker. */
 GRAFT_WUR graft_status_t graft__ucx_donor_handlers(graft__transport_state_t *t);
 /* Start a forced close of @p c, unlinked by the caller: onto t->closing. */
@@ -272,6 +274,9 @@ void graft__ucx_accept_params(ucp_ep_params_t *prm, ucp_conn_request_h req,
  * offers shared memory on a connection with peer error handling only
  * then), unless the user chose otherwise. */
 void graft__ucx_mm_error_handling(ucp_config_t *cfg);
+/* Whether UCX_TLS name @p tok (@p n bytes) is a shared-memory transport or
+ * alias. */
+bool graft__ucx_tls_is_shm(const char *tok, size_t n);
 /* The UCX_TLS of the shared-memory context: the shared-memory transports
  * of the user's list @p user (NULL: none set), into @p out; false when it
  * allows none. */

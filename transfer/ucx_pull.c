@@ -18,45 +18,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-void graft__ucx_chunk_verify(pull_t *p, uint64_t c)
-{
-    pchunk_t *ch = &p->chunks[c];
-    pdonor_t *d = &p->donors[(size_t)ch->donor];
-    if (!d->known[c])
-        return;
-    if (ch->got != d->hash[c]) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "chunk %llu of region '%s' from donor %u does not match "
-                   "its hash", (unsigned long long)(c - chunk_region(p, c)->first_chunk),
-                   chunk_region(p, c)->name, d->index);
-        graft__ucx_donor_fail(p, d, GRAFT_EHASH);
-        return;
-    }
-    uint64_t len = chunk_len(p, c);
-    ch->state = CH_DONE;
-    p->done_chunks++;
-    p->done_bytes += len;
-    p->rep->donors[d->index].chunks++;
-    p->rep->donors[d->index].bytes += len;
-}
-
-void graft__ucx_drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint64_t ha,
-                             uint64_t hb)
-{
-    const graft__region_t *r = chunk_region(p, c);
-    if (p->status != GRAFT_OK)
-        return;
-    p->status = GRAFT_EDRIFT;
-    snprintf(p->rep->drift.region, sizeof(p->rep->drift.region), "%s", r->name);
-    p->rep->drift.chunk = c - r->first_chunk;
-    p->rep->drift.donor_a = a;
-    p->rep->drift.donor_b = b;
-    p->rep->drift.hash_a = ha;
-    p->rep->drift.hash_b = hb;
-    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "replica drift: region '%s' chunk %llu: donor %u has %016llx, "
-                "donor %u has %016llx", r->name, (unsigned long long)p->rep->drift.chunk, a,
-                (unsigned long long)ha, b, (unsigned long long)hb);
-}
-
 /*
  * A donor's graft_transfer_host_alloc() block on this host is mapped into
  * the recipient when its key is unpacked, afresh for every pull, and gets
@@ -84,30 +45,6 @@ static void chunk_prefault(const uint8_t *lp, uint64_t len)
     if (madvise((void *)lo, hi - lo, MADV_POPULATE_READ) != 0 && errno == EINVAL &&
         !atomic_exchange(&unsupported, true))
         GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "madvise(MADV_POPULATE_READ): %s", strerror(errno));
-}
-
-/* Whether [lp, lp + len) is mapped in this process, without touching it.
- * UCX turns a shared-memory key and a remote address into a local pointer
- * with no bounds check, so a donor's address past its segment would make
- * the copy fault; mincore() fails with ENOMEM on any unmapped page. */
-bool graft__ucx_range_mapped(const uint8_t *lp, uint64_t len)
-{
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)lp & ~(page - 1);
-    if (len == 0)
-        return true;
-    if ((uintptr_t)lp + len < (uintptr_t)lp)
-        return false;
-    uintptr_t hi = ((uintptr_t)lp + (uintptr_t)len + page - 1) & ~(page - 1);
-    size_t n = (hi - lo) / page;
-    unsigned char small[256];
-    unsigned char *vec = n <= sizeof(small) ? small : graft__malloc(n);
-    if (vec == NULL)
-        return false;
-    bool ok = mincore((void *)lo, hi - lo, vec) == 0;
-    if (vec != small)
-        graft_free(vec);
-    return ok;
 }
 
 static void push_recv_cb(void *request, ucs_status_t status, size_t length, void *user_data)

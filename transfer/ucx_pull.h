@@ -1,7 +1,9 @@
 /*
- * The recipient's pull, shared by its two files: ucx_pull.c (the chunks:
- * gets, verification, the pull's loop) and ucx_pull_donors.c (each donor:
- * connection, request, manifest, admission queue, failure). Not installed.
+ * The recipient's pull, shared by its three files, each calling only the
+ * ones below it: ucx_pull.c (the chunks: gets and the pull's loop),
+ * ucx_pull_donors.c (each donor's answers: request, manifest, hash parts,
+ * admission queue) and ucx_pull_conn.c (each donor's connection: connect,
+ * shared memory, failure, close). Not installed.
  */
 #ifndef GRAFT_UCX_PULL_H
 #define GRAFT_UCX_PULL_H
@@ -132,43 +134,36 @@ static inline uint64_t chunk_len(const pull_t *p, uint64_t c)
     return graft__region_chunk_len(p->ep, r, c - r->first_chunk);
 }
 
-/* ucx_pull.c: the chunks. */
+/* ucx_pull_conn.c: a donor's connection. */
+/* A donor's offer of shared memory, from its first manifest: connect to
+ * it, or stay on the connection we have. */
+GRAFT_WUR graft_status_t graft__ucx_donor_shm_connect(pull_t *p, pdonor_t *d,
+                                                      const Graft__TransferManifest *m);
+/* A donor connection's error: the donor is dropped in the pull's loop. */
+void graft__ucx_recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status);
+/* Connect to donor @p d; the request goes once its challenge came. */
+GRAFT_WUR graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d);
+/* Connect again to a donor turned away, when its back-off is over. */
+GRAFT_WUR graft_status_t graft__ucx_donor_reconnect(pull_t *p, pdonor_t *d, uint64_t now);
+/* Give up on @p d for @p why: its chunks go back to the queue. */
+void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why);
+/* Close a donor's connection by force (ucx_pull_conn.c says how). */
+void graft__ucx_donor_force_close(pull_t *p, pdonor_t *d);
+/* Graceful closes of dropped donors whose reads have drained. */
+void graft__ucx_donors_close_drained(pull_t *p);
+void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force);
+
+/* ucx_pull_donors.c: each donor's answers. */
 /* Check a fetched chunk against its donor's hash; a mismatch fails the
  * donor (its chunks go to the others). */
 void graft__ucx_chunk_verify(pull_t *p, uint64_t c);
-/* Two donors' manifests disagree on chunk @p c: report the drift. */
-void graft__ucx_drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint64_t ha,
-                             uint64_t hb);
-/* Whether [lp, lp + len) is mapped in this process. */
-bool graft__ucx_range_mapped(const uint8_t *lp, uint64_t len);
-
-/* ucx_shm.c: a donor's offer of shared memory, from its first manifest:
- * connect to it, or stay on the connection we have. */
-GRAFT_WUR graft_status_t graft__ucx_donor_shm_connect(pull_t *p, pdonor_t *d,
-                                                      const Graft__TransferManifest *m);
-
-/* ucx_pull_donors.c: each donor. */
-/* A donor connection's error: the donor is dropped in the pull's loop. */
-void graft__ucx_recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status);
-
-/* Connect to donor @p d; the request goes once its challenge came. */
-GRAFT_WUR graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d);
 /* A donor that closed the connection before its challenge turned it away
  * (all its places for connections not yet authenticated were taken):
  * close ours and connect again after a jittered back-off, within the
  * connect deadline. False: not such a case, or no time left. */
 bool graft__ucx_donor_turned_away(pull_t *p, pdonor_t *d, uint64_t now);
-/* Connect again to a donor turned away, when its back-off is over. */
-GRAFT_WUR graft_status_t graft__ucx_donor_reconnect(pull_t *p, pdonor_t *d, uint64_t now);
-/* Give up on @p d for @p why: its chunks go back to the queue. */
-void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why);
-/* Close a donor's connection by force (ucx_pull_donors.c says how). */
-void graft__ucx_donor_force_close(pull_t *p, pdonor_t *d);
-/* Graceful closes of dropped donors whose reads have drained. */
-void graft__ucx_donors_close_drained(pull_t *p);
 /* Send the requests whose back-off is over. */
 void graft__ucx_donors_retry(pull_t *p);
-void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force);
 /* A donor's message: its challenge, a manifest (first or a hash part) or a
  * refusal. */
 void graft__ucx_handle_donor_msg(pull_t *p, ucx_msg_t *msg);

@@ -1,174 +1,82 @@
 /*
- * UCX backend, the recipient's pull: each donor. Its connection (a worker
- * of its own), the request, the manifest it answers with (checked against
- * the endpoint's regions and the other donors'), its streamed hash parts,
- * a place in its admission queue or a refusal to retry, and its failure,
- * which gives its chunks to the other donors.
+ * UCX backend, the recipient's pull: each donor's answers. The request,
+ * the manifest it answers with (checked against the endpoint's regions and
+ * the other donors'), its streamed hash parts (each chunk checked against
+ * them, drift between donors reported), and a place in its admission queue
+ * or a refusal to retry. Its connection and failure are ucx_pull_conn.c's.
  */
 #include "ucx_pull.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-void graft__ucx_recip_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
+/* Check a fetched chunk against its donor's hash, once both are here (the
+ * chunk in ucx_pull.c, the hash in a hash part): a mismatch fails the donor. */
+void graft__ucx_chunk_verify(pull_t *p, uint64_t c)
 {
-    pdonor_t *d = arg;
-    (void)uep;
-    d->err_flag = true;
-    d->err_status = status;
-}
-
-/*
- * UCX 1.13 has no query for an endpoint's transports (ucp_ep_query knows
- * only names and socket addresses), so they are read from the text that
- * ucp_ep_print_info() writes, whose lane lines look like
- *   "#                 lane[1]:  2:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0"
- * and become "sysv/memory:am,am_bw" (the connection manager's lane,
- * "lane[0]: cm ...", is left out). Only a diagnostic: a line of another
- * shape is skipped.
- */
-static void lanes_describe(ucp_ep_h uep, char *out, size_t size)
-{
-    char text[4096], line[512];
-    size_t used = 0;
-    FILE *f;
-
-    out[0] = '\0';
-    memset(text, 0, sizeof(text));
-    f = fmemopen(text, sizeof(text) - 1, "w");
-    if (f == NULL)
+    pchunk_t *ch = &p->chunks[c];
+    pdonor_t *d = &p->donors[(size_t)ch->donor];
+    if (!d->known[c])
         return;
-    ucp_ep_print_info(uep, f);
-    fclose(f);
-    FILE *in = fmemopen(text, strlen(text), "r");
-    if (in == NULL)
+    if (ch->got != d->hash[c]) {
+        GRAFT_WARN(GRAFT_MOD_TRANSFER, "chunk %llu of region '%s' from donor %u does not match "
+                   "its hash", (unsigned long long)(c - chunk_region(p, c)->first_chunk),
+                   chunk_region(p, c)->name, d->index);
+        graft__ucx_donor_fail(p, d, GRAFT_EHASH);
         return;
-    while (fgets(line, sizeof(line), in) != NULL) {
-        char tl[64], rest[256], desc[192], *tok, *save = NULL;
-        const char *lane = strstr(line, "lane[");
-        const char *arrow = strstr(line, "->");
-        if (lane == NULL || arrow == NULL ||
-            sscanf(strchr(lane, ':') + 1, " %*u:%63s", tl) != 1)
-            continue;
-        char *dot = strrchr(tl, '.');
-        if (dot != NULL && dot > strchr(tl, '/'))
-            *dot = '\0';
-        size_t n = (size_t)snprintf(desc, sizeof(desc), "%s", tl);
-        /* After the arrow: the remote md, then what the lane is used for. */
-        snprintf(rest, sizeof(rest), "%s", arrow + 2);
-        tok = strtok_r(rest, " \t\n", &save); /* the remote md */
-        for (int k = 0; tok != NULL && n < sizeof(desc); k++) {
-            tok = strtok_r(NULL, " \t\n", &save);
-            if (tok == NULL)
-                break;
-            char *hash = strchr(tok, '#');
-            if (hash != NULL)
-                *hash = '\0';
-            n += (size_t)snprintf(desc + n, sizeof(desc) - n, "%c%s", k == 0 ? ':' : ',', tok);
-        }
-        if (n >= sizeof(desc) || used + (used > 0) + n >= size)
-            break; /* cut at a lane boundary */
-        used += (size_t)snprintf(out + used, size - used, "%s%s", used > 0 ? " " : "", desc);
     }
-    fclose(in);
+    uint64_t len = chunk_len(p, c);
+    ch->state = CH_DONE;
+    p->done_chunks++;
+    p->done_bytes += len;
+    p->rep->donors[d->index].chunks++;
+    p->rep->donors[d->index].bytes += len;
 }
 
-void graft__ucx_ep_close_start(pull_t *p, pdonor_t *d, bool force)
+/* Two donors' manifests disagree on chunk @p c: report the drift. */
+static void drift_report(pull_t *p, uint64_t c, uint32_t a, uint32_t b, uint64_t ha,
+                         uint64_t hb)
 {
-    ucp_request_param_t prm;
-    ucs_status_ptr_t req;
-    if (d->shm_uep != NULL) {
-        /* Always by force: its worker at the donor lives only as long as
-         * our first connection, which we close next. */
-        if (p->rep->donors[d->index].chunks > 0)
-            lanes_describe(d->shm_uep, p->rep->donors[d->index].shm_transports,
-                           sizeof(p->rep->donors[d->index].shm_transports));
-        memset(&prm, 0, sizeof(prm));
-        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        req = ucp_ep_close_nbx(d->shm_uep, &prm);
-        d->shm_uep = NULL;
-        if (UCS_PTR_IS_PTR(req))
-            d->shm_close_req = req;
-    }
-    if (d->uep == NULL)
+    const graft__region_t *r = chunk_region(p, c);
+    if (p->status != GRAFT_OK)
         return;
-    /* Only a connection the donor answered on is wired up: UCX 1.13's
-     * ucp_ep_print_info() of one still on its connection-manager lane reads
-     * freed memory (an interface name from getifaddrs; AddressSanitizer). */
-    if (d->answered)
-        lanes_describe(d->uep, p->rep->donors[d->index].transports,
-                       sizeof(p->rep->donors[d->index].transports));
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    req = ucp_ep_close_nbx(d->uep, &prm);
-    d->uep = NULL;
-    if (UCS_PTR_IS_PTR(req))
-        d->close_req = req;
+    p->status = GRAFT_EDRIFT;
+    snprintf(p->rep->drift.region, sizeof(p->rep->drift.region), "%s", r->name);
+    p->rep->drift.chunk = c - r->first_chunk;
+    p->rep->drift.donor_a = a;
+    p->rep->drift.donor_b = b;
+    p->rep->drift.hash_a = ha;
+    p->rep->drift.hash_b = hb;
+    GRAFT_ERROR(GRAFT_MOD_TRANSFER, "replica drift: region '%s' chunk %llu: donor %u has %016llx, "
+                "donor %u has %016llx", r->name, (unsigned long long)p->rep->drift.chunk, a,
+                (unsigned long long)ha, b, (unsigned long long)hb);
 }
 
-/* Close a donor's connection by force. A push read whose bytes have not
- * started to arrive has no UCX request that the close could complete: give
- * it up here. Ones being received complete (with an error) through the
- * close, like gets. */
-void graft__ucx_donor_force_close(pull_t *p, pdonor_t *d)
+/* Whether [lp, lp + len) is mapped in this process, without touching it.
+ * UCX turns a shared-memory key and a remote address into a local pointer
+ * with no bounds check, so a donor's address past its segment would make
+ * the copy fault; mincore() fails with ENOMEM on any unmapped page. */
+static bool range_mapped(const uint8_t *lp, uint64_t len)
 {
-    for (size_t i = 0; i < p->n_slots; i++) {
-        pslot_t *s = &p->slots[i];
-        if ((p->o->read == GRAFT_TRANSFER_READ_PUSH || d->lptr == NULL ||
-             d->lptr[p->chunks[s->chunk].region] == NULL) && s->busy && !s->done &&
-            s->donor == d->index && !s->recv_started) {
-            s->st = UCS_ERR_CANCELED;
-            s->done = true;
-        }
-    }
-    d->close_when_drained = false;
-    graft__ucx_ep_close_start(p, d, true);
-}
-
-/*
- * Drop a donor: its unverified chunks go back to the queue; chunks it has
- * in flight follow when UCX completes them, so no late write can land on a
- * reassigned chunk. A donor whose transport failed or that stalled is
- * closed by force at once (that completes its requests with an error). A
- * donor that is alive but unusable (refusal, bad hash, protocol error) is
- * closed gracefully once its reads drained: UCX 1.13 aborts a donor that
- * receives a read request on an endpoint the recipient force-closed.
- */
-void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
-{
-    if (d->state == D_FAILED)
-        return;
-    GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
-               graft_status_string(why));
-    d->state = D_FAILED;
-    p->rep->donors[d->index].status = why;
-    for (uint64_t c = 0; c < p->n_chunks; c++) {
-        if (p->chunks[c].state == CH_FETCHED && p->chunks[c].donor == (int8_t)d->index) {
-            p->chunks[c].state = CH_PENDING;
-            q_push(p, c);
-            p->rep->donors[d->index].reassigned++;
-        }
-    }
-    if (d->err_flag || why == GRAFT_EPEER_TIMEOUT)
-        graft__ucx_donor_force_close(p, d);
-    else
-        d->close_when_drained = true;
-}
-
-/* Graceful closes of dropped donors whose reads have drained. */
-void graft__ucx_donors_close_drained(pull_t *p)
-{
-    for (size_t i = 0; i < p->n_donors; i++) {
-        pdonor_t *d = &p->donors[i];
-        if (d->close_when_drained && d->inflight == 0) {
-            d->close_when_drained = false;
-            graft__ucx_ep_close_start(p, d, false);
-        }
-    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)lp & ~(page - 1);
+    if (len == 0)
+        return true;
+    if ((uintptr_t)lp + len < (uintptr_t)lp)
+        return false;
+    uintptr_t hi = ((uintptr_t)lp + (uintptr_t)len + page - 1) & ~(page - 1);
+    size_t n = (hi - lo) / page;
+    unsigned char small[256];
+    unsigned char *vec = n <= sizeof(small) ? small : graft__malloc(n);
+    if (vec == NULL)
+        return false;
+    bool ok = mincore((void *)lo, hi - lo, vec) == 0;
+    if (vec != small)
+        graft_free(vec);
+    return ok;
 }
 
 /* First manifest of a donor: check it against our table (transfer_accept.c),
@@ -215,7 +123,7 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
         }
         void *lp = NULL;
         if (ucp_rkey_ptr(d->rkeys[i], rm->remote_address, &lp) == UCS_OK) {
-            if (!graft__ucx_range_mapped(lp, r->bytes)) {
+            if (!range_mapped(lp, r->bytes)) {
                 GRAFT_WARN(GRAFT_MOD_TRANSFER,
                            "donor %u: '%s' at %#llx lies outside the memory its "
                            "key maps", d->index, r->name, (unsigned long long)rm->remote_address);
@@ -250,7 +158,7 @@ static graft_status_t hash_parts_apply(pull_t *p, pdonor_t *d, const Graft__Tran
                 p->ref_donor[c] = (int8_t)d->index;
                 p->ref_hash[c] = v;
             } else if (p->ref_hash[c] != v) {
-                graft__ucx_drift_report(p, c, (uint32_t)p->ref_donor[c], d->index,
+                drift_report(p, c, (uint32_t)p->ref_donor[c], d->index,
                                         p->ref_hash[c], v);
                 return GRAFT_OK;
             }
@@ -642,35 +550,6 @@ ucs_status_t graft__ucx_recip_am_cb(void *arg, const void *header, size_t header
         m->ready = true;
     }
     return UCS_OK;
-}
-
-graft_status_t graft__ucx_donor_connect(pull_t *p, pdonor_t *d)
-{
-    struct sockaddr_in sa;
-    ucs_status_t st;
-
-    if (graft__ucx_parse_address(p->o->donors[d->index], &sa) != GRAFT_OK) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "bad donor address '%s'", p->o->donors[d->index]);
-        return GRAFT_EINVAL;
-    }
-    st = graft__ucx_connect(d->worker, &sa, graft__ucx_recip_err_cb, d, &d->uep);
-    if (st != UCS_OK) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "connecting to %s: %s", p->o->donors[d->index],
-                   ucs_status_string(st));
-        d->uep = NULL;
-        return GRAFT_EPEER_UNREACHABLE;
-    }
-    /* The request waits for the donor's challenge (handle_challenge). */
-    return graft__random_bytes(d->nonce, sizeof(d->nonce));
-}
-
-graft_status_t graft__ucx_donor_reconnect(pull_t *p, pdonor_t *d, uint64_t now)
-{
-    if (d->state != D_CONNECTING || d->uep != NULL || d->reconnect_at_ns == 0 ||
-        now < d->reconnect_at_ns)
-        return GRAFT_OK;
-    d->reconnect_at_ns = 0;
-    return graft__ucx_donor_connect(p, d);
 }
 
 /* Ask the donor for the pull's step (again, after a step refusal). */

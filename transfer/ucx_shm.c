@@ -17,8 +17,11 @@
  * memory only with UCX_MM_ERROR_HANDLING (set on our contexts): without
  * it a donor killed during a cma read aborts the recipient
  * (process_vm_readv fails with ESRCH, an unhandled error).
+ *
+ * This file is the donor's side and the choice of transports; the
+ * recipient connects to an offer in ucx_pull_conn.c.
  */
-#include "ucx_pull.h"
+#include "ucx_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,6 +34,16 @@
 #ifdef GRAFT_TEST_FAULTS
 volatile int graft__ucx_test_no_ticket = 0;
 #endif
+
+bool graft__ucx_tls_is_shm(const char *tok, size_t n)
+{
+    static const char *const shm[] = {"sm", "shm", "mm", "posix", "sysv", "xpmem", "cma", "knem"};
+    for (size_t i = 0; i < GRAFT_ARRAY_SIZE(shm); i++) {
+        if (strlen(shm[i]) == n && strncmp(tok, shm[i], n) == 0)
+            return true;
+    }
+    return false;
+}
 
 bool graft__ucx_shm_tls(const char *user, char *out, size_t size)
 {
@@ -262,41 +275,4 @@ bool graft__ucx_shm_arm(graft__transport_state_t *t, struct pollfd *pfds, size_t
         }
     }
     return true;
-}
-
-graft_status_t graft__ucx_donor_shm_connect(pull_t *p, pdonor_t *d,
-                                            const Graft__TransferManifest *m)
-{
-    uint8_t copy[SHM_ADDRESS_MAX_BYTES + RKEY_PAD];
-    ucp_ep_params_t prm;
-    ucs_status_t st;
-
-    /* Only where our own UCX_TLS allows shared memory. */
-    if (m->shm_address.len == 0 || p->ep->transport->shm_ctx == NULL || d->shm_uep != NULL)
-        return GRAFT_OK;
-    if (m->shm_address.len > SHM_ADDRESS_MAX_BYTES || m->shm_ticket.len != sizeof(d->shm_ticket)) {
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u: a malformed shared-memory offer (%zu bytes)",
-                   d->index, m->shm_address.len);
-        return GRAFT_EPROTO;
-    }
-    memcpy(d->shm_ticket, m->shm_ticket.data, sizeof(d->shm_ticket));
-    /* Unpacked from an aligned copy with zeros behind it, like keys. */
-    memcpy(copy, m->shm_address.data, m->shm_address.len);
-    memset(copy + m->shm_address.len, 0, RKEY_PAD);
-    memset(&prm, 0, sizeof(prm));
-    prm.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    prm.address = (const ucp_address_t *)(void *)copy;
-    prm.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    prm.err_handler.cb = graft__ucx_recip_err_cb;
-    prm.err_handler.arg = d;
-    st = ucp_ep_create(d->worker, &prm, &d->shm_uep);
-    if (st != UCS_OK) {
-        /* Another host after all, or no shared memory in common: read
-         * over the connection we have. */
-        GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u: no shared memory (%s); reading over %s",
-                    d->index, ucs_status_string(st), p->o->donors[d->index]);
-        d->shm_uep = NULL;
-    }
-    return GRAFT_OK;
 }

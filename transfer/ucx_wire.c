@@ -1,7 +1,7 @@
 /*
  * UCX backend: the pieces both sides use. The queue of received messages
- * (active-message callbacks only queue; the loops that own the workers
- * handle them), UCX status and address parsing, active-message sends, the
+ * (active-message callbacks only queue, the donor's through
+ * graft__ucx_donor_enqueue; the loops that own the workers handle them), UCX status and address parsing, active-message sends, the
  * check of a peer's packed remote key, workers and client connections.
  */
 #include "ucx_int.h"
@@ -43,6 +43,37 @@ void graft__ucx_msgq_clear(msg_queue_t *q)
     ucx_msg_t *m;
     while ((m = graft__ucx_msgq_pop(q)) != NULL)
         graft_free(m);
+}
+
+/* A donor's requests, chunk requests and TransferDone, from an active-message
+ * callback (ucx_donor_conns.c's, ucx_shm.c's): queued for the progress loop. */
+ucs_status_t graft__ucx_donor_enqueue(graft__transport_state_t *t, ucx_conn_t *conn, unsigned id,
+                                      const void *header, size_t header_length, void *data,
+                                      size_t length, const ucp_am_recv_param_t *param)
+{
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    bool too_large = rndv || length > REQUEST_MAX_BYTES;
+    ucx_msg_t *m = graft__malloc(sizeof(*m) + (too_large ? 0 : length));
+
+    if (m == NULL) {
+        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "out of memory receiving a request");
+        return rndv ? UCS_ERR_NO_MEMORY : UCS_OK;
+    }
+    memset(m, 0, sizeof(*m));
+    m->id = id;
+    m->conn = conn;
+    m->reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+    m->has_header = header_length == sizeof(uint64_t);
+    if (m->has_header)
+        memcpy(&m->header, header, sizeof(uint64_t));
+    m->too_large = too_large;
+    m->len = too_large ? 0 : length;
+    if (!too_large && length > 0)
+        memcpy(m->data, data, length);
+    graft__ucx_msgq_push(&t->msgs, m);
+    /* A rendezvous request is refused: the sender's send completes with
+     * this status and the donor replies with an error. */
+    return rndv ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
 }
 
 graft_status_t graft__ucx_status(ucs_status_t st)
@@ -337,4 +368,9 @@ ucs_status_t graft__ucx_connect(ucp_worker_h w, const struct sockaddr_in *sa,
     prm.err_handler.cb = err_cb;
     prm.err_handler.arg = err_arg;
     return ucp_ep_create(w, &prm, ep_p);
+}
+
+ucp_context_h graft__ucx_context(graft_transfer_endpoint_t *ep)
+{
+    return ep->transport->srv_ctx;
 }
