@@ -383,9 +383,12 @@ struct graft_persist_writer {
     gp_slot_t own;
 };
 
-/* Staging buffers (persist_writer.c): keep a few so the next snapshot
- * copies into warm memory. */
+/* Staging buffers (persist_staging.c): one of at least @p need bytes, a
+ * warm one when the pool has it (NULL when out of memory); give one back,
+ * kept for the next snapshot while the pool has room; free one. */
+gp_staging_t *graft__persist_staging_get(graft_persist_writer_t *w, uint64_t need);
 void graft__persist_staging_put(graft_persist_writer_t *w, gp_staging_t *s);
+void graft__persist_staging_free(gp_staging_t *s);
 /* Disk helpers of persist_durable.c that the writer and the commit share:
  * free bytes under root, with a margin (GRAFT_ENOSPC when short of need),
  * and whether a committed checkpoint of step is there. */

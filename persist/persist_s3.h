@@ -1,6 +1,8 @@
 /*
- * Private to persist/: a small S3 client over libcurl (persist_s3.c,
- * persist_s3_multi.c), signed by libcurl's own SigV4 (CURLOPT_AWS_SIGV4).
+ * Private to persist/: a small S3 client over libcurl (persist_s3.c on
+ * persist_s3_multi.c, persist_s3_sweep.c and persist_s3_get.c beside it,
+ * all on persist_s3_request.c), signed by libcurl's own SigV4
+ * (CURLOPT_AWS_SIGV4).
  * Every request is retried with jittered, doubling back-off on a
  * connection error, a 5xx or a 429 (honouring Retry-After); a multipart
  * upload resends only the part that failed. Used by the remote tier

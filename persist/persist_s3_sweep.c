@@ -18,27 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-graft_status_t graft__s3_request_once(graft__s3_t *s3, const char *method, const char *key,
-                                     const char *query, long timeout_ms,
-                                     graft__s3_resp_t *resp, const char *what, char *why,
-                                     size_t why_len)
-{
-    struct curl_slist *h = NULL;
-    graft__s3_resp_reset(resp);
-    CURL *e = graft__s3_easy(s3, method, key, query, NULL, 0, NULL, resp, &h);
-    if (e == NULL) {
-        curl_slist_free_all(h);
-        snprintf(why, why_len, "%s: out of memory", what);
-        return GRAFT_ENOMEM;
-    }
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
-    CURLcode cc = curl_easy_perform(e);
-    curl_easy_cleanup(e);
-    curl_slist_free_all(h);
-    bool retry;
-    return graft__s3_outcome(s3, (int)cc, resp, what, &retry, why, why_len);
-}
-
 /* Seconds since the epoch of an S3 timestamp ("2026-11-27T09:45:44.000Z");
  * 0 when it does not parse. */
 static int64_t s3_time(const char *text)

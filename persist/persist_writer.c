@@ -82,61 +82,9 @@ static uint64_t shard_bound(uint64_t raw, uint64_t chunk_bytes)
     return GP_HEADER_BYTES + raw + chunks * GP_INDEX_ENTRY_BYTES + GP_FOOTER_BYTES;
 }
 
-/* ------------------------------------------------------------- staging --- */
+/* ---------------------------------------------------------------- job --- */
 
-static gp_staging_t *staging_get(graft_persist_writer_t *w, uint64_t need)
-{
-    gp_staging_t **best = NULL;
-    pthread_mutex_lock(&w->mu);
-    for (gp_staging_t **p = &w->pool; *p; p = &(*p)->next)
-        if ((*p)->cap >= need && (best == NULL || (*p)->cap < (*best)->cap))
-            best = p;
-    gp_staging_t *s = NULL;
-    if (best != NULL) {
-        s = *best;
-        *best = s->next;
-    }
-    pthread_mutex_unlock(&w->mu);
-    if (s != NULL)
-        return s;
-    s = graft__calloc(1, sizeof(*s));
-    if (s == NULL)
-        return NULL;
-    s->buf = graft__malloc((size_t)(need ? need : 1));
-    if (s->buf == NULL) {
-        graft_free(s);
-        return NULL;
-    }
-    s->cap = need;
-    return s;
-}
-
-static void staging_free(gp_staging_t *s)
-{
-    if (s != NULL) {
-        graft_free(s->buf);
-        graft_free(s);
-    }
-}
-
-/* Keep a few buffers so the next snapshot copies into warm memory. */
-void graft__persist_staging_put(graft_persist_writer_t *w, gp_staging_t *s)
-{
-    if (s == NULL)
-        return;
-    pthread_mutex_lock(&w->mu);
-    size_t n = 0;
-    for (gp_staging_t *p = w->pool; p; p = p->next)
-        n++;
-    if (n < 2u * w->max_pending + 8u) {
-        s->next = w->pool;
-        w->pool = s;
-        s = NULL;
-    }
-    pthread_mutex_unlock(&w->mu);
-    staging_free(s);
-}
-
+/* A job and its staging buffer (persist_staging.c). */
 static void job_free(gp_job_t *j)
 {
     if (j == NULL)
@@ -144,7 +92,7 @@ static void job_free(gp_job_t *j)
     for (size_t i = 0; i < j->nregions; i++)
         graft_free((char *)j->regions[i].name);
     graft_free(j->regions);
-    staging_free(j->staging);
+    graft__persist_staging_free(j->staging);
     graft_free(j);
 }
 
@@ -522,7 +470,7 @@ void graft_persist_writer_destroy(graft_persist_writer_t *w)
     while (w->pool) {
         gp_staging_t *s = w->pool;
         w->pool = s->next;
-        staging_free(s);
+        graft__persist_staging_free(s);
     }
     graft__persist_pool_free(w);
     graft_free(w->root);
@@ -558,7 +506,7 @@ static graft_status_t snapshot(graft_persist_writer_t *w, uint64_t step, uint32_
         j->nregions = i + 1;
     }
     j->layout_hash = graft__persist_layout_hash(regions, n);
-    j->staging = staging_get(w, raw);
+    j->staging = graft__persist_staging_get(w, raw);
     if (j->staging == NULL)
         goto err;
     uint64_t off = 0;
