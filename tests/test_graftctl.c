@@ -44,46 +44,46 @@ static void test_usage_and_errors(void **state)
 
     /* Nothing listens on ports 1 and 2: both are named. */
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", "http://127.0.0.1:1,http://127.0.0.1:2",
-                                              "--job", "j", "--timeout-ms", "500", "status",
-                                              NULL},
-                             NULL, &err),
+                                                 "--job", "j", "--timeout-ms", "500", "status",
+                                                 NULL},
+                                NULL, &err),
                      1);
     assert_non_null(strstr(err, "etcd unreachable"));
     assert_non_null(strstr(err, "http://127.0.0.1:1,http://127.0.0.1:2"));
     free(err);
 
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "no-such-job",
-                                              "status", NULL},
-                             NULL, &err),
+                                                 "status", NULL},
+                                NULL, &err),
                      1);
     assert_non_null(strstr(err, "unknown job 'no-such-job'"));
     free(err);
 
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "status", NULL}, NULL, &err),
-                     2);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "status", NULL}, NULL, &err), 2);
     assert_non_null(strstr(err, "no job"));
     free(err);
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "bad/job", "status",
-                                              NULL},
-                             NULL, &err),
-                     2);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "bad/job", "status", NULL},
+                   NULL, &err),
+        2);
     free(err);
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "j", "events",
-                                              "--kind", "nonsense", NULL},
-                             NULL, &err),
+                                                 "--kind", "nonsense", NULL},
+                                NULL, &err),
                      2);
     assert_non_null(strstr(err, "unknown kind 'nonsense'"));
     free(err);
 
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "j", "dashboard",
-                                              "--listen", "localhost", NULL},
-                             NULL, &err),
+                                                 "--listen", "localhost", NULL},
+                                NULL, &err),
                      2);
     assert_non_null(strstr(err, "is not IPv4-ADDRESS:PORT"));
     free(err);
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "j", "dashboard",
-                                              "--token", "short", NULL},
-                             NULL, &err),
+                                                 "--token", "short", NULL},
+                                NULL, &err),
                      2);
     assert_non_null(strstr(err, "8 characters"));
     free(err);
@@ -104,7 +104,7 @@ static void test_usage_and_errors(void **state)
     char locked[PATH_MAX + 16];
     snprintf(locked, sizeof(locked), "%s/locked", gc_tmpdir);
     gc_sh("mkdir -p '%s/step-00000000000000000010' && chmod 0700 '%s' && chmod 0711 '%s'", locked,
-       locked, gc_tmpdir);
+          locked, gc_tmpdir);
     int rc;
     if (geteuid() == 0) {
         rc = gc_run_ctl_as(true, (const char *[]){"ckpt", "ls", locked, NULL}, NULL, &err);
@@ -218,8 +218,8 @@ static void test_live_run(void **state)
     snprintf(rep, sizeof(rep), "%s/run.json", gc_tmpdir);
     snprintf(watch_out, sizeof(watch_out), "%s/watch.out", gc_tmpdir);
     gc_tmp_file_write(sched, sizeof(sched), "sched.json",
-                   "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":140},"
-                   "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":200}]}\n");
+                      "{\"events\":[{\"kind\":\"kill_group\",\"group\":1,\"at_step\":140},"
+                      "{\"kind\":\"kill_rank\",\"group\":2,\"rank\":1,\"at_step\":200}]}\n");
     mkdir(root, 0755);
 
     char steps[16];
@@ -236,9 +236,9 @@ static void test_live_run(void **state)
     json_t *st = NULL;
     for (int i = 0; i < 100; i++) {
         char *out = NULL;
-        int rc = gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status",
-                                          NULL},
-                         &out, NULL);
+        int rc = gc_run_ctl(
+            (const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL}, &out,
+            NULL);
         json_decref(st);
         st = rc == 0 ? json_loads(out, 0, NULL) : NULL;
         free(out);
@@ -321,8 +321,8 @@ static void test_live_run(void **state)
 static void test_events_match_report(void **state)
 {
     assert_non_null(report);
-    json_t *all = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
-                                            NULL});
+    json_t *all = gc_ctl_json(
+        (const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events", NULL});
     json_t *evs = json_object_get(all, "events");
     assert_true(json_array_size(evs) > 0);
     uint64_t prev = 0;
@@ -335,7 +335,7 @@ static void test_events_match_report(void **state)
     }
 
     json_t *recs = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json",
-                                             "events", "--recoveries", NULL});
+                                                "events", "--recoveries", NULL});
     json_int_t bytes = 0;
     json_array_foreach(json_object_get(recs, "recoveries"), i, e) {
         assert_true(json_is_true(json_object_get(e, "ok")));
@@ -378,8 +378,9 @@ static void test_events_match_report(void **state)
     assert_int_equal(nrec, 2);
 
     /* Filters: one group, one kind. */
-    json_t *g1 = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
-                                           "--group", "1", "--kind", "join,recovery_done", NULL});
+    json_t *g1 =
+        gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
+                                     "--group", "1", "--kind", "join,recovery_done", NULL});
     size_t joins = 0, dones = 0;
     json_array_foreach(json_object_get(g1, "events"), i, e) {
         assert_int_equal(json_integer_value(json_object_get(e, "group")), 1);
@@ -392,15 +393,16 @@ static void test_events_match_report(void **state)
      * 1 s lease lapse: a re-join). */
     assert_true(joins >= 2 * SIM_RANKS);
     assert_true(dones >= SIM_RANKS);
-    json_t *none = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json",
-                                             "events", "--since", "0s", "--until", "1000", NULL});
+    json_t *none =
+        gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
+                                     "--since", "0s", "--until", "1000", NULL});
     assert_int_equal(json_array_size(json_object_get(none, "events")), 0);
 
     /* The run is over: the last quorum reached the last steps, every
      * group left cleanly (the killed ones too, as their replacements
      * ended), so the job is completed, not dead; no drift was recorded. */
-    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status",
-                                           NULL});
+    json_t *st = gc_ctl_json(
+        (const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL});
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), SIM_GROUPS);
     assert_int_equal(json_integer_value(json_object_get(st, "groups_healthy")), 0);
     for (int g = 0; g < SIM_GROUPS; g++)
@@ -412,15 +414,16 @@ static void test_events_match_report(void **state)
     json_int_t qstep = json_integer_value(json_object_get(json_object_get(st, "quorum"), "step"));
     assert_true(qstep >= 0 && qstep <= SIM_STEPS);
     assert_int_equal(json_integer_value(json_object_get(st, "progress_step")), SIM_STEPS);
-    json_t *dr = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "drift",
-                                           NULL});
+    json_t *dr =
+        gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "drift", NULL});
     assert_int_equal(json_integer_value(json_object_get(dr, "drift_events")), 0);
     assert_true(json_is_null(json_object_get(dr, "last_drift")));
 
     char *out = NULL;
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
-                             &out, NULL),
-                     0);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL}, &out,
+                   NULL),
+        0);
     assert_non_null(strstr(out, "GROUP"));
     assert_non_null(strstr(out, ": completed, 0 of 3 groups healthy"));
     free(out);
@@ -452,7 +455,7 @@ static void drop_incomplete(const char *root)
     json_array_foreach(json_object_get(ls, "checkpoints"), i, c) {
         if (strcmp(json_string_value(json_object_get(c, "state")), "incomplete") == 0)
             gc_sh("rm -rf '%s/step-%020lld'", root,
-               (long long)json_integer_value(json_object_get(c, "step")));
+                  (long long)json_integer_value(json_object_get(c, "step")));
     }
     json_decref(ls);
 }
@@ -486,7 +489,7 @@ static void test_ckpt_good(void **state)
     assert_int_equal(json_array_size(json_object_get(m, "shards")), SIM_RANKS);
     assert_string_equal(json_string_value(json_object_get(in, "sidecar")), "ok");
     json_t *rs = gc_ctl_json((const char *[]){"--json", "ckpt", "restore", job_root, "--dry-run",
-                                           NULL});
+                                              NULL});
     assert_int_equal(json_integer_value(json_object_get(json_object_get(rs, "would_restore"),
                                                         "step")),
                      newest_step(ls));
@@ -590,8 +593,8 @@ static void test_tools_explain(void **state)
     free(err);
 
     assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "restore", job_root, "--dry-run",
-                                              "--step", "25", NULL},
-                             NULL, &err),
+                                                 "--step", "25", NULL},
+                                NULL, &err),
                      1);
     assert_non_null(strstr(err, "step 25 under "));
     assert_non_null(strstr(err, ": absent"));
@@ -603,8 +606,8 @@ static void test_tools_explain(void **state)
                  dir, sizeof(dir), &newest);
     snprintf(step, sizeof(step), "%lld", (long long)newest);
     assert_int_equal(gc_run_ctl((const char *[]){"--json", "ckpt", "restore", dir, "--dry-run",
-                                              "--step", step, NULL},
-                             &out, &err),
+                                                 "--step", step, NULL},
+                                &out, &err),
                      1);
     json_t *rs = json_loads(out, 0, NULL);
     assert_non_null(rs);
@@ -618,15 +621,15 @@ static void test_tools_explain(void **state)
     free(err);
 
     assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "inspect", job_root, step, NULL}, &out,
-                             NULL),
+                                NULL),
                      0);
     assert_non_null(strstr(out, " by graft "));
     assert_null(strstr(out, "code revision"));
     free(out);
 
     const char *base[] = {"--etcd", gc_endpoint, "--job", job, "--json", "events", "--since"};
-    json_t *all = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
-                                            NULL});
+    json_t *all = gc_ctl_json(
+        (const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events", NULL});
     size_t n = json_array_size(json_object_get(all, "events"));
     json_decref(all);
     assert_true(n > 0);
@@ -634,31 +637,31 @@ static void test_tools_explain(void **state)
                                 "2000-01-01T00:00:00"};
     for (size_t k = 0; k < sizeof(same) / sizeof(same[0]); k++) {
         json_t *e = gc_ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
-                                              base[5], base[6], same[k], NULL});
+                                                 base[5], base[6], same[k], NULL});
         assert_int_equal(json_array_size(json_object_get(e, "events")), n);
         json_decref(e);
     }
     json_t *o = gc_ctl_json((const char *[]){base[0], base[1], base[2], base[3], "events", "-o",
-                                          "json", NULL});
+                                             "json", NULL});
     assert_int_equal(json_array_size(json_object_get(o, "events")), n); /* kubectl's -o json */
     json_decref(o);
     assert_int_equal(gc_run_ctl((const char *[]){base[0], base[1], base[2], base[3], "-o", "yaml",
-                                              "events", NULL},
-                             NULL, NULL),
+                                                 "events", NULL},
+                                NULL, NULL),
                      2);
     json_t *later = gc_ctl_json((const char *[]){base[0], base[1], base[2], base[3], base[4],
-                                              base[5], base[6], "2999-01-01", NULL});
+                                                 base[5], base[6], "2999-01-01", NULL});
     assert_int_equal(json_array_size(json_object_get(later, "events")), 0);
     json_decref(later);
     const char *const bad[] = {"25:61", "2026-13-40", "yesterdays", "12:00junk"};
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
         assert_int_equal(gc_run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
-                                                  "--since", bad[k], NULL},
-                                 NULL, NULL),
+                                                     "--since", bad[k], NULL},
+                                    NULL, NULL),
                          2);
     assert_int_equal(gc_run_ctl((const char *[]){base[0], base[1], base[2], base[3], "events",
-                                              "--kind", "join", NULL},
-                             &out, NULL),
+                                                 "--kind", "join", NULL},
+                                &out, NULL),
                      0);
     int y, mo, d, h, mi, se, ms;
     char *line = strchr(out, '\n');
@@ -682,17 +685,17 @@ static void test_ckpt_prune(void **state)
     assert_true(n >= 3);
     char *err = NULL;
     assert_int_equal(gc_run_ctl((const char *[]){"ckpt", "prune", dir, "--keep-last", "2", NULL},
-                             NULL, &err),
+                                NULL, &err),
                      2); /* no --yes and no terminal to ask on */
     assert_non_null(strstr(err, "--yes"));
     free(err);
     json_t *dry = gc_ctl_json((const char *[]){"--json", "ckpt", "prune", dir, "--keep-last", "2",
-                                            "--dry-run", NULL});
+                                               "--dry-run", NULL});
     assert_int_equal(json_array_size(json_object_get(dry, "drop")), n - 2);
     json_t *same = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
     assert_int_equal(json_array_size(json_object_get(same, "checkpoints")), n);
     json_t *done = gc_ctl_json((const char *[]){"--json", "--yes", "ckpt", "prune", dir,
-                                             "--keep-last", "2", NULL});
+                                                "--keep-last", "2", NULL});
     assert_int_equal(json_integer_value(json_object_get(done, "deleted")), (json_int_t)(n - 2));
     json_t *after = gc_ctl_json((const char *[]){"--json", "ckpt", "ls", dir, NULL});
     assert_int_equal(json_array_size(json_object_get(after, "checkpoints")), 2);

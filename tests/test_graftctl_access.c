@@ -34,23 +34,23 @@ static void test_evict(void **state)
 
     char *err = NULL;
     /* No terminal to ask on and no --yes: nothing is done. */
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "evict",
-                                              "7", NULL},
-                             NULL, &err),
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job",
+                                                 "evict", "7", NULL},
+                                NULL, &err),
                      2);
     assert_non_null(strstr(err, "--yes"));
     free(err);
     assert_int_equal(graft_membership_incarnation(m), inc);
     assert_int_equal(atomic_load(&lease_lost), 0);
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "--yes",
-                                              "evict", "3", NULL},
-                             NULL, &err),
+    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job",
+                                                 "--yes", "evict", "3", NULL},
+                                NULL, &err),
                      1);
     assert_non_null(strstr(err, "no live member"));
     free(err);
 
     json_t *j = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "--json",
-                                          "--yes", "evict", "7", NULL});
+                                             "--yes", "evict", "7", NULL});
     assert_int_equal(json_array_size(json_object_get(j, "leases_revoked")), 1);
     assert_true(json_is_true(json_object_get(j, "event_recorded")));
     json_decref(j);
@@ -65,7 +65,7 @@ static void test_evict(void **state)
     assert_true(graft_membership_incarnation(m) != inc);
 
     json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "evict-job", "--json",
-                                           "events", "--kind", "leave", "--group", "7", NULL});
+                                              "events", "--kind", "leave", "--group", "7", NULL});
     json_t *last = json_array_get(json_object_get(ev, "events"), 0);
     assert_non_null(last);
     assert_non_null(strstr(json_string_value(json_object_get(last, "detail")), "evicted"));
@@ -95,7 +95,7 @@ static void test_hung_group(void **state)
     graft_membership_quorum_free(q);
 
     json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "hung-job", "--json",
-                                           "status", NULL});
+                                              "status", NULL});
     assert_string_equal(gc_group_health(st, 0), "healthy");
     assert_string_equal(gc_group_health(st, 1), "hung");
     json_decref(st);
@@ -136,7 +136,7 @@ static void test_auth(void **state)
     assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
 
     json_t *st = gc_ctl_json((const char *[]){"--etcd", ep, "--job", "auth-job", "--user", "alice",
-                                           "--password", "alicepw", "--json", "status", NULL});
+                                              "--password", "alicepw", "--json", "status", NULL});
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
     json_decref(st);
     setenv("GRAFT_ETCD_USER", "alice", 1);
@@ -147,8 +147,8 @@ static void test_auth(void **state)
     assert_int_equal(json_integer_value(json_object_get(st, "groups_known")), 1);
     json_decref(st);
     char *err = NULL;
-    assert_int_equal(gc_run_ctl((const char *[]){"--password", "wrong", "status", NULL}, NULL, &err),
-                     1);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--password", "wrong", "status", NULL}, NULL, &err), 1);
     assert_non_null(strstr(err, "authentication failed"));
     free(err);
     unsetenv("GRAFT_ETCD_USER");
@@ -156,7 +156,7 @@ static void test_auth(void **state)
     unsetenv("GRAFT_ETCD_ENDPOINTS");
     unsetenv("GRAFT_JOB");
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", ep, "--job", "auth-job", "status", NULL},
-                             NULL, &err),
+                                NULL, &err),
                      1);
     free(err);
     graft_membership_destroy(m);
@@ -190,14 +190,14 @@ static void test_tls(void **state)
     graft_membership_t *m = NULL;
     assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
     json_t *st = gc_ctl_json((const char *[]){"--etcd", ep, "--job", "tls-job", "--cacert", ca,
-                                           "--cert", crt, "--key", key, "--json", "status",
-                                           NULL});
+                                              "--cert", crt, "--key", key, "--json", "status",
+                                              NULL});
     json_t *g = json_array_get(json_object_get(st, "groups"), 0);
     assert_int_equal(json_integer_value(json_object_get(g, "group")), 4);
     json_decref(st);
     char *err = NULL;
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", ep, "--job", "tls-job", "status", NULL},
-                             NULL, &err),
+                                NULL, &err),
                      1);
     assert_non_null(strstr(err, ep));
     free(err);

@@ -98,7 +98,7 @@ static int setup(void **state)
     snprintf(root, sizeof(root), "%s/root", gc_tmpdir);
     snprintf(outside, sizeof(outside), "%s/out", gc_tmpdir);
     gc_sh("mkdir -p '%s/job/step-00000000000000000010' '%s/step-00000000000000000077' && "
-       "ln -s '%s' '%s/link'", root, outside, outside, root);
+          "ln -s '%s' '%s/link'", root, outside, outside, root);
     return 0;
 }
 

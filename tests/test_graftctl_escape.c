@@ -18,7 +18,8 @@
 #include <graft/persist.h>
 
 /* ESC sequences (colour, window title), BEL and a C1 CSI (U+009B, UTF-8). */
-static const char hostile[] = "red \x1b[31mALERT\x1b[0m bell\a title \x1b]0;owned\x07 csi \xc2\x9b end";
+static const char hostile[] =
+    "red \x1b[31mALERT\x1b[0m bell\a title \x1b]0;owned\x07 csi \xc2\x9b end";
 static const char hostile_shown[] =
     "red \\x1b[31mALERT\\x1b[0m bell\\x07 title \\x1b]0;owned\\x07 csi \\u{9b} end";
 /* Bytes that are not UTF-8, among them a raw 8-bit CSI (0x9b). */
@@ -87,8 +88,8 @@ static void test_events_escaped(void **state)
 
     char *out = NULL, *err = NULL;
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-events",
-                                              "events", "--kind", "error", NULL},
-                             &out, &err),
+                                                 "events", "--kind", "error", NULL},
+                                &out, &err),
                      0);
     assert_terminal_safe("events", out);
     if (strstr(out, hostile_shown) == NULL || strstr(out, not_utf8_shown) == NULL)
@@ -100,8 +101,8 @@ static void test_events_escaped(void **state)
      * decoded string is the bytes written; a detail that is not UTF-8
      * cannot be a JSON string and comes escaped. */
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-events",
-                                              "--json", "events", "--kind", "error", NULL},
-                             &out, NULL),
+                                                 "--json", "events", "--kind", "error", NULL},
+                                &out, NULL),
                      0);
     assert_terminal_safe("events --json", out);
     json_t *j = json_loads(out, 0, NULL);
@@ -120,16 +121,16 @@ static void test_drift_escaped(void **state)
     char *out = NULL;
     /* Drift in the history: exit 1. */
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-drift",
-                                              "drift", NULL},
-                             &out, NULL),
+                                                 "drift", NULL},
+                                &out, NULL),
                      1);
     assert_terminal_safe("drift", out);
     if (strstr(out, hostile_shown) == NULL)
         fail_msg("drift does not show the detail escaped:\n%s", out);
     free(out);
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-drift",
-                                              "--json", "drift", NULL},
-                             &out, NULL),
+                                                 "--json", "drift", NULL},
+                                &out, NULL),
                      1);
     json_t *j = json_loads(out, 0, NULL);
     assert_non_null(j);
@@ -148,15 +149,15 @@ static void test_status_escaped(void **state)
     graft_membership_t *m = member("escape-status", address);
     char *out = NULL;
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-status",
-                                              "status", NULL},
-                             &out, NULL),
+                                                 "status", NULL},
+                                &out, NULL),
                      0);
     assert_terminal_safe("status", out);
     if (strstr(out, "127.0.0.1:9\\x1b[2J\\x1b[H") == NULL)
         fail_msg("status does not show the address escaped:\n%s", out);
     free(out);
-    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "escape-status", "--json",
-                                           "status", NULL});
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "escape-status",
+                                              "--json", "status", NULL});
     assert_string_not_equal(gc_group_health(st, 0), "absent");
     json_t *g = json_array_get(json_object_get(st, "groups"), 0);
     json_t *r = json_array_get(json_object_get(g, "ranks"), 0);
@@ -178,8 +179,8 @@ static void test_status_quorum_record_escaped(void **state)
     append(m, GRAFT_EVENT_ERROR, detail);
     char *out = NULL, *err = NULL;
     int rc = gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", "escape-record", "status",
-                                      NULL},
-                     &out, &err);
+                                         NULL},
+                        &out, &err);
     if (rc != 0)
         fail_msg("status exited %d: %s", rc, err);
     assert_terminal_safe("status", out);
@@ -187,8 +188,8 @@ static void test_status_quorum_record_escaped(void **state)
         fail_msg("status does not show the record's event escaped:\n%s", out);
     free(out);
     free(err);
-    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "escape-record", "--json",
-                                           "status", NULL});
+    json_t *st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", "escape-record",
+                                              "--json", "status", NULL});
     assert_non_null(strstr(json_string_value(json_object_get(st, "quorum_record")),
                            "\\xff\\x1b[2J"));
     json_decref(st);

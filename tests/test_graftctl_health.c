@@ -73,7 +73,8 @@ static void step_both(member_t *m)
 
 static json_t *status_json(void)
 {
-    return gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "--json", "status", NULL});
+    return gc_ctl_json(
+        (const char *[]){"--etcd", gc_endpoint, "--job", JOB, "--json", "status", NULL});
 }
 
 /* graftctl status until group 1's health is `want`; that status. */
@@ -128,9 +129,9 @@ static void test_cannot_serve_shown(void **state)
     int port = gc_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     pid_t dash = gc_spawn_logged((const char *[]){gc_ctl_bin, "--etcd", gc_endpoint, "--job", JOB,
-                                               "dashboard", "--listen", listen, "--interval-ms",
-                                               "200", NULL},
-                              "dashboard.log");
+                                                  "dashboard", "--listen", listen, "--interval-ms",
+                                                  "200", NULL},
+                                 "dashboard.log");
 
     /* Group 1's accepts fail: its next commit says so. */
     atomic_store(&m[1].rt->ep->serve_failures, 3);
@@ -143,9 +144,10 @@ static void test_cannot_serve_shown(void **state)
     assert_int_equal(json_integer_value(json_object_get(st, "groups_healthy")), 1);
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "status", NULL},
-                             &out, NULL),
-                     0);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "status", NULL}, &out,
+                   NULL),
+        0);
     assert_non_null(strstr(out, "group 1 cannot-serve: " REASON));
     free(out);
     char *body = dash_until(port, "/api/status", "cannot-serve", true);
@@ -155,8 +157,8 @@ static void test_cannot_serve_shown(void **state)
     assert_non_null(strstr(body, "graft_groups{health=\"cannot-serve\"} 1\n"));
     free(body);
     /* The history has the one event, an error. */
-    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", JOB, "--json", "events",
-                                           NULL});
+    json_t *ev = gc_ctl_json(
+        (const char *[]){"--etcd", gc_endpoint, "--job", JOB, "--json", "events", NULL});
     size_t i, n = 0;
     json_t *e;
     json_array_foreach(json_object_get(ev, "events"), i, e) {

@@ -179,8 +179,8 @@ static char *final_metrics; /* /metrics after the run, for test_promtool */
  * checkpoint. */
 static void metrics_after_run(int port)
 {
-    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
-                                           "--recoveries", NULL});
+    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json",
+                                              "events", "--recoveries", NULL});
     long long syncs = 0, heals = 0;
     size_t i;
     json_t *e;
@@ -336,9 +336,10 @@ static void test_live_progress(void **state)
     assert_string_equal(gc_group_health(st, 0), "finished");
     json_decref(st);
     char *text = NULL;
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
-                             &text, NULL),
-                     0);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL}, &text,
+                   NULL),
+        0);
     assert_non_null(strstr(text, "progress: step 500 committed"));
     free(text);
     metrics_after_run(port);
@@ -475,14 +476,15 @@ static void test_config_mismatch(void **state)
     json_decref(st);
     char *out = NULL;
     assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "events",
-                                              "--kind", "vote_result", "--group", "1", NULL},
-                             &out, NULL),
+                                                 "--kind", "vote_result", "--group", "1", NULL},
+                                &out, NULL),
                      0);
     assert_non_null(strstr(out, "config mismatch: min_groups 3 in group 1"));
     free(out);
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
-                             &out, NULL),
-                     0);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL}, &out,
+                   NULL),
+        0);
     assert_non_null(strstr(out, "group 1 misconfigured: "));
     free(out);
     metrics_have(port, (const char *[]){"graft_groups{health=\"misconfigured\"} 1",
@@ -543,9 +545,10 @@ static void test_voting_no(void **state)
     assert_non_null(strstr(reason, " voted no: the trainer vetoed the step"));
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
-                             &out, NULL),
-                     0);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL}, &out,
+                   NULL),
+        0);
     assert_non_null(strstr(out, "group 0 voting-no: "));
     assert_non_null(strstr(out, "the trainer vetoed the step"));
     free(out);
@@ -570,8 +573,8 @@ static void test_voting_no(void **state)
     uint64_t t0 = wall_ms();
     gc_sleep_ms(VOTE_WINDOW_MS);
     size_t votes = 0, tries = 0;
-    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "events",
-                                           "--kind", "vote_result", NULL});
+    json_t *ev = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json",
+                                              "events", "--kind", "vote_result", NULL});
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(ev, "events"), i, e) {
@@ -589,7 +592,8 @@ static void test_voting_no(void **state)
     assert_true(votes >= 1 && votes <= VOTE_WINDOW_MS / 5000 + 1);
     assert_true(tries > votes);
     /* The count in the reason is the tries', not the events'. */
-    st = gc_ctl_json((const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL});
+    st = gc_ctl_json(
+        (const char *[]){"--etcd", gc_endpoint, "--job", job, "--json", "status", NULL});
     reason = json_string_value(json_object_get(json_array_get(json_object_get(st, "groups"), 0),
                                                "reason"));
     print_message("group 0: %s\n", reason != NULL ? reason : "(none)");
@@ -611,8 +615,8 @@ static void test_paused(void **state)
 {
     char sched[PATH_MAX + 32];
     gc_tmp_file_write(sched, sizeof(sched), "hang.json",
-                   "{\"events\":[{\"kind\":\"hang\",\"group\":1,\"rank\":0,\"at_step\":100,"
-                   "\"duration_ms\":20000}]}\n");
+                      "{\"events\":[{\"kind\":\"hang\",\"group\":1,\"rank\":0,\"at_step\":100,"
+                      "\"duration_ms\":20000}]}\n");
     pid_t sim = start_sim_with("paused", (const char *[]){"--steps", "400", "--schedule", sched,
                                                            NULL});
     json_t *st = status_until(paused);
@@ -627,8 +631,10 @@ static void test_paused(void **state)
     assert_true(json_real_value(json_object_get(st, "steps_per_second")) == 0.0);
     json_decref(st);
     char *out = NULL;
-    assert_int_equal(gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL},
-                             &out, NULL), 0);
+    assert_int_equal(
+        gc_run_ctl((const char *[]){"--etcd", gc_endpoint, "--job", job, "status", NULL}, &out,
+                   NULL),
+        0);
     print_message("%s", out);
     assert_non_null(strstr(out, " committed, no progress for "));
     assert_null(strstr(out, "steps/s"));
@@ -639,8 +645,9 @@ static void test_paused(void **state)
     free(out);
     metrics_have(port, (const char *[]){"graft_job_state{state=\"paused\"} 1", NULL});
     char *text = http_get(port, "/metrics");
-    const char *ts = text != NULL ? strstr(text, "\ngraft_group_progress_timestamp_seconds{group=\"0\"} ")
-                                  : NULL;
+    const char *ts = text != NULL
+                         ? strstr(text, "\ngraft_group_progress_timestamp_seconds{group=\"0\"} ")
+                         : NULL;
     assert_non_null(ts);
     double last = atof(strchr(ts, '}') + 2), now = 0;
     struct timespec wall;

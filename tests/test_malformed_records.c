@@ -291,8 +291,8 @@ static void test_garbage_member_record_rewritten(void **state)
     assert_true(healthy);
     /* on the rank's lease again: it goes when the lease does */
     graft_etcd_kv_t kv;
-    assert_int_equal(graft_etcd_get(gc_etcd.client, "/graft/malformed-member/members/1/0", &kv, NULL),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_get(gc_etcd.client, "/graft/malformed-member/members/1/0", &kv, NULL), GRAFT_OK);
     graft_member_t mem;
     assert_int_equal(graft__mship_member_decode(kv.value, kv.value_len, &mem), GRAFT_OK);
     assert_true(kv.lease != 0 && kv.lease == mem.lease_id);

@@ -450,8 +450,9 @@ static void test_view_resyncs_after_compaction(void **state)
     size_t plen;
     assert_int_equal(graft__mship_member_encode(&poke, &pbuf, &plen), GRAFT_OK);
     pthread_mutex_lock(&obs->mu);
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/compact/members/8/0", pbuf, plen, 0, NULL,
-                                    NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_put(mf_etcd.client, "/graft/compact/members/8/0", pbuf, plen, 0, NULL, NULL),
+        GRAFT_OK);
     graft_free(pbuf);
     usleep(300000);
     assert_int_equal(graft_etcd_server_stop(mf_etcd.server), GRAFT_OK);
@@ -462,8 +463,9 @@ static void test_view_resyncs_after_compaction(void **state)
     size_t len;
     int64_t rev = 0;
     assert_int_equal(graft__mship_member_encode(&extra, &buf, &len), GRAFT_OK);
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/compact/members/9/0", buf, len, 0, NULL, &rev),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_put(mf_etcd.client, "/graft/compact/members/9/0", buf, len, 0, NULL, &rev),
+        GRAFT_OK);
     graft_free(buf);
     assert_int_equal(graft_etcd_compact(mf_etcd.client, rev), GRAFT_OK);
     pthread_mutex_unlock(&obs->mu);
@@ -485,10 +487,12 @@ static void test_view_resyncs_after_compaction(void **state)
     assert_int_equal(v->members[2].group, 9);
     graft_membership_view_free(v);
     /* and it keeps following changes after the resync */
-    assert_int_equal(graft_etcd_delete(mf_etcd.client, "/graft/compact/members/9/0", false, NULL, NULL),
-                     GRAFT_OK);
-    assert_int_equal(graft_etcd_delete(mf_etcd.client, "/graft/compact/members/8/0", false, NULL, NULL),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_delete(mf_etcd.client, "/graft/compact/members/9/0", false, NULL, NULL),
+        GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_delete(mf_etcd.client, "/graft/compact/members/8/0", false, NULL, NULL),
+        GRAFT_OK);
     assert_true(mf_wait_view(obs, 1, 1, 3000));
     graft_membership_destroy(a);
     graft_membership_destroy(obs);

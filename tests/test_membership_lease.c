@@ -320,5 +320,6 @@ int main(int argc, char **argv)
     /* TEST_FILTER=test_commit_vote* runs only the tests it matches. */
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests_name("membership_lease", tests, mf_group_setup, mf_group_teardown);
+    return cmocka_run_group_tests_name("membership_lease", tests, mf_group_setup,
+                                       mf_group_teardown);
 }

@@ -305,10 +305,12 @@ static void test_commit_vote_late_rank_agrees(void **state)
     /* A garbage record and a bad key in the group's folder: reported,
      * skipped, and no crash. */
     const char *junk = "\xff\xfe not a vote";
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/votelate/votes/0/x/1", junk, strlen(junk), 0,
-                                    NULL, NULL), GRAFT_OK);
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/votelate/votes/0/1/7", junk, strlen(junk), 0,
-                                    NULL, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/votelate/votes/0/x/1", junk,
+                                    strlen(junk), 0, NULL, NULL),
+                     GRAFT_OK);
+    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/votelate/votes/0/1/7", junk,
+                                    strlen(junk), 0, NULL, NULL),
+                     GRAFT_OK);
 
     /* Next round: still at step 0 (the step was not committed). */
     fa = (form_arg_t){a, 0, NULL, 0};
@@ -332,10 +334,12 @@ static void test_commit_vote_late_rank_agrees(void **state)
     graft_membership_view_free(v);
     graft_membership_quorum_free(fa.q);
     graft_membership_quorum_free(fb.q);
-    assert_int_equal(graft_etcd_delete(mf_etcd.client, "/graft/votelate/votes/0/x/1", false, NULL, NULL),
-                     GRAFT_OK);
-    assert_int_equal(graft_etcd_delete(mf_etcd.client, "/graft/votelate/votes/0/1/7", false, NULL, NULL),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_delete(mf_etcd.client, "/graft/votelate/votes/0/x/1", false, NULL, NULL),
+        GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_delete(mf_etcd.client, "/graft/votelate/votes/0/1/7", false, NULL, NULL),
+        GRAFT_OK);
     graft_membership_destroy(a);
     graft_membership_destroy(b);
 }
@@ -582,10 +586,12 @@ static void test_blob(void **state)
     /* old slots are dropped as ids advance: id 7 goes with id 11 */
     assert_int_equal(graft_membership_blob_put(a, 11, "z", 1), GRAFT_OK);
     graft_etcd_kv_t kv;
-    assert_int_equal(graft_etcd_get(mf_etcd.client, "/graft/blob/blob/00000000000000000007", &kv, NULL),
-                     GRAFT_ENOTFOUND);
-    assert_int_equal(graft_etcd_get(mf_etcd.client, "/graft/blob/blob/00000000000000000011", &kv, NULL),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_get(mf_etcd.client, "/graft/blob/blob/00000000000000000007", &kv, NULL),
+        GRAFT_ENOTFOUND);
+    assert_int_equal(
+        graft_etcd_get(mf_etcd.client, "/graft/blob/blob/00000000000000000011", &kv, NULL),
+        GRAFT_OK);
     graft_etcd_kv_clear(&kv);
     graft_membership_destroy(a);
     graft_membership_destroy(b);
@@ -621,12 +627,14 @@ static void test_pair_blob(void **state)
     assert_int_equal(graft_membership_pair_blob_get(r0, 5, 0, 2, 100, &got, &len), GRAFT_ETIMEOUT);
     /* a donor that goes takes its slot along (lease revoked on leave) */
     graft_etcd_kv_t kv;
-    assert_int_equal(graft_etcd_get(mf_etcd.client, "/graft/pairs/pairs/00000000000000000005/0/2/1", &kv,
-                                    NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_get(mf_etcd.client, "/graft/pairs/pairs/00000000000000000005/0/2/1", &kv, NULL),
+        GRAFT_OK);
     graft_etcd_kv_clear(&kv);
     graft_membership_destroy(d1);
-    assert_int_equal(graft_etcd_get(mf_etcd.client, "/graft/pairs/pairs/00000000000000000005/0/2/1", &kv,
-                                    NULL), GRAFT_ENOTFOUND);
+    assert_int_equal(
+        graft_etcd_get(mf_etcd.client, "/graft/pairs/pairs/00000000000000000005/0/2/1", &kv, NULL),
+        GRAFT_ENOTFOUND);
     graft_membership_destroy(d0);
     graft_membership_destroy(r0);
     graft_membership_destroy(r1);
@@ -642,19 +650,22 @@ static void test_garbage_records_skipped(void **state)
     const char *junk = "\xff\xfe garbage that is not a protobuf \x01";
     /* garbage member record, a record under the wrong key, a bad key, garbage
      * ready and vote records, a garbage event and a garbage counter */
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/members/5/0", junk, strlen(junk), 0,
-                                    NULL, NULL), GRAFT_OK);
+    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/members/5/0", junk, strlen(junk),
+                                    0, NULL, NULL),
+                     GRAFT_OK);
     graft_member_t imposter = {6, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0};
     uint8_t *buf;
     size_t len;
     assert_int_equal(graft__mship_member_encode(&imposter, &buf, &len), GRAFT_OK);
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/members/7/0", buf, len, 0, NULL, NULL),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_put(mf_etcd.client, "/graft/junk/members/7/0", buf, len, 0, NULL, NULL),
+        GRAFT_OK);
     graft_free(buf);
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/members/x/y", "1", 1, 0, NULL, NULL),
-                     GRAFT_OK);
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/ready/1/3/0", junk, 3, 0, NULL, NULL),
-                     GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_put(mf_etcd.client, "/graft/junk/members/x/y", "1", 1, 0, NULL, NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_put(mf_etcd.client, "/graft/junk/ready/1/3/0", junk, 3, 0, NULL, NULL),
+        GRAFT_OK);
     int64_t junk_event_rev = 0; /* an event's seq is its key's create_revision */
     assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/events/00000000000000000099", junk,
                                     strlen(junk), 0, NULL, &junk_event_rev), GRAFT_OK);
@@ -696,8 +707,9 @@ static void test_garbage_records_skipped(void **state)
     graft_membership_events_free(evs, n);
 
     /* garbage in the quorum key: reported, and the next round replaces it */
-    assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/quorum", junk, strlen(junk), 0, NULL,
-                                    NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_etcd_put(mf_etcd.client, "/graft/junk/quorum", junk, strlen(junk), 0, NULL, NULL),
+        GRAFT_OK);
     sa = mk(a, 1, 1, 3000);
     sb = mk(b, 1, 1, 3000);
     run_pair(&sa, &sb);
@@ -768,5 +780,6 @@ int main(int argc, char **argv)
     /* TEST_FILTER=test_commit_vote* runs only the tests it matches. */
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests_name("membership_votes", tests, mf_group_setup, mf_group_teardown);
+    return cmocka_run_group_tests_name("membership_votes", tests, mf_group_setup,
+                                       mf_group_teardown);
 }

@@ -45,7 +45,8 @@ static void golden_write(const char *root, uint64_t step, int level)
     graft_persist_writer_t *w;
     assert_int_equal(graft_persist_writer_create(&cfg, &w), GRAFT_OK);
     graft_persist_commit_opts_t o = {.has_fingerprint = true, .fingerprint = 0x1234};
-    assert_int_equal(graft_persist_save(w, step, 2, (const graft_persist_region_t *const *)lay->regions,
+    assert_int_equal(graft_persist_save(w, step, 2,
+                                        (const graft_persist_region_t *const *)lay->regions,
                                         lay->nregions, &o),
                      GRAFT_OK);
     assert_int_equal(graft_persist_wait(w, step, NULL), GRAFT_OK);
@@ -221,8 +222,9 @@ static void test_golden(void **state)
     /* The committed files restore to the data they were made from, onto
      * 2 ranks and resharded onto 3. */
     for (uint64_t step = 7; step <= 8; step++) {
-        assert_int_equal(graft_persist_verify(GRAFT_GOLDEN_DIR, step, GRAFT_PERSIST_VERIFY_FULL, NULL),
-                         GRAFT_OK);
+        assert_int_equal(
+            graft_persist_verify(GRAFT_GOLDEN_DIR, step, GRAFT_PERSIST_VERIFY_FULL, NULL),
+            GRAFT_OK);
         pt_global_t *g = pt_global_small(step);
         pt_restore_global(GRAFT_GOLDEN_DIR, 2, step, g);
         pt_restore_global(GRAFT_GOLDEN_DIR, 3, step, g);

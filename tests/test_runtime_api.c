@@ -141,8 +141,9 @@ static void test_api_misuse(void **state)
     assert_int_equal(graft_config_set(c, "job", "misuse", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
     assert_int_equal(graft_commit(rt, &apply), GRAFT_ESTATE);
@@ -232,8 +233,9 @@ static graft_status_t init_with_address(const char *job, const char *addr, const
     assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     assert_int_equal(graft_config_set(c, "transfer_address", addr, NULL), GRAFT_OK);
     if (adv != NULL)
         assert_int_equal(graft_config_set(c, "transfer_advertise", adv, NULL), GRAFT_OK);
@@ -298,8 +300,9 @@ static void test_init_allocation_failures(void **state)
     assert_int_equal(graft_config_set(c, "job", "alloc", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     bool completed = false;
     int failures = 0;
     for (int n = 0; n < 400 && !completed; n++) {
@@ -567,8 +570,9 @@ static void test_skip_region_switch(void **state)
     assert_int_equal(graft_config_set(c, "job", "skipbad", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     setenv("GRAFT_TEST_SKIP_REGION", "", 1);
     assert_int_equal(graft_init(c, &bad), GRAFT_EINVAL);
     assert_null(bad);
@@ -620,8 +624,9 @@ static graft_status_t ckpt_rt(const char *job, const char *root, const char *sec
     assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     assert_int_equal(graft_config_set(c, "persist_root", root, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "persist_every", "1", NULL), GRAFT_OK);
     graft_status_t st = graft_init(c, rt_p);
@@ -709,8 +714,9 @@ static void test_cannot_serve_published(void **state)
     assert_int_equal(graft_config_set(c, "job", "cannot-serve", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", "0", NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     assert_int_equal(graft_init(c, &rt), GRAFT_OK);
     graft_config_destroy(c);
     graft_region_t r = {"w", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, w, sizeof(w), 0, 0};

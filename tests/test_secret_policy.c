@@ -513,8 +513,9 @@ static void test_graftctl_password_sources(void **state)
         dup2(null, 0);
         dup2(null, 1);
         dup2(null, 2);
-        execl(gc_ctl_bin, gc_ctl_bin, "--etcd", ep, "--job", "pwjob", "--user", "root", "--password",
-              "rootpw", "watch", "--interval-ms", "100", "--count", "100", (char *)NULL);
+        execl(gc_ctl_bin, gc_ctl_bin, "--etcd", ep, "--job", "pwjob", "--user", "root",
+              "--password", "rootpw", "watch", "--interval-ms", "100", "--count", "100",
+              (char *)NULL);
         _exit(127);
     }
     char cmdline_path[64], *cmdline = NULL;

@@ -26,7 +26,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 }
 
 long gc_http(int port, const char *method, const char *path, const char *host,
-    const char *auth, char **body_p)
+             const char *auth, char **body_p)
 {
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;

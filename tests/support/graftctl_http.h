@@ -17,6 +17,6 @@ int gc_free_port(void);
 /* One request; host NULL: curl's own (127.0.0.1:port), "" : no Host header
  * at all (HTTP/1.0). Returns the status, or -1 when none came. */
 long gc_http(int port, const char *method, const char *path, const char *host,
-    const char *auth, char **body_p);
+             const char *auth, char **body_p);
 
 #endif

@@ -309,8 +309,8 @@ bool pt_layout_equal(const pt_layout_t *a, const pt_layout_t *b)
 }
 
 static pt_global_t *pt_global_make(uint64_t seed, const char *const *names,
-                                          const graft_persist_kind_t *kinds, const uint64_t *elem,
-                                          const uint64_t *bytes, size_t n)
+                                   const graft_persist_kind_t *kinds, const uint64_t *elem,
+                                   const uint64_t *bytes, size_t n)
 {
     pt_global_t *g = calloc(1, sizeof(*g));
     g->n = n;

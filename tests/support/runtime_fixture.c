@@ -24,7 +24,7 @@ void rtf_config_set_all(graft_config_t *c, const char *const set[][2], size_t n)
 }
 
 graft_status_t rtf_make_status(const char *job, int group, const char *name,
-                              const char *value, graft_runtime_t **rt_p)
+                               const char *value, graft_runtime_t **rt_p)
 {
     graft_config_t *c = NULL;
     char g[16];
@@ -33,8 +33,9 @@ graft_status_t rtf_make_status(const char *job, int group, const char *name,
     assert_int_equal(graft_config_set(c, "job", job, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "groups", "2", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "group", g, NULL), GRAFT_OK);
-    assert_int_equal(graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server),
-                                      NULL), GRAFT_OK);
+    assert_int_equal(
+        graft_config_set(c, "etcd_endpoints", graft_etcd_server_endpoint(rtf_etcd.server), NULL),
+        GRAFT_OK);
     assert_int_equal(graft_config_set(c, "lease_ttl_ms", "2000", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "join_timeout_ms", "1000", NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "fence_timeout_ms", "5000", NULL), GRAFT_OK);
@@ -48,7 +49,7 @@ graft_status_t rtf_make_status(const char *job, int group, const char *name,
 }
 
 graft_runtime_t *rtf_make_set(const char *job, int group, const char *name,
-                             const char *value)
+                              const char *value)
 {
     graft_runtime_t *rt = NULL;
     assert_int_equal(rtf_make_status(job, group, name, value, &rt), GRAFT_OK);
@@ -61,7 +62,7 @@ graft_runtime_t *rtf_make(const char *job, int group)
 }
 
 void rtf_register_ab(graft_runtime_t *rt, uint64_t *a, uint64_t *b, size_t n,
-                 uint64_t va, uint64_t vb)
+                     uint64_t va, uint64_t vb)
 {
     for (size_t i = 0; i < n; i++) {
         a[i] = va;

@@ -46,17 +46,17 @@ void rtf_config_set_all(graft_config_t *c, const char *const set[][2], size_t n)
  * setting `name` to `value` when name is not NULL: the status, and the
  * runtime in *rt_p on success. */
 graft_status_t rtf_make_status(const char *job, int group, const char *name,
-                              const char *value, graft_runtime_t **rt_p);
+                               const char *value, graft_runtime_t **rt_p);
 
 /* As rtf_make_status(), which must succeed. */
 graft_runtime_t *rtf_make_set(const char *job, int group, const char *name,
-                             const char *value);
+                              const char *value);
 
 graft_runtime_t *rtf_make(const char *job, int group);
 
 /* Two host regions "a" and "b", filled with va and vb. */
 void rtf_register_ab(graft_runtime_t *rt, uint64_t *a, uint64_t *b, size_t n,
-                 uint64_t va, uint64_t vb);
+                     uint64_t va, uint64_t vb);
 
 /* One step of one runtime, run on its own thread: cmocka's assertions
  * belong to the main thread, so it records what happened instead. */

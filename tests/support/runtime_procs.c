@@ -21,7 +21,8 @@ static int n_spawned;
 void rp_job_init(job_t *j, const char *name)
 {
     memset(j, 0, sizeof(*j));
-    snprintf(j->dir, sizeof(j->dir), "%s/graft-rt-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(j->dir, sizeof(j->dir), "%s/graft-rt-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     assert_non_null(mkdtemp(j->dir));
     if (n_made_dirs < 16)
         memcpy(made_dirs[n_made_dirs++], j->dir, sizeof(j->dir));
@@ -243,7 +244,7 @@ bool rp_file_contains(const char *path, const char *needle)
 }
 
 void rp_read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
-         uint64_t *recoveries)
+                   uint64_t *recoveries)
 {
     FILE *f = fopen(p->out, "r");
     char line[256] = "";

@@ -108,7 +108,7 @@ bool rp_file_contains(const char *path, const char *needle);
 
 /* Parse "final step N hash H start K recoveries R" from a trainer's output. */
 void rp_read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
-         uint64_t *recoveries);
+                   uint64_t *recoveries);
 
 /* The trainer's second output line. */
 typedef struct trainer_metrics {

@@ -109,7 +109,7 @@ tf_donor_opts_t tf_opts(const tf_region_t *layout, size_t n, uint64_t chunk)
  * writes its 2-word answer to @resp_fd (see tf_donor_ask()); an unknown op
  * is ignored. Returns false when the test is gone. */
 static bool tf_donor_answer(graft_transfer_endpoint_t *ep, const tf_donor_opts_t *o,
-                                   uint8_t **mem, const uint32_t cmd[3], int resp_fd)
+                            uint8_t **mem, const uint32_t cmd[3], int resp_fd)
 {
     int32_t out[2] = {0, 0};
     switch (cmd[0]) {
