@@ -671,13 +671,17 @@ class GradientAverager:
         if world == 1:
             return
         data = json.dumps(rt.region_table).encode()
-        head = torch.tensor([len(data), int(bool(rt.participating))], dtype=torch.int64)
-        heads = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+        # NCCL reduces CUDA tensors only ("Tensors must be CUDA and dense").
+        dev = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" \
+            else torch.device("cpu")
+        head = torch.tensor([len(data), int(bool(rt.participating))], dtype=torch.int64,
+                            device=dev)
+        heads = [torch.zeros(2, dtype=torch.int64, device=dev) for _ in range(world)]
         self.pg.allgather([heads], [head]).wait(self.timeout)
         size = max(int(h[0]) for h in heads)
-        buf = torch.zeros(size, dtype=torch.uint8)
-        buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
-        outs = [torch.empty(size, dtype=torch.uint8) for _ in range(world)]
+        buf = torch.zeros(size, dtype=torch.uint8, device=dev)
+        buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8, device=dev)
+        outs = [torch.empty(size, dtype=torch.uint8, device=dev) for _ in range(world)]
         self.pg.allgather([outs], [buf]).wait(self.timeout)
         tables = [[list(r) for r in json.loads(bytes(o[:int(h[0])].tolist()).decode())]
                   for o, h in zip(outs, heads)]

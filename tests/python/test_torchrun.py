@@ -47,7 +47,7 @@ class Torchrun:
     (so the whole group can be killed), read line by line by a thread."""
 
     def __init__(self, env, group, out, max_restarts=0, delay=0.1, steps=STEPS, groups=GROUPS,
-                 extra=()):
+                 extra=(), trainer=TRAINER):
         e = group_env(env, group, groups)
         # Debian's torch 1.13 on Python 3.11 cannot parse torchrun's default
         # "--redirects 0" (AttributeError: 'NoneType' object has no attribute
@@ -62,7 +62,7 @@ class Torchrun:
                "--nproc_per_node", str(RANKS), "--rdzv_backend", "static",
                "--master_addr", "127.0.0.1", "--master_port", str(quiet_port()),
                "--max_restarts", str(max_restarts), "--monitor_interval", "0.5",
-               "-r", "2", "-t", "2", TRAINER, "--steps", str(steps),
+               "-r", "2", "-t", "2", trainer, "--steps", str(steps),
                "--delay", str(delay), "--out", str(out)] + list(extra)
         self.group = group
         self.proc = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
@@ -122,7 +122,23 @@ class Torchrun:
                              "step %d" % step)
 
     def kill(self):
+        """The agent and every rank. torch 2's torchrun starts each rank in
+        a session of its own (torch 1.13's stay in the agent's), so killing
+        the agent's session alone leaves the ranks training on: seen on a
+        GPU machine with torch 2.11, where the "killed" group finished its
+        steps and its replacement found no donor."""
+        ranks = []
+        for rank in range(RANKS):
+            try:
+                ranks.append(self.pid_of(rank))
+            except AssertionError:   # not started yet: in the agent's session
+                pass
         os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait()
 
     def finish(self, timeout=240):
