@@ -439,6 +439,11 @@ static round_next_t round_pass(mround_t *r, graft_quorum_t **quorum_p, graft_sta
         int64_t lease;
         uint64_t inc;
         *st_p = graft__mship_check_joined(m, &lease, &inc);
+        /* Re-joined meanwhile: this round's announcement went with the old
+         * lease, so the round is announced again by the caller; never a
+         * success without a quorum. */
+        if (*st_p == GRAFT_OK)
+            *st_p = GRAFT_ELEASE;
         return ROUND_DONE;
     }
     const graft_quorum_t *cur = m->view.quorum;
