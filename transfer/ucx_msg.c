@@ -220,8 +220,10 @@ graft_status_t graft__ucx_msg_send(graft_transfer_endpoint_t *ep, const char *ad
                 st = graft__ucx_status(us);
                 p->failed = true;
             }
-            if (ucp_request_check_status(fl) != UCS_INPROGRESS)
-                ucp_request_free(fl);
+            /* Released in any state: one still in flight is freed by UCX
+             * when it completes, not left to the worker's teardown ("not
+             * returned to mpool" at exit). */
+            ucp_request_free(fl);
         }
     }
     /* Let an error callback of this send run before the caller sends again. */
