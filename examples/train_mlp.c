@@ -494,6 +494,91 @@ static int run_alone(const opts_t *o, state_t *s)
     return finish(o, s, "alone", 0);
 }
 
+/* The training loop: a step per quorum until the closing step commits.
+ * 0 at the end, -1 when graft_quorum() failed. */
+static int train(graft_runtime_t *rt, const opts_t *o, state_t *s, float *grad)
+{
+    graft_status_t st;
+    bool served = false;
+    for (;;) {
+        graft_step_info_t info;
+        bool apply = false;
+        if (o->die_at_step > 0 && graft_step(rt) == o->die_at_step) {
+            /* The checkpoints a restart finds are then known, however
+             * slowly the background writer ran. */
+            st = graft_checkpoint_wait(rt);
+            if (st != GRAFT_OK)
+                fprintf(stderr, "train_mlp: graft_checkpoint_wait: %s\n", graft_status_string(st));
+            raise(SIGKILL);
+        }
+        st = graft_quorum(rt, &info);
+        if (st != GRAFT_OK) {
+            fprintf(stderr, "train_mlp: graft_quorum: %s\n", graft_status_string(st));
+            return -1;
+        }
+        if (info.donor)
+            log_role(o, "%" PRIu64 " serve %" PRIu32, info.step, info.n_recipients);
+        if (info.step >= o->steps) {
+            /* The closing step (graft_finish()): still closed (a healing
+             * group installs the final state, a donor holds until its
+             * recipients are done), never applied; with a persistent tier
+             * the final state's checkpoint is written here. Opened again
+             * until this group commits it (docs/RUNTIME.md, "A clean end"). */
+            st = graft_heal_wait(rt);
+            if (graft_finish(rt) != GRAFT_OK)
+                fprintf(stderr, "train_mlp: graft_finish failed\n");
+            st = graft_commit(rt, &apply);
+            if (st != GRAFT_OK && st != GRAFT_EDRIFT)
+                fprintf(stderr, "train_mlp: graft_commit: %s\n", graft_status_string(st));
+            if (info.donor)
+                log_role(o, "%" PRIu64 " served", info.step);
+            if (graft_finished(rt))
+                break;
+            continue;
+        }
+        if (info.donor && o->die_when_serving) {
+            sleep_ms(o->die_when_serving_ms);
+            raise(SIGKILL);
+        }
+        served = served || info.donor;
+        uint64_t hold_at = o->serve_before_end ? o->steps - 1 : o->serve_at;
+        if (!served && info.step == hold_at && graft_commit_veto(rt) != GRAFT_OK)
+            fprintf(stderr, "train_mlp: graft_commit_veto failed\n");
+        st = graft_heal_wait(rt);
+        uint64_t rng = s->rng;
+        if (st == GRAFT_OK)
+            (void)gradient(s, &rng, grad);
+        if (o->step_delay_ms > 0)
+            sleep_ms(o->step_delay_ms);
+        if (o->die_before_vote > 0 && info.step == o->die_before_vote)
+            raise(SIGKILL);
+        if (o->vote_delay_at > 0 && info.step == o->vote_delay_at)
+            sleep_ms(o->vote_delay_ms);
+        st = graft_commit(rt, &apply);
+        if (info.donor)
+            log_role(o, "%" PRIu64 " served", info.step);
+        if (st != GRAFT_OK && st != GRAFT_EDRIFT)
+            fprintf(stderr, "train_mlp: graft_commit: %s\n", graft_status_string(st));
+        if (apply) {
+            adam_step(s, grad, rng);
+            log_hash(o, s);
+            if (o->corrupt_at > 0 && s->step == o->corrupt_at) {
+                uint32_t bits;
+                memcpy(&bits, &s->param[0], sizeof(bits));
+                bits ^= 1u << 3;
+                memcpy(&s->param[0], &bits, sizeof(bits));
+            }
+            if (o->ckpt_at > 0 && s->step == o->ckpt_at) {
+                st = graft_checkpoint_now(rt);
+                if (st != GRAFT_OK)
+                    fprintf(stderr, "train_mlp: graft_checkpoint_now: %s\n",
+                            graft_status_string(st));
+            }
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static float grad[NPARAM];
@@ -546,83 +631,8 @@ int main(int argc, char **argv)
             graft_log_level_set(GRAFT_LOG_DEBUG);
     }
 
-    bool served = false;
-    for (;;) {
-        graft_step_info_t info;
-        bool apply = false;
-        if (o.die_at_step > 0 && graft_step(rt) == o.die_at_step) {
-            /* The checkpoints a restart finds are then known, however
-             * slowly the background writer ran. */
-            st = graft_checkpoint_wait(rt);
-            if (st != GRAFT_OK)
-                fprintf(stderr, "train_mlp: graft_checkpoint_wait: %s\n", graft_status_string(st));
-            raise(SIGKILL);
-        }
-        st = graft_quorum(rt, &info);
-        if (st != GRAFT_OK) {
-            fprintf(stderr, "train_mlp: graft_quorum: %s\n", graft_status_string(st));
-            goto out;
-        }
-        if (info.donor)
-            log_role(&o, "%" PRIu64 " serve %" PRIu32, info.step, info.n_recipients);
-        if (info.step >= o.steps) {
-            /* The closing step (graft_finish()): still closed (a healing
-             * group installs the final state, a donor holds until its
-             * recipients are done), never applied; with a persistent tier
-             * the final state's checkpoint is written here. Opened again
-             * until this group commits it (docs/RUNTIME.md, "A clean end"). */
-            st = graft_heal_wait(rt);
-            if (graft_finish(rt) != GRAFT_OK)
-                fprintf(stderr, "train_mlp: graft_finish failed\n");
-            st = graft_commit(rt, &apply);
-            if (st != GRAFT_OK && st != GRAFT_EDRIFT)
-                fprintf(stderr, "train_mlp: graft_commit: %s\n", graft_status_string(st));
-            if (info.donor)
-                log_role(&o, "%" PRIu64 " served", info.step);
-            if (graft_finished(rt))
-                break;
-            continue;
-        }
-        if (info.donor && o.die_when_serving) {
-            sleep_ms(o.die_when_serving_ms);
-            raise(SIGKILL);
-        }
-        served = served || info.donor;
-        uint64_t hold_at = o.serve_before_end ? o.steps - 1 : o.serve_at;
-        if (!served && info.step == hold_at && graft_commit_veto(rt) != GRAFT_OK)
-            fprintf(stderr, "train_mlp: graft_commit_veto failed\n");
-        st = graft_heal_wait(rt);
-        uint64_t rng = s.rng;
-        if (st == GRAFT_OK)
-            (void)gradient(&s, &rng, grad);
-        if (o.step_delay_ms > 0)
-            sleep_ms(o.step_delay_ms);
-        if (o.die_before_vote > 0 && info.step == o.die_before_vote)
-            raise(SIGKILL);
-        if (o.vote_delay_at > 0 && info.step == o.vote_delay_at)
-            sleep_ms(o.vote_delay_ms);
-        st = graft_commit(rt, &apply);
-        if (info.donor)
-            log_role(&o, "%" PRIu64 " served", info.step);
-        if (st != GRAFT_OK && st != GRAFT_EDRIFT)
-            fprintf(stderr, "train_mlp: graft_commit: %s\n", graft_status_string(st));
-        if (apply) {
-            adam_step(&s, grad, rng);
-            log_hash(&o, &s);
-            if (o.corrupt_at > 0 && s.step == o.corrupt_at) {
-                uint32_t bits;
-                memcpy(&bits, &s.param[0], sizeof(bits));
-                bits ^= 1u << 3;
-                memcpy(&s.param[0], &bits, sizeof(bits));
-            }
-            if (o.ckpt_at > 0 && s.step == o.ckpt_at) {
-                st = graft_checkpoint_now(rt);
-                if (st != GRAFT_OK)
-                    fprintf(stderr, "train_mlp: graft_checkpoint_now: %s\n",
-                            graft_status_string(st));
-            }
-        }
-    }
+    if (train(rt, &o, &s, grad) != 0)
+        goto out;
     /* The last checkpoint's background part counts in the metrics. */
     st = graft_checkpoint_wait(rt);
     if (st != GRAFT_OK)
