@@ -3,7 +3,8 @@
  * strtod/strtol and JSON with jansson; every failure names the key.
  *
  * The benchmarks' --json outputs that --params and --bench-json read are
- * in sim_bench_json.c.
+ * in sim_bench_json.c; --params FILE (graft_sim_params_load) is in
+ * sim_params_load.c, above both.
  */
 #include "sim_params.h"
 #include "sim_params_int.h"
@@ -240,69 +241,6 @@ out:
         fclose(f);
     }
     return root;
-}
-
-graft_status_t graft_sim_params_load(graft_sim_params_t *params, const char *path, char *err,
-                                     size_t errlen)
-{
-    graft_status_t st = GRAFT_OK;
-    json_t *root = NULL;
-    graft_sim_params_t tmp;
-    const char *key;
-    json_t *value;
-
-    if (params == NULL || path == NULL || err == NULL || errlen == 0) {
-        return GRAFT_EINVAL;
-    }
-    root = graft_sim_params_parse_file(path, err, errlen, &st);
-    if (root == NULL) {
-        goto out;
-    }
-    json_t *obj = root;
-    if (json_is_object(root) && json_object_get(root, "model_params") != NULL) {
-        obj = json_object_get(root, "model_params");
-    } else if (json_is_object(root) && json_is_string(json_object_get(root, "bench"))) {
-        char e2[200];
-        tmp = *params;
-        st = graft_sim_params_from_bench(
-            &tmp, root, json_string_value(json_object_get(root, "bench")), e2, sizeof(e2));
-        if (st != GRAFT_OK) {
-            snprintf(err, errlen, "%s: %s", path, e2);
-            goto out;
-        }
-        *params = tmp;
-        goto out;
-    }
-    if (!json_is_object(obj)) {
-        snprintf(err, errlen, "%s: expected a JSON object of parameters", path);
-        st = GRAFT_EFORMAT;
-        goto out;
-    }
-    tmp = *params;
-    json_object_foreach(obj, key, value)
-    {
-        const sim_param_desc_t *d = sim_param_find(key);
-        if (d == NULL || strchr(key, '-') != NULL) {
-            snprintf(err, errlen, "%s: unknown parameter '%s'", path, key);
-            st = GRAFT_ENOTFOUND;
-            goto out;
-        }
-        if (!json_is_number(value)) {
-            snprintf(err, errlen, "%s: %s: expected a number", path, key);
-            st = GRAFT_EINVAL;
-            goto out;
-        }
-        char e2[200];
-        st = sim_param_store(&tmp, d, json_number_value(value), e2, sizeof(e2));
-        if (st != GRAFT_OK) {
-            snprintf(err, errlen, "%s: %s", path, e2);
-            goto out;
-        }
-    }
-    *params = tmp;
-out:
-    json_decref(root);
-    return st;
 }
 
 void graft_sim_params_usage(FILE *out)
