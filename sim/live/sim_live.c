@@ -33,8 +33,6 @@
 #define SIM_LEASE_TTL_MS 1000
 #define SIM_DONOR_TICK_US 2000 /* role-log polling while a kill_donor waits */
 
-/* --netns: the namespaces of this run (NULL without --netns). */
-graft_sim_netns_t *graft_sim_net;
 /* The trainers' --blob-mib, the same for the reference (0: none). */
 int graft_sim_ballast_mib;
 /* Milliseconds of simulated compute per trainer step (GRAFT_SIM_STEP_MS). */
@@ -80,19 +78,6 @@ void graft_sim_catch_stop_signals(void)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-}
-
-void graft_sim_run_fail(graft_sim_run_t *r, const char *fmt, ...)
-{
-    if (r->res->error != NULL) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&r->res->error, fmt, ap) < 0) {
-        r->res->error = NULL;
-    }
-    va_end(ap);
 }
 
 /* ---------------------------------------------------------- progress --- */

@@ -278,10 +278,23 @@ static inline double graft_sim_run_elapsed(const graft_sim_run_t *r)
     return (double)(graft_sim_now_ns() - r->t0) / 1e9;
 }
 
-/* sim_live.c */
+/* sim_util.c */
 
 /** --netns: the namespaces of this run (NULL without --netns). */
 extern graft_sim_netns_t *graft_sim_net;
+
+/** Make room in *arr (*cap elements of elem bytes) for element n; 0, or -1 when out of
+ *  memory (*arr unchanged). */
+int graft_sim_grow(void **arr, size_t *cap, size_t n, size_t elem);
+
+/** Record why the run failed; the first reason wins. */
+void graft_sim_run_fail(graft_sim_run_t *r, const char *fmt, ...) GRAFT_PRINTF(2, 3);
+
+/** Create the directories above path (not path itself). */
+void graft_sim_mkdirs(const char *path);
+
+/* sim_live.c */
+
 /** The trainers' --blob-mib, the same for the reference (0: none). */
 extern int graft_sim_ballast_mib;
 /** The signal that stops the run at its next tick (SIGINT, SIGTERM, SIGHUP); 0: none. */
@@ -304,18 +317,8 @@ graft_status_t graft_sim_run_once(const graft_sim_live_opts_t *o,
                                   const char *tag, const char *persist_root,
                                   graft_sim_result_t *res);
 
-/** Make room in *arr (*cap elements of elem bytes) for element n; 0, or -1 when out of
- *  memory (*arr unchanged). */
-int graft_sim_grow(void **arr, size_t *cap, size_t n, size_t elem);
-
-/** Record why the run failed; the first reason wins. */
-void graft_sim_run_fail(graft_sim_run_t *r, const char *fmt, ...) GRAFT_PRINTF(2, 3);
-
 /** The trainer: GRAFT_SIM_TRAINER, else train_mlp beside graft-sim (written into buf). */
 const char *graft_sim_trainer_path(char *buf, size_t len);
-
-/** Create the directories above path (not path itself). */
-void graft_sim_mkdirs(const char *path);
 
 /* sim_tiers.c */
 
