@@ -1,10 +1,12 @@
 /*
  * graftctl: the operator's command line. One file per command family:
- * graftctl_main.c (options, connection, dispatch), graftctl_job.c (status,
- * watch, drift, evict), graftctl_events.c (events) and graftctl_ckpt.c
- * (checkpoint roots, without etcd); graftctl_text.c escapes what others
- * wrote before it is printed; graftctl_help.c has each command's --help.
- * Public headers only.
+ * graftctl_main.c (options, dispatch), graftctl_job.c (status, watch,
+ * drift, evict), graftctl_events.c (events) and graftctl_ckpt.c
+ * (checkpoint roots, without etcd); below the commands, graftctl_conn.c
+ * (the connection to etcd), graftctl_util.c (numbers, clocks, times,
+ * printing JSON) and graftctl_text.c, which escapes what others wrote
+ * before it is printed; graftctl_help.c has each command's --help.
+ * No file calls back up into one that calls it. Public headers only.
  *
  * Exit status: 0 success, 1 failure (etcd unreachable, unknown job, a
  * checkpoint that does not verify, ...), 2 bad usage.
@@ -50,7 +52,8 @@ typedef struct graftctl_conn {
     char prefix[96]; /* /graft/<job>/ */
 } graftctl_conn_t;
 
-/* Connect (prints the error and returns GRAFTCTL_FAIL on failure). */
+/* Connect (graftctl_conn.c; prints the error and returns GRAFTCTL_FAIL on
+ * failure). */
 int graftctl_connect(const graftctl_opts_t *o, graftctl_conn_t *c);
 /* The same, with the message in why (len bytes) instead of on stderr. */
 int graftctl_connect_why(const graftctl_opts_t *o, graftctl_conn_t *c, char *why, size_t len);
@@ -123,7 +126,7 @@ const char *graftctl_text(const char *s, char *buf, size_t len);
  * characters), else in graftctl_text()'s form. */
 json_t *graftctl_json_text(const char *s);
 
-/* Helpers shared by the commands. */
+/* Helpers shared by the commands (graftctl_util.c). */
 void graftctl_print_json(void *json_t_root); /* prints and decrefs a json_t */
 bool graftctl_parse_u64(const char *s, uint64_t *v_p);
 uint64_t graftctl_now_ms(void);

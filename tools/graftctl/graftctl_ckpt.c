@@ -22,13 +22,6 @@
 
 #include <jansson.h>
 
-static const char *state_name(graft_persist_state_t s)
-{
-    return s == GRAFT_PERSIST_COMPLETE     ? "complete"
-           : s == GRAFT_PERSIST_INCOMPLETE ? "incomplete"
-                                           : "corrupt";
-}
-
 static bool has_step_dir(DIR *d)
 {
     bool any = false;
@@ -179,15 +172,6 @@ static int parse_args(int argc, char **argv, int first, ckpt_args_t *a)
     return check_root(a->root);
 }
 
-json_t *graftctl_ckpt_entry_json(const graft_persist_entry_t *e)
-{
-    return json_pack("{s:I,s:s,s:s,s:o,s:I,s:I,s:I,s:b}", "step", (json_int_t)e->step, "state",
-                     state_name(e->state), "status", graft_status_name(e->status), "reason",
-                     graftctl_json_text(e->reason), "ranks", (json_int_t)e->ranks, "raw_bytes",
-                     (json_int_t)e->raw_bytes, "unix_ms", (json_int_t)e->unix_ms,
-                     "before_config_change", e->before_config_change);
-}
-
 static int list_entries(const char *root, graft_persist_entry_t **e_p, size_t *n_p)
 {
     graft_status_t st = graft_persist_list(root, e_p, n_p);
@@ -302,8 +286,8 @@ static int ckpt_ls(const graftctl_opts_t *o, const ckpt_args_t *a)
         } else {
             char reason[GRAFTCTL_TEXT_LEN];
             printf("%-10" PRIu64 " %-10s %-6" PRIu32 " %-14" PRIu64 " %-15" PRIu64 " %-13s %s\n",
-                   e[i].step, state_name(e[i].state), e[i].ranks, e[i].raw_bytes, e[i].unix_ms,
-                   cls, graftctl_text(e[i].reason, reason, sizeof(reason)));
+                   e[i].step, graftctl_ckpt_state_name(e[i].state), e[i].ranks, e[i].raw_bytes,
+                   e[i].unix_ms, cls, graftctl_text(e[i].reason, reason, sizeof(reason)));
         }
     }
     if (o->json)
@@ -314,50 +298,6 @@ out:
     free(keep);
     graft_free(e);
     return rc;
-}
-
-/* The sidecar is for people; it is compared with manifest.pb, the
- * manifest of record, and a disagreement is reported, never trusted. */
-const char *graftctl_ckpt_sidecar(const char *root, uint64_t step, char *why, size_t why_len)
-{
-    char path[4096];
-    char *pb = NULL;
-    json_t *want = NULL, *have = NULL;
-    json_error_t err;
-    const char *verdict = "ok";
-    snprintf(path, sizeof(path), "%s/step-%020" PRIu64 "/manifest.json", root, step);
-    graft_status_t st = graft_persist_manifest_json(root, step, &pb);
-    if (st != GRAFT_OK) {
-        snprintf(why, why_len, "manifest.pb: %s", graft_status_string(st));
-        verdict = "unchecked";
-        goto out;
-    }
-    want = json_loads(pb, 0, &err);
-    have = json_load_file(path, 0, &err);
-    if (have == NULL) {
-        snprintf(why, why_len, "%.300s: %s (line %d)", path,
-                 access(path, F_OK) != 0 ? "missing" : err.text, err.line);
-        verdict = "damaged";
-        goto out;
-    }
-    if (want == NULL || !json_equal(want, have)) {
-        const char *key = "?";
-        json_t *v;
-        json_object_foreach(want, key, v) {
-            if (!json_equal(v, json_object_get(have, key)))
-                break;
-        }
-        snprintf(why, why_len, "%.300s disagrees with manifest.pb (first at \"%s\")", path,
-                 key != NULL ? key : "an extra key");
-        verdict = "damaged";
-        goto out;
-    }
-    why[0] = '\0';
-out:
-    json_decref(want);
-    json_decref(have);
-    graft_free(pb);
-    return verdict;
 }
 
 static int ckpt_verify(const graftctl_opts_t *o, const ckpt_args_t *a)
@@ -436,48 +376,6 @@ out:
     return rc;
 }
 
-/* The manifest for a person: every name in it comes from the file, so
- * each is escaped (graftctl_text). */
-void graftctl_ckpt_inspect_print(json_t *m, const graft_persist_entry_t *v, graft_status_t vst,
-                          const char *sidecar, const char *why)
-{
-    char t[5][GRAFTCTL_TEXT_LEN];
-#define TEXT(i, s) graftctl_text((s), t[i], sizeof(t[i]))
-#define FIELD(obj, key) json_string_value(json_object_get((obj), (key)))
-    /* The code revision only when the trainer gave one. */
-    const char *rev = FIELD(m, "code_revision");
-    bool has_rev = rev != NULL && rev[0] != '\0';
-    printf("step %" JSON_INTEGER_FORMAT " (%s%s%s), written %" JSON_INTEGER_FORMAT
-           " unix ms by graft %s%s%s\n",
-           json_integer_value(json_object_get(m, "step")), state_name(v->state),
-           vst != GRAFT_OK ? ": " : "", vst != GRAFT_OK ? TEXT(0, v->reason) : "",
-           json_integer_value(json_object_get(m, "unix_ms")), TEXT(1, FIELD(m, "library_version")),
-           has_rev ? ", code revision " : "", has_rev ? TEXT(2, rev) : "");
-    printf("ranks %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT " bytes (%" JSON_INTEGER_FORMAT
-           " stored), layout %s, sidecar %s%s%s\n",
-           json_integer_value(json_object_get(m, "ranks")),
-           json_integer_value(json_object_get(m, "raw_bytes")),
-           json_integer_value(json_object_get(m, "stored_bytes")), TEXT(3, FIELD(m, "layout_hash")),
-           sidecar, why[0] ? ": " : "", TEXT(4, why));
-    printf("\n%-32s %-8s %-6s %s\n", "REGION", "KIND", "DEVICE", "BYTES");
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(m, "regions"), i, r)
-        printf("%-32s %-8s %-6s %" JSON_INTEGER_FORMAT "\n", TEXT(0, FIELD(r, "name")),
-               TEXT(1, FIELD(r, "kind")), TEXT(2, FIELD(r, "device")),
-               json_integer_value(json_object_get(r, "bytes")));
-    printf("\n%-6s %-6s %-24s %-8s %s\n", "RANK", "GROUP", "FILE", "CHUNKS", "BYTES");
-    json_array_foreach(json_object_get(m, "shards"), i, r)
-        printf("%-6" JSON_INTEGER_FORMAT " %-6" JSON_INTEGER_FORMAT " %-24s %-8" JSON_INTEGER_FORMAT
-               " %" JSON_INTEGER_FORMAT "\n",
-               json_integer_value(json_object_get(r, "rank")),
-               json_integer_value(json_object_get(r, "written_by_group")),
-               TEXT(0, FIELD(r, "file")), json_integer_value(json_object_get(r, "chunks")),
-               json_integer_value(json_object_get(r, "file_bytes")));
-#undef TEXT
-#undef FIELD
-}
-
 static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
 {
     char *text = NULL;
@@ -499,7 +397,8 @@ static int ckpt_inspect(const graftctl_opts_t *o, const ckpt_args_t *a)
     graft_free(text);
     if (o->json) {
         graftctl_print_json(json_pack("{s:o,s:s,s:o,s:s,s:o}", "manifest",
-                                      m != NULL ? m : json_null(), "state", state_name(v.state),
+                                      m != NULL ? m : json_null(), "state",
+                                      graftctl_ckpt_state_name(v.state),
                                       "reason", graftctl_json_text(v.reason), "sidecar", sidecar,
                                       "sidecar_reason", graftctl_json_text(why)));
         return GRAFTCTL_OK;

@@ -34,6 +34,9 @@ static inline bool graftctl_ckpt_is_remote(const char *root)
     return root != NULL && strncmp(root, "s3://", 5) == 0;
 }
 
+/* How one checkpoint is shown (graftctl_ckpt_view.c): its state's name,
+ * its entry as JSON, the sidecar check and the manifest for a person. */
+const char *graftctl_ckpt_state_name(graft_persist_state_t s);
 json_t *graftctl_ckpt_entry_json(const graft_persist_entry_t *e);
 /* The manifest.json sidecar of root's step against its manifest.pb: "ok",
  * "damaged" or "unchecked", why says what differs. */
