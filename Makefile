@@ -251,7 +251,8 @@ tests: $(TEST_PROGS) $(BIN_PROGS)
 layering: $(LIB_OBJS)
 	@sh scripts/check-layering.sh $(BUILD)
 	@sh scripts/check-runtime-objects.sh $(BUILD)
-	@python3 scripts/check-circles.py $(BUILD) common etcd membership transfer persist runtime
+	@python3 scripts/check-circles.py $(BUILD) common etcd membership transfer persist runtime \
+		sim/live sim/model tools/graftctl
 
 check: deps
 	@$(MAKE) --no-print-directory all tests layering
