@@ -11,6 +11,8 @@ its own data, three ways in turn:
           G processes (what a job without graft runs)
   wrap    graft.torch.Optimizer + GradientAverager.average() (the quorum,
           the reduction over the participants, the commit)
+  async   the same with the quorum beside the forward pass
+          (Optimizer.start_quorum() / wait_quorum())
   ddp     graft.torch.Optimizer + graft.torch.DistributedDataParallel (the
           cross-group reduction in DDP's communication hook)
 
@@ -18,7 +20,8 @@ Each way's time is the median of its steps (zero_grad through step) in
 group 0; the ways take turns in chunks of steps/5, the first chunk of each
 a warm-up; overhead = way - plain.
 
-Usage: bench/python_step_bench.py [--groups 1,2,3] [--steps N] [--json]
+Usage: bench/python_step_bench.py [--groups 1,2,3] [--steps N] [--steady-path peers|etcd]
+                                  [--json]
 Needs make (build/lib/libgraft.so) and the venv (scripts/python-env.sh):
 run it with build/venv/bin/python.
 """
@@ -37,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from python_bench import ROOT, free_port, start_etcd  # noqa: E402
 
-WAYS = ("plain", "wrap", "ddp")
+WAYS = ("plain", "wrap", "async", "ddp")
 
 
 def model():
@@ -84,12 +87,14 @@ def worker(a):
 
     def runtime(way):
         return graft.Runtime(env=False, job="%s-%s" % (a.job, way), group=g, groups=n,
-                             etcd_endpoints=a.etcd)
+                             etcd_endpoints=a.etcd, steady_path=a.steady_path)
 
-    rt1, rt2 = runtime("wrap"), runtime("ddp")
-    m1, m2 = model(), model()
+    rt1, rt2, rt3 = runtime("wrap"), runtime("ddp"), runtime("async")
+    m1, m2, m3 = model(), model(), model()
     opt1 = graft.torch.Optimizer(rt1, torch.optim.Adam(m1.parameters()))
     avg = graft.torch.GradientAverager(rt1)
+    opt3 = graft.torch.Optimizer(rt3, torch.optim.Adam(m3.parameters()))
+    avg3 = graft.torch.GradientAverager(rt3)
     net = graft.torch.DistributedDataParallel(rt2, m2)
     opt2 = graft.torch.Optimizer(rt2, torch.optim.Adam(m2.parameters()))
 
@@ -99,6 +104,15 @@ def worker(a):
         avg.average(m1.parameters())
         opt1.step()
 
+    def overlapped(i):
+        opt3.start_quorum()
+        loss = m3(data[i % 8]).square().mean()
+        if opt3.wait_quorum():
+            loss = m3(data[i % 8]).square().mean()
+        loss.backward()
+        avg3.average(m3.parameters())
+        opt3.step()
+
     def gddp(i):
         opt2.zero_grad()
         net(data[i % 8]).square().mean().backward()
@@ -107,16 +121,18 @@ def worker(a):
     # The ways take turns in chunks (the order rotating), so a burst of
     # load on the machine falls on all of them; the first chunk of each is
     # a warm-up.
-    fns = {"plain": plain, "wrap": wrap, "ddp": gddp}
+    fns = {"plain": plain, "wrap": wrap, "async": overlapped, "ddp": gddp}
     chunk = max(1, a.steps // 5)
     for r in range(6):
-        for w in WAYS[r % 3:] + WAYS[:r % 3]:
+        k = r % len(WAYS)
+        for w in WAYS[k:] + WAYS[:k]:
             ts = timed(chunk, fns[w])
             if r > 0:
                 steps[w].extend(ts)
     out = {w: statistics.median(v) for w, v in steps.items()}
     rt1.close()
     rt2.close()
+    rt3.close()
     # Every process done with the plain group before any leaves.
     pg.barrier().wait()
     with open(a.out, "w") as f:
@@ -124,7 +140,7 @@ def worker(a):
     return 0
 
 
-def run_groups(n, steps, etcd, tmp):
+def run_groups(n, steps, etcd, tmp, steady_path):
     job = "step-" + uuid.uuid4().hex[:8]
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOG_minloglevel="2")
@@ -135,7 +151,7 @@ def run_groups(n, steps, etcd, tmp):
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--worker", "--group", str(g), "--groups", str(n),
              "--etcd", etcd, "--job", job, "--store-port", str(port), "--steps", str(steps),
-             "--out", out], env=env))
+             "--steady-path", steady_path, "--out", out], env=env))
     for p in procs:
         if p.wait(timeout=600) != 0:
             raise RuntimeError("a worker of %d groups failed" % n)
@@ -148,6 +164,9 @@ def main():
     ap.add_argument("--groups", default="1,2,3", help="group counts to run [1,2,3]")
     ap.add_argument("--steps", type=int, default=200, help="steps of each loop [200]")
     ap.add_argument("--json", action="store_true", help="a JSON object on the last line")
+    ap.add_argument("--steady-path", default="peers", choices=("peers", "etcd"),
+                    help="graft's steady_path setting: etcd takes every step through etcd, "
+                    "where the quorum costs milliseconds [peers]")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--group", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--etcd", help=argparse.SUPPRESS)
@@ -163,24 +182,29 @@ def main():
     proc, url = start_etcd(tmp)
     try:
         for n in [int(v) for v in a.groups.split(",")]:
-            r = run_groups(n, a.steps, url, tmp)
+            r = run_groups(n, a.steps, url, tmp, a.steady_path)
             rows.append({"groups": n, **{w + "_ms": r[w] * 1e3 for w in WAYS},
                          "wrap_overhead_ms": (r["wrap"] - r["plain"]) * 1e3,
+                         "async_overhead_ms": (r["async"] - r["plain"]) * 1e3,
                          "ddp_overhead_ms": (r["ddp"] - r["plain"]) * 1e3,
                          "ddp_vs_plain": r["ddp"] / r["plain"]})
     finally:
         proc.terminate()
         proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("ms per step (median of %d, group 0), MLP 256-512-256 + Adam, batch 32" % a.steps)
-    print("%6s %10s %10s %10s %12s %12s %8s" % ("groups", "plain DDP", "wrap+avg", "graft DDP",
-                                               "wrap - plain", "gDDP - plain", "gDDP/x"))
+    print("ms per step (median of %d, group 0), MLP 256-512-256 + Adam, batch 32, "
+          "steady_path %s" % (a.steps, a.steady_path))
+    print("%6s %10s %10s %10s %10s %12s %13s %12s %8s"
+          % ("groups", "plain DDP", "wrap+avg", "async+avg", "graft DDP", "wrap - plain",
+             "async - plain", "gDDP - plain", "gDDP/x"))
     for r in rows:
-        print("%6d %10.3f %10.3f %10.3f %12.3f %12.3f %8.2f"
-              % (r["groups"], r["plain_ms"], r["wrap_ms"], r["ddp_ms"], r["wrap_overhead_ms"],
-                 r["ddp_overhead_ms"], r["ddp_vs_plain"]))
+        print("%6d %10.3f %10.3f %10.3f %10.3f %12.3f %13.3f %12.3f %8.2f"
+              % (r["groups"], r["plain_ms"], r["wrap_ms"], r["async_ms"], r["ddp_ms"],
+                 r["wrap_overhead_ms"], r["async_overhead_ms"], r["ddp_overhead_ms"],
+                 r["ddp_vs_plain"]))
     if a.json:
-        print(json.dumps({"bench": "python_step", "steps": a.steps, "rows": rows}))
+        print(json.dumps({"bench": "python_step", "steps": a.steps,
+                          "steady_path": a.steady_path, "rows": rows}))
     return 0
 
 

@@ -13,10 +13,24 @@ region (zero-copy: the tensors' own storage), after materializing the
 optimizer's lazily created state so a replacement registers the same region
 table before its first quorum. Python-object state (RNG states, a scheduler,
 a sampler position) travels in a bounded ObjectState region.
+
+The quorum can overlap the forward pass: start_quorum() is the first half
+of zero_grad() (the quorum runs on a thread), wait_quorum() the second; it
+says when the forward pass must run again (another step or replica rank
+than expected, or this group's state replaced):
+
+    for batch in data:
+        step, rank = opt.start_quorum()
+        loss = loss_fn(model(shard(batch, step, rank)))
+        if opt.wait_quorum():
+            loss = loss_fn(model(shard(batch, opt.info.step, opt.info.replica_rank)))
+        loss.backward()
+        opt.step()
 """
 import inspect
 import os
-from typing import Any, Callable, Dict, Iterable, Optional
+import threading
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 
@@ -354,6 +368,8 @@ class Optimizer(torch.optim.Optimizer):
         self.commit_error = None
         self.applied = None
         self._last_step = None
+        self._last_replica_rank = 0
+        self._pending = None    # start_quorum()'s thread and its outcome
         self.max_failed_heals = max_failed_heals
         self.failed_heals = 0   # consecutive
         # A ZeroRedundancyOptimizer's parameters are every parameter (each
@@ -431,23 +447,85 @@ class Optimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: Optional[bool] = None) -> Any:
         """Start of a step: the quorum, and the heal when this group is
         behind. set_to_none defaults to the installed torch's default."""
-        if set_to_none is None:
-            set_to_none = _SET_TO_NONE
+        self._step_start()
+        self.info = self.runtime.quorum()
+        self._after_quorum(set_to_none)
+        return self.info
+
+    def start_quorum(self) -> Tuple[int, int]:
+        """zero_grad() in two halves, so that the forward pass overlaps the
+        quorum: this half saves the step's Python state and buffers and
+        starts the quorum on a thread; wait_quorum() is the other. Returns
+        the (step, replica_rank) the quorum is expected to give, which the
+        forward pass may use (its data shard); between the two halves the
+        thread's quorum is the only call into the runtime."""
+        if self._pending is not None:
+            raise UsageError(-3, "graft: start_quorum() twice without wait_quorum()")
+        self._step_start()
+        self.expected = (self.runtime.step, self._last_replica_rank)
+        box = {}
+
+        def run():
+            try:
+                box["info"] = self.runtime.quorum()
+            except BaseException as e:  # re-raised by wait_quorum()
+                box["error"] = e
+        t = threading.Thread(target=run, name="graft-quorum", daemon=True)
+        self._pending = (t, box)
+        t.start()
+        return self.expected
+
+    def wait_quorum(self, set_to_none: Optional[bool] = None) -> bool:
+        """The second half of start_quorum(): waits for the quorum, heals
+        when this group is behind, and zeroes the gradients. Returns True
+        when the forward pass run meanwhile must be run again: the quorum
+        gave another step or replica rank than expected, or this group's
+        state was replaced (healed, restored). The Python state and buffers
+        are then those of the step's start again (the forward pass may have
+        drawn from the RNGs and moved running statistics). A forward pass
+        that ran while a heal wrote the parameters is one of these. The
+        step's StepInfo is in self.info."""
+        if self._pending is None:
+            raise UsageError(-3, "graft: wait_quorum() without start_quorum()")
+        t, box = self._pending
+        self._pending = None
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        self.info = box["info"]
+        replaced = self._after_quorum(set_to_none)
+        again = replaced or (self.info.step, self.info.replica_rank) != self.expected
+        if again and not replaced and self.heal_error is None:
+            self._restore_step_start()
+        return again
+
+    def _step_start(self) -> None:
         self.object_state.pack(self._all_objects())
         self.buffer_state.save()
         self.heal_error = None
-        self.info = self.runtime.quorum()
+
+    def _restore_step_start(self) -> None:
+        """Python state and buffers as saved at the step's start (or as the
+        heal installed them)."""
+        self.buffer_state.load()
+        objs = self.object_state.unpack()
+        if objs is not None:
+            self._load_all_objects(objs)
+
+    def _after_quorum(self, set_to_none: Optional[bool]) -> bool:
+        """After the quorum: the heal, and the Python state and buffers a
+        replaced group takes from its donors. Whether it was replaced."""
+        if set_to_none is None:
+            set_to_none = _SET_TO_NONE
         _wait_heal(self, self.info, "step")
         replaced = self.info.healing or (
             self._last_step is None and self.runtime.start_kind != "cold") or (
             self._last_step is not None and self.info.step != self._last_step)
         if replaced and self.heal_error is None:
-            self.buffer_state.load()
-            objs = self.object_state.unpack()
-            if objs is not None:
-                self._load_all_objects(objs)
+            self._restore_step_start()
+        self._last_replica_rank = self.info.replica_rank
         self.optim.zero_grad(set_to_none=set_to_none)
-        return self.info
+        return replaced
 
     def _all_objects(self):
         hyper = [{k: v for k, v in g.items() if k != "params"}

@@ -160,6 +160,34 @@ def test_ddp_wrapper_heals_and_matches_the_averager(spawn, job_env, tmp_path):
     assert "participants 2" in "".join(ws[0].lines + [""])
 
 
+def test_async_quorum_heals_and_matches_the_plain_loop(spawn, job_env, tmp_path):
+    """Optimizer.start_quorum()/wait_quorum(): the quorum runs on a thread
+    beside the forward pass. Two groups averaging gradients, group 1 killed
+    at step 8 and replaced: both end bit-identical to a fault-free run of
+    the plain loop (zero_grad()), with the same losses, and the replacement
+    ran its forward pass again at least once (its state was replaced while
+    the first one ran)."""
+    steps = 16
+    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
+    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), "--steps", steps, "--average", env=ref_env)
+            for g in range(2)]
+    for w in refs:
+        w.finish()
+    args = ["--steps", steps, "--average", "--async-quorum", "--delay", 0.05]
+    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
+    ws[1].wait_step(8)
+    ws[1].kill()
+    repl = spawn(1, 2, tmp_path / "g1", *args)
+    for w in [ws[0], repl]:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    ref = _load(tmp_path / "ref0")
+    _assert_identical([ref] + outs)
+    assert outs[1]["start"] == "peer" and outs[1]["metrics"]["recoveries"] >= 1
+    assert outs[1]["forwards_again"] >= 1
+    assert outs[0]["losses"] == ref["losses"]
+
+
 def test_failed_collective_votes_no(spawn, tmp_path):
     """Replica rank 1 stalls past the collective's 5 s timeout at step 4:
     both groups' allreduce fails, each vetoes its commit (no hang, no step

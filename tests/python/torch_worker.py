@@ -82,6 +82,9 @@ def main():
     ap.add_argument("--stateful", action="store_true",
                     help="the scheduler (made on the graft optimizer), an EMA holding a 128 KiB "
                          "tensor and a data position kept through register_stateful()")
+    ap.add_argument("--async-quorum", action="store_true",
+                    help="the quorum overlaps the forward pass (Optimizer.start_quorum/"
+                    "wait_quorum), the forward run again when wait_quorum() says so")
     ap.add_argument("--device", default="cpu",
                     help="where the model and its optimizer state live (cpu, cuda) [cpu]")
     a = ap.parse_args()
@@ -128,19 +131,31 @@ def main():
     net = graft.torch.DistributedDataParallel(rt, model, averager=avg) if a.ddp else model
     skipped = 0
     losses = []  # (step, loss) of every applied step
-    while rt.step < a.steps:
-        info = opt.zero_grad()
-        if info.step >= a.steps:
-            break
-        seed = 1000 + info.step
+
+    def forward(step, replica_rank):
+        seed = 1000 + step
         if avg is not None:
-            seed = seed * 16 + info.replica_rank  # this group's shard of the step's data
+            seed = seed * 16 + replica_rank  # this group's shard of the step's data
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(32, 8, generator=g) + torch.from_numpy(
             np.random.randn(32, 8).astype(np.float32)) * 0.01
         x = x.to(a.device)
         y = x.sum(dim=1, keepdim=True)
-        loss = torch.nn.functional.mse_loss(net(x), y) * (1.0 + 0.01 * random.random())
+        return torch.nn.functional.mse_loss(net(x), y) * (1.0 + 0.01 * random.random())
+
+    forwards_again = 0
+    while rt.step < a.steps:
+        if a.async_quorum:
+            loss = forward(*opt.start_quorum())
+            again = opt.wait_quorum()
+            info = opt.info
+        else:
+            info, again = opt.zero_grad(), True
+        if info.step >= a.steps:
+            break
+        if again:
+            forwards_again += int(a.async_quorum)
+            loss = forward(info.step, info.replica_rank)
         loss.backward()
         if avg is not None:
             if info.step == a.stall_average_at and info.replica_rank == 1:
@@ -186,6 +201,7 @@ def main():
         "lr": [gr["lr"] for gr in adam.param_groups],
         "avg": (avg.rebuilds, avg.failures) if avg is not None else None,
         "losses": losses,
+        "forwards_again": forwards_again,
         "buffers": [(n, b.detach().cpu().numpy().copy()) for n, b in model.named_buffers()],
         "ema": (ema.t.numpy().copy(), ema.count),
         "position": position.index,
