@@ -200,8 +200,6 @@ $(LAUNCHER_A): $(LAUNCHER_SRCS:%.c=$(BUILD)/obj/%.o)
 # etcd_launcher.h.
 $(BUILD)/obj/tools/etcd_launcher/%.o: CFLAGS_ALL += -I.
 $(BUILD)/obj/sim/%.o $(BUILD)/obj/tools/%.o: CFLAGS_ALL += $(LAUNCHER_CFLAGS)
-$(BUILD)/obj/sim/%.o: CFLAGS_ALL += -include etcd_launcher.h# HETCD-INTERIM
-$(BUILD)/obj/tests/test_sim_%.o: TEST_CFLAGS += -include etcd_launcher.h# HETCD-INTERIM
 
 $(BUILD)/bin/graft-sim: $(SIM_MAIN_SRCS:%.c=$(BUILD)/obj/%.o) $(SIM_LIB_A) $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)

@@ -7,7 +7,7 @@
  */
 #include "sim_live_int.h"
 
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
 #include "sim_netns.h"
 #include "sim_supervisor.h"
 
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 #include <graft/membership.h>
 
 #include <errno.h>

@@ -11,7 +11,7 @@
 #include "sim_schedule.h"
 #include "sim_supervisor.h"
 
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 #include <graft/membership.h>
 
 #include <jansson.h>

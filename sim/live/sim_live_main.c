@@ -9,7 +9,7 @@
 #include "sim_live_int.h"
 #include "sim_netns.h"
 
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -6,7 +6,7 @@
  */
 #include "sim_supervisor.h"
 
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 
 #include <errno.h>
 #include <fcntl.h>
