@@ -34,16 +34,19 @@ static void peer_err_cb(void *arg, ucp_ep_h uep, ucs_status_t status)
     p->failed = true;
 }
 
-/* A working connection is closed by flushing it, so that messages that
- * left this process are not cut off by the close (a leader that leaves
- * right after the last round of a barrier); a failed one by force. */
+/* A connection is closed by force: every message sent on it was flushed
+ * before graft__ucx_msg_send() returned (below), so nothing that left this
+ * process is cut off by the close (a leader that leaves right after the
+ * last round of a barrier). A flushing close waited on a peer that had
+ * exited first, and its request, freed at the deadline, was never
+ * completed: UCX's "not returned to mpool" warnings at every exit. */
 static void peer_close(ucp_worker_h w, msg_peer_t *p)
 {
     if (p->uep != NULL) {
         ucp_request_param_t prm;
         memset(&prm, 0, sizeof(prm));
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = p->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
         ucs_status_ptr_t req = ucp_ep_close_nbx(p->uep, &prm);
         if (UCS_PTR_IS_PTR(req)) {
             /* A flush to a peer that stopped answering ends with the
