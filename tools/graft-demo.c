@@ -7,7 +7,7 @@
  * membership's (no MemberRecord), so they live in a folder of their own,
  * demo/, under the job "demo" (docs/KEYS.md).
  */
-#include <graft/etcd.h>
+#include "etcd_launcher.h"
 #include <graft/membership.h>
 
 #include <stdarg.h>
