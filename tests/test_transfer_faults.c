@@ -10,6 +10,8 @@
 
 #include "alloc_fail.h"
 
+#include <inttypes.h>
+
 /* A progress callback that strikes once @at bytes are in: signals its
  * victims and, with @cancel_ep, cancels the pull. */
 typedef struct injector {
@@ -79,13 +81,18 @@ static void failover_check(const graft_transfer_report_t *rep, int sig, bool hos
      * recipient reads a pushed chunk's bytes by itself (cma), which does
      * not wait on the victim, so it may be dropped with none of its
      * fetched chunks left unverified. */
-    if (rep->donors[1].status != GRAFT_OK && !shared)
-        assert_true(rep->donors[1].reassigned > 0);
     /* On a loaded machine the victim can be the last donor connected and
      * be struck before its first chunk is verified (the other two carried
-     * the first quarter): nothing of it to keep then, which is said. */
+     * the first quarter): nothing of it to keep then, which is said, and
+     * no read of it need have been in flight to be reassigned (a tcp push
+     * run failed so once in CI, the figures not kept: they are now). */
     if (rep->donors[1].chunks == 0)
         print_message("the victim was struck before any chunk of its was verified\n");
+    if (rep->donors[1].status != GRAFT_OK && !shared && rep->donors[1].chunks > 0 &&
+        rep->donors[1].reassigned == 0)
+        fail_msg("the victim (%s, %" PRIu64 " chunks, %" PRIu64 " bytes) was dropped with no "
+                 "read of it reassigned", graft_status_string(rep->donors[1].status),
+                 rep->donors[1].chunks, rep->donors[1].bytes);
     for (int i = 0; i < 3; i += 2) {
         if (rep->donors[i].status == GRAFT_OK)
             assert_int_equal(rep->donors[i].reassigned, 0);
