@@ -133,19 +133,19 @@ def test_gradient_averaging_survives_a_kill(spawn, tmp_path):
         assert rebuilds >= 2  # the first quorum's group, then the one after the kill
 
 
-def test_ddp_wrapper_heals_and_matches_the_averager(spawn, job_env, tmp_path):
-    """graft.torch.DistributedDataParallel: the cross-group reduction runs in
-    DDP's communication hook. Two groups, group 1 killed at step 8 and
-    restarted: both end bit-identical to a fault-free run whose groups
-    average with GradientAverager.average() (the same reduction, element
-    for element), with the same losses."""
+def _kill_one_of_two_against_a_plain_reference(spawn, job_env, tmp_path, *way):
+    """Two groups averaging gradients the plain way (zero_grad(),
+    GradientAverager.average()) without a fault, then two groups that train
+    @way with group 1 killed at step 8 and replaced: both must end
+    bit-identical to the plain run, with its losses. Returns the plain
+    run's group 0, the run's outputs and its group-0 worker."""
     steps = 16
     ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
     refs = [spawn(g, 2, tmp_path / ("ref%d" % g), "--steps", steps, "--average", env=ref_env)
             for g in range(2)]
     for w in refs:
         w.finish()
-    args = ["--steps", steps, "--average", "--ddp", "--delay", 0.05]
+    args = ["--steps", steps, "--average", *way, "--delay", 0.05]
     ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
     ws[1].wait_step(8)
     ws[1].kill()
@@ -157,7 +157,17 @@ def test_ddp_wrapper_heals_and_matches_the_averager(spawn, job_env, tmp_path):
     _assert_identical([ref] + outs)
     assert outs[1]["start"] == "peer" and outs[1]["metrics"]["recoveries"] >= 1
     assert outs[0]["losses"] == ref["losses"]
-    assert "participants 2" in "".join(ws[0].lines + [""])
+    return ref, outs, ws[0]
+
+
+def test_ddp_wrapper_heals_and_matches_the_averager(spawn, job_env, tmp_path):
+    """graft.torch.DistributedDataParallel: the cross-group reduction runs in
+    DDP's communication hook. Two groups, group 1 killed at step 8 and
+    restarted: both end bit-identical to a fault-free run whose groups
+    average with GradientAverager.average() (the same reduction, element
+    for element), with the same losses."""
+    _, _, w0 = _kill_one_of_two_against_a_plain_reference(spawn, job_env, tmp_path, "--ddp")
+    assert "participants 2" in "".join(w0.lines + [""])
 
 
 def test_async_quorum_heals_and_matches_the_plain_loop(spawn, job_env, tmp_path):
@@ -167,25 +177,9 @@ def test_async_quorum_heals_and_matches_the_plain_loop(spawn, job_env, tmp_path)
     the plain loop (zero_grad()), with the same losses, and the replacement
     ran its forward pass again at least once (its state was replaced while
     the first one ran)."""
-    steps = 16
-    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
-    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), "--steps", steps, "--average", env=ref_env)
-            for g in range(2)]
-    for w in refs:
-        w.finish()
-    args = ["--steps", steps, "--average", "--async-quorum", "--delay", 0.05]
-    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *args) for g in range(2)]
-    ws[1].wait_step(8)
-    ws[1].kill()
-    repl = spawn(1, 2, tmp_path / "g1", *args)
-    for w in [ws[0], repl]:
-        w.finish()
-    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
-    ref = _load(tmp_path / "ref0")
-    _assert_identical([ref] + outs)
-    assert outs[1]["start"] == "peer" and outs[1]["metrics"]["recoveries"] >= 1
+    _, outs, _ = _kill_one_of_two_against_a_plain_reference(spawn, job_env, tmp_path,
+                                                             "--async-quorum")
     assert outs[1]["forwards_again"] >= 1
-    assert outs[0]["losses"] == ref["losses"]
 
 
 def test_failed_collective_votes_no(spawn, tmp_path):
