@@ -495,11 +495,14 @@ static int run_alone(const opts_t *o, state_t *s)
 }
 
 /* The training loop: a step per quorum until the closing step commits.
- * 0 at the end, -1 when graft_quorum() failed. */
+ * 0 at the end, 1 for a spare (GRAFT_SPARE=1) the job finished without,
+ * -1 when graft_quorum() failed. */
 static int train(graft_runtime_t *rt, const opts_t *o, state_t *s, float *grad)
 {
     graft_status_t st;
     bool served = false;
+    bool promoted_said = false;
+    uint32_t configured_group = graft_group(rt); /* UINT32_MAX for a spare */
     for (;;) {
         graft_step_info_t info;
         bool apply = false;
@@ -512,10 +515,18 @@ static int train(graft_runtime_t *rt, const opts_t *o, state_t *s, float *grad)
             raise(SIGKILL);
         }
         st = graft_quorum(rt, &info);
+        if (st == GRAFT_ECANCELED && graft_finished(rt))
+            return 1; /* a spare the job ended without */
         if (st != GRAFT_OK) {
             fprintf(stderr, "train_mlp: graft_quorum: %s\n", graft_status_string(st));
             return -1;
         }
+        if (!promoted_said && graft_group(rt) != configured_group) {
+            /* A spare's first quorum returns once it took a slot. */
+            printf("spare promoted to group %" PRIu32 "\n", graft_group(rt));
+            fflush(stdout);
+        }
+        promoted_said = true;
         if (info.donor)
             log_role(o, "%" PRIu64 " serve %" PRIu32, info.step, info.n_recipients);
         if (info.step >= o->steps) {
@@ -631,7 +642,13 @@ int main(int argc, char **argv)
             graft_log_level_set(GRAFT_LOG_DEBUG);
     }
 
-    if (train(rt, &o, &s, grad) != 0)
+    int trained = train(rt, &o, &s, grad);
+    if (trained == 1) {
+        printf("spare unused: the job finished without it\n");
+        rc = 0;
+        goto out;
+    }
+    if (trained != 0)
         goto out;
     /* The last checkpoint's background part counts in the metrics. */
     st = graft_checkpoint_wait(rt);

@@ -160,7 +160,7 @@ static int by_kv_create_revision(const void *a, const void *b)
 
 graft_status_t graft_membership_event_append(graft_membership_t *m, const graft_event_t *ev)
 {
-    if (m == NULL || ev == NULL || ev->kind < GRAFT_EVENT_JOIN || ev->kind > GRAFT_EVENT_ERROR ||
+    if (m == NULL || ev == NULL || ev->kind < GRAFT_EVENT_JOIN || ev->kind > GRAFT_EVENT_KIND_LAST ||
         (ev->n_members > 0 && ev->members == NULL))
         return GRAFT_EINVAL;
     graft_event_t copy = *ev;

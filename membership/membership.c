@@ -54,16 +54,25 @@ static graft_status_t join_once(graft_membership_t *m, graft_etcd_t *c)
 {
     int64_t lease = 0;
     graft_status_t st;
-    GRAFT__MSHIP_REQ(m);
     uint64_t sent = graft__now_ns();
-    st = graft_etcd_lease_grant(c, m->cfg.lease_ttl_s, &lease, NULL);
-    if (st != GRAFT_OK) {
-        atomic_fetch_add(&m->n_etcd_errors, 1);
-        return st;
+    /* A promoted spare joins once on the lease and incarnation its slot's
+     * record already has (membership_spare.c); later joins grant anew. */
+    bool adopt = m->cfg.adopt_lease != 0;
+    if (adopt) {
+        lease = m->cfg.adopt_lease;
+        m->cfg.adopt_lease = 0;
+    } else {
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_lease_grant(c, m->cfg.lease_ttl_s, &lease, NULL);
+        if (st != GRAFT_OK) {
+            atomic_fetch_add(&m->n_etcd_errors, 1);
+            return st;
+        }
     }
     pthread_mutex_lock(&m->mu);
     /* Incarnations grow across processes (wall clock) and within one. */
-    uint64_t inc = GRAFT_MAX(m->incarnation + 1, graft__wall_ns() / 1000u);
+    uint64_t inc = adopt ? m->cfg.adopt_incarnation
+                         : GRAFT_MAX(m->incarnation + 1, graft__wall_ns() / 1000u);
     graft_member_state_t state = m->state;
     uint64_t committed = m->committed_step;
     pthread_mutex_unlock(&m->mu);

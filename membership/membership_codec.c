@@ -508,7 +508,7 @@ graft_status_t graft__mship_event_decode(const uint8_t *buf, size_t len, graft_e
         return st;
     const Graft__Event *rec = (const Graft__Event *)msg;
     if (rec->seq == 0 || rec->kind < GRAFT__EVENT_KIND__EVENT_JOIN ||
-        rec->kind > GRAFT__EVENT_KIND__EVENT_ERROR) {
+        rec->kind > GRAFT__EVENT_KIND__EVENT_SPARE_PROMOTED) {
         st = GRAFT_EMALFORMED;
         goto out;
     }
@@ -553,6 +553,7 @@ const char *graft_event_kind_string(graft_event_kind_t kind)
     case GRAFT_EVENT_CHECKPOINT: return "checkpoint";
     case GRAFT_EVENT_DRIFT: return "drift";
     case GRAFT_EVENT_ERROR: return "error";
+    case GRAFT_EVENT_SPARE_PROMOTED: return "spare_promoted";
     }
     return "unknown";
 }

@@ -33,6 +33,16 @@ char *graft__key_members_folder(const char *prefix)
     return graft__asprintf("%smembers/", prefix);
 }
 
+char *graft__key_spare(const char *prefix, uint32_t rank, uint64_t incarnation)
+{
+    return graft__asprintf("%sspares/%" PRIu32 "/%020" PRIu64, prefix, rank, incarnation);
+}
+
+char *graft__key_spares_folder(const char *prefix)
+{
+    return graft__asprintf("%sspares/", prefix);
+}
+
 char *graft__key_ready(const char *prefix, uint64_t round, uint32_t group, uint32_t rank)
 {
     return graft__asprintf("%sready/%" PRIu64 "/%" PRIu32 "/%" PRIu32, prefix, round, group,

@@ -29,6 +29,9 @@ char *graft__key_job_prefix(const char *job);
 /* members/<group>/<rank> and members/ */
 char *graft__key_member(const char *prefix, uint32_t group, uint32_t rank);
 char *graft__key_members_folder(const char *prefix);
+/* spares/<rank>/<20-digit incarnation> and spares/ */
+char *graft__key_spare(const char *prefix, uint32_t rank, uint64_t incarnation);
+char *graft__key_spares_folder(const char *prefix);
 /* ready/<round>/<group>/<rank> and ready/<round>/ */
 char *graft__key_ready(const char *prefix, uint64_t round, uint32_t group, uint32_t rank);
 char *graft__key_ready_folder(const char *prefix, uint64_t round);

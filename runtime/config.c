@@ -58,6 +58,7 @@ static const field_t fields[] = {
     STR(etcd_cert),
     STR(etcd_key),
     UINT(group, 0, 1u << 20, NULL),
+    UINT(spare, 0, 1, "0"),
     UINT(rank, 0, 1u << 20, "0"),
     UINT(ranks_per_group, 1, 1u << 20, "1"),
     UINT(groups, 1, 1u << 20, NULL),
@@ -350,11 +351,12 @@ graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
         error_set(error_p, "config: groups: required (number of replica groups)");
         return GRAFT_EINVAL;
     }
-    if (!is_set(c, "group")) {
-        error_set(error_p, "config: group: required (this process's group id)");
+    if (!is_set(c, "group") && c->spare == 0) {
+        error_set(error_p, "config: group: required (this process's group id), unless the "
+                           "process is a spare (spare = 1)");
         return GRAFT_EINVAL;
     }
-    if (c->group >= c->groups) {
+    if (c->spare == 0 && c->group >= c->groups) {
         error_set(error_p, "config: group: must be below groups");
         return GRAFT_EINVAL;
     }

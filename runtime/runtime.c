@@ -76,6 +76,11 @@ static graft_status_t endpoint_open(graft_runtime_t *rt)
     return st;
 }
 
+uint32_t graft_group(graft_runtime_t *rt)
+{
+    return rt != NULL ? rt->group : UINT32_MAX;
+}
+
 graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
 {
     graft_runtime_t *rt = NULL;
@@ -98,7 +103,8 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = config_copy(config, &rt->cfg);
     if (st != GRAFT_OK)
         goto fail;
-    rt->group = (uint32_t)rt->cfg->group;
+    /* A spare's group is the slot it is promoted into (graft__rt_spare_promote()). */
+    rt->group = rt->cfg->spare ? UINT32_MAX : (uint32_t)rt->cfg->group;
     rt->rank = (uint32_t)rt->cfg->rank;
     rt->ranks = (uint32_t)rt->cfg->ranks_per_group;
     rt->groups = (uint32_t)rt->cfg->groups;
@@ -145,13 +151,11 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = endpoint_open(rt);
     if (st != GRAFT_OK)
         goto fail;
-    st = graft__channel_create(rt->ep, rt->secret, rt->secret_len, rt->group, rt->rank,
-                               &rt->channel);
-    if (st != GRAFT_OK)
-        goto fail;
-    st = graft__rt_persist_open(rt);
-    if (st != GRAFT_OK)
-        goto fail;
+    if (!rt->cfg->spare) {
+        st = graft__rt_group_open(rt);
+        if (st != GRAFT_OK)
+            goto fail;
+    }
     st = graft__rt_skip_init(rt);
     if (st != GRAFT_OK)
         goto fail;
@@ -178,6 +182,7 @@ void graft_destroy(graft_runtime_t *rt)
     graft__rt_persist_close(rt);
     if (rt->joined)
         graft__rt_publish_progress(rt, false); /* where this process got to */
+    graft__rt_finished_await(rt);
     graft_membership_quorum_free(rt->q);
     graft__rt_steady_free(rt);
     graft_membership_destroy(rt->m);

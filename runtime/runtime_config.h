@@ -23,6 +23,7 @@ struct graft_config {
     char *etcd_cert;
     char *etcd_key;
     uint64_t group;
+    uint64_t spare; /* 0 or 1 */
     uint64_t rank;
     uint64_t ranks_per_group;
     uint64_t groups;

@@ -69,6 +69,26 @@ void graft__rt_finished_publish(graft_runtime_t *rt, uint64_t step)
     graft_free(key);
 }
 
+void graft__rt_finished_await(graft_runtime_t *rt)
+{
+    if (rt->rank == 0 || !rt->finished || rt->m == NULL)
+        return;
+    char *key = key_finished(rt, rt->group);
+    uint64_t end = graft__now_ns() + GRAFT__RT_FINISHED_AWAIT_MS * 1000000ull;
+    bool seen = false;
+    while (key != NULL && !seen && graft__now_ns() < end) {
+        graft_etcd_range_result_t res = {0};
+        seen = graft_etcd_range(rt->etcd_quick, key, NULL, &res) == GRAFT_OK && res.n_kvs == 1;
+        graft_etcd_range_result_clear(&res);
+        if (!seen)
+            graft__sleep_ns(20000000ull);
+    }
+    if (!seen)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": leaving before rank 0 "
+                   "recorded the group's end; a spare may take this slot", rt->group, rt->rank);
+    graft_free(key);
+}
+
 /* Whether every group of the job is live in this rank's view. */
 static bool all_groups_live(graft_runtime_t *rt)
 {

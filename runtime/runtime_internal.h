@@ -214,6 +214,15 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
 
 /* runtime_step.c */
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
+/* The group's step channel and checkpoint writer (runtime_spare.c): at
+ * graft_init(), or for a spare once it knows its group. */
+GRAFT_WUR graft_status_t graft__rt_group_open(graft_runtime_t *rt);
+/* A spare's part of the join (runtime_spare.c): wait until it is promoted into a
+ * slot, then take up the group (mc's group, lease and incarnation, the
+ * endpoint's group, the channel, the checkpoint writer). GRAFT_ECANCELED:
+ * the job finished without it. */
+GRAFT_WUR graft_status_t graft__rt_spare_promote(graft_runtime_t *rt,
+                                                 graft_membership_config_t *mc);
 /* The committed step (metrics and membership follow). */
 void graft__rt_set_step(graft_runtime_t *rt, uint64_t step);
 /* Write the job's progress record with this process's committed step
@@ -304,6 +313,11 @@ void graft__rt_skip_free(graft_runtime_t *rt);
 /* runtime_finish.c: a clean end that a job of several groups can take. */
 /* Rank 0 at join: a finished record of an earlier run of this group goes. */
 void graft__rt_finished_clear(graft_runtime_t *rt);
+/* At graft_destroy() of a rank other than 0 whose group finished: wait (up
+ * to GRAFT__RT_FINISHED_AWAIT_MS) until rank 0 recorded the group's end, so
+ * that a spare never reads this rank's leave as a death. */
+#define GRAFT__RT_FINISHED_AWAIT_MS 3000u
+void graft__rt_finished_await(graft_runtime_t *rt);
 /* Before an etcd round: read the finished records when a group is missing
  * (or @p always) and lower the rounds' min_groups by the finished groups. */
 void graft__rt_finished_refresh(graft_runtime_t *rt, bool always);

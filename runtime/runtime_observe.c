@@ -69,6 +69,7 @@ const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind)
     case GRAFT_RUNTIME_EVENT_CHECKPOINT: return "checkpoint";
     case GRAFT_RUNTIME_EVENT_DRIFT: return "drift";
     case GRAFT_RUNTIME_EVENT_COMMIT_FAILED: return "commit_failed";
+    case GRAFT_RUNTIME_EVENT_SPARE_PROMOTED: return "spare_promoted";
     }
     return "unknown";
 }

@@ -256,6 +256,11 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         .committed_step = 0,
         .state = GRAFT_MEMBER_JOINING,
     };
+    if (rt->cfg->spare) {
+        st = graft__rt_spare_promote(rt, &mc);
+        if (st != GRAFT_OK)
+            return st;
+    }
     st = graft_membership_create(&mc, &rt->m);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": cannot join job %s: %s",

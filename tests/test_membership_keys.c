@@ -31,6 +31,8 @@ static void test_every_builder_spells_the_documented_key(void **state)
         {graft__key_job_prefix("job-1"), P},
         {graft__key_member(P, 3, 1), P "members/3/1"},
         {graft__key_members_folder(P), P "members/"},
+        {graft__key_spare(P, 1, 42), P "spares/1/00000000000000000042"},
+        {graft__key_spares_folder(P), P "spares/"},
         {graft__key_ready(P, 7, 3, 1), P "ready/7/3/1"},
         {graft__key_ready_folder(P, 7), P "ready/7/"},
         {graft__key_quorum(P), P "quorum"},

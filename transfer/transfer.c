@@ -166,6 +166,18 @@ const char *graft_transfer_endpoint_address(const graft_transfer_endpoint_t *ep)
     return ep != NULL ? ep->address : "";
 }
 
+graft_status_t graft_transfer_endpoint_group_set(graft_transfer_endpoint_t *ep, uint32_t group)
+{
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    pthread_mutex_lock(&ep->lock);
+    bool used = ep->serving || ep->serve_gen != 0 || atomic_load(&ep->pulling);
+    if (!used)
+        ep->group = group;
+    pthread_mutex_unlock(&ep->lock);
+    return used ? GRAFT_ESTATE : GRAFT_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Regions                                                                  */
 /* ------------------------------------------------------------------------ */

@@ -89,7 +89,8 @@ extern "C" {
  * | etcd_ca             | GRAFT_ETCD_CA             | (none)                  |
  * | etcd_cert           | GRAFT_ETCD_CERT           | (none)                  |
  * | etcd_key            | GRAFT_ETCD_KEY            | (none)                  |
- * | group               | GRAFT_GROUP               | (required)              |
+ * | group               | GRAFT_GROUP               | (required unless spare) |
+ * | spare               | GRAFT_SPARE               | 0 (or 1)                |
  * | rank                | GRAFT_RANK                | 0                       |
  * | ranks_per_group     | GRAFT_RANKS_PER_GROUP     | 1                       |
  * | groups              | GRAFT_GROUPS              | (required)              |
@@ -144,6 +145,14 @@ extern "C" {
  * manifest carries a MAC under the job secret, and a restore skips a
  * checkpoint whose MAC is absent or wrong (docs/SECURITY.md, "Checkpoint
  * files").
+ *
+ * spare = 1 starts the process as a spare (docs/RUNTIME.md, "Spares"):
+ * graft_init() and the region registration run as for any rank of rank
+ * `rank`, and the first graft_quorum() waits, with a lease, until the
+ * spare takes the slot of a dead rank `rank` of some group (which
+ * graft_group() then names) and heals like any replacement; that call
+ * returns GRAFT_ECANCELED, with graft_finished() true, when every group
+ * ended the job cleanly first. `group` is not used.
  *
  * etcd_endpoints is a comma-separated list of http:// or https:// URLs
  * (graft_config_validate() refuses "127.0.0.1:2379", saying so). In strict
@@ -432,6 +441,14 @@ uint64_t graft_step(graft_runtime_t *rt);
 uint64_t graft_quorum_id(graft_runtime_t *rt);
 
 /**
+ * @brief This process's replica group: the configured group, or for a
+ *        spare (spare = 1) the group whose slot it was promoted into.
+ * @param [in] rt  the runtime.
+ * @return the group; UINT32_MAX for a spare not promoted yet.
+ */
+uint32_t graft_group(graft_runtime_t *rt);
+
+/**
  * @brief Index of this group among the latest quorum's members.
  * @param [in] rt  the runtime.
  * @return the replica rank.
@@ -643,7 +660,8 @@ typedef enum graft_runtime_event_kind {
     GRAFT_RUNTIME_EVENT_RESTORE = 3,        /**< restored from the persistent tier */
     GRAFT_RUNTIME_EVENT_CHECKPOINT = 4,     /**< a shard or a manifest was written, or failed */
     GRAFT_RUNTIME_EVENT_DRIFT = 5,          /**< a drift check ended (status GRAFT_EDRIFT on mismatch) */
-    GRAFT_RUNTIME_EVENT_COMMIT_FAILED = 6   /**< the group's vote was no */
+    GRAFT_RUNTIME_EVENT_COMMIT_FAILED = 6,  /**< the group's vote was no */
+    GRAFT_RUNTIME_EVENT_SPARE_PROMOTED = 7  /**< this spare took a slot (detail names it) */
 } graft_runtime_event_kind_t;
 
 /** One runtime event. Pointers are valid during the callback only. */

@@ -104,6 +104,11 @@ typedef struct graft_membership_config {
     graft_member_state_t state;       /**< initial state; default JOINING */
     graft_membership_lease_fn lease_cb; /**< may be NULL */
     void *lease_arg;
+    /** A promoted spare's lease and incarnation (graft_membership_spare_adopt()):
+     *  the first join writes the member record on them instead of granting
+     *  a lease; 0: grant one. */
+    int64_t adopt_lease;
+    uint64_t adopt_incarnation;
 } graft_membership_config_t;
 
 /**
@@ -240,6 +245,73 @@ bool graft_membership_group_healthy(graft_membership_t *m, uint32_t group);
  * @param [in] min_groups  the new minimum (0 is taken as 1).
  */
 void graft_membership_min_groups_set(graft_membership_t *m, uint32_t min_groups);
+
+/* ------------------------------------------------------------------------ */
+/* Spares (docs/RUNTIME.md, "Spares")                                       */
+/* ------------------------------------------------------------------------ */
+
+/** A process waiting, with a lease, to take a dead rank's slot. */
+typedef struct graft_membership_spare graft_membership_spare_t;
+
+/**
+ * @brief Register as a spare of rank config->rank: a lease of its own and
+ *        the record spares/<rank>/<incarnation> (a MemberRecord whose group
+ *        is UINT32_MAX). config->group is not used.
+ * @param [in]  config  as for graft_membership_create(); not an observer.
+ * @param [in]  groups  the job's number of groups: the slots it may fill.
+ * @param [out] sp_p    the spare.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_spare_create(const graft_membership_config_t *config,
+                                                       uint32_t groups,
+                                                       graft_membership_spare_t **sp_p);
+
+/**
+ * @brief Wait until the spare promoted itself into a vacant slot (g, rank):
+ *        a group below @p groups that has a group_progress record, no
+ *        finished record and no member record for this rank. Promotion is
+ *        one compare-and-swap that also deletes the spare record, so a slot
+ *        gets one spare and a spare one slot. Renews the lease meanwhile
+ *        (registering again if etcd lost it).
+ * @param [in]  sp          the spare.
+ * @param [in]  timeout_ms  0: no limit.
+ * @param [out] group_p     the slot's group.
+ * @return GRAFT_OK (promoted; the member record is on the spare's lease),
+ *         GRAFT_ECANCELED (every group finished: the job needs no spare),
+ *         GRAFT_ETIMEOUT, GRAFT_EINVAL, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_spare_wait(graft_membership_spare_t *sp,
+                                                     uint32_t timeout_ms, uint32_t *group_p);
+
+/**
+ * @brief After a promotion: set config's group, rank, adopt_lease and
+ *        adopt_incarnation, so that graft_membership_create() joins on the
+ *        slot the spare holds. Does nothing before a promotion.
+ */
+void graft_membership_spare_adopt(const graft_membership_spare_t *sp,
+                                  graft_membership_config_t *config);
+
+/**
+ * @brief Free the spare. Before a promotion its lease is revoked (the spare
+ *        record goes); after one the lease belongs to the member record.
+ *        Accepts NULL.
+ */
+void graft_membership_spare_destroy(graft_membership_spare_t *sp);
+
+/**
+ * @brief The job's registered spares (records under spares/ that decode),
+ *        read from etcd now.
+ * @param [in]  m          any handle of the job (an observer will do).
+ * @param [out] spares_p   the spares (group = UINT32_MAX); free with
+ *                         graft_membership_spares_free().
+ * @param [out] n_p        how many.
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, or an etcd error.
+ */
+GRAFT_WUR graft_status_t graft_membership_spares_list(graft_membership_t *m,
+                                                      graft_member_t **spares_p, size_t *n_p);
+
+/** Free what graft_membership_spares_list() gave; accepts NULL. */
+void graft_membership_spares_free(graft_member_t *spares, size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* Quorum                                                                   */
@@ -538,8 +610,12 @@ typedef enum graft_event_kind {
     GRAFT_EVENT_RECOVERY_DONE = 7,
     GRAFT_EVENT_CHECKPOINT = 8,
     GRAFT_EVENT_DRIFT = 9,
-    GRAFT_EVENT_ERROR = 10
+    GRAFT_EVENT_ERROR = 10,
+    GRAFT_EVENT_SPARE_PROMOTED = 11
 } graft_event_kind_t;
+
+/** The highest event kind (for tables indexed by kind). */
+#define GRAFT_EVENT_KIND_LAST GRAFT_EVENT_SPARE_PROMOTED
 
 /** How the detail of an error event begins when it reports a quorum
  *  record that did not decode: "quorum record at <key> does not decode:

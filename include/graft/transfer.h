@@ -151,6 +151,17 @@ void graft_transfer_endpoint_destroy(graft_transfer_endpoint_t *ep);
  */
 const char *graft_transfer_endpoint_address(const graft_transfer_endpoint_t *ep);
 
+/**
+ * @brief Give the endpoint the group it speaks for (a spare learns it at
+ *        its promotion). Only before its first serve or pull.
+ * @param [in] ep     the endpoint.
+ * @param [in] group  the group.
+ * @return GRAFT_OK, GRAFT_EINVAL (NULL), GRAFT_ESTATE (it served or pulled
+ *         already).
+ */
+GRAFT_WUR graft_status_t graft_transfer_endpoint_group_set(graft_transfer_endpoint_t *ep,
+                                                           uint32_t group);
+
 /* ------------------------------------------------------------------------ */
 /* Regions                                                                  */
 /* ------------------------------------------------------------------------ */

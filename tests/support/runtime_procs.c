@@ -37,11 +37,12 @@ void rp_rm_rf(const char *path)
         fprintf(stderr, "could not remove %s\n", path);
 }
 
-proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags)
+static proc_t *spawn(job_t *j, int group, int rank, bool spare, const char *const *flags)
 {
     assert_true(j->n < MAX_PROCS);
     proc_t *p = &j->p[j->n];
     memset(p, 0, sizeof(*p));
+    p->spare = spare;
     p->group = group;
     p->rank = rank;
     char dir[sizeof(j->dir)];
@@ -69,7 +70,12 @@ proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags)
         setenv("GRAFT_JOB", j->name, 1);
         setenv("GRAFT_ETCD_ENDPOINTS", graft_etcd_server_endpoint(rtf_etcd.server), 1);
         snprintf(v, sizeof(v), "%d", group);
-        setenv("GRAFT_GROUP", v, 1);
+        if (spare) {
+            setenv("GRAFT_SPARE", "1", 1);
+            unsetenv("GRAFT_GROUP");
+        } else {
+            setenv("GRAFT_GROUP", v, 1);
+        }
         snprintf(v, sizeof(v), "%d", rank);
         setenv("GRAFT_RANK", v, 1);
         snprintf(v, sizeof(v), "%d", R);
@@ -105,6 +111,29 @@ proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags)
     if (n_spawned < 128)
         spawned[n_spawned++] = pid;
     return p;
+}
+
+proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags)
+{
+    return spawn(j, group, rank, false, flags);
+}
+
+proc_t *rp_spawn_spare(job_t *j, int rank, const char *const *flags)
+{
+    return spawn(j, -1, rank, true, flags);
+}
+
+int rp_spare_group(const proc_t *p)
+{
+    FILE *f = fopen(p->out, "r");
+    int group = -1;
+    char line[256];
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "spare promoted to group %d", &group) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return group;
 }
 
 void rp_spawn_all(job_t *j, const char *const *flags)
@@ -243,14 +272,22 @@ bool rp_file_contains(const char *path, const char *needle)
     return strstr(buf, needle) != NULL;
 }
 
+/* The trainer's output, past a promoted spare's line that precedes it. */
+static FILE *open_output(const proc_t *p, char *line, size_t len)
+{
+    FILE *f = fopen(p->out, "r");
+    assert_non_null(f);
+    do
+        assert_non_null(fgets(line, (int)len, f));
+    while (strncmp(line, "spare promoted", 14) == 0);
+    return f;
+}
+
 void rp_read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16],
                    uint64_t *recoveries)
 {
-    FILE *f = fopen(p->out, "r");
     char line[256] = "";
-    assert_non_null(f);
-    assert_non_null(fgets(line, sizeof(line), f));
-    fclose(f);
+    fclose(open_output(p, line, sizeof(line)));
     if (sscanf(line, "final step %" SCNu64 " hash %16s start %15s recoveries %" SCNu64, step,
                hash, start, recoveries) != 4)
         fail_msg("unexpected trainer output '%s' in %s", line, p->out);
@@ -258,10 +295,8 @@ void rp_read_final(const proc_t *p, uint64_t *step, char hash[17], char start[16
 
 void rp_read_metrics(const proc_t *p, trainer_metrics_t *m)
 {
-    FILE *f = fopen(p->out, "r");
     char line[512];
-    assert_non_null(f);
-    assert_non_null(fgets(line, sizeof(line), f));
+    FILE *f = open_output(p, line, sizeof(line));
     assert_non_null(fgets(line, sizeof(line), f));
     fclose(f);
     if (sscanf(line, "metrics commits %" SCNu64 " commits_failed %" SCNu64 " drift_checks %" SCNu64
@@ -307,6 +342,8 @@ int rp_check_final_blob(job_t *j, int steps, int blob_mib)
         if (!WIFEXITED(p->status) || WEXITSTATUS(p->status) != 0)
             fail_msg("group %d rank %d (%s) exited with status 0x%x", p->group, p->rank, p->out,
                      p->status);
+        if (p->spare && rp_file_contains(p->out, "spare unused"))
+            continue; /* the job ended without needing it */
         uint64_t step, rec;
         char hash[17], start[16];
         rp_read_final(p, &step, hash, start, &rec);

@@ -56,6 +56,7 @@ typedef struct proc {
     char err[400];  /* stderr, when the job captures it */
     int status;
     bool done;
+    bool spare; /* started with GRAFT_SPARE=1: group is -1 until it says otherwise */
 } proc_t;
 
 typedef struct job {
@@ -77,6 +78,13 @@ void rp_rm_rf(const char *path);
 proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags);
 
 void rp_spawn_all(job_t *j, const char *const *flags);
+
+/* Start a spare of rank @p rank (GRAFT_SPARE=1, no GRAFT_GROUP). */
+proc_t *rp_spawn_spare(job_t *j, int rank, const char *const *flags);
+
+/* The group a spare was promoted into, from its output ("spare promoted to
+ * group G"); -1 while it was not. */
+int rp_spare_group(const proc_t *p);
 
 /* Wait for a process that must end by itself. */
 void rp_wait_proc(proc_t *p, double timeout_s);

@@ -37,7 +37,7 @@ typedef struct graftctl_histogram {
 
 /* Counters since the dashboard started (the history it found counts too). */
 typedef struct graftctl_metrics {
-    uint64_t events[GRAFT_EVENT_ERROR + 1]; /* by kind */
+    uint64_t events[GRAFT_EVENT_KIND_LAST + 1]; /* by kind */
     uint64_t recoveries_ok;      /* heals after step 0 */
     uint64_t recoveries_failed;
     uint64_t initial_syncs;      /* heals at step 0: a group's first state, no failure */

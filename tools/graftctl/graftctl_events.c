@@ -120,12 +120,12 @@ static bool parse_kinds(const char *list, uint32_t *kinds_p)
     for (char *save = NULL, *k = strtok_r(buf, ",", &save); k != NULL;
          k = strtok_r(NULL, ",", &save)) {
         int found = 0;
-        for (int i = GRAFT_EVENT_JOIN; i <= GRAFT_EVENT_ERROR; i++)
+        for (int i = GRAFT_EVENT_JOIN; i <= GRAFT_EVENT_KIND_LAST; i++)
             if (strcmp(k, graft_event_kind_string((graft_event_kind_t)i)) == 0)
                 found = i;
         if (found == 0) {
             fprintf(stderr, "graftctl events: unknown kind '%s' (one of:", k);
-            for (int i = GRAFT_EVENT_JOIN; i <= GRAFT_EVENT_ERROR; i++)
+            for (int i = GRAFT_EVENT_JOIN; i <= GRAFT_EVENT_KIND_LAST; i++)
                 fprintf(stderr, " %s", graft_event_kind_string((graft_event_kind_t)i));
             fprintf(stderr, ")\n");
             return false;

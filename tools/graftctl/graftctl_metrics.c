@@ -20,7 +20,7 @@ static const char *const phase_names[GRAFTCTL_PHASES] = {"rejoin_to_assign", "tr
 
 void graftctl_metrics_count_event(graftctl_metrics_t *m, const graft_event_t *e)
 {
-    if (e->kind >= GRAFT_EVENT_JOIN && e->kind <= GRAFT_EVENT_ERROR)
+    if (e->kind >= GRAFT_EVENT_JOIN && e->kind <= GRAFT_EVENT_KIND_LAST)
         m->events[e->kind]++;
     if (e->kind == GRAFT_EVENT_CHECKPOINT) {
         if (e->ok) {
@@ -262,7 +262,7 @@ char *graftctl_metrics_text(const graftctl_metrics_t *m, json_t *status)
     if (status != NULL)
         status_metrics(f, status);
     head(f, "graft_events_total", "counter", "Events of the job's history, by kind.");
-    for (int k = GRAFT_EVENT_JOIN; k <= GRAFT_EVENT_ERROR; k++)
+    for (int k = GRAFT_EVENT_JOIN; k <= GRAFT_EVENT_KIND_LAST; k++)
         fprintf(f, "graft_events_total{kind=\"%s\"} %" PRIu64 "\n",
                 graft_event_kind_string((graft_event_kind_t)k), m->events[k]);
     head(f, "graft_recoveries_total", "counter",

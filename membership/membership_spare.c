@@ -1,0 +1,423 @@
+/*
+ * Spares (docs/RUNTIME.md, "Spares"): a process that did everything a
+ * trainer does before its first quorum waits under spares/<rank>/<inc>
+ * with a lease of its own, and promotes itself into a vacant slot (g, rank)
+ * by one compare-and-swap:
+ *
+ *   members/<g>/<rank>  does not exist        (the slot is vacant: its old
+ *                                              lease lapsed or was revoked)
+ *   group_progress/<g>  exists                (g is a group of this job that
+ *                                              trained, not a slot whose
+ *                                              first process is still coming)
+ *   finished/<g>        does not exist        (g did not end cleanly)
+ *   spares/<rank>/<inc> is on this spare's lease (it is still a spare)
+ *
+ * and, if all hold, puts members/<g>/<rank> on its lease and deletes its
+ * spare record in the same transaction. So two spares never take one slot
+ * (the second compare on members/ fails), and a spare is promoted at most
+ * once (its record is gone after the first). The spare then hands its
+ * lease and incarnation to graft_membership_create(), which writes the
+ * member record on them, and it heals like any replacement.
+ *
+ * The spare's thread renews the lease itself while it waits; the members'
+ * view comes from an observer handle (its watch), so a vacancy is seen as
+ * soon as etcd deletes the lapsed record.
+ */
+#include "membership_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How often the eligible groups (group_progress/, finished/) are read
+ * again while some slot of this rank is vacant. */
+#define SPARE_LIST_EVERY_NS 250000000ull
+/* The longest wait on the view between two looks. */
+#define SPARE_POLL_MS 200u
+
+struct graft_membership_spare {
+    graft_membership_t *obs; /* observer: the view, the clients, the job prefix */
+    uint32_t groups;
+    uint32_t rank;
+    uint32_t ttl_s;
+    int64_t lease;
+    uint64_t incarnation;
+    uint64_t joined_ms;
+    char *key;          /* spares/<rank>/<inc> */
+    uint64_t renewed_ns;
+    bool promoted;
+    uint32_t group;
+    uint64_t listed_ns; /* when eligible[] was read; 0: never */
+    uint8_t *eligible;  /* per group: 1 trained and not finished, 2 finished */
+};
+
+static graft_status_t record_encode(const graft_membership_spare_t *sp, uint32_t group,
+                                    uint8_t **buf_p, size_t *len_p)
+{
+    const graft_membership_t *m = sp->obs;
+    graft_member_t mem = {
+        .group = group,
+        .rank = sp->rank,
+        .incarnation = sp->incarnation,
+        .host = m->host,
+        .pid = (int32_t)getpid(),
+        .transfer_address = m->transfer_address,
+        .layout_hash = m->cfg.layout_hash,
+        .committed_step = 0,
+        .state = GRAFT_MEMBER_JOINING,
+        .lease_id = sp->lease,
+        .joined_unix_ms = sp->joined_ms,
+    };
+    return graft__mship_member_encode(&mem, buf_p, len_p);
+}
+
+/* A new lease, incarnation and spare record. */
+static graft_status_t spare_register(graft_membership_spare_t *sp)
+{
+    graft_membership_t *m = sp->obs;
+    int64_t lease = 0;
+    GRAFT__MSHIP_REQ(m);
+    graft_status_t st = graft_etcd_lease_grant(m->ops, sp->ttl_s, &lease, NULL);
+    if (st != GRAFT_OK)
+        return st;
+    sp->lease = lease;
+    sp->incarnation = GRAFT_MAX(sp->incarnation + 1, graft__wall_ns() / 1000u);
+    sp->joined_ms = graft__wall_ns() / 1000000u;
+    graft_free(sp->key);
+    sp->key = graft__key_spare(m->prefix, sp->rank, sp->incarnation);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    st = sp->key == NULL ? GRAFT_ENOMEM : record_encode(sp, UINT32_MAX, &buf, &len);
+    if (st == GRAFT_OK) {
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_put(m->ops, sp->key, buf, len, lease, NULL, NULL);
+    }
+    graft_free(buf);
+    if (st != GRAFT_OK) {
+        if (graft_etcd_lease_revoke(m->ops, lease) != GRAFT_OK)
+            GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "revoking unused lease %" PRId64 " failed", lease);
+        sp->lease = 0;
+        return st;
+    }
+    sp->renewed_ns = graft__now_ns();
+    GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s rank %" PRIu32 ": waiting as a spare (incarnation %"
+               PRIu64 ")", m->job, sp->rank, sp->incarnation);
+    return GRAFT_OK;
+}
+
+graft_status_t graft_membership_spare_create(const graft_membership_config_t *config,
+                                             uint32_t groups, graft_membership_spare_t **sp_p)
+{
+    if (config == NULL || sp_p == NULL || groups == 0 || config->observer)
+        return GRAFT_EINVAL;
+    uint32_t R = config->ranks_per_group == 0 ? 1 : config->ranks_per_group;
+    if (config->rank >= R) {
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "spare: rank %" PRIu32 " outside ranks_per_group %"
+                    PRIu32, config->rank, R);
+        return GRAFT_EINVAL;
+    }
+    graft_membership_spare_t *sp = graft__calloc(1, sizeof(*sp));
+    if (sp == NULL)
+        return GRAFT_ENOMEM;
+    sp->groups = groups;
+    sp->rank = config->rank;
+    sp->ttl_s = config->lease_ttl_s == 0 ? 5 : config->lease_ttl_s;
+    sp->eligible = graft__calloc(groups, 1);
+    graft_membership_config_t oc = *config;
+    oc.observer = true;
+    graft_status_t st = sp->eligible == NULL ? GRAFT_ENOMEM : graft_membership_create(&oc, &sp->obs);
+    if (st == GRAFT_OK)
+        st = spare_register(sp);
+    if (st != GRAFT_OK) {
+        graft_membership_spare_destroy(sp);
+        return st;
+    }
+    *sp_p = sp;
+    return GRAFT_OK;
+}
+
+void graft_membership_spare_destroy(graft_membership_spare_t *sp)
+{
+    if (sp == NULL)
+        return;
+    /* A promoted spare's lease is its member record's now. */
+    if (!sp->promoted && sp->lease != 0 && sp->obs != NULL &&
+        graft_etcd_lease_revoke(sp->obs->ops, sp->lease) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "revoking spare lease %" PRId64 " failed", sp->lease);
+    graft_membership_destroy(sp->obs);
+    graft_free(sp->key);
+    graft_free(sp->eligible);
+    graft_free(sp);
+}
+
+/* Renew the lease every TTL/3; a lease etcd no longer knows (the spare was
+ * stopped, or etcd lost it) means a new registration. */
+static graft_status_t spare_keepalive(graft_membership_spare_t *sp)
+{
+    uint64_t now = graft__now_ns();
+    if (sp->lease != 0 && now - sp->renewed_ns < sp->ttl_s * 1000000000ull / 3)
+        return GRAFT_OK;
+    graft_membership_t *m = sp->obs;
+    graft_status_t st = GRAFT_ENOTFOUND;
+    if (sp->lease != 0) {
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_lease_keepalive(m->ka, sp->lease, NULL);
+    }
+    if (st == GRAFT_OK) {
+        sp->renewed_ns = now;
+        return GRAFT_OK;
+    }
+    if (st != GRAFT_ENOTFOUND)
+        return st; /* no answer: ask again at the next look */
+    GRAFT_WARN(GRAFT_MOD_MEMBERSHIP, "job %s rank %" PRIu32 ": spare lease %" PRId64
+               " lost; registering again", m->job, sp->rank, sp->lease);
+    sp->lease = 0;
+    return spare_register(sp);
+}
+
+/* Which groups a spare may fill: those with a group_progress record and no
+ * finished record. Returns the number of finished groups. */
+static graft_status_t eligible_read(graft_membership_spare_t *sp, uint32_t *n_finished_p)
+{
+    graft_membership_t *m = sp->obs;
+    char *folders[2] = {graft__key_group_progress_folder(m->prefix),
+                        graft__key_finished_folder(m->prefix)};
+    graft_status_t st = folders[0] == NULL || folders[1] == NULL ? GRAFT_ENOMEM : GRAFT_OK;
+    memset(sp->eligible, 0, sp->groups);
+    for (int f = 0; f < 2 && st == GRAFT_OK; f++) {
+        graft_etcd_range_opts_t opts = {.prefix = true, .keys_only = true};
+        graft_etcd_range_result_t res = {0};
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_range(m->ops, folders[f], &opts, &res);
+        size_t flen = strlen(folders[f]);
+        for (size_t i = 0; st == GRAFT_OK && i < res.n_kvs; i++) {
+            char *end = NULL;
+            const char *num = res.kvs[i].key + flen;
+            unsigned long long g = strtoull(num, &end, 10);
+            if (end == num || *end != '\0' || g >= sp->groups)
+                continue; /* not a group of this job's size: not ours to fill */
+            sp->eligible[g] = f == 0 ? (sp->eligible[g] == 2 ? 2 : 1) : 2;
+        }
+        graft_etcd_range_result_clear(&res);
+    }
+    graft_free(folders[0]);
+    graft_free(folders[1]);
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < sp->groups; g++)
+        n += sp->eligible[g] == 2;
+    *n_finished_p = n;
+    if (st == GRAFT_OK)
+        sp->listed_ns = graft__now_ns();
+    return st;
+}
+
+/* Is members/<g>/<rank> ours? (After a transaction whose answer was lost.) */
+static bool slot_is_ours(graft_membership_spare_t *sp, const char *key)
+{
+    graft_etcd_range_result_t res = {0};
+    graft_etcd_range_opts_t opts = {0};
+    GRAFT__MSHIP_REQ(sp->obs);
+    bool ours = false;
+    if (graft_etcd_range(sp->obs->ops, key, &opts, &res) == GRAFT_OK && res.n_kvs == 1) {
+        graft_member_t mem;
+        if (graft__mship_member_decode(res.kvs[0].value, res.kvs[0].value_len, &mem) == GRAFT_OK) {
+            ours = mem.incarnation == sp->incarnation && mem.lease_id == sp->lease;
+            graft__mship_member_clear(&mem);
+        }
+    }
+    graft_etcd_range_result_clear(&res);
+    return ours;
+}
+
+/* The compare-and-swap above; *won_p false when a compare failed (the slot
+ * or this spare's record was changed by someone else). */
+static graft_status_t try_promote(graft_membership_spare_t *sp, uint32_t group, bool *won_p)
+{
+    graft_membership_t *m = sp->obs;
+    char *member = graft__key_member(m->prefix, group, sp->rank);
+    char *progress = graft__key_group_progress(m->prefix, group);
+    char *finished = graft__key_finished(m->prefix, group);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    graft_status_t st = member == NULL || progress == NULL || finished == NULL
+                            ? GRAFT_ENOMEM
+                            : record_encode(sp, group, &buf, &len);
+    if (st == GRAFT_OK) {
+        graft_etcd_compare_t cmps[] = {
+            {.key = member, .target = GRAFT_ETCD_CMP_CREATE, .op = GRAFT_ETCD_CMP_EQUAL, .number = 0},
+            {.key = progress, .target = GRAFT_ETCD_CMP_CREATE, .op = GRAFT_ETCD_CMP_GREATER,
+             .number = 0},
+            {.key = finished, .target = GRAFT_ETCD_CMP_CREATE, .op = GRAFT_ETCD_CMP_EQUAL,
+             .number = 0},
+            {.key = sp->key, .target = GRAFT_ETCD_CMP_LEASE, .op = GRAFT_ETCD_CMP_EQUAL,
+             .number = sp->lease},
+        };
+        graft_etcd_op_t ops[] = {
+            {.type = GRAFT_ETCD_OP_PUT, .key = member, .value = buf, .value_len = len,
+             .lease = sp->lease},
+            {.type = GRAFT_ETCD_OP_DELETE, .key = sp->key},
+        };
+        graft_etcd_txn_result_t res = {0};
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_txn(m->ops, cmps, GRAFT_ARRAY_SIZE(cmps), ops, GRAFT_ARRAY_SIZE(ops), NULL,
+                            0, &res);
+        *won_p = st == GRAFT_OK && res.succeeded;
+        graft_etcd_txn_result_clear(&res);
+        /* The answer may have been lost after etcd applied it. */
+        if (st != GRAFT_OK && slot_is_ours(sp, member)) {
+            *won_p = true;
+            st = GRAFT_OK;
+        }
+    }
+    graft_free(buf);
+    graft_free(member);
+    graft_free(progress);
+    graft_free(finished);
+    return st;
+}
+
+static void promoted_event(graft_membership_spare_t *sp)
+{
+    char detail[64];
+    snprintf(detail, sizeof(detail), "spare promoted (pid %d)", (int)getpid());
+    graft_event_t ev = {.kind = GRAFT_EVENT_SPARE_PROMOTED, .group = sp->group, .rank = sp->rank,
+                        .incarnation = sp->incarnation, .detail = detail};
+    if (graft__mship_event_put(sp->obs, &ev) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "spare_promoted event not recorded");
+}
+
+/* One look at the view: the vacant slots of this rank that the spare may
+ * fill, tried lowest group first. */
+static graft_status_t look_once(graft_membership_spare_t *sp, bool *finished_p)
+{
+    graft_membership_view_t *v = NULL;
+    graft_status_t st = graft_membership_view_get(sp->obs, &v);
+    if (st != GRAFT_OK)
+        return st;
+    bool *held = graft__calloc(sp->groups, sizeof(*held));
+    if (held == NULL) {
+        graft_membership_view_free(v);
+        return GRAFT_ENOMEM;
+    }
+    for (size_t i = 0; i < v->n_members; i++)
+        if (v->members[i].rank == sp->rank && v->members[i].group < sp->groups)
+            held[v->members[i].group] = true;
+    graft_membership_view_free(v);
+    bool vacancy = false;
+    for (uint32_t g = 0; g < sp->groups && !vacancy; g++)
+        vacancy = !held[g];
+    uint64_t now = graft__now_ns();
+    if (vacancy && (sp->listed_ns == 0 || now - sp->listed_ns >= SPARE_LIST_EVERY_NS)) {
+        uint32_t n_finished = 0;
+        st = eligible_read(sp, &n_finished);
+        *finished_p = st == GRAFT_OK && n_finished == sp->groups;
+    }
+    for (uint32_t g = 0; st == GRAFT_OK && g < sp->groups && !sp->promoted; g++) {
+        if (held[g] || sp->eligible[g] != 1)
+            continue;
+        bool won = false;
+        st = try_promote(sp, g, &won);
+        if (won) {
+            sp->promoted = true;
+            sp->group = g;
+        }
+    }
+    graft_free(held);
+    return st;
+}
+
+graft_status_t graft_membership_spare_wait(graft_membership_spare_t *sp, uint32_t timeout_ms,
+                                           uint32_t *group_p)
+{
+    if (sp == NULL || group_p == NULL)
+        return GRAFT_EINVAL;
+    uint64_t deadline = timeout_ms == 0 ? UINT64_MAX : graft__now_ns() + timeout_ms * 1000000ull;
+    uint64_t version = 0;
+    while (!sp->promoted) {
+        bool finished = false;
+        graft_status_t st = spare_keepalive(sp);
+        if (st == GRAFT_OK && sp->lease != 0)
+            st = look_once(sp, &finished);
+        if (st != GRAFT_OK && st != GRAFT_ENOMEM)
+            GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "spare: %s; looking again", graft_status_string(st));
+        if (st == GRAFT_ENOMEM)
+            return st;
+        if (sp->promoted)
+            break;
+        if (finished) {
+            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: every group finished; spare of rank %"
+                       PRIu32 " not needed", sp->obs->job, sp->rank);
+            return GRAFT_ECANCELED;
+        }
+        uint64_t now = graft__now_ns();
+        if (now >= deadline)
+            return GRAFT_ETIMEOUT;
+        uint64_t left_ms = (deadline - now) / 1000000u;
+        uint32_t wait_ms = (uint32_t)GRAFT_MIN((uint64_t)SPARE_POLL_MS, left_ms + 1);
+        graft_status_t wst = graft_membership_view_wait(sp->obs, version, wait_ms, &version);
+        (void)wst; /* a change or the poll interval: look again either way */
+    }
+    GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: spare (incarnation %" PRIu64 ") promoted to group %"
+               PRIu32 " rank %" PRIu32, sp->obs->job, sp->incarnation, sp->group, sp->rank);
+    promoted_event(sp);
+    *group_p = sp->group;
+    return GRAFT_OK;
+}
+
+void graft_membership_spare_adopt(const graft_membership_spare_t *sp,
+                                  graft_membership_config_t *config)
+{
+    if (sp == NULL || config == NULL || !sp->promoted)
+        return;
+    config->group = sp->group;
+    config->rank = sp->rank;
+    config->adopt_lease = sp->lease;
+    config->adopt_incarnation = sp->incarnation;
+}
+
+graft_status_t graft_membership_spares_list(graft_membership_t *m, graft_member_t **spares_p,
+                                            size_t *n_p)
+{
+    if (m == NULL || spares_p == NULL || n_p == NULL)
+        return GRAFT_EINVAL;
+    *spares_p = NULL;
+    *n_p = 0;
+    char *folder = graft__key_spares_folder(m->prefix);
+    if (folder == NULL)
+        return GRAFT_ENOMEM;
+    graft_etcd_range_opts_t opts = {.prefix = true};
+    graft_etcd_range_result_t res = {0};
+    GRAFT__MSHIP_REQ(m);
+    graft_status_t st = graft_etcd_range(m->ops, folder, &opts, &res);
+    graft_free(folder);
+    graft_member_t *list = NULL;
+    size_t n = 0;
+    if (st == GRAFT_OK && res.n_kvs > 0) {
+        list = graft__calloc(res.n_kvs, sizeof(*list));
+        if (list == NULL)
+            st = GRAFT_ENOMEM;
+    }
+    for (size_t i = 0; st == GRAFT_OK && i < res.n_kvs; i++) {
+        /* A record that does not decode is not a spare anyone can use. */
+        if (graft__mship_member_decode(res.kvs[i].value, res.kvs[i].value_len, &list[n]) ==
+            GRAFT_OK)
+            n++;
+    }
+    graft_etcd_range_result_clear(&res);
+    if (st != GRAFT_OK) {
+        graft_membership_spares_free(list, n);
+        return st;
+    }
+    *spares_p = list;
+    *n_p = n;
+    return GRAFT_OK;
+}
+
+void graft_membership_spares_free(graft_member_t *spares, size_t n)
+{
+    for (size_t i = 0; spares != NULL && i < n; i++)
+        graft__mship_member_clear(&spares[i]);
+    graft_free(spares);
+}

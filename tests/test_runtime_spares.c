@@ -1,0 +1,265 @@
+/*
+ * Spares end to end (docs/RUNTIME.md, "Spares"): real etcd, real UCX on
+ * loopback, jobs of examples/train_mlp (3 groups x 2 ranks) as real
+ * processes, and spares (GRAFT_SPARE=1) started beside them. No
+ * replacement is started on a failure unless a test says so: a spare takes
+ * the dead rank's slot by compare-and-swap once its lease lapsed, pulls the
+ * state and the job ends bit-identical to the fault-free run. The cases:
+ * a whole group replaced by a spare group; two groups dying with one spare
+ * group (one slot per rank is filled, the rest wait for a later spawn); a
+ * spare killed the moment it took a slot (another spare takes it after);
+ * etcd restarting while a spare takes a slot.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <graft/graft.h>
+#include <graft/membership.h>
+
+#include "runtime_procs.h"
+
+static const char *const flags[] = {"--steps", "40", "--step-delay-ms", "20", NULL};
+#define STEPS 40
+
+/* An observer of the job, to see slots and spares as etcd holds them. */
+static graft_membership_t *observe(const char *job)
+{
+    const char *ep = graft_etcd_server_endpoint(rtf_etcd.server);
+    graft_etcd_config_t ec = graft_test_etcd_config(&ep, 1, 2000);
+    graft_membership_config_t mc = {.job = job, .etcd = &ec, .observer = true,
+                                    .ranks_per_group = R};
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
+    return m;
+}
+
+/* The pid holding slot (group, rank) in the observer's view; 0: vacant. */
+static int slot_pid(graft_membership_t *obs, int group, int rank)
+{
+    graft_membership_view_t *v = NULL;
+    assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+    int pid = 0;
+    for (size_t i = 0; i < v->n_members; i++)
+        if ((int)v->members[i].group == group && (int)v->members[i].rank == rank)
+            pid = v->members[i].pid;
+    graft_membership_view_free(v);
+    return pid;
+}
+
+static size_t spares_registered(graft_membership_t *obs)
+{
+    graft_member_t *sp = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_spares_list(obs, &sp, &n), GRAFT_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(sp[i].group, UINT32_MAX);
+    graft_membership_spares_free(sp, n);
+    return n;
+}
+
+static void wait_spares(graft_membership_t *obs, size_t n, double timeout_s)
+{
+    double end = rp_now_s() + timeout_s;
+    while (spares_registered(obs) != n) {
+        if (rp_now_s() > end)
+            fail_msg("%zu spares registered, not %zu, after %.0f s", spares_registered(obs), n,
+                     timeout_s);
+        usleep(50000);
+    }
+}
+
+/* Wait until a process not in @p old_pids holds slot (group, rank). */
+static int wait_slot_taken(graft_membership_t *obs, int group, int rank, int old_pid,
+                           double timeout_s)
+{
+    double end = rp_now_s() + timeout_s;
+    for (;;) {
+        int pid = slot_pid(obs, group, rank);
+        if (pid != 0 && pid != old_pid)
+            return pid;
+        if (rp_now_s() > end)
+            fail_msg("slot (%d, %d) not taken within %.0f s", group, rank, timeout_s);
+        usleep(5000);
+    }
+}
+
+static proc_t *proc_of_pid(job_t *j, int pid)
+{
+    for (int i = 0; i < j->n; i++)
+        if (j->p[i].pid == pid)
+            return &j->p[i];
+    fail_msg("pid %d is none of the job's processes", pid);
+    return NULL;
+}
+
+static void start_job(job_t *j, const char *name, int spares_per_rank)
+{
+    rp_job_init(j, name);
+    rp_spawn_all(j, flags);
+    for (int s = 0; s < spares_per_rank; s++)
+        for (int r = 0; r < R; r++)
+            rp_spawn_spare(j, r, flags);
+}
+
+/* A whole group dies; the spare group takes its two slots, with no process
+ * started after the failure, and the job ends bit-identical. An unpromoted
+ * spare would have said "spare unused": both were needed here. */
+static void test_spare_group_replaces_dead_group(void **state)
+{
+    (void)state;
+    job_t j;
+    start_job(&j, "spare-group", 1);
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, R, 60);
+    rp_wait_log(&j.p[1 * R + 0], 5, 60);
+    int old0 = j.p[1 * R + 0].pid, old1 = j.p[1 * R + 1].pid;
+    rp_kill_proc(&j.p[1 * R + 0]);
+    rp_kill_proc(&j.p[1 * R + 1]);
+    int n_before = j.n;
+    proc_t *s0 = proc_of_pid(&j, wait_slot_taken(obs, 1, 0, old0, 30));
+    proc_t *s1 = proc_of_pid(&j, wait_slot_taken(obs, 1, 1, old1, 30));
+    assert_true(s0->spare && s0->rank == 0);
+    assert_true(s1->spare && s1->rank == 1);
+    assert_int_equal(spares_registered(obs), 0);
+    rp_wait_all(&j, 120);
+    assert_int_equal(j.n, n_before); /* nothing was spawned */
+    assert_int_equal(rp_spare_group(s0), 1);
+    assert_int_equal(rp_spare_group(s1), 1);
+    int recovered = rp_check_final(&j, STEPS);
+    assert_int_equal(recovered, 2);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
+/* Two groups die at once with one spare group: each rank's spare takes one
+ * of its two vacant slots (never both), the other slot of that rank stays
+ * vacant until a spawn, here spares started 4 s later as an orchestrator
+ * would; the job ends bit-identical. */
+static void test_two_groups_die_one_spare(void **state)
+{
+    (void)state;
+    job_t j;
+    start_job(&j, "spare-two-die", 1);
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, R, 60);
+    rp_wait_log(&j.p[0], 5, 60);
+    for (int g = 1; g <= 2; g++)
+        for (int r = 0; r < R; r++)
+            rp_kill_proc(&j.p[g * R + r]);
+    double killed = rp_now_s();
+    /* Both spares promoted (the leases lapse within the 2 s TTL). */
+    wait_spares(obs, 0, 30);
+    for (int r = 0; r < R; r++) {
+        double end = rp_now_s() + 10;
+        int held = 0;
+        while ((held = (slot_pid(obs, 1, r) != 0) + (slot_pid(obs, 2, r) != 0)) == 0 &&
+               rp_now_s() < end)
+            usleep(20000);
+        assert_int_equal(held, 1);
+    }
+    /* Nothing else fills the other slots until the spawn. */
+    while (rp_now_s() < killed + 4.0) {
+        for (int r = 0; r < R; r++)
+            assert_int_equal((slot_pid(obs, 1, r) != 0) + (slot_pid(obs, 2, r) != 0), 1);
+        usleep(100000);
+    }
+    for (int r = 0; r < R; r++)
+        rp_spawn_spare(&j, r, flags);
+    rp_wait_all(&j, 120);
+    for (int i = 0; i < j.n; i++)
+        if (j.p[i].spare)
+            assert_true(rp_spare_group(&j.p[i]) == 1 || rp_spare_group(&j.p[i]) == 2);
+    int recovered = rp_check_final(&j, STEPS);
+    assert_int_equal(recovered, 4);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
+/* A spare killed the moment its promotion shows in etcd (before it pulled
+ * anything): its lease lapses, the slot is vacant again, and the second
+ * spare of that rank takes it. */
+static void test_spare_dies_while_promoted(void **state)
+{
+    (void)state;
+    job_t j;
+    start_job(&j, "spare-dies", 2);
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, 2 * R, 60);
+    rp_wait_log(&j.p[2 * R + 1], 5, 60);
+    int old = j.p[2 * R + 1].pid;
+    rp_kill_proc(&j.p[2 * R + 1]);
+    proc_t *first = proc_of_pid(&j, wait_slot_taken(obs, 2, 1, old, 30));
+    assert_true(first->spare);
+    rp_kill_proc(first);
+    proc_t *second = proc_of_pid(&j, wait_slot_taken(obs, 2, 1, first->pid, 30));
+    assert_true(second->spare && second != first && second->rank == 1);
+    rp_wait_all(&j, 120);
+    assert_int_equal(rp_spare_group(second), 2);
+    int recovered = rp_check_final(&j, STEPS);
+    assert_int_equal(recovered, 1);
+    rp_check_logs(&j, STEPS);
+    /* The rank-0 spares were never needed and ended by themselves. */
+    int unused = 0;
+    for (int i = 0; i < j.n; i++)
+        unused += j.p[i].spare && rp_file_contains(j.p[i].out, "spare unused");
+    assert_int_equal(unused, 2);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
+/* etcd goes down the moment the dead rank's record lapses, which is when
+ * the spare's compare-and-swap is due, and comes back a second later: the
+ * spare takes the slot once (or had taken it), and the job ends
+ * bit-identical. */
+static void test_etcd_restart_during_promotion(void **state)
+{
+    (void)state;
+    job_t j;
+    start_job(&j, "spare-etcd", 1);
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, R, 60);
+    rp_wait_log(&j.p[1 * R + 0], 5, 60);
+    int old = j.p[1 * R + 0].pid;
+    rp_kill_proc(&j.p[1 * R + 0]);
+    double end = rp_now_s() + 30;
+    while (slot_pid(obs, 1, 0) == old) {
+        assert_true(rp_now_s() < end);
+        usleep(2000);
+    }
+    assert_int_equal(graft_etcd_server_kill(rtf_etcd.server), GRAFT_OK);
+    usleep(1000000);
+    assert_int_equal(graft_etcd_server_restart(rtf_etcd.server), GRAFT_OK);
+    proc_t *s = proc_of_pid(&j, wait_slot_taken(obs, 1, 0, old, 60));
+    assert_true(s->spare && s->rank == 0);
+    rp_wait_all(&j, 180);
+    assert_int_equal(rp_spare_group(s), 1);
+    int recovered = rp_check_final(&j, STEPS);
+    assert_int_equal(recovered, 1);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spare_group_replaces_dead_group),
+        cmocka_unit_test(test_two_groups_die_one_spare),
+        cmocka_unit_test(test_spare_dies_while_promoted),
+        cmocka_unit_test(test_etcd_restart_during_promotion),
+    };
+    if (getenv("TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, rp_setup, rp_teardown);
+}
