@@ -42,6 +42,10 @@
  *                         persistent checkpoint it last started is durable
  *   --die-before-vote N   SIGKILL this process once step N's quorum returned,
  *                         before its graft_commit() (between ready and vote)
+ *   --restart-at N        once step N's quorum returned, restart in place
+ *                         (graft_restart(): endpoint and membership made anew,
+ *                         the process stays) instead of voting, as after a
+ *                         collective that failed
  *   --vote-delay-at N     sleep --vote-delay-ms MS before step N's
  *   --vote-delay-ms MS    graft_commit() (a rank that votes late)
  *   --checkpoint-at N     call graft_checkpoint_now() after step N commits
@@ -262,7 +266,7 @@ static graft_status_t fingerprint(void *arg, uint64_t *fp_p)
 
 typedef struct opts {
     uint64_t steps, seed, step_delay_ms, blob_mib, die_when_serving_ms, die_at_step, ckpt_at;
-    uint64_t corrupt_at, die_before_vote, vote_delay_at, vote_delay_ms;
+    uint64_t corrupt_at, die_before_vote, vote_delay_at, vote_delay_ms, restart_at;
     /* Hold at this step (vetoing its commit) until this group has served
      * once; UINT64_MAX: never. --serve-before-end: the last step. */
     uint64_t serve_at;
@@ -326,6 +330,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             num = &o->die_at_step;
         } else if (strcmp(a, "--die-before-vote") == 0) {
             num = &o->die_before_vote;
+        } else if (strcmp(a, "--restart-at") == 0) {
+            num = &o->restart_at;
         } else if (strcmp(a, "--vote-delay-at") == 0) {
             num = &o->vote_delay_at;
         } else if (strcmp(a, "--vote-delay-ms") == 0) {
@@ -502,6 +508,7 @@ static int train(graft_runtime_t *rt, const opts_t *o, state_t *s, float *grad)
     graft_status_t st;
     bool served = false;
     bool promoted_said = false;
+    bool restarted = false; /* --restart-at happens once */
     uint32_t configured_group = graft_group(rt); /* UINT32_MAX for a spare */
     for (;;) {
         graft_step_info_t info;
@@ -563,6 +570,16 @@ static int train(graft_runtime_t *rt, const opts_t *o, state_t *s, float *grad)
             sleep_ms(o->step_delay_ms);
         if (o->die_before_vote > 0 && info.step == o->die_before_vote)
             raise(SIGKILL);
+        if (o->restart_at > 0 && info.step == o->restart_at && !restarted) {
+            /* The forced failure: this step is abandoned, not voted. */
+            restarted = true;
+            st = graft_restart(rt);
+            if (st != GRAFT_OK) {
+                fprintf(stderr, "train_mlp: graft_restart: %s\n", graft_status_string(st));
+                return -1;
+            }
+            continue;
+        }
         if (o->vote_delay_at > 0 && info.step == o->vote_delay_at)
             sleep_ms(o->vote_delay_ms);
         st = graft_commit(rt, &apply);

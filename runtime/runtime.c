@@ -52,7 +52,7 @@ fail:
 
 /* The transfer endpoint parses the address forms itself (IPv4 or interface
  * name, optional ":port", an interface alias such as "eth0:1" as a name). */
-static graft_status_t endpoint_open(graft_runtime_t *rt)
+static graft_status_t endpoint_open(graft_runtime_t *rt, graft_transfer_endpoint_t **ep_p)
 {
     const char *addr = rt->cfg->transfer_address;
     const char *adv = rt->cfg->transfer_advertise;
@@ -66,7 +66,7 @@ static graft_status_t endpoint_open(graft_runtime_t *rt)
         .chunk_bytes = rt->cfg->transfer_chunk_bytes,
         .max_recipients = (uint32_t)rt->cfg->transfer_max_recipients,
     };
-    graft_status_t st = graft_transfer_endpoint_create(&tc, &rt->ep);
+    graft_status_t st = graft_transfer_endpoint_create(&tc, ep_p);
     if (st == GRAFT_EINVAL)
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "config: transfer_address '%s'%s%s%s: not usable (an IPv4 "
                     "address or interface name, optionally with :port; the wildcard needs "
@@ -79,6 +79,86 @@ static graft_status_t endpoint_open(graft_runtime_t *rt)
 uint32_t graft_group(graft_runtime_t *rt)
 {
     return rt != NULL ? rt->group : UINT32_MAX;
+}
+
+/* The transfer side of every region (after a new endpoint). */
+static graft_status_t regions_register(graft_runtime_t *rt)
+{
+    for (size_t i = 0; i < rt->n_regions; i++) {
+        const graft_region_t *r = &rt->regions[i].r;
+        graft_transfer_region_t tr = {.name = r->name, .kind = r->kind, .dtype = r->dtype,
+                                      .device = r->device, .ptr = r->ptr, .bytes = r->bytes};
+        graft_status_t st = graft_transfer_region_register(rt->ep, &tr);
+        if (st != GRAFT_OK)
+            return st;
+    }
+    return GRAFT_OK;
+}
+
+graft_status_t graft_restart(graft_runtime_t *rt)
+{
+    if (rt == NULL)
+        return GRAFT_EINVAL;
+    if (!rt->joined)
+        return GRAFT_ESTATE;
+    uint64_t step = graft_step(rt);
+    /* The open step is abandoned: its heal, its serve, its quorum. */
+    if (rt->heal.running) {
+        graft_transfer_pull_cancel(rt->ep);
+        graft_status_t hst = graft_heal_wait(rt);
+        (void)hst; /* a cancelled heal leaves state_valid false: pulled after the join */
+    }
+    graft__rt_nccl_serve_join(rt);
+    if (rt->serve.serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "restart: serve_end failed");
+    rt->serve.serving = false;
+    graft_membership_quorum_free(rt->q);
+    rt->q = NULL;
+    graft__rt_steady_free(rt);
+    /* Leave (the lease goes: the others form an epoch without this rank),
+     * then new transports. Swapped under mu: graft_metrics_get() reads
+     * them from any thread. */
+    pthread_mutex_lock(&rt->mu);
+    graft_membership_t *m = rt->m;
+    graft__channel_t *ch = rt->channel;
+    graft_transfer_endpoint_t *ep = rt->ep;
+    rt->metrics.steady_rejected += graft__channel_rejected(ch);
+    rt->m = NULL;
+    rt->channel = NULL;
+    rt->ep = NULL;
+    rt->joined = false;
+    pthread_mutex_unlock(&rt->mu);
+    graft_membership_destroy(m);
+    graft__channel_destroy(ch);
+    graft_transfer_endpoint_destroy(ep);
+    ep = NULL;
+    ch = NULL;
+    graft_status_t st = endpoint_open(rt, &ep);
+    if (st == GRAFT_OK)
+        st = graft__channel_create(ep, rt->secret, rt->secret_len, rt->group, rt->rank, &ch);
+    pthread_mutex_lock(&rt->mu);
+    rt->ep = ep;
+    rt->channel = ch;
+    pthread_mutex_unlock(&rt->mu);
+    if (st == GRAFT_OK)
+        st = regions_register(rt);
+    if (st != GRAFT_OK) {
+        GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": restart in place "
+                    "failed: %s", rt->group, rt->rank, graft_status_string(st));
+        return st;
+    }
+    rt->start_ns = graft__now_ns(); /* the recovery's phases are timed from here */
+    rt->restarted = true;
+    GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": restarted in place at "
+               "step %" PRIu64 " (%s)", rt->group, rt->rank, step,
+               rt->state_valid ? "state kept" : "state to pull");
+    char detail[64];
+    snprintf(detail, sizeof(detail), "at step %" PRIu64 ", %s", step,
+             rt->state_valid ? "state kept" : "state to pull");
+    graft_runtime_event_t ev = {.kind = GRAFT_RUNTIME_EVENT_RESTARTED, .step = step,
+                                .detail = detail};
+    graft__rt_emit(rt, &ev);
+    return GRAFT_OK;
 }
 
 graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
@@ -148,7 +228,7 @@ graft_status_t graft_init(const graft_config_t *config, graft_runtime_t **rt_p)
     st = graft__rt_secret_load(rt);
     if (st != GRAFT_OK)
         goto fail;
-    st = endpoint_open(rt);
+    st = endpoint_open(rt, &rt->ep);
     if (st != GRAFT_OK)
         goto fail;
     if (!rt->cfg->spare) {
@@ -267,15 +347,17 @@ fail:
 
 void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p)
 {
+    /* Under mu: graft_restart() replaces the endpoint, the channel and the
+     * membership handle (steady_rejected carries the replaced channels'). */
     pthread_mutex_lock(&rt->mu);
     *metrics_p = rt->metrics;
-    metrics_p->steady_rejected = graft__channel_rejected(rt->channel);
-    pthread_mutex_unlock(&rt->mu);
+    metrics_p->steady_rejected += graft__channel_rejected(rt->channel);
     metrics_p->serve_peak_recipients = graft_transfer_serve_peak(rt->ep);
     if (rt->m != NULL) {
         graft_membership_stats_t ms;
         graft_membership_stats_get(rt->m, &ms);
         metrics_p->etcd_requests = ms.requests;
     }
+    pthread_mutex_unlock(&rt->mu);
     graft__rt_persist_metrics(rt, metrics_p);
 }

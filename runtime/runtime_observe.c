@@ -70,6 +70,7 @@ const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind)
     case GRAFT_RUNTIME_EVENT_DRIFT: return "drift";
     case GRAFT_RUNTIME_EVENT_COMMIT_FAILED: return "commit_failed";
     case GRAFT_RUNTIME_EVENT_SPARE_PROMOTED: return "spare_promoted";
+    case GRAFT_RUNTIME_EVENT_RESTARTED: return "restarted";
     }
     return "unknown";
 }

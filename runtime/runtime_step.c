@@ -261,7 +261,11 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         if (st != GRAFT_OK)
             return st;
     }
-    st = graft_membership_create(&mc, &rt->m);
+    graft_membership_t *m = NULL;
+    st = graft_membership_create(&mc, &m);
+    pthread_mutex_lock(&rt->mu); /* graft_metrics_get() reads it from any thread */
+    rt->m = m;
+    pthread_mutex_unlock(&rt->mu);
     if (st != GRAFT_OK) {
         GRAFT_ERROR(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": cannot join job %s: %s",
                     rt->group, rt->rank, rt->cfg->job, graft_status_string(st));
@@ -271,6 +275,14 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
     graft__rt_finished_clear(rt); /* an earlier run's clean end is not this one's */
     uint64_t joined_ns = graft__now_ns();
     rt->heal_detect_ns = joined_ns - rt->start_ns;
+    if (rt->restarted) {
+        /* In place (graft_restart()): the regions hold the committed step
+         * unless a heal was cancelled; the quorum says whether the job
+         * moved on. */
+        rt->restarted = false;
+        rt->need_state = rt->need_state || !rt->state_valid;
+        return GRAFT_OK;
+    }
 
     /* The start-up decision (docs/RUNTIME.md): donors, else disk, else cold. */
     graft_start_kind_t kind = GRAFT_START_COLD;

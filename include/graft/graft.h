@@ -426,6 +426,26 @@ GRAFT_WUR graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p);
 GRAFT_WUR graft_status_t graft_commit_veto(graft_runtime_t *rt);
 
 /**
+ * @brief Restart this rank in place, without exiting (docs/RUNTIME.md,
+ *        "In-place restart"): for a failure the rank survived but its
+ *        communication did not (a collective that failed or timed out, a
+ *        communicator in error, a transfer endpoint gone). The open step,
+ *        if any, is abandoned (not committed: the trainer must not apply
+ *        it), a heal or serve in flight is cancelled, the rank leaves the
+ *        job, and its transfer endpoint and step channel are made anew.
+ *        The next graft_quorum() joins as a new incarnation; the regions
+ *        keep the committed step's state when they hold it and are pulled
+ *        from donors when not (a cancelled heal) or when the job moved on.
+ *        Call it from the training thread. The trainer rebuilds its own
+ *        cross-group communicator at the next quorum id, as always.
+ * @param [in] rt  the runtime.
+ * @return GRAFT_OK; GRAFT_EINVAL (NULL); GRAFT_ESTATE (never joined, or a
+ *         spare not promoted); GRAFT_ETRANSPORT (the new endpoint could not
+ *         listen: the rank must exit); GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_restart(graft_runtime_t *rt);
+
+/**
  * @brief Committed steps of this rank's state (advanced by a commit that
  *        returned apply = true, set by a heal or a restore).
  * @param [in] rt  the runtime.
@@ -661,7 +681,8 @@ typedef enum graft_runtime_event_kind {
     GRAFT_RUNTIME_EVENT_CHECKPOINT = 4,     /**< a shard or a manifest was written, or failed */
     GRAFT_RUNTIME_EVENT_DRIFT = 5,          /**< a drift check ended (status GRAFT_EDRIFT on mismatch) */
     GRAFT_RUNTIME_EVENT_COMMIT_FAILED = 6,  /**< the group's vote was no */
-    GRAFT_RUNTIME_EVENT_SPARE_PROMOTED = 7  /**< this spare took a slot (detail names it) */
+    GRAFT_RUNTIME_EVENT_SPARE_PROMOTED = 7, /**< this spare took a slot (detail names it) */
+    GRAFT_RUNTIME_EVENT_RESTARTED = 8       /**< graft_restart(): the rank restarted in place */
 } graft_runtime_event_kind_t;
 
 /** One runtime event. Pointers are valid during the callback only. */
