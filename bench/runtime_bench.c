@@ -8,17 +8,20 @@
  *     <= 2 ms at 8), beside a bare etcd put round trip measured in the same
  *     run (the floor for one write), the two calls' medians apart, and
  *     etcd's CPU time per step (from /proc/<pid>/stat of the embedded etcd);
- *  2. recovery: 3 groups in strict mode, one killed (SIGKILL) and replaced
- *     at once, as an orchestrator would; kill -> first committed step of
- *     the replacement, split into detect (kill -> joined), quorum, transfer
- *     (the verified pull) and verify (a fingerprint of the healed state),
- *     for 64 MiB of state (and 1 GiB with --big);
+ *  2. recovery: 3 groups in strict mode, one killed (SIGKILL) and its
+ *     successor (tests/support/bench_recovery.h): a process started at
+ *     once, as an orchestrator would; a standby spare, the dead rank
+ *     evicted; the spare without the eviction (the lease lapses); kill ->
+ *     first committed step of the successor, split into detect (kill ->
+ *     joined), quorum, transfer (the verified pull) and verify (a
+ *     fingerprint of the healed state), for 64 MiB of state (and 1 GiB
+ *     with --big), each beside the respawn's total;
  *  3. the same state restored from its own persistent checkpoint in the
  *     same run (graft_persist_restore, page cache dropped with
  *     posix_fadvise first) vs the P2P transfer (goal: P2P >= 4x faster).
  *
  * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--steady-only]
- *                      [--json]
+ *                      [--successor respawn,spare,spare-lapse] [--json]
  * Medians over the measured steps / 3 recoveries per size.
  *
  * Each steady-state size and path runs in a process of its own with an etcd
@@ -49,6 +52,7 @@
 #include <xxhash.h>
 
 #include "bench_args.h"
+#include "bench_recovery.h"
 #include "bench_stats.h"
 #include "etcd_fixture.h"
 
@@ -405,216 +409,71 @@ static int steady_isolated(int groups, int steps, const char *path, steady_row_t
 
 /* ------------------------------------------------------------ recovery --- */
 
-typedef struct rec_result {
-    double t_init, t_state, t_first_commit; /* t_state: its own state filled */
-    graft_metrics_t m;
-    int ok;
-} rec_result_t;
-
-static uint8_t *blob;
-static size_t blob_bytes;
-
-static graft_status_t fp_blob(void *arg, uint64_t *fp_p)
+/* Is name one of the comma-separated list's items? */
+static bool listed(const char *list, const char *name)
 {
-    (void)arg;
-    *fp_p = XXH3_64bits(blob, blob_bytes);
-    return GRAFT_OK;
+    size_t n = strlen(name);
+    for (const char *p = list; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
 }
 
-/* A group: trains until killed. Its state is allocated here, after the
- * fork, so no copy-on-write fault lands in a measured pull. It reports on
- * ready_fd after its third commit, and the replacement reports its first
- * commit on fd. */
-static void rec_child(const char *job, int group, int fd, int ready_fd, bool replacement)
+/* Each size with each successor named in `successors` (a comma list of
+ * respawn, spare, spare-lapse), 3 runs each, the median printed and kept in
+ * rows; the restore is measured with the first successor's runs. */
+static int recovery_table(const size_t *sizes, size_t n_sizes, const char *successors,
+                          graft_bench_rec_row_t *rows, size_t *n_rows_p)
 {
-    rec_result_t res;
-    memset(&res, 0, sizeof(res));
-    res.t_init = graft_test_now_s();
-    blob = malloc(blob_bytes);
-    if (blob == NULL)
-        _exit(1);
-    for (size_t i = 0; i < blob_bytes; i++)
-        blob[i] = (uint8_t)(i * 131u + (size_t)group);
-    res.t_state = graft_test_now_s();
-    graft_runtime_t *rt = make_runtime(job, 3, group, "strict");
-    graft_region_t r = {"state", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, blob, blob_bytes, 0,
-                        0};
-    if (rt == NULL || graft_region_register(rt, &r) != GRAFT_OK)
-        _exit(1);
-    graft_fingerprint_set(rt, fp_blob, NULL);
-    for (int s = 0;; s++) {
-        bool apply = false;
-        graft_status_t qst = graft_quorum(rt, NULL);
-        if (qst != GRAFT_OK) {
-            fprintf(stderr, "group %d: graft_quorum: %s\n", group, graft_status_string(qst));
-            _exit(2);
-        }
-        graft_status_t hst = graft_heal_wait(rt);
-        (void)hst; /* a failed heal votes no; the run goes on */
-        usleep(2000); /* a step's compute */
-        qst = graft_commit(rt, &apply);
-        if (qst != GRAFT_OK) {
-            fprintf(stderr, "group %d: graft_commit: %s\n", group, graft_status_string(qst));
-            _exit(3);
-        }
-        if (apply)
-            blob[(size_t)s * 4099u % blob_bytes]++;
-        if (apply && s == 3 && !replacement) {
-            char c = 1;
-            if (write(ready_fd, &c, 1) != 1)
-                _exit(5);
-        }
-        if (replacement && apply) {
-            res.t_first_commit = graft_test_now_s();
-            graft_metrics_get(rt, &res.m);
-            res.ok = 1;
-            if (write(fd, &res, sizeof(res)) != sizeof(res))
-                _exit(4);
-            /* Keep serving the others until the parent ends the run. */
-            replacement = false;
+    graft_bench_rec_config_t cfg = {.endpoint = endpoint, .steady_path = "peers",
+                                    .lease_ttl_ms = 3000};
+    int rc = 0;
+    printf("recovery: kill -> first committed step of the successor (3 groups, strict; "
+           "median of 3; lease TTL %u ms)\n", cfg.lease_ttl_ms);
+    printf("  %-6s %-12s %8s %8s %10s %8s %9s %8s %10s %7s %9s\n", "MiB", "successor",
+           "total s", "detect", "state init", "quorum", "transfer", "verify", "restore s",
+           "ratio", "/respawn");
+    for (size_t k = 0; k < n_sizes; k++) {
+        double respawn_total = 0;
+        bool restored = false;
+        for (int sc = 0; sc < GRAFT_BENCH_N_SUCCESSORS; sc++) {
+            const char *name = graft_bench_successor_name((graft_bench_successor_t)sc);
+            if (!listed(successors, name))
+                continue;
+            graft_bench_rec_row_t tries[3];
+            int ok = 0;
+            cfg.with_restore = !restored;
+            for (int t = 0; t < 3; t++)
+                if (graft_bench_recovery(&cfg, sizes[k], (graft_bench_successor_t)sc,
+                                         &tries[ok]) == 0)
+                    ok++;
+            if (ok == 0) {
+                fprintf(stderr, "recovery of %zu MiB (%s) failed\n", sizes[k], name);
+                rc = 1;
+                continue;
+            }
+            restored = true;
+            graft_bench_rec_row_t *r = &rows[(*n_rows_p)++];
+            *r = graft_bench_rec_median(tries, ok);
+            if (sc == GRAFT_BENCH_RESPAWN)
+                respawn_total = r->total;
+            printf("  %-6zu %-12s %8.3f %8.3f %10.3f %8.3f %9.3f %8.3f", r->mib, name, r->total,
+                   r->detect, r->init, r->quorum, r->transfer, r->verify);
+            if (r->restore > 0)
+                printf(" %10.3f %6.1fx", r->restore, r->transfer > 0 ? r->restore / r->transfer : 0);
+            else
+                printf(" %10s %7s", "-", "-");
+            if (respawn_total > 0)
+                printf(" %8.2fx", r->total / respawn_total);
+            printf("\n");
         }
     }
-}
-
-static void drop_cache(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    if (d == NULL)
-        return;
-    while ((e = readdir(d)) != NULL) {
-        char p[1400];
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        int fd = open(p, O_RDONLY);
-        if (fd < 0)
-            continue;
-        fdatasync(fd);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        close(fd);
-    }
-    closedir(d);
-}
-
-/* Save the state with the persistent tier, then time a restore of it. */
-static double restore_s(const char *root)
-{
-    graft_persist_writer_t *w = NULL;
-    graft_persist_config_t pc = {.root = root, .compression_level = 0};
-    graft_persist_region_t r = {"state", GRAFT_PERSIST_KIND_PARAM, 0, GRAFT_PERSIST_DEVICE_HOST,
-                                blob, blob_bytes, 0, 0};
-    const graft_persist_region_t *rs[1] = {&r};
-    size_t nr[1] = {1};
-    if (graft_persist_writer_create(&pc, &w) != GRAFT_OK ||
-        graft_persist_save(w, 1, 1, rs, nr, NULL) != GRAFT_OK ||
-        graft_persist_wait(w, 1, NULL) != GRAFT_OK)
-        return -1;
-    graft_persist_writer_destroy(w);
-    char step_dir[1024];
-    snprintf(step_dir, sizeof(step_dir), "%s/step-%020d", root, 1);
-    drop_cache(step_dir);
-    graft_persist_restore_params_t p = {.rank = 0, .ranks = 1, .regions = &r, .nregions = 1};
-    graft_persist_restore_result_t res;
-    double t0 = graft_test_now_s();
-    graft_status_t st = graft_persist_restore(root, &p, &res);
-    double dt = graft_test_now_s() - t0;
-    char cmd[1100];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", root);
-    return st == GRAFT_OK ? dt : -1;
-}
-
-typedef struct rec_row {
-    size_t mib;
-    double total, detect, init, quorum, transfer, verify, restore;
-} rec_row_t;
-
-static int recovery(size_t mib, rec_row_t *row)
-{
-    char job[64];
-    int fds[2];
-    int rfds[2];
-    snprintf(job, sizeof(job), "bench-rec-%d-%d", (int)getpid(), job_seq++);
-    blob_bytes = mib << 20;
-    if (pipe(fds) != 0 || pipe(rfds) != 0)
-        return -1;
-    pid_t pids[4];
-    for (int g = 0; g < 3; g++) {
-        pids[g] = fork();
-        if (pids[g] == 0)
-            rec_child(job, g, fds[1], rfds[1], false);
-    }
-    /* Kill once every group has joined, cold-synced and committed 3 steps. */
-    int ready = 0;
-    double give_up = graft_test_now_s() + 300;
-    while (ready < 3 && graft_test_now_s() < give_up) {
-        struct pollfd pf = {.fd = rfds[0], .events = POLLIN};
-        char c;
-        if (poll(&pf, 1, 200) == 1 && read(rfds[0], &c, 1) == 1)
-            ready++;
-        for (int g = 0; g < 3; g++)
-            if (waitpid(pids[g], NULL, WNOHANG) == pids[g])
-                give_up = 0; /* a group died before the kill: give up */
-    }
-    if (ready < 3) {
-        fprintf(stderr, "recovery of %zu MiB: the groups never got going\n", mib);
-        for (int g = 0; g < 3; g++) {
-            kill(pids[g], SIGKILL);
-            waitpid(pids[g], NULL, 0);
-        }
-        close(fds[0]);
-        close(fds[1]);
-        close(rfds[0]);
-        close(rfds[1]);
-        return -1;
-    }
-    double t_kill = graft_test_now_s();
-    kill(pids[1], SIGKILL);
-    waitpid(pids[1], NULL, 0);
-    pids[3] = fork();
-    if (pids[3] == 0)
-        rec_child(job, 1, fds[1], rfds[1], true);
-    rec_result_t res;
-    memset(&res, 0, sizeof(res));
-    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-    ssize_t n = poll(&pf, 1, 300 * 1000) == 1 ? read(fds[0], &res, sizeof(res)) : -1;
-    for (int g = 0; g < 4; g++) {
-        if (g == 1)
-            continue;
-        kill(pids[g], SIGKILL);
-        waitpid(pids[g], NULL, 0);
-    }
-    close(fds[0]);
-    close(fds[1]);
-    close(rfds[0]);
-    close(rfds[1]);
-    if (n != sizeof(res) || !res.ok)
-        return -1;
-    row->mib = mib;
-    row->total = res.t_first_commit - t_kill;
-    row->detect = (res.t_init - t_kill) + (double)res.m.last_detect_ns * 1e-9;
-    row->init = res.t_state - res.t_init;
-    row->quorum = (double)res.m.last_quorum_phase_ns * 1e-9;
-    row->transfer = (double)res.m.last_transfer_ns * 1e-9;
-    row->verify = (double)res.m.last_verify_ns * 1e-9;
-    char root[256];
-    snprintf(root, sizeof(root), "%s/graft-rtbench-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid());
-    blob = malloc(blob_bytes);
-    if (blob == NULL)
-        return -1;
-    for (size_t i = 0; i < blob_bytes; i++)
-        blob[i] = (uint8_t)(i * 131u);
-    row->restore = restore_s(root);
-    free(blob);
-    blob = NULL;
-    return row->restore < 0 ? -1 : 0;
-}
-
-static int cmp_row_total(const void *a, const void *b)
-{
-    const rec_row_t *x = a, *y = b;
-    return x->total < y->total ? -1 : x->total > y->total;
+    printf("  state init = the respawned process filling its own state before graft_init() (the\n"
+           "  trainer's work, part of total); ratio = restore from own checkpoint (cold page\n"
+           "  cache) / P2P transfer, goal >= 4x; spare: started with the job, the dead rank\n"
+           "  evicted by the bench as its agent would; spare-lapse: not evicted, it waits for\n"
+           "  the lease; /respawn = total / the respawn's total\n");
+    return rc;
 }
 
 /* --groups 2,8,32 for graft_bench_args(): at most 8 counts. */
@@ -641,6 +500,7 @@ int main(int argc, char **argv)
     size_t sizes[2] = {64, 1024}, n_sizes = 1;
     bool json = false, steady_only = false, big = false;
     const char *only_path = "both";
+    const char *successors = "respawn,spare,spare-lapse";
     groups_arg_t groups = {groups_list, &n_groups};
     const graft_bench_arg_t cli[] = {
         GRAFT_BENCH_ARG("json", GRAFT_BENCH_FLAG, &json),
@@ -648,17 +508,31 @@ int main(int argc, char **argv)
         GRAFT_BENCH_ARG("big", GRAFT_BENCH_FLAG, &big),
         GRAFT_BENCH_ARG("steps", GRAFT_BENCH_INT, &steps),
         GRAFT_BENCH_ARG("path", GRAFT_BENCH_STR, &only_path),
+        GRAFT_BENCH_ARG("successor", GRAFT_BENCH_STR, &successors),
         GRAFT_BENCH_ARG("mib", GRAFT_BENCH_SIZE, &sizes[0]),
         GRAFT_BENCH_ARG_FN("groups", &groups, groups_parse),
     };
     if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
                          "[--groups 2,8,32] [--steps N] [--path etcd|peers|both] [--mib N] "
-                         "[--big] [--steady-only] [--json]") != 0)
+                         "[--big] [--steady-only] [--successor respawn,spare,spare-lapse] [--json]") != 0)
         return 2;
     if (strcmp(only_path, "both") != 0 && strcmp(only_path, "etcd") != 0 &&
         strcmp(only_path, "peers") != 0) {
         fprintf(stderr, "runtime_bench: --path: etcd, peers or both, not '%s'\n", only_path);
         return 2;
+    }
+    for (const char *p = successors; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        size_t len = strchr(p, ',') ? (size_t)(strchr(p, ',') - p) : strlen(p);
+        bool known = false;
+        for (int sc = 0; sc < GRAFT_BENCH_N_SUCCESSORS; sc++) {
+            const char *name = graft_bench_successor_name((graft_bench_successor_t)sc);
+            known = known || (strlen(name) == len && strncmp(p, name, len) == 0);
+        }
+        if (!known) {
+            fprintf(stderr, "runtime_bench: --successor: respawn, spare or spare-lapse, "
+                            "comma-separated, not '%.*s'\n", (int)len, p);
+            return 2;
+        }
     }
     bool recover = !steady_only;
     if (big)
@@ -698,43 +572,17 @@ int main(int argc, char **argv)
         }
     }
 
-    rec_row_t rows[2];
-    printf("recovery: kill -> first committed step of the replacement (3 groups, strict; "
-           "median of 3)\n");
-    printf("  %-8s %9s %9s %11s %9s %9s %9s %12s %9s\n", "MiB", "total s", "detect",
-           "state init", "quorum", "transfer", "verify", "restore s", "ratio");
+    graft_bench_rec_row_t rows[2 * GRAFT_BENCH_N_SUCCESSORS];
+    size_t n_rows = 0;
     graft_test_etcd_t etcd = {0};
-    if (!recover) {
-        n_sizes = 0;
-    } else {
+    if (recover) {
         if (graft_test_etcd_start(&etcd, NULL) != 0)
             return 1;
         endpoint = graft_etcd_server_endpoint(etcd.server);
         etcd_pid = graft_etcd_server_pid(etcd.server);
-    }
-    for (size_t k = 0; k < n_sizes; k++) {
-        rec_row_t tries[3];
-        int ok = 0;
-        for (int t = 0; t < 3; t++)
-            if (recovery(sizes[k], &tries[ok]) == 0)
-                ok++;
-        if (ok == 0) {
-            fprintf(stderr, "recovery of %zu MiB failed\n", sizes[k]);
+        if (recovery_table(sizes, n_sizes, successors, rows, &n_rows) != 0)
             rc = 1;
-            memset(&rows[k], 0, sizeof(rows[k]));
-            rows[k].mib = sizes[k];
-            continue;
-        }
-        qsort(tries, (size_t)ok, sizeof(tries[0]), cmp_row_total);
-        rows[k] = tries[ok / 2];
-        rec_row_t *r = &rows[k];
-        printf("  %-8zu %9.3f %9.3f %11.3f %9.3f %9.3f %9.3f %12.3f %8.1fx\n", r->mib, r->total,
-               r->detect, r->init, r->quorum, r->transfer, r->verify, r->restore,
-               r->transfer > 0 ? r->restore / r->transfer : 0);
     }
-    printf("  state init = the replacement filling its own state before graft_init() (the\n"
-           "  trainer's work, part of total); ratio = restore from own checkpoint (cold page\n"
-           "  cache) / P2P transfer; goal >= 4x\n");
     if (json) {
         printf("{\"bench\":\"runtime\",\"steady\":[");
         bool first = true;
@@ -754,13 +602,14 @@ int main(int argc, char **argv)
                 first = false;
             }
         printf("],\"recovery\":[");
-        for (size_t k = 0; k < n_sizes; k++) {
-            rec_row_t *r = &rows[k];
-            printf("%s{\"mib\":%zu,\"total_s\":%.4f,\"detect_s\":%.4f,\"state_init_s\":%.4f,"
-                   "\"quorum_s\":%.4f,\"transfer_s\":%.4f,\"verify_s\":%.4f,\"restore_s\":%.4f,"
-                   "\"restore_over_p2p\":%.2f}",
-                   k ? "," : "", r->mib, r->total, r->detect, r->init, r->quorum, r->transfer,
-                   r->verify, r->restore, r->transfer > 0 ? r->restore / r->transfer : 0);
+        for (size_t k = 0; k < n_rows; k++) {
+            graft_bench_rec_row_t *r = &rows[k];
+            printf("%s{\"mib\":%zu,\"successor\":\"%s\",\"total_s\":%.4f,\"detect_s\":%.4f,"
+                   "\"state_init_s\":%.4f,\"quorum_s\":%.4f,\"transfer_s\":%.4f,"
+                   "\"verify_s\":%.4f,\"restore_s\":%.4f,\"restore_over_p2p\":%.2f}",
+                   k ? "," : "", r->mib, graft_bench_successor_name(r->successor), r->total,
+                   r->detect, r->init, r->quorum, r->transfer, r->verify, r->restore,
+                   r->transfer > 0 && r->restore > 0 ? r->restore / r->transfer : 0);
         }
         printf("]}\n");
     }

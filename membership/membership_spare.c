@@ -421,3 +421,42 @@ void graft_membership_spares_free(graft_member_t *spares, size_t n)
         graft__mship_member_clear(&spares[i]);
     graft_free(spares);
 }
+
+graft_status_t graft_membership_evict(graft_membership_t *m, uint32_t group, uint32_t rank,
+                                      const char *host, int32_t pid)
+{
+    if (m == NULL || host == NULL || pid <= 0)
+        return GRAFT_EINVAL;
+    char *key = graft__key_member(m->prefix, group, rank);
+    if (key == NULL)
+        return GRAFT_ENOMEM;
+    graft_etcd_range_result_t res = {0};
+    graft_etcd_range_opts_t opts = {0};
+    GRAFT__MSHIP_REQ(m);
+    graft_status_t st = graft_etcd_range(m->ops, key, &opts, &res);
+    graft_member_t mem = {0};
+    bool decoded = false;
+    if (st == GRAFT_OK && res.n_kvs == 0)
+        st = GRAFT_ENOTFOUND;
+    if (st == GRAFT_OK) {
+        st = graft__mship_member_decode(res.kvs[0].value, res.kvs[0].value_len, &mem);
+        decoded = st == GRAFT_OK;
+    }
+    /* Only the record of the process that died: a replacement or spare
+     * that already took the slot is not touched. */
+    if (st == GRAFT_OK && (mem.pid != pid || mem.host == NULL || strcmp(mem.host, host) != 0))
+        st = GRAFT_ESTATE;
+    if (st == GRAFT_OK) {
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_lease_revoke(m->ops, mem.lease_id);
+        if (st == GRAFT_OK)
+            GRAFT_INFO(GRAFT_MOD_MEMBERSHIP, "job %s: evicted group %" PRIu32 " rank %" PRIu32
+                       " (pid %d on %s, lease %" PRId64 ")", m->job, group, rank, (int)pid, host,
+                       mem.lease_id);
+    }
+    if (decoded)
+        graft__mship_member_clear(&mem);
+    graft_etcd_range_result_clear(&res);
+    graft_free(key);
+    return st;
+}

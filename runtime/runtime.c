@@ -266,6 +266,7 @@ void graft_destroy(graft_runtime_t *rt)
     graft_membership_quorum_free(rt->q);
     graft__rt_steady_free(rt);
     graft_membership_destroy(rt->m);
+    graft_membership_spare_destroy(rt->spare);
     graft__channel_destroy(rt->channel);
     graft_transfer_endpoint_destroy(rt->ep);
     graft_etcd_destroy(rt->etcd_quick);

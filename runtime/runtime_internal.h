@@ -151,6 +151,7 @@ struct graft_runtime {
     /* Step state (training thread). */
     bool joined;
     bool restarted;        /* graft_restart(): the next join keeps the state it holds */
+    graft_membership_spare_t *spare; /* a promoted spare's wait, freed at graft_destroy() */
     bool state_valid;      /* regions hold committed_step's state */
     /* The regions must come from the job (an up-to-date group or a
      * checkpoint): a start that expects donors, a start of a job that has

@@ -40,7 +40,9 @@ graft_status_t graft__rt_spare_promote(graft_runtime_t *rt, graft_membership_con
         return st;
     }
     graft_membership_spare_adopt(sp, mc);
-    graft_membership_spare_destroy(sp);
+    /* Freed at graft_destroy(): its watches take up to a poll interval
+     * (200 ms) to stop, which the recovery must not wait for. */
+    rt->spare = sp;
     rt->group = group;
     /* The recovery is timed from here: the wait before it was no failure's. */
     rt->start_ns = graft__now_ns();

@@ -8,7 +8,8 @@
  * a whole group replaced by a spare group; two groups dying with one spare
  * group (one slot per rank is filled, the rest wait for a later spawn); a
  * spare killed the moment it took a slot (another spare takes it after);
- * etcd restarting while a spare takes a slot.
+ * etcd restarting while a spare takes a slot; an orchestrator evicting a
+ * rank it saw die, so the spare need not wait for the lease to lapse.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -251,6 +252,39 @@ static void test_etcd_restart_during_promotion(void **state)
     rp_rm_rf(j.dir);
 }
 
+/* An orchestrator that saw the process die evicts it (its lease revoked)
+ * instead of waiting for the lease to lapse. Only the dead process's record
+ * is touched: a wrong pid, or the spare that took the slot, is refused. */
+static void test_evict_dead_rank(void **state)
+{
+    (void)state;
+    job_t j;
+    start_job(&j, "spare-evict", 1);
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, R, 60);
+    rp_wait_log(&j.p[0], 5, 60);
+    char host[256];
+    assert_int_equal(gethostname(host, sizeof(host)), 0);
+    proc_t *victim = &j.p[0 * R + 1];
+    int old = victim->pid;
+    /* A live rank is no one's to evict. */
+    assert_int_equal(graft_membership_evict(obs, 0, 1, host, old + 1), GRAFT_ESTATE);
+    assert_int_equal(graft_membership_evict(obs, 0, 1, "not-this-host", old), GRAFT_ESTATE);
+    assert_int_equal(slot_pid(obs, 0, 1), old);
+    rp_kill_proc(victim);
+    assert_int_equal(graft_membership_evict(obs, 0, 1, host, old), GRAFT_OK);
+    proc_t *s = proc_of_pid(&j, wait_slot_taken(obs, 0, 1, old, 30));
+    assert_true(s->spare);
+    graft_status_t again = graft_membership_evict(obs, 0, 1, host, old);
+    assert_true(again == GRAFT_ESTATE || again == GRAFT_ENOTFOUND);
+    assert_int_equal(slot_pid(obs, 0, 1), s->pid);
+    rp_wait_all(&j, 120);
+    assert_int_equal(rp_check_final(&j, STEPS), 1);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_two_groups_die_one_spare),
         cmocka_unit_test(test_spare_dies_while_promoted),
         cmocka_unit_test(test_etcd_restart_during_promotion),
+        cmocka_unit_test(test_evict_dead_rank),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -313,6 +313,27 @@ GRAFT_WUR graft_status_t graft_membership_spares_list(graft_membership_t *m,
 /** Free what graft_membership_spares_list() gave; accepts NULL. */
 void graft_membership_spares_free(graft_member_t *spares, size_t n);
 
+/**
+ * @brief Evict a rank whose process is known to be dead: revoke the lease
+ *        of the member record members/<group>/<rank> when that record is
+ *        the one process @p pid on @p host wrote. For whoever saw the
+ *        process end (the agent or orchestrator that started it, after
+ *        waitpid()): the slot is free at once, so a spare takes it without
+ *        waiting for the lease to lapse (docs/RUNTIME.md, "Spares").
+ * @param [in] m      any handle of the job (an observer will do).
+ * @param [in] group  the slot.
+ * @param [in] rank
+ * @param [in] host   the host the record names (the dead process's).
+ * @param [in] pid    the dead process's pid.
+ * @return GRAFT_OK (revoked: the record, and the rank's other records on
+ *         that lease, are gone); GRAFT_ENOTFOUND (no record: it lapsed
+ *         already); GRAFT_ESTATE (the record is another process's: a
+ *         replacement holds the slot, nothing done); GRAFT_EINVAL; an etcd
+ *         error or GRAFT_EMALFORMED.
+ */
+GRAFT_WUR graft_status_t graft_membership_evict(graft_membership_t *m, uint32_t group,
+                                                uint32_t rank, const char *host, int32_t pid);
+
 /* ------------------------------------------------------------------------ */
 /* Quorum                                                                   */
 /* ------------------------------------------------------------------------ */
