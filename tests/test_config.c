@@ -174,6 +174,12 @@ static void test_validation(void **state)
     expect_invalid(c, "groups");
     assert_int_equal(graft_config_set(c, "groups", "4", NULL), GRAFT_OK);
     expect_invalid(c, "group");
+    /* A spare has no group until it is promoted; 2 is no yes or no. */
+    assert_int_equal(graft_config_set(c, "spare", "2", NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_config_set(c, "spare", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "spare", "0", NULL), GRAFT_OK);
+    expect_invalid(c, "group");
     assert_int_equal(graft_config_set(c, "group", "4", NULL), GRAFT_OK);
     expect_invalid(c, "group");
     assert_int_equal(graft_config_set(c, "group", "3", NULL), GRAFT_OK);
