@@ -51,6 +51,7 @@ struct graft_membership_spare {
     uint32_t group;
     uint64_t listed_ns; /* when eligible[] was read; 0: never */
     uint8_t *eligible;  /* per group: 1 trained and not finished, 2 finished */
+    bool layout_warned; /* said that its region table is not the live ranks' */
 };
 
 static graft_status_t record_encode(const graft_membership_spare_t *sp, uint32_t group,
@@ -301,10 +302,35 @@ static graft_status_t look_once(graft_membership_spare_t *sp, bool *finished_p)
         graft_membership_view_free(v);
         return GRAFT_ENOMEM;
     }
-    for (size_t i = 0; i < v->n_members; i++)
-        if (v->members[i].rank == sp->rank && v->members[i].group < sp->groups)
-            held[v->members[i].group] = true;
+    /* A spare whose region table differs from the live ranks' would take a
+     * slot no donor serves: it stays a spare and says why (once). */
+    size_t same = 0, other = 0;
+    uint64_t theirs = 0;
+    for (size_t i = 0; i < v->n_members; i++) {
+        const graft_member_t *mem = &v->members[i];
+        if (mem->rank != sp->rank)
+            continue;
+        if (mem->group < sp->groups)
+            held[mem->group] = true;
+        if (mem->layout_hash == sp->obs->cfg.layout_hash) {
+            same++;
+        } else {
+            other++;
+            theirs = mem->layout_hash;
+        }
+    }
     graft_membership_view_free(v);
+    if (same == 0 && other > 0) {
+        if (!sp->layout_warned)
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: this spare's region table (layout %016"
+                        PRIx64 ") differs from rank %" PRIu32 "'s live members' (%016" PRIx64
+                        "): it takes no slot", sp->obs->job, sp->obs->cfg.layout_hash, sp->rank,
+                        theirs);
+        sp->layout_warned = true;
+        graft_free(held);
+        return GRAFT_OK;
+    }
+    sp->layout_warned = false;
     bool vacancy = false;
     for (uint32_t g = 0; g < sp->groups && !vacancy; g++)
         vacancy = !held[g];

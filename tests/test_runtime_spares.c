@@ -285,6 +285,45 @@ static void test_evict_dead_rank(void **state)
     rp_rm_rf(j.dir);
 }
 
+/* A spare built with another region table (here a 1 MiB blob the job's
+ * ranks do not have) would take a slot no donor serves: it stays a spare,
+ * says why, and a right one takes the slot; the wrong one ends unused. */
+static void test_spare_with_other_layout_stays_out(void **state)
+{
+    (void)state;
+    job_t j;
+    rp_job_init(&j, "spare-layout");
+    j.capture_err = true;
+    rp_spawn_all(&j, flags);
+    const char *other[] = {"--steps", "40", "--step-delay-ms", "20", "--blob-mib", "1", NULL};
+    proc_t *wrong = rp_spawn_spare(&j, 0, other);
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, 1, 60);
+    rp_wait_log(&j.p[2 * R + 0], 5, 60);
+    char host[256];
+    assert_int_equal(gethostname(host, sizeof(host)), 0);
+    int old = j.p[2 * R + 0].pid;
+    rp_kill_proc(&j.p[2 * R + 0]);
+    assert_int_equal(graft_membership_evict(obs, 2, 0, host, old), GRAFT_OK);
+    double end = rp_now_s() + 10;
+    while (slot_pid(obs, 2, 0) == old && rp_now_s() < end)
+        usleep(2000); /* the observer's watch brings the eviction */
+    end = rp_now_s() + 2.0;
+    while (rp_now_s() < end) {
+        assert_int_equal(slot_pid(obs, 2, 0), 0);
+        usleep(50000);
+    }
+    assert_true(rp_file_contains(wrong->err, "differs from rank 0's live members'"));
+    proc_t *right = rp_spawn_spare(&j, 0, flags);
+    assert_int_equal(wait_slot_taken(obs, 2, 0, 0, 60), right->pid);
+    rp_wait_all(&j, 120);
+    assert_true(rp_file_contains(wrong->out, "spare unused"));
+    assert_int_equal(rp_check_final(&j, STEPS), 1);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_spare_dies_while_promoted),
         cmocka_unit_test(test_etcd_restart_during_promotion),
         cmocka_unit_test(test_evict_dead_rank),
+        cmocka_unit_test(test_spare_with_other_layout_stays_out),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
