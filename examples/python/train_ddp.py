@@ -8,6 +8,12 @@ contract (docs/SIM.md), so
 `graft-sim run --trainer 'python3 examples/python/train_ddp.py'` injects
 failures into it and checks the final state bit-exact; with torch worlds
 of 2 ranks: `graft-sim run --ranks 2 --torch-world --trainer ...`.
+
+Started with GRAFT_SPARE=1 (no GRAFT_GROUP) it is a spare: it waits in its
+first zero_grad() until it takes a dead rank's slot, prints "spare promoted
+to group G" and trains on as that group's replacement, or prints "spare
+unused: the job finished without it" and exits 0. The groups end through
+the closing step (opt.finish()), so that a spare sees them end, not die.
 """
 import datetime
 import sys
@@ -59,10 +65,24 @@ def main():
     opt = graft.torch.Optimizer(rt, adam, objects=lambda: (torch.get_rng_state(), sched.state_dict()),
                                 load_objects=lambda o: (torch.set_rng_state(o[0]), sched.load_state_dict(o[1])))
     avg = graft.torch.GradientAverager(rt)
-    step = 0
-    while step < a.steps:
-        info = opt.zero_grad()
+    promoted_said = False
+    while True:
+        try:
+            info = opt.zero_grad()
+        except graft.SpareUnused:
+            print("spare unused: the job finished without it", flush=True)
+            rt.close()
+            if ranks > 1:
+                dist.destroy_process_group()
+            return 0
+        if rt.promoted and not promoted_said:
+            print("spare promoted to group %d" % rt.group, flush=True)
+            promoted_said = True
         step, world = info.step, info.replica_world
+        if step >= a.steps:
+            if opt.finish():  # the closing step: this group ended, it did not die
+                break
+            continue
         worker = info.replica_rank * ranks + (rank if ranks > 1 else 0)
         rows = micro_grads(model, a.seed, step, my_micro(worker, world * ranks))
         out = exchange(model, avg, rows, rank, ranks, world)

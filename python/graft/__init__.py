@@ -18,7 +18,7 @@ The PyTorch adapter is graft.torch (imported on its own).
 __version__ = "0.1.0"
 
 from graft._lib import LibraryNotFound, path as library_path
-from graft.errors import (ChunkError, Error, GroupError, JobError, PeerError,
+from graft.errors import (ChunkError, Error, GroupError, JobError, PeerError, SpareUnused,
                           StateTooLarge, SystemResourceError, UsageError)
 from graft.runtime import (DTYPES, KINDS, LOG_LEVELS, Event, Runtime, StepInfo,
                            set_log_callback, set_log_level, version)
@@ -28,7 +28,7 @@ from graft.state import ObjectState, rng_state, set_rng_state
 __all__ = [
     "Runtime", "StepInfo", "Event", "ObjectState", "rng_state", "set_rng_state",
     "Error", "UsageError", "SystemResourceError", "ChunkError", "PeerError", "GroupError",
-    "JobError", "StateTooLarge", "LibraryNotFound", "KINDS", "DTYPES", "version",
+    "JobError", "StateTooLarge", "SpareUnused", "LibraryNotFound", "KINDS", "DTYPES", "version",
     "library_path", "set_log_callback", "set_log_level", "LOG_LEVELS", "launcher_settings",
     "__version__",
 ]

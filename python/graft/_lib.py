@@ -69,6 +69,7 @@ uint64_t graft_step(graft_runtime_t *rt);
 uint64_t graft_quorum_id(graft_runtime_t *rt);
 uint32_t graft_replica_rank(graft_runtime_t *rt);
 uint32_t graft_replica_world(graft_runtime_t *rt);
+uint32_t graft_group(graft_runtime_t *rt);
 int graft_start_kind(graft_runtime_t *rt);
 
 graft_status_t graft_quorum_blob_publish(graft_runtime_t *rt, const void *data, size_t len);

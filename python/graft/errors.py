@@ -48,6 +48,17 @@ class StateTooLarge(UsageError):
     """Python-object state outgrew the bound of its blob region."""
 
 
+class SpareUnused(Error):
+    """A spare's first quorum (``Runtime(spare=True)`` or ``GRAFT_SPARE=1``)
+    returned without a slot: every group ended the job cleanly while it
+    waited, with no slot of its rank falling vacant that it could fill (a
+    spare whose region table differs from its rank's members' takes none,
+    docs/RUNTIME.md); the C call's GRAFT_ECANCELED with graft_finished().
+    Not a failure: the process has nothing to do and may exit 0. Raised by
+    Runtime.quorum(), so by graft.torch.Optimizer.zero_grad() and
+    wait_quorum() too; ``runtime.finished`` is then True."""
+
+
 _BY_CLASS = {
     "usage": UsageError,
     "system": SystemResourceError,

@@ -4,7 +4,7 @@ import queue
 import threading
 
 from graft._lib import QUORUM_BLOB_MAX, ffi, lib, string, take_string
-from graft.errors import UsageError, check, error_for
+from graft.errors import SpareUnused, UsageError, check, error_for
 
 KINDS = {"param": 1, "optim": 2, "rng": 3, "sched": 4, "data": 5, "scaler": 6,
          "step": 7, "blob": 8}
@@ -79,11 +79,22 @@ class Runtime:
     ``**graft.launcher_settings()``: the rank and group size come from
     ``RANK`` / ``WORLD_SIZE``, the group from ``GRAFT_GROUP`` or
     ``REPLICA_GROUP_ID``.
+
+    ``spare=True`` (or ``GRAFT_SPARE=1``) makes the process a spare of rank
+    ``rank`` (docs/RUNTIME.md, "Spares"; ``group`` is not needed): it
+    registers its regions as usual, and its first quorum() waits until it
+    took the slot of a dead rank ``rank`` of some group, then returns as a
+    replacement's first quorum does (it heals from donors). ``group`` is
+    None until then and the slot's group after; ``promoted`` says which.
+    When every group ended the job cleanly first, that quorum() raises
+    graft.SpareUnused (``finished`` is then True): nothing to do, exit 0.
     """
 
     def __init__(self, env=True, **settings):
         self._rt = ffi.NULL
-        self.group = self.groups = self.rank = self.ranks_per_group = None
+        self._group = None
+        self.groups = self.rank = self.ranks_per_group = None
+        self.spare = False
         self._regions = {}       # name -> the object whose memory is the region
         self._names = []         # keeps the C strings alive
         self.region_table = []   # (name, kind, dtype, bytes) in registration order
@@ -124,9 +135,13 @@ class Runtime:
             self.mode = _setting(cfg, "mode")
             # Where this process sits: its group and its rank in it (a
             # group of many ranks is a launcher's world, see launcher.py).
-            for name in ("group", "groups", "rank", "ranks_per_group"):
+            for name in ("groups", "rank", "ranks_per_group"):
                 text = _setting(cfg, name)
                 setattr(self, name, int(text) if text.isdigit() else None)
+            # A spare's group is the slot it takes at its first quorum.
+            self.spare = _setting(cfg, "spare") == "1"
+            text = _setting(cfg, "group")
+            self._group = int(text) if text.isdigit() and not self.spare else None
             st = lib.graft_init(cfg, rt_p)
             if st != 0:
                 raise error_for(st, "graft: graft_init failed (etcd_endpoints %s, "
@@ -214,9 +229,16 @@ class Runtime:
         self._info = None
         self.heal_error = None
         st = lib.graft_quorum(self._h(), info)
+        if st == _ECANCELED and self.spare and self._group is None and \
+                lib.graft_finished(self._rt):
+            raise SpareUnused(st, "graft: spare of rank %s: every group ended the job without "
+                              "needing it" % self.rank)
         if st in _ETCD_DOWN:
             raise error_for(st, "graft: quorum failed (etcd_endpoints %s)" % self.etcd_endpoints)
         check(st, "graft: quorum failed")
+        # Read here, on the training thread: a spare has its group now.
+        group = lib.graft_group(self._rt)
+        self._group = None if group == _NO_GROUP else int(group)
         si = StepInfo(info.step, info.quorum_id, bool(info.quorum_changed),
                       info.replica_rank, info.replica_world, bool(info.healing),
                       bool(info.donor), info.n_recipients)
@@ -258,6 +280,18 @@ class Runtime:
         """Make this rank's vote at the coming commit() a no (a failure the
         runtime cannot see, such as a failed cross-group collective)."""
         check(lib.graft_commit_veto(self._h()), "graft: cannot veto the step")
+
+    @property
+    def group(self):
+        """This process's replica group: the configured one, or for a spare
+        the group whose slot it took at its first quorum() (None before)."""
+        return self._group
+
+    @property
+    def promoted(self):
+        """Whether this is a spare that took a slot (its first quorum()
+        returned)."""
+        return self.spare and self._group is not None
 
     @property
     def step(self):
@@ -375,6 +409,10 @@ class Runtime:
 # graft_quorum_blob_publish's "already published" (GRAFT_EEXIST); codes are
 # append-only in common.h's status table.
 _EEXIST = -4
+# graft_quorum's "the job ended without this spare" (GRAFT_ECANCELED).
+_ECANCELED = -6
+# graft_group() of a spare not promoted yet.
+_NO_GROUP = 0xFFFFFFFF
 # GRAFT_EUNREACHABLE and GRAFT_EETCD_TIMEOUT: errors that name the endpoints.
 _ETCD_DOWN = (-500, -501)
 

@@ -99,27 +99,38 @@ def group_env(env, group, groups):
 
 
 class Worker:
-    """One group as a process running torch_worker.py."""
+    """One group as a process running torch_worker.py (or script, given
+    --out unless out is None); with spare=True a spare (GRAFT_SPARE=1, no
+    GRAFT_GROUP) of the job's groups."""
 
-    def __init__(self, env, group, groups, out, args, script=WORKER):
+    def __init__(self, env, group, groups, out, args, script=WORKER, spare=False):
         e = group_env(env, group, groups)
+        if spare:
+            del e["GRAFT_GROUP"]
+            e["GRAFT_SPARE"] = "1"
         self.out = out
         self.proc = subprocess.Popen(
-            [sys.executable, script, "--out", str(out)] + [str(a) for a in args],
+            [sys.executable, script] + (["--out", str(out)] if out is not None else [])
+            + [str(a) for a in args],
             env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
 
     def wait_step(self, step, timeout=120):
         """Read progress lines until the worker reports step >= step."""
+        self.wait_line(lambda line: line.startswith("step ") and int(line.split()[1]) >= step,
+                       "step %d" % step, timeout)
+
+    def wait_line(self, match, what, timeout=120):
+        """Read lines until match(line) holds; the line."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             line = self.proc.stdout.readline()
             if not line:
                 break
             self.lines.append(line)
-            if line.startswith("step ") and int(line.split()[1]) >= step:
-                return
-        raise AssertionError("worker never reached step %d:\n%s" % (step, "".join(self.lines)))
+            if match(line):
+                return line
+        raise AssertionError("worker never printed %s:\n%s" % (what, "".join(self.lines)))
 
     def kill(self):
         self.proc.kill()
@@ -140,10 +151,10 @@ class Worker:
 def spawn(job_env):
     workers = []
 
-    def start(group, groups, out, *args, env=None, script=WORKER):
+    def start(group, groups, out, *args, env=None, script=WORKER, spare=False):
         e = dict(job_env)
         e.update(env or {})
-        w = Worker(e, group, groups, out, list(args), script)
+        w = Worker(e, group, groups, out, list(args), script, spare)
         workers.append(w)
         return w
 

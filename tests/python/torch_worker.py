@@ -2,7 +2,12 @@
 
 Prints "step N" after every step it took part in and writes, at the end,
 a pickle of its final parameters, optimizer state, RNG states, scheduler
-state, start kind and metrics to --out."""
+state, start kind and metrics to --out.
+
+With GRAFT_SPARE=1 it is a spare (no GRAFT_GROUP): it prints "spare
+waiting" before its first quorum, "spare promoted to group G" once that
+quorum returned, and "spare unused: the job finished without it" (exit 0,
+{"spare_unused": True} to --out) when the job ended without it."""
 import argparse
 import os
 import pickle
@@ -85,6 +90,9 @@ def main():
     ap.add_argument("--async-quorum", action="store_true",
                     help="the quorum overlaps the forward pass (Optimizer.start_quorum/"
                     "wait_quorum), the forward run again when wait_quorum() says so")
+    ap.add_argument("--finish", action="store_true",
+                    help="end through the closing step (Optimizer.finish()), so that a spare "
+                         "sees the group ended, not died")
     ap.add_argument("--device", default="cpu",
                     help="where the model and its optimizer state live (cpu, cuda) [cpu]")
     a = ap.parse_args()
@@ -94,7 +102,10 @@ def main():
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    group = int(os.environ["GRAFT_GROUP"])
+    # A spare's group is known only once it took a slot; it starts from
+    # weights and RNG states of its own, which its heal replaces.
+    spare = os.environ.get("GRAFT_SPARE") == "1"
+    group = 50 if spare else int(os.environ["GRAFT_GROUP"])
     # Each group starts from different weights and RNG states: the cold
     # start makes them identical, a heal keeps them so.
     torch.manual_seed(a.seed + group)
@@ -144,15 +155,33 @@ def main():
         return torch.nn.functional.mse_loss(net(x), y) * (1.0 + 0.01 * random.random())
 
     forwards_again = 0
-    while rt.step < a.steps:
-        if a.async_quorum:
-            loss = forward(*opt.start_quorum())
-            again = opt.wait_quorum()
-            info = opt.info
-        else:
-            info, again = opt.zero_grad(), True
+    averages = []  # (step, world, participating, participants) of every average
+    promoted_said = False
+    if rt.spare:
+        print("spare waiting", flush=True)
+    while a.finish or rt.step < a.steps:
+        try:
+            if a.async_quorum:
+                loss = forward(*opt.start_quorum())
+                again = opt.wait_quorum()
+                info = opt.info
+            else:
+                info, again = opt.zero_grad(), True
+        except graft.SpareUnused:
+            print("spare unused: the job finished without it", flush=True)
+            out = {"spare_unused": True, "group": rt.group, "finished": rt.finished,
+                   "events": [e.kind for e in rt.events()]}
+            rt.close()
+            with open(a.out, "wb") as f:
+                pickle.dump(out, f)
+            return 0
+        if rt.promoted and not promoted_said:
+            print("spare promoted to group %d" % rt.group, flush=True)
+            promoted_said = True
         if info.step >= a.steps:
-            break
+            if not a.finish or opt.finish():
+                break
+            continue
         if again:
             forwards_again += int(a.async_quorum)
             loss = forward(info.step, info.replica_rank)
@@ -168,6 +197,8 @@ def main():
             print("average step %d world %d participating %d participants %d"
                   % (info.step, info.replica_world, int(avg.participating),
                      avg.participants), flush=True)
+            averages.append((info.step, info.replica_world, int(avg.participating),
+                             avg.participants))
         if opt.step():
             losses.append((rt.step - 1, float(loss.item())))
             sched.step()
@@ -206,6 +237,10 @@ def main():
         "ema": (ema.t.numpy().copy(), ema.count),
         "position": position.index,
         "regions": [r[0] for r in rt.region_table],
+        "group": rt.group,
+        "spare": rt.spare,
+        "averages": averages,
+        "events": [e.kind for e in rt.events()],
     }
     rt.close()
     with open(a.out, "wb") as f:
