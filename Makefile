@@ -112,6 +112,11 @@ GRAFTCTL_SRCS := $(wildcard tools/graftctl/*.c)
 ifneq ($(GRAFTCTL_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graftctl
 endif
+# graft-agent is all of tools/graft_agent/ (docs/OPERATIONS.md, "graft-agent").
+GRAFT_AGENT_SRCS := $(wildcard tools/graft_agent/*.c)
+ifneq ($(GRAFT_AGENT_SRCS),)
+BIN_PROGS += $(BUILD)/bin/graft-agent
+endif
 
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_PROGS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -209,6 +214,10 @@ $(BUILD)/bin/graftctl: $(GRAFTCTL_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
 
+$(BUILD)/bin/graft-agent: $(GRAFT_AGENT_SRCS:%.c=$(BUILD)/obj/%.o) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null)
+
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LAUNCHER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
@@ -250,7 +259,7 @@ layering: $(LIB_OBJS)
 	@sh scripts/check-layering.sh $(BUILD)
 	@sh scripts/check-runtime-objects.sh $(BUILD)
 	@python3 scripts/check-circles.py $(BUILD) common etcd membership transfer persist runtime \
-		sim/live sim/model tools/graftctl
+		sim/live sim/model tools/graftctl tools/graft_agent
 
 check: deps
 	@$(MAKE) --no-print-directory all tests layering
