@@ -148,12 +148,25 @@ def state_hash(model, adam, sched, blob, step):
 
 
 class Contract:
-    """The trainer contract's files: --hash-log, --role-log, --state-hash-out."""
+    """The trainer contract's files: --hash-log, --role-log, --state-hash-out.
+    In their names each "{group}" stands for this process's group (the
+    runtime's, rt below): graft-sim names a spare's files so, since the slot
+    a spare takes is known only once its first quorum returned; until then
+    a spare writes nothing there, as train_mlp."""
 
     def __init__(self, a):
         self.a = a
+        self.rt = None  # the graft.Runtime whose group fills "{group}"
 
-    def _append(self, path, line):
+    def path(self, name):
+        """name with "{group}" replaced; None while the group is unknown."""
+        if not name or "{group}" not in name:
+            return name
+        group = self.rt.group if self.rt is not None else None
+        return None if group is None else name.replace("{group}", str(group))
+
+    def _append(self, name, line):
+        path = self.path(name)
         if path:
             with open(path, "a") as f:
                 f.write(line + "\n")
@@ -185,7 +198,12 @@ class Contract:
                 "recovery_failures", "serves", "checkpoints_written",
                 "checkpoints_committed")), flush=True)
         if self.a.state_hash_out:
-            with open(self.a.state_hash_out, "w") as f:
+            path = self.path(self.a.state_hash_out)
+            if path is None:
+                sys.stderr.write("--state-hash-out %s: no group to put in its name\n"
+                                 % self.a.state_hash_out)
+                return 1
+            with open(path, "w") as f:
                 f.write(digest + "\n")
         return 0
 

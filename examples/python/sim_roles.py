@@ -13,7 +13,9 @@ _PULLED = re.compile(r"group (\d+) rank (\d+) done with step (\d+) \(([a-z]+)\)"
 
 def sim_contract(rt, c, blob):
     """The contract's part that is not training: the --blob-mib ballast as
-    a region, and the role log."""
+    a region, the role log, and the runtime whose group names a spare's
+    files ("{group}")."""
+    c.rt = rt
     if blob is not None:
         rt.register("blob", blob, "blob")
     log_roles(rt, c)

@@ -153,11 +153,13 @@ def test_spare_setting(etcd, job_env):
 
 def test_train_ddp_example_as_a_spare(spawn, tmp_path):
     """examples/python/train_ddp.py under GRAFT_SPARE=1, as graft-sim starts
-    it: two groups and two spares of rank 0; group 1 is killed at step 6.
-    One spare says "spare promoted to group 1" and trains on, the other
-    "spare unused: the job finished without it"; all exit 0, and the final
-    state hashes of group 0 and the promoted spare are the --no-graft
-    reference's."""
+    it: two groups and two spares of rank 0, the spares' files named with
+    "{group}" (docs/SIM.md, the trainer contract); group 1 is killed at
+    step 6. One spare says "spare promoted to group 1", trains on and
+    writes its hash log, role log (its heal) and final hash under group 1's
+    names; the other says "spare unused: the job finished without it" and
+    writes no file. All exit 0, and the final state hashes of group 0 and
+    the promoted spare are the --no-graft reference's."""
     import os
     import subprocess
     import sys
@@ -174,10 +176,11 @@ def test_train_ddp_example_as_a_spare(spawn, tmp_path):
 
     def start(name, group=0, spare=False):
         return spawn(group, 2, None, *flags, "--state-hash-out", tmp_path / (name + ".hash"),
-                     "--hash-log", tmp_path / (name + ".log"), script=script, spare=spare)
+                     "--hash-log", tmp_path / (name + ".log"), "--role-log",
+                     tmp_path / (name + ".role"), script=script, spare=spare)
 
     ws = [start("g%d" % g, g) for g in range(2)]
-    spares = [start("s%d" % i, spare=True) for i in range(2)]
+    spares = [start("s%d-{group}" % i, spare=True) for i in range(2)]
     deadline = time.time() + 120
     log1 = tmp_path / "g1.log"
     while not (log1.exists() and len(log1.read_text().split("\n")) > 6):
@@ -193,5 +196,9 @@ def test_train_ddp_example_as_a_spare(spawn, tmp_path):
     assert len(promoted) == 1 and len(unused) == 1 and promoted != unused, said
     want = ref.read_text()
     assert (tmp_path / "g0.hash").read_text() == want
-    assert (tmp_path / ("s%d.hash" % promoted[0])).read_text() == want
-    assert not (tmp_path / ("s%d.hash" % unused[0])).exists()
+    s = "s%d-1" % promoted[0]
+    assert (tmp_path / (s + ".hash")).read_text() == want
+    logged = [line.split()[0] for line in (tmp_path / (s + ".log")).read_text().splitlines()]
+    assert logged and logged[-1] == str(steps)
+    assert " heal " in (tmp_path / (s + ".role")).read_text()
+    assert not list(tmp_path.glob("s%d-*" % unused[0]))
