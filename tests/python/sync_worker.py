@@ -1,7 +1,9 @@
 """One group of a job trained by graft.torch.LocalSGD or DiLoCo: a small
 model, plain SGD inside the rounds, each group its own data (fixed by the
 round, the inner step and the group's replica rank). At the end it writes
-its state (a pickle) to --out."""
+its state (a pickle) to --out. With GRAFT_SPARE=1 (no GRAFT_GROUP) it is a
+spare: its first begin() waits for a dead rank's slot, and it prints
+"spare promoted to group G" once it took one."""
 import argparse
 import os
 import pickle
@@ -25,7 +27,8 @@ def main():
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    group = int(os.environ["GRAFT_GROUP"])
+    spare = os.environ.get("GRAFT_SPARE") == "1"
+    group = 50 if spare else int(os.environ["GRAFT_GROUP"])
     torch.manual_seed(5 + group)     # different weights: the cold start aligns them
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     inner = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -40,6 +43,9 @@ def main():
     losses = []
     while True:
         info = sync.begin()
+        if spare:
+            print("spare promoted to group %d" % rt.group, flush=True)
+            spare = False
         if info.step >= a.rounds:
             break
         g = torch.Generator().manual_seed((info.step * 64 + sync.inner_step) * 16
@@ -60,6 +66,7 @@ def main():
                 time.sleep(a.delay)
     out = {
         "step": rt.step, "start": rt.start_kind, "metrics": rt.metrics(), "losses": losses,
+        "group": rt.group,
         "global": [t.numpy().copy() for t in sync.glob],
         "params": [p.detach().numpy().copy() for p in model.parameters()],
         "outer": ([(n, t.numpy().copy()) for n, t in graft.torch._state_tensors(outer)]
