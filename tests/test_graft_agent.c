@@ -6,6 +6,9 @@
  *  - spares: 1 spare per rank on each agent; a rank SIGKILLed, a spare takes
  *    its slot, the agent starts a spare in its place (the job's spare count
  *    is back), and the job ends bit-identical to train_mlp --no-graft;
+ *  - --launcher: a group world (a torchrun-like script) with a spare world;
+ *    a rank killed, the world's records evicted, the spare world takes both
+ *    slots, the dead world comes back as a spare world; bit-identical;
  *  - no spares: the dead rank is started again in place after its back-off
  *    and heals; bit-identical again;
  *  - a command that keeps failing: back-off doubling, then the agent gives
@@ -76,9 +79,12 @@ static int agent_run(const char *const *args, char *out, size_t len)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Start an agent for group @p group of job @p job (group < 0: none). */
-static void agent_start(agent_proc_t *ap, const char *job, const char *dir, int group, int spares,
-                        const char *backoff_ms)
+/* Start an agent for group @p group of job @p job with one more option
+ * (mode, may be NULL) and the command after "--" (NULL: train_mlp with
+ * trainer_flags and a hash log per process). */
+static void agent_start_cmd(agent_proc_t *ap, const char *job, const char *dir, int group,
+                            int spares, const char *backoff_ms, const char *mode,
+                            const char *const *cmd)
 {
     memset(ap, 0, sizeof(*ap));
     snprintf(ap->dir, sizeof(ap->dir), "%s/agent%d", dir, group);
@@ -90,11 +96,19 @@ static void agent_start(agent_proc_t *ap, const char *job, const char *dir, int 
     snprintf(g, sizeof(g), "%d", group);
     snprintf(s, sizeof(s), "%d", spares);
     snprintf(hashlog, sizeof(hashlog), "%s/log.{slot}.{start}", ap->dir);
-    const char *argv[] = {agent_bin, "--group", g, "--spares", s, "--log-dir", ap->dir,
-                          "--status-file", ap->status_file, "--metrics-file", ap->metrics_file,
-                          "--backoff-ms", backoff_ms, "--max-restarts", "3", "--stop-grace-ms",
-                          "3000", "--", rp_trainer, "--hash-log", hashlog, trainer_flags[0],
-                          trainer_flags[1], trainer_flags[2], trainer_flags[3], NULL};
+    const char *trainer[] = {rp_trainer, "--hash-log", hashlog, trainer_flags[0], trainer_flags[1],
+                             trainer_flags[2], trainer_flags[3], NULL};
+    const char *argv[40] = {agent_bin, "--group", g, "--spares", s, "--log-dir", ap->dir,
+                            "--status-file", ap->status_file, "--metrics-file", ap->metrics_file,
+                            "--backoff-ms", backoff_ms, "--max-restarts", "3", "--stop-grace-ms",
+                            "3000"};
+    size_t n = 17;
+    if (mode != NULL)
+        argv[n++] = mode;
+    argv[n++] = "--";
+    for (size_t i = 0; (cmd != NULL ? cmd : trainer)[i] != NULL && n < 39; i++)
+        argv[n++] = (cmd != NULL ? cmd : trainer)[i];
+    argv[n] = NULL;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -115,6 +129,12 @@ static void agent_start(agent_proc_t *ap, const char *job, const char *dir, int 
         _exit(127);
     }
     ap->pid = pid;
+}
+
+static void agent_start(agent_proc_t *ap, const char *job, const char *dir, int group, int spares,
+                        const char *backoff_ms)
+{
+    agent_start_cmd(ap, job, dir, group, spares, backoff_ms, NULL, NULL);
 }
 
 static void agent_wait(agent_proc_t *ap, double timeout_s)
@@ -253,8 +273,9 @@ static void check_outputs(const agent_proc_t *ap, char ref[AG_RANKS][17], outcom
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
         const char *r = strstr(e->d_name, "-r");
-        if (n < 4 || strcmp(e->d_name + n - 4, ".out") != 0 || r == NULL)
-            continue;
+        if (n < 4 || strcmp(e->d_name + n - 4, ".out") != 0 || r == NULL || r[2] < '0' ||
+            r[2] > '9')
+            continue; /* not a process's, or a launcher's own output */
         int rank = atoi(r + 2);
         assert_true(rank >= 0 && rank < AG_RANKS);
         char path[700], line[256], hash[17], start[16];
@@ -297,7 +318,7 @@ static void print_events(const agent_proc_t *ag)
     }
 }
 
-static void check_job(agent_proc_t *ag, outcome_t *o)
+static void check_job(agent_proc_t *ag, outcome_t *o, int killed)
 {
     char ref[AG_RANKS][17];
     for (int r = 0; r < AG_RANKS; r++)
@@ -308,7 +329,7 @@ static void check_job(agent_proc_t *ag, outcome_t *o)
     /* Every slot ended at the last step with the reference's state; the one
      * process killed has no final line. */
     assert_int_equal(o->finished, AG_GROUPS * AG_RANKS);
-    assert_int_equal(o->unfinished, 1);
+    assert_int_equal(o->unfinished, killed);
 }
 
 static void job_dir(char *dir, size_t len)
@@ -346,18 +367,20 @@ static void test_spare_takes_slot_and_is_replaced(void **state)
     graft_membership_t *obs = observe(job);
     wait_spares(obs, AG_GROUPS * AG_RANKS, 60);
     pid_t victim = kill_rank(&ag[0]);
-    double end = rp_now_s() + 20;
+    double killed = rp_now_s(), end = killed + 20;
     while (slot_pid(obs, 0, 1) == victim || slot_pid(obs, 0, 1) == 0) {
         if (rp_now_s() > end)
             fail_msg("no spare took slot (0, 1) within 20 s");
         usleep(10000);
     }
+    print_message("# slot (0, 1) taken by a spare %.2f s after the kill (lease TTL 2 s)\n",
+                  rp_now_s() - killed);
     /* The dead rank's agent started a spare in its place. */
     wait_spares(obs, AG_GROUPS * AG_RANKS, 20);
     for (int g = 0; g < AG_GROUPS; g++)
         agent_wait(&ag[g], 60);
     outcome_t o;
-    check_job(ag, &o);
+    check_job(ag, &o, 1);
     assert_int_equal(o.promoted, 1);
     assert_int_equal(o.healed, 1);
     assert_int_equal(counter(&ag[0], "failures"), 1);
@@ -366,7 +389,80 @@ static void test_spare_takes_slot_and_is_replaced(void **state)
     assert_true(rp_file_contains(ag[0].metrics_file, "graft_agent_restarts_total 1\n"));
     assert_true(rp_file_contains(ag[0].metrics_file, "graft_agent_state{state=\"finished\"} 1"));
     assert_true(rp_file_contains(ag[0].err, "restart as a spare"));
+    /* The agent saw its process die: the slot was freed at once. */
+    assert_true(rp_file_contains(ag[0].err, "evicted: slot 1: the record of (group 0, rank 1)"));
     print_events(ag);
+    graft_membership_destroy(obs);
+    rp_rm_rf(dir);
+}
+
+/* A launcher of one group world, as torchrun: every rank, each with its
+ * own output and hash log; when one fails the others are killed and the
+ * launcher exits with the failure's status. */
+static const char launcher_sh[] =
+    "#!/bin/bash\n"
+    "trainer=$1; out=$2; shift 2\n"
+    "pids=()\n"
+    "for r in 0 1; do\n"
+    "    GRAFT_RANK=$r \"$trainer\" --hash-log \"$out-r$r.log\" \"$@\" >\"$out-r$r.out\" &\n"
+    "    pids+=($!)\n"
+    "done\n"
+    "for _ in 0 1; do\n"
+    "    wait -n; rc=$?\n"
+    "    if [ $rc -ne 0 ]; then kill -9 \"${pids[@]}\" 2>/dev/null; wait; exit $rc; fi\n"
+    "done\n";
+
+/* --launcher: group 0 is one world, with a spare world beside it; group 1
+ * an agent of ranks. A rank of group 0 is SIGKILLed, its launcher kills
+ * the other: the agent evicts both records it saw below the launcher, the
+ * spare world's two spares take both slots (seen below the spare world's
+ * launcher), the dead world is started again whole as a spare world, and
+ * the job ends bit-identical. */
+static void test_launcher_world_replaced_by_spare_world(void **state)
+{
+    (void)state;
+    char dir[256], job[64], script[400], out[400];
+    job_dir(dir, sizeof(dir));
+    snprintf(job, sizeof(job), "agent-launcher-%d", (int)getpid());
+    snprintf(script, sizeof(script), "%s/launcher.sh", dir);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fputs(launcher_sh, f);
+    fclose(f);
+    assert_int_equal(chmod(script, 0755), 0);
+    agent_proc_t ag[AG_GROUPS];
+    snprintf(out, sizeof(out), "%s/agent0/launched-s{slot}-{start}", dir);
+    const char *cmd[] = {script, rp_trainer, out, trainer_flags[0], trainer_flags[1],
+                         trainer_flags[2], trainer_flags[3], NULL};
+    agent_start_cmd(&ag[0], job, dir, 0, 1, "200", "--launcher", cmd);
+    agent_start(&ag[1], job, dir, 1, 0, "200");
+    graft_membership_t *obs = observe(job);
+    wait_spares(obs, AG_RANKS, 60);
+    char log[500];
+    snprintf(log, sizeof(log), "%s/agent0/launched-s0-0-r1.log", dir);
+    wait_lines(log, 5, 60);
+    int victim = slot_pid(obs, 0, 1), other = slot_pid(obs, 0, 0);
+    assert_true(victim > 0 && other > 0);
+    assert_int_equal(kill(victim, SIGKILL), 0);
+    double end = rp_now_s() + 20;
+    for (int r = 0; r < AG_RANKS; r++)
+        while (slot_pid(obs, 0, r) == victim || slot_pid(obs, 0, r) == other ||
+               slot_pid(obs, 0, r) == 0) {
+            if (rp_now_s() > end)
+                fail_msg("no spare took slot (0, %d) within 20 s", r);
+            usleep(10000);
+        }
+    wait_spares(obs, AG_RANKS, 20); /* the restarted world's two spares */
+    for (int g = 0; g < AG_GROUPS; g++)
+        agent_wait(&ag[g], 60);
+    print_events(ag);
+    outcome_t o;
+    check_job(ag, &o, 2);
+    assert_int_equal(o.promoted, 2);
+    assert_int_equal(counter(&ag[0], "restarts"), 1);
+    assert_int_equal(counter(&ag[0], "promotions"), 1);
+    assert_true(rp_file_contains(ag[0].err, "evicted: slot 0: the record of (group 0, rank 1)"));
+    assert_true(rp_file_contains(ag[0].err, "spare_promoted: slot 1:"));
     graft_membership_destroy(obs);
     rp_rm_rf(dir);
 }
@@ -401,7 +497,7 @@ static void test_restart_in_place_with_backoff(void **state)
     for (int g = 0; g < AG_GROUPS; g++)
         agent_wait(&ag[g], 60);
     outcome_t o;
-    check_job(ag, &o);
+    check_job(ag, &o, 1);
     assert_int_equal(o.promoted, 0);
     assert_int_equal(o.healed, 1);
     assert_int_equal(counter(&ag[0], "restarts"), 1);
@@ -532,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_deploy_files),
         cmocka_unit_test(test_spare_takes_slot_and_is_replaced),
         cmocka_unit_test(test_restart_in_place_with_backoff),
+        cmocka_unit_test(test_launcher_world_replaced_by_spare_world),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

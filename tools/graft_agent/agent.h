@@ -104,6 +104,10 @@ typedef struct agent_unit {
     uint32_t failures;    /* in a row */
     int last_status;      /* waitpid() status of the last process; -1: none yet */
     bool stopping;        /* SIGTERM sent by the agent */
+    /* The member records its process (or, a launcher's world, the ones
+     * below it) wrote, as etcd last showed them: evicted when it dies. */
+    struct { uint32_t group, rank; int32_t pid; } records[AGENT_MAX_RANKS];
+    int n_records;
 } agent_unit_t;
 
 /* What to do when a unit's process ended (agent_exit_decide). */
@@ -145,7 +149,8 @@ typedef struct agent {
     uint64_t spares_idle_since_ms; /* --stop-spares-after-ms: since when only spares wait */
     /* The observer of the job (only with spares): promotions from etcd. */
     graft_membership_t *obs;
-    uint64_t obs_version;
+    uint64_t obs_version;       /* the version the loop waits past */
+    uint64_t obs_seen;          /* the version agent_watch_refresh() last read */
     uint64_t obs_next_try_ms;
     bool obs_warned;
     /* The report the HTTP server serves, made by the loop. */
@@ -187,11 +192,18 @@ void agent_unit_signal(agent_unit_t *u, bool kill_now);
 /* Open the observer when spares are kept (retried later when etcd does
  * not answer). */
 void agent_watch_open(agent_t *a);
-/* Mark the spares that took a slot since the last call; returns how many. */
-int agent_watch_promotions(agent_t *a);
+/* When the view changed: each running unit's member records, and the
+ * spares among them that took a slot since (marked, counted, an event);
+ * returns how many spares were promoted. */
+int agent_watch_refresh(agent_t *a);
 /* Whether slot (group, rank) is held by a live member (the job is
  * running there already): a primary is then started as a spare. */
 bool agent_watch_slot_held(agent_t *a, uint32_t group, uint32_t rank);
+/* u's process died: revoke the lease of each slot record it (or its
+ * world) wrote when the record is still that process's
+ * (graft_membership_evict), so a spare takes the slot at once instead of
+ * after the lease's TTL. Nothing without an observer. */
+void agent_watch_evict(agent_t *a, agent_unit_t *u);
 /* Wait up to timeout_ms for the view to change (or sleep without one). */
 void agent_watch_wait(agent_t *a, uint32_t timeout_ms);
 void agent_watch_close(agent_t *a);

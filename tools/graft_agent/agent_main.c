@@ -74,6 +74,7 @@ static void unit_ended(agent_t *a, agent_unit_t *u, int wstatus)
         agent_event(a, "gave_up", "slot %d: %s died %u times in a row (the last: pid %d, %s, "
                     "after %.1f s); giving up (--max-restarts %u)", u->slot, rank, d.failures,
                     (int)pid, how, (double)ran / 1000.0, a->o.max_restarts);
+        agent_watch_evict(a, u);
         return;
     }
     u->state = AGENT_UNIT_BACKOFF;
@@ -82,6 +83,7 @@ static void unit_ended(agent_t *a, agent_unit_t *u, int wstatus)
                 "(failure %u of %u in a row)", u->slot, what, (int)pid, how, (double)ran / 1000.0,
                 d.role == AGENT_ROLE_SPARE ? "a spare" : "the same rank", d.delay_ms,
                 d.failures, a->o.max_restarts);
+    agent_watch_evict(a, u);
     u->role = d.role;
     u->group = -1;
 }
@@ -196,8 +198,7 @@ static int run(agent_t *a)
     while (!all_done(a) && !a->gave_up && stop_signal == 0) {
         reap(a);
         start_due(a);
-        if (agent_spares_warm(a) > 0)
-            agent_watch_promotions(a);
+        agent_watch_refresh(a);
         stop_spares_when_due(a);
         uint64_t now = agent_now_ms();
         if (a->n_events != reported_events || now - reported_ms >= AGENT_REPORT_EVERY_MS) {

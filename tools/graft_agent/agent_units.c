@@ -112,16 +112,21 @@ bool agent_unit_start(agent_t *a, agent_unit_t *u)
     u->started_ms = agent_now_ms();
     u->group = u->role == AGENT_ROLE_PRIMARY ? (int64_t)a->o.group : -1;
     u->stopping = false;
+    u->n_records = 0;
     u->starts++;
     a->c.starts++;
-    char rank[16];
-    snprintf(rank, sizeof(rank), u->rank == UINT32_MAX ? "all" : "%u", u->rank);
-    if (u->role == AGENT_ROLE_PRIMARY)
-        agent_event(a, "start", "slot %d: %s %s of group %u, pid %d (start %u)", u->slot,
-                    agent_unit_kind(u), rank, a->o.group, (int)pid, u->starts);
+    char who[48];
+    if (u->rank == UINT32_MAX)
+        snprintf(who, sizeof(who), "%s", u->role == AGENT_ROLE_PRIMARY ? "world" : "spare world");
     else
-        agent_event(a, "start", "slot %d: %s of rank %s, pid %d (start %u)", u->slot,
-                    agent_unit_kind(u), rank, (int)pid, u->starts);
+        snprintf(who, sizeof(who), "%s %u", u->role == AGENT_ROLE_PRIMARY ? "rank" : "spare of rank",
+                 u->rank);
+    if (u->role == AGENT_ROLE_PRIMARY)
+        agent_event(a, "start", "slot %d: %s of group %u, pid %d (start %u)", u->slot, who,
+                    a->o.group, (int)pid, u->starts);
+    else
+        agent_event(a, "start", "slot %d: %s, pid %d (start %u)", u->slot, who, (int)pid,
+                    u->starts);
     return true;
 }
 

@@ -75,21 +75,24 @@ bool agent_pid_descends(pid_t pid, pid_t ancestor)
     return false;
 }
 
-/* The member of the view that u's process (or one below it) wrote. */
-static const graft_member_t *member_of(const agent_t *a, const graft_membership_view_t *v,
-                                       const agent_unit_t *u)
+/* u's member records in the view: this host's records whose pid is u's
+ * process or below it. */
+static void unit_records(const agent_t *a, const graft_membership_view_t *v, agent_unit_t *u)
 {
-    for (size_t i = 0; i < v->n_members; i++) {
+    u->n_records = 0;
+    for (size_t i = 0; i < v->n_members && u->n_records < AGENT_MAX_RANKS; i++) {
         const graft_member_t *m = &v->members[i];
-        if (m->host == NULL || strcmp(m->host, a->host) != 0 || m->pid <= 0)
+        if (m->host == NULL || strcmp(m->host, a->host) != 0 || m->pid <= 0 ||
+            !agent_pid_descends(m->pid, u->pid))
             continue;
-        if (agent_pid_descends(m->pid, u->pid))
-            return m;
+        u->records[u->n_records].group = m->group;
+        u->records[u->n_records].rank = m->rank;
+        u->records[u->n_records].pid = m->pid;
+        u->n_records++;
     }
-    return NULL;
 }
 
-int agent_watch_promotions(agent_t *a)
+int agent_watch_refresh(agent_t *a)
 {
     agent_watch_open(a);
     if (a->obs == NULL)
@@ -98,20 +101,20 @@ int agent_watch_promotions(agent_t *a)
     if (graft_membership_view_get(a->obs, &v) != GRAFT_OK)
         return 0;
     int n = 0;
-    a->obs_version = v->version;
-    for (int i = 0; i < a->n_units; i++) {
+    for (int i = 0; v->version != a->obs_seen && i < a->n_units; i++) {
         agent_unit_t *u = &a->units[i];
-        if (u->state != AGENT_UNIT_RUNNING || u->role != AGENT_ROLE_SPARE || u->group >= 0)
+        if (u->state != AGENT_UNIT_RUNNING)
             continue;
-        const graft_member_t *m = member_of(a, v, u);
-        if (m == NULL)
+        unit_records(a, v, u);
+        if (u->role != AGENT_ROLE_SPARE || u->group >= 0 || u->n_records == 0)
             continue;
-        u->group = m->group;
+        u->group = u->records[0].group;
         a->c.promotions++;
         n++;
         agent_event(a, "spare_promoted", "slot %d: pid %d took slot (group %u, rank %u)",
-                    u->slot, (int)m->pid, m->group, m->rank);
+                    u->slot, (int)u->records[0].pid, u->records[0].group, u->records[0].rank);
     }
+    a->obs_seen = v->version;
     graft_membership_view_free(v);
     return n;
 }
@@ -129,6 +132,22 @@ bool agent_watch_slot_held(agent_t *a, uint32_t group, uint32_t rank)
         held |= v->members[i].group == group && (rank == UINT32_MAX || v->members[i].rank == rank);
     graft_membership_view_free(v);
     return held;
+}
+
+void agent_watch_evict(agent_t *a, agent_unit_t *u)
+{
+    for (int i = 0; a->obs != NULL && i < u->n_records; i++) {
+        uint32_t g = u->records[i].group, r = u->records[i].rank;
+        int pid = u->records[i].pid;
+        graft_status_t st = graft_membership_evict(a->obs, g, r, a->host, pid);
+        if (st == GRAFT_OK)
+            agent_event(a, "evicted", "slot %d: the record of (group %u, rank %u) by pid %d: "
+                        "its lease revoked, the slot free for a spare now", u->slot, g, r, pid);
+        else if (st != GRAFT_ENOTFOUND && st != GRAFT_ESTATE)
+            agent_event(a, "evict_failed", "slot %d: (group %u, rank %u): %s; the slot is free "
+                        "once its lease lapses", u->slot, g, r, graft_status_string(st));
+    }
+    u->n_records = 0;
 }
 
 void agent_watch_wait(agent_t *a, uint32_t timeout_ms)
