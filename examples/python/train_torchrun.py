@@ -41,6 +41,8 @@ graft settings (environment):
   GRAFT_JOB               the job's name; every group of one job uses the same (required)
   GRAFT_GROUP             this group's id, 0..GRAFT_GROUPS-1 (or REPLICA_GROUP_ID)
   GRAFT_GROUPS            the number of groups (or NUM_REPLICA_GROUPS)
+  GRAFT_SPARE             1: instead of GRAFT_GROUP, a spare that waits for a dead
+                          rank's slot (a process of its own, not a torchrun world)
   GRAFT_ETCD_ENDPOINTS    etcd's URL [http://127.0.0.1:2379]
   GRAFT_MODE              strict (a step commits only with every group: bit-exact
                           after a failure) or elastic (trains on with fewer) [strict]
@@ -130,13 +132,24 @@ def main():
 
     opt = graft.torch.Optimizer(rt, inner, objects=graft.rng_state,
                                 load_objects=graft.set_rng_state)
-    tag = "group %d rank %d" % (rt.group, rt.rank)
+    # A spare (GRAFT_SPARE=1) learns its group at its first quorum.
+    tag = ("spare rank %d" % rt.rank) if rt.spare else "group %d rank %d" % (rt.group, rt.rank)
     say("%s: pid %d, %d ranks per group, %d groups" % (tag, os.getpid(), ranks, rt.groups))
 
     started = None
     while True:
-        info = opt.zero_grad()               # the quorum; a group that is behind heals here
+        try:
+            info = opt.zero_grad()           # the quorum; a group that is behind heals here
+        except graft.SpareUnused:            # a spare every group ended the job without
+            say("%s: spare unused: the job finished without it" % tag)
+            rt.close()
+            if ranks > 1:
+                dist.destroy_process_group()
+            return 0
         if started is None:
+            if rt.promoted:
+                tag = "group %d rank %d" % (rt.group, rt.rank)
+                say("%s: spare promoted to group %d" % (tag, rt.group))
             started = rt.start_kind
             say("%s: start %s at step %d" % (tag, started, rt.step))
         if info.step >= a.steps:
