@@ -20,7 +20,7 @@
 
 /* ------------------------------------------------------------- helpers --- */
 
-static bool job_name_ok(const char *job)
+bool graft__mship_name_ok(const char *job)
 {
     if (job == NULL || job[0] == '\0' || strlen(job) > 64)
         return false;
@@ -236,7 +236,7 @@ static graft_status_t make_client(const graft_etcd_config_t *base, graft_etcd_t 
 
 static graft_status_t check_config(const graft_membership_config_t *c)
 {
-    if (c == NULL || c->etcd == NULL || !job_name_ok(c->job)) {
+    if (c == NULL || c->etcd == NULL || !graft__mship_name_ok(c->job)) {
         GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "membership config: job must be [A-Za-z0-9_.-]{1,64} and "
                                           "etcd must be set");
         return GRAFT_EINVAL;

@@ -97,6 +97,7 @@ graft_status_t graft__mship_member_encode(const graft_member_t *mem, uint8_t **b
     rec.state = (Graft__MemberState)mem->state;
     rec.lease_id = mem->lease_id;
     rec.joined_unix_ms = mem->joined_unix_ms;
+    rec.spare_group = mem->spare_group != NULL ? mem->spare_group : (char *)"";
     return pack_message(&rec.base, buf_p, len_p);
 }
 
@@ -106,8 +107,10 @@ void graft__mship_member_clear(graft_member_t *mem)
         return;
     graft_free(mem->host);
     graft_free(mem->transfer_address);
+    graft_free(mem->spare_group);
     mem->host = NULL;
     mem->transfer_address = NULL;
+    mem->spare_group = NULL;
 }
 
 graft_status_t graft__mship_member_copy(const graft_member_t *src, graft_member_t *dst_p)
@@ -115,7 +118,8 @@ graft_status_t graft__mship_member_copy(const graft_member_t *src, graft_member_
     graft_member_t out = *src;
     out.host = graft__strdup(src->host != NULL ? src->host : "");
     out.transfer_address = graft__strdup(src->transfer_address != NULL ? src->transfer_address : "");
-    if (out.host == NULL || out.transfer_address == NULL) {
+    out.spare_group = graft__strdup(src->spare_group != NULL ? src->spare_group : "");
+    if (out.host == NULL || out.transfer_address == NULL || out.spare_group == NULL) {
         graft__mship_member_clear(&out);
         return GRAFT_ENOMEM;
     }
@@ -147,6 +151,7 @@ graft_status_t graft__mship_member_decode(const uint8_t *buf, size_t len, graft_
     out.joined_unix_ms = rec->joined_unix_ms;
     out.host = rec->host;
     out.transfer_address = rec->transfer_address;
+    out.spare_group = rec->spare_group;
     st = graft__mship_member_copy(&out, mem_p);
 out_free:
     record_free(msg);

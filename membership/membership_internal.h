@@ -253,6 +253,9 @@ struct graft_membership {
 /* Count one etcd request of the handle. */
 #define GRAFT__MSHIP_REQ(m) atomic_fetch_add(&(m)->n_requests, 1)
 
+/* A job's (or a group of spares') name: [A-Za-z0-9_.-]{1,64} (membership.c). */
+bool graft__mship_name_ok(const char *name);
+
 /* ---------------------------------- lease (membership_lease.c) --- */
 
 /* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait on the

@@ -41,6 +41,8 @@ struct graft_membership_spare {
     graft_membership_t *obs; /* observer: the view, the clients, the job prefix */
     uint32_t groups;
     uint32_t rank;
+    uint32_t ranks;     /* R */
+    char *spare_group;  /* NULL: promoted alone */
     uint32_t ttl_s;
     int64_t lease;
     uint64_t incarnation;
@@ -70,6 +72,7 @@ static graft_status_t record_encode(const graft_membership_spare_t *sp, uint32_t
         .state = GRAFT_MEMBER_JOINING,
         .lease_id = sp->lease,
         .joined_unix_ms = sp->joined_ms,
+        .spare_group = group == UINT32_MAX ? sp->spare_group : NULL,
     };
     return graft__mship_member_encode(&mem, buf_p, len_p);
 }
@@ -124,6 +127,19 @@ graft_status_t graft_membership_spare_create(const graft_membership_config_t *co
         return GRAFT_ENOMEM;
     sp->groups = groups;
     sp->rank = config->rank;
+    sp->ranks = R;
+    if (config->spare_group != NULL && config->spare_group[0] != '\0' && R > 1) {
+        if (!graft__mship_name_ok(config->spare_group)) {
+            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "spare: spare_group must be [A-Za-z0-9_.-]{1,64}");
+            graft_free(sp);
+            return GRAFT_EINVAL;
+        }
+        sp->spare_group = graft__strdup(config->spare_group);
+        if (sp->spare_group == NULL) {
+            graft_free(sp);
+            return GRAFT_ENOMEM;
+        }
+    }
     sp->ttl_s = config->lease_ttl_s == 0 ? 5 : config->lease_ttl_s;
     sp->eligible = graft__calloc(groups, 1);
     graft_membership_config_t oc = *config;
@@ -150,6 +166,7 @@ void graft_membership_spare_destroy(graft_membership_spare_t *sp)
     graft_membership_destroy(sp->obs);
     graft_free(sp->key);
     graft_free(sp->eligible);
+    graft_free(sp->spare_group);
     graft_free(sp);
 }
 
@@ -289,59 +306,170 @@ static void promoted_event(graft_membership_spare_t *sp)
         GRAFT_DEBUG(GRAFT_MOD_MEMBERSHIP, "spare_promoted event not recorded");
 }
 
-/* One look at the view: the vacant slots of this rank that the spare may
- * fill, tried lowest group first. */
-static graft_status_t look_once(graft_membership_spare_t *sp, bool *finished_p)
+/* The group of spares' records, one per rank, newest first where a rank
+ * registered twice; false while some rank has none. */
+static bool group_records(graft_membership_spare_t *sp, const graft_member_t *list, size_t n,
+                          const graft_member_t **recs)
+{
+    for (uint32_t r = 0; r < sp->ranks; r++)
+        recs[r] = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const graft_member_t *m = &list[i];
+        if (m->rank >= sp->ranks || m->spare_group == NULL ||
+            strcmp(m->spare_group, sp->spare_group) != 0)
+            continue;
+        if (recs[m->rank] == NULL || m->incarnation > recs[m->rank]->incarnation)
+            recs[m->rank] = m;
+    }
+    for (uint32_t r = 0; r < sp->ranks; r++)
+        if (recs[r] == NULL)
+            return false;
+    return recs[sp->rank]->incarnation == sp->incarnation; /* this rank 0 is the group's */
+}
+
+/* The whole-group compare-and-swap: every slot of group g vacant, g trained
+ * and not finished, every spare of the group still registered on its
+ * lease; then each slot's record on its spare's lease, every spare record
+ * deleted. */
+static graft_status_t try_promote_group(graft_membership_spare_t *sp, uint32_t g,
+                                        const graft_member_t **recs, bool *won_p)
+{
+    graft_membership_t *m = sp->obs;
+    uint32_t R = sp->ranks;
+    size_t n_keys = 2u * R + 2u;
+    char **keys = graft__calloc(n_keys, sizeof(*keys));
+    uint8_t **bufs = graft__calloc(R, sizeof(*bufs));
+    size_t *lens = graft__calloc(R, sizeof(*lens));
+    graft_etcd_compare_t *cmps = graft__calloc(n_keys, sizeof(*cmps));
+    graft_etcd_op_t *ops = graft__calloc(2u * R, sizeof(*ops));
+    graft_status_t st = keys && bufs && lens && cmps && ops ? GRAFT_OK : GRAFT_ENOMEM;
+    for (uint32_t r = 0; st == GRAFT_OK && r < R; r++) {
+        graft_member_t rec = *recs[r];
+        rec.group = g;
+        rec.state = GRAFT_MEMBER_JOINING;
+        rec.spare_group = NULL;
+        keys[r] = graft__key_member(m->prefix, g, r);
+        keys[R + r] = graft__key_spare(m->prefix, r, recs[r]->incarnation);
+        if (keys[r] == NULL || keys[R + r] == NULL)
+            st = GRAFT_ENOMEM;
+        else
+            st = graft__mship_member_encode(&rec, &bufs[r], &lens[r]);
+        cmps[r] = (graft_etcd_compare_t){.key = keys[r], .target = GRAFT_ETCD_CMP_CREATE,
+                                         .op = GRAFT_ETCD_CMP_EQUAL, .number = 0};
+        cmps[R + r] = (graft_etcd_compare_t){.key = keys[R + r], .target = GRAFT_ETCD_CMP_LEASE,
+                                             .op = GRAFT_ETCD_CMP_EQUAL,
+                                             .number = recs[r]->lease_id};
+        ops[r] = (graft_etcd_op_t){.type = GRAFT_ETCD_OP_PUT, .key = keys[r], .value = bufs[r],
+                                   .value_len = lens[r], .lease = recs[r]->lease_id};
+        ops[R + r] = (graft_etcd_op_t){.type = GRAFT_ETCD_OP_DELETE, .key = keys[R + r]};
+    }
+    if (st == GRAFT_OK) {
+        keys[2 * R] = graft__key_group_progress(m->prefix, g);
+        keys[2 * R + 1] = graft__key_finished(m->prefix, g);
+        if (keys[2 * R] == NULL || keys[2 * R + 1] == NULL)
+            st = GRAFT_ENOMEM;
+        cmps[2 * R] = (graft_etcd_compare_t){.key = keys[2 * R], .target = GRAFT_ETCD_CMP_CREATE,
+                                             .op = GRAFT_ETCD_CMP_GREATER, .number = 0};
+        cmps[2 * R + 1] = (graft_etcd_compare_t){.key = keys[2 * R + 1],
+                                                 .target = GRAFT_ETCD_CMP_CREATE,
+                                                 .op = GRAFT_ETCD_CMP_EQUAL, .number = 0};
+    }
+    if (st == GRAFT_OK) {
+        graft_etcd_txn_result_t res = {0};
+        GRAFT__MSHIP_REQ(m);
+        st = graft_etcd_txn(m->ops, cmps, n_keys, ops, 2u * R, NULL, 0, &res);
+        *won_p = st == GRAFT_OK && res.succeeded;
+        graft_etcd_txn_result_clear(&res);
+        if (st != GRAFT_OK && slot_is_ours(sp, keys[sp->rank])) {
+            *won_p = true;
+            st = GRAFT_OK;
+        }
+    }
+    for (size_t i = 0; keys != NULL && i < n_keys; i++)
+        graft_free(keys[i]);
+    for (uint32_t r = 0; bufs != NULL && r < R; r++)
+        graft_free(bufs[r]);
+    graft_free(keys);
+    graft_free(bufs);
+    graft_free(lens);
+    graft_free(cmps);
+    graft_free(ops);
+    return st;
+}
+
+/* What one look at the view says for this spare. */
+typedef struct spare_view {
+    bool *held;           /* per group: its slot of this spare's rank has a member */
+    bool *any;            /* per group: some slot has a member */
+    uint64_t *layout;     /* per rank: a live member's region table (0: none live) */
+    bool mine;            /* a member record carries this spare's incarnation and lease */
+    uint32_t mine_group;
+} spare_view_t;
+
+static void spare_view_free(spare_view_t *sv)
+{
+    graft_free(sv->held);
+    graft_free(sv->any);
+    graft_free(sv->layout);
+}
+
+static graft_status_t spare_view_read(graft_membership_spare_t *sp, spare_view_t *sv)
 {
     graft_membership_view_t *v = NULL;
     graft_status_t st = graft_membership_view_get(sp->obs, &v);
     if (st != GRAFT_OK)
         return st;
-    bool *held = graft__calloc(sp->groups, sizeof(*held));
-    if (held == NULL) {
+    *sv = (spare_view_t){0};
+    sv->held = graft__calloc(sp->groups, sizeof(*sv->held));
+    sv->any = graft__calloc(sp->groups, sizeof(*sv->any));
+    sv->layout = graft__calloc(sp->ranks, sizeof(*sv->layout));
+    if (sv->held == NULL || sv->any == NULL || sv->layout == NULL) {
         graft_membership_view_free(v);
+        spare_view_free(sv);
         return GRAFT_ENOMEM;
     }
-    /* A spare whose region table differs from the live ranks' would take a
-     * slot no donor serves: it stays a spare and says why (once). */
-    size_t same = 0, other = 0;
-    uint64_t theirs = 0;
     for (size_t i = 0; i < v->n_members; i++) {
         const graft_member_t *mem = &v->members[i];
-        if (mem->rank != sp->rank)
-            continue;
-        if (mem->group < sp->groups)
-            held[mem->group] = true;
-        if (mem->layout_hash == sp->obs->cfg.layout_hash) {
-            same++;
-        } else {
-            other++;
-            theirs = mem->layout_hash;
+        if (mem->incarnation == sp->incarnation && mem->lease_id == sp->lease &&
+            mem->rank == sp->rank) {
+            sv->mine = true; /* our group's rank 0 promoted us */
+            sv->mine_group = mem->group;
         }
+        if (mem->group < sp->groups) {
+            sv->any[mem->group] = true;
+            if (mem->rank == sp->rank)
+                sv->held[mem->group] = true;
+        }
+        if (mem->rank < sp->ranks && sv->layout[mem->rank] == 0)
+            sv->layout[mem->rank] = mem->layout_hash;
     }
     graft_membership_view_free(v);
-    if (same == 0 && other > 0) {
-        if (!sp->layout_warned)
-            GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: this spare's region table (layout %016"
-                        PRIx64 ") differs from rank %" PRIu32 "'s live members' (%016" PRIx64
-                        "): it takes no slot", sp->obs->job, sp->obs->cfg.layout_hash, sp->rank,
-                        theirs);
-        sp->layout_warned = true;
-        graft_free(held);
-        return GRAFT_OK;
-    }
-    sp->layout_warned = false;
-    bool vacancy = false;
-    for (uint32_t g = 0; g < sp->groups && !vacancy; g++)
-        vacancy = !held[g];
-    uint64_t now = graft__now_ns();
-    if (vacancy && (sp->listed_ns == 0 || now - sp->listed_ns >= SPARE_LIST_EVERY_NS)) {
-        uint32_t n_finished = 0;
-        st = eligible_read(sp, &n_finished);
-        *finished_p = st == GRAFT_OK && n_finished == sp->groups;
-    }
+    return GRAFT_OK;
+}
+
+/* A spare whose region table differs from its rank's live members' would
+ * take a slot no donor serves: it stays a spare and says why (once). */
+static bool layout_refused(graft_membership_spare_t *sp, uint32_t rank, uint64_t spare_layout,
+                           const spare_view_t *sv)
+{
+    uint64_t theirs = sv->layout[rank];
+    if (theirs == 0 || theirs == spare_layout)
+        return false;
+    if (!sp->layout_warned)
+        GRAFT_ERROR(GRAFT_MOD_MEMBERSHIP, "job %s: the region table of a spare of rank %" PRIu32
+                    " (layout %016" PRIx64 ") differs from rank %" PRIu32 "'s live members' (%016"
+                    PRIx64 "): it takes no slot", sp->obs->job, rank, spare_layout, rank, theirs);
+    sp->layout_warned = true;
+    return true;
+}
+
+/* A lone spare: the vacant slots of its rank it may fill, lowest group
+ * first. */
+static graft_status_t promote_alone(graft_membership_spare_t *sp, const spare_view_t *sv)
+{
+    graft_status_t st = GRAFT_OK;
     for (uint32_t g = 0; st == GRAFT_OK && g < sp->groups && !sp->promoted; g++) {
-        if (held[g] || sp->eligible[g] != 1)
+        if (sv->held[g] || sp->eligible[g] != 1)
             continue;
         bool won = false;
         st = try_promote(sp, g, &won);
@@ -350,7 +478,74 @@ static graft_status_t look_once(graft_membership_spare_t *sp, bool *finished_p)
             sp->group = g;
         }
     }
-    graft_free(held);
+    return st;
+}
+
+/* Rank 0 of a group of spares: a group all of whose slots are vacant, once
+ * every rank of the group of spares is registered. */
+static graft_status_t promote_group(graft_membership_spare_t *sp, const spare_view_t *sv)
+{
+    bool due = false;
+    for (uint32_t g = 0; g < sp->groups && !due; g++)
+        due = !sv->any[g] && sp->eligible[g] == 1;
+    if (!due)
+        return GRAFT_OK;
+    graft_member_t *list = NULL;
+    size_t n = 0;
+    graft_status_t st = graft_membership_spares_list(sp->obs, &list, &n);
+    const graft_member_t **recs = graft__calloc(sp->ranks, sizeof(*recs));
+    if (st == GRAFT_OK && recs == NULL)
+        st = GRAFT_ENOMEM;
+    bool whole = st == GRAFT_OK && group_records(sp, list, n, recs);
+    for (uint32_t r = 0; whole && r < sp->ranks; r++)
+        whole = !layout_refused(sp, r, recs[r]->layout_hash, sv);
+    for (uint32_t g = 0; whole && st == GRAFT_OK && g < sp->groups && !sp->promoted; g++) {
+        if (sv->any[g] || sp->eligible[g] != 1)
+            continue;
+        bool won = false;
+        st = try_promote_group(sp, g, recs, &won);
+        if (won) {
+            sp->promoted = true;
+            sp->group = g;
+        }
+    }
+    graft_free(recs);
+    graft_membership_spares_free(list, n);
+    return st;
+}
+
+/* One look at the view: promoted by our group of spares' rank 0 already?
+ * Every group finished? Else a promotion tried where one is due. */
+static graft_status_t look_once(graft_membership_spare_t *sp, bool *finished_p)
+{
+    spare_view_t sv;
+    graft_status_t st = spare_view_read(sp, &sv);
+    if (st != GRAFT_OK)
+        return st;
+    if (sv.mine) {
+        sp->promoted = true;
+        sp->group = sv.mine_group;
+        spare_view_free(&sv);
+        return GRAFT_OK;
+    }
+    bool vacancy = false;
+    for (uint32_t g = 0; g < sp->groups && !vacancy; g++)
+        vacancy = !sv.held[g];
+    uint64_t now = graft__now_ns();
+    if (vacancy && (sp->listed_ns == 0 || now - sp->listed_ns >= SPARE_LIST_EVERY_NS)) {
+        uint32_t n_finished = 0;
+        st = eligible_read(sp, &n_finished);
+        *finished_p = st == GRAFT_OK && n_finished == sp->groups;
+    }
+    if (st == GRAFT_OK && vacancy && !layout_refused(sp, sp->rank, sp->obs->cfg.layout_hash, &sv)) {
+        sp->layout_warned = false;
+        if (sp->spare_group == NULL)
+            st = promote_alone(sp, &sv);
+        else if (sp->rank == 0)
+            st = promote_group(sp, &sv);
+        /* the other ranks of a group of spares wait for its rank 0 */
+    }
+    spare_view_free(&sv);
     return st;
 }
 

@@ -59,6 +59,7 @@ static const field_t fields[] = {
     STR(etcd_key),
     UINT(group, 0, 1u << 20, NULL),
     UINT(spare, 0, 1, "0"),
+    STR(spare_group),
     UINT(rank, 0, 1u << 20, "0"),
     UINT(ranks_per_group, 1, 1u << 20, "1"),
     UINT(groups, 1, 1u << 20, NULL),

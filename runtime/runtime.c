@@ -28,7 +28,7 @@ static graft_status_t config_copy(const graft_config_t *src, graft_config_t **ds
                       &c->etcd_ca,   &c->etcd_cert,      &c->etcd_key,  &c->transfer_address,
                       &c->transfer_advertise, &c->job_secret_file, &c->persist_root,
                       &c->persist_second_root, &c->persist_remote,
-                      &c->persist_remote_endpoint, &c->persist_remote_region};
+                      &c->persist_remote_endpoint, &c->persist_remote_region, &c->spare_group};
     const char *vals[GRAFT_ARRAY_SIZE(slots)];
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(slots); i++) {
         vals[i] = *slots[i];

@@ -255,6 +255,7 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         .layout_hash = rt->layout_hash,
         .committed_step = 0,
         .state = GRAFT_MEMBER_JOINING,
+        .spare_group = rt->cfg->spare_group,
     };
     if (rt->cfg->spare) {
         st = graft__rt_spare_promote(rt, &mc);

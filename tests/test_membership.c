@@ -445,7 +445,7 @@ static void test_view_resyncs_after_compaction(void **state)
      * event in hand; then break the stream (etcd restart), change the
      * membership and compact past everything the watch has seen. When
      * the thread resumes, its reconnect hits the compacted revision. */
-    graft_member_t poke = {8, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0};
+    graft_member_t poke = {8, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0, NULL};
     uint8_t *pbuf;
     size_t plen;
     assert_int_equal(graft__mship_member_encode(&poke, &pbuf, &plen), GRAFT_OK);
@@ -458,7 +458,7 @@ static void test_view_resyncs_after_compaction(void **state)
     assert_int_equal(graft_etcd_server_stop(mf_etcd.server), GRAFT_OK);
     assert_int_equal(graft_etcd_server_restart(mf_etcd.server), GRAFT_OK);
     graft_membership_destroy(b); /* leaves: its record goes */
-    graft_member_t extra = {9, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0};
+    graft_member_t extra = {9, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0, NULL};
     uint8_t *buf;
     size_t len;
     int64_t rev = 0;

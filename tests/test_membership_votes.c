@@ -653,7 +653,7 @@ static void test_garbage_records_skipped(void **state)
     assert_int_equal(graft_etcd_put(mf_etcd.client, "/graft/junk/members/5/0", junk, strlen(junk),
                                     0, NULL, NULL),
                      GRAFT_OK);
-    graft_member_t imposter = {6, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0};
+    graft_member_t imposter = {6, 0, 5, "h", 1, "", 0, 0, GRAFT_MEMBER_HEALTHY, 0, 0, NULL};
     uint8_t *buf;
     size_t len;
     assert_int_equal(graft__mship_member_encode(&imposter, &buf, &len), GRAFT_OK);

@@ -47,7 +47,7 @@ static void test_member_roundtrip(void **state)
 {
     (void)state;
     graft_member_t in = {3, 1, 77, "hostA", 1234, "ucx://10.0.0.1:5000", 0xabcdef, 42,
-                         GRAFT_MEMBER_HEALTHY, 999, 1700000000000ull};
+                         GRAFT_MEMBER_HEALTHY, 999, 1700000000000ull, "sg-1"};
     uint8_t *buf;
     size_t len;
     assert_int_equal(graft__mship_member_encode(&in, &buf, &len), GRAFT_OK);
@@ -61,6 +61,7 @@ static void test_member_roundtrip(void **state)
     assert_int_equal(out.committed_step, 42);
     assert_int_equal(out.state, GRAFT_MEMBER_HEALTHY);
     assert_int_equal(out.lease_id, 999);
+    assert_string_equal(out.spare_group, "sg-1");
     graft__mship_member_clear(&out);
 
     /* Truncated: every proper prefix either fails cleanly or (when the cut
@@ -562,7 +563,7 @@ static void test_alloc_torture(void **state)
     uint8_t *enc;
     size_t enc_len;
     assert_int_equal(graft__mship_quorum_encode(q0, &enc, &enc_len), GRAFT_OK);
-    graft_member_t mem = {3, 1, 77, "hostA", 1234, "ucx://x", 1, 2, GRAFT_MEMBER_HEALTHY, 9, 1};
+    graft_member_t mem = {3, 1, 77, "hostA", 1234, "ucx://x", 1, 2, GRAFT_MEMBER_HEALTHY, 9, 1, NULL};
     uint8_t *menc;
     size_t menc_len;
     assert_int_equal(graft__mship_member_encode(&mem, &menc, &menc_len), GRAFT_OK);

@@ -340,6 +340,48 @@ static void test_spare_with_other_layout_stays_out(void **state)
     rp_rm_rf(j.dir);
 }
 
+/* Groups of spares (GRAFT_SPARE_GROUP, the ranks of one world): two groups
+ * die whole, and each takes all the slots of one of them, never a slot of
+ * each, as the ranks' lone spares may. */
+static void test_spare_groups_stay_whole(void **state)
+{
+    (void)state;
+    job_t j;
+    rp_job_init(&j, "spare-worlds");
+    rp_spawn_all(&j, flags);
+    proc_t *sg[2][R];
+    for (int r = 0; r < R; r++) {
+        sg[0][r] = rp_spawn_spare_in(&j, "world-a", r, flags);
+        sg[1][r] = rp_spawn_spare_in(&j, "world-b", r, flags);
+    }
+    graft_membership_t *obs = observe(j.name);
+    wait_spares(obs, 2 * R, 60);
+    rp_wait_log(&j.p[0], 5, 60);
+    char host[256];
+    assert_int_equal(gethostname(host, sizeof(host)), 0);
+    for (int g = 1; g <= 2; g++)
+        for (int r = 0; r < R; r++) {
+            int pid = j.p[g * R + r].pid;
+            rp_kill_proc(&j.p[g * R + r]);
+            assert_int_equal(graft_membership_evict(obs, g, r, host, pid), GRAFT_OK);
+        }
+    wait_spares(obs, 0, 30);
+    for (int g = 1; g <= 2; g++) {
+        proc_t *p0 = proc_of_pid(&j, wait_slot_taken(obs, g, 0, 0, 30));
+        proc_t *p1 = proc_of_pid(&j, wait_slot_taken(obs, g, 1, 0, 30));
+        int w = p0 == sg[0][0] ? 0 : 1;
+        assert_ptr_equal(p0, sg[w][0]);
+        assert_ptr_equal(p1, sg[w][1]); /* the same world's rank 1 */
+    }
+    rp_wait_all(&j, 120);
+    for (int w = 0; w < 2; w++)
+        assert_int_equal(rp_spare_group(sg[w][0]), rp_spare_group(sg[w][1]));
+    assert_int_equal(rp_check_final(&j, STEPS), 4);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_etcd_restart_during_promotion),
         cmocka_unit_test(test_evict_dead_rank),
         cmocka_unit_test(test_spare_with_other_layout_stays_out),
+        cmocka_unit_test(test_spare_groups_stay_whole),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

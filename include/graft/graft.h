@@ -91,6 +91,7 @@ extern "C" {
  * | etcd_key            | GRAFT_ETCD_KEY            | (none)                  |
  * | group               | GRAFT_GROUP               | (required unless spare) |
  * | spare               | GRAFT_SPARE               | 0 (or 1)                |
+ * | spare_group         | GRAFT_SPARE_GROUP         | (none: promoted alone)  |
  * | rank                | GRAFT_RANK                | 0                       |
  * | ranks_per_group     | GRAFT_RANKS_PER_GROUP     | 1                       |
  * | groups              | GRAFT_GROUPS              | (required)              |
@@ -152,7 +153,11 @@ extern "C" {
  * spare takes the slot of a dead rank `rank` of some group (which
  * graft_group() then names) and heals like any replacement; that call
  * returns GRAFT_ECANCELED, with graft_finished() true, when every group
- * ended the job cleanly first. `group` is not used.
+ * ended the job cleanly first. `group` is not used. With ranks_per_group
+ * above 1, spare_group names a group of spares (the ranks of one world,
+ * [A-Za-z0-9_.-]{1,64}): its rank 0 takes all the slots of a group whose
+ * every rank died, for all of them in one compare-and-swap, so the world
+ * stays together; without it each rank's spare takes any slot of its rank.
  *
  * etcd_endpoints is a comma-separated list of http:// or https:// URLs
  * (graft_config_validate() refuses "127.0.0.1:2379", saying so). In strict

@@ -109,6 +109,10 @@ typedef struct graft_membership_config {
      *  a lease; 0: grant one. */
     int64_t adopt_lease;
     uint64_t adopt_incarnation;
+    /** graft_membership_spare_create(): the spare's group of spares, the
+     *  ranks of one world promoted together into one group
+     *  ([A-Za-z0-9_.-]{1,64}); NULL or "": promoted alone. */
+    const char *spare_group;
 } graft_membership_config_t;
 
 /**
@@ -183,6 +187,7 @@ typedef struct graft_member {
     graft_member_state_t state;
     int64_t lease_id;
     uint64_t joined_unix_ms;
+    char *spare_group; /**< a registered spare's group of spares ("": none) */
 } graft_member_t;
 
 /** A snapshot of the view. */

@@ -37,7 +37,8 @@ void rp_rm_rf(const char *path)
         fprintf(stderr, "could not remove %s\n", path);
 }
 
-static proc_t *spawn(job_t *j, int group, int rank, bool spare, const char *const *flags)
+static proc_t *spawn(job_t *j, int group, int rank, bool spare, const char *spare_group,
+                     const char *const *flags)
 {
     assert_true(j->n < MAX_PROCS);
     proc_t *p = &j->p[j->n];
@@ -73,6 +74,8 @@ static proc_t *spawn(job_t *j, int group, int rank, bool spare, const char *cons
         if (spare) {
             setenv("GRAFT_SPARE", "1", 1);
             unsetenv("GRAFT_GROUP");
+            if (spare_group != NULL)
+                setenv("GRAFT_SPARE_GROUP", spare_group, 1);
         } else {
             setenv("GRAFT_GROUP", v, 1);
         }
@@ -115,12 +118,17 @@ static proc_t *spawn(job_t *j, int group, int rank, bool spare, const char *cons
 
 proc_t *rp_spawn(job_t *j, int group, int rank, const char *const *flags)
 {
-    return spawn(j, group, rank, false, flags);
+    return spawn(j, group, rank, false, NULL, flags);
 }
 
 proc_t *rp_spawn_spare(job_t *j, int rank, const char *const *flags)
 {
-    return spawn(j, -1, rank, true, flags);
+    return spawn(j, -1, rank, true, NULL, flags);
+}
+
+proc_t *rp_spawn_spare_in(job_t *j, const char *spare_group, int rank, const char *const *flags)
+{
+    return spawn(j, -1, rank, true, spare_group, flags);
 }
 
 int rp_spare_group(const proc_t *p)

@@ -82,6 +82,9 @@ void rp_spawn_all(job_t *j, const char *const *flags);
 /* Start a spare of rank @p rank (GRAFT_SPARE=1, no GRAFT_GROUP). */
 proc_t *rp_spawn_spare(job_t *j, int rank, const char *const *flags);
 
+/* The same, of a group of spares (GRAFT_SPARE_GROUP): promoted together. */
+proc_t *rp_spawn_spare_in(job_t *j, const char *spare_group, int rank, const char *const *flags);
+
 /* The group a spare was promoted into, from its output ("spare promoted to
  * group G"); -1 while it was not. */
 int rp_spare_group(const proc_t *p);
