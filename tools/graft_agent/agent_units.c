@@ -25,7 +25,22 @@ static void child_env(const agent_t *a, const agent_unit_t *u)
     if (u->role == AGENT_ROLE_SPARE) {
         setenv("GRAFT_SPARE", "1", 1);
         unsetenv("GRAFT_GROUP");
+        /* A launcher's spare world is one group of spares, promoted whole
+         * (docs/RUNTIME.md, "Groups of spares"): a name per host, slot and
+         * start. */
+        if (u->rank == UINT32_MAX) {
+            char name[96];
+            snprintf(name, sizeof(name), "%.60s-s%d-%u", a->host, u->slot, u->starts);
+            for (char *c = name; *c != '\0'; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' || *c == '.'))
+                    *c = '_';
+            setenv("GRAFT_SPARE_GROUP", name, 1);
+        } else {
+            unsetenv("GRAFT_SPARE_GROUP");
+        }
     } else {
+        unsetenv("GRAFT_SPARE_GROUP");
         unsetenv("GRAFT_SPARE");
         snprintf(v, sizeof(v), "%u", o->group);
         setenv("GRAFT_GROUP", v, 1);
