@@ -26,6 +26,10 @@
  *                         once that step's commit returned (the serve is
  *                         over), and "step heal STATUS MS DETAIL" when a
  *                         heal of this rank ended
+ *                         (In these three FILEs, each "{group}" stands for
+ *                         this process's group, known once graft_group()
+ *                         says it: a spare, GRAFT_SPARE=1, writes nothing
+ *                         there before its first graft_quorum() returned.)
  *   --step-delay-ms MS    sleep MS per step (simulated compute)
  *   --blob-mib N          add an N MiB blob region to the state
  *   --die-when-serving MS SIGKILL this process MS ms after it starts serving
@@ -272,7 +276,37 @@ typedef struct opts {
     uint64_t serve_at;
     const char *hash_out, *hash_log, *role_log;
     bool no_graft, die_when_serving, serve_before_end;
+    graft_runtime_t *rt; /* for "{group}" in the file names above */
 } opts_t;
+
+#define GROUP_PLACEHOLDER "{group}"
+
+/* A per-slot file's name with each "{group}" replaced by this process's
+ * group: graft-sim hands a spare such names, as it cannot know the slot
+ * the spare will take (docs/SIM.md, trainer contract). NULL while the
+ * group is unknown (a spare not promoted yet) or the name does not fit. */
+static const char *slot_path(const opts_t *o, const char *name, char *buf, size_t cap)
+{
+    if (name == NULL || strstr(name, GROUP_PLACEHOLDER) == NULL)
+        return name;
+    uint32_t g = o->rt != NULL ? graft_group(o->rt) : UINT32_MAX;
+    if (g == UINT32_MAX)
+        return NULL;
+    size_t n = 0;
+    for (const char *p = name; *p != '\0' && n < cap;) {
+        const char *ph = strstr(p, GROUP_PLACEHOLDER);
+        size_t lit = ph != NULL ? (size_t)(ph - p) : strlen(p);
+        int w = snprintf(buf + n, cap - n, "%.*s", (int)lit, p);
+        n += w > 0 ? (size_t)w : 0;
+        p += lit;
+        if (ph != NULL && n < cap) {
+            w = snprintf(buf + n, cap - n, "%" PRIu32, g);
+            n += w > 0 ? (size_t)w : 0;
+            p += strlen(GROUP_PLACEHOLDER);
+        }
+    }
+    return n < cap ? buf : NULL;
+}
 
 static int parse_u64(const char *flag, const char *v, uint64_t *out)
 {
@@ -392,9 +426,11 @@ static int register_all(graft_runtime_t *rt, state_t *s)
 
 static void log_hash(const opts_t *o, const state_t *s)
 {
-    if (o->hash_log == NULL)
+    char buf[4096];
+    const char *path = slot_path(o, o->hash_log, buf, sizeof(buf));
+    if (path == NULL)
         return;
-    FILE *f = fopen(o->hash_log, "a");
+    FILE *f = fopen(path, "a");
     if (f == NULL)
         return;
     fprintf(f, "%" PRIu64 " %016" PRIx64 "\n", s->step, state_hash(s));
@@ -406,9 +442,10 @@ static void log_hash(const opts_t *o, const state_t *s)
 static void log_role(const opts_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_role(const opts_t *o, const char *fmt, ...)
 {
-    char line[640];
+    char line[640], buf[4096];
     va_list ap;
-    if (o->role_log == NULL)
+    const char *path = slot_path(o, o->role_log, buf, sizeof(buf));
+    if (path == NULL)
         return;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
@@ -418,7 +455,7 @@ static void log_role(const opts_t *o, const char *fmt, ...)
     if ((size_t)n > sizeof(line) - 2)
         n = (int)sizeof(line) - 2;
     line[n++] = '\n';
-    FILE *f = fopen(o->role_log, "a");
+    FILE *f = fopen(path, "a");
     if (f == NULL)
         return;
     setvbuf(f, NULL, _IONBF, 0);
@@ -479,10 +516,17 @@ static int finish(const opts_t *o, const state_t *s, const char *start, uint64_t
     uint64_t h = state_hash(s);
     printf("final step %" PRIu64 " hash %016" PRIx64 " start %s recoveries %" PRIu64 "\n",
            s->step, h, start, recoveries);
-    if (o->hash_out != NULL) {
-        FILE *f = fopen(o->hash_out, "w");
+    char buf[4096];
+    const char *path = slot_path(o, o->hash_out, buf, sizeof(buf));
+    if (o->hash_out != NULL && path == NULL) {
+        fprintf(stderr, "train_mlp: --state-hash-out %s: no group to put in its name\n",
+                o->hash_out);
+        return 1;
+    }
+    if (path != NULL) {
+        FILE *f = fopen(path, "w");
         if (f == NULL || fprintf(f, "%016" PRIx64 "\n", h) < 0 || fclose(f) != 0) {
-            perror(o->hash_out);
+            perror(path);
             return 1;
         }
     }
@@ -646,6 +690,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_mlp: graft_init: %s\n", graft_status_string(st));
         goto out;
     }
+    o.rt = rt;
     if (register_all(rt, &s) != 0)
         goto out;
     graft_fingerprint_set(rt, fingerprint, &s);

@@ -17,6 +17,9 @@
  *    each kill's stall measured; --etcd takes a comma-separated list (its
  *    first member dead) for the trainers and the observer alike.
  *  - SIGTERM stops the run's trainers and etcd and leaves nothing behind.
+ *  - --spawn-delay-ms delays a replacement; with --spares a spare takes a
+ *    dead rank's slot (promoted), its files are the slot's, and every
+ *    spare promoted is replaced.
  *
  * Schedules, the verdict's pieces and the binary's refusals are in
  * test_sim_plan.c, runs under --netns in test_sim_netns.c; the fixture the
@@ -619,6 +622,105 @@ static void test_live_etcd_endpoint_list(void **state)
     json_decref(j);
 }
 
+/* ------------------------------------------------- replacements, spares --- */
+
+/* The recovery's number field @key, -1 when absent or null. */
+static double rec_num(json_t *rec, const char *key)
+{
+    json_t *v = json_object_get(rec, key);
+    return json_is_number(v) ? json_number_value(v) : -1.0;
+}
+
+/* Without spares, a killed rank's replacement starts --spawn-delay-ms
+ * after its death: the recovery's restart phase cannot be shorter. */
+static void test_live_spawn_delay_honoured(void **state)
+{
+    (void)state;
+    live_run_t lr;
+    live_run_init(&lr, "delay",
+                  "{\"events\":[{\"kind\":\"kill_rank\",\"group\":1,\"rank\":0,\"at_step\":20}]}");
+    const char *args[] = {"--groups", "2", "--ranks", "1", "--steps", "60", "--seed", "4",
+                          "--spawn-delay-ms", "1500", "--schedule", lr.sched, "--json", lr.json,
+                          NULL};
+    const char *env[] = {lr.cache_env, lr.trainer_env, "GRAFT_SIM_TIMEOUT_S=60", NULL};
+    free(run_sim_ok(args, env));
+    json_t *j = load_json(lr.json);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    assert_int_equal(json_integer_value(json_object_get(j, "spawn_delay_ms")), 1500);
+    assert_true(json_is_null(json_object_get(j, "spares")));
+    json_t *recs = json_object_get(j, "recoveries");
+    assert_int_equal(json_array_size(recs), 1);
+    json_t *rec = json_array_get(recs, 0);
+    assert_true(json_is_true(json_object_get(rec, "healed")));
+    assert_string_equal(json_string_value(json_object_get(rec, "replaced_by")), "spawn");
+    assert_true(json_is_false(json_object_get(rec, "promoted")));
+    double restart = rec_num(json_object_get(rec, "seconds"), "restart");
+    if (!(restart >= 1.5 && restart < 4.0)) {
+        fail_msg("restart phase %.3f s with a 1.5 s spawn delay", restart);
+    }
+    assert_true(rec_num(rec, "kill_to_first_commit_seconds") >= restart);
+    json_t *k = json_object_get(j, "kill_to_first_commit_seconds");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(k, "respawned"), "n")), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(k, "promoted"), "n")), 0);
+    json_decref(j);
+}
+
+/*
+ * One spare (--spares 1, 2 x 1) and a spawn delay of 4 s: the rank killed
+ * at step 30 is replaced by the spare, which promotes itself as soon as
+ * the supervisor evicted the dead rank's record (well within 2 s); group
+ * 1, killed at step 60, finds no spare waiting until the first one's
+ * replacement comes up (4 s after the first death), which then takes the
+ * slot at once. Each recovery is a promotion, the spares' files are their
+ * slots' (bit-exact needs every slot's final hash), and at the end a spare
+ * waits again (the second death's replacement). 10 ms of compute per step
+ * keeps the run going past that replacement.
+ */
+static void test_live_spares_promoted_bit_exact(void **state)
+{
+    (void)state;
+    live_run_t lr;
+    live_run_init(&lr, "spares",
+                  "{\"events\":[{\"kind\":\"kill_rank\",\"group\":0,\"rank\":0,\"at_step\":30},"
+                  "{\"kind\":\"kill_group\",\"group\":1,\"at_step\":60}]}");
+    const char *args[] = {"--groups", "2", "--ranks", "1", "--steps", "600", "--seed", "5",
+                          "--spares", "1", "--spawn-delay-ms", "4000", "--schedule", lr.sched,
+                          "--json", lr.json, NULL};
+    const char *env[] = {lr.cache_env, lr.trainer_env, "GRAFT_SIM_STEP_MS=10",
+                         "GRAFT_SIM_TIMEOUT_S=90", NULL};
+    char *out = run_sim_ok(args, env);
+    assert_non_null(strstr(out, "promoted into group 0 rank 0"));
+    assert_non_null(strstr(out, "promoted into group 1 rank 0"));
+    free(out);
+    json_t *j = load_json(lr.json);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "bit-exact");
+    json_t *recs = json_object_get(j, "recoveries");
+    assert_int_equal(json_array_size(recs), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *rec = json_array_get(recs, i);
+        assert_true(json_is_true(json_object_get(rec, "healed")));
+        assert_true(json_is_true(json_object_get(rec, "promoted")));
+        assert_string_equal(json_string_value(json_object_get(rec, "replaced_by")), "spare");
+        /* The first found a spare waiting; the second waited for one. */
+        double t = rec_num(rec, "kill_to_first_commit_seconds"), most = i == 0 ? 2.0 : 8.0;
+        if (!(t > 0 && t < most)) {
+            fail_msg("recovery %zu: %.3f s to the first commit, not under %.0f s", i, t, most);
+        }
+    }
+    json_t *k = json_object_get(j, "kill_to_first_commit_seconds");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(k, "promoted"), "n")), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(k, "respawned"), "n")), 0);
+    json_t *sp = json_object_get(j, "spares");
+    assert_int_equal(json_integer_value(json_object_get(sp, "promoted")), 2);
+    assert_int_equal(json_integer_value(json_object_get(sp, "started")), 3);
+    assert_int_equal(json_integer_value(json_object_get(sp, "evicted")), 2);
+    assert_int_equal(json_integer_value(json_object_get(sp, "owed_at_end")), 0);
+    assert_int_equal(json_integer_value(json_object_get(sp, "registered_at_end")), 1);
+    assert_true(json_integer_value(json_object_get(json_object_get(sp, "promote_seconds"),
+                                                   "n")) == 2);
+    json_decref(j);
+}
+
 /* ---------------------------------------------------------------- main --- */
 
 static int teardown(void **state)
@@ -638,6 +740,8 @@ int main(void)
         cmocka_unit_test(test_live_relays_bit_exact),
         cmocka_unit_test(test_live_etcd_leader_kills_bit_exact),
         cmocka_unit_test(test_live_etcd_endpoint_list),
+        cmocka_unit_test(test_live_spawn_delay_honoured),
+        cmocka_unit_test(test_live_spares_promoted_bit_exact),
         cmocka_unit_test(test_live_fifty_failures_bit_exact),
         cmocka_unit_test(test_live_sigterm_cleans_up),
     };

@@ -197,8 +197,15 @@ static void test_run_command_line(void **state)
     assert_int_equal(live_seen.persist_every, 10);
     assert_int_equal(live_seen.netns, 1);
     assert_string_equal(live_seen.json_path, "x.json");
+    /* Spares and the spawn delay. */
+    assert_int_equal(run_main("--spares", "2", "--spawn-delay-ms", "30000", NULL), 42);
+    assert_int_equal(live_seen.spares, 2);
+    assert_int_equal(live_seen.spawn_delay_ms, 30000);
+    live_calls--;
     /* Defaults. */
     assert_int_equal(run_main(NULL), 42);
+    assert_int_equal(live_seen.spares, 0);
+    assert_int_equal(live_seen.spawn_delay_ms, 100);
     assert_int_equal(live_seen.groups, 4);
     assert_int_equal(live_seen.mode, GRAFT_SIM_LIVE_STRICT);
     assert_null(live_seen.etcd_url);
@@ -218,6 +225,17 @@ static void test_run_command_line(void **state)
     assert_int_equal(run_main("--persist-every", "5", NULL), 2);
     assert_int_equal(run_main("--persist-root", "", NULL), 2);
     assert_int_equal(run_main("--seed", "x", NULL), 2);
+    assert_int_equal(run_main("--spares", "-1", NULL), 2);
+    assert_int_equal(run_main("--spares", "two", NULL), 2);
+    assert_int_equal(run_main("--spares", NULL), 2);
+    assert_int_equal(run_main("--spawn-delay-ms", "-5", NULL), 2);
+    assert_int_equal(run_main("--spawn-delay-ms", "3600001", NULL), 2);
+    /* A spare knows its group only once it took a slot: no torch world's
+     * rendezvous, no group's namespace to start it in. */
+    assert_int_equal(run_main("--spares", "1", "--torch-world", NULL), 2);
+    assert_int_equal(run_main("--spares", "1", "--netns", NULL), 2);
+    assert_int_equal(run_main("--spares", "0", "--torch-world", NULL), 42);
+    live_calls--;
     /* Bad usage never reaches the engine. */
     assert_int_equal(live_calls, 2);
 }
@@ -347,6 +365,79 @@ static void test_bench_json_command_line(void **state)
     assert_string_equal(origin, "given");
 }
 
+/* The goodput of a P2P strategy in the report's "spares" comparison. */
+static void spares_goodput(const char *path, int strategy, double *without_p, double *with_p)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    json_t *e = json_array_get(json_object_get(json_object_get(root, "spares"), "strategies"),
+                               (size_t)strategy);
+    assert_non_null(e);
+    *without_p = json_real_value(json_object_get(json_object_get(e, "without"), "goodput"));
+    *with_p = json_real_value(json_object_get(json_object_get(e, "with"), "goodput"));
+    json_decref(root);
+}
+
+/* A graft-sim run --spares report gives spare_seconds (its promotions'
+ * median); with spares each heal's replacement is up sooner, so both P2P
+ * strategies gain goodput; without a promotion the file is refused. */
+static void test_spares_command_line(void **state)
+{
+    (void)state;
+    char run[512], bad[512], none[512], out[512], src[600];
+    const char *origin;
+    bench_path(run, sizeof(run), "sim-run.json",
+               "{\"bench\":\"graft-sim-run\",\"verdict\":\"bit-exact\",\"spares\":{"
+               "\"promote_seconds\":{\"median\":0.02,\"max\":0.04,\"n\":3}}}");
+    bench_path(bad, sizeof(bad), "sim-run-bad.json",
+               "{\"bench\":\"graft-sim-run\",\"spares\":null}");
+    bench_path(none, sizeof(none), "sim-run-none.json",
+               "{\"bench\":\"graft-sim-run\",\"spares\":{\"promote_seconds\":"
+               "{\"median\":null,\"max\":null,\"n\":0}}}");
+    snprintf(out, sizeof(out), "%s/spares.json", graft_test_sim_dir());
+
+    /* Assumed without a file: 1 s, and the comparison is there. */
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "2", "--sweep-points", "3",
+                                "--json", out, NULL),
+                     0);
+    double v = json_figure(out, "spare_promotion_seconds", &origin, src, sizeof(src));
+    assert_true(v == 1.0);
+    assert_string_equal(origin, "assumed");
+    double without, with;
+    for (int s = 0; s < 2; s++) {
+        spares_goodput(out, s, &without, &with);
+        assert_true(with > without && without > 0.5);
+    }
+
+    /* Measured from the run's report, under --bench-json and --params. */
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "2", "--sweep-points", "3",
+                                "--bench-json", run, "--json", out, NULL),
+                     0);
+    v = json_figure(out, "spare_promotion_seconds", &origin, src, sizeof(src));
+    assert_true(v == 0.02);
+    assert_string_equal(origin, "measured");
+    assert_string_equal(src, run);
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "1", "--sweep-points", "3",
+                                "--params", run, "--json", out, NULL),
+                     0);
+    v = json_figure(out, "spare_promotion_seconds", &origin, src, sizeof(src));
+    assert_true(v == 0.02);
+    assert_string_equal(origin, "given");
+
+    /* A flag wins; a report without promotions is refused. */
+    assert_int_equal(model_main("--horizon-days", "5", "--runs", "1", "--sweep-points", "3",
+                                "--bench-json", run, "--spare-seconds", "7", "--json", out,
+                                NULL),
+                     0);
+    v = json_figure(out, "spare_promotion_seconds", &origin, src, sizeof(src));
+    assert_true(v == 7.0);
+    assert_string_equal(origin, "given");
+    assert_int_equal(model_main("--bench-json", bad, NULL), 2);
+    assert_int_equal(model_main("--bench-json", none, NULL), 2);
+    assert_int_equal(model_main("--spare-seconds", "-1", NULL), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +445,7 @@ int main(void)
         cmocka_unit_test(test_run_command_line),
         cmocka_unit_test(test_binary_exit_status),
         cmocka_unit_test(test_bench_json_command_line),
+        cmocka_unit_test(test_spares_command_line),
     };
     return cmocka_run_group_tests(tests, graft_test_sim_setup, graft_test_sim_teardown);
 }

@@ -448,6 +448,16 @@ static void test_binary_rejects_bad_input(void **state)
     assert_int_equal(run_sim(zero, NULL, &out), 2);
     free(out);
 
+    /* A spare's group is known only once it takes a slot. */
+    const char *spares[] = {"--spares", "1", "--torch-world", NULL};
+    assert_int_equal(run_sim(spares, NULL, &out), 2);
+    assert_non_null(strstr(out, "--spares cannot be combined with --torch-world"));
+    free(out);
+    const char *delay[] = {"--spawn-delay-ms", "soon", NULL};
+    assert_int_equal(run_sim(delay, NULL, &out), 2);
+    assert_non_null(strstr(out, "--spawn-delay-ms: 'soon' is not an integer"));
+    free(out);
+
     char bad[PATH_MAX + 32];
     snprintf(bad, sizeof(bad), "%s/bad.json", tmpdir);
     FILE *f = fopen(bad, "w");

@@ -248,6 +248,9 @@ static void sim_once_init(sim_once_t *s, const graft_sim_live_opts_t *o,
     r->link.inj = SIZE_MAX;
     res->groups = o->groups;
     res->ranks = o->ranks;
+    res->spares = o->spares;
+    res->spawn_delay_ms = o->spawn_delay_ms;
+    res->spares_registered = -1;
     snprintf(r->job, sizeof(r->job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
              (uint64_t)time(NULL));
     s->trainer = graft_sim_trainer_path(s->trainer_buf, sizeof(s->trainer_buf));
@@ -370,7 +373,8 @@ static graft_status_t sim_once_sup_config(sim_once_t *s)
     sc->ranks = o->ranks;
     sc->steps = o->steps;
     sc->seed = o->seed;
-    sc->restart_delay_ms = 100;
+    sc->restart_delay_ms = o->spawn_delay_ms;
+    sc->spares = o->spares;
     sc->max_restarts = 10 + (int)(s->r.sched->n_events * 2);
     sc->role_log = 1;
     size_t n_extra = 0;
@@ -411,6 +415,9 @@ static graft_status_t sim_once_setup(sim_once_t *s)
     for (int i = 0; i < r->nslots; i++) {
         r->slots[i].step = -1;
     }
+    if (gethostname(r->host, sizeof(r->host)) != 0)
+        snprintf(r->host, sizeof(r->host), "unknown");
+    r->host[sizeof(r->host) - 1] = '\0';
     graft_status_t st = sim_once_env(s);
     if (st == GRAFT_OK)
         st = sim_once_observer(r);
@@ -483,6 +490,28 @@ static bool sim_once_over(graft_sim_run_t *r, uint64_t *first_done_ns, uint64_t 
     return false;
 }
 
+/* With spares, the supervisor is an orchestrator that keeps them: the
+ * member records of the slot processes it saw die are evicted at once
+ * (graft_membership_evict()), so a spare takes the slot without waiting
+ * for the dead process's lease to lapse. A hung process is seen by no
+ * waitpid(): its slot still waits for the lease. */
+static void sim_once_evict(graft_sim_run_t *r)
+{
+    int g, k;
+    pid_t pid;
+    while (graft_sim_sup_next_death(r->sup, &g, &k, &pid)) {
+        graft_status_t st = graft_membership_evict(r->obs, (uint32_t)g, (uint32_t)k, r->host,
+                                                   (int32_t)pid);
+        if (st == GRAFT_OK) {
+            r->res->evicted++;
+        } else if (st != GRAFT_ENOTFOUND && st != GRAFT_ESTATE) {
+            fprintf(stderr, "graft-sim run: warning: evicting group %d rank %d (pid %d): %s; "
+                            "its slot is free once the lease lapses\n",
+                    g, k, (int)pid, graft_status_string(st));
+        }
+    }
+}
+
 /* A run's loop, one tick at a time: the supervisor, the observer and the
  * injector, until the run is over or stopped. */
 static void sim_once_loop(sim_once_t *s)
@@ -508,6 +537,7 @@ static void sim_once_loop(sim_once_t *s)
             }
             break;
         }
+        sim_once_evict(r);
         graft_sim_observe(r);
         graft_sim_observe_events(r, 0);
         graft_sim_recovery_track(r);
@@ -528,6 +558,24 @@ static void sim_once_loop(sim_once_t *s)
             }
         } else {
             usleep(SIM_TICK_US);
+        }
+    }
+}
+
+/* A spare's per-slot files carry GRAFT_SIM_GROUP_PLACEHOLDER for the
+ * trainer to fill in; a file named with it left in means a trainer that
+ * does not follow the contract, whose commits the engine never saw. */
+static void sim_once_placeholder_check(graft_sim_run_t *r)
+{
+    char path[PATH_MAX + 64];
+    for (int k = 0; k < r->o->ranks; k++) {
+        snprintf(path, sizeof(path), "%s/commits-g%s-r%d.txt", r->dir,
+                 GRAFT_SIM_GROUP_PLACEHOLDER, k);
+        if (access(path, F_OK) == 0) {
+            graft_sim_run_fail(r, "a spare wrote %s: the trainer did not put its group in "
+                                  "place of %s in its file names (docs/SIM.md, trainer "
+                                  "contract)", path, GRAFT_SIM_GROUP_PLACEHOLDER);
+            return;
         }
     }
 }
@@ -567,6 +615,10 @@ static void sim_once_finish(graft_sim_run_t *r)
         }
         buf[strcspn(buf, " \t\r\n")] = '\0';
         res->rank_hashes[i] = strdup(buf);
+    }
+    graft_sim_sup_spare_stats(r->sup, &res->spare_stats);
+    if (o->spares > 0) {
+        sim_once_placeholder_check(r);
     }
     graft_sim_sup_destroy(r->sup);
     r->sup = NULL;

@@ -39,6 +39,10 @@ typedef struct graft_sim_live_opts {
                                      or NULL */
     int netns;                  /**< --netns given */
     int torch_world;            /**< --torch-world: a group's ranks are one torch world */
+    int spares;                 /**< --spares N: spare groups (N x R processes started
+                                     with GRAFT_SPARE=1; every replacement a spare), >= 0 */
+    uint32_t spawn_delay_ms;    /**< --spawn-delay-ms D: a dead process to its
+                                     replacement's start [100] */
     const char *json_path;      /**< --json FILE or NULL */
     const char *plot_path;      /**< --plot FILE.svg or NULL (default: the --json path, .svg) */
 } graft_sim_live_opts_t;

@@ -35,6 +35,8 @@ typedef struct graft_sim_recovery {
     long long checkpoint_step; /**< disaster: the newest complete checkpoint not corrupted
                                     when every rank was dead, the one the job should
                                     restart from (-1: none) */
+    int promoted_slots; /**< once healed: its slots a spare took (--spares) */
+    int spawned_slots;  /**< once healed: its slots given a process started for them */
     int done;
 } graft_sim_recovery_t;
 
@@ -100,6 +102,13 @@ typedef struct graft_sim_result {
     size_t n_recoveries, cap_recoveries;
     graft_sim_sample_t *samples;
     size_t n_samples, cap_samples;
+    int spares;                           /**< --spares: spare groups (0: none) */
+    uint32_t spawn_delay_ms;              /**< --spawn-delay-ms */
+    graft_sim_spare_stats_t spare_stats;  /**< the supervisor's, at the end */
+    int evicted;                          /**< dead slot processes' records evicted */
+    long spares_registered;               /**< spares/ records in etcd at the last look
+                                               before a slot finished; -1: never seen */
+    double spares_registered_t;           /**< when that look was, s */
 } graft_sim_result_t;
 
 /** Free a result's contents. */
@@ -135,6 +144,35 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *opts, const graft_sim
 /** Write the SVG timeline and recovery-time distribution; 0 or -1 (errno). */
 int graft_sim_timeline_svg(const char *path, const graft_sim_live_opts_t *opts,
                            const graft_sim_result_t *res, const char *verdict);
+
+/* ------------------------------------------------------ replacements --- */
+
+/** Failure to first commit of the recoveries whose slots were all taken by
+ *  spares (promoted) or all given processes started for them (respawned);
+ *  kill_rank, kill_group, kill_donor and hang only (sim_report_spares.c). */
+typedef struct graft_sim_replacement_summary {
+    size_t n_promoted, n_respawned, n_both;
+    double promoted_median, promoted_max;   /**< s; NAN: none */
+    double respawned_median, respawned_max; /**< s; NAN: none */
+    /** Promoted ones: the old record gone (detect) to the spare's record
+     *  in the view (rejoin), the promotion itself; what `graft-sim model
+     *  --bench-json` reads as spare_seconds. */
+    size_t n_promote;
+    double promote_median, promote_max;
+} graft_sim_replacement_summary_t;
+
+/** Summarize the run's replacements into *s_p. */
+void graft_sim_replacement_summary(const graft_sim_result_t *res,
+                                   graft_sim_replacement_summary_t *s_p);
+
+/** The text report's lines on the spawn delay, the spares and the replacements. */
+void graft_sim_report_replacements_text(FILE *out, const graft_sim_result_t *res);
+
+/** The --json report's spawn_delay_ms, spares and kill_to_first_commit_seconds. */
+void graft_sim_report_replacements_json(json_t *j, const graft_sim_result_t *res);
+
+/** A recovery's promoted, replaced_by and kill_to_first_commit_seconds. */
+void graft_sim_report_recovery_json(json_t *e, const graft_sim_recovery_t *rc);
 
 /* ------------------------------------------------ etcd leader kills --- */
 
@@ -196,6 +234,7 @@ typedef struct graft_sim_open {
     int *slots;            /* slot indices it covers */
     uint64_t *inc0;        /* their incarnation when they failed (0: none) */
     int *starts0;          /* supervisor starts when they failed */
+    int *promotions0;      /* spares promoted into them when they failed */
     size_t n;
     uint64_t *commits0;    /* their commit counts when every slot was back */
     uint64_t total0;       /* etcd: all commits when etcd was back */
@@ -234,6 +273,7 @@ typedef struct graft_sim_run {
     int n_corrupted;
     graft_sim_sup_t *sup;
     graft_membership_t *obs;
+    char host[256];                /* this machine: the host the trainers' records name */
     graft_etcd_config_t ecfg;
     graft_sim_result_t *res;
     uint64_t t0;

@@ -19,11 +19,24 @@
 
 #include <graft/membership.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* --------------------------------------------------------- observing --- */
+
+/* A spare took slot (m->group, m->rank): said as an injection is. */
+static void sim_note_promotion(graft_sim_run_t *r, const graft_member_t *m)
+{
+    if (!r->tty) {
+        printf("graft-sim: t=%.2fs step %lld: spare pid %d promoted into group %u rank %u "
+               "(incarnation %" PRIu64 ")\n",
+               graft_sim_run_elapsed(r), r->job_step, (int)m->pid, m->group, m->rank,
+               m->incarnation);
+        fflush(stdout);
+    }
+}
 
 void graft_sim_observe(graft_sim_run_t *r)
 {
@@ -41,6 +54,12 @@ void graft_sim_observe(graft_sim_run_t *r)
             continue;
         }
         graft_sim_slot_t *s = &r->slots[(int)m->group * r->o->ranks + (int)m->rank];
+        /* A spare that promoted itself into this slot wrote its pid into
+         * the record: from now on the slot's process is that spare. */
+        if (r->o->spares > 0 &&
+            graft_sim_sup_adopt(r->sup, (int)m->group, (int)m->rank, (pid_t)m->pid)) {
+            sim_note_promotion(r, m);
+        }
         s->present = 1;
         s->incarnation = m->incarnation;
         if ((long long)m->committed_step > top) {
@@ -132,6 +151,28 @@ static void sim_match_donor_loss(graft_sim_run_t *r, const graft_event_t *e)
     }
 }
 
+/* The spares registered in etcd (spares/), looked at with the events
+ * until a rank committed the last step: the groups then close the job,
+ * and a spare that sees every group finished leaves (its record goes)
+ * before any process exits. The last look is the run's count. */
+static void sim_observe_spares(graft_sim_run_t *r)
+{
+    graft_sim_spare_stats_t ss;
+    graft_sim_sup_spare_stats(r->sup, &ss);
+    if (r->o->spares == 0 || r->job_step >= r->o->steps || graft_sim_sup_done(r->sup) > 0 ||
+        ss.unused > 0) {
+        return;
+    }
+    graft_member_t *sp = NULL;
+    size_t n = 0;
+    if (graft_membership_spares_list(r->obs, &sp, &n) != GRAFT_OK) {
+        return;
+    }
+    graft_membership_spares_free(sp, n);
+    r->res->spares_registered = (long)n;
+    r->res->spares_registered_t = graft_sim_run_elapsed(r);
+}
+
 /* The runtime records every heal in the job's event history with its
  * bytes ("N donors, B bytes: success"); read it incrementally, because
  * the history keeps only the newest events. */
@@ -168,6 +209,7 @@ void graft_sim_observe_events(graft_sim_run_t *r, int force)
         }
     }
     graft_membership_events_free(evs, n);
+    sim_observe_spares(r);
 }
 
 /* -------------------------------------------------------- recoveries --- */
@@ -200,11 +242,14 @@ void graft_sim_recovery_open(graft_sim_run_t *r, graft_sim_kind_t kind, const ch
     op->slots = calloc(cap, sizeof(int));
     op->inc0 = calloc(cap, sizeof(uint64_t));
     op->starts0 = calloc(cap, sizeof(int));
+    op->promotions0 = calloc(cap, sizeof(int));
     op->commits0 = calloc(cap, sizeof(uint64_t));
-    if (op->slots == NULL || op->inc0 == NULL || op->starts0 == NULL || op->commits0 == NULL) {
+    if (op->slots == NULL || op->inc0 == NULL || op->starts0 == NULL ||
+        op->promotions0 == NULL || op->commits0 == NULL) {
         free(op->slots);
         free(op->inc0);
         free(op->starts0);
+        free(op->promotions0);
         free(op->commits0);
         return;
     }
@@ -216,6 +261,7 @@ void graft_sim_recovery_open(graft_sim_run_t *r, graft_sim_kind_t kind, const ch
         op->slots[op->n] = i;
         op->inc0[op->n] = r->slots[i].present ? r->slots[i].incarnation : 0;
         op->starts0[op->n] = graft_sim_sup_starts(r->sup, g, k);
+        op->promotions0[op->n] = graft_sim_sup_promotions(r->sup, g, k);
         op->n++;
     }
     if (role != NULL && strcmp(role, "etcd") == 0) {
@@ -233,15 +279,32 @@ void graft_sim_recovery_close(graft_sim_run_t *r, size_t i)
     free(r->open[i].slots);
     free(r->open[i].inc0);
     free(r->open[i].starts0);
+    free(r->open[i].promotions0);
     free(r->open[i].commits0);
     r->open[i] = r->open[--r->n_open];
 }
 
+/* How the slots of open recovery op got their processes back since it
+ * opened: taken by a spare (promoted) or started for them (spawned). */
+static void sim_recovery_replaced(graft_sim_run_t *r, const graft_sim_open_t *op,
+                                  graft_sim_recovery_t *rec)
+{
+    rec->promoted_slots = rec->spawned_slots = 0;
+    for (size_t k = 0; k < op->n; k++) {
+        int g = op->slots[k] / r->o->ranks, rk = op->slots[k] % r->o->ranks;
+        int promoted = graft_sim_sup_promotions(r->sup, g, rk) - op->promotions0[k];
+        int started = graft_sim_sup_starts(r->sup, g, rk) - op->starts0[k];
+        rec->promoted_slots += promoted > 0;
+        rec->spawned_slots += promoted == 0 && started > 0;
+    }
+}
+
 /*
  * A recovery is detected when no failed slot's old incarnation is in the
- * view, restarted when the supervisor started every replacement, rejoined
- * when every slot has a record of a new incarnation, and healed when each
- * of them has applied a commit since (see below).
+ * view, restarted when every slot has a new process (started by the
+ * supervisor, or a spare that took it), rejoined when every slot has a
+ * record of a new incarnation, and healed when each of them has applied a
+ * commit since (see below).
  */
 void graft_sim_recovery_track(graft_sim_run_t *r)
 {
@@ -253,21 +316,23 @@ void graft_sim_recovery_track(graft_sim_run_t *r)
     for (size_t i = 0; i < r->n_open;) {
         graft_sim_open_t *op = &r->open[i];
         graft_sim_recovery_t *rec = &r->res->recoveries[op->rec];
-        int gone = 1, restarted = 1, back = 1, committed = 1;
+        int gone = 1, restarted = 1, back = 1, committed = 1, promoted = 0;
         for (size_t k = 0; k < op->n; k++) {
             const graft_sim_slot_t *s = &r->slots[op->slots[k]];
             int g = op->slots[k] / r->o->ranks, rk = op->slots[k] % r->o->ranks;
             int same = s->present && s->incarnation == op->inc0[k];
             gone &= !same;
             restarted &= graft_sim_sup_starts(r->sup, g, rk) > op->starts0[k];
+            promoted |= graft_sim_sup_promotions(r->sup, g, rk) > op->promotions0[k];
             back &= s->present && !same;
             committed &= s->commits > op->commits0[k];
         }
         if (rec->t_detect < 0 && gone) {
             rec->t_detect = now;
         }
-        /* A hang ends at SIGCONT, a partition when its link is back. */
-        int timed = rec->kind == GRAFT_SIM_HANG || rec->kind == GRAFT_SIM_PARTITION;
+        /* A hang ends at SIGCONT, a partition when its link is back; unless
+         * a spare took the slot meanwhile (the hung process was fenced). */
+        int timed = (rec->kind == GRAFT_SIM_HANG || rec->kind == GRAFT_SIM_PARTITION) && !promoted;
         if (rec->t_restart < 0 && restarted && op->n > 0 && !timed) {
             rec->t_restart = now;
         }
@@ -296,6 +361,7 @@ void graft_sim_recovery_track(graft_sim_run_t *r)
         if (healed) {
             rec->t_healed = now;
             rec->done = 1;
+            sim_recovery_replaced(r, op, rec);
             graft_sim_recovery_close(r, i);
             continue;
         }

@@ -57,6 +57,11 @@ static void sim_run_usage(FILE *out)
             "                        MASTER_ADDR, MASTER_PORT: a port per group), and when one\n"
             "                        dies the others of its group are stopped and all start\n"
             "                        again, as torchrun restarts a world\n"
+            "  --spares N            N spare groups: N x R trainers started with GRAFT_SPARE=1\n"
+            "                        (rank r each) that promote themselves into a dead rank's\n"
+            "                        slot; every replacement is then started as a spare [0]\n"
+            "  --spawn-delay-ms D    a dead trainer to its replacement's start, as an\n"
+            "                        orchestrator takes to schedule one [100]\n"
             "  --plot FILE.svg       timeline plot [the --json path with .svg]\n"
             "Exit status: 0 only when the verdict holds; 2 bad usage; %d live mode not in "
             "this build.\n",
@@ -112,7 +117,7 @@ static int sim_run_has_value(int argc, char **argv, int *i, const char *flag)
         "--groups", "--ranks",        "--steps",        "--seed",          "--mode",
         "--random-failures", "--schedule", "--etcd", "--etcd-members", "--persist-root",
         "--persist-every", "--persist-remote", "--persist-remote-endpoint",
-        "--json", "--plot", "--trainer"};
+        "--json", "--plot", "--trainer", "--spares", "--spawn-delay-ms"};
     int known = 0;
     for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++) {
         known |= strcmp(flag, with_value[k]) == 0;
@@ -132,8 +137,8 @@ static int sim_run_has_value(int argc, char **argv, int *i, const char *flag)
 }
 
 /* The run's shape: --groups, --ranks, --steps, --seed, --mode,
- * --random-failures, --etcd-members. 0, 2 on an error, -1 when flag is
- * none of them. */
+ * --random-failures, --etcd-members, --spares, --spawn-delay-ms. 0, 2 on
+ * an error, -1 when flag is none of them. */
 static int sim_run_shape_flag(graft_sim_live_opts_t *o, const char *flag, const char *val)
 {
     long long v;
@@ -180,6 +185,16 @@ static int sim_run_shape_flag(graft_sim_live_opts_t *o, const char *flag, const 
             return 2;
         }
         o->etcd_members = (int)v;
+    } else if (strcmp(flag, "--spares") == 0) {
+        if (sim_run_int(flag, val, 0, 4096, &v) != 0) {
+            return 2;
+        }
+        o->spares = (int)v;
+    } else if (strcmp(flag, "--spawn-delay-ms") == 0) {
+        if (sim_run_int(flag, val, 0, 3600000, &v) != 0) {
+            return 2;
+        }
+        o->spawn_delay_ms = (uint32_t)v;
     } else {
         return -1;
     }
@@ -260,6 +275,20 @@ static int sim_run_settle(graft_sim_live_opts_t *o)
                         "cannot be combined with --netns\n");
         return 2;
     }
+    /* A spare learns its group only when it takes a slot: a torch world's
+     * rendezvous port and a group's namespace are chosen before it starts. */
+    if (o->spares > 0 && o->torch_world) {
+        fprintf(stderr, "graft-sim run: error: --spares cannot be combined with --torch-world: "
+                        "a spare joins no world (its group is known only once it takes a "
+                        "slot)\n");
+        return 2;
+    }
+    if (o->spares > 0 && o->netns) {
+        fprintf(stderr, "graft-sim run: error: --spares cannot be combined with --netns: a "
+                        "spare would have to start in the namespace of a group it does not "
+                        "know yet\n");
+        return 2;
+    }
     if (o->persist_remote_endpoint != NULL && o->persist_remote == NULL) {
         fprintf(stderr, "graft-sim run: error: --persist-remote-endpoint needs "
                         "--persist-remote\n");
@@ -316,6 +345,7 @@ int graft_sim_run_main(int argc, char **argv)
     o.seed = 1;
     o.mode = GRAFT_SIM_LIVE_STRICT;
     o.etcd_members = 1;
+    o.spawn_delay_ms = 100;
 
     const char *trainer = NULL;
     int rc = sim_run_parse(argc, argv, &o, &trainer);

@@ -1,11 +1,19 @@
 /*
  * The supervisor of `graft-sim run`: it starts G x R trainer processes and,
- * like an orchestrator, starts a replacement whenever one dies (after a
- * short delay), until a process exits 0, which means it finished its steps.
+ * like an orchestrator, starts a replacement whenever one dies (after the
+ * spawn delay), until a process exits 0, which means it finished its steps.
  * It also carries out the signals the injector asks for. Each process leads
  * a process group of its own, and a signal reaches the whole group: a
  * trainer started by a launcher (torchrun and its worker) is killed,
  * stopped and resumed as one.
+ *
+ * Slots and processes: slot (g, r), index g * R + r, is where rank r of
+ * group g lives; its files (hash, hash log, role log) are the slot's. With
+ * spares (config.spares > 0), S x R more processes start as spares
+ * (GRAFT_SPARE=1, rank r each) and every replacement is started as a spare
+ * too; a spare holds no slot until graft_sim_sup_adopt() hands it the slot
+ * whose member record now carries its pid (it promoted itself in etcd).
+ * Until then the slot has no process (GRAFT_SIM_PROC_DEAD).
  */
 #ifndef GRAFT_SIM_SUPERVISOR_H
 #define GRAFT_SIM_SUPERVISOR_H
@@ -17,6 +25,11 @@
 
 typedef struct graft_sim_sup graft_sim_sup_t;
 
+/** Where a spare's per-slot file paths (--state-hash-out, --hash-log,
+ *  --role-log) hold its group: the trainer replaces it with graft_group()
+ *  once its first graft_quorum() returned (docs/SIM.md, trainer contract). */
+#define GRAFT_SIM_GROUP_PLACEHOLDER "{group}"
+
 /** What a supervisor starts. */
 typedef struct graft_sim_sup_config {
     const char *trainer;            /**< path of the trainer program */
@@ -26,7 +39,11 @@ typedef struct graft_sim_sup_config {
     int groups, ranks;
     long long steps;
     uint64_t seed;
-    uint32_t restart_delay_ms;      /**< orchestrator's delay before a replacement */
+    uint32_t restart_delay_ms;      /**< orchestrator's delay before a replacement
+                                         (--spawn-delay-ms) */
+    int spares;                     /**< spare groups: spares x ranks processes started
+                                         with GRAFT_SPARE=1, and every replacement
+                                         started as a spare; 0: none */
     int max_restarts;               /**< per process; past it the run fails */
     int role_log;                   /**< pass --role-log (train_mlp: serves and heals) */
     /** A group is one torch world: its processes get what torchrun gives a
@@ -49,7 +66,8 @@ typedef enum graft_sim_proc_state {
  * @brief The environment of process (@p group, @p rank) as the supervisor
  *        starts it: the inherited one, config->env, GRAFT_GROUP and
  *        GRAFT_RANK, and a torch world's variables when config->master_ports
- *        is set. Made before fork(): a child of graft-sim (which has
+ *        is set; with @p group < 0 a spare's: GRAFT_SPARE=1 and GRAFT_RANK,
+ *        no GRAFT_GROUP. Made before fork(): a child of graft-sim (which has
  *        threads) only execs.
  * @return a NULL-terminated array to free with graft_sim_sup_strv_free(),
  *         or NULL when out of memory.
@@ -112,7 +130,65 @@ GRAFT_WUR graft_status_t graft_sim_sup_signal(graft_sim_sup_t *sup, int group, i
 graft_sim_proc_state_t graft_sim_sup_state(const graft_sim_sup_t *sup, int group, int rank);
 
 /**
- * @brief Number of times a process was started (1 + replacements).
+ * @brief Hand slot (@p group, @p rank) to the spare whose pid is @p pid: the
+ *        observer saw the slot's member record carry that pid, so the spare
+ *        promoted itself there. A process the slot still had (hung, its
+ *        lease lapsed) is killed, as an orchestrator fences a replaced
+ *        node, and its replacement spare is due after the spawn delay.
+ * @param [in] sup    the supervisor.
+ * @param [in] group  the slot's group.
+ * @param [in] rank   its rank.
+ * @param [in] pid    the pid in the slot's member record.
+ * @return 1 when a spare took the slot now, else 0 (the slot's own process
+ *         already, or no waiting spare has that pid).
+ */
+int graft_sim_sup_adopt(graft_sim_sup_t *sup, int group, int rank, pid_t pid);
+
+/**
+ * @brief With spares: the next slot process that died, oldest first. The
+ *        supervisor saw it end (waitpid()), so its member record can be
+ *        evicted at once (graft_membership_evict()), as an orchestrator
+ *        does, and a spare take the slot without waiting for the lease to
+ *        lapse. A process fenced off its slot is not listed (a spare holds
+ *        the record already).
+ * @param [in]  sup    the supervisor.
+ * @param [out] group  its slot's group.
+ * @param [out] rank   and rank.
+ * @param [out] pid    the dead process's pid.
+ * @return 1 with the outputs set, 0 when none is left.
+ */
+int graft_sim_sup_next_death(graft_sim_sup_t *sup, int *group, int *rank, pid_t *pid);
+
+/** What became of the spares (config.spares > 0), counted since the start. */
+typedef struct graft_sim_spare_stats {
+    int started;  /**< spare processes started (the first S x R and replacements) */
+    int promoted; /**< of them, handed a slot (graft_sim_sup_adopt()) */
+    int waiting;  /**< running now without a slot */
+    int unused;   /**< exited 0 without a slot (the job finished) */
+    int died;     /**< died without a slot */
+    int fenced;   /**< slot processes killed because a spare took their slot */
+    int owed;     /**< replacements due but not started yet (spawn delay) */
+} graft_sim_spare_stats_t;
+
+/**
+ * @brief The spares' counts.
+ * @param [in]  sup  the supervisor.
+ * @param [out] st   the counts (all 0 without spares).
+ */
+void graft_sim_sup_spare_stats(const graft_sim_sup_t *sup, graft_sim_spare_stats_t *st);
+
+/**
+ * @brief Number of times a spare took slot (@p group, @p rank).
+ * @param [in] sup    the supervisor.
+ * @param [in] group  its group.
+ * @param [in] rank   its rank.
+ * @return the count (also counted in graft_sim_sup_starts()).
+ */
+int graft_sim_sup_promotions(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
+ * @brief Number of processes that took slot (@p group, @p rank): 1 +
+ *        replacements started for it + spares promoted into it.
  * @param [in] sup    the supervisor.
  * @param [in] group  its group.
  * @param [in] rank   its rank.
@@ -121,7 +197,8 @@ graft_sim_proc_state_t graft_sim_sup_state(const graft_sim_sup_t *sup, int group
 int graft_sim_sup_starts(const graft_sim_sup_t *sup, int group, int rank);
 
 /**
- * @brief Monotonic time (ns) the current process of (group, rank) started.
+ * @brief Monotonic time (ns) the current process of (group, rank) started,
+ *        or a spare took the slot.
  * @param [in] sup    the supervisor.
  * @param [in] group  its group.
  * @param [in] rank   its rank.
@@ -130,7 +207,7 @@ int graft_sim_sup_starts(const graft_sim_sup_t *sup, int group, int rank);
 uint64_t graft_sim_sup_started_ns(const graft_sim_sup_t *sup, int group, int rank);
 
 /**
- * @brief Number of processes that have exited 0.
+ * @brief Number of slots whose process has exited 0 (spares not counted).
  * @param [in] sup  the supervisor.
  * @return the count.
  */
@@ -155,7 +232,9 @@ int graft_sim_sup_dead(const graft_sim_sup_t *sup, int *group, int *rank);
 const char *graft_sim_sup_hash_path(const graft_sim_sup_t *sup, int group, int rank);
 
 /**
- * @brief Path of the output log of (group, rank) (all incarnations).
+ * @brief Path of the output log of (group, rank)'s process, the last one
+ *        when it has none (started for the slot: one log for all of them;
+ *        a spare: its own).
  * @param [in] sup    the supervisor.
  * @param [in] group  its group.
  * @param [in] rank   its rank.

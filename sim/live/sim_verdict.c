@@ -420,6 +420,7 @@ void graft_sim_report_text(FILE *out, const graft_sim_live_opts_t *o,
                 ls.n, GRAFT_SIM_STALL_WINDOW_S, ls.stall_median, ls.stall_max, ls.n_isolated,
                 ls.elect_median, ls.elect_max, ls.n_elected, ls.step_gap_median);
     }
+    graft_sim_report_replacements_text(out, res);
     fprintf(out, "steps committed    %lld (lost and recomputed after rollbacks: %lld)\n",
             res->steps_committed, res->steps_lost);
     fprintf(out, "final state hash   %s\n", res->final_hash ? res->final_hash : "(none)");
@@ -550,6 +551,7 @@ static json_t *sim_json_recovery(const graft_sim_recovery_t *rc)
                                                       : json_null());
     }
     json_object_set_new(e, "healed", json_boolean(rc->done));
+    graft_sim_report_recovery_json(e, rc);
     for (int ph = 0; ph < SIM_NPHASES; ph++) {
         json_object_set_new(ps, sim_phases[ph], sim_num_or_null(sim_phase(rc, ph)));
     }
@@ -646,6 +648,9 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
         goto fail;
     }
     snprintf(seed, sizeof(seed), "%" PRIu64, o->seed);
+    /* Names the producer, as graft's benchmarks do: graft-sim model
+     * --bench-json reads the spares' promotion time from it. */
+    json_object_set_new(j, "bench", json_string("graft-sim-run"));
     json_object_set_new(j, "verdict", json_string(verdict));
     json_object_set_new(j, "why", why ? json_string(why) : json_null());
     json_object_set_new(j, "mode", json_string(o->mode == GRAFT_SIM_LIVE_STRICT ? "strict"
@@ -671,6 +676,7 @@ json_t *graft_sim_report_json(const graft_sim_live_opts_t *o, const graft_sim_sc
                                                                   ? o->etcd_members
                                                                   : 1));
     json_object_set_new(j, "etcd_leader_kills", sim_json_leader_kills(res));
+    graft_sim_report_replacements_json(j, res);
     sim_json_hashes(j, res, reference_hash, hashes);
     json_object_set_new(j, "plan", plan);
     json_object_set_new(j, "injected", inj);

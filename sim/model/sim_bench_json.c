@@ -203,6 +203,36 @@ static graft_status_t sim_bench_persist(graft_sim_params_t *p, const json_t *b, 
                           : st;
 }
 
+/* graft-sim run --spares --json: spares.promote_seconds, the median of
+ * the promotions it saw (the old record gone -> the spare's in the view). */
+static graft_status_t sim_bench_promotion(graft_sim_bench_t *bn, const json_t *b,
+                                          const char *path, char *err, size_t errlen)
+{
+    const json_t *ps = json_object_get(json_object_get(b, "spares"), "promote_seconds");
+    double n = 0, med = 0;
+    if (!json_is_object(ps)) {
+        snprintf(err, errlen, "graft-sim-run: no 'spares.promote_seconds' (a run without "
+                              "--spares?)");
+        return GRAFT_EFORMAT;
+    }
+    graft_status_t st = sim_bench_num(ps, "graft-sim-run: spares.promote_seconds", "n", 0, &n,
+                                      err, errlen);
+    if (st == GRAFT_OK && n < 1) {
+        snprintf(err, errlen, "graft-sim-run: spares.promote_seconds.n: no spare was promoted");
+        return GRAFT_EFORMAT;
+    }
+    if (st == GRAFT_OK) {
+        st = sim_bench_num(ps, "graft-sim-run: spares.promote_seconds", "median", 0, &med, err,
+                           errlen);
+    }
+    if (st == GRAFT_OK) {
+        bn->promote_s = med;
+        bn->promote_n = (size_t)n;
+        bn->promote_file = path;
+    }
+    return st;
+}
+
 /* A benchmark's --json object ("bench": name): its measured figures mapped
  * onto the parameters they measure (docs/SIM.md has the table). */
 graft_status_t graft_sim_params_from_bench(graft_sim_params_t *p, const json_t *b, const char *name,
@@ -220,8 +250,16 @@ graft_status_t graft_sim_params_from_bench(graft_sim_params_t *p, const json_t *
     if (strcmp(name, "persist") == 0) {
         return sim_bench_persist(p, b, err, errlen);
     }
+    if (strcmp(name, "graft-sim-run") == 0) {
+        graft_sim_bench_t bn;
+        memset(&bn, 0, sizeof(bn));
+        graft_status_t st = sim_bench_promotion(&bn, b, "", err, errlen);
+        return st == GRAFT_OK ? graft_sim_params_store(p, "spare_seconds", bn.promote_s, err,
+                                                       errlen)
+                              : st;
+    }
     snprintf(err, errlen, "bench '%s': not one the model reads (transfer, runtime, membership, "
-                          "persist)", name);
+                          "persist, graft-sim-run)", name);
     return GRAFT_ENOTSUP;
 }
 
@@ -401,9 +439,12 @@ graft_status_t graft_sim_bench_load(graft_sim_bench_t *bench, const char *path, 
     } else if (strcmp(name, "persist") == 0) {
         st = sim_persist_block_gb_s(root, &tmp->checkpoint_gb_s, e2, sizeof(e2));
         tmp->checkpoint_file = path;
+    } else if (strcmp(name, "graft-sim-run") == 0) {
+        st = sim_bench_promotion(tmp, root, path, e2, sizeof(e2));
     } else {
-        snprintf(e2, sizeof(e2), "bench '%s': --bench-json reads runtime, membership and "
-                                 "persist (use --params for the others)", name);
+        snprintf(e2, sizeof(e2), "bench '%s': --bench-json reads runtime, membership, "
+                                 "persist and graft-sim-run (use --params for the others)",
+                 name);
         st = GRAFT_ENOTSUP;
     }
     if (st != GRAFT_OK) {
@@ -554,6 +595,23 @@ static void sim_fig_formation(const graft_sim_bench_t *bn, graft_sim_params_t *p
     f->value = p->quorum_seconds;
 }
 
+static void sim_fig_promotion(const graft_sim_bench_t *bn, graft_sim_params_t *p,
+                              const char *given, graft_sim_figure_t *f)
+{
+    sim_fig_init(f, "spare_promotion_seconds", "s", given);
+    if (given == NULL && bn->promote_n > 0) {
+        f->origin = GRAFT_SIM_MEASURED;
+        p->spare_seconds = bn->promote_s;
+        snprintf(f->source, sizeof(f->source), "%s", bn->promote_file);
+        snprintf(f->basis, sizeof(f->basis), "graft-sim run --spares: median of %zu "
+                                             "promotions (old record gone -> the spare's)",
+                 bn->promote_n);
+    } else if (given == NULL) {
+        snprintf(f->basis, sizeof(f->basis), "assumed: spare_seconds default");
+    }
+    f->value = p->spare_seconds;
+}
+
 void graft_sim_bench_apply(const graft_sim_bench_t *bench, graft_sim_params_t *params,
                            const char *const *given, graft_sim_figure_t *figs)
 {
@@ -594,4 +652,6 @@ void graft_sim_bench_apply(const graft_sim_bench_t *bench, graft_sim_params_t *p
         snprintf(f->basis, sizeof(f->basis), "assumed: link_gb_s default");
     }
     f->value = params->link_gb_s;
+    sim_fig_promotion(bench, params, sim_given(given, "spare_seconds"),
+                      &figs[GRAFT_SIM_FIG_PROMOTION]);
 }

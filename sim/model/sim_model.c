@@ -115,6 +115,10 @@ void graft_sim_params_default(graft_sim_params_t *params_p)
         .donors = 4,
         .detect_seconds = 10.0,
         .spawn_seconds = 60.0,
+        /* Assumed: one etcd compare-and-swap and the spare's join; its
+         * process, CUDA and NCCL are up already (graft-sim run --spares
+         * measures it: --bench-json with its --json report). */
+        .spare_seconds = 1.0,
         .quorum_seconds = 2.0,
         .donor_timeout_seconds = 5.0,
         .link_faults_per_hour = 0.01,
@@ -185,6 +189,7 @@ graft_status_t graft_sim_params_check(const graft_sim_params_t *params, char *er
     SIM_CHECK(sim_check_int("donors", p->donors, 1, GRAFT_SIM_MAX_DONORS, err, errlen));
     SIM_CHECK(sim_check_double("detect_seconds", p->detect_seconds, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("spawn_seconds", p->spawn_seconds, 0, 0, big, err, errlen));
+    SIM_CHECK(sim_check_double("spare_seconds", p->spare_seconds, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("quorum_seconds", p->quorum_seconds, 0, 0, big, err, errlen));
     SIM_CHECK(sim_check_double("donor_timeout_seconds", p->donor_timeout_seconds, 0, 0, big, err,
                                errlen));

@@ -44,6 +44,10 @@ typedef struct graft_sim_params {
     int donors;                   /**< donors per multi-donor pull */
     double detect_seconds;        /**< failure to detection (lease expiry, watchdog) */
     double spawn_seconds;         /**< a replacement group on a spare is up and initialised */
+    double spare_seconds;         /**< with graft's spares (processes already up, waiting
+                                       with a lease): detection to a spare in the dead
+                                       rank's slot; replaces spawn_seconds in the report's
+                                       "with spares" columns */
     double quorum_seconds;        /**< forming the new quorum */
     double donor_timeout_seconds; /**< a donor's loss to its stripes being reassigned */
     double link_faults_per_hour;  /**< transient faults of one rank's link to one donor while it serves */

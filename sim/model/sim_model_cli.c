@@ -46,8 +46,10 @@ static void sim_model_usage(FILE *out)
             "  --params FILE              JSON object of parameters (keys as below with '_'),\n"
             "                             or a benchmark's --json output; repeatable; flags win\n"
             "  --bench-json FILE          --json output of runtime_bench, membership_bench or\n"
-            "                             persist_bench (its last line); repeatable. Measured\n"
-            "                             figures replace assumed ones; flags and --params win\n"
+            "                             persist_bench (its last line), or a graft-sim run\n"
+            "                             --spares --json report (spare_seconds); repeatable.\n"
+            "                             Measured figures replace assumed ones; flags and\n"
+            "                             --params win\n"
             "  --json FILE                write the report as JSON\n"
             "  --plot FILE.svg            draw goodput vs checkpoint interval\n"
             "  --persist-every-seconds S  also report every strategy at this interval\n"
@@ -360,6 +362,26 @@ static int sim_model_settle(sim_model_opts_t *o)
     return 0;
 }
 
+/* Each P2P strategy at its best interval as it is and with spares (each
+ * heal's replacement up after spare_seconds instead of spawn_seconds),
+ * same seed: the failures are the same (common random numbers). */
+static graft_status_t sim_model_spares(graft_sim_report_t *rep)
+{
+    graft_sim_params_t with = rep->params;
+    with.spawn_seconds = rep->params.spare_seconds;
+    graft_status_t st = GRAFT_OK;
+    for (int s = GRAFT_SIM_P2P_SINGLE; st == GRAFT_OK && s < GRAFT_SIM_NSTRATEGIES; s++) {
+        double t = rep->optimum[s].best_interval_seconds;
+        st = graft_sim_model_simulate(&rep->params, (graft_sim_strategy_t)s, t, rep->seed,
+                                      &rep->without_spares[s]);
+        if (st == GRAFT_OK) {
+            st = graft_sim_model_simulate(&with, (graft_sim_strategy_t)s, t, rep->seed,
+                                          &rep->with_spares[s]);
+        }
+    }
+    return st;
+}
+
 /* Returns 0, 1 when --help was asked for, or 2 on a usage error. */
 static int sim_model_parse(int argc, char **argv, sim_model_opts_t *o)
 {
@@ -438,6 +460,12 @@ int graft_sim_model_main(int argc, char **argv)
                                        : "");
             goto out_free;
         }
+    }
+    st = sim_model_spares(&rep);
+    if (st != GRAFT_OK) {
+        fprintf(stderr, "graft-sim model: error: the comparison with spares failed: %s\n",
+                graft_status_string(st));
+        goto out_free;
     }
     sim_figures_print(&o, &rep, stdout);
     graft_sim_report_print(&rep, stdout);

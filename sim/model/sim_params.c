@@ -40,6 +40,9 @@ static const sim_param_desc_t sim_param_table[] = {
     SIM_I(donors, "donors per multi-donor pull"),
     SIM_D(detect_seconds, "failure to detection, seconds"),
     SIM_D(spawn_seconds, "replacement group up on a spare, seconds"),
+    SIM_D(spare_seconds, "with graft's spares (already running): detection to a spare in the "
+                         "slot, seconds; used instead of spawn_seconds in the \"with spares\" "
+                         "columns (measured by --bench-json of a graft-sim run --spares report)"),
     SIM_D(quorum_seconds, "forming a new quorum, seconds"),
     SIM_D(donor_timeout_seconds, "a donor's death to its stripes being reassigned, seconds"),
     SIM_D(link_faults_per_hour, "transient faults per hour of one rank's link to a serving donor"),

@@ -82,6 +82,7 @@ typedef enum graft_sim_figure_id {
     GRAFT_SIM_FIG_FORMATION,        /**< quorum formation per failure at G x R (quorum_seconds) */
     GRAFT_SIM_FIG_CHECKPOINT,       /**< blocking part of a checkpoint (checkpoint_*) */
     GRAFT_SIM_FIG_HEAL,             /**< heal (pull) throughput of one donor link (link_gb_s) */
+    GRAFT_SIM_FIG_PROMOTION,        /**< a spare taking a dead rank's slot (spare_seconds) */
     GRAFT_SIM_NFIGS
 } graft_sim_figure_id_t;
 
@@ -122,11 +123,15 @@ typedef struct graft_sim_bench {
     const char *checkpoint_file;
     double heal_gb_s; /**< > 0 when measured (runtime recovery) */
     const char *heal_file;
+    double promote_s; /**< >= 0 when measured (graft-sim run --spares); < 0: not */
+    size_t promote_n; /**< promotions it is the median of; 0: not measured */
+    const char *promote_file;
 } graft_sim_bench_t;
 
 /**
  * @brief Read one benchmark's --json output ("bench": "runtime",
- *        "membership" or "persist"; see docs/SIM.md) and add its figures.
+ *        "membership" or "persist", or a `graft-sim run --spares` report,
+ *        "graft-sim-run"; see docs/SIM.md) and add its figures.
  *        A steady size whose median is negative (the benchmark's mark of a
  *        failed size) is ignored; a later point at the same size replaces an
  *        earlier one.

@@ -29,6 +29,26 @@ static const char *sim_fmt_duration(double s, char *buf, size_t len)
     return buf;
 }
 
+/* The P2P strategies with and without spares, side by side. */
+static void sim_spares_print(const graft_sim_report_t *report, FILE *out)
+{
+    const graft_sim_params_t *p = &report->params;
+    char a[32], b[32], c[32];
+    fprintf(out, "\nwith spares: each heal's replacement in its slot after %s (spare_seconds) "
+                 "instead of %s (spawn_seconds), at each strategy's best interval:\n",
+            sim_fmt_duration(p->spare_seconds, a, sizeof(a)),
+            sim_fmt_duration(p->spawn_seconds, b, sizeof(b)));
+    fprintf(out, "%-19s %11s %10s %12s %7s %11s\n", "strategy", "interval", "goodput",
+            "with spares", "down%", "down% spares");
+    for (int s = GRAFT_SIM_P2P_SINGLE; s < GRAFT_SIM_NSTRATEGIES; s++) {
+        const graft_sim_result_t *w = &report->without_spares[s], *x = &report->with_spares[s];
+        fprintf(out, "%-19s %11s %9.2f%% %11.2f%% %7.2f %11.2f\n",
+                graft_sim_strategy_name((graft_sim_strategy_t)s),
+                sim_fmt_duration(w->interval_seconds, c, sizeof(c)), 100 * w->goodput,
+                100 * x->goodput, 100 * w->downtime_frac, 100 * x->downtime_frac);
+    }
+}
+
 void graft_sim_report_print(const graft_sim_report_t *report, FILE *out)
 {
     const graft_sim_params_t *p = &report->params;
@@ -87,6 +107,7 @@ void graft_sim_report_print(const graft_sim_report_t *report, FILE *out)
     fprintf(out, "Young = sqrt(2 C M) with M the mean time between failures that need the disk "
                  "(all failures for checkpoint-restart, disasters for P2P); +- is the stddev over "
                  "runs\n");
+    sim_spares_print(report, out);
     if (report->fixed_interval_seconds > 0) {
         fprintf(out, "\nat a fixed interval of %s:\n",
                 sim_fmt_duration(report->fixed_interval_seconds, a, sizeof(a)));
@@ -117,6 +138,29 @@ static json_t *sim_json_result(const graft_sim_result_t *r)
                      "disk_restarts", r->disk_restarts, "p2p_recoveries", r->p2p_recoveries,
                      "transfer_restarts", r->transfer_restarts, "donor_losses",
                      r->donor_losses, "link_faults", r->link_faults);
+}
+
+/* "spares": the P2P strategies with and without spares at their best
+ * interval; NULL when out of memory. */
+static json_t *sim_json_spares(const graft_sim_report_t *report)
+{
+    json_t *arr = json_array();
+    for (int s = GRAFT_SIM_P2P_SINGLE; arr != NULL && s < GRAFT_SIM_NSTRATEGIES; s++) {
+        json_t *e = json_pack("{s:s, s:o, s:o, s:o}", "name",
+                              graft_sim_strategy_name((graft_sim_strategy_t)s),
+                              "interval_seconds",
+                              sim_json_real(report->without_spares[s].interval_seconds),
+                              "without", sim_json_result(&report->without_spares[s]), "with",
+                              sim_json_result(&report->with_spares[s]));
+        if (e == NULL || json_array_append_new(arr, e) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr == NULL ? NULL
+                       : json_pack("{s:f, s:f, s:o}", "spawn_seconds",
+                                   report->params.spawn_seconds, "spare_seconds",
+                                   report->params.spare_seconds, "strategies", arr);
 }
 
 static json_t *sim_json_build(const graft_sim_report_t *report)
@@ -172,7 +216,8 @@ static json_t *sim_json_build(const graft_sim_report_t *report)
         json_object_set_new(root, "job_mtbf_seconds",
                             sim_json_real(graft_sim_job_mtbf_seconds(&report->params))) != 0 ||
         json_object_set(root, "params", params) != 0 ||
-        json_object_set(root, "strategies", strategies) != 0) {
+        json_object_set(root, "strategies", strategies) != 0 ||
+        json_object_set_new(root, "spares", sim_json_spares(report)) != 0) {
         goto fail;
     }
     json_decref(params);

@@ -21,6 +21,12 @@ typedef struct graft_sim_report {
     graft_sim_optimum_t optimum[GRAFT_SIM_NSTRATEGIES];
     double fixed_interval_seconds; /**< > 0 when --persist-every-seconds was given */
     graft_sim_result_t fixed[GRAFT_SIM_NSTRATEGIES];
+    /** The P2P strategies at their best interval, each heal's replacement
+     *  up after spawn_seconds (without) or spare_seconds (with graft's
+     *  spares); checkpoint-restart's entries are unused (a restart from
+     *  disk is the whole job's). */
+    graft_sim_result_t without_spares[GRAFT_SIM_NSTRATEGIES];
+    graft_sim_result_t with_spares[GRAFT_SIM_NSTRATEGIES];
 } graft_sim_report_t;
 
 /**
