@@ -12,7 +12,14 @@ settings ``group``, ``groups``, ``rank`` and ``ranks_per_group``:
 
 A ``GRAFT_RANK`` or ``GRAFT_RANKS_PER_GROUP`` that is set must agree with
 ``RANK`` / ``WORLD_SIZE``; a disagreement raises UsageError naming both.
+
+A spare world (``GRAFT_SPARE=1`` with more than one rank) must be promoted
+whole (docs/RUNTIME.md, "Groups of spares"): unless ``GRAFT_SPARE_GROUP``
+names it, its ranks get the setting ``spare_group`` from what they share,
+the launcher's rendezvous (``MASTER_ADDR``, ``MASTER_PORT``,
+``TORCHELASTIC_RUN_ID``).
 """
+import hashlib
 import os
 
 from graft.errors import UsageError
@@ -60,4 +67,19 @@ def launcher_settings(environ=None):
     if out.get("rank", 0) >= out.get("ranks_per_group", 1):
         raise UsageError(-1, "graft: rank %d is outside a group of %d ranks"
                          % (out.get("rank", 0), out.get("ranks_per_group", 1)))
+    world = _spare_world(env, out.get("ranks_per_group", 1))
+    if world is not None:
+        out["spare_group"] = world
     return out
+
+
+def _spare_world(env, ranks):
+    """The name a spare world's ranks share, or None (not a spare, one rank,
+    a GRAFT_SPARE_GROUP given, or no rendezvous to name it by)."""
+    if env.get("GRAFT_SPARE") != "1" or ranks < 2 or env.get("GRAFT_SPARE_GROUP"):
+        return None
+    where = (env.get("MASTER_ADDR"), env.get("MASTER_PORT"))
+    if not all(where):
+        return None
+    key = "%s:%s/%s" % (where[0], where[1], env.get("TORCHELASTIC_RUN_ID", ""))
+    return "world-" + hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -315,3 +315,13 @@ def test_launcher_settings():
     with pytest.raises(graft.UsageError) as e:
         ls({"REPLICA_GROUP_ID": "x"})
     assert "REPLICA_GROUP_ID='x'" in str(e.value)
+    # A spare world's ranks share one group of spares, named from their
+    # rendezvous; another world's differs; one rank, or a name given, none.
+    world = {"GRAFT_SPARE": "1", "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
+             "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "run-a"}
+    a1 = ls(world)["spare_group"]
+    assert a1 == ls(dict(world, RANK="0"))["spare_group"] and a1.startswith("world-")
+    assert a1 != ls(dict(world, MASTER_PORT="29501"))["spare_group"]
+    assert "spare_group" not in ls(dict(world, WORLD_SIZE="1", RANK="0"))
+    assert "spare_group" not in ls(dict(world, GRAFT_SPARE_GROUP="mine"))
+    assert "spare_group" not in ls(dict(world, GRAFT_SPARE="0"))
