@@ -190,49 +190,6 @@ static pid_t unit_pid(const agent_proc_t *ap, const char *kind, int rank)
     return pid;
 }
 
-static graft_membership_t *observe(const char *job)
-{
-    const char *ep = graft_etcd_server_endpoint(rtf_etcd.server);
-    graft_etcd_config_t ec = graft_test_etcd_config(&ep, 1, 2000);
-    graft_membership_config_t mc = {.job = job, .etcd = &ec, .observer = true,
-                                    .ranks_per_group = AG_RANKS};
-    graft_membership_t *m = NULL;
-    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
-    return m;
-}
-
-static size_t spares_registered(graft_membership_t *obs)
-{
-    graft_member_t *sp = NULL;
-    size_t n = 0;
-    assert_int_equal(graft_membership_spares_list(obs, &sp, &n), GRAFT_OK);
-    graft_membership_spares_free(sp, n);
-    return n;
-}
-
-static void wait_spares(graft_membership_t *obs, size_t n, double timeout_s)
-{
-    double end = rp_now_s() + timeout_s;
-    while (spares_registered(obs) != n) {
-        if (rp_now_s() > end)
-            fail_msg("%zu spares registered, not %zu, after %.0f s", spares_registered(obs), n,
-                     timeout_s);
-        usleep(50000);
-    }
-}
-
-static int slot_pid(graft_membership_t *obs, int group, int rank)
-{
-    graft_membership_view_t *v = NULL;
-    assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
-    int pid = 0;
-    for (size_t i = 0; i < v->n_members; i++)
-        if ((int)v->members[i].group == group && (int)v->members[i].rank == rank)
-            pid = v->members[i].pid;
-    graft_membership_view_free(v);
-    return pid;
-}
-
 static void wait_lines(const char *path, int lines, double timeout_s)
 {
     double end = rp_now_s() + timeout_s;
@@ -364,11 +321,11 @@ static void test_spare_takes_slot_and_is_replaced(void **state)
     agent_proc_t ag[AG_GROUPS];
     for (int g = 0; g < AG_GROUPS; g++)
         agent_start(&ag[g], job, dir, g, 1, "200");
-    graft_membership_t *obs = observe(job);
-    wait_spares(obs, AG_GROUPS * AG_RANKS, 60);
+    graft_membership_t *obs = rp_observe(job, AG_RANKS);
+    rp_wait_spares(obs, AG_GROUPS * AG_RANKS, 60);
     pid_t victim = kill_rank(&ag[0]);
     double killed = rp_now_s(), end = killed + 20;
-    while (slot_pid(obs, 0, 1) == victim || slot_pid(obs, 0, 1) == 0) {
+    while (rp_slot_pid(obs, 0, 1) == victim || rp_slot_pid(obs, 0, 1) == 0) {
         if (rp_now_s() > end)
             fail_msg("no spare took slot (0, 1) within 20 s");
         usleep(10000);
@@ -376,7 +333,7 @@ static void test_spare_takes_slot_and_is_replaced(void **state)
     print_message("# slot (0, 1) taken by a spare %.2f s after the kill (lease TTL 2 s)\n",
                   rp_now_s() - killed);
     /* The dead rank's agent started a spare in its place. */
-    wait_spares(obs, AG_GROUPS * AG_RANKS, 20);
+    rp_wait_spares(obs, AG_GROUPS * AG_RANKS, 20);
     for (int g = 0; g < AG_GROUPS; g++)
         agent_wait(&ag[g], 60);
     outcome_t o;
@@ -436,23 +393,23 @@ static void test_launcher_world_replaced_by_spare_world(void **state)
                          trainer_flags[2], trainer_flags[3], NULL};
     agent_start_cmd(&ag[0], job, dir, 0, 1, "200", "--launcher", cmd);
     agent_start(&ag[1], job, dir, 1, 0, "200");
-    graft_membership_t *obs = observe(job);
-    wait_spares(obs, AG_RANKS, 60);
+    graft_membership_t *obs = rp_observe(job, AG_RANKS);
+    rp_wait_spares(obs, AG_RANKS, 60);
     char log[500];
     snprintf(log, sizeof(log), "%s/agent0/launched-s0-0-r1.log", dir);
     wait_lines(log, 5, 60);
-    int victim = slot_pid(obs, 0, 1), other = slot_pid(obs, 0, 0);
+    int victim = rp_slot_pid(obs, 0, 1), other = rp_slot_pid(obs, 0, 0);
     assert_true(victim > 0 && other > 0);
     assert_int_equal(kill(victim, SIGKILL), 0);
     double end = rp_now_s() + 20;
     for (int r = 0; r < AG_RANKS; r++)
-        while (slot_pid(obs, 0, r) == victim || slot_pid(obs, 0, r) == other ||
-               slot_pid(obs, 0, r) == 0) {
+        while (rp_slot_pid(obs, 0, r) == victim || rp_slot_pid(obs, 0, r) == other ||
+               rp_slot_pid(obs, 0, r) == 0) {
             if (rp_now_s() > end)
                 fail_msg("no spare took slot (0, %d) within 20 s", r);
             usleep(10000);
         }
-    wait_spares(obs, AG_RANKS, 20); /* the restarted world's two spares */
+    rp_wait_spares(obs, AG_RANKS, 20); /* the restarted world's two spares */
     for (int g = 0; g < AG_GROUPS; g++)
         agent_wait(&ag[g], 60);
     print_events(ag);

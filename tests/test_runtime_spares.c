@@ -31,60 +31,13 @@
 static const char *const flags[] = {"--steps", "40", "--step-delay-ms", "20", NULL};
 #define STEPS 40
 
-/* An observer of the job, to see slots and spares as etcd holds them. */
-static graft_membership_t *observe(const char *job)
-{
-    const char *ep = graft_etcd_server_endpoint(rtf_etcd.server);
-    graft_etcd_config_t ec = graft_test_etcd_config(&ep, 1, 2000);
-    graft_membership_config_t mc = {.job = job, .etcd = &ec, .observer = true,
-                                    .ranks_per_group = R};
-    graft_membership_t *m = NULL;
-    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
-    return m;
-}
-
-/* The pid holding slot (group, rank) in the observer's view; 0: vacant. */
-static int slot_pid(graft_membership_t *obs, int group, int rank)
-{
-    graft_membership_view_t *v = NULL;
-    assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
-    int pid = 0;
-    for (size_t i = 0; i < v->n_members; i++)
-        if ((int)v->members[i].group == group && (int)v->members[i].rank == rank)
-            pid = v->members[i].pid;
-    graft_membership_view_free(v);
-    return pid;
-}
-
-static size_t spares_registered(graft_membership_t *obs)
-{
-    graft_member_t *sp = NULL;
-    size_t n = 0;
-    assert_int_equal(graft_membership_spares_list(obs, &sp, &n), GRAFT_OK);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(sp[i].group, UINT32_MAX);
-    graft_membership_spares_free(sp, n);
-    return n;
-}
-
-static void wait_spares(graft_membership_t *obs, size_t n, double timeout_s)
-{
-    double end = rp_now_s() + timeout_s;
-    while (spares_registered(obs) != n) {
-        if (rp_now_s() > end)
-            fail_msg("%zu spares registered, not %zu, after %.0f s", spares_registered(obs), n,
-                     timeout_s);
-        usleep(50000);
-    }
-}
-
 /* Wait until a process not in @p old_pids holds slot (group, rank). */
 static int wait_slot_taken(graft_membership_t *obs, int group, int rank, int old_pid,
                            double timeout_s)
 {
     double end = rp_now_s() + timeout_s;
     for (;;) {
-        int pid = slot_pid(obs, group, rank);
+        int pid = rp_slot_pid(obs, group, rank);
         if (pid != 0 && pid != old_pid)
             return pid;
         if (rp_now_s() > end)
@@ -119,8 +72,8 @@ static void test_spare_group_replaces_dead_group(void **state)
     (void)state;
     job_t j;
     start_job(&j, "spare-group", 1);
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, R, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, R, 60);
     rp_wait_log(&j.p[1 * R + 0], 5, 60);
     int old0 = j.p[1 * R + 0].pid, old1 = j.p[1 * R + 1].pid;
     rp_kill_proc(&j.p[1 * R + 0]);
@@ -130,7 +83,7 @@ static void test_spare_group_replaces_dead_group(void **state)
     proc_t *s1 = proc_of_pid(&j, wait_slot_taken(obs, 1, 1, old1, 30));
     assert_true(s0->spare && s0->rank == 0);
     assert_true(s1->spare && s1->rank == 1);
-    assert_int_equal(spares_registered(obs), 0);
+    assert_int_equal(rp_spares_registered(obs), 0);
     rp_wait_all(&j, 120);
     assert_int_equal(j.n, n_before); /* nothing was spawned */
     assert_int_equal(rp_spare_group(s0), 1);
@@ -148,7 +101,7 @@ static int live_held(graft_membership_t *obs, int r, int dead[2][R])
 {
     int n = 0;
     for (int g = 1; g <= 2; g++) {
-        int pid = slot_pid(obs, g, r);
+        int pid = rp_slot_pid(obs, g, r);
         n += pid != 0 && pid != dead[0][r] && pid != dead[1][r];
     }
     return n;
@@ -163,8 +116,8 @@ static void test_two_groups_die_one_spare(void **state)
     (void)state;
     job_t j;
     start_job(&j, "spare-two-die", 1);
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, R, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, R, 60);
     rp_wait_log(&j.p[0], 5, 60);
     int dead[2][R];
     for (int g = 1; g <= 2; g++)
@@ -176,7 +129,7 @@ static void test_two_groups_die_one_spare(void **state)
     /* Both spares promoted (the leases lapse within the 2 s TTL); each
      * holds one of its rank's two slots. A killed rank's record may still
      * be there for a moment after the other's lapsed: only live ones count. */
-    wait_spares(obs, 0, 30);
+    rp_wait_spares(obs, 0, 30);
     for (int r = 0; r < R; r++) {
         double end = rp_now_s() + 10;
         int held = 0;
@@ -211,8 +164,8 @@ static void test_spare_dies_while_promoted(void **state)
     (void)state;
     job_t j;
     start_job(&j, "spare-dies", 2);
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, 2 * R, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, 2 * R, 60);
     rp_wait_log(&j.p[2 * R + 1], 5, 60);
     int old = j.p[2 * R + 1].pid;
     rp_kill_proc(&j.p[2 * R + 1]);
@@ -244,13 +197,13 @@ static void test_etcd_restart_during_promotion(void **state)
     (void)state;
     job_t j;
     start_job(&j, "spare-etcd", 1);
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, R, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, R, 60);
     rp_wait_log(&j.p[1 * R + 0], 5, 60);
     int old = j.p[1 * R + 0].pid;
     rp_kill_proc(&j.p[1 * R + 0]);
     double end = rp_now_s() + 30;
-    while (slot_pid(obs, 1, 0) == old) {
+    while (rp_slot_pid(obs, 1, 0) == old) {
         assert_true(rp_now_s() < end);
         usleep(2000);
     }
@@ -276,8 +229,8 @@ static void test_evict_dead_rank(void **state)
     (void)state;
     job_t j;
     start_job(&j, "spare-evict", 1);
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, R, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, R, 60);
     rp_wait_log(&j.p[0], 5, 60);
     char host[256];
     assert_int_equal(gethostname(host, sizeof(host)), 0);
@@ -286,14 +239,14 @@ static void test_evict_dead_rank(void **state)
     /* A live rank is no one's to evict. */
     assert_int_equal(graft_membership_evict(obs, 0, 1, host, old + 1), GRAFT_ESTATE);
     assert_int_equal(graft_membership_evict(obs, 0, 1, "not-this-host", old), GRAFT_ESTATE);
-    assert_int_equal(slot_pid(obs, 0, 1), old);
+    assert_int_equal(rp_slot_pid(obs, 0, 1), old);
     rp_kill_proc(victim);
     assert_int_equal(graft_membership_evict(obs, 0, 1, host, old), GRAFT_OK);
     proc_t *s = proc_of_pid(&j, wait_slot_taken(obs, 0, 1, old, 30));
     assert_true(s->spare);
     graft_status_t again = graft_membership_evict(obs, 0, 1, host, old);
     assert_true(again == GRAFT_ESTATE || again == GRAFT_ENOTFOUND);
-    assert_int_equal(slot_pid(obs, 0, 1), s->pid);
+    assert_int_equal(rp_slot_pid(obs, 0, 1), s->pid);
     rp_wait_all(&j, 120);
     assert_int_equal(rp_check_final(&j, STEPS), 1);
     rp_check_logs(&j, STEPS);
@@ -313,8 +266,8 @@ static void test_spare_with_other_layout_stays_out(void **state)
     rp_spawn_all(&j, flags);
     const char *other[] = {"--steps", "40", "--step-delay-ms", "20", "--blob-mib", "1", NULL};
     proc_t *wrong = rp_spawn_spare(&j, 0, other);
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, 1, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, 1, 60);
     rp_wait_log(&j.p[2 * R + 0], 5, 60);
     char host[256];
     assert_int_equal(gethostname(host, sizeof(host)), 0);
@@ -322,11 +275,11 @@ static void test_spare_with_other_layout_stays_out(void **state)
     rp_kill_proc(&j.p[2 * R + 0]);
     assert_int_equal(graft_membership_evict(obs, 2, 0, host, old), GRAFT_OK);
     double end = rp_now_s() + 10;
-    while (slot_pid(obs, 2, 0) == old && rp_now_s() < end)
+    while (rp_slot_pid(obs, 2, 0) == old && rp_now_s() < end)
         usleep(2000); /* the observer's watch brings the eviction */
     end = rp_now_s() + 2.0;
     while (rp_now_s() < end) {
-        assert_int_equal(slot_pid(obs, 2, 0), 0);
+        assert_int_equal(rp_slot_pid(obs, 2, 0), 0);
         usleep(50000);
     }
     assert_true(rp_file_contains(wrong->err, "differs from rank 0's live members'"));
@@ -354,8 +307,8 @@ static void test_spare_groups_stay_whole(void **state)
         sg[0][r] = rp_spawn_spare_in(&j, "world-a", r, flags);
         sg[1][r] = rp_spawn_spare_in(&j, "world-b", r, flags);
     }
-    graft_membership_t *obs = observe(j.name);
-    wait_spares(obs, 2 * R, 60);
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, 2 * R, 60);
     rp_wait_log(&j.p[0], 5, 60);
     char host[256];
     assert_int_equal(gethostname(host, sizeof(host)), 0);
@@ -365,7 +318,7 @@ static void test_spare_groups_stay_whole(void **state)
             rp_kill_proc(&j.p[g * R + r]);
             assert_int_equal(graft_membership_evict(obs, g, r, host, pid), GRAFT_OK);
         }
-    wait_spares(obs, 0, 30);
+    rp_wait_spares(obs, 0, 30);
     for (int g = 1; g <= 2; g++) {
         proc_t *p0 = proc_of_pid(&j, wait_slot_taken(obs, g, 0, 0, 30));
         proc_t *p1 = proc_of_pid(&j, wait_slot_taken(obs, g, 1, 0, 30));

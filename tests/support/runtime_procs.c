@@ -144,6 +144,51 @@ int rp_spare_group(const proc_t *p)
     return group;
 }
 
+graft_membership_t *rp_observe(const char *job, uint32_t ranks)
+{
+    const char *ep = graft_etcd_server_endpoint(rtf_etcd.server);
+    graft_etcd_config_t ec = graft_test_etcd_config(&ep, 1, 2000);
+    graft_membership_config_t mc = {.job = job, .etcd = &ec, .observer = true,
+                                    .ranks_per_group = ranks};
+    graft_membership_t *m = NULL;
+    assert_int_equal(graft_membership_create(&mc, &m), GRAFT_OK);
+    return m;
+}
+
+int rp_slot_pid(graft_membership_t *obs, int group, int rank)
+{
+    graft_membership_view_t *v = NULL;
+    assert_int_equal(graft_membership_view_get(obs, &v), GRAFT_OK);
+    int pid = 0;
+    for (size_t i = 0; i < v->n_members; i++)
+        if ((int)v->members[i].group == group && (int)v->members[i].rank == rank)
+            pid = v->members[i].pid;
+    graft_membership_view_free(v);
+    return pid;
+}
+
+size_t rp_spares_registered(graft_membership_t *obs)
+{
+    graft_member_t *sp = NULL;
+    size_t n = 0;
+    assert_int_equal(graft_membership_spares_list(obs, &sp, &n), GRAFT_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(sp[i].group, UINT32_MAX);
+    graft_membership_spares_free(sp, n);
+    return n;
+}
+
+void rp_wait_spares(graft_membership_t *obs, size_t n, double timeout_s)
+{
+    double end = rp_now_s() + timeout_s;
+    while (rp_spares_registered(obs) != n) {
+        if (rp_now_s() > end)
+            fail_msg("%zu spares registered, not %zu, after %.0f s", rp_spares_registered(obs), n,
+                     timeout_s);
+        usleep(50000);
+    }
+}
+
 void rp_spawn_all(job_t *j, const char *const *flags)
 {
     for (int g = 0; g < G; g++)

@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <graft/membership.h>
+
 #include "etcd_fixture.h"
 #include "runtime_fixture.h"
 
@@ -88,6 +90,19 @@ proc_t *rp_spawn_spare_in(job_t *j, const char *spare_group, int rank, const cha
 /* The group a spare was promoted into, from its output ("spare promoted to
  * group G"); -1 while it was not. */
 int rp_spare_group(const proc_t *p);
+
+/* An observer of job `job` (R ranks per group) on the program's etcd, to
+ * see slots and spares as etcd holds them. */
+graft_membership_t *rp_observe(const char *job, uint32_t ranks);
+
+/* The pid holding slot (group, rank) in the observer's view; 0: vacant. */
+int rp_slot_pid(graft_membership_t *obs, int group, int rank);
+
+/* The spares registered now (read from etcd). */
+size_t rp_spares_registered(graft_membership_t *obs);
+
+/* Wait until exactly n spares are registered. */
+void rp_wait_spares(graft_membership_t *obs, size_t n, double timeout_s);
 
 /* Wait for a process that must end by itself. */
 void rp_wait_proc(proc_t *p, double timeout_s);
