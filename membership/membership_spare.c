@@ -21,7 +21,15 @@
  *
  * The spare's thread renews the lease itself while it waits; the members'
  * view comes from an observer handle (its watch), so a vacancy is seen as
- * soon as etcd deletes the lapsed record.
+ * soon as etcd deletes the lapsed record, or the evicted one
+ * (graft_membership_evict(), at the end: whoever saw the process die
+ * revokes its lease).
+ *
+ * A group of spares (spare_group: the ranks of one world) is promoted
+ * whole: its rank 0 takes every slot of a group whose ranks all died, in
+ * one transaction over every slot and every spare record of the world,
+ * and the world's other ranks find their promotion as a member record
+ * carrying their incarnation.
  */
 #include "membership_internal.h"
 

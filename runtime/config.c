@@ -340,6 +340,21 @@ static graft_status_t endpoints_check(const char *list, char **error_p)
     return GRAFT_OK;
 }
 
+/* A name etcd keys and records may carry: [A-Za-z0-9_.-]{1,64}. */
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-' || ch == '.'))
+            return false;
+    }
+    return true;
+}
+
 graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
 {
     if (c == NULL)
@@ -355,6 +370,11 @@ graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
     if (!is_set(c, "group") && c->spare == 0) {
         error_set(error_p, "config: group: required (this process's group id), unless the "
                            "process is a spare (spare = 1)");
+        return GRAFT_EINVAL;
+    }
+    if (c->spare_group != NULL && !name_ok(c->spare_group)) {
+        error_set(error_p, "config: spare_group: [A-Za-z0-9_.-]{1,64} (one name per world "
+                           "of spares)");
         return GRAFT_EINVAL;
     }
     if (c->spare == 0 && c->group >= c->groups) {

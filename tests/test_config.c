@@ -178,6 +178,10 @@ static void test_validation(void **state)
     assert_int_equal(graft_config_set(c, "spare", "2", NULL), GRAFT_EINVAL);
     assert_int_equal(graft_config_set(c, "spare", "1", NULL), GRAFT_OK);
     assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "spare_group", "world/1", NULL), GRAFT_OK);
+    expect_invalid(c, "spare_group");
+    assert_int_equal(graft_config_set(c, "spare_group", "world-1.a_b", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "spare", "0", NULL), GRAFT_OK);
     expect_invalid(c, "group");
     assert_int_equal(graft_config_set(c, "group", "4", NULL), GRAFT_OK);
