@@ -63,6 +63,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p);
 graft_status_t graft_heal_wait(graft_runtime_t *rt);
 graft_status_t graft_commit(graft_runtime_t *rt, bool *apply_p);
 graft_status_t graft_commit_veto(graft_runtime_t *rt);
+graft_status_t graft_restart(graft_runtime_t *rt);
 graft_status_t graft_finish(graft_runtime_t *rt);
 bool graft_finished(const graft_runtime_t *rt);
 uint64_t graft_step(graft_runtime_t *rt);

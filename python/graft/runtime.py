@@ -95,6 +95,8 @@ class Runtime:
         self._group = None
         self.groups = self.rank = self.ranks_per_group = None
         self.spare = False
+        self.restarted = False   # restart() abandoned the open step
+        self.restarts = 0
         self._regions = {}       # name -> the object whose memory is the region
         self._names = []         # keeps the C strings alive
         self.region_table = []   # (name, kind, dtype, bytes) in registration order
@@ -228,6 +230,7 @@ class Runtime:
         info = ffi.new("graft_step_info_t *")
         self._info = None
         self.heal_error = None
+        self.restarted = False
         st = lib.graft_quorum(self._h(), info)
         if st == _ECANCELED and self.spare and self._group is None and \
                 lib.graft_finished(self._rt):
@@ -268,13 +271,31 @@ class Runtime:
                 and self.heal_error is None and lib.graft_step(self._rt) == info.step)
 
     def commit(self):
-        """End of a step: the vote. True: apply the optimizer step now."""
+        """End of a step: the vote. True: apply the optimizer step now.
+        False without a vote when restart() abandoned the step."""
+        if self.restarted:
+            self.restarted = False
+            self._info = None
+            return False
         apply_p = ffi.new("bool *")
         try:
             check(lib.graft_commit(self._h(), apply_p), "graft: commit failed")
         finally:
             self._info = None
         return bool(apply_p[0])
+
+    def restart(self):
+        """Restart this rank in place, without exiting (graft_restart(),
+        docs/RUNTIME.md "In-place restart"): for a failure the process
+        survived but its communication did not (a collective that failed or
+        timed out). The open step is abandoned: the next commit() returns
+        False without a vote, and the trainer must not apply the step. The
+        next quorum() joins as a new incarnation, keeping the committed state
+        (pulled when the job moved on)."""
+        check(lib.graft_restart(self._h()), "graft: restart in place failed")
+        self._info = None
+        self.restarted = True
+        self.restarts += 1
 
     def veto(self):
         """Make this rank's vote at the coming commit() a no (a failure the

@@ -47,7 +47,9 @@ class GradientAverager:
     kept between calls (store, prefix, replica rank, world) is keyed by the
     quorum id and never by group. A collective that fails or times out
     vetoes this rank's commit, so the group votes no instead of hanging, and
-    the next call rebuilds the group. With several ranks per group (a
+    the next call rebuilds the group; with restart_on_failure=True it
+    restarts the rank in place instead (Runtime.restart(): the step
+    abandoned, a new transfer endpoint and incarnation, the state kept). With several ranks per group (a
     torchrun world, ``ranks_per_group`` > 1), rank r of every group reduces
     with rank r of the others only, over a process group of its own, beside
     the group's own process group (DDP, ZeroRedundancyOptimizer). Call it
@@ -69,7 +71,7 @@ class GradientAverager:
     """
 
     def __init__(self, runtime, host="127.0.0.1", timeout_s=10.0, backend="gloo",
-                 strict_layout=True):
+                 strict_layout=True, restart_on_failure=False):
         import datetime
 
         import torch.distributed as dist
@@ -95,6 +97,10 @@ class GradientAverager:
         self.participating = True   # of the last average()
         self.participants = 0       # of the last average()
         self.held = 0               # strict-mode steps vetoed for a missing participant
+        # True: a failed collective restarts this rank in place
+        # (Runtime.restart(): new transfer endpoint, new incarnation, the
+        # step abandoned) instead of only vetoing the step.
+        self.restart_on_failure = restart_on_failure
         # False: a member whose region table differs is only warned about
         # (it stays a non-participant while its heals fail); every member
         # still exchanges its table.
@@ -220,7 +226,10 @@ class GradientAverager:
         self.failures += 1
         self.last_error = e
         self.pg = None
-        self.runtime.veto()
+        if self.restart_on_failure:
+            self.runtime.restart()
+        else:
+            self.runtime.veto()
 
     def average(self, parameters):
         """Average the gradients of parameters across the quorum in place.

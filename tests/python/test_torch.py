@@ -220,3 +220,29 @@ def test_averager_backends():
         with pytest.raises(graft.UsageError) as e:
             gt.GradientAverager(rt, backend="nccl")
         assert "CUDA build of torch with NCCL" in str(e.value)
+
+
+def test_failed_collective_restarts_in_place(spawn, job_env, tmp_path):
+    """Group 1's gloo allreduce at step 5 fails for real (a 50 ms timeout
+    while group 0 is held back 1 s): its averager restarts the rank in place
+    (Runtime.restart(): the step abandoned, a new transfer endpoint and
+    incarnation) instead of exiting, and rejoins; both groups end
+    bit-identical to a fault-free run, group 1 the same process throughout
+    (never replaced: it healed where the job had moved on)."""
+    steps = 10
+    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
+    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), "--steps", steps, "--average", env=ref_env)
+            for g in range(2)]
+    for w in refs:
+        w.finish()
+    ws = [spawn(0, 2, tmp_path / "g0", "--steps", steps, "--average", "--late-average-at", 5),
+          spawn(1, 2, tmp_path / "g1", "--steps", steps, "--average", "--break-average-at", 5)]
+    for w in ws:
+        w.finish()
+    outs = [_load(tmp_path / ("g%d" % g)) for g in range(2)]
+    ref = _load(tmp_path / "ref0")
+    _assert_identical([ref] + outs)
+    assert outs[1]["restarts"] == 1 and outs[0]["restarts"] == 0
+    assert "restarted" in outs[1]["events"]
+    assert outs[1]["start"] == "cold"  # the same process: never replaced
+    assert outs[1]["avg"][1] == 1  # its collective failed once

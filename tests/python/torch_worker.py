@@ -64,6 +64,12 @@ def main():
     ap.add_argument("--checkpoint-at", type=int, default=-1)
     ap.add_argument("--stall-average-at", type=int, default=-1,
                     help="sleep 7 s before averaging at this step (past the collective's timeout)")
+    ap.add_argument("--break-average-at", type=int, default=-1,
+                    help="with --average: at this step (once) the averager's collective gets a "
+                         "50 ms timeout and --late-average-at holds the peer, so gloo's "
+                         "collective fails here; the averager restarts the rank in place")
+    ap.add_argument("--late-average-at", type=int, default=-1,
+                    help="sleep 1 s before this step's average (once)")
     ap.add_argument("--average", action="store_true",
                     help="each group trains on its own data; gradients are averaged over "
                          "--backend")
@@ -137,7 +143,8 @@ def main():
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.9)
         opt.register_stateful("sched", sched)
     avg = (graft.torch.GradientAverager(rt, timeout_s=5, backend=a.backend,
-                                        strict_layout=not a.no_strict_layout)
+                                        strict_layout=not a.no_strict_layout,
+                                        restart_on_failure=a.break_average_at >= 0)
            if a.average else None)
     net = graft.torch.DistributedDataParallel(rt, model, averager=avg) if a.ddp else model
     skipped = 0
@@ -192,8 +199,20 @@ def main():
 
                 time.sleep(7)
                 a.stall_average_at = -1
+            if info.step == a.late_average_at:
+                import time
+
+                time.sleep(1.0)
+                a.late_average_at = -1
+            timeout = avg.timeout
+            if info.step == a.break_average_at:
+                import datetime
+
+                avg.timeout = datetime.timedelta(milliseconds=50)
+                a.break_average_at = -1
             if not a.ddp:
                 avg.average(model.parameters())
+            avg.timeout = timeout
             print("average step %d world %d participating %d participants %d"
                   % (info.step, info.replica_world, int(avg.participating),
                      avg.participants), flush=True)
@@ -241,6 +260,8 @@ def main():
         "spare": rt.spare,
         "averages": averages,
         "events": [e.kind for e in rt.events()],
+        "restarts": rt.restarts,
+        "pid": os.getpid(),
     }
     rt.close()
     with open(a.out, "wb") as f:
