@@ -214,19 +214,22 @@ void graft__rt_emit(graft_runtime_t *rt, const graft_runtime_event_t *ev);
 void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t step, bool ok,
                          uint64_t duration_us, const char *detail);
 
-/* runtime_step.c */
+/* runtime_join.c: joining (the first graft_quorum(), or after
+ * graft_restart()): the member record and the start-up decision. */
 GRAFT_WUR graft_status_t graft__rt_join(graft_runtime_t *rt);
-/* The group's step channel and checkpoint writer (runtime_spare.c): at
- * graft_init(), or for a spare once it knows its group. */
+/* The group's step channel and checkpoint writer: at graft_init(), or for
+ * a spare once it knows its group. */
 GRAFT_WUR graft_status_t graft__rt_group_open(graft_runtime_t *rt);
-/* A spare's part of the join (runtime_spare.c): wait until it is promoted into a
- * slot, then take up the group (mc's group, lease and incarnation, the
- * endpoint's group, the channel, the checkpoint writer). GRAFT_ECANCELED:
- * the job finished without it. */
+/* A spare's part of the join: wait until it is promoted into a slot, then
+ * take up the group (mc's group, lease and incarnation, the endpoint's
+ * group, the channel, the checkpoint writer). GRAFT_ECANCELED: the job
+ * finished without it. */
 GRAFT_WUR graft_status_t graft__rt_spare_promote(graft_runtime_t *rt,
                                                  graft_membership_config_t *mc);
-/* The committed step (metrics and membership follow). */
+/* The committed step (metrics and membership follow; runtime_observe.c). */
 void graft__rt_set_step(graft_runtime_t *rt, uint64_t step);
+
+/* runtime_step.c */
 /* Write the job's progress record with this process's committed step
  * (best effort; graft_destroy() calls it for the last step; quick: through
  * etcd_quick). */

@@ -121,3 +121,10 @@ void graft__rt_job_event(graft_runtime_t *rt, graft_event_kind_t kind, uint64_t 
                    "could not record a %s event: %s", graft_event_kind_string(kind),
                    graft_status_string(st));
 }
+
+void graft__rt_set_step(graft_runtime_t *rt, uint64_t step)
+{
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.step = step;
+    pthread_mutex_unlock(&rt->mu);
+}

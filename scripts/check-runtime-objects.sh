@@ -20,7 +20,7 @@ obj="$build/obj/runtime"
 # file (without .c) -> "floor object"
 unit_of() {
     case "$1" in
-    runtime | runtime_step | runtime_step_heal | runtime_spare) echo "coordinator step" ;;
+    runtime | runtime_step | runtime_step_heal | runtime_join) echo "coordinator step" ;;
     runtime_heal) echo "object heal" ;;
     runtime_serve | runtime_nccl) echo "object serve" ;;
     runtime_persist) echo "object tier" ;;
