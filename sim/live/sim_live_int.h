@@ -35,7 +35,7 @@ typedef struct graft_sim_recovery {
     long long checkpoint_step; /**< disaster: the newest complete checkpoint not corrupted
                                     when every rank was dead, the one the job should
                                     restart from (-1: none) */
-    int promoted_slots; /**< once healed: its slots a spare took (--spares) */
+    int promoted_slots; /**< once healed: its slots a spare waiting at the failure took */
     int spawned_slots;  /**< once healed: its slots given a process started for them */
     int done;
 } graft_sim_recovery_t;
@@ -148,8 +148,10 @@ int graft_sim_timeline_svg(const char *path, const graft_sim_live_opts_t *opts,
 /* ------------------------------------------------------ replacements --- */
 
 /** Failure to first commit of the recoveries whose slots were all taken by
- *  spares (promoted) or all given processes started for them (respawned);
- *  kill_rank, kill_group, kill_donor and hang only (sim_report_spares.c). */
+ *  spares waiting at the failure (promoted) or all given processes started
+ *  after it (respawned: started for the slot, or spares started after the
+ *  failure because every spare was in use); kill_rank, kill_group,
+ *  kill_donor and hang only (sim_report_spares.c). */
 typedef struct graft_sim_replacement_summary {
     size_t n_promoted, n_respawned, n_both;
     double promoted_median, promoted_max;   /**< s; NAN: none */

@@ -285,17 +285,22 @@ void graft_sim_recovery_close(graft_sim_run_t *r, size_t i)
 }
 
 /* How the slots of open recovery op got their processes back since it
- * opened: taken by a spare (promoted) or started for them (spawned). */
+ * opened: taken by a spare that was waiting when the failure came
+ * (promoted), or by a process started after it (spawned): one started for
+ * the slot, or a spare started after the failure, the spawn the recovery
+ * waited for when every spare was in use. */
 static void sim_recovery_replaced(graft_sim_run_t *r, const graft_sim_open_t *op,
                                   graft_sim_recovery_t *rec)
 {
+    uint64_t failed_ns = r->t0 + (uint64_t)(rec->t_fail * 1e9);
     rec->promoted_slots = rec->spawned_slots = 0;
     for (size_t k = 0; k < op->n; k++) {
         int g = op->slots[k] / r->o->ranks, rk = op->slots[k] % r->o->ranks;
         int promoted = graft_sim_sup_promotions(r->sup, g, rk) - op->promotions0[k];
         int started = graft_sim_sup_starts(r->sup, g, rk) - op->starts0[k];
-        rec->promoted_slots += promoted > 0;
-        rec->spawned_slots += promoted == 0 && started > 0;
+        bool waiting = promoted > 0 && graft_sim_sup_holder_spawned_ns(r->sup, g, rk) <= failed_ns;
+        rec->promoted_slots += waiting;
+        rec->spawned_slots += !waiting && started > 0;
     }
 }
 

@@ -138,7 +138,8 @@ void graft_sim_report_replacements_text(FILE *out, const graft_sim_result_t *res
     fprintf(out, "fail -> first commit (kill_rank, kill_group, kill_donor, hang)\n");
     fprintf(out, "  promoted spare   median %.3f s, max %.3f s, n %zu\n", s.promoted_median,
             s.promoted_max, s.n_promoted);
-    fprintf(out, "  respawned        median %.3f s, max %.3f s, n %zu\n", s.respawned_median,
+    fprintf(out, "  respawned        median %.3f s, max %.3f s, n %zu (started after the "
+                 "failure: for the slot, or a spare when none was free)\n", s.respawned_median,
             s.respawned_max, s.n_respawned);
     if (s.n_promote > 0) {
         fprintf(out, "  promotion        median %.3f s, max %.3f s (old record gone -> the "

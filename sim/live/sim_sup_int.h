@@ -26,6 +26,7 @@ typedef struct sim_seat {
     bool spare;                   /* started with GRAFT_SPARE=1 */
     bool sigkilled;               /* we sent it SIGKILL: its death is no news */
     bool fenced;                  /* killed because a spare took its slot */
+    uint64_t spawned_ns;          /* when it was started */
     char *log_path;               /* its standard output and error */
 } sim_seat_t;
 

@@ -206,6 +206,7 @@ static int sim_sup_seat_add(graft_sim_sup_t *s, pid_t pid, int slot, int rank, b
     t->rank = rank;
     t->spare = spare;
     t->log_path = log_path;
+    t->spawned_ns = graft_sim_now_ns();
     return (int)s->n_seats++;
 }
 
@@ -478,6 +479,12 @@ int graft_sim_sup_promotions(const graft_sim_sup_t *s, int group, int rank)
 {
     const sim_slot_t *sl = graft_sim__sup_slot(s, group, rank);
     return sl != NULL ? sl->promotions : 0;
+}
+
+uint64_t graft_sim_sup_holder_spawned_ns(const graft_sim_sup_t *s, int group, int rank)
+{
+    const sim_slot_t *sl = graft_sim__sup_slot(s, group, rank);
+    return sl != NULL && sl->seat >= 0 ? s->seats[sl->seat].spawned_ns : 0;
 }
 
 uint64_t graft_sim_sup_started_ns(const graft_sim_sup_t *s, int group, int rank)

@@ -187,6 +187,14 @@ void graft_sim_sup_spare_stats(const graft_sim_sup_t *sup, graft_sim_spare_stats
 int graft_sim_sup_promotions(const graft_sim_sup_t *sup, int group, int rank);
 
 /**
+ * @brief When the process now holding slot (@p group, @p rank) was started
+ *        (graft_sim_now_ns()): for a spare that took the slot, whether it
+ *        was already waiting at a failure or was started after it.
+ * @return the time; 0 when no process holds the slot.
+ */
+uint64_t graft_sim_sup_holder_spawned_ns(const graft_sim_sup_t *sup, int group, int rank);
+
+/**
  * @brief Number of processes that took slot (@p group, @p rank): 1 +
  *        replacements started for it + spares promoted into it.
  * @param [in] sup    the supervisor.
