@@ -329,6 +329,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->steps = 20;
     o->seed = 1;
     o->serve_at = UINT64_MAX;
+    o->die_before_vote = UINT64_MAX; /* step 0 is a step too */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t *num = NULL;
@@ -612,7 +613,7 @@ static int train(graft_runtime_t *rt, const opts_t *o, state_t *s, float *grad)
             (void)gradient(s, &rng, grad);
         if (o->step_delay_ms > 0)
             sleep_ms(o->step_delay_ms);
-        if (o->die_before_vote > 0 && info.step == o->die_before_vote)
+        if (info.step == o->die_before_vote)
             raise(SIGKILL);
         if (o->restart_at > 0 && info.step == o->restart_at && !restarted) {
             /* The forced failure: this step is abandoned, not voted. */

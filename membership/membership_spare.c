@@ -8,7 +8,10 @@
  *                                              lease lapsed or was revoked)
  *   group_progress/<g>  exists                (g is a group of this job that
  *                                              trained, not a slot whose
- *                                              first process is still coming)
+ *                                              first process is still coming;
+ *                                              or, for a group that died before
+ *                                              its first commit, g is in the
+ *                                              latest quorum the spare read)
  *   finished/<g>        does not exist        (g did not end cleanly)
  *   spares/<rank>/<inc> is on this spare's lease (it is still a spare)
  *
@@ -45,6 +48,14 @@
 /* The longest wait on the view between two looks. */
 #define SPARE_POLL_MS 200u
 
+/* What a spare knows of a group's slots (eligible_read()). */
+enum {
+    ELIGIBLE_NO = 0,      /* not known to be this job's: no slot to fill */
+    ELIGIBLE_TRAINED = 1, /* a group_progress record: it committed steps */
+    ELIGIBLE_FINISHED = 2, /* it ended the job cleanly: never filled */
+    ELIGIBLE_FORMED = 3   /* a member of a formed quorum, no commit recorded */
+};
+
 struct graft_membership_spare {
     graft_membership_t *obs; /* observer: the view, the clients, the job prefix */
     uint32_t groups;
@@ -60,7 +71,7 @@ struct graft_membership_spare {
     bool promoted;
     uint32_t group;
     uint64_t listed_ns; /* when eligible[] was read; 0: never */
-    uint8_t *eligible;  /* per group: 1 trained and not finished, 2 finished */
+    uint8_t *eligible;  /* per group: ELIGIBLE_* */
     bool layout_warned; /* said that its region table is not the live ranks' */
 };
 
@@ -203,8 +214,9 @@ static graft_status_t spare_keepalive(graft_membership_spare_t *sp)
     return spare_register(sp);
 }
 
-/* Which groups a spare may fill: those with a group_progress record and no
- * finished record. Returns the number of finished groups. */
+/* Which groups a spare may fill: those with a group_progress record, or in
+ * the latest formed quorum, and no finished record. Returns the number of
+ * finished groups. */
 static graft_status_t eligible_read(graft_membership_spare_t *sp, uint32_t *n_finished_p)
 {
     graft_membership_t *m = sp->obs;
@@ -224,19 +236,35 @@ static graft_status_t eligible_read(graft_membership_spare_t *sp, uint32_t *n_fi
             unsigned long long g = strtoull(num, &end, 10);
             if (end == num || *end != '\0' || g >= sp->groups)
                 continue; /* not a group of this job's size: not ours to fill */
-            sp->eligible[g] = f == 0 ? (sp->eligible[g] == 2 ? 2 : 1) : 2;
+            sp->eligible[g] = f == 0 && sp->eligible[g] != ELIGIBLE_FINISHED ? ELIGIBLE_TRAINED
+                                                                             : ELIGIBLE_FINISHED;
         }
         graft_etcd_range_result_clear(&res);
     }
     graft_free(folders[0]);
     graft_free(folders[1]);
+    graft_quorum_t *q = NULL;
+    if (st == GRAFT_OK && graft_membership_quorum_latest(m, &q) == GRAFT_OK) {
+        for (size_t i = 0; i < q->n_members; i++)
+            if (q->members[i] < sp->groups && sp->eligible[q->members[i]] == ELIGIBLE_NO)
+                sp->eligible[q->members[i]] = ELIGIBLE_FORMED;
+        graft_membership_quorum_free(q);
+    }
     uint32_t n = 0;
     for (uint32_t g = 0; g < sp->groups; g++)
-        n += sp->eligible[g] == 2;
+        n += sp->eligible[g] == ELIGIBLE_FINISHED;
     *n_finished_p = n;
     if (st == GRAFT_OK)
         sp->listed_ns = graft__now_ns();
     return st;
+}
+
+/* The promotion's compare on group_progress/<g>: its create revision above
+ * 0 (the record exists) for a group known by it; above -1, which always
+ * holds, for one known from a formed quorum only. */
+static int64_t progress_floor(const graft_membership_spare_t *sp, uint32_t g)
+{
+    return sp->eligible[g] == ELIGIBLE_TRAINED ? 0 : -1;
 }
 
 /* Is members/<g>/<rank> ours? (After a transaction whose answer was lost.) */
@@ -274,7 +302,7 @@ static graft_status_t try_promote(graft_membership_spare_t *sp, uint32_t group, 
         graft_etcd_compare_t cmps[] = {
             {.key = member, .target = GRAFT_ETCD_CMP_CREATE, .op = GRAFT_ETCD_CMP_EQUAL, .number = 0},
             {.key = progress, .target = GRAFT_ETCD_CMP_CREATE, .op = GRAFT_ETCD_CMP_GREATER,
-             .number = 0},
+             .number = progress_floor(sp, group)},
             {.key = finished, .target = GRAFT_ETCD_CMP_CREATE, .op = GRAFT_ETCD_CMP_EQUAL,
              .number = 0},
             {.key = sp->key, .target = GRAFT_ETCD_CMP_LEASE, .op = GRAFT_ETCD_CMP_EQUAL,
@@ -377,7 +405,8 @@ static graft_status_t try_promote_group(graft_membership_spare_t *sp, uint32_t g
         if (keys[2 * R] == NULL || keys[2 * R + 1] == NULL)
             st = GRAFT_ENOMEM;
         cmps[2 * R] = (graft_etcd_compare_t){.key = keys[2 * R], .target = GRAFT_ETCD_CMP_CREATE,
-                                             .op = GRAFT_ETCD_CMP_GREATER, .number = 0};
+                                             .op = GRAFT_ETCD_CMP_GREATER,
+                                             .number = progress_floor(sp, g)};
         cmps[2 * R + 1] = (graft_etcd_compare_t){.key = keys[2 * R + 1],
                                                  .target = GRAFT_ETCD_CMP_CREATE,
                                                  .op = GRAFT_ETCD_CMP_EQUAL, .number = 0};
@@ -403,6 +432,11 @@ static graft_status_t try_promote_group(graft_membership_spare_t *sp, uint32_t g
     graft_free(cmps);
     graft_free(ops);
     return st;
+}
+
+static bool fillable(const graft_membership_spare_t *sp, uint32_t g)
+{
+    return sp->eligible[g] == ELIGIBLE_TRAINED || sp->eligible[g] == ELIGIBLE_FORMED;
 }
 
 /* What one look at the view says for this spare. */
@@ -477,7 +511,7 @@ static graft_status_t promote_alone(graft_membership_spare_t *sp, const spare_vi
 {
     graft_status_t st = GRAFT_OK;
     for (uint32_t g = 0; st == GRAFT_OK && g < sp->groups && !sp->promoted; g++) {
-        if (sv->held[g] || sp->eligible[g] != 1)
+        if (sv->held[g] || !fillable(sp, g))
             continue;
         bool won = false;
         st = try_promote(sp, g, &won);
@@ -495,7 +529,7 @@ static graft_status_t promote_group(graft_membership_spare_t *sp, const spare_vi
 {
     bool due = false;
     for (uint32_t g = 0; g < sp->groups && !due; g++)
-        due = !sv->any[g] && sp->eligible[g] == 1;
+        due = !sv->any[g] && fillable(sp, g);
     if (!due)
         return GRAFT_OK;
     graft_member_t *list = NULL;
@@ -508,7 +542,7 @@ static graft_status_t promote_group(graft_membership_spare_t *sp, const spare_vi
     for (uint32_t r = 0; whole && r < sp->ranks; r++)
         whole = !layout_refused(sp, r, recs[r]->layout_hash, sv);
     for (uint32_t g = 0; whole && st == GRAFT_OK && g < sp->groups && !sp->promoted; g++) {
-        if (sv->any[g] || sp->eligible[g] != 1)
+        if (sv->any[g] || !fillable(sp, g))
             continue;
         bool won = false;
         st = try_promote_group(sp, g, recs, &won);

@@ -335,6 +335,35 @@ static void test_spare_groups_stay_whole(void **state)
     rp_rm_rf(j.dir);
 }
 
+/* A group that dies before its first commit wrote no group_progress
+ * record, but the first quorum formed with it: a spare takes its slots
+ * (without the quorum's word the slot would wait for a spawn forever). */
+static void test_spare_fills_group_dead_before_first_commit(void **state)
+{
+    (void)state;
+    job_t j;
+    rp_job_init(&j, "spare-early");
+    const char *die[] = {"--steps", "40", "--step-delay-ms", "20", "--die-before-vote", "0",
+                         NULL};
+    graft_membership_t *obs = rp_observe(j.name, R);
+    for (int r = 0; r < R; r++)
+        rp_spawn_spare(&j, r, flags);
+    rp_wait_spares(obs, R, 60);
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            rp_spawn(&j, g, r, g == 2 ? die : flags);
+    rp_wait_proc(&j.p[R + 2 * R], 60); /* group 2 rank 0 died at step 0 */
+    proc_t *s0 = proc_of_pid(&j, wait_slot_taken(obs, 2, 0, j.p[R + 2 * R].pid, 30));
+    assert_true(s0->spare);
+    rp_wait_all(&j, 120);
+    assert_int_equal(rp_spare_group(&j.p[0]), 2);
+    assert_int_equal(rp_spare_group(&j.p[1]), 2);
+    assert_int_equal(rp_check_final(&j, STEPS), 2);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_evict_dead_rank),
         cmocka_unit_test(test_spare_with_other_layout_stays_out),
         cmocka_unit_test(test_spare_groups_stay_whole),
+        cmocka_unit_test(test_spare_fills_group_dead_before_first_commit),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
