@@ -5,19 +5,24 @@ optimizer wrapper.
 
 Heal: 3 groups x 1 rank in strict mode on a private etcd, each holding S of
 state in a blob region plus its model; group 1 is killed (SIGKILL) at step
-5 and replaced at once. The Python side is examples/python/train_ddp.py
+5 and its successor takes over: a process started at once ("respawn"), or
+a spare started with the job (GRAFT_SPARE=1; "spare"), the dead group
+evicted at once with `graftctl evict` as an agent would. 'total' is the
+kill to the successor's first applied commit. The Python side is
+examples/python/train_ddp.py
 (its blob a torch tensor registered zero-copy through graft.Runtime); the C
 side is examples/train_mlp.c (its blob a malloc'ed buffer registered with
 graft_region_register). Both follow graft-sim's trainer contract, so one
 harness times both from their own files: 'heal' is the verified pull as the
-replacement's runtime reports it (--role-log "heal GRAFT_OK <ms>"), 'rejoin'
-the replacement's start to its first applied commit (--hash-log).
+successor's runtime reports it (--role-log "heal GRAFT_OK <ms>"), 'total'
+the kill to its first applied commit (--hash-log).
 
 Overhead: one group, a 2-layer MLP (about 1 MiB of parameters) with Adam;
 the median time of zero_grad() + step() through graft.torch.Optimizer, of
 the plain optimizer's, and of the bare Runtime.quorum() + commit() calls.
 
-Usage: bench/python_bench.py [--mib 64,1024] [--reps N] [--steps N] [--json]
+Usage: bench/python_bench.py [--mib 64,1024] [--reps N] [--steps N]
+                             [--successor respawn,spare] [--json]
 Needs make (build/bin/train_mlp, build/lib/libgraft.so) and the venv
 (scripts/python-env.sh): run it with build/venv/bin/python.
 """
@@ -79,7 +84,19 @@ def lines(path):
         return []
 
 
-def heal_once(kind, mib, etcd, tmp, steps):
+def spares_registered(etcd, job):
+    """The spare records of the job in etcd (its JSON gateway)."""
+    import base64
+    key = "/graft/%s/spares/" % job
+    end = key[:-1] + chr(ord(key[-1]) + 1)
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode(),
+                       "range_end": base64.b64encode(end.encode()).decode(),
+                       "count_only": True}).encode()
+    with urllib.request.urlopen(etcd + "/v3/kv/range", body, timeout=5) as r:
+        return int(json.load(r).get("count", 0))
+
+
+def heal_once(kind, mib, etcd, tmp, steps, successor="respawn"):
     job = "bench-" + uuid.uuid4().hex[:8]
     env = dict(os.environ, GRAFT_JOB=job, GRAFT_ETCD_ENDPOINTS=etcd, GRAFT_GROUPS="3",
                GRAFT_LEASE_TTL_MS="1000", GRAFT_JOIN_TIMEOUT_MS="1000",
@@ -88,29 +105,38 @@ def heal_once(kind, mib, etcd, tmp, steps):
 
     def spawn(g, tag):
         e = dict(env, GRAFT_GROUP=str(g))
-        base = os.path.join(tmp, "%s-g%d-%s" % (job, g, tag))
+        if g is None:  # a spare: its files are named once it knows its group
+            e.pop("GRAFT_GROUP", None)
+            e["GRAFT_SPARE"] = "1"
+        base = os.path.join(tmp, "%s-g%s-%s" % (job, "{group}" if g is None else g, tag))
         args = trainer_cmd(kind) + ["--steps", str(steps), "--seed", "1", "--blob-mib", str(mib),
                                     "--step-delay-ms", "50", "--hash-log", base + ".hash",
                                     "--role-log", base + ".role"]
-        log = open(base + ".log", "w")
+        log = open(base.replace("{group}", "spare") + ".log", "w")
         procs[(g, tag)] = subprocess.Popen(args, env=e, stdout=log, stderr=subprocess.STDOUT)
         return base
 
     for g in range(3):
         spawn(g, "a")
+    if successor == "spare":
+        base = spawn(None, "s").replace("{group}", "1")
     base1 = os.path.join(tmp, "%s-g1-a" % job)
     deadline = time.time() + 600
     while time.time() < deadline:
         done = [ln for ln in lines(base1 + ".hash") if ln]
-        if len(done) >= 5:
+        if len(done) >= 5 and (successor != "spare" or spares_registered(etcd, job) == 1):
             break
         if procs[(1, "a")].poll() is not None:
             raise RuntimeError("group 1 ended early: see %s.log" % base1)
         time.sleep(0.02)
+    t0 = time.time()
     procs[(1, "a")].send_signal(signal.SIGKILL)
     procs[(1, "a")].wait()
-    t0 = time.time()
-    base = spawn(1, "b")
+    if successor == "spare":
+        subprocess.run([os.path.join(ROOT, "build", "bin", "graftctl"), "--etcd", etcd, "--job",
+                        job, "--yes", "evict", "1"], check=True, stdout=subprocess.DEVNULL)
+    else:
+        base = spawn(1, "b")
     first = None
     while time.time() < deadline:
         if first is None and [ln for ln in lines(base + ".hash") if ln]:
@@ -127,7 +153,7 @@ def heal_once(kind, mib, etcd, tmp, steps):
     heals = [ln.split() for ln in lines(base + ".role") if " heal " in ln]
     ok = [float(h[3]) for h in heals if h[2] == "GRAFT_OK"]
     if not ok or first is None:
-        raise RuntimeError("the replacement did not heal: see %s.role" % base)
+        raise RuntimeError("the successor did not heal: see %s.role" % base)
     return ok[-1] / 1000.0, first
 
 
@@ -186,6 +212,8 @@ def main():
     ap.add_argument("--mib", default="64,1024")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--steps", type=int, default=200, help="steps of the overhead loops")
+    ap.add_argument("--successor", default="respawn",
+                    help="respawn, spare or both (comma-separated)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     out = {"heal": [], "overhead": {}}
@@ -194,13 +222,15 @@ def main():
     try:
         for mib in [int(v) for v in a.mib.split(",")]:
             for kind in ("python", "c"):
-                heal, rejoin = [], []
-                for _ in range(a.reps):
-                    h, r = heal_once(kind, mib, url, tmp, 14)
-                    heal.append(h)
-                    rejoin.append(r)
-                out["heal"].append({"mib": mib, "api": kind, "heal_s": statistics.median(heal),
-                                    "rejoin_s": statistics.median(rejoin), "reps": a.reps})
+                for successor in a.successor.split(","):
+                    heal, total = [], []
+                    for _ in range(a.reps):
+                        h, t = heal_once(kind, mib, url, tmp, 14, successor)
+                        heal.append(h)
+                        total.append(t)
+                    out["heal"].append({"mib": mib, "api": kind, "successor": successor,
+                                        "heal_s": statistics.median(heal),
+                                        "total_s": statistics.median(total), "reps": a.reps})
     finally:
         proc.terminate()
         proc.wait()
@@ -209,10 +239,12 @@ def main():
     out["overhead"] = {"plain_step_ms": t_plain * 1e3, "wrapper_step_ms": t_wrap * 1e3,
                        "wrapper_overhead_ms": (t_wrap - t_plain) * 1e3,
                        "bare_quorum_commit_ms": t_bare * 1e3}
-    print("heal of one group of 3 (strict), median of %d" % a.reps)
-    print("%8s  %-7s %10s %10s" % ("state", "api", "heal s", "rejoin s"))
+    print("heal of one group of 3 (strict), median of %d; total = kill -> the successor's "
+          "first commit" % a.reps)
+    print("%8s  %-7s %-9s %10s %10s" % ("state", "api", "successor", "heal s", "total s"))
     for r in out["heal"]:
-        print("%5d MiB  %-7s %10.3f %10.3f" % (r["mib"], r["api"], r["heal_s"], r["rejoin_s"]))
+        print("%5d MiB  %-7s %-9s %10.3f %10.3f" % (r["mib"], r["api"], r["successor"],
+                                                   r["heal_s"], r["total_s"]))
     o = out["overhead"]
     print("per step (zero_grad + step), 1 group, median of %d" % a.steps)
     print("  plain Adam                  %8.3f ms" % o["plain_step_ms"])
