@@ -251,6 +251,8 @@ graft__mkey_t graft__mship_key_parse(const char *prefix, const char *key)
         {"votes/", GRAFT__MKEY_VOTE, 4},     {"blob/", GRAFT__MKEY_BLOB, 2},
         {"events/", GRAFT__MKEY_EVENT, 2},   {"quorum", GRAFT__MKEY_QUORUM, 0},
         {"eventseq", GRAFT__MKEY_EVENTSEQ, 0},
+        {"group_progress/", GRAFT__MKEY_GROUP_PROGRESS, 2},
+        {"finished/", GRAFT__MKEY_FINISHED, 2},
     };
     for (size_t i = 0; i < GRAFT_ARRAY_SIZE(table); i++) {
         size_t n = strlen(table[i].name);

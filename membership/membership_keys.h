@@ -85,6 +85,8 @@ typedef enum graft__mkey_kind {
     GRAFT__MKEY_BLOB,
     GRAFT__MKEY_EVENTSEQ,
     GRAFT__MKEY_EVENT,
+    GRAFT__MKEY_GROUP_PROGRESS, /* group_progress/<group>: number is the group */
+    GRAFT__MKEY_FINISHED,       /* finished/<group>: number is the group */
     GRAFT__MKEY_BAD /* looks like ours but its numbers do not parse */
 } graft__mkey_kind_t;
 
@@ -92,7 +94,8 @@ typedef struct graft__mkey {
     graft__mkey_kind_t kind;
     uint32_t group; /* MEMBER, READY, VOTE */
     uint32_t rank;
-    uint64_t number; /* READY, VOTE: round; BLOB: quorum id; EVENT: sequence */
+    uint64_t number; /* READY, VOTE: round; BLOB: quorum id; EVENT: sequence;
+                        GROUP_PROGRESS, FINISHED: group */
 } graft__mkey_t;
 
 /* Classify a key given the job prefix "/graft/<job>/". */

@@ -229,13 +229,12 @@ static graft_status_t eligible_read(graft_membership_spare_t *sp, uint32_t *n_fi
         graft_etcd_range_result_t res = {0};
         GRAFT__MSHIP_REQ(m);
         st = graft_etcd_range(m->ops, folders[f], &opts, &res);
-        size_t flen = strlen(folders[f]);
+        graft__mkey_kind_t want = f == 0 ? GRAFT__MKEY_GROUP_PROGRESS : GRAFT__MKEY_FINISHED;
         for (size_t i = 0; st == GRAFT_OK && i < res.n_kvs; i++) {
-            char *end = NULL;
-            const char *num = res.kvs[i].key + flen;
-            unsigned long long g = strtoull(num, &end, 10);
-            if (end == num || *end != '\0' || g >= sp->groups)
+            graft__mkey_t k = graft__mship_key_parse(m->prefix, res.kvs[i].key);
+            if (k.kind != want || k.number >= sp->groups)
                 continue; /* not a group of this job's size: not ours to fill */
+            uint32_t g = (uint32_t)k.number;
             sp->eligible[g] = f == 0 && sp->eligible[g] != ELIGIBLE_FINISHED ? ELIGIBLE_TRAINED
                                                                              : ELIGIBLE_FINISHED;
         }

@@ -276,6 +276,8 @@ static graft_status_t view_apply(graft_membership_t *m, graft__mview_t *v, bool 
     case GRAFT__MKEY_READY: /* read on demand, never watched */
     case GRAFT__MKEY_BLOB:
     case GRAFT__MKEY_EVENT:
+    case GRAFT__MKEY_GROUP_PROGRESS: /* the runtime's and the spares' */
+    case GRAFT__MKEY_FINISHED:
     case GRAFT__MKEY_OTHER:
         break;
     }

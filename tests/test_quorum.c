@@ -239,6 +239,15 @@ static void test_key_parse(void **state)
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/ready/0/1/0").kind, GRAFT__MKEY_BAD);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/quorum").kind, GRAFT__MKEY_QUORUM);
     assert_int_equal(graft__mship_key_parse(p, "/graft/job1/quorumx").kind, GRAFT__MKEY_OTHER);
+    k = graft__mship_key_parse(p, "/graft/job1/group_progress/3");
+    assert_int_equal(k.kind, GRAFT__MKEY_GROUP_PROGRESS);
+    assert_int_equal(k.number, 3);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/finished/12").kind,
+                     GRAFT__MKEY_FINISHED);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/finished/ 1").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/finished/+1").kind, GRAFT__MKEY_BAD);
+    assert_int_equal(graft__mship_key_parse(p, "/graft/job1/group_progress/1x").kind,
+                     GRAFT__MKEY_BAD);
     k = graft__mship_key_parse(p, "/graft/job1/blob/00000000000000000007");
     assert_int_equal(k.kind, GRAFT__MKEY_BLOB);
     assert_int_equal(k.number, 7);
