@@ -333,8 +333,12 @@ static graft_status_t try_promote(graft_membership_spare_t *sp, uint32_t group, 
 
 static void promoted_event(graft_membership_spare_t *sp)
 {
-    char detail[64];
-    snprintf(detail, sizeof(detail), "spare promoted (pid %d)", (int)getpid());
+    char detail[192];
+    if (sp->spare_group != NULL)
+        snprintf(detail, sizeof(detail), "spare promoted (pid %d) with its group of spares %s",
+                 (int)getpid(), sp->spare_group);
+    else
+        snprintf(detail, sizeof(detail), "spare promoted (pid %d)", (int)getpid());
     graft_event_t ev = {.kind = GRAFT_EVENT_SPARE_PROMOTED, .group = sp->group, .rank = sp->rank,
                         .incarnation = sp->incarnation, .detail = detail};
     if (graft__mship_event_put(sp->obs, &ev) != GRAFT_OK)

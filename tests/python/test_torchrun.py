@@ -5,6 +5,7 @@ group averaging with rank r of the others). A rank killed (torchrun restarts
 the group) and a whole group killed (a new torchrun replaces it) both end
 with every rank of every group bit-identical to the same rank of a
 fault-free run: parameters, its shard of Adam's state, RNG states."""
+import json
 import os
 import pickle
 import random
@@ -18,7 +19,7 @@ import time
 import pytest
 
 import graft  # noqa: F401  (GRAFT_LIBRARY and sys.path come from conftest)
-from conftest import ROOT, free_port, group_env, job_settings
+from conftest import BUILD, ROOT, free_port, group_env, job_settings
 
 TRAINER = os.path.join(ROOT, "examples", "python", "train_torchrun.py")
 GROUPS, RANKS, STEPS = 3, 2, 12
@@ -47,8 +48,11 @@ class Torchrun:
     (so the whole group can be killed), read line by line by a thread."""
 
     def __init__(self, env, group, out, max_restarts=0, delay=0.1, steps=STEPS, groups=GROUPS,
-                 extra=(), trainer=TRAINER):
+                 extra=(), trainer=TRAINER, spare=False):
         e = group_env(env, group, groups)
+        if spare:   # a spare world: no group until it takes one at its first quorum
+            del e["GRAFT_GROUP"]
+            e["GRAFT_SPARE"] = "1"
         # Debian's torch 1.13 on Python 3.11 cannot parse torchrun's default
         # "--redirects 0" (AttributeError: 'NoneType' object has no attribute
         # 'get'); redirecting and teeing standard error works. The static
@@ -291,6 +295,43 @@ def test_elastic_group_trains_on(torchrun, tmp_path):
     states = _states(out, groups=2)
     for r in range(RANKS):
         assert states[1, r]["start"] == "peer"
+        _assert_same(states[1, r], states[0, r], "rank %d" % r, steps=steps)
+
+
+def test_spare_world_takes_a_dead_group(torchrun, job_env, tmp_path):
+    """A torchrun world of 2 spare ranks (GRAFT_SPARE=1, its spare_group
+    derived from the world's rendezvous) waits beside 2 groups x 2 ranks.
+    Group 1's world is killed whole: the spare world takes group 1 whole
+    (both ranks, one transaction), heals from group 0 and finishes, every
+    rank identical to group 0's same rank (parameters, its shard of Adam's
+    state, RNG states)."""
+    steps = 40
+    out = tmp_path / "run"
+    groups = [torchrun(g, out, groups=2, steps=steps, delay=0.3) for g in range(2)]
+    spare = torchrun(0, out, groups=2, steps=steps, delay=0.3, spare=True)
+    for r in range(RANKS):
+        spare.wait_for(lambda x, r=r: "spare rank %d: pid" % r in x, "spare rank %d" % r)
+    groups[1].wait_step(6)
+    groups[1].kill()
+    for r in range(RANKS):
+        spare.wait_for(lambda x, r=r: "group 1 rank %d: spare promoted to group 1" % r in x,
+                       "rank %d's promotion" % r)
+    for t in (groups[0], spare):
+        t.finish()
+    # Whole: both promotions name the world's group of spares.
+    ctl = subprocess.run([os.path.join(BUILD, "bin", "graftctl"), "--json", "events", "--kind",
+                          "spare_promoted"], env=dict(os.environ, **job_env),
+                         capture_output=True, text=True, timeout=60)
+    assert ctl.returncode == 0, ctl.stderr
+    events = json.loads(ctl.stdout)
+    events = events["events"] if isinstance(events, dict) else events
+    assert sorted((e["group"], e["rank"]) for e in events) == [(1, 0), (1, 1)], events
+    worlds = {e["detail"].split("group of spares ")[-1] for e in events}
+    assert len(worlds) == 1 and worlds.pop().startswith("world-"), events
+    states = _states(out, groups=2)
+    for r in range(RANKS):
+        assert states[1, r]["start"] == "peer"
+        assert states[1, r]["metrics"]["recoveries"] >= 1
         _assert_same(states[1, r], states[0, r], "rank %d" % r, steps=steps)
 
 
