@@ -22,7 +22,8 @@ forbid() {
     *) echo "" ;;
     esac
 }
-# module -> its public header in include/graft/
+# module -> its public header in include/graft/ (with the parts it
+# includes: graft.h's graft_config.h and graft_observe.h)
 pubhdr() {
     case "$1" in
     runtime) echo "graft" ;;
@@ -47,7 +48,7 @@ for m in common etcd membership transfer persist; do
             bad=1
         fi
         h=$(pubhdr $other)
-        if grep -ln "#include *[<\"]graft/$h\.h[>\"]" $m/*.c $m/*.h 2>/dev/null; then
+        if grep -ln "#include *[<\"]graft/$h\(_[a-z]*\)\?\.h[>\"]" $m/*.c $m/*.h 2>/dev/null; then
             echo "layering: $m/ includes graft/$h.h" >&2
             bad=1
         fi

@@ -8,9 +8,9 @@
  * docs/RUNTIME.md, "The step protocol").
  *
  * Sections, from simple to advanced:
- *  - Configuration: every setting by name, from code or from the
- *    environment (GRAFT_<NAME> in upper case), validated with an error that
- *    names the bad field.
+ *  - Configuration (graft/graft_config.h): every setting by name, from
+ *    code or from the environment (GRAFT_<NAME> in upper case), validated
+ *    with an error that names the bad field.
  *  - Life cycle and regions: graft_init(), graft_region_register(),
  *    graft_destroy().
  *  - The step protocol: graft_quorum(), graft_heal_wait(), graft_commit(),
@@ -19,8 +19,8 @@
  *    graft_quorum_blob_publish(), graft_quorum_blob_get().
  *  - Persistent tier: automatic every persist_every steps, or
  *    graft_checkpoint_now().
- *  - Observability: metrics (a struct), events (a callback), the log
- *    callback, the version.
+ *  - Observability (graft/graft_observe.h): metrics (a struct), events
+ *    (a callback), the log callback, the version.
  *
  * A typical loop (see examples/train_mlp.c):
  *
@@ -64,6 +64,8 @@
 #define GRAFT_GRAFT_H
 
 #include <graft/common.h>
+#include <graft/graft_config.h>  /* Configuration */
+#include <graft/graft_observe.h> /* Observability */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -72,191 +74,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ------------------------------------------------------------------------ */
-/* Configuration                                                            */
-/* ------------------------------------------------------------------------ */
-
-/**
- * Settings, by name (environment variable in brackets), with defaults:
- *
- * | name                | env                       | default                 |
- * |---------------------|---------------------------|-------------------------|
- * | job                 | GRAFT_JOB                 | (required)              |
- * | etcd_endpoints      | GRAFT_ETCD_ENDPOINTS      | http://127.0.0.1:2379   |
- * | etcd_user           | GRAFT_ETCD_USER           | (none)                  |
- * | etcd_password       | GRAFT_ETCD_PASSWORD       | (none)                  |
- * | etcd_ca             | GRAFT_ETCD_CA             | (none)                  |
- * | etcd_cert           | GRAFT_ETCD_CERT           | (none)                  |
- * | etcd_key            | GRAFT_ETCD_KEY            | (none)                  |
- * | group               | GRAFT_GROUP               | (required unless spare) |
- * | spare               | GRAFT_SPARE               | 0 (or 1)                |
- * | spare_group         | GRAFT_SPARE_GROUP         | (none: promoted alone)  |
- * | rank                | GRAFT_RANK                | 0                       |
- * | ranks_per_group     | GRAFT_RANKS_PER_GROUP     | 1                       |
- * | groups              | GRAFT_GROUPS              | (required)              |
- * | min_groups          | GRAFT_MIN_GROUPS          | = groups (strict)       |
- * | mode                | GRAFT_MODE                | strict (or elastic)     |
- * | lease_ttl_ms        | GRAFT_LEASE_TTL_MS        | 3000                    |
- * | join_timeout_ms     | GRAFT_JOIN_TIMEOUT_MS     | 10000                   |
- * | steady_path         | GRAFT_STEADY_PATH         | peers (or etcd)         |
- * | gather_timeout_ms   | GRAFT_GATHER_TIMEOUT_MS   | 200 (0: no delegation)  |
- * | transfer_address    | GRAFT_TRANSFER_ADDRESS    | 127.0.0.1:0             |
- * | transfer_advertise  | GRAFT_TRANSFER_ADVERTISE  | (the listening address) |
- * | transfer_chunk_bytes| GRAFT_TRANSFER_CHUNK_BYTES| 4194304                 |
- * | transfer_max_recipients | GRAFT_TRANSFER_MAX_RECIPIENTS | 4 (served at once) |
- * | transfer_backend    | GRAFT_TRANSFER_BACKEND    | ucx (or nccl)           |
- * | cuda_device         | GRAFT_CUDA_DEVICE         | 0                       |
- * | job_secret_file     | GRAFT_JOB_SECRET_FILE     | (none: see below)       |
- * | persist_root        | GRAFT_PERSIST_ROOT        | (none: no disk tier)    |
- * | persist_every       | GRAFT_PERSIST_EVERY       | 100 (steps)             |
- * | persist_keep_last   | GRAFT_PERSIST_KEEP_LAST   | 3                       |
- * | persist_milestone_every | GRAFT_PERSIST_MILESTONE_EVERY | 0 (none)        |
- * | persist_second_root | GRAFT_PERSIST_SECOND_ROOT | (none)                  |
- * | persist_remote      | GRAFT_PERSIST_REMOTE      | (none) s3://bucket/prefix |
- * | persist_remote_endpoint | GRAFT_PERSIST_REMOTE_ENDPOINT | (AWS) a non-AWS store's URL |
- * | persist_remote_region | GRAFT_PERSIST_REMOTE_REGION | AWS_REGION, else us-east-1 |
- * | persist_remote_keep_last | GRAFT_PERSIST_REMOTE_KEEP_LAST | 0 (keep all) |
- * | persist_final       | GRAFT_PERSIST_FINAL       | 1 (0: off; see graft_finish()) |
- * | drift_check_every   | GRAFT_DRIFT_CHECK_EVERY   | 0 (off)                 |
- * | quorum_timeout_ms   | GRAFT_QUORUM_TIMEOUT_MS   | 300000                  |
- * | stall_timeout_ms    | GRAFT_STALL_TIMEOUT_MS    | 5000 (donor stall)      |
- * | transfer_timeout_ms | GRAFT_TRANSFER_TIMEOUT_MS | 0 (no limit)            |
- * | fence_timeout_ms    | GRAFT_FENCE_TIMEOUT_MS    | 30000                   |
- * | persist_compression | GRAFT_PERSIST_COMPRESSION | auto (adaptive), 0 (stored), zstd 1..19 |
- * | persist_file_mode   | GRAFT_PERSIST_FILE_MODE   | 0600 (directories 0700) |
- * | etcd_connect_timeout_ms | GRAFT_ETCD_CONNECT_TIMEOUT_MS | 10000 (at start-up) |
- *
- * transfer_address is where the transfer endpoint listens: an IPv4 address
- * or an interface name (its first IPv4 address), optionally with ":port"
- * (0 or none: the system picks); a whole string that names an interface,
- * such as the alias "eth0:1", is a name. transfer_advertise is the address
- * (IPv4 or interface name, no port) published to peers instead; listening
- * on 0.0.0.0 needs it.
- *
- * transfer_backend nccl (builds with CUDA and NCCL only) moves a rank's
- * CUDA regions over an NCCL pair with one donor, its host regions still
- * over UCX; cuda_device is the device the pair uses.
- *
- * persist_file_mode is the octal mode of the checkpoint files the job
- * creates (0640 lets the owner's group read them); each directory created
- * gets the search bit of every class that may read (0640: 0750). Owner
- * read and write are required, execute bits refused. The process umask
- * still applies on top; directories that exist keep their mode. Every
- * manifest carries a MAC under the job secret, and a restore skips a
- * checkpoint whose MAC is absent or wrong (docs/SECURITY.md, "Checkpoint
- * files").
- *
- * spare = 1 starts the process as a spare (docs/RUNTIME.md, "Spares"):
- * graft_init() and the region registration run as for any rank of rank
- * `rank`, and the first graft_quorum() waits, with a lease, until the
- * spare takes the slot of a dead rank `rank` of some group (which
- * graft_group() then names) and heals like any replacement; that call
- * returns GRAFT_ECANCELED, with graft_finished() true, when every group
- * ended the job cleanly first. `group` is not used. With ranks_per_group
- * above 1, spare_group names a group of spares (the ranks of one world,
- * [A-Za-z0-9_.-]{1,64}): its rank 0 takes all the slots of a group whose
- * every rank died, for all of them in one compare-and-swap, so the world
- * stays together; without it each rank's spare takes any slot of its rank.
- *
- * etcd_endpoints is a comma-separated list of http:// or https:// URLs
- * (graft_config_validate() refuses "127.0.0.1:2379", saying so). In strict
- * mode min_groups must equal groups; in elastic mode it must be in
- * [1, groups]. etcd_connect_timeout_ms bounds how long graft_init() waits
- * for etcd to answer when it reads the job's secret there (at most
- * quorum_timeout_ms): past it, graft_init() fails (GRAFT_EUNREACHABLE or
- * GRAFT_EETCD_TIMEOUT) and the log names the endpoints.
- *
- * The job secret (docs/SECURITY.md) keys the transfer handshake and the
- * steady path's messages; it is not a setting, so no dump of the settings
- * shows it. graft_init() takes it from the environment variable
- * GRAFT_JOB_SECRET (16 to 256 bytes) when set, and then removes the
- * variable from the environment (children do not inherit it); else from
- * job_secret_file, a regular file that only its owner may read or write
- * (mode & 077 == 0, refused otherwise; 16 to 256 bytes, a trailing newline
- * is not part of it); else from the job's record /graft/<job>/secret in
- * etcd, 32 random bytes that the job's first process creates and every
- * other one reads, but only when every etcd endpoint is on loopback or is
- * https with etcd_user or etcd_cert set: elsewhere graft_init() fails with
- * GRAFT_EINVAL and says how to give a secret.
- *
- * etcd_password is never read back: graft_config_get() gives
- * GRAFT_CONFIG_REDACTED when one is set. A password over plain http to an
- * address that is not loopback is warned about once per process.
- *
- * steady_path peers: once a quorum has formed in etcd, the steps that change
- * nothing but the step number (same groups, same processes) are agreed
- * between the members over their transfer endpoints, and etcd sees only
- * keep-alives; any miss falls back to etcd (docs/RUNTIME.md, "The steady
- * path"). etcd: every step goes through etcd.
- *
- * gather_timeout_ms: on the etcd path, a group's leader (rank 0) waits up
- * to this long for its ranks' ready records and votes, sent over the
- * transfer endpoints, and writes them with its own in one etcd transaction
- * each; a rank whose record the leader did not write in time writes it
- * itself (docs/RUNTIME.md, "Delegated records"). 0: every rank writes its
- * own.
- */
-typedef struct graft_config graft_config_t;
-
-/**
- * @brief Create a configuration holding the defaults.
- * @param [out] config_p  the configuration.
- * @return GRAFT_OK or GRAFT_ENOMEM.
- */
-GRAFT_WUR graft_status_t graft_config_create(graft_config_t **config_p);
-
-/**
- * @brief Destroy a configuration. Accepts NULL.
- * @param [in] config  the configuration.
- */
-void graft_config_destroy(graft_config_t *config);
-
-/**
- * @brief Set one setting from its text form.
- * @param [in]  config   the configuration.
- * @param [in]  name     a name from the table above.
- * @param [in]  value    its value as text ("3", "elastic", "a,b").
- * @param [out] error_p  on failure, a message naming the field and why
- *                       (free with graft_free()); may be NULL.
- * @return GRAFT_OK, GRAFT_ENOTFOUND (no such setting), GRAFT_EINVAL (bad
- *         value), GRAFT_ENOMEM.
- */
-GRAFT_WUR graft_status_t graft_config_set(graft_config_t *config, const char *name,
-                                          const char *value, char **error_p);
-
-/** What graft_config_get() gives for etcd_password when one is set: the
- *  password itself is never read back. */
-#define GRAFT_CONFIG_REDACTED "(set, not shown)"
-
-/**
- * @brief Read a setting back as text.
- * @param [in]  config   the configuration.
- * @param [in]  name     a name from the table above.
- * @param [out] value_p  a copy of its text form ("" when unset); free with
- *                       graft_free(). For etcd_password, when set, the fixed
- *                       text GRAFT_CONFIG_REDACTED, never the password.
- * @return GRAFT_OK, GRAFT_ENOTFOUND, GRAFT_ENOMEM.
- */
-GRAFT_WUR graft_status_t graft_config_get(const graft_config_t *config, const char *name,
-                                          char **value_p);
-
-/**
- * @brief Apply every GRAFT_<NAME> variable present in the environment.
- * @param [in]  config   the configuration.
- * @param [out] error_p  on failure, a message naming the variable; may be NULL.
- * @return GRAFT_OK, or the first failure of graft_config_set().
- */
-GRAFT_WUR graft_status_t graft_config_from_env(graft_config_t *config, char **error_p);
-
-/**
- * @brief Check the configuration as a whole (required fields, ranges,
- *        min_groups against groups and mode).
- * @param [in]  config   the configuration.
- * @param [out] error_p  on failure, a message naming the bad field; may be NULL.
- * @return GRAFT_OK or GRAFT_EINVAL.
- */
-GRAFT_WUR graft_status_t graft_config_validate(const graft_config_t *config, char **error_p);
 
 /* ------------------------------------------------------------------------ */
 /* Life cycle and regions                                                   */
@@ -622,191 +439,6 @@ bool graft_finished(const graft_runtime_t *rt);
  *         when none was started); GRAFT_EINVAL (NULL).
  */
 GRAFT_WUR graft_status_t graft_checkpoint_wait(graft_runtime_t *rt);
-
-/* ------------------------------------------------------------------------ */
-/* Observability                                                            */
-/* ------------------------------------------------------------------------ */
-
-/** Counters and latest durations of one runtime (nanoseconds). */
-typedef struct graft_metrics {
-    uint64_t step;                /**< committed steps */
-    uint64_t quorum_id;
-    uint64_t quorums;             /**< quorums taken part in */
-    uint64_t quorum_changes;      /**< quorum id changes seen */
-    uint64_t commits;             /**< commits that applied */
-    uint64_t commits_failed;      /**< commits the group did not commit (a
-                                       committed closing step counts in neither) */
-    uint64_t last_quorum_ns;      /**< graft_quorum() duration, last call */
-    uint64_t last_commit_ns;      /**< graft_commit() duration, last call */
-    uint64_t recoveries;          /**< heals that installed state */
-    uint64_t recovery_failures;
-    uint64_t recovery_bytes;      /**< bytes pulled by successful heals */
-    uint64_t last_detect_ns;      /**< last recovery, by phase: process start to joined */
-    uint64_t last_quorum_phase_ns;/**< graft_quorum() call to quorum formed */
-    uint64_t last_transfer_ns;    /**< pull, chunk verification included */
-    uint64_t last_verify_ns;      /**< fingerprint check after the pull (0 without one) */
-    uint64_t serves;              /**< steps this rank served as a donor */
-    uint64_t fence_timeouts;      /**< donor fences that timed out */
-    uint64_t restores;            /**< restores from the persistent tier */
-    uint64_t checkpoints_written; /**< shards written by this rank */
-    uint64_t checkpoints_committed; /**< manifests written by this rank */
-    uint64_t checkpoints_failed;
-    uint64_t checkpoint_bytes;    /**< raw bytes of shards written */
-    uint64_t last_checkpoint_step;
-    uint64_t last_snapshot_ns;    /**< time the trainer was blocked */
-    uint64_t last_write_ns;       /**< snapshot to shard durable */
-    uint64_t drift_checks;
-    uint64_t drift_mismatches;
-    uint64_t serve_peak_recipients; /**< most recipients this rank served at once */
-    uint64_t steady_steps;        /**< steps agreed with the members, without etcd */
-    uint64_t steady_fallbacks;    /**< steady-path attempts that went to etcd instead */
-    uint64_t etcd_requests;       /**< etcd requests of the membership layer, keep-alives excluded */
-    uint64_t steady_rejected;     /**< steady-path messages dropped: no valid MAC (docs/SECURITY.md) */
-    /* The remote tier's uploader of this rank (persist_remote; 0 without
-     * one, and on ranks that commit no checkpoint). */
-    uint64_t remote_uploaded;     /**< checkpoints it made complete in the bucket */
-    uint64_t remote_superseded;   /**< checkpoints dropped while waiting, for a newer one */
-    uint64_t remote_failed;       /**< uploads it gave up (the reason in its log) */
-    uint64_t remote_lag_steps;    /**< the newest step handed to it minus the newest it
-                                       completed (0 when it is caught up) */
-} graft_metrics_t;
-
-/**
- * @brief Read the metrics.
- * @param [in]  rt         the runtime.
- * @param [out] metrics_p  the metrics.
- */
-void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
-
-/** Kinds of runtime events. */
-typedef enum graft_runtime_event_kind {
-    GRAFT_RUNTIME_EVENT_QUORUM_CHANGED = 1, /**< a new quorum id */
-    GRAFT_RUNTIME_EVENT_RECOVERY = 2,       /**< a heal ended (status says how) */
-    GRAFT_RUNTIME_EVENT_RESTORE = 3,        /**< restored from the persistent tier */
-    GRAFT_RUNTIME_EVENT_CHECKPOINT = 4,     /**< a shard or a manifest was written, or failed */
-    GRAFT_RUNTIME_EVENT_DRIFT = 5,          /**< a drift check ended (status GRAFT_EDRIFT on mismatch) */
-    GRAFT_RUNTIME_EVENT_COMMIT_FAILED = 6,  /**< the group's vote was no */
-    GRAFT_RUNTIME_EVENT_SPARE_PROMOTED = 7, /**< this spare took a slot (detail names it) */
-    GRAFT_RUNTIME_EVENT_RESTARTED = 8       /**< graft_restart(): the rank restarted in place */
-} graft_runtime_event_kind_t;
-
-/** One runtime event. Pointers are valid during the callback only. */
-typedef struct graft_runtime_event {
-    graft_runtime_event_kind_t kind;
-    graft_status_t status;    /**< GRAFT_OK or what went wrong */
-    uint64_t step;
-    uint64_t quorum_id;
-    uint64_t bytes;           /**< recovery, restore, checkpoint */
-    uint64_t detect_ns;       /**< recovery phases */
-    uint64_t quorum_ns;
-    uint64_t transfer_ns;
-    uint64_t verify_ns;
-    uint32_t n_donors;        /**< recovery: donors used */
-    const char *detail;       /**< e.g. the drifting regions; never NULL */
-} graft_runtime_event_t;
-
-/** Event callback. */
-typedef void (*graft_runtime_event_fn)(const graft_runtime_event_t *event, void *arg);
-
-/**
- * @brief Set the event callback (NULL to remove).
- * @param [in] rt   the runtime.
- * @param [in] fn   the callback.
- * @param [in] arg  passed to it.
- */
-void graft_event_callback_set(graft_runtime_t *rt, graft_runtime_event_fn fn, void *arg);
-
-/**
- * @brief Name of an event kind ("recovery", "drift", ...).
- * @param [in] kind  the kind.
- * @return a static string.
- */
-const char *graft_runtime_event_kind_string(graft_runtime_event_kind_t kind);
-
-/**
- * @brief The etcd folder under which the drift check leaves its records for
- *        a job, "/graft/<job>/drift/" (docs/KEYS.md), for tools that read
- *        them; the runtime builds its own drift keys in the same place.
- * @param [in]  job       the job's name.
- * @param [out] folder_p  the folder; free with graft_free().
- * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM.
- */
-GRAFT_WUR graft_status_t graft_drift_key_folder(const char *job, char **folder_p);
-
-/**
- * @brief A job's progress record (docs/KEYS.md): a step the job committed,
- *        written at each process's first commit, every 10 s while it runs
- *        and by each process as it ends. With the steady path the quorum
- *        record shows the step its epoch began at, so this is where tools
- *        read how far a job got.
- * @param [in]  etcd    a client of the job's etcd.
- * @param [in]  job     the job's name.
- * @param [out] step_p  the step.
- * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOTFOUND (no step committed yet),
- *         GRAFT_EMALFORMED / GRAFT_EFORMAT (a record it cannot read), or the
- *         etcd client's error.
- */
-typedef struct graft_etcd graft_etcd_t; /* <graft/etcd.h> */
-GRAFT_WUR graft_status_t graft_progress_read(graft_etcd_t *etcd, const char *job,
-                                             uint64_t *step_p);
-
-/** One group's progress record (docs/KEYS.md, `group_progress/<group>`). */
-typedef struct graft_group_progress {
-    uint32_t group;
-    uint64_t step;            /**< the group's committed steps when written */
-    double steps_per_second;  /**< since the record before (0 in the first) */
-    uint64_t unix_ms;         /**< when rank 0 of the group wrote it */
-    uint64_t quorum_id;       /**< the quorum it committed in */
-} graft_group_progress_t;
-
-/** How a vote's reason (and so the job's vote_result event) begins when
- *  this group's min_groups (GRAFT_GROUPS / GRAFT_MIN_GROUPS) differs from
- *  the one the quorum was formed with: the groups' settings disagree. */
-#define GRAFT_CONFIG_MISMATCH_TEXT "config mismatch"
-
-/** How the error event begins that a rank records in the job's history
- *  when its member record turns GRAFT_MEMBER_CANNOT_SERVE (its transfer
- *  endpoint failed to accept connections): tools read the reason there. */
-#define GRAFT_CANNOT_SERVE_TEXT "cannot serve"
-
-/** How often rank 0 of each group writes its group's progress record, at
- *  a commit (and at its first commit and graft_destroy()). */
-#define GRAFT_GROUP_PROGRESS_EVERY_MS 2000
-
-/**
- * @brief Every group's progress record: each group's rank 0 writes its
- *        group's committed step and step rate every
- *        GRAFT_GROUP_PROGRESS_EVERY_MS at a commit, so tools see steps of
- *        the steady path (which goes between the members, not through
- *        etcd) without a write per step.
- * @param [in]  etcd    a client of the job's etcd.
- * @param [in]  job     the job's name.
- * @param [out] recs_p  the records (a record that does not decode is left
- *                      out); free with graft_group_progress_free().
- * @param [out] n_p     how many (0: none written yet).
- * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM, or the etcd client's error.
- */
-GRAFT_WUR graft_status_t graft_group_progress_read(graft_etcd_t *etcd, const char *job,
-                                                   graft_group_progress_t **recs_p, size_t *n_p);
-
-/**
- * @brief Free graft_group_progress_read()'s records. Accepts NULL.
- * @param [in] recs  the records.
- */
-void graft_group_progress_free(graft_group_progress_t *recs);
-
-/**
- * @brief Route the library's log messages (the same as graft_log_sink_set()).
- * @param [in] fn   the sink, or NULL for standard error.
- * @param [in] arg  passed to it.
- */
-void graft_log_callback_set(graft_log_fn fn, void *arg);
-
-/**
- * @brief The library's version ("0.1.0").
- * @return a static string.
- */
-const char *graft_version(void);
 
 #ifdef __cplusplus
 }
