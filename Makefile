@@ -107,13 +107,15 @@ BIN_PROGS := $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%) $(EXAMPLE_SRCS:examples/%.c=$
 ifneq ($(SIM_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graft-sim
 endif
-# graftctl is all of tools/graftctl/ (docs/OPERATIONS.md).
-GRAFTCTL_SRCS := $(wildcard tools/graftctl/*.c)
+# graftctl is all of tools/graftctl/ (docs/OPERATIONS.md) and the HTTP answer
+# it shares with graft-agent (tools/common/).
+GRAFTCTL_SRCS := $(wildcard tools/graftctl/*.c) tools/common/http_answer.c
 ifneq ($(GRAFTCTL_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graftctl
 endif
-# graft-agent is all of tools/graft_agent/ (docs/OPERATIONS.md, "graft-agent").
-GRAFT_AGENT_SRCS := $(wildcard tools/graft_agent/*.c)
+# graft-agent is all of tools/graft_agent/ (docs/OPERATIONS.md, "graft-agent")
+# and tools/common/.
+GRAFT_AGENT_SRCS := $(wildcard tools/graft_agent/*.c) tools/common/http_answer.c
 ifneq ($(GRAFT_AGENT_SRCS),)
 BIN_PROGS += $(BUILD)/bin/graft-agent
 endif

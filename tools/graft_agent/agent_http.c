@@ -5,6 +5,7 @@
  * (agent_report), copied under the report lock.
  */
 #include "agent.h"
+#include "../common/http_answer.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,39 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *type,
-                             char *body)
-{
-    if (body == NULL)
-        return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (r == NULL) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    enum MHD_Result ret = MHD_queue_response(conn, code, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_len, void **ctx)
 {
     agent_t *a = cls;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return reply(conn, 405, "text/plain", strdup("GET only\n"));
+        return tool_http_answer(conn, 405, "text/plain", strdup("GET only\n"));
     bool metrics = strcmp(url, "/metrics") == 0;
     if (!metrics && strcmp(url, "/status") != 0)
-        return reply(conn, 404, "text/plain", strdup("graft-agent serves /metrics and /status\n"));
+        return tool_http_answer(conn, 404, "text/plain",
+                                strdup("graft-agent serves /metrics and /status\n"));
     pthread_mutex_lock(&a->report_mu);
     const char *src = metrics ? a->metrics_text : a->status_json;
     char *body = strdup(src != NULL ? src : "");
     pthread_mutex_unlock(&a->report_mu);
-    return reply(conn, 200, metrics ? "text/plain; version=0.0.4" : "application/json", body);
+    return tool_http_answer(conn, 200, metrics ? "text/plain; version=0.0.4" : "application/json",
+                            body);
 }
 
 /* "HOST:PORT" (HOST an IPv4 address; empty: every address). */

@@ -24,6 +24,7 @@
  */
 #include "graftctl.h"
 #include "graftctl_dash.h"
+#include "../common/http_answer.h"
 
 #include <graft/persist.h>
 
@@ -267,29 +268,11 @@ static void refresh(graftctl_dash_t *d, bool with_ckpt)
 
 /* ------------------------------------------------------------ answers --- */
 
-static enum MHD_Result answer(struct MHD_Connection *conn, unsigned code, const char *type,
-                              char *body)
-{
-    if (body == NULL)
-        return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (r == NULL) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    enum MHD_Result ret = MHD_queue_response(conn, code, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
 static enum MHD_Result answer_json(struct MHD_Connection *conn, unsigned code, json_t *j)
 {
     char *text = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
-    return answer(conn, code, "application/json", text);
+    return tool_http_answer(conn, code, "application/json", text);
 }
 
 static enum MHD_Result answer_error(struct MHD_Connection *conn, unsigned code, const char *why)
@@ -504,7 +487,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer_error(conn, 405, "read-only: GET only");
     if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0) {
         char *page = strdup(graftctl_dashboard_page);
-        return answer(conn, 200, "text/html; charset=utf-8", page);
+        return tool_http_answer(conn, 200, "text/html; charset=utf-8", page);
     }
     enum MHD_Result ret;
     pthread_mutex_lock(&d->mu);
@@ -521,7 +504,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     else if (strcmp(url, "/api/events") == 0)
         ret = answer_json(conn, 200, json_pack("{s:O}", "events", d->events));
     else if (strcmp(url, "/metrics") == 0)
-        ret = answer(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+        ret = tool_http_answer(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
                      graftctl_metrics_text(&d->metrics, d->status));
     else
         ret = answer_error(conn, 404, "no such page");
