@@ -11,17 +11,22 @@
  *  2. recovery: 3 groups in strict mode, one killed (SIGKILL) and its
  *     successor (tests/support/bench_recovery.h): a process started at
  *     once, as an orchestrator would; a standby spare, the dead rank
- *     evicted; the spare without the eviction (the lease lapses); kill ->
+ *     evicted; the spare without the eviction (the lease lapses); a follow
+ *     spare (it pulls every step while it waits), evicted and not; kill ->
  *     first committed step of the successor, split into detect (kill ->
  *     joined), quorum, transfer (the verified pull) and verify (a
  *     fingerprint of the healed state), for 64 MiB of state (and 1 GiB
  *     with --big), each beside the respawn's total;
  *  3. the same state restored from its own persistent checkpoint in the
  *     same run (graft_persist_restore, page cache dropped with
- *     posix_fadvise first) vs the P2P transfer (goal: P2P >= 4x faster).
+ *     posix_fadvise first) vs the P2P transfer (goal: P2P >= 4x faster);
+ *  4. with a follow successor: what the follower costs its donor, the
+ *     donor's median step with and without one follow spare (40 steps, 2 ms
+ *     of compute each), its commit's wait for the follower per step, and
+ *     the share of its steps it served.
  *
  * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--steady-only]
- *                      [--successor respawn,spare,spare-lapse] [--json]
+ *                      [--successor respawn,spare,spare-lapse,follow,follow-lapse] [--json]
  * Medians over the measured steps / 3 recoveries per size.
  *
  * Each steady-state size and path runs in a process of its own with an etcd
@@ -420,7 +425,7 @@ static bool listed(const char *list, const char *name)
 }
 
 /* Each size with each successor named in `successors` (a comma list of
- * respawn, spare, spare-lapse), 3 runs each, the median printed and kept in
+ * respawn, spare, spare-lapse, follow, follow-lapse), 3 runs each, the median printed and kept in
  * rows; the restore is measured with the first successor's runs. */
 static int recovery_table(const size_t *sizes, size_t n_sizes, const char *successors,
                           graft_bench_rec_row_t *rows, size_t *n_rows_p)
@@ -472,7 +477,35 @@ static int recovery_table(const size_t *sizes, size_t n_sizes, const char *succe
            "  trainer's work, part of total); ratio = restore from own checkpoint (cold page\n"
            "  cache) / P2P transfer, goal >= 4x; spare: started with the job, the dead rank\n"
            "  evicted by the bench as its agent would; spare-lapse: not evicted, it waits for\n"
-           "  the lease; /respawn = total / the respawn's total\n");
+           "  the lease; follow(-lapse): the same with a follow spare; /respawn = total / the\n"
+           "  respawn's total\n");
+    return rc;
+}
+
+/* The follow mode's cost, per size (graft_bench_follow_cost()). */
+static int follow_table(const size_t *sizes, size_t n_sizes, graft_bench_follow_row_t *rows,
+                        size_t *n_rows_p)
+{
+    graft_bench_rec_config_t cfg = {.endpoint = endpoint, .steady_path = "peers",
+                                    .lease_ttl_ms = 3000};
+    int rc = 0;
+    printf("follow spares: the donor's step with and without one follower (3 groups, 2 ms "
+           "compute, median of 35 steps)\n");
+    printf("  %-6s %12s %14s %9s %14s %8s\n", "MiB", "alone ms", "followed ms", "ratio",
+           "wait ms/step", "served");
+    for (size_t k = 0; k < n_sizes; k++) {
+        graft_bench_follow_row_t *r = &rows[*n_rows_p];
+        if (graft_bench_follow_cost(&cfg, sizes[k], 40, r) != 0) {
+            rc = 1;
+            continue;
+        }
+        (*n_rows_p)++;
+        printf("  %-6zu %12.2f %14.2f %8.1fx %14.2f %7.0f%%\n", r->mib, r->step_alone * 1e3,
+               r->step_followed * 1e3, r->step_followed / r->step_alone, r->wait * 1e3,
+               r->served * 100);
+    }
+    printf("  followed / alone: the step the follower costs its donor (each step's state\n"
+           "  served and pulled, verified); served: the steps it served to the follower\n");
     return rc;
 }
 
@@ -514,7 +547,8 @@ int main(int argc, char **argv)
     };
     if (graft_bench_args(argc, argv, cli, GRAFT_BENCH_NARGS(cli),
                          "[--groups 2,8,32] [--steps N] [--path etcd|peers|both] [--mib N] "
-                         "[--big] [--steady-only] [--successor respawn,spare,spare-lapse] [--json]") != 0)
+                         "[--big] [--steady-only] "
+                         "[--successor respawn,spare,spare-lapse,follow,follow-lapse] [--json]") != 0)
         return 2;
     if (strcmp(only_path, "both") != 0 && strcmp(only_path, "etcd") != 0 &&
         strcmp(only_path, "peers") != 0) {
@@ -529,8 +563,8 @@ int main(int argc, char **argv)
             known = known || (strlen(name) == len && strncmp(p, name, len) == 0);
         }
         if (!known) {
-            fprintf(stderr, "runtime_bench: --successor: respawn, spare or spare-lapse, "
-                            "comma-separated, not '%.*s'\n", (int)len, p);
+            fprintf(stderr, "runtime_bench: --successor: respawn, spare, spare-lapse, follow "
+                            "or follow-lapse, comma-separated, not '%.*s'\n", (int)len, p);
             return 2;
         }
     }
@@ -574,6 +608,8 @@ int main(int argc, char **argv)
 
     graft_bench_rec_row_t rows[2 * GRAFT_BENCH_N_SUCCESSORS];
     size_t n_rows = 0;
+    graft_bench_follow_row_t frows[2];
+    size_t n_frows = 0;
     graft_test_etcd_t etcd = {0};
     if (recover) {
         if (graft_test_etcd_start(&etcd, NULL) != 0)
@@ -581,6 +617,9 @@ int main(int argc, char **argv)
         endpoint = graft_etcd_server_endpoint(etcd.server);
         etcd_pid = graft_etcd_server_pid(etcd.server);
         if (recovery_table(sizes, n_sizes, successors, rows, &n_rows) != 0)
+            rc = 1;
+        if ((listed(successors, "follow") || listed(successors, "follow-lapse")) &&
+            follow_table(sizes, n_sizes, frows, &n_frows) != 0)
             rc = 1;
     }
     if (json) {
@@ -610,6 +649,14 @@ int main(int argc, char **argv)
                    k ? "," : "", r->mib, graft_bench_successor_name(r->successor), r->total,
                    r->detect, r->init, r->quorum, r->transfer, r->verify, r->restore,
                    r->transfer > 0 && r->restore > 0 ? r->restore / r->transfer : 0);
+        }
+        printf("],\"follow_cost\":[");
+        for (size_t k = 0; k < n_frows; k++) {
+            graft_bench_follow_row_t *r = &frows[k];
+            printf("%s{\"mib\":%zu,\"step_alone_ms\":%.3f,\"step_followed_ms\":%.3f,"
+                   "\"followed_over_alone\":%.2f,\"wait_ms_per_step\":%.3f,\"served\":%.2f}",
+                   k ? "," : "", r->mib, r->step_alone * 1e3, r->step_followed * 1e3,
+                   r->step_followed / r->step_alone, r->wait * 1e3, r->served);
         }
         printf("]}\n");
     }

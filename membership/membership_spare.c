@@ -643,6 +643,14 @@ void graft_membership_spare_adopt(const graft_membership_spare_t *sp,
     config->adopt_incarnation = sp->incarnation;
 }
 
+graft_status_t graft_membership_spare_view_get(graft_membership_spare_t *sp,
+                                              graft_membership_view_t **view_p)
+{
+    if (sp == NULL || view_p == NULL)
+        return GRAFT_EINVAL;
+    return graft_membership_view_get(sp->obs, view_p);
+}
+
 graft_status_t graft_membership_spares_list(graft_membership_t *m, graft_member_t **spares_p,
                                             size_t *n_p)
 {

@@ -59,6 +59,7 @@ static const field_t fields[] = {
     STR(etcd_key),
     UINT(group, 0, 1u << 20, NULL),
     UINT(spare, 0, 1, "0"),
+    UINT(spare_follow, 0, 1, "0"),
     STR(spare_group),
     UINT(rank, 0, 1u << 20, "0"),
     UINT(ranks_per_group, 1, 1u << 20, "1"),
@@ -370,6 +371,10 @@ graft_status_t graft_config_validate(const graft_config_t *c, char **error_p)
     if (!is_set(c, "group") && c->spare == 0) {
         error_set(error_p, "config: group: required (this process's group id), unless the "
                            "process is a spare (spare = 1)");
+        return GRAFT_EINVAL;
+    }
+    if (c->spare_follow != 0 && c->spare == 0) {
+        error_set(error_p, "config: spare_follow: only a spare follows (spare = 1)");
         return GRAFT_EINVAL;
     }
     if (c->spare_group != NULL && !name_ok(c->spare_group)) {

@@ -109,9 +109,10 @@ graft_status_t graft_restart(graft_runtime_t *rt)
         (void)hst; /* a cancelled heal leaves state_valid false: pulled after the join */
     }
     graft__rt_nccl_serve_join(rt);
-    if (rt->serve.serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+    if ((rt->serve.serving || rt->serve.follow) && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "restart: serve_end failed");
     rt->serve.serving = false;
+    rt->serve.follow = false;
     graft_membership_quorum_free(rt->q);
     rt->q = NULL;
     graft__rt_steady_free(rt);
@@ -256,7 +257,7 @@ void graft_destroy(graft_runtime_t *rt)
         (void)st;
     }
     graft__rt_nccl_serve_join(rt); /* NCCL pairs end by their timeout at the latest */
-    if (rt->serve.serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+    if ((rt->serve.serving || rt->serve.follow) && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end at destroy failed");
     graft_free(rt->serve.peers);
     graft__rt_persist_close(rt);

@@ -24,6 +24,7 @@ struct graft_config {
     char *etcd_key;
     uint64_t group;
     uint64_t spare; /* 0 or 1 */
+    uint64_t spare_follow; /* 0 or 1: the spare follows the job's state */
     char *spare_group; /* a spare's group of spares, or NULL */
     uint64_t rank;
     uint64_t ranks_per_group;

@@ -103,7 +103,27 @@ typedef struct graft__rt_serve {
     bool relay;
     graft__rt_pair_t *pairs; /* NCCL: one serving thread per recipient */
     size_t n_pairs;
+    /* Followers (docs/RUNTIME.md, "Follow spares"): a serve of follow_step
+     * opened for them at graft_quorum(), before the quorum; closed at the
+     * commit's fence, or before this rank's own heal. */
+    bool follow;
+    uint64_t follow_step;
 } graft__rt_serve_t;
+
+/* A follow spare's follower (runtime_follow.c): while the spare waits for
+ * a slot, a thread pulls each step's state from rank `rank` of the lowest
+ * healthy group. */
+typedef struct graft__rt_follow {
+    pthread_t thread;
+    bool running;
+    atomic_bool stop;
+    atomic_bool done;  /* the thread has returned */
+    atomic_bool moving; /* the current pull has installed bytes */
+    graft_membership_spare_t *sp; /* whose view names the donors */
+    /* The step the regions hold, verified (0: none; what the thread writes
+     * until it stops, then the join reads). */
+    uint64_t step;
+} graft__rt_follow_t;
 
 /* The checkpoint tier (runtime_persist.c). */
 typedef struct graft__rt_tier {
@@ -197,6 +217,7 @@ struct graft_runtime {
     graft__rt_heal_t heal;   /* runtime_heal.c */
     graft__rt_serve_t serve; /* runtime_serve.c, runtime_nccl.c */
     graft__rt_tier_t tier;   /* runtime_persist.c */
+    graft__rt_follow_t follow; /* runtime_follow.c */
 
     /* The test build's faults (runtime_skip.c); always NULL in the library
      * that is shipped, which has no code that sets it. */
@@ -255,8 +276,21 @@ GRAFT_WUR graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_
 /* The relay's heal ended: unless its serve began (served), withdraw the
  * announced serve. */
 void graft__rt_relay_abandon(graft_runtime_t *rt, bool served);
-/* graft_commit(): the fence, then the serve's end. */
+/* graft_commit(): the fence (and the followers'), then the serve's end. */
 void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q);
+/* At graft_quorum(), before the quorum: serve the committed step to the
+ * followers that asked for it (none asked: nothing). */
+void graft__rt_follow_serve_open(graft_runtime_t *rt);
+/* End the followers' serve without waiting for them (this rank heals, or
+ * serves another step): their pulls fail and they ask again. */
+void graft__rt_follow_serve_close(graft_runtime_t *rt);
+
+/* runtime_follow.c: a follow spare's follower. */
+/* Start following (the spare's view names the donors). */
+GRAFT_WUR graft_status_t graft__rt_follow_start(graft_runtime_t *rt,
+                                                graft_membership_spare_t *sp);
+/* Stop following; the step the regions hold, verified (0: none). */
+uint64_t graft__rt_follow_stop(graft_runtime_t *rt);
 
 /* runtime_secret.c: the job secret from GRAFT_JOB_SECRET, job_secret_file
  * or the job's record in etcd, in that order (docs/SECURITY.md), into

@@ -33,8 +33,13 @@ graft_status_t graft__rt_spare_promote(graft_runtime_t *rt, graft_membership_con
     graft_membership_spare_t *sp = NULL;
     uint32_t group = 0;
     graft_status_t st = graft_membership_spare_create(mc, rt->groups, &sp);
+    if (st == GRAFT_OK && rt->cfg->spare_follow)
+        st = graft__rt_follow_start(rt, sp);
     if (st == GRAFT_OK)
         st = graft_membership_spare_wait(sp, 0, &group);
+    /* The step the follower holds: the spare joins with it (and pulls only
+     * if the job is past it); 0 when it holds none. */
+    uint64_t followed = graft__rt_follow_stop(rt);
     if (st == GRAFT_ECANCELED)
         rt->finished = true; /* the job ended without needing this spare */
     if (st != GRAFT_OK) {
@@ -45,6 +50,12 @@ graft_status_t graft__rt_spare_promote(graft_runtime_t *rt, graft_membership_con
         return st;
     }
     graft_membership_spare_adopt(sp, mc);
+    if (followed > 0) {
+        rt->state_valid = true;
+        rt->need_state = false;
+        graft__rt_set_step(rt, followed);
+        mc->committed_step = followed;
+    }
     /* Freed at graft_destroy(): its watches take up to a poll interval
      * (200 ms) to stop, which the recovery must not wait for. */
     rt->spare = sp;
@@ -176,10 +187,12 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
         .state = GRAFT_MEMBER_JOINING,
         .spare_group = rt->cfg->spare_group,
     };
+    bool followed = false;
     if (rt->cfg->spare) {
         st = graft__rt_spare_promote(rt, &mc);
         if (st != GRAFT_OK)
             return st;
+        followed = rt->follow.step > 0; /* graft__rt_follow_stop()'s */
     }
     graft_membership_t *m = NULL;
     st = graft_membership_create(&mc, &m);
@@ -201,6 +214,16 @@ graft_status_t graft__rt_join(graft_runtime_t *rt)
          * moved on. */
         rt->restarted = false;
         rt->need_state = rt->need_state || !rt->state_valid;
+        return GRAFT_OK;
+    }
+    if (followed) {
+        /* A follower holds a step it pulled and verified: the quorum says
+         * whether the job is past it (then it heals like any replacement). */
+        pthread_mutex_lock(&rt->mu);
+        rt->start_kind = GRAFT_START_PEER;
+        pthread_mutex_unlock(&rt->mu);
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": start: followed to "
+                   "step %" PRIu64, rt->group, rt->rank, graft_step(rt));
         return GRAFT_OK;
     }
 

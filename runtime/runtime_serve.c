@@ -1,7 +1,8 @@
 /*
  * The donor's side of a step: whom this rank serves (the fan-out plan's
- * recipients), the serve and a relay's announced serve, and the fence that
- * holds the optimizer step until the recipients are done.
+ * recipients), the serve and a relay's announced serve, the followers'
+ * serve (docs/RUNTIME.md, "Follow spares"), and the fence that holds the
+ * optimizer step until the recipients and followers are done.
  */
 #include "runtime_internal.h"
 
@@ -123,11 +124,14 @@ static graft_status_t serve_only_recipients(graft_runtime_t *rt)
         return GRAFT_ENOMEM;
     for (size_t i = 0; i < rt->serve.n_peers; i++)
         groups[i] = rt->serve.peers[i].group;
-    /* Serving nobody: an empty list would lift the restriction, so name a
-     * group that cannot exist. */
     size_t n = rt->serve.n_peers;
-    if (n == 0)
-        groups[n++] = UINT32_MAX;
+    /* The followers, while their serve is open; serving nobody, a group
+     * that cannot exist (group ids are below 2^20): an empty list would
+     * lift the restriction. */
+    if (rt->serve.follow)
+        groups[n++] = GRAFT_TRANSFER_FOLLOWER_GROUP;
+    else if (n == 0)
+        groups[n++] = UINT32_MAX - 1;
     graft_status_t st = graft_transfer_serve_recipients(rt->ep, groups, n);
     graft_free(groups);
     return st;
@@ -154,6 +158,8 @@ static void refusals_record(graft_runtime_t *rt, const graft_quorum_t *q)
  * the fence waits for. */
 graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
+    if (rt->serve.follow && rt->serve.follow_step != q->step)
+        graft__rt_follow_serve_close(rt);
     graft_status_t st = serve_only_recipients(rt);
     if (st == GRAFT_OK)
         st = graft_transfer_serve_begin(rt->ep, q->step);
@@ -174,6 +180,7 @@ graft_status_t graft__rt_serve_start(graft_runtime_t *rt, const graft_quorum_t *
  * state is in (heal_main). */
 graft_status_t graft__rt_relay_start(graft_runtime_t *rt, const graft_quorum_t *q)
 {
+    graft__rt_follow_serve_close(rt); /* a relay heals first */
     graft_status_t st = serve_only_recipients(rt);
     if (st == GRAFT_OK)
         st = graft_transfer_serve_expect(rt->ep, q->step);
@@ -201,8 +208,64 @@ void graft__rt_relay_abandon(graft_runtime_t *rt, bool served)
     graft__rt_peers_free(rt);
 }
 
+void graft__rt_follow_serve_open(graft_runtime_t *rt)
+{
+    uint64_t step = graft_step(rt);
+    if (rt->serve.serving || rt->serve.follow || !rt->state_valid || rt->need_state ||
+        !graft_transfer_followers_wanted(rt->ep, step))
+        return;
+    rt->serve.follow = true;
+    graft__rt_peers_free(rt); /* no recipients before the quorum says so */
+    graft_status_t st = serve_only_recipients(rt);
+    if (st == GRAFT_OK)
+        st = graft_transfer_serve_begin(rt->ep, step);
+    if (st != GRAFT_OK) {
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": cannot serve step %"
+                   PRIu64 " to followers: %s", rt->group, rt->rank, step,
+                   graft_status_string(st));
+        rt->serve.follow = false;
+        return;
+    }
+    rt->serve.follow_step = step;
+    GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": serving step %" PRIu64
+                " to followers", rt->group, rt->rank, step);
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.follow_serves++;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+void graft__rt_follow_serve_close(graft_runtime_t *rt)
+{
+    if (!rt->serve.follow)
+        return;
+    rt->serve.follow = false;
+    if (!rt->serve.serving && graft_transfer_serve_end(rt->ep) != GRAFT_OK)
+        GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "followers' serve: ended already");
+}
+
+/* The followers of this serve, before the optimizer step may change what
+ * they read: bounded by stall_timeout_ms, since a follower is no member
+ * and must not hold the job (one that is cut off fails its chunk hashes
+ * and asks again). */
+static void followers_fence(graft_runtime_t *rt)
+{
+    uint64_t t0 = graft__now_ns();
+    if (graft_transfer_followers_wait(rt->ep, (uint32_t)rt->cfg->stall_timeout_ms) != GRAFT_OK)
+        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": a follower of step %"
+                   PRIu64 " was not done after %" PRIu64 " ms; not waiting for it", rt->group,
+                   rt->rank, rt->serve.follow_step, rt->cfg->stall_timeout_ms);
+    pthread_mutex_lock(&rt->mu);
+    rt->metrics.follow_wait_ns += graft__now_ns() - t0;
+    pthread_mutex_unlock(&rt->mu);
+}
+
 void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
 {
+    if (rt->serve.follow && !rt->serve.serving) {
+        followers_fence(rt);
+        graft__rt_follow_serve_close(rt);
+        return;
+    }
     if (!rt->serve.serving)
         return;
     /* Wait in slices: between them, a recipient that has left the job (a
@@ -258,6 +321,10 @@ void graft__rt_serve_stop(graft_runtime_t *rt, const graft_quorum_t *q)
         pthread_mutex_unlock(&rt->mu);
     }
     graft__rt_nccl_serve_join(rt); /* they read the regions until they end */
+    if (rt->serve.follow) {
+        followers_fence(rt);
+        rt->serve.follow = false;
+    }
     if (graft_transfer_serve_end(rt->ep) != GRAFT_OK)
         GRAFT_WARN(GRAFT_MOD_RUNTIME, "serve_end: not serving");
     refusals_record(rt, q);

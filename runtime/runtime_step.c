@@ -260,6 +260,11 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
     rt->serve.relay = false;
     rt->heal.status = GRAFT_OK;
     rt->round_restored = false;
+    /* The followers' serve stays open only on a rank that holds q's step
+     * and keeps it (serves it, or computes). */
+    if (q->must_recover || rt->need_state || graft_step(rt) != q->step ||
+        rt->serve.follow_step != q->step)
+        graft__rt_follow_serve_close(rt);
     /* The quorum assigns recoveries by the group's step, the lowest of its
      * ranks'. This rank can neither compute nor serve q's step when it
      * lacks the job's state, or when it is ahead of its own group's step
@@ -291,6 +296,7 @@ static graft_status_t start_role(graft_runtime_t *rt, graft_quorum_t *q, bool *f
         goto out;
     if (plan.n_donors > 0) {
         rt->state_wait_since_ns = 0;
+        graft__rt_follow_serve_close(rt); /* the pull overwrites the regions */
         /* From here until a heal succeeds only a group or a checkpoint can
          * make the regions valid again. */
         if (!rt->cold_sync)
@@ -406,6 +412,9 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
     uint64_t tq = graft__now_ns();
     uint64_t deadline = tq + rt->cfg->quorum_timeout_ms * 1000000ull;
     uint64_t committed = graft_step(rt);
+    /* Followers read the committed step while the quorum forms and the
+     * step computes; the commit's fence waits for them. */
+    graft__rt_follow_serve_open(rt);
     st = graft__rt_steady_quorum(rt, committed, &q);
     if (st != GRAFT_OK)
         return st;

@@ -28,6 +28,7 @@ unit_of() {
     runtime_delegate) echo "object delegate" ;;
     runtime_drift) echo "object drift" ;;
     runtime_finish) echo "object finish" ;;
+    runtime_follow) echo "object follow" ;;
     runtime_secret) echo "object secret" ;;
     runtime_channel) echo "part channel" ;;
     runtime_stepmsg) echo "part stepmsg" ;;
@@ -52,6 +53,7 @@ fields_of() {
     tier) echo "tier" ;;
     steady) echo "steady" ;;
     finish) echo "n_finished finished_step" ;;
+    follow) echo "follow" ;;
     test_hook) echo "test_hook" ;;
     esac
 }

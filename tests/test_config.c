@@ -182,9 +182,14 @@ static void test_validation(void **state)
     expect_invalid(c, "spare_group");
     assert_int_equal(graft_config_set(c, "spare_group", "world-1.a_b", NULL), GRAFT_OK);
     assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
+    assert_int_equal(graft_config_set(c, "spare_follow", "2", NULL), GRAFT_EINVAL);
+    assert_int_equal(graft_config_set(c, "spare_follow", "1", NULL), GRAFT_OK);
+    assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);
     assert_int_equal(graft_config_set(c, "spare", "0", NULL), GRAFT_OK);
     expect_invalid(c, "group");
     assert_int_equal(graft_config_set(c, "group", "4", NULL), GRAFT_OK);
+    expect_invalid(c, "spare_follow"); /* only a spare follows */
+    assert_int_equal(graft_config_set(c, "spare_follow", "0", NULL), GRAFT_OK);
     expect_invalid(c, "group");
     assert_int_equal(graft_config_set(c, "group", "3", NULL), GRAFT_OK);
     assert_int_equal(graft_config_validate(c, NULL), GRAFT_OK);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,6 +365,50 @@ static void test_spare_fills_group_dead_before_first_commit(void **state)
     rp_rm_rf(j.dir);
 }
 
+/* Follow spares (docs/RUNTIME.md, "Follow spares"): a whole group dies
+ * while each rank's follower holds the job's step. The survivors wait for
+ * the group (strict mode) and serve that step to the followers meanwhile;
+ * each follower takes its slot once the lease lapsed and joins without a
+ * pull: no heal in its role log, no recovery, and the job ends
+ * bit-identical to the fault-free run. */
+static void test_follow_spares_join_without_pull(void **state)
+{
+    (void)state;
+    job_t j;
+    rp_job_init(&j, "spare-follow");
+    rp_spawn_all(&j, flags);
+    j.extra_env[0] = "GRAFT_SPARE_FOLLOW=1";
+    for (int r = 0; r < R; r++)
+        rp_spawn_spare(&j, r, flags);
+    j.extra_env[0] = NULL;
+    graft_membership_t *obs = rp_observe(j.name, R);
+    rp_wait_spares(obs, R, 60);
+    rp_wait_log(&j.p[1 * R + 0], 5, 60);
+    int old[R];
+    for (int r = 0; r < R; r++) {
+        old[r] = j.p[1 * R + r].pid;
+        rp_kill_proc(&j.p[1 * R + r]);
+    }
+    proc_t *s[R];
+    for (int r = 0; r < R; r++) {
+        s[r] = proc_of_pid(&j, wait_slot_taken(obs, 1, r, old[r], 30));
+        assert_true(s[r]->spare && s[r]->rank == r);
+    }
+    rp_wait_all(&j, 120);
+    for (int r = 0; r < R; r++) {
+        uint64_t step, rec;
+        char hash[17], start[16];
+        rp_read_final(s[r], &step, hash, start, &rec);
+        if (rec != 0 || rp_file_contains(s[r]->role, " heal "))
+            fail_msg("rank %d's follower pulled at its join (recoveries %" PRIu64 "): see %s",
+                     r, rec, s[r]->role);
+    }
+    rp_check_final(&j, STEPS);
+    rp_check_logs(&j, STEPS);
+    graft_membership_destroy(obs);
+    rp_rm_rf(j.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_spare_with_other_layout_stays_out),
         cmocka_unit_test(test_spare_groups_stay_whole),
         cmocka_unit_test(test_spare_fills_group_dead_before_first_commit),
+        cmocka_unit_test(test_follow_spares_join_without_pull),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -354,11 +354,71 @@ static void test_garbage_clients(void **state)
     tf_donors_stop(f, 1);
 }
 
+/* Followers (docs/RUNTIME.md, "Follow spares"): a donor admits one only
+ * while its serve names GRAFT_TRANSFER_FOLLOWER_GROUP, a follower's done
+ * never counts for the recipients' fence (else it could open the fence
+ * while a recipient still reads), and one that asks for an earlier step
+ * learns the step served. */
+static void test_followers(void **state)
+{
+    tf_t *f = *state;
+    tf_donor_opts_t o = tf_opts(tf_small_layout, TF_N_SMALL, 256u << 10);
+    const graft_transfer_report_t *rep = &f->rep;
+    int32_t out[2];
+    tf_donors_start(f, &o, 1);
+    tf_donor_ask(&f->d[0], 'G', 2, 1, 5000, out); /* recipient group 2 only */
+
+    tf_recipient_of(f, &o);
+    assert_int_equal(graft_transfer_endpoint_group_set(f->r.ep, GRAFT_TRANSFER_FOLLOWER_GROUP),
+                     GRAFT_OK);
+    f->po.follower = true;
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ENOTRECIPIENT);
+    tf_donor_ask(&f->d[0], 'S', 2, GRAFT_TRANSFER_FOLLOWER_GROUP, 5000, out);
+    assert_int_equal(out[0], GRAFT_OK);
+    tf_pull_verified(f);
+    /* Its done went to the followers, not to the fence. */
+    tf_fence_is(&f->d[0], 1, 0, GRAFT_ETIMEOUT, 0);
+    tf_donor_ask(&f->d[0], 'L', STEP, 0, 5000, out);
+    assert_int_equal(out[1], GRAFT_OK); /* none reading */
+
+    /* An earlier step: refused at once with the step served. */
+    f->po.step = STEP - 1;
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ESTEP);
+    assert_int_equal(rep->donors[0].serving_step, STEP);
+    /* A later step: asked again until the deadline; meanwhile the donor
+     * knows a follower wants it, and stops caring once it stopped asking. */
+    f->po.step = STEP + 1;
+    f->po.connect_timeout_ms = 300;
+    f->po.step_retry_ms = 5;
+    assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
+    assert_int_equal(rep->donors[0].status, GRAFT_ESTEP);
+    tf_donor_ask(&f->d[0], 'L', STEP + 1, 0, 5000, out);
+    assert_true(out[0]);
+    usleep(600000);
+    tf_donor_ask(&f->d[0], 'L', STEP + 1, 0, 5000, out);
+    assert_false(out[0]);
+    tf_recipient_destroy(f);
+
+    /* A recipient of the step still counts, beside the followers. */
+    f->po.follower = false;
+    f->po.step = STEP;
+    f->po.connect_timeout_ms = 0;
+    f->po.step_retry_ms = 0;
+    tf_recipient_of(f, &o);
+    tf_pull_verified(f);
+    tf_fence_is(&f->d[0], 1, 1000, GRAFT_OK, 1);
+    tf_recipient_destroy(f);
+    tf_donors_stop(f, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TF_TEST(test_refusals),
         TF_TEST(test_garbage_clients),
+        TF_TEST(test_followers),
     };
     return tf_run_wire("refusals", tests, ARRAY_SIZE(tests));
 }

@@ -537,12 +537,15 @@ graft_status_t graft_transfer_serve_end(graft_transfer_endpoint_t *ep)
              * refused from now on. */
             ep->expecting = false;
             ep->serve_gen++;
+            ep->follow_owed = 0;
         }
         pthread_mutex_unlock(&ep->lock);
         return expecting ? GRAFT_OK : GRAFT_ESTATE;
     }
     ep->serving = false;
     ep->serve_gen++;
+    ep->follow_owed = 0;
+    pthread_cond_broadcast(&ep->cond); /* graft_transfer_followers_wait() */
     pthread_mutex_unlock(&ep->lock);
 
     hashing_stop(ep);

@@ -2,13 +2,18 @@
  * The serve's bookkeeping that the engine and its backends both write: the
  * recipients' fence, one count per recent step (a backend notes a
  * recipient done or lost, the training thread waits for the count), and
- * the recipient groups a serve admits. Under ep->lock; below transfer.c
- * and the backends, calling neither.
+ * the recipient groups a serve admits, and the followers a serve owes
+ * (graft_transfer_followers_wanted/_wait). Under ep->lock; below
+ * transfer.c and the backends, calling neither.
  */
 #include "transfer_int.h"
 
 #include <errno.h>
 #include <time.h>
+
+/* How long a follower's ask stands: a follower asks again every few ms
+ * while it waits, so without an ask this long it stopped (or hangs). */
+#define FOLLOW_WANT_FRESH_NS 500000000ull
 
 static graft__fence_slot_t *fence_slot(graft_transfer_endpoint_t *ep, uint64_t step, bool create)
 {
@@ -44,6 +49,98 @@ void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, ui
                     "counted", (unsigned long long)step);
     }
     pthread_mutex_unlock(&ep->lock);
+}
+
+void graft__transfer_follow_note(graft_transfer_endpoint_t *ep, uint64_t gen)
+{
+    pthread_mutex_lock(&ep->lock);
+    if (gen == ep->serve_gen && ep->follow_owed > 0) {
+        ep->follow_owed--;
+        pthread_cond_broadcast(&ep->cond);
+    }
+    pthread_mutex_unlock(&ep->lock);
+}
+
+void graft__transfer_follow_ask(graft_transfer_endpoint_t *ep, bool *wanting, uint64_t step)
+{
+    if (!*wanting)
+        ep->follow_wanting++;
+    *wanting = true;
+    ep->follow_want_step = step;
+    ep->follow_want_ns = graft__now_ns();
+    ep->follow_seen_ns = ep->follow_want_ns;
+}
+
+void graft__transfer_follow_unask(graft_transfer_endpoint_t *ep, bool *wanting, bool locked)
+{
+    if (!*wanting)
+        return;
+    if (!locked)
+        pthread_mutex_lock(&ep->lock);
+    *wanting = false;
+    ep->follow_wanting--;
+    ep->follow_seen_ns = graft__now_ns();
+    pthread_cond_broadcast(&ep->cond);
+    if (!locked)
+        pthread_mutex_unlock(&ep->lock);
+}
+
+/* A follower still asks for a step at or before @p step (under lock). */
+static bool follow_wanted_locked(const graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    uint64_t now = graft__now_ns();
+    return ep->follow_wanting > 0 && now - ep->follow_want_ns < FOLLOW_WANT_FRESH_NS &&
+           ep->follow_want_step <= step;
+}
+
+/* A serve of @p step would give a follower a step it has not got: one asks
+ * for it, or one asked or was admitted lately and none asks for a later
+ * step (one still reading an earlier step asks for this one next). */
+static bool follow_due_locked(const graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    uint64_t now = graft__now_ns();
+    if (follow_wanted_locked(ep, step))
+        return true;
+    bool later = ep->follow_wanting > 0 && now - ep->follow_want_ns < FOLLOW_WANT_FRESH_NS;
+    return !later && ep->follow_seen_ns != 0 && now - ep->follow_seen_ns < FOLLOW_WANT_FRESH_NS;
+}
+
+bool graft_transfer_followers_wanted(graft_transfer_endpoint_t *ep, uint64_t step)
+{
+    if (ep == NULL)
+        return false;
+    pthread_mutex_lock(&ep->lock);
+    bool due = follow_due_locked(ep, step);
+    pthread_mutex_unlock(&ep->lock);
+    return due;
+}
+
+graft_status_t graft_transfer_followers_wait(graft_transfer_endpoint_t *ep, uint32_t timeout_ms)
+{
+    if (ep == NULL)
+        return GRAFT_EINVAL;
+    uint64_t deadline = graft__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    graft_status_t status = GRAFT_OK;
+    pthread_mutex_lock(&ep->lock);
+    while (ep->serving && (ep->follow_owed > 0 || follow_wanted_locked(ep, ep->serve_step))) {
+        uint64_t now = graft__now_ns();
+        if (now >= deadline) {
+            status = GRAFT_ETIMEOUT;
+            break;
+        }
+        /* Slices: an ask that goes stale wakes nobody. */
+        uint64_t slice = GRAFT_MIN(deadline - now, 5000000ull);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)slice;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&ep->cond, &ep->lock, &ts);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    return status;
 }
 
 uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step)
@@ -108,6 +205,7 @@ bool graft__transfer_serves_group(const graft_transfer_endpoint_t *ep, uint32_t 
 void graft__transfer_fence_restart(graft_transfer_endpoint_t *ep, uint64_t step)
 {
     ep->serve_gen++;
+    ep->follow_owed = 0; /* those admitted before read another serve */
     graft__fence_slot_t *fs = fence_slot(ep, step, true);
     fs->done = 0;
     fs->gen = ep->serve_gen;

@@ -164,6 +164,17 @@ struct graft_transfer_endpoint {
     uint32_t n_hash_tids;
 
     graft__fence_slot_t fence[GRAFT__FENCE_SLOTS];
+    /* Followers (graft_transfer_followers_wanted/_wait), under lock: the
+     * connections whose follower asked for a step it was not served and
+     * has been neither admitted since nor lost; the step the latest ask
+     * named, and when; when a follower last asked or was admitted;
+     * followers admitted in this serve generation that have not reported
+     * done or been lost. */
+    uint32_t follow_wanting;
+    uint64_t follow_want_step;
+    uint64_t follow_want_ns;
+    uint64_t follow_seen_ns;
+    uint32_t follow_owed;
 
     atomic_bool pulling;
     atomic_bool cancel;
@@ -201,6 +212,15 @@ void graft__transfer_fence_note(graft_transfer_endpoint_t *ep, uint64_t step, ui
 /* A new serve of @p step (under ep->lock): a new generation, and a new
  * count, since the step may have been served before (a rollback). */
 void graft__transfer_fence_restart(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/* A follower admitted under serve generation @p gen is done or lost. */
+void graft__transfer_follow_note(graft_transfer_endpoint_t *ep, uint64_t gen);
+/* A follower's connection asks for @p step, which it is not served (under
+ * ep->lock); *wanting is the connection's own flag. */
+void graft__transfer_follow_ask(graft_transfer_endpoint_t *ep, bool *wanting, uint64_t step);
+/* Its ask is over: admitted, or the connection lost (takes ep->lock when
+ * @p locked is false). */
+void graft__transfer_follow_unask(graft_transfer_endpoint_t *ep, bool *wanting, bool locked);
 
 /* Whether the serve admits recipient group @p group
  * (graft_transfer_serve_recipients()). Caller holds ep->lock. */

@@ -317,10 +317,13 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         goto out;
     }
     pthread_mutex_lock(&ep->lock);
+    c->follower = req->recipient_group == GRAFT_TRANSFER_FOLLOWER_GROUP;
     bool expected = !ep->serving && ep->expecting && ep->expect_step == req->step;
     if (!expected && (!ep->serving || ep->serve_step != req->step)) {
         bool serving = ep->serving;
         uint64_t serve_step = ep->serve_step;
+        if (c->follower) /* it proved the secret: graft_transfer_followers_wanted() */
+            graft__transfer_follow_ask(ep, &c->follow_wanting, req->step);
         if (serving)
             snprintf(why, sizeof(why), "donor serves step %llu, not %llu",
                      (unsigned long long)serve_step, (unsigned long long)req->step);
@@ -365,6 +368,10 @@ static void handle_request(graft__transport_state_t *t, ucx_msg_t *msg)
         c->fence_owed = true;
         c->fence_step = req->step;
         ep->serve_peak = GRAFT_MAX(ep->serve_peak, admitted + 1);
+        if (c->follower) {
+            ep->follow_owed++;
+            graft__transfer_follow_unask(ep, &c->follow_wanting, true);
+        }
     }
     pthread_mutex_unlock(&ep->lock);
     GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "serving group %u rank %u at step %llu", req->recipient_group,
@@ -394,7 +401,10 @@ static void handle_done(graft__transport_state_t *t, ucx_msg_t *msg)
     ucx_conn_t *c = msg->reply_ep != NULL ? graft__ucx_conn_find(t, msg->reply_ep) : NULL;
     if (c != NULL && c->fence_owed) {
         c->fence_owed = false;
-        graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
+        if (c->follower)
+            graft__transfer_follow_note(t->ep, c->gen);
+        else
+            graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
     }
     graft__transfer_done__free_unpacked(d, &graft__pb_allocator);
 }

@@ -207,6 +207,7 @@ void graft__ucx_conns_reap(graft__transport_state_t *t)
             pp = &c->next;
         } else if (c->failed) {
             *pp = c->next;
+            graft__transfer_follow_unask(t->ep, &c->follow_wanting, false);
             if (c->fence_owed) {
                 /* The recipient died or dropped this donor before it said
                  * it was done, or left the queue (it finished from other
@@ -219,7 +220,10 @@ void graft__ucx_conns_reap(graft__transport_state_t *t)
                     GRAFT_WARN(GRAFT_MOD_TRANSFER, "a recipient of step %llu was lost before it "
                                "was done; the fence counts it",
                                (unsigned long long)c->fence_step);
-                graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
+                if (c->follower && !c->queued)
+                    graft__transfer_follow_note(t->ep, c->gen);
+                else if (!c->follower)
+                    graft__transfer_fence_note(t->ep, c->fence_step, c->gen);
             }
             graft__ucx_conn_close(t, c);
         } else {

@@ -113,6 +113,11 @@ typedef struct ucx_conn {
      * if the connection is lost first, the loss counts for the fence. */
     bool fence_owed;
     uint64_t fence_step;
+    /* It asked as a follower (GRAFT_TRANSFER_FOLLOWER_GROUP): its done or
+     * loss goes to ep->follow_owed, never to the fence; follow_wanting: it
+     * asked for a step not served and counts in ep->follow_wanting. */
+    bool follower;
+    bool follow_wanting;
     /* Answered GRAFT_EBUSY: waiting for admission, in queue_seq order. A
      * queued recipient asks again every QUEUE_ASK_NS; one that stopped
      * asking for QUEUE_STALE_NS holds no place. */

@@ -312,9 +312,10 @@ static bool pull_check(pull_t *p, uint64_t start_ns)
     if (p->done_chunks == p->n_chunks && !waiting_hashes)
         return true;
     if (!live) {
-        GRAFT_ERROR(GRAFT_MOD_TRANSFER, "no usable donor left with %llu of %llu chunks missing",
-                    (unsigned long long)(p->n_chunks - p->done_chunks),
-                    (unsigned long long)p->n_chunks);
+        GRAFT_LOG_AT(p->o->follower ? GRAFT_LOG_DEBUG : GRAFT_LOG_ERROR, GRAFT_MOD_TRANSFER,
+                     "no usable donor left with %llu of %llu chunks missing",
+                     (unsigned long long)(p->n_chunks - p->done_chunks),
+                     (unsigned long long)p->n_chunks);
         p->status = GRAFT_ENODONOR;
         return true;
     }

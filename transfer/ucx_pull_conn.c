@@ -142,8 +142,9 @@ void graft__ucx_donor_fail(pull_t *p, pdonor_t *d, graft_status_t why)
 {
     if (d->state == D_FAILED)
         return;
-    GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
-               graft_status_string(why));
+    GRAFT_LOG_AT(p->o->follower && why == GRAFT_ESTEP ? GRAFT_LOG_DEBUG : GRAFT_LOG_WARN,
+                 GRAFT_MOD_TRANSFER, "donor %u (%s) dropped: %s", d->index, p->o->donors[d->index],
+                 graft_status_string(why));
     d->state = D_FAILED;
     p->rep->donors[d->index].status = why;
     for (uint64_t c = 0; c < p->n_chunks; c++) {

@@ -86,8 +86,9 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
     graft_transfer_endpoint_t *ep = p->ep;
     if (m->status != 0) {
         graft_status_t st = graft__xfer_refusal_status(m->status);
-        GRAFT_WARN(GRAFT_MOD_TRANSFER, "donor %u refused: %s (%s)", d->index,
-                   m->error != NULL ? m->error : "", graft_status_name(st));
+        GRAFT_LOG_AT(p->o->follower && st == GRAFT_ESTEP ? GRAFT_LOG_DEBUG : GRAFT_LOG_WARN,
+                     GRAFT_MOD_TRANSFER, "donor %u refused: %s (%s)", d->index,
+                     m->error != NULL ? m->error : "", graft_status_name(st));
         return st;
     }
     if (graft__xfer_manifest_check(ep, p->o->step, m, RKEY_MAX_BYTES, d->index) != GRAFT_OK)
@@ -215,9 +216,14 @@ static bool queued_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *
 static bool step_refusal_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
 {
     uint64_t now = graft__now_ns();
+    if (m->status == GRAFT_ESTEP && m->donor_serving)
+        p->rep->donors[d->index].serving_step = m->step;
     if (m->status != GRAFT_ESTEP || (m->donor_serving && m->step >= p->o->step))
         return false;
-    d->retry_ns = d->retry_ns == 0 ? 10000000ull : GRAFT_MIN(2 * d->retry_ns, 200000000ull);
+    if (p->o->step_retry_ms > 0)
+        d->retry_ns = (uint64_t)p->o->step_retry_ms * 1000000ull;
+    else
+        d->retry_ns = d->retry_ns == 0 ? 10000000ull : GRAFT_MIN(2 * d->retry_ns, 200000000ull);
     if (now + d->retry_ns >= d->connect_deadline)
         return false;
     d->retry_at_ns = now + d->retry_ns;

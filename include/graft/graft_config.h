@@ -36,6 +36,7 @@ extern "C" {
  * | etcd_key            | GRAFT_ETCD_KEY            | (none)                  |
  * | group               | GRAFT_GROUP               | (required unless spare) |
  * | spare               | GRAFT_SPARE               | 0 (or 1)                |
+ * | spare_follow        | GRAFT_SPARE_FOLLOW        | 0 (or 1, with spare)    |
  * | spare_group         | GRAFT_SPARE_GROUP         | (none: promoted alone)  |
  * | rank                | GRAFT_RANK                | 0                       |
  * | ranks_per_group     | GRAFT_RANKS_PER_GROUP     | 1                       |
@@ -103,6 +104,11 @@ extern "C" {
  * [A-Za-z0-9_.-]{1,64}): its rank 0 takes all the slots of a group whose
  * every rank died, for all of them in one compare-and-swap, so the world
  * stays together; without it each rank's spare takes any slot of its rank.
+ * spare_follow = 1 makes the spare a follower (docs/RUNTIME.md, "Follow
+ * spares"): while it waits it pulls each step's state from rank `rank` of
+ * the lowest healthy group, verified, so that a promotion at the step it
+ * holds pulls nothing; that donor holds its optimizer step until the
+ * follower's pull of the step is done (the cost, docs/PERFORMANCE.md).
  *
  * etcd_endpoints is a comma-separated list of http:// or https:// URLs
  * (graft_config_validate() refuses "127.0.0.1:2379", saying so). In strict

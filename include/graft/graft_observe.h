@@ -67,6 +67,11 @@ typedef struct graft_metrics {
     uint64_t remote_failed;       /**< uploads it gave up (the reason in its log) */
     uint64_t remote_lag_steps;    /**< the newest step handed to it minus the newest it
                                        completed (0 when it is caught up) */
+    /* Follow spares (docs/RUNTIME.md, "Follow spares"). */
+    uint64_t follow_pulls;        /**< a follower's pulls of a step, verified */
+    uint64_t follow_bytes;        /**< and their bytes */
+    uint64_t follow_serves;       /**< steps this rank served to followers */
+    uint64_t follow_wait_ns;      /**< commit time spent waiting for followers, in all */
 } graft_metrics_t;
 
 /**

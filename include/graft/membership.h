@@ -297,6 +297,16 @@ void graft_membership_spare_adopt(const graft_membership_spare_t *sp,
                                   graft_membership_config_t *config);
 
 /**
+ * @brief The spare's view of the job's members (as graft_membership_view_get()
+ *        gives a handle's): a follower picks its donor there. Any thread.
+ * @param [in]  sp      the spare.
+ * @param [out] view_p  free with graft_membership_view_free().
+ * @return GRAFT_OK, GRAFT_EINVAL, GRAFT_ENOMEM.
+ */
+GRAFT_WUR graft_status_t graft_membership_spare_view_get(graft_membership_spare_t *sp,
+                                                         graft_membership_view_t **view_p);
+
+/**
  * @brief Free the spare. Before a promotion its lease is revoked (the spare
  *        record goes); after one the lease belongs to the member record.
  *        Accepts NULL.

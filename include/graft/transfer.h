@@ -337,6 +337,34 @@ GRAFT_WUR graft_status_t graft_transfer_fence_wait(graft_transfer_endpoint_t *ep
  */
 uint32_t graft_transfer_fence_count(graft_transfer_endpoint_t *ep, uint64_t step);
 
+/** The recipient group a follower sends (a follow spare, docs/RUNTIME.md,
+ *  "Follow spares"): it holds no slot, and its pulls are no recipient's. */
+#define GRAFT_TRANSFER_FOLLOWER_GROUP UINT32_MAX
+
+/**
+ * @brief Whether serving @p step with followers admitted would give a
+ *        follower (a request from ::GRAFT_TRANSFER_FOLLOWER_GROUP that
+ *        proved the job secret) a step it has not got: one asks for it (or
+ *        an earlier one), or, in the last 500 ms, one asked or was admitted
+ *        and none asks for a later step.
+ * @param [in] ep    the endpoint.
+ * @param [in] step  the step this endpoint could serve.
+ * @return true or false (false for NULL).
+ */
+bool graft_transfer_followers_wanted(graft_transfer_endpoint_t *ep, uint64_t step);
+
+/**
+ * @brief Wait until no follower reads this serve: those admitted have
+ *        reported done or were lost, and none asked for the served step
+ *        (or an earlier one) without having been admitted since. A
+ *        follower's completion never counts for graft_transfer_fence_wait().
+ * @param [in] ep          the endpoint.
+ * @param [in] timeout_ms  0 = only check.
+ * @return GRAFT_OK (none left, or not serving) or GRAFT_ETIMEOUT.
+ */
+GRAFT_WUR graft_status_t graft_transfer_followers_wait(graft_transfer_endpoint_t *ep,
+                                                       uint32_t timeout_ms);
+
 /**
  * @brief The most recipients this endpoint has served at once (admitted
  *        and not yet done), over its whole life.
@@ -429,6 +457,14 @@ typedef struct graft_transfer_pull_options {
     /** Benchmarks only: install chunks without checking their hashes (and
      *  without drift detection), to measure what verification costs. */
     bool skip_verify;
+    /** While a donor does not serve the step yet, ask again every this
+     *  many ms instead of backing off from 10 ms to 200 ms (a follower
+     *  waiting for the next step); 0: the back-off. */
+    uint32_t step_retry_ms;
+    /** A follower's pull (docs/RUNTIME.md, "Follow spares"): a donor that
+     *  serves another step, and the pull that ends for it, are routine and
+     *  logged at the debug level, not as warnings. */
+    bool follower;
 } graft_transfer_pull_options_t;
 
 #define GRAFT_TRANSFER_MAX_DONORS 16
@@ -458,6 +494,9 @@ typedef struct graft_transfer_donor_report {
      *  transports only; the chunks came over it). Empty when none was
      *  used: another host, UCX_TLS without shared memory, or NCCL. */
     char shm_transports[160];
+    /** When the donor refused the step (GRAFT_ESTEP) while serving another:
+     *  that step; else 0. A follower asks for it next. */
+    uint64_t serving_step;
 } graft_transfer_donor_report_t;
 
 /** Outcome of a pull. */

@@ -118,6 +118,10 @@ typedef struct graft_metrics {
     uint64_t remote_superseded;
     uint64_t remote_failed;
     uint64_t remote_lag_steps;
+    uint64_t follow_pulls;
+    uint64_t follow_bytes;
+    uint64_t follow_serves;
+    uint64_t follow_wait_ns;
 } graft_metrics_t;
 void graft_metrics_get(graft_runtime_t *rt, graft_metrics_t *metrics_p);
 

@@ -88,6 +88,9 @@ class Runtime:
     None until then and the slot's group after; ``promoted`` says which.
     When every group ended the job cleanly first, that quorum() raises
     graft.SpareUnused (``finished`` is then True): nothing to do, exit 0.
+    ``spare_follow=True`` (or ``GRAFT_SPARE_FOLLOW=1``) makes the spare a
+    follower ("Follow spares"): while it waits it pulls each step's state,
+    so a promotion at the step it holds pulls nothing.
     """
 
     def __init__(self, env=True, **settings):

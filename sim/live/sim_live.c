@@ -249,6 +249,7 @@ static void sim_once_init(sim_once_t *s, const graft_sim_live_opts_t *o,
     res->groups = o->groups;
     res->ranks = o->ranks;
     res->spares = o->spares;
+    res->follow = o->follow;
     res->spawn_delay_ms = o->spawn_delay_ms;
     res->spares_registered = -1;
     snprintf(r->job, sizeof(r->job), "sim-%d-%s-%" PRIx64, (int)getpid(), tag,
@@ -375,6 +376,7 @@ static graft_status_t sim_once_sup_config(sim_once_t *s)
     sc->seed = o->seed;
     sc->restart_delay_ms = o->spawn_delay_ms;
     sc->spares = o->spares;
+    sc->spare_follow = o->follow;
     sc->max_restarts = 10 + (int)(s->r.sched->n_events * 2);
     sc->role_log = 1;
     size_t n_extra = 0;

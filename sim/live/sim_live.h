@@ -41,6 +41,8 @@ typedef struct graft_sim_live_opts {
     int torch_world;            /**< --torch-world: a group's ranks are one torch world */
     int spares;                 /**< --spares N: spare groups (N x R processes started
                                      with GRAFT_SPARE=1; every replacement a spare), >= 0 */
+    int follow;                 /**< --follow: the spares follow the job's state
+                                     (GRAFT_SPARE_FOLLOW=1) */
     uint32_t spawn_delay_ms;    /**< --spawn-delay-ms D: a dead process to its
                                      replacement's start [100] */
     const char *json_path;      /**< --json FILE or NULL */

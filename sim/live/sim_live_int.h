@@ -103,6 +103,7 @@ typedef struct graft_sim_result {
     graft_sim_sample_t *samples;
     size_t n_samples, cap_samples;
     int spares;                           /**< --spares: spare groups (0: none) */
+    int follow;                           /**< --follow: they follow the state */
     uint32_t spawn_delay_ms;              /**< --spawn-delay-ms */
     graft_sim_spare_stats_t spare_stats;  /**< the supervisor's, at the end */
     int evicted;                          /**< dead slot processes' records evicted */

@@ -94,9 +94,10 @@ static void sim_text_spares(FILE *out, const graft_sim_result_t *res)
 {
     const graft_sim_spare_stats_t *ss = &res->spare_stats;
     int want = res->spares * res->ranks;
-    fprintf(out, "spares             %d group%s (%d processes): %d promoted, %d started in all, "
+    fprintf(out, "spares             %d %sgroup%s (%d processes): %d promoted, %d started in all, "
             "%d dead processes' records evicted, %d hung ones fenced, %d died unpromoted\n",
-            res->spares, res->spares == 1 ? "" : "s", want, ss->promoted, ss->started,
+            res->spares, res->follow ? "follow " : "", res->spares == 1 ? "" : "s", want,
+            ss->promoted, ss->started,
             res->evicted, ss->fenced, ss->died);
     if (res->spares_registered < 0) {
         fprintf(out, "  registered       never seen in etcd\n");
@@ -185,6 +186,7 @@ static json_t *sim_json_spares(const graft_sim_result_t *res,
     }
     json_object_set_new(o, "groups", json_integer(res->spares));
     json_object_set_new(o, "processes", json_integer(res->spares * res->ranks));
+    json_object_set_new(o, "follow", json_boolean(res->follow));
     json_object_set_new(o, "started", json_integer(ss->started));
     json_object_set_new(o, "promoted", json_integer(ss->promoted));
     json_object_set_new(o, "evicted", json_integer(res->evicted));

@@ -60,6 +60,9 @@ static void sim_run_usage(FILE *out)
             "  --spares N            N spare groups: N x R trainers started with GRAFT_SPARE=1\n"
             "                        (rank r each) that promote themselves into a dead rank's\n"
             "                        slot; every replacement is then started as a spare [0]\n"
+            "  --follow              the spares follow the job's state (GRAFT_SPARE_FOLLOW=1):\n"
+            "                        each pulls every step from a donor while it waits, so\n"
+            "                        one promoted at the step it holds pulls nothing\n"
             "  --spawn-delay-ms D    a dead trainer to its replacement's start, as an\n"
             "                        orchestrator takes to schedule one [100]\n"
             "  --plot FILE.svg       timeline plot [the --json path with .svg]\n"
@@ -283,6 +286,11 @@ static int sim_run_settle(graft_sim_live_opts_t *o)
                         "slot)\n");
         return 2;
     }
+    if (o->follow && o->spares == 0) {
+        fprintf(stderr, "graft-sim run: error: --follow needs --spares (it makes the spares "
+                        "followers)\n");
+        return 2;
+    }
     if (o->spares > 0 && o->netns) {
         fprintf(stderr, "graft-sim run: error: --spares cannot be combined with --netns: a "
                         "spare would have to start in the namespace of a group it does not "
@@ -318,6 +326,10 @@ static int sim_run_parse(int argc, char **argv, graft_sim_live_opts_t *o, const 
         }
         if (strcmp(flag, "--torch-world") == 0) {
             o->torch_world = 1;
+            continue;
+        }
+        if (strcmp(flag, "--follow") == 0) {
+            o->follow = 1;
             continue;
         }
         if (!sim_run_has_value(argc, argv, &i, flag)) {

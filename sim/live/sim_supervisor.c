@@ -71,7 +71,8 @@ static bool sim_sup_torch_var(const char *kv, size_t klen)
 
 /* The inherited environment, minus what we set, plus config->env and the
  * per-process GRAFT_GROUP/GRAFT_RANK (and a torch world's variables); a
- * spare's (g < 0) GRAFT_SPARE=1 instead of GRAFT_GROUP. */
+ * spare's (g < 0) GRAFT_SPARE=1 instead of GRAFT_GROUP, and with --follow
+ * GRAFT_SPARE_FOLLOW=1 (a setting a non-spare refuses). */
 char **graft_sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
 {
     size_t n_env = 0, n_add = 0;
@@ -92,6 +93,7 @@ char **graft_sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
         int overridden = (klen == 11 && strncmp(environ[i], "GRAFT_GROUP", 11) == 0) ||
                          (klen == 10 && strncmp(environ[i], "GRAFT_RANK", 10) == 0) ||
                          (klen == 11 && strncmp(environ[i], "GRAFT_SPARE", 11) == 0) ||
+                         (klen == 18 && strncmp(environ[i], "GRAFT_SPARE_FOLLOW", 18) == 0) ||
                          (c->master_ports != NULL && sim_sup_torch_var(environ[i], klen));
         for (size_t j = 0; j < n_add && !overridden; j++) {
             overridden = strncmp(c->env[j], environ[i], klen) == 0 && c->env[j][klen] == '=';
@@ -109,6 +111,8 @@ char **graft_sim_sup_envp(const graft_sim_sup_config_t *c, int g, int r)
         (v[k++] = sim_sup_fmt("GRAFT_RANK=%d", r)) == NULL) {
         goto fail;
     }
+    if (g < 0 && c->spare_follow && (v[k++] = strdup("GRAFT_SPARE_FOLLOW=1")) == NULL)
+        goto fail;
     if (c->master_ports != NULL &&
         ((v[k++] = strdup("MASTER_ADDR=127.0.0.1")) == NULL ||
          (v[k++] = sim_sup_fmt("MASTER_PORT=%d", c->master_ports[g])) == NULL ||

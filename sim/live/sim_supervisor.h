@@ -44,6 +44,7 @@ typedef struct graft_sim_sup_config {
     int spares;                     /**< spare groups: spares x ranks processes started
                                          with GRAFT_SPARE=1, and every replacement
                                          started as a spare; 0: none */
+    int spare_follow;               /**< spares get GRAFT_SPARE_FOLLOW=1 (--follow) */
     int max_restarts;               /**< per process; past it the run fails */
     int role_log;                   /**< pass --role-log (train_mlp: serves and heals) */
     /** A group is one torch world: its processes get what torchrun gives a

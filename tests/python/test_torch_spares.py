@@ -62,6 +62,20 @@ def _wait_spares(etcd, job, n, timeout=30):
         time.sleep(0.05)
 
 
+def _two_groups_and_a_spare(spawn, job_env, tmp_path, args, spare_env=None):
+    """The fault-free reference of two groups (ref0, ref1), then two groups
+    (g0, g1) and a spare of rank 0 (spare, with spare_env) waiting."""
+    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
+    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), *args, env=ref_env) for g in range(2)]
+    for w in refs:
+        w.finish()
+    run = args + ["--delay", 0.05]
+    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *run) for g in range(2)]
+    spare = spawn(0, 2, tmp_path / "spare", *run, spare=True, env=spare_env)
+    spare.wait_line(lambda line: line.startswith("spare waiting"), "spare waiting")
+    return ws, spare
+
+
 @pytest.mark.parametrize("way", list(WAYS))
 def test_spare_takes_a_killed_groups_slot(spawn, etcd, job_env, tmp_path, way):
     """Two groups and a spare started with them; group 1's process is killed
@@ -70,16 +84,8 @@ def test_spare_takes_a_killed_groups_slot(spawn, etcd, job_env, tmp_path, way):
     buffers and state dicts), averages with group 0 from the first step
     after its promotion, and both end bit-identical to a fault-free run of
     two groups, with its losses."""
-    args = ["--steps", STEPS, "--finish", *WAYS[way]]
-    ref_env = {"GRAFT_JOB": job_env["GRAFT_JOB"] + "-ref"}
-    refs = [spawn(g, 2, tmp_path / ("ref%d" % g), *args, env=ref_env) for g in range(2)]
-    for w in refs:
-        w.finish()
-
-    run = args + ["--delay", 0.05]
-    ws = [spawn(g, 2, tmp_path / ("g%d" % g), *run) for g in range(2)]
-    spare = spawn(0, 2, tmp_path / "spare", *run, spare=True)
-    spare.wait_line(lambda line: line.startswith("spare waiting"), "spare waiting")
+    ws, spare = _two_groups_and_a_spare(spawn, job_env, tmp_path,
+                                        ["--steps", STEPS, "--finish", *WAYS[way]])
     _wait_spares(etcd, job_env["GRAFT_JOB"], 1)
     ws[1].wait_step(KILL_AT)
     ws[1].kill()
@@ -113,6 +119,29 @@ def test_spare_takes_a_killed_groups_slot(spawn, etcd, job_env, tmp_path, way):
                 assert a.tobytes() == b.tobytes()
             assert np.array_equal(o["ema"][0], ref["ema"][0]) and o["ema"][1] == ref["ema"][1]
             assert o["position"] == ref["position"] == 32 * STEPS
+
+
+def test_follow_spare_joins_without_pull(spawn, etcd, job_env, tmp_path):
+    """A follow spare (GRAFT_SPARE_FOLLOW=1) pulls every step from group 0
+    while it waits. Group 1 is killed at step 8; group 0 (strict) waits at
+    its step and serves it to the follower, which takes the slot and joins
+    at that step without a pull (no recovery), averages with group 0 from
+    its first step, and both end bit-identical to a fault-free run."""
+    ws, spare = _two_groups_and_a_spare(spawn, job_env, tmp_path,
+                                        ["--steps", STEPS, "--finish", "--average"],
+                                        {"GRAFT_SPARE_FOLLOW": "1"})
+    _wait_spares(etcd, job_env["GRAFT_JOB"], 1)
+    ws[1].wait_step(KILL_AT)
+    ws[1].kill()
+    spare.wait_line(lambda line: line.startswith("spare promoted"), "spare promoted", timeout=60)
+    ws[0].finish()
+    spare.finish()
+    ref, g0, sp = (_load(tmp_path / n) for n in ("ref0", "g0", "spare"))
+    _assert_identical([ref, _load(tmp_path / "ref1"), g0, sp])
+    assert sp["group"] == 1 and sp["start"] == "peer"
+    assert sp["metrics"]["recoveries"] == 0, sp["metrics"]
+    assert sp["metrics"]["follow_pulls"] >= 1 and g0["metrics"]["follow_serves"] >= 1
+    assert all(a[1:] == (2, 1, 2) for a in sp["averages"])
 
 
 def test_spare_the_job_ended_without_exits_cleanly(spawn, etcd, job_env, tmp_path):

@@ -33,13 +33,15 @@ typedef struct rec_result {
 } rec_result_t;
 
 static const graft_bench_rec_config_t *run_cfg;
+static bool run_follow; /* the spares of this run follow */
 static int job_seq;
 static uint8_t *blob;
 static size_t blob_bytes;
 
 const char *graft_bench_successor_name(graft_bench_successor_t s)
 {
-    static const char *const names[] = {"respawn", "spare", "spare-lapse"};
+    static const char *const names[] = {"respawn", "spare", "spare-lapse", "follow",
+                                        "follow-lapse"};
     return s < GRAFT_BENCH_N_SUCCESSORS ? names[s] : "?";
 }
 
@@ -65,7 +67,8 @@ static graft_runtime_t *make_runtime(const char *job, int group)
         snprintf(v, sizeof(v), "%d", group);
         ok = graft_config_set(c, "group", v, NULL) == GRAFT_OK;
     } else if (ok) {
-        ok = graft_config_set(c, "spare", "1", NULL) == GRAFT_OK;
+        ok = graft_config_set(c, "spare", "1", NULL) == GRAFT_OK &&
+             graft_config_set(c, "spare_follow", run_follow ? "1" : "0", NULL) == GRAFT_OK;
     }
     if (!ok || graft_init(c, &rt) != GRAFT_OK)
         rt = NULL;
@@ -267,6 +270,7 @@ int graft_bench_recovery(const graft_bench_rec_config_t *cfg, size_t mib,
     int fds[2], rfds[2];
     bool spare = successor != GRAFT_BENCH_RESPAWN;
     run_cfg = cfg;
+    run_follow = successor == GRAFT_BENCH_FOLLOW || successor == GRAFT_BENCH_FOLLOW_LAPSE;
     snprintf(job, sizeof(job), "bench-rec-%d-%d", (int)getpid(), job_seq++);
     blob_bytes = mib << 20;
     if (pipe(fds) != 0)
@@ -298,7 +302,8 @@ int graft_bench_recovery(const graft_bench_rec_config_t *cfg, size_t mib,
     kill(victim, SIGKILL);
     waitpid(victim, NULL, 0);
     pids[1] = 0;
-    if (successor == GRAFT_BENCH_SPARE && evict(obs, victim) != 0)
+    if ((successor == GRAFT_BENCH_SPARE || successor == GRAFT_BENCH_FOLLOW) &&
+        evict(obs, victim) != 0)
         goto out;
     if (!spare) {
         pids[GROUPS] = fork();
@@ -336,6 +341,93 @@ out:
     free(blob);
     blob = NULL;
     return row->restore < 0 ? -1 : 0;
+}
+
+/* What a follower costs: group 0 (the follower's donor) times `steps`
+ * steps, quorum to commit with a step's compute of 2 ms, and reports the
+ * median after the first 5, its followers' wait and serves, then waits to
+ * be killed; the other groups step on. */
+typedef struct cost_result {
+    double median;
+    graft_metrics_t m;
+} cost_result_t;
+
+static void cost_child(const char *job, int group, int steps, int fd)
+{
+    blob = malloc(blob_bytes);
+    if (blob == NULL)
+        _exit(1);
+    memset(blob, group < 0 ? 0 : 1, blob_bytes);
+    graft_runtime_t *rt = make_runtime(job, group);
+    graft_region_t r = {"state", GRAFT_REGION_PARAM, 0, GRAFT_DEVICE_HOST, blob, blob_bytes, 0,
+                        0};
+    double *t = calloc((size_t)steps, sizeof(double));
+    if (rt == NULL || t == NULL || graft_region_register(rt, &r) != GRAFT_OK)
+        _exit(1);
+    for (int s = 0;; s++) {
+        bool apply = false;
+        double t0 = graft_test_now_s();
+        if (graft_quorum(rt, NULL) != GRAFT_OK)
+            _exit(2);
+        graft_status_t hst = graft_heal_wait(rt);
+        (void)hst;
+        usleep(2000);
+        if (graft_commit(rt, &apply) != GRAFT_OK)
+            _exit(3);
+        if (apply)
+            blob[(size_t)s * 4099u % blob_bytes]++;
+        if (group != 0 || s >= steps)
+            continue;
+        t[s] = graft_test_now_s() - t0;
+        if (s == steps - 1) {
+            cost_result_t res = {graft_test_median(t + 5, (size_t)(steps - 5)), {0}};
+            graft_metrics_get(rt, &res.m);
+            if (write(fd, &res, sizeof(res)) != sizeof(res))
+                _exit(4);
+        }
+    }
+}
+
+/* One run of the cost: group 0's result, or -1. */
+static int cost_run(size_t mib, int steps, bool follower, cost_result_t *res)
+{
+    char job[64];
+    int fds[2];
+    snprintf(job, sizeof(job), "bench-follow-%d-%d", (int)getpid(), job_seq++);
+    blob_bytes = mib << 20;
+    run_follow = follower;
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pids[GROUPS + 1] = {0};
+    for (int g = 0; g < GROUPS + (follower ? 1 : 0); g++) {
+        pids[g] = fork();
+        if (pids[g] == 0)
+            cost_child(job, g == GROUPS ? -1 : g, steps, fds[1]);
+    }
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    ssize_t n = poll(&pf, 1, 600 * 1000) == 1 ? read(fds[0], res, sizeof(*res)) : -1;
+    kill_all(pids, GROUPS + 1);
+    close(fds[0]);
+    close(fds[1]);
+    return n == sizeof(*res) ? 0 : -1;
+}
+
+int graft_bench_follow_cost(const graft_bench_rec_config_t *cfg, size_t mib, int steps,
+                            graft_bench_follow_row_t *row)
+{
+    cost_result_t alone, followed;
+    run_cfg = cfg;
+    if (steps < 10 || cost_run(mib, steps, false, &alone) != 0 ||
+        cost_run(mib, steps, true, &followed) != 0) {
+        fprintf(stderr, "follow cost of %zu MiB: a run did not finish\n", mib);
+        return -1;
+    }
+    row->mib = mib;
+    row->step_alone = alone.median;
+    row->step_followed = followed.median;
+    row->wait = (double)followed.m.follow_wait_ns * 1e-9 / steps;
+    row->served = (double)followed.m.follow_serves / steps;
+    return 0;
 }
 
 static int cmp_row_total(const void *a, const void *b)

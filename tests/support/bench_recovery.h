@@ -11,7 +11,13 @@
  *                an agent does after waitpid()), so the spare takes the
  *                slot at once;
  *   spare-lapse  the same spare, no eviction: it takes the slot when the
- *                dead rank's lease lapses (lease_ttl_ms).
+ *                dead rank's lease lapses (lease_ttl_ms);
+ *   follow       a follow spare (GRAFT_SPARE_FOLLOW: it pulls each step
+ *                from group 0 while it waits), the dead rank evicted;
+ *   follow-lapse the follow spare, no eviction.
+ *
+ * graft_bench_follow_cost() measures what a follower costs its donor: the
+ * same 3 groups' steps with and without one follow spare.
  *
  * Each run has a job of its own on the given etcd; the state's own
  * checkpoint is restored afterwards (page cache dropped) for the P2P
@@ -26,10 +32,12 @@ typedef enum graft_bench_successor {
     GRAFT_BENCH_RESPAWN = 0,
     GRAFT_BENCH_SPARE,
     GRAFT_BENCH_SPARE_LAPSE,
+    GRAFT_BENCH_FOLLOW,
+    GRAFT_BENCH_FOLLOW_LAPSE,
     GRAFT_BENCH_N_SUCCESSORS
 } graft_bench_successor_t;
 
-/** "respawn", "spare", "spare-lapse". */
+/** "respawn", "spare", "spare-lapse", "follow", "follow-lapse". */
 const char *graft_bench_successor_name(graft_bench_successor_t s);
 
 /** One recovery, in seconds. */
@@ -55,6 +63,19 @@ typedef struct graft_bench_rec_config {
 /** One run; 0, or -1 with a message on stderr. */
 int graft_bench_recovery(const graft_bench_rec_config_t *cfg, size_t mib,
                          graft_bench_successor_t successor, graft_bench_rec_row_t *row);
+
+/** A follower's cost to its donor (group 0), in seconds per step. */
+typedef struct graft_bench_follow_row {
+    size_t mib;
+    double step_alone;    /* group 0's median step (quorum to commit), no follower */
+    double step_followed; /* the same with one follow spare of rank 0 */
+    double wait;          /* its commit's wait for the follower, mean per step */
+    double served;        /* the share of its steps it served to the follower */
+} graft_bench_follow_row_t;
+
+/** Both runs of @p steps steps; 0, or -1 with a message on stderr. */
+int graft_bench_follow_cost(const graft_bench_rec_config_t *cfg, size_t mib, int steps,
+                            graft_bench_follow_row_t *row);
 
 /** The median by total of n rows (sorts them). */
 graft_bench_rec_row_t graft_bench_rec_median(graft_bench_rec_row_t *rows, int n);

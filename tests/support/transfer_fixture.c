@@ -134,6 +134,13 @@ static bool tf_donor_answer(graft_transfer_endpoint_t *ep, const tf_donor_opts_t
         out[0] = graft_transfer_fence_wait(ep, o->step, cmd[1], cmd[2]);
         out[1] = (int32_t)graft_transfer_fence_count(ep, o->step);
         break;
+    case 'L': /* followers: would serving step @cmd[1] give one a step; wait @cmd[2] ms */
+        out[0] = graft_transfer_followers_wanted(ep, cmd[1]);
+        out[1] = graft_transfer_followers_wait(ep, cmd[2]);
+        break;
+    case 'S': /* serve only groups @cmd[1] and @cmd[2] */
+        out[0] = graft_transfer_serve_recipients(ep, &cmd[1], 2);
+        break;
     default:
         return true;
     }

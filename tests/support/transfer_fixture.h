@@ -177,7 +177,9 @@ void tf_donors_stop(tf_t *f, int n);
  * of region @a (after hashing), 'R' serves the step again, 'P' answers the
  * most recipients served at once, 'X' answers the requests refused for who
  * sent them, 'G' serves only group @a (@b == 1) or any
- * group (@b == 0), 'F' waits for the fence (tf_fence()). */
+ * group (@b == 0), 'S' serves only groups @a and @b, 'F' waits for the
+ * fence (tf_fence()), 'L' answers whether a serve of step @a would give a
+ * follower a step and waits @b ms for the followers reading. */
 void tf_donor_ask(tf_donor_t *d, uint32_t op, uint32_t a, uint32_t b, int timeout_ms,
                   int32_t out[2]);
 
