@@ -6,8 +6,10 @@ optimizer wrapper.
 Heal: 3 groups x 1 rank in strict mode on a private etcd, each holding S of
 state in a blob region plus its model; group 1 is killed (SIGKILL) at step
 5 and its successor takes over: a process started at once ("respawn"), or
-a spare started with the job (GRAFT_SPARE=1; "spare"), the dead group
-evicted at once with `graftctl evict` as an agent would. 'total' is the
+a spare started with the job (GRAFT_SPARE=1; "spare"), or a follow spare
+(GRAFT_SPARE_FOLLOW=1 too: it pulls every step while it waits; "follow"),
+the dead group evicted at once with `graftctl evict` as an agent would
+(a follower that joins at the step it holds heals nothing: 'heal' 0). 'total' is the
 kill to the successor's first applied commit. The Python side is
 examples/python/train_ddp.py
 (its blob a torch tensor registered zero-copy through graft.Runtime); the C
@@ -22,8 +24,8 @@ the median time of zero_grad() + step() through graft.torch.Optimizer, of
 the plain optimizer's, and of the bare Runtime.quorum() + commit() calls.
 
 Usage: bench/python_bench.py [--mib 64,1024] [--reps N] [--steps N]
-                             [--successor respawn,spare] [--json]
-Needs make (build/bin/train_mlp, build/lib/libgraft.so) and the venv
+                             [--successor respawn,spare,follow] [--json]
+Needs make ($BUILD/bin/train_mlp, $BUILD/lib/libgraft.so; BUILD=build) and the venv
 (scripts/python-env.sh): run it with build/venv/bin/python.
 """
 import argparse
@@ -42,7 +44,9 @@ import uuid
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
-os.environ.setdefault("GRAFT_LIBRARY", os.path.join(ROOT, "build", "lib", "libgraft.so"))
+# The build it runs: $BUILD as make's BUILD= (default build/).
+BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
+os.environ.setdefault("GRAFT_LIBRARY", os.path.join(BUILD, "lib", "libgraft.so"))
 
 
 def free_port():
@@ -72,7 +76,7 @@ def start_etcd(tmp):
 
 def trainer_cmd(kind):
     if kind == "c":
-        return [os.path.join(ROOT, "build", "bin", "train_mlp")]
+        return [os.path.join(BUILD, "bin", "train_mlp")]
     return [sys.executable, os.path.join(ROOT, "examples", "python", "train_ddp.py")]
 
 
@@ -103,11 +107,15 @@ def heal_once(kind, mib, etcd, tmp, steps, successor="respawn"):
                PYTHONPATH=os.path.join(ROOT, "python"))
     procs = {}
 
+    spare = successor in ("spare", "follow")
+
     def spawn(g, tag):
         e = dict(env, GRAFT_GROUP=str(g))
         if g is None:  # a spare: its files are named once it knows its group
             e.pop("GRAFT_GROUP", None)
             e["GRAFT_SPARE"] = "1"
+            if successor == "follow":
+                e["GRAFT_SPARE_FOLLOW"] = "1"
         base = os.path.join(tmp, "%s-g%s-%s" % (job, "{group}" if g is None else g, tag))
         args = trainer_cmd(kind) + ["--steps", str(steps), "--seed", "1", "--blob-mib", str(mib),
                                     "--step-delay-ms", "50", "--hash-log", base + ".hash",
@@ -118,13 +126,13 @@ def heal_once(kind, mib, etcd, tmp, steps, successor="respawn"):
 
     for g in range(3):
         spawn(g, "a")
-    if successor == "spare":
+    if spare:
         base = spawn(None, "s").replace("{group}", "1")
     base1 = os.path.join(tmp, "%s-g1-a" % job)
     deadline = time.time() + 600
     while time.time() < deadline:
         done = [ln for ln in lines(base1 + ".hash") if ln]
-        if len(done) >= 5 and (successor != "spare" or spares_registered(etcd, job) == 1):
+        if len(done) >= 5 and (not spare or spares_registered(etcd, job) == 1):
             break
         if procs[(1, "a")].poll() is not None:
             raise RuntimeError("group 1 ended early: see %s.log" % base1)
@@ -132,8 +140,8 @@ def heal_once(kind, mib, etcd, tmp, steps, successor="respawn"):
     t0 = time.time()
     procs[(1, "a")].send_signal(signal.SIGKILL)
     procs[(1, "a")].wait()
-    if successor == "spare":
-        subprocess.run([os.path.join(ROOT, "build", "bin", "graftctl"), "--etcd", etcd, "--job",
+    if spare:
+        subprocess.run([os.path.join(BUILD, "bin", "graftctl"), "--etcd", etcd, "--job",
                         job, "--yes", "evict", "1"], check=True, stdout=subprocess.DEVNULL)
     else:
         base = spawn(1, "b")
@@ -152,6 +160,8 @@ def heal_once(kind, mib, etcd, tmp, steps, successor="respawn"):
             raise RuntimeError("a %s trainer failed: see %s" % (kind, tmp))
     heals = [ln.split() for ln in lines(base + ".role") if " heal " in ln]
     ok = [float(h[3]) for h in heals if h[2] == "GRAFT_OK"]
+    if successor == "follow" and not heals and first is not None:
+        return 0.0, first  # joined at the step it followed: nothing to pull
     if not ok or first is None:
         raise RuntimeError("the successor did not heal: see %s.role" % base)
     return ok[-1] / 1000.0, first
@@ -189,6 +199,7 @@ def overhead(steps):
     t_plain = loop(plain.zero_grad, plain.step)
     tmp = tempfile.mkdtemp(prefix="graft-pybench-")
     proc, url = start_etcd(tmp)
+    failed = True
     try:
         with graft.Runtime(env=False, job="ov-" + uuid.uuid4().hex[:8], group=0, groups=1,
                            etcd_endpoints=url) as rt:
@@ -213,7 +224,7 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--steps", type=int, default=200, help="steps of the overhead loops")
     ap.add_argument("--successor", default="respawn",
-                    help="respawn, spare or both (comma-separated)")
+                    help="respawn, spare, follow (comma-separated)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     out = {"heal": [], "overhead": {}}
@@ -231,10 +242,14 @@ def main():
                     out["heal"].append({"mib": mib, "api": kind, "successor": successor,
                                         "heal_s": statistics.median(heal),
                                         "total_s": statistics.median(total), "reps": a.reps})
+        failed = False
     finally:
         proc.terminate()
         proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if failed:  # the trainers' logs say why
+            print("python_bench: kept %s" % tmp, file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     t_plain, t_wrap, t_bare = overhead(a.steps)
     out["overhead"] = {"plain_step_ms": t_plain * 1e3, "wrapper_step_ms": t_wrap * 1e3,
                        "wrapper_overhead_ms": (t_wrap - t_plain) * 1e3,

@@ -21,9 +21,10 @@
  *     same run (graft_persist_restore, page cache dropped with
  *     posix_fadvise first) vs the P2P transfer (goal: P2P >= 4x faster);
  *  4. with a follow successor: what the follower costs its donor, the
- *     donor's median step with and without one follow spare (40 steps, 2 ms
- *     of compute each), its commit's wait for the follower per step, and
- *     the share of its steps it served.
+ *     donor's median step with and without one follow spare (40 steps of 2
+ *     and of 100 ms of compute), its commit's wait for the follower per
+ *     step, the share of its steps it served, and of them the follower
+ *     pulled.
  *
  * Usage: runtime_bench [--groups LIST] [--steps N] [--mib N] [--big] [--steady-only]
  *                      [--successor respawn,spare,spare-lapse,follow,follow-lapse] [--json]
@@ -489,23 +490,28 @@ static int follow_table(const size_t *sizes, size_t n_sizes, graft_bench_follow_
     graft_bench_rec_config_t cfg = {.endpoint = endpoint, .steady_path = "peers",
                                     .lease_ttl_ms = 3000};
     int rc = 0;
-    printf("follow spares: the donor's step with and without one follower (3 groups, 2 ms "
-           "compute, median of 35 steps)\n");
-    printf("  %-6s %12s %14s %9s %14s %8s\n", "MiB", "alone ms", "followed ms", "ratio",
-           "wait ms/step", "served");
+    static const unsigned computes[2] = {2, 100};
+    printf("follow spares: the donor's step with and without one follower (3 groups, median "
+           "of 35 steps)\n");
+    printf("  %-6s %8s %12s %14s %9s %14s %8s %8s\n", "MiB", "compute", "alone ms",
+           "followed ms", "ratio", "wait ms/step", "served", "pulled");
     for (size_t k = 0; k < n_sizes; k++) {
-        graft_bench_follow_row_t *r = &rows[*n_rows_p];
-        if (graft_bench_follow_cost(&cfg, sizes[k], 40, r) != 0) {
-            rc = 1;
-            continue;
+        for (int c = 0; c < 2; c++) {
+            graft_bench_follow_row_t *r = &rows[*n_rows_p];
+            if (graft_bench_follow_cost(&cfg, sizes[k], 40, computes[c], r) != 0) {
+                rc = 1;
+                continue;
+            }
+            (*n_rows_p)++;
+            printf("  %-6zu %5u ms %12.2f %14.2f %8.2fx %14.2f %7.0f%% %7.0f%%\n", r->mib,
+                   r->compute_ms, r->step_alone * 1e3, r->step_followed * 1e3,
+                   r->step_followed / r->step_alone, r->wait * 1e3, r->served * 100,
+                   r->pulled * 100);
         }
-        (*n_rows_p)++;
-        printf("  %-6zu %12.2f %14.2f %8.1fx %14.2f %7.0f%%\n", r->mib, r->step_alone * 1e3,
-               r->step_followed * 1e3, r->step_followed / r->step_alone, r->wait * 1e3,
-               r->served * 100);
     }
     printf("  followed / alone: the step the follower costs its donor (each step's state\n"
-           "  served and pulled, verified); served: the steps it served to the follower\n");
+           "  served and pulled, verified); served: its steps with a followers' serve open;\n"
+           "  pulled: the steps the follower pulled, verified, over the donor's steps\n");
     return rc;
 }
 
@@ -608,7 +614,7 @@ int main(int argc, char **argv)
 
     graft_bench_rec_row_t rows[2 * GRAFT_BENCH_N_SUCCESSORS];
     size_t n_rows = 0;
-    graft_bench_follow_row_t frows[2];
+    graft_bench_follow_row_t frows[4];
     size_t n_frows = 0;
     graft_test_etcd_t etcd = {0};
     if (recover) {
@@ -653,10 +659,13 @@ int main(int argc, char **argv)
         printf("],\"follow_cost\":[");
         for (size_t k = 0; k < n_frows; k++) {
             graft_bench_follow_row_t *r = &frows[k];
-            printf("%s{\"mib\":%zu,\"step_alone_ms\":%.3f,\"step_followed_ms\":%.3f,"
-                   "\"followed_over_alone\":%.2f,\"wait_ms_per_step\":%.3f,\"served\":%.2f}",
-                   k ? "," : "", r->mib, r->step_alone * 1e3, r->step_followed * 1e3,
-                   r->step_followed / r->step_alone, r->wait * 1e3, r->served);
+            printf("%s{\"mib\":%zu,\"compute_ms\":%u,\"step_alone_ms\":%.3f,"
+                   "\"step_followed_ms\":%.3f,"
+                   "\"followed_over_alone\":%.2f,\"wait_ms_per_step\":%.3f,\"served\":%.2f,"
+                   "\"pulled\":%.2f}",
+                   k ? "," : "", r->mib, r->compute_ms, r->step_alone * 1e3,
+                   r->step_followed * 1e3, r->step_followed / r->step_alone, r->wait * 1e3,
+                   r->served, r->pulled);
         }
         printf("]}\n");
     }

@@ -22,14 +22,23 @@
  * keep asking this long in one pull (a step of the job may take that). */
 #define FOLLOW_RETRY_MS 5u
 #define FOLLOW_CONNECT_MS 10000u
-/* After a failed pull (no donor, a donor lost): wait this long. */
+/* After a failed pull (no donor, a donor lost, one that refuses this
+ * spare's region table): wait, from 100 ms doubling to 2 s. */
 #define FOLLOW_PAUSE_NS 100000000ull
+#define FOLLOW_PAUSE_MAX_NS 2000000000ull
 
 static void pause_ns(uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
+}
+
+/* Wait @p ns, or less once the follower is told to stop. */
+static void pause_unless_stopped(graft_runtime_t *rt, uint64_t ns)
+{
+    for (uint64_t slept = 0; slept < ns && !atomic_load(&rt->follow.stop); slept += 10000000ull)
+        pause_ns(GRAFT_MIN(ns - slept, 10000000ull));
 }
 
 /* The transfer address of rank `rank` of the lowest group whose record
@@ -67,10 +76,11 @@ static void *follow_main(void *arg)
 {
     graft_runtime_t *rt = arg;
     uint64_t want = rt->follow.step + 1;
+    uint64_t pause = FOLLOW_PAUSE_NS;
     while (!atomic_load(&rt->follow.stop)) {
         char *addr = donor_pick(rt);
         if (addr == NULL) {
-            pause_ns(FOLLOW_PAUSE_NS);
+            pause_unless_stopped(rt, FOLLOW_PAUSE_NS);
             continue;
         }
         const char *donors[1] = {addr};
@@ -91,10 +101,11 @@ static void *follow_main(void *arg)
         graft_status_t st = graft_transfer_pull(rt->ep, &po, &rep);
         graft_free(addr);
         if (st == GRAFT_OK) {
+            pause = FOLLOW_PAUSE_NS;
             GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "follower of rank %" PRIu32 ": holds step %" PRIu64,
-                        rt->rank, want);
-            rt->follow.step = want;
-            want++;
+                        rt->rank, rep.step);
+            rt->follow.step = rep.step;
+            want = rep.step + 1;
             pthread_mutex_lock(&rt->mu);
             rt->metrics.follow_pulls++;
             rt->metrics.follow_bytes += rep.bytes;
@@ -109,8 +120,8 @@ static void *follow_main(void *arg)
         }
         GRAFT_DEBUG(GRAFT_MOD_RUNTIME, "follower of rank %" PRIu32 ": step %" PRIu64 ": %s",
                     rt->rank, want, graft_status_string(st));
-        if (!atomic_load(&rt->follow.stop))
-            pause_ns(FOLLOW_PAUSE_NS);
+        pause_unless_stopped(rt, pause);
+        pause = GRAFT_MIN(2 * pause, FOLLOW_PAUSE_MAX_NS);
     }
     atomic_store(&rt->follow.done, true);
     return NULL;

@@ -382,11 +382,18 @@ static void test_followers(void **state)
     tf_donor_ask(&f->d[0], 'L', STEP, 0, 5000, out);
     assert_int_equal(out[1], GRAFT_OK); /* none reading */
 
-    /* An earlier step: refused at once with the step served. */
+    /* An earlier step: a follower takes the step served, on the same
+     * connection; any other recipient is refused with the step served. */
     f->po.step = STEP - 1;
+    tf_pull_verified(f);
+    assert_int_equal(rep->step, STEP);
+    assert_int_equal(rep->donors[0].serving_step, STEP);
+    f->po.follower = false;
     assert_int_equal(tf_pull(f), GRAFT_ENODONOR);
     assert_int_equal(rep->donors[0].status, GRAFT_ESTEP);
     assert_int_equal(rep->donors[0].serving_step, STEP);
+    assert_int_equal(rep->step, STEP - 1);
+    f->po.follower = true;
     /* A later step: asked again until the deadline; meanwhile the donor
      * knows a follower wants it, and stops caring once it stopped asking. */
     f->po.step = STEP + 1;

@@ -618,6 +618,7 @@ graft_status_t graft_transfer_pull(graft_transfer_endpoint_t *ep,
         return GRAFT_ESTATE;
     }
     atomic_store(&ep->cancel, false);
+    rep->step = options->step;
     /* The backend, chosen once: UCX is the endpoint's own; NCCL pairs
      * (transfer/nccl.c, or its stub in a build without CUDA). */
     const struct graft_transport_ops *ops = options->backend == GRAFT_TRANSFER_BACKEND_NCCL

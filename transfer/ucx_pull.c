@@ -339,7 +339,7 @@ static void pull_teardown(pull_t *p)
         done.request_id = p->nonce;
         done.ok = p->status == GRAFT_OK;
         done.bytes = p->rep->donors[i].bytes;
-        done.step = p->o->step;
+        done.step = p->step;
         done.recipient_group = p->ep->group;
         done.rank = p->ep->rank;
         if (graft__ucx_am_send(d->uep, GRAFT__XFER_AM_DONE, (p->nonce << 8) | i, &done.base,
@@ -474,6 +474,7 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
     memset(&p, 0, sizeof(p));
     p.ep = ep;
     p.o = o;
+    p.step = o->step;
     p.rep = rep;
     p.n_donors = o->n_donors;
     p.window = o->window != 0 ? o->window : 4;
@@ -552,6 +553,7 @@ graft_status_t graft__ucx_pull(graft_transfer_endpoint_t *ep,
             status = graft__cuda_copy(reg->ptr, reg->host, reg->bytes, true);
     }
     pull_teardown(&p);
+    rep->step = p.step;
     rep->elapsed_ns = graft__now_ns() - start;
     if (status == GRAFT_OK)
         GRAFT_INFO(GRAFT_MOD_TRANSFER, "pulled %llu bytes from %zu donors in %.3f s",

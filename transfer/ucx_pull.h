@@ -88,6 +88,9 @@ typedef struct pslot {
 struct pull {
     graft_transfer_endpoint_t *ep;
     const graft_transfer_pull_options_t *o;
+    /* The step asked for: o->step, or for a follower the later one its
+     * donor serves (step_refusal_retry()). */
+    uint64_t step;
     graft_transfer_report_t *rep;
     uint64_t nonce;
     size_t n_donors;

@@ -91,7 +91,7 @@ static graft_status_t manifest_accept(pull_t *p, pdonor_t *d, const Graft__Trans
                      m->error != NULL ? m->error : "", graft_status_name(st));
         return st;
     }
-    if (graft__xfer_manifest_check(ep, p->o->step, m, RKEY_MAX_BYTES, d->index) != GRAFT_OK)
+    if (graft__xfer_manifest_check(ep, p->step, m, RKEY_MAX_BYTES, d->index) != GRAFT_OK)
         return GRAFT_EPROTO;
     d->rkeys = graft__calloc(ep->n_regions + 1, sizeof(*d->rkeys));
     d->raddr = graft__calloc(ep->n_regions + 1, sizeof(*d->raddr));
@@ -197,7 +197,7 @@ void graft__ucx_queue_leave(pull_t *p, pdonor_t *d)
 static bool queued_retry(pull_t *p, pdonor_t *d, const Graft__TransferManifest *m)
 {
     uint64_t now = graft__now_ns();
-    if (m->status != GRAFT_EBUSY || m->step != p->o->step)
+    if (m->status != GRAFT_EBUSY || m->step != p->step)
         return false;
     if (!d->queued) {
         d->queued = true;
@@ -218,7 +218,16 @@ static bool step_refusal_retry(pull_t *p, pdonor_t *d, const Graft__TransferMani
     uint64_t now = graft__now_ns();
     if (m->status == GRAFT_ESTEP && m->donor_serving)
         p->rep->donors[d->index].serving_step = m->step;
-    if (m->status != GRAFT_ESTEP || (m->donor_serving && m->step >= p->o->step))
+    if (m->status == GRAFT_ESTEP && m->donor_serving && m->step > p->step && p->o->follower &&
+        p->n_donors == 1) {
+        /* A follower takes the later step its donor serves, on the same
+         * connection: a new one would come too late for a short step. */
+        p->step = m->step;
+        d->retry_at_ns = now;
+        d->refused = GRAFT_ESTEP;
+        return true;
+    }
+    if (m->status != GRAFT_ESTEP || (m->donor_serving && m->step >= p->step))
         return false;
     if (p->o->step_retry_ms > 0)
         d->retry_ns = (uint64_t)p->o->step_retry_ms * 1000000ull;
@@ -229,7 +238,7 @@ static bool step_refusal_retry(pull_t *p, pdonor_t *d, const Graft__TransferMani
     d->retry_at_ns = now + d->retry_ns;
     d->refused = GRAFT_ESTEP;
     GRAFT_DEBUG(GRAFT_MOD_TRANSFER, "donor %u does not serve step %llu yet (%s): asking again",
-                d->index, (unsigned long long)p->o->step, m->error != NULL ? m->error : "");
+                d->index, (unsigned long long)p->step, m->error != NULL ? m->error : "");
     return true;
 }
 
@@ -565,7 +574,7 @@ static graft_status_t donor_send_request(pull_t *p, pdonor_t *d)
     Graft__TransferRequest req;
     graft__transfer_request__init(&req);
     req.version = GRAFT__XFER_WIRE_VERSION;
-    req.step = p->o->step;
+    req.step = p->step;
     req.layout_hash = ep->layout_hash;
     req.recipient_group = ep->group;
     req.rank = ep->rank;

@@ -461,9 +461,11 @@ typedef struct graft_transfer_pull_options {
      *  many ms instead of backing off from 10 ms to 200 ms (a follower
      *  waiting for the next step); 0: the back-off. */
     uint32_t step_retry_ms;
-    /** A follower's pull (docs/RUNTIME.md, "Follow spares"): a donor that
-     *  serves another step, and the pull that ends for it, are routine and
-     *  logged at the debug level, not as warnings. */
+    /** A follower's pull (docs/RUNTIME.md, "Follow spares"): with one
+     *  donor, a donor serving a later step than asked is asked for that
+     *  step at once on the same connection (report.step says which was
+     *  pulled); its refusals, and a pull that ends for them, are routine
+     *  and logged at the debug level, not as warnings. */
     bool follower;
 } graft_transfer_pull_options_t;
 
@@ -506,6 +508,9 @@ typedef struct graft_transfer_report {
     uint64_t bytes;         /**< total bytes of the registered regions */
     uint64_t chunks;        /**< total chunks */
     uint64_t elapsed_ns;    /**< from the first connect to the end */
+    /** The step pulled (or asked for): options.step, or with
+     *  options.follower and one donor the later step that donor served. */
+    uint64_t step;
     size_t n_donors;
     graft_transfer_donor_report_t donors[GRAFT_TRANSFER_MAX_DONORS];
     /** When status is GRAFT_EDRIFT: where donors disagree. */

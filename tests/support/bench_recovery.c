@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,6 +35,7 @@ typedef struct rec_result {
 
 static const graft_bench_rec_config_t *run_cfg;
 static bool run_follow; /* the spares of this run follow */
+static unsigned run_compute_us = 2000; /* a step's compute in the cost runs */
 static int job_seq;
 static uint8_t *blob;
 static size_t blob_bytes;
@@ -344,7 +346,7 @@ out:
 }
 
 /* What a follower costs: group 0 (the follower's donor) times `steps`
- * steps, quorum to commit with a step's compute of 2 ms, and reports the
+ * steps, quorum to commit with a step's compute (run_compute_us), and reports the
  * median after the first 5, its followers' wait and serves, then waits to
  * be killed; the other groups step on. */
 typedef struct cost_result {
@@ -352,7 +354,27 @@ typedef struct cost_result {
     graft_metrics_t m;
 } cost_result_t;
 
-static void cost_child(const char *job, int group, int steps, int fd)
+/* The follower's count of pulled steps, every 100 ms on its pipe (its
+ * training thread waits in graft_quorum() for a slot that never opens). */
+typedef struct follow_report {
+    graft_runtime_t *rt;
+    int fd;
+} follow_report_t;
+
+static void *follow_report_main(void *arg)
+{
+    follow_report_t *fr = arg;
+    for (;;) {
+        usleep(100000);
+        graft_metrics_t m;
+        graft_metrics_get(fr->rt, &m);
+        if (write(fr->fd, &m.follow_pulls, sizeof(m.follow_pulls)) != sizeof(m.follow_pulls))
+            _exit(6);
+    }
+    return NULL;
+}
+
+static void cost_child(const char *job, int group, int steps, int fd, int follow_fd)
 {
     blob = malloc(blob_bytes);
     if (blob == NULL)
@@ -364,6 +386,10 @@ static void cost_child(const char *job, int group, int steps, int fd)
     double *t = calloc((size_t)steps, sizeof(double));
     if (rt == NULL || t == NULL || graft_region_register(rt, &r) != GRAFT_OK)
         _exit(1);
+    follow_report_t fr = {rt, follow_fd};
+    pthread_t tid;
+    if (group < 0 && pthread_create(&tid, NULL, follow_report_main, &fr) != 0)
+        _exit(1);
     for (int s = 0;; s++) {
         bool apply = false;
         double t0 = graft_test_now_s();
@@ -371,7 +397,7 @@ static void cost_child(const char *job, int group, int steps, int fd)
             _exit(2);
         graft_status_t hst = graft_heal_wait(rt);
         (void)hst;
-        usleep(2000);
+        usleep(run_compute_us);
         if (graft_commit(rt, &apply) != GRAFT_OK)
             _exit(3);
         if (apply)
@@ -388,45 +414,62 @@ static void cost_child(const char *job, int group, int steps, int fd)
     }
 }
 
-/* One run of the cost: group 0's result, or -1. */
-static int cost_run(size_t mib, int steps, bool follower, cost_result_t *res)
+/* One run of the cost: group 0's result, and the steps the follower had
+ * pulled by then (0 without one), or -1. */
+static int cost_run(size_t mib, int steps, bool follower, cost_result_t *res,
+                    uint64_t *pulled_p)
 {
     char job[64];
-    int fds[2];
+    int fds[2], ffds[2];
     snprintf(job, sizeof(job), "bench-follow-%d-%d", (int)getpid(), job_seq++);
     blob_bytes = mib << 20;
     run_follow = follower;
     if (pipe(fds) != 0)
         return -1;
+    if (pipe2(ffds, O_NONBLOCK) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
     pid_t pids[GROUPS + 1] = {0};
     for (int g = 0; g < GROUPS + (follower ? 1 : 0); g++) {
         pids[g] = fork();
         if (pids[g] == 0)
-            cost_child(job, g == GROUPS ? -1 : g, steps, fds[1]);
+            cost_child(job, g == GROUPS ? -1 : g, steps, fds[1], ffds[1]);
     }
     struct pollfd pf = {.fd = fds[0], .events = POLLIN};
     ssize_t n = poll(&pf, 1, 600 * 1000) == 1 ? read(fds[0], res, sizeof(*res)) : -1;
+    *pulled_p = 0;
+    uint64_t v;
+    while (read(ffds[0], &v, sizeof(v)) == sizeof(v))
+        *pulled_p = v; /* the last report */
     kill_all(pids, GROUPS + 1);
     close(fds[0]);
     close(fds[1]);
+    close(ffds[0]);
+    close(ffds[1]);
     return n == sizeof(*res) ? 0 : -1;
 }
 
 int graft_bench_follow_cost(const graft_bench_rec_config_t *cfg, size_t mib, int steps,
-                            graft_bench_follow_row_t *row)
+                            unsigned compute_ms, graft_bench_follow_row_t *row)
 {
     cost_result_t alone, followed;
+    uint64_t none, pulled;
     run_cfg = cfg;
-    if (steps < 10 || cost_run(mib, steps, false, &alone) != 0 ||
-        cost_run(mib, steps, true, &followed) != 0) {
+    run_compute_us = compute_ms * 1000u;
+    if (steps < 10 || cost_run(mib, steps, false, &alone, &none) != 0 ||
+        cost_run(mib, steps, true, &followed, &pulled) != 0) {
         fprintf(stderr, "follow cost of %zu MiB: a run did not finish\n", mib);
         return -1;
     }
     row->mib = mib;
+    row->compute_ms = compute_ms;
     row->step_alone = alone.median;
     row->step_followed = followed.median;
     row->wait = (double)followed.m.follow_wait_ns * 1e-9 / steps;
     row->served = (double)followed.m.follow_serves / steps;
+    row->pulled = (double)pulled / steps;
     return 0;
 }
 

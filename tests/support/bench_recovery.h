@@ -67,15 +67,18 @@ int graft_bench_recovery(const graft_bench_rec_config_t *cfg, size_t mib,
 /** A follower's cost to its donor (group 0), in seconds per step. */
 typedef struct graft_bench_follow_row {
     size_t mib;
+    unsigned compute_ms;  /* a step's compute (a sleep) */
     double step_alone;    /* group 0's median step (quorum to commit), no follower */
     double step_followed; /* the same with one follow spare of rank 0 */
     double wait;          /* its commit's wait for the follower, mean per step */
     double served;        /* the share of its steps it served to the follower */
+    double pulled;        /* the follower's pulled steps over the donor's steps */
 } graft_bench_follow_row_t;
 
-/** Both runs of @p steps steps; 0, or -1 with a message on stderr. */
+/** Both runs of @p steps steps of @p compute_ms each; 0, or -1 with a
+ *  message on stderr. */
 int graft_bench_follow_cost(const graft_bench_rec_config_t *cfg, size_t mib, int steps,
-                            graft_bench_follow_row_t *row);
+                            unsigned compute_ms, graft_bench_follow_row_t *row);
 
 /** The median by total of n rows (sorts them). */
 graft_bench_rec_row_t graft_bench_rec_median(graft_bench_rec_row_t *rows, int n);
