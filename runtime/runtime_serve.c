@@ -250,8 +250,10 @@ void graft__rt_follow_serve_close(graft_runtime_t *rt)
 static void followers_fence(graft_runtime_t *rt)
 {
     uint64_t t0 = graft__now_ns();
+    /* Info, not a warning: with a state whose pull is longer than a step
+     * it happens every step, and the follower simply takes a later one. */
     if (graft_transfer_followers_wait(rt->ep, (uint32_t)rt->cfg->stall_timeout_ms) != GRAFT_OK)
-        GRAFT_WARN(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": a follower of step %"
+        GRAFT_INFO(GRAFT_MOD_RUNTIME, "group %" PRIu32 " rank %" PRIu32 ": a follower of step %"
                    PRIu64 " was not done after %" PRIu64 " ms; not waiting for it", rt->group,
                    rt->rank, rt->serve.follow_step, rt->cfg->stall_timeout_ms);
     pthread_mutex_lock(&rt->mu);

@@ -470,6 +470,7 @@ graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p)
             .healing = rt->heal.running,
             .donor = rt->serve.serving,
             .n_recipients = rt->serve.n_recipients,
+            .round = q->round,
         };
         *info_p = info;
     }

@@ -515,6 +515,8 @@ static void test_usage_and_dry_run(void **state)
                  "no repeats");
     expect_usage((const char *[]){"--group", "0", "--spares", "1", "--", "true", NULL},
                  "--spares needs the job's name");
+    expect_usage((const char *[]){"--group", "0", "--follow", "--", "true", NULL},
+                 "--follow makes the spares followers");
     expect_usage((const char *[]){"--group", "0", "--frobnicate", "--", "true", NULL},
                  "unknown option '--frobnicate'");
     expect_usage((const char *[]){"--group", "0", "--launcher", "--ranks", "0", "--", "true", NULL},
@@ -530,6 +532,11 @@ static void test_usage_and_dry_run(void **state)
     assert_int_equal(agent_run(plan, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "slot 0: rank, rank 0: GRAFT_GROUP=1 GRAFT_RANK=0 train"));
     assert_non_null(strstr(out, "slot 3: spare, rank 1: GRAFT_SPARE=1 GRAFT_RANK=1 train"));
+    const char *follow[] = {"--job", "j", "--group", "1", "--ranks", "0", "--spares", "1",
+                            "--follow", "--dry-run", "--", "train", NULL};
+    assert_int_equal(agent_run(follow, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "slot 0: rank, rank 0: GRAFT_GROUP=1 GRAFT_RANK=0 train"));
+    assert_non_null(strstr(out, "spare, rank 0: GRAFT_SPARE=1 GRAFT_SPARE_FOLLOW=1 GRAFT_RANK=0"));
 }
 
 /* deploy/: the Slurm batch script and the Kubernetes manifests, checked

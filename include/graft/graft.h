@@ -176,6 +176,11 @@ typedef struct graft_step_info {
     bool healing;            /**< this group is pulling state: call graft_heal_wait() */
     bool donor;              /**< this group serves recipients this step */
     uint32_t n_recipients;   /**< recipients this group serves */
+    /** The etcd round the quorum's epoch formed in: the same in every
+     *  member, and new after a step that failed (which ends the epoch), so
+     *  (quorum_id, round, step) names one attempt at a step in every
+     *  member, e.g. for a communicator's rendezvous. */
+    uint64_t round;
 } graft_step_info_t;
 
 /**

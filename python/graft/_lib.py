@@ -58,6 +58,7 @@ typedef struct graft_step_info {
     bool healing;
     bool donor;
     uint32_t n_recipients;
+    uint64_t round;
 } graft_step_info_t;
 graft_status_t graft_quorum(graft_runtime_t *rt, graft_step_info_t *info_p);
 graft_status_t graft_heal_wait(graft_runtime_t *rt);

@@ -20,7 +20,7 @@ START_KINDS = {0: "undecided", 1: "cold", 2: "peer", 3: "restore"}
 
 StepInfo = collections.namedtuple(
     "StepInfo", "step quorum_id quorum_changed replica_rank replica_world healing "
-    "donor n_recipients")
+    "donor n_recipients round")
 
 Event = collections.namedtuple(
     "Event", "kind status status_name step quorum_id bytes detect_ns quorum_ns "
@@ -247,7 +247,7 @@ class Runtime:
         self._group = None if group == _NO_GROUP else int(group)
         si = StepInfo(info.step, info.quorum_id, bool(info.quorum_changed),
                       info.replica_rank, info.replica_world, bool(info.healing),
-                      bool(info.donor), info.n_recipients)
+                      bool(info.donor), info.n_recipients, info.round)
         self._info = si
         self._heal_pending = si.healing
         return si

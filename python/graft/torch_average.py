@@ -89,7 +89,6 @@ class GradientAverager:
         self.timeout_ms = int(timeout_s * 1000)
         self._qid = 0
         self._store = None
-        self._attempt = {}
         self.pg = None
         self.rebuilds = 0
         self.failures = 0
@@ -138,20 +137,21 @@ class GradientAverager:
                 self._store = dist.TCPStore(host, int(port), None, False, self.timeout,
                                             wait_for_workers=False)
             self._qid = qid
-            self._attempt = {}
         # Within one quorum the store stays; a group rebuilt after a failed
-        # collective gets a fresh key prefix. Every member failed the same
-        # collective (a timeout or a closed connection reaches all of them),
-        # so every member counts the same attempt at this step.
-        # The quorum's step, not this rank's committed one: a rank that
-        # failed to heal is still at its own step but reduces with the others.
+        # collective gets a fresh key prefix, named by what every member
+        # agrees on: the quorum's step (not this rank's committed one: a
+        # rank that failed to heal reduces with the others) and the etcd
+        # round of its epoch, which is new after a failed step. A count of
+        # this process's own attempts drifted apart between members (one
+        # whose quorum call failed skipped an attempt the others made), and
+        # their prefixes never met again: every group vetoed the same step
+        # round after round.
         info = getattr(rt, "_info", None)
         step = info.step if info is not None else rt.step
-        n = self._attempt.get(step, 0)
-        self._attempt = {step: n + 1}
+        rnd = info.round if info is not None else 0
         # Rank r of every group reduces with rank r of the others (HSDP's
         # replicate dimension): one process group per rank in the group.
-        prefix = "q%ds%dr%d/rank%d" % (qid, step, n, me)
+        prefix = "q%ds%dr%d/rank%d" % (qid, step, rnd, me)
         store = dist.PrefixStore(prefix, self._store)
         if self.backend == "nccl":
             # A collective that times out must raise in wait() (and the

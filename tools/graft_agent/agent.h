@@ -71,6 +71,7 @@ typedef struct agent_opts {
     const char *listen;       /* HOST:PORT of the HTTP server; NULL: none */
     const char *log_dir;      /* children's stdout and stderr; NULL: inherited */
     bool dry_run;
+    bool follow;       /* --follow: the spares follow (GRAFT_SPARE_FOLLOW=1) */
     char **cmd;               /* the command after "--", NULL-terminated */
     int n_cmd;
 } agent_opts_t;

@@ -236,7 +236,7 @@ static void dry_run(const agent_t *a)
         rank_text(u, rank, sizeof(rank));
         printf("slot %d: %s, %s: ", u->slot, agent_unit_kind(u), rank);
         if (u->role == AGENT_ROLE_SPARE)
-            printf("GRAFT_SPARE=1");
+            printf("GRAFT_SPARE=1%s", o->follow ? " GRAFT_SPARE_FOLLOW=1" : "");
         else
             printf("GRAFT_GROUP=%u", o->group);
         if (u->rank != UINT32_MAX)

@@ -30,6 +30,8 @@ static const char help_text[] =
     "  --groups N              GRAFT_GROUPS (passed to the trainers)\n"
     "  --spares N              GRAFT_AGENT_SPARES: spares kept per rank of this host\n"
     "                          (with --launcher: spare worlds); default 0\n"
+    "  --follow                the spares are follow spares (GRAFT_SPARE_FOLLOW=1):\n"
+    "                          each pulls every step while it waits (docs/RUNTIME.md)\n"
     "  --launcher              the command starts a whole group world; it is\n"
     "                          started once (per spare world too) and restarted whole\n"
     "\n"
@@ -192,6 +194,10 @@ static bool parse_flag(agent_opts_t *o, int argc, char **argv, int *i, char *why
         o->dry_run = true;
         return true;
     }
+    if (strcmp(a, "--follow") == 0) {
+        o->follow = true;
+        return true;
+    }
     for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]); k++) {
         if (strcmp(a, nums[k].name) != 0)
             continue;
@@ -242,6 +248,9 @@ static bool check(agent_opts_t *o, char *why, size_t len)
     if (!o->have_group && o->spares == 0)
         return snprintf(why, len, "no group: give --group G or set GRAFT_GROUP (an agent "
                                   "without a group runs spares only: --spares N)"), false;
+    if (o->follow && o->spares == 0)
+        return snprintf(why, len, "--follow makes the spares followers: it needs --spares N"),
+               false;
     if (o->spares > 0 && o->job == NULL)
         return snprintf(why, len, "--spares needs the job's name to see promotions in etcd: "
                                   "give --job NAME or set GRAFT_JOB"), false;

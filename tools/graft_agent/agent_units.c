@@ -24,6 +24,10 @@ static void child_env(const agent_t *a, const agent_unit_t *u)
     setenv("GRAFT_ETCD_ENDPOINTS", o->endpoints_text, 1);
     if (u->role == AGENT_ROLE_SPARE) {
         setenv("GRAFT_SPARE", "1", 1);
+        if (o->follow)
+            setenv("GRAFT_SPARE_FOLLOW", "1", 1);
+        else
+            unsetenv("GRAFT_SPARE_FOLLOW");
         unsetenv("GRAFT_GROUP");
         /* A launcher's spare world is one group of spares, promoted whole
          * (docs/RUNTIME.md, "Groups of spares"): a name per host, slot and
@@ -42,6 +46,7 @@ static void child_env(const agent_t *a, const agent_unit_t *u)
     } else {
         unsetenv("GRAFT_SPARE_GROUP");
         unsetenv("GRAFT_SPARE");
+        unsetenv("GRAFT_SPARE_FOLLOW"); /* a rank with a group refuses it */
         snprintf(v, sizeof(v), "%u", o->group);
         setenv("GRAFT_GROUP", v, 1);
     }
