@@ -95,10 +95,12 @@ static void test_builders_classify_back(void **state)
         {graft__key_quorum(P), GRAFT__MKEY_QUORUM, 0, 0, 0},
         {graft__key_blob(P, 7), GRAFT__MKEY_BLOB, 0, 0, 7},
         {graft__key_event(P, 123), GRAFT__MKEY_EVENT, 0, 0, 123},
+        /* A group's records a spare reads: the group in number. */
+        {graft__key_group_progress(P, 5), GRAFT__MKEY_GROUP_PROGRESS, 0, 0, 5},
+        {graft__key_finished(P, 5), GRAFT__MKEY_FINISHED, 0, 0, 5},
         /* Not membership's to interpret. */
         {graft__key_progress(P), GRAFT__MKEY_OTHER, 0, 0, 0},
         {graft__key_checkpoint(P, 5), GRAFT__MKEY_OTHER, 0, 0, 0},
-        {graft__key_finished(P, 5), GRAFT__MKEY_OTHER, 0, 0, 0},
         /* Under another job. */
         {graft__key_quorum("/graft/job-10/"), GRAFT__MKEY_OTHER, 0, 0, 0},
     };
