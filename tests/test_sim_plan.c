@@ -453,6 +453,10 @@ static void test_binary_rejects_bad_input(void **state)
     assert_int_equal(run_sim(spares, NULL, &out), 2);
     assert_non_null(strstr(out, "--spares cannot be combined with --torch-world"));
     free(out);
+    const char *follow[] = {"--follow", NULL};
+    assert_int_equal(run_sim(follow, NULL, &out), 2);
+    assert_non_null(strstr(out, "--follow needs --spares"));
+    free(out);
     const char *delay[] = {"--spawn-delay-ms", "soon", NULL};
     assert_int_equal(run_sim(delay, NULL, &out), 2);
     assert_non_null(strstr(out, "--spawn-delay-ms: 'soon' is not an integer"));
