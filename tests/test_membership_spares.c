@@ -69,20 +69,29 @@ static void put_hostile_group_keys(const char *job)
         put_raw(job, rests[i], "x");
 }
 
+/* Group 0 of a job of two single-rank groups alive, and a spare of rank
+ * 0 waiting up to timeout_ms: what its wait returned. */
+static graft_status_t spare_beside_group0(const char *job, uint32_t timeout_ms,
+                                          uint32_t *group_p)
+{
+    graft_membership_t *g0 = mf_join(job, 0, 0, 1);
+    graft_membership_spare_t *sp = spare_of(job, 2);
+    graft_status_t st = graft_membership_spare_wait(sp, timeout_ms, group_p);
+    graft_membership_spare_destroy(sp);
+    graft_membership_destroy(g0);
+    return st;
+}
+
 static void test_unparsable_group_keys_fill_nothing(void **state)
 {
     (void)state;
     const char *job = "spares-garbage-groups";
     put_hostile_group_keys(job);
-    graft_membership_t *g0 = mf_join(job, 0, 0, 1); /* group 1 never had a member */
-    graft_membership_spare_t *sp = spare_of(job, 2);
     uint32_t group = 7;
-    /* No slot it may fill (group 1 never trained), and the job has not
-     * ended: it keeps waiting. */
-    assert_int_equal(graft_membership_spare_wait(sp, 1500, &group), GRAFT_ETIMEOUT);
+    /* No slot it may fill (group 1 never had a member), and the job has
+     * not ended: it keeps waiting. */
+    assert_int_equal(spare_beside_group0(job, 1500, &group), GRAFT_ETIMEOUT);
     assert_int_equal(group, 7);
-    graft_membership_spare_destroy(sp);
-    graft_membership_destroy(g0);
 }
 
 static void test_valid_group_filled_beside_garbage(void **state)
@@ -91,13 +100,9 @@ static void test_valid_group_filled_beside_garbage(void **state)
     const char *job = "spares-garbage-beside";
     put_hostile_group_keys(job);
     put_raw(job, "group_progress/1", "x"); /* group 1 trained, then died */
-    graft_membership_t *g0 = mf_join(job, 0, 0, 1);
-    graft_membership_spare_t *sp = spare_of(job, 2);
     uint32_t group = 7;
-    assert_int_equal(graft_membership_spare_wait(sp, 5000, &group), GRAFT_OK);
+    assert_int_equal(spare_beside_group0(job, 5000, &group), GRAFT_OK);
     assert_int_equal(group, 1);
-    graft_membership_spare_destroy(sp);
-    graft_membership_destroy(g0);
 }
 
 int main(void)
